@@ -1,0 +1,93 @@
+# sandcell — build, install dependencies, run, test.
+#   make run    deps + build + start the broker on 127.0.0.1:49999
+#   make test   deps + build + every test
+
+CC      ?= cc
+BUILD   ?= build
+BIN     ?= bin
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers \
+           -D_GNU_SOURCE -MMD -MP
+LDLIBS_PROTO  = -lnng -lmsgpackc -ljansson -lpthread
+LDLIBS_PROXY  = $(LDLIBS_PROTO) -lzmq -lsodium
+LDLIBS_BROKER = $(LDLIBS_PROTO) -lmicrohttpd -lsodium
+LDLIBS_TEST   = -lcriterion -lcurl
+
+LISTEN  ?= 127.0.0.1:49999
+RUN_ARGS ?=
+
+PROTO_SRC  = $(wildcard proto/*.c)
+PROXY_SRC  = $(filter-out proxy/main.c,$(wildcard proxy/*.c))
+BROKER_SRC = $(filter-out broker/main.c broker/sandcellctl.c,$(wildcard broker/*.c))
+
+obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
+PROTO_OBJ  = $(call obj,$(PROTO_SRC))
+PROXY_OBJ  = $(call obj,$(PROXY_SRC))
+BROKER_OBJ = $(call obj,$(BROKER_SRC))
+
+PROGS = $(BIN)/sandcell-broker $(BIN)/sandcell-proxy $(BIN)/sandcellctl
+UNIT_TESTS = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
+INTEG_TESTS = $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/*.c))
+
+.PHONY: all deps run test test-unit test-integration test-sdk test-asan clean \
+        check-deps format
+
+all: $(PROGS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BIN)/sandcell-proxy: $(BUILD)/proxy/main.o $(PROXY_OBJ) $(PROTO_OBJ)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_PROXY)
+
+$(BIN)/sandcell-broker: $(BUILD)/broker/main.o $(BROKER_OBJ) $(PROTO_OBJ)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_BROKER)
+
+$(BIN)/sandcellctl: $(BUILD)/broker/sandcellctl.o $(PROTO_OBJ)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_PROTO)
+
+# Unit tests link the modules they test; integration tests drive the binaries.
+$(BUILD)/tests/%: tests/unit/%.c $(PROXY_OBJ) $(BROKER_OBJ) $(PROTO_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_PROXY) -lmicrohttpd $(LDLIBS_TEST)
+
+$(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.c $(PROTO_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS_PROTO) $(LDLIBS_TEST)
+
+deps:
+	@sh tests/deps.sh
+
+run: deps all
+	exec $(BIN)/sandcell-broker --listen $(LISTEN) $(RUN_ARGS)
+
+test: deps all
+	@$(MAKE) --no-print-directory test-unit test-integration test-sdk
+
+test-unit: $(UNIT_TESTS)
+	@set -e; for t in $(UNIT_TESTS); do echo "== $$t"; $$t --jobs 1; done
+
+test-integration: all $(INTEG_TESTS)
+	@set -e; for t in $(INTEG_TESTS); do echo "== $$t"; \
+	  SANDCELL_BIN=$(abspath $(BIN)) $$t --jobs 1; done
+
+test-sdk: all
+	@sh tests/sdk/run.sh $(abspath $(BIN))
+
+# ASan + UBSan build of everything, then the unit and integration tests.
+test-asan: deps
+	@$(MAKE) --no-print-directory BUILD=build/asan BIN=build/asan/bin \
+	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
+	  LDFLAGS="-fsanitize=address,undefined" test-unit test-integration
+
+clean:
+	rm -rf $(BUILD) $(BIN)
+
+format:
+	clang-format -i $(wildcard */*.c */*.h tests/*/*.c)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

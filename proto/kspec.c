@@ -1,0 +1,251 @@
+/*
+ * kspec.c — Jupyter kernelspec discovery and language names. A kernelspec is
+ * found by directory name or by its "language", searching the Jupyter data
+ * dirs in their documented order; the first match wins.
+ */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "proto.h"
+
+#define MAX_DIRS 32
+
+/* Normalise a language name as E2B does; rejects names unfit for a path. */
+int
+lang_normalise(const char *in, char *out, size_t outsz)
+{
+	const char *e;
+	size_t n;
+
+	while (isspace((unsigned char)*in))
+		in++;
+	e = in + strlen(in);
+	while (e > in && isspace((unsigned char)e[-1]))
+		e--;
+	n = e - in;
+	if (n == 0)
+		in = "python", n = 6;
+	if (n >= outsz || n > 64)
+		return -ENAMETOOLONG;
+	for (size_t i = 0; i < n; i++) {
+		char c = tolower((unsigned char)in[i]);
+		if (!isalnum((unsigned char)c) && !strchr("_.+-", c))
+			return -EINVAL;
+		if (i == 0 && c == '.')
+			return -EINVAL;
+		out[i] = c;
+	}
+	out[n] = '\0';
+	if (!strcmp(out, "js"))
+		snprintf(out, outsz, "javascript");
+	else if (!strcmp(out, "ts"))
+		snprintf(out, outsz, "typescript");
+	return 0;
+}
+
+static size_t
+data_dirs(char *dirs[MAX_DIRS])
+{
+	size_t n = 0;
+	const char *jp = getenv("JUPYTER_PATH");
+	const char *home = getenv("HOME");
+	const char *xdg = getenv("XDG_DATA_HOME");
+	const char *jdd = getenv("JUPYTER_DATA_DIR");
+
+	if (jp && *jp) {
+		char *copy = xstrdup(jp), *save, *tok;
+		for (tok = strtok_r(copy, ":", &save); tok && n < MAX_DIRS - 3;
+		     tok = strtok_r(NULL, ":", &save))
+			if (*tok)
+				dirs[n++] = xstrdup(tok);
+		free(copy);
+	}
+	if (jdd && *jdd)
+		dirs[n++] = xstrdup(jdd);
+	else if (xdg && *xdg)
+		dirs[n++] = xasprintf("%s/jupyter", xdg);
+	else if (home && *home)
+		dirs[n++] = xasprintf("%s/.local/share/jupyter", home);
+	dirs[n++] = xstrdup("/usr/local/share/jupyter");
+	dirs[n++] = xstrdup("/usr/share/jupyter");
+	return n;
+}
+
+static char **
+json_strv(json_t *arr)
+{
+	size_t n = json_array_size(arr), i;
+	char **v = xcalloc(n + 1, sizeof(*v));
+
+	for (i = 0; i < n; i++) {
+		const char *s = json_string_value(json_array_get(arr, i));
+		if (!s) {
+			for (size_t j = 0; j < i; j++)
+				free(v[j]);
+			free(v);
+			return NULL;
+		}
+		v[i] = xstrdup(s);
+	}
+	return v;
+}
+
+static struct kspec *
+kspec_load(const char *dir, const char *name)
+{
+	char path[PATH_MAX], lang[128];
+	json_error_t jerr;
+	json_t *root, *env;
+	struct kspec *ks;
+	const char *key;
+	json_t *val;
+	size_t n = 0;
+
+	snprintf(path, sizeof(path), "%s/kernel.json", dir);
+	if (!(root = json_load_file(path, 0, &jerr)))
+		return NULL;
+	const char *l = json_string_value(json_object_get(root, "language"));
+	json_t *argv = json_object_get(root, "argv");
+	if (!l || !json_is_array(argv) || json_array_size(argv) == 0 ||
+	    lang_normalise(l, lang, sizeof(lang)) < 0) {
+		log_warn("kernelspec %s: no usable argv or language", path);
+		json_decref(root);
+		return NULL;
+	}
+	ks = xcalloc(1, sizeof(*ks));
+	ks->ks_name = xstrdup(name);
+	ks->ks_lang = xstrdup(lang);
+	ks->ks_dir = xstrdup(dir);
+	if (!(ks->ks_argv = json_strv(argv))) {
+		kspec_free(ks);
+		json_decref(root);
+		return NULL;
+	}
+	env = json_object_get(root, "env");
+	ks->ks_env = xcalloc(json_object_size(env) + 1, sizeof(char *));
+	json_object_foreach(env, key, val)
+	{
+		if (json_is_string(val) && !strchr(key, '='))
+			ks->ks_env[n++] = xasprintf("%s=%s", key, json_string_value(val));
+	}
+	const char *im = json_string_value(json_object_get(root, "interrupt_mode"));
+	ks->ks_interrupt_msg = im && !strcmp(im, "message");
+	json_t *meta = json_object_get(json_object_get(root, "metadata"), "sandcell");
+	const char *tr = json_string_value(json_object_get(meta, "transport"));
+	ks->ks_tcp = tr && !strcmp(tr, "tcp");
+	json_decref(root);
+	return ks;
+}
+
+void
+kspec_free(struct kspec *ks)
+{
+	if (!ks)
+		return;
+	for (char **p = ks->ks_argv; p && *p; p++)
+		free(*p);
+	for (char **p = ks->ks_env; p && *p; p++)
+		free(*p);
+	free(ks->ks_argv);
+	free(ks->ks_env);
+	free(ks->ks_name);
+	free(ks->ks_lang);
+	free(ks->ks_dir);
+	free(ks);
+}
+
+void
+kspec_list_free(struct kspec **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		kspec_free(v[i]);
+	free(v);
+}
+
+/* Every loadable kernelspec; a name found in an earlier dir hides later ones. */
+int
+kspec_list(struct kspec ***out, size_t *nout)
+{
+	char *dirs[MAX_DIRS];
+	size_t nd = data_dirs(dirs), n = 0;
+	struct kspec **v = NULL;
+
+	for (size_t d = 0; d < nd; d++) {
+		char *kdir = xasprintf("%s/kernels", dirs[d]);
+		struct dirent **names;
+		int k = scandir(kdir, &names, NULL, alphasort);
+		for (int i = 0; i < k; i++) {
+			const char *nm = names[i]->d_name;
+			bool seen = nm[0] == '.';
+			for (size_t j = 0; j < n && !seen; j++)
+				seen = !strcmp(v[j]->ks_name, nm);
+			if (!seen) {
+				char *sd = xasprintf("%s/%s", kdir, nm);
+				struct kspec *ks = kspec_load(sd, nm);
+				free(sd);
+				if (ks) {
+					v = xrealloc(v, (n + 1) * sizeof(*v));
+					v[n++] = ks;
+				}
+			}
+			free(names[i]);
+		}
+		if (k >= 0)
+			free(names);
+		free(kdir);
+		free(dirs[d]);
+	}
+	*out = v;
+	*nout = n;
+	return 0;
+}
+
+/* By kernelspec name first, then by language; want is already normalised. */
+int
+kspec_find(const char *want, struct kspec **out)
+{
+	struct kspec **v;
+	size_t n, hit = SIZE_MAX;
+
+	kspec_list(&v, &n);
+	for (size_t i = 0; i < n && hit == SIZE_MAX; i++)
+		if (!strcasecmp(v[i]->ks_name, want))
+			hit = i;
+	for (size_t i = 0; i < n && hit == SIZE_MAX; i++)
+		if (!strcmp(v[i]->ks_lang, want))
+			hit = i;
+	if (hit == SIZE_MAX) {
+		kspec_list_free(v, n);
+		return -ENOENT;
+	}
+	*out = v[hit];
+	v[hit] = NULL;
+	kspec_list_free(v, n);
+	return 0;
+}
+
+/* "python (python3), r (ir)": what errors and listings show. */
+char *
+kspec_languages(void)
+{
+	struct kspec **v;
+	size_t n;
+	struct buf b = {0};
+
+	kspec_list(&v, &n);
+	for (size_t i = 0; i < n; i++) {
+		char *s = xasprintf("%s%s (%s)", i ? ", " : "", v[i]->ks_lang, v[i]->ks_name);
+		buf_append(&b, s, strlen(s));
+		free(s);
+	}
+	buf_append(&b, "", 1);
+	kspec_list_free(v, n);
+	return b.b_data;
+}

@@ -1,0 +1,180 @@
+/*
+ * proto.h — what every sandcell binary shares: the IPC message schema and its
+ * msgpack codec, kernelspec discovery, language names, logging and buffers.
+ * This is the only header both the broker and the proxy include.
+ */
+#ifndef SANDCELL_PROTO_H
+#define SANDCELL_PROTO_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <nng/nng.h>
+
+#define SANDCELL_VERSION "0.1.0"
+
+/*
+ * Every IPC message type, as one enum (the imsg model). A frame is the msgpack
+ * array [type, {field-id: value, ...}]; which fields a type allows and requires
+ * is the schema table in proto.c.
+ */
+enum msg_type {
+	MSG_NONE = 0,
+	/* broker -> proxy */
+	MSG_EXECUTE,   /* stream, code; env, timeout_ms, policy */
+	MSG_CANCEL,    /* stream: its client went away */
+	MSG_INTERRUPT, /* req: interrupt the running unit */
+	MSG_RESTART,   /* req: fresh kernel, same context */
+	MSG_SHUTDOWN,  /* req: stop kernel and proxy */
+	MSG_INFO,      /* req: live state */
+	/* proxy -> broker */
+	MSG_HELLO,  /* id, lang, cwd, pid, kpid, state: sent on every (re)connect */
+	MSG_OUTPUT, /* stream, data (NDJSON lines); final when the stream ends */
+	MSG_STATE,  /* state, kpid, queue, count: kernel state changed */
+	/* replies, both ways and to sandcellctl */
+	MSG_OK,   /* req; text */
+	MSG_FAIL, /* req, text */
+	MSG_END,  /* req: no more replies to this request */
+	/* sandcellctl -> broker */
+	CTL_STATUS,
+	CTL_CONTEXTS,
+	MSG_TYPE_MAX
+};
+
+/* Field ids on the wire. */
+enum msg_field {
+	F_STREAM = 0,
+	F_REQ,
+	F_CODE,
+	F_ENV,
+	F_TIMEOUT,
+	F_POLICY,
+	F_DATA,
+	F_FINAL,
+	F_TEXT,
+	F_ID,
+	F_LANG,
+	F_CWD,
+	F_PID,
+	F_KPID,
+	F_STATE,
+	F_QUEUE,
+	F_COUNT,
+	F_FIELD_MAX
+};
+#define FB(f) (1u << (f))
+
+/* Decoder errors (negative). */
+enum proto_err {
+	PROTO_OK = 0,
+	PROTO_ETRUNC = -1,   /* frame ends inside a value */
+	PROTO_ETYPE = -2,    /* a value has the wrong msgpack type */
+	PROTO_EMISSING = -3, /* a required field is absent */
+	PROTO_ESIZE = -4,    /* a field or frame is over its limit */
+	PROTO_EUNKNOWN = -5, /* unknown message type or field for the type */
+	PROTO_EDUP = -6,     /* a field appears twice */
+	PROTO_ETRAIL = -7,   /* bytes after the frame */
+	PROTO_ENOMEM = -8,
+};
+
+enum policy { POLICY_INTERRUPT = 0, POLICY_CONTINUE = 1 };
+enum kstate { KS_STARTING = 0, KS_IDLE, KS_BUSY, KS_DEAD };
+
+#define PROTO_MAX_FRAME (80u << 20) /* whole frame */
+#define PROTO_MAX_BIG (64u << 20)   /* code, data */
+#define PROTO_MAX_TEXT (64u << 10)  /* error text */
+#define PROTO_MAX_NAME 4096u        /* id, lang, cwd */
+#define PROTO_MAX_ENV 1024u         /* env entries */
+#define PROTO_MAX_ENVKEY 1024u
+#define PROTO_MAX_ENVVAL (128u << 10)
+
+/* A decoded string: a NUL-terminated copy owned by its msg; len excludes NUL. */
+struct pstr {
+	char *s;
+	size_t len;
+};
+
+struct penv {
+	struct pstr e_key, e_val;
+};
+
+struct msg {
+	enum msg_type m_type;
+	uint32_t m_has; /* FB(field) for each field present */
+	uint64_t m_stream, m_req, m_timeout, m_policy, m_final;
+	uint64_t m_pid, m_kpid, m_state, m_queue, m_count;
+	struct pstr m_code, m_data, m_text, m_id, m_lang, m_cwd;
+	struct penv *m_env;
+	size_t m_nenv;
+};
+
+/* proto.c */
+const char *proto_strerror(int err);
+const char *msg_type_name(enum msg_type t);
+void msg_init(struct msg *m, enum msg_type t);
+void msg_free(struct msg *m);
+int msg_set_str(struct msg *m, enum msg_field f, const char *s, size_t len);
+int msg_add_env(struct msg *m, const char *k, const char *v);
+void msg_set_u64(struct msg *m, enum msg_field f, uint64_t v);
+int msg_encode(const struct msg *m, void **buf, size_t *len);
+int msg_decode(const void *buf, size_t len, struct msg *m);
+int msg_send(nng_socket s, const struct msg *m, int flags);
+int msg_recv(nng_socket s, struct msg *m, int flags);
+
+/* kspec.c */
+struct kspec {
+	char *ks_name;      /* directory name: python3, ir, ... */
+	char *ks_lang;      /* normalised "language" field */
+	char *ks_dir;       /* the kernelspec's directory */
+	char **ks_argv;     /* NULL-terminated */
+	char **ks_env;      /* NULL-terminated KEY=VALUE */
+	bool ks_interrupt_msg;  /* interrupt_mode "message" */
+	bool ks_tcp;        /* metadata.sandcell.transport == "tcp" */
+};
+int kspec_find(const char *want, struct kspec **out);
+int kspec_list(struct kspec ***out, size_t *n);
+void kspec_free(struct kspec *ks);
+void kspec_list_free(struct kspec **v, size_t n);
+char *kspec_languages(void);
+int lang_normalise(const char *in, char *out, size_t outsz);
+
+/* util.c */
+enum log_level { LOG_ERR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG };
+extern int log_level_max;
+void log_init(const char *prog, int level);
+void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define log_err(...) log_msg(LOG_ERR, __VA_ARGS__)
+#define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
+#define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
+#define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
+void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t sz);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+uint64_t now_ms(void);
+void iso_time(char out[64]);
+uint64_t now_us(void);
+void uuid_v4(char out[37]);
+bool uuid_valid(const char *s);
+int mkdir_p(const char *path, unsigned mode);
+int rm_rf(const char *path);
+const char *default_run_dir(void);
+int parse_level(const char *s);
+bool env_key_valid(const char *k);
+
+struct buf {
+	char *b_data;
+	size_t b_off, b_len, b_cap; /* pending: b_data[b_off, b_len) */
+};
+#define buf_pending(b) ((b)->b_len - (b)->b_off)
+#define buf_head(b) ((b)->b_data + (b)->b_off)
+void buf_append(struct buf *b, const void *p, size_t n);
+void buf_consume(struct buf *b, size_t n);
+void buf_free(struct buf *b);
+
+#endif

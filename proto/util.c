@@ -1,0 +1,299 @@
+/*
+ * util.c — logging, allocation that cannot fail silently, clocks, ids, paths
+ * and a growable byte buffer: the small things every sandcell binary uses.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proto.h"
+
+int log_level_max = LOG_INFO;
+static const char *log_prog = "sandcell";
+
+void
+log_init(const char *prog, int level)
+{
+	log_prog = prog;
+	log_level_max = level;
+}
+
+int
+parse_level(const char *s)
+{
+	static const char *names[] = {"error", "warn", "info", "debug"};
+
+	for (int i = 0; i < 4; i++)
+		if (strcmp(s, names[i]) == 0)
+			return i;
+	return -1;
+}
+
+static void
+vlog(int level, const char *fmt, va_list ap)
+{
+	static const char *tags[] = {"error", "warn", "info", "debug"};
+	char line[2048];
+	int n = snprintf(line, sizeof(line), "%s[%d] %s: ", log_prog, (int)getpid(),
+			 tags[level]);
+
+	vsnprintf(line + n, sizeof(line) - n, fmt, ap);
+	fprintf(stderr, "%s\n", line);
+}
+
+void
+log_msg(int level, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (level > log_level_max)
+		return;
+	va_start(ap, fmt);
+	vlog(level, fmt, ap);
+	va_end(ap);
+}
+
+void
+fatal(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vlog(LOG_ERR, fmt, ap);
+	va_end(ap);
+	exit(1);
+}
+
+void *
+xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+
+	if (!p)
+		fatal("out of memory (%zu bytes)", n);
+	return p;
+}
+
+void *
+xcalloc(size_t n, size_t sz)
+{
+	void *p = calloc(n ? n : 1, sz ? sz : 1);
+
+	if (!p)
+		fatal("out of memory (%zu x %zu bytes)", n, sz);
+	return p;
+}
+
+void *
+xrealloc(void *p, size_t n)
+{
+	p = realloc(p, n ? n : 1);
+	if (!p)
+		fatal("out of memory (%zu bytes)", n);
+	return p;
+}
+
+char *
+xstrdup(const char *s)
+{
+	return xstrndup(s, strlen(s));
+}
+
+char *
+xstrndup(const char *s, size_t n)
+{
+	char *p = xmalloc(n + 1);
+
+	memcpy(p, s, n);
+	p[n] = '\0';
+	return p;
+}
+
+char *
+xasprintf(const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+
+	va_start(ap, fmt);
+	if (vasprintf(&s, fmt, ap) < 0)
+		fatal("out of memory");
+	va_end(ap);
+	return s;
+}
+
+uint64_t
+now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Wall-clock UTC time as 2026-11-29T10:00:00.123456Z. */
+void
+iso_time(char out[64])
+{
+	struct timespec ts;
+	struct tm tm;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	snprintf(out, 64, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900,
+		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+		 ts.tv_nsec / 1000);
+}
+
+uint64_t
+now_ms(void)
+{
+	return now_us() / 1000;
+}
+
+void
+uuid_v4(char out[37])
+{
+	uint8_t b[16];
+
+	if (getrandom(b, sizeof(b), 0) != sizeof(b))
+		fatal("getrandom: %s", strerror(errno));
+	b[6] = (b[6] & 0x0f) | 0x40;
+	b[8] = (b[8] & 0x3f) | 0x80;
+	snprintf(out, 37,
+		 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+		 b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
+		 b[12], b[13], b[14], b[15]);
+}
+
+/* Lower-case 8-4-4-4-12 hex: the only context ids we mint or accept. */
+bool
+uuid_valid(const char *s)
+{
+	for (int i = 0; i < 36; i++) {
+		char c = s[i];
+		if (i == 8 || i == 13 || i == 18 || i == 23) {
+			if (c != '-')
+				return false;
+		} else if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+			return false;
+		}
+	}
+	return s[36] == '\0';
+}
+
+int
+mkdir_p(const char *path, unsigned mode)
+{
+	char tmp[PATH_MAX];
+	size_t n = strlen(path);
+
+	if (n == 0 || n >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	memcpy(tmp, path, n + 1);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+int
+rm_rf(const char *path)
+{
+	struct stat st;
+	DIR *d;
+	struct dirent *de;
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISDIR(st.st_mode))
+		return unlink(path) < 0 ? -errno : 0;
+	if (!(d = opendir(path)))
+		return -errno;
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		char *sub = xasprintf("%s/%s", path, de->d_name);
+		rm_rf(sub);
+		free(sub);
+	}
+	closedir(d);
+	return rmdir(path) < 0 ? -errno : 0;
+}
+
+/* A portable environment variable name: [A-Za-z_][A-Za-z0-9_]*. */
+bool
+env_key_valid(const char *k)
+{
+	if (!*k || (*k >= '0' && *k <= '9') || strlen(k) > PROTO_MAX_ENVKEY)
+		return false;
+	for (; *k; k++)
+		if (!((*k >= 'a' && *k <= 'z') || (*k >= 'A' && *k <= 'Z') ||
+		      (*k >= '0' && *k <= '9') || *k == '_'))
+			return false;
+	return true;
+}
+
+/* $XDG_RUNTIME_DIR/sandcell, else /tmp/sandcell-$UID. */
+const char *
+default_run_dir(void)
+{
+	static char dir[PATH_MAX];
+	const char *x = getenv("XDG_RUNTIME_DIR");
+
+	if (x && *x && x[0] == '/')
+		snprintf(dir, sizeof(dir), "%s/sandcell", x);
+	else
+		snprintf(dir, sizeof(dir), "/tmp/sandcell-%u", (unsigned)getuid());
+	return dir;
+}
+
+/* Pending bytes are b_data[b_off, b_len); consumed space is reclaimed lazily. */
+void
+buf_append(struct buf *b, const void *p, size_t n)
+{
+	if (b->b_len + n > b->b_cap && b->b_off) {
+		memmove(b->b_data, b->b_data + b->b_off, b->b_len - b->b_off);
+		b->b_len -= b->b_off;
+		b->b_off = 0;
+	}
+	if (b->b_len + n > b->b_cap) {
+		size_t cap = b->b_cap ? b->b_cap : 256;
+		while (cap < b->b_len + n)
+			cap *= 2;
+		b->b_data = xrealloc(b->b_data, cap);
+		b->b_cap = cap;
+	}
+	memcpy(b->b_data + b->b_len, p, n);
+	b->b_len += n;
+}
+
+void
+buf_consume(struct buf *b, size_t n)
+{
+	b->b_off += n;
+	if (b->b_off >= b->b_len)
+		b->b_off = b->b_len = 0;
+}
+
+void
+buf_free(struct buf *b)
+{
+	free(b->b_data);
+	memset(b, 0, sizeof(*b));
+}

@@ -1,0 +1,352 @@
+/*
+ * admit.c — the context's admission queue and output routing. Units run one at
+ * a time: the next is sent to the kernel only when the previous one's
+ * execute_reply and iopub idle have both arrived and its env restore has been
+ * sent, so no unit sees another's env vars or is aborted by its error or
+ * interrupt. A cancelled unit is detached at once: its output is discarded and
+ * nothing waits on its client.
+ */
+#include <string.h>
+
+#include "proxy.h"
+
+void
+unit_free(struct unit *u)
+{
+	for (size_t i = 0; i < u->u_nenv; i++) {
+		free(u->u_env[i].e_key.s);
+		free(u->u_env[i].e_val.s);
+	}
+	free(u->u_env);
+	free(u->u_code);
+	buf_free(&u->u_out);
+	free(u);
+}
+
+int
+admit_depth(struct proxy *px)
+{
+	int n = px->px_run ? 1 : 0;
+	struct unit *u;
+
+	TAILQ_FOREACH(u, &px->px_queue, u_link)
+		n++;
+	return n;
+}
+
+/* Hands pending output to the broker; final closes the stream. */
+static void
+unit_send(struct proxy *px, struct unit *u, bool final)
+{
+	struct msg m;
+
+	if (!buf_pending(&u->u_out) && !final)
+		return;
+	msg_init(&m, MSG_OUTPUT);
+	msg_set_u64(&m, F_STREAM, u->u_stream);
+	msg_set_str(&m, F_DATA, buf_head(&u->u_out), buf_pending(&u->u_out));
+	if (final)
+		msg_set_u64(&m, F_FINAL, 1);
+	proxy_send(px, &m);
+	msg_free(&m);
+	buf_consume(&u->u_out, buf_pending(&u->u_out));
+}
+
+/* Ends the unit's stream (with an error line first if name is set). */
+static void
+unit_end(struct proxy *px, struct unit *u, const char *name, const char *value)
+{
+	if (u->u_detached)
+		return;
+	if (name)
+		output_error(&u->u_out, name, value, "");
+	output_end(&u->u_out);
+	unit_send(px, u, true);
+	u->u_detached = true;
+}
+
+void
+admit_push(struct proxy *px, struct msg *m)
+{
+	struct unit *u = xcalloc(1, sizeof(*u));
+	uint64_t now = now_ms();
+
+	u->u_stream = m->m_stream;
+	u->u_code = m->m_code.s;
+	m->m_code.s = NULL;
+	u->u_env = m->m_env;
+	u->u_nenv = m->m_nenv;
+	m->m_env = NULL;
+	m->m_nenv = 0;
+	u->u_policy = m->m_policy == POLICY_CONTINUE ? POLICY_CONTINUE : POLICY_INTERRUPT;
+	u->u_queued_at = now;
+	if ((m->m_has & FB(F_TIMEOUT)) && m->m_timeout)
+		u->u_deadline = now + m->m_timeout;
+	TAILQ_INSERT_TAIL(&px->px_queue, u, u_link);
+	if (px->px_kstate == KS_DEAD && px->px_dead_reason) {
+		TAILQ_REMOVE(&px->px_queue, u, u_link);
+		unit_end(px, u, "KernelDied", px->px_dead_reason);
+		unit_free(u);
+		return;
+	}
+	admit_next(px);
+}
+
+static int
+unit_start(struct proxy *px, struct unit *u)
+{
+	char *set = NULL;
+	int rc;
+
+	if (u->u_nenv) {
+		if (!(set = envset_set(px->px_lang, u->u_env, u->u_nenv))) {
+			unit_end(px, u, "EnvVarsUnsupported",
+				 "per-request env vars are not supported for this language");
+			return -1;
+		}
+		rc = kernel_execute(px, set, true, NULL);
+		free(set);
+		if (rc < 0)
+			goto fail;
+	}
+	if ((rc = kernel_execute(px, u->u_code, false, u->u_msgid)) < 0)
+		goto fail;
+	u->u_started_at = now_ms();
+	return 0;
+fail:
+	unit_end(px, u, "ExecutionFailed", "could not send the code to the kernel");
+	return -1;
+}
+
+void
+admit_next(struct proxy *px)
+{
+	struct unit *u;
+
+	while (!px->px_run && px->px_kstate == KS_IDLE &&
+	       (u = TAILQ_FIRST(&px->px_queue))) {
+		TAILQ_REMOVE(&px->px_queue, u, u_link);
+		if (u->u_deadline && now_ms() >= u->u_deadline) {
+			unit_end(px, u, "TimeoutError", "execution timed out while queued");
+			unit_free(u);
+			continue;
+		}
+		if (unit_start(px, u) < 0) {
+			unit_free(u);
+			continue;
+		}
+		px->px_run = u;
+		px->px_kstate = KS_BUSY;
+	}
+}
+
+/* Reply and idle are both in: restore env, end the stream, admit the next. */
+static void
+maybe_complete(struct proxy *px, struct unit *u)
+{
+	if (!u->u_replied || !u->u_idle)
+		return;
+	if (u->u_nenv) {
+		char *restore = envset_restore(px->px_lang, u->u_env, u->u_nenv, px->px_genv,
+					       px->px_ngenv);
+		if (restore)
+			kernel_execute(px, restore, true, NULL);
+		free(restore);
+	}
+	unit_end(px, u, NULL, NULL);
+	px->px_run = NULL;
+	px->px_kstate = KS_IDLE;
+	unit_free(u);
+	admit_next(px);
+}
+
+static void
+interrupt_unit(struct proxy *px, struct unit *u)
+{
+	uint64_t now = now_ms();
+
+	if (!u->u_interrupt_at)
+		u->u_interrupt_at = now;
+	u->u_reinterrupt_at = now;
+	kernel_interrupt(px);
+}
+
+void
+admit_on_reply(struct proxy *px, struct jmsg *jm)
+{
+	struct unit *u = px->px_run;
+	const char *status;
+
+	if (!u || strcmp(jm->jm_parent_id, u->u_msgid))
+		return;
+	status = json_string_value(json_object_get(jm->jm_content, "status"));
+	if (status && (!strcmp(status, "aborted") || !strcmp(status, "abort")) && !u->u_ran) {
+		/* the kernel refused a unit that never ran: send it again */
+		if (++u->u_resubmits <= MAX_RESUBMIT &&
+		    kernel_execute(px, u->u_code, false, u->u_msgid) == 0) {
+			log_info("context %s: stream %llu aborted by the kernel, resubmitted",
+				 px->px_id, (unsigned long long)u->u_stream);
+			return;
+		}
+		unit_end(px, u, "ExecutionAborted",
+			 "the kernel aborted this execution before it ran");
+		u->u_idle = true;
+	}
+	u->u_replied = true;
+	maybe_complete(px, u);
+}
+
+void
+admit_on_iopub(struct proxy *px, struct jmsg *jm)
+{
+	struct unit *u = px->px_run;
+
+	if (!u || strcmp(jm->jm_parent_id, u->u_msgid))
+		return; /* kernel_info, env snippets, or output of a finished unit */
+	if (!strcmp(jm->jm_type, "status")) {
+		const char *st =
+			json_string_value(json_object_get(jm->jm_content, "execution_state"));
+		if (st && !strcmp(st, "idle")) {
+			u->u_idle = true;
+			maybe_complete(px, u);
+		}
+		return;
+	}
+	if (!strcmp(jm->jm_type, "execute_input") && !u->u_ran) {
+		u->u_ran = true;
+		px->px_count++;
+	}
+	if (!u->u_detached)
+		output_iopub(&u->u_out, jm->jm_type, jm->jm_content);
+}
+
+void
+admit_cancel(struct proxy *px, uint64_t stream)
+{
+	struct unit *u;
+
+	TAILQ_FOREACH(u, &px->px_queue, u_link)
+		if (u->u_stream == stream) {
+			TAILQ_REMOVE(&px->px_queue, u, u_link);
+			log_info("context %s: stream %llu cancelled while queued; it never runs",
+				 px->px_id, (unsigned long long)stream);
+			unit_free(u);
+			return;
+		}
+	u = px->px_run;
+	if (!u || u->u_stream != stream || u->u_detached)
+		return;
+	u->u_detached = true; /* the client is gone: drop its output from now on */
+	buf_consume(&u->u_out, buf_pending(&u->u_out));
+	log_info("context %s: stream %llu cancelled while running (%s)", px->px_id,
+		 (unsigned long long)stream,
+		 u->u_policy == POLICY_INTERRUPT ? "interrupt" : "continue");
+	if (u->u_policy == POLICY_INTERRUPT)
+		interrupt_unit(px, u);
+}
+
+/* The broker went away: every stream is gone with it. */
+void
+admit_detach_all(struct proxy *px)
+{
+	struct unit *u;
+
+	while ((u = TAILQ_FIRST(&px->px_queue))) {
+		TAILQ_REMOVE(&px->px_queue, u, u_link);
+		unit_free(u);
+	}
+	if (px->px_run)
+		admit_cancel(px, px->px_run->u_stream);
+}
+
+void
+admit_fail_all(struct proxy *px, const char *name, const char *value)
+{
+	struct unit *u;
+
+	if ((u = px->px_run)) {
+		unit_end(px, u, name, value);
+		unit_free(u);
+		px->px_run = NULL;
+	}
+	while ((u = TAILQ_FIRST(&px->px_queue))) {
+		TAILQ_REMOVE(&px->px_queue, u, u_link);
+		unit_end(px, u, name, value);
+		unit_free(u);
+	}
+}
+
+void
+admit_interrupt(struct proxy *px)
+{
+	if (px->px_run)
+		interrupt_unit(px, px->px_run);
+}
+
+void
+admit_tick(struct proxy *px, uint64_t now)
+{
+	struct unit *u, *next;
+
+	for (u = TAILQ_FIRST(&px->px_queue); u; u = next) {
+		next = TAILQ_NEXT(u, u_link);
+		if (u->u_deadline && now >= u->u_deadline) {
+			TAILQ_REMOVE(&px->px_queue, u, u_link);
+			unit_end(px, u, "TimeoutError", "execution timed out while queued");
+			unit_free(u);
+		}
+	}
+	if (!(u = px->px_run))
+		return;
+	if (u->u_deadline && now >= u->u_deadline && !u->u_detached) {
+		char *v = xasprintf("execution exceeded its timeout of %.3g s",
+				    (u->u_deadline - u->u_queued_at) / 1000.0);
+		unit_end(px, u, "TimeoutError", v);
+		free(v);
+		interrupt_unit(px, u);
+	}
+	if (!u->u_interrupt_at)
+		return;
+	if (now - u->u_interrupt_at >= INTERRUPT_GRACE_MS) {
+		kernel_restart(px, "the kernel did not stop after an interrupt; it was "
+				   "restarted and its state is lost");
+		return;
+	}
+	if (now - u->u_reinterrupt_at >= INTERRUPT_RETRY_MS)
+		interrupt_unit(px, u);
+}
+
+void
+admit_flush(struct proxy *px)
+{
+	if (px->px_run && !px->px_run->u_detached)
+		unit_send(px, px->px_run, false);
+}
+
+static void
+wait_min(long *w, uint64_t at, uint64_t now)
+{
+	long d = at > now ? (long)(at - now) : 0;
+
+	if (*w < 0 || d < *w)
+		*w = d;
+}
+
+/* Milliseconds until admit_tick has work, or -1. */
+long
+admit_wait(struct proxy *px, uint64_t now)
+{
+	long w = -1;
+	struct unit *u;
+
+	TAILQ_FOREACH(u, &px->px_queue, u_link)
+		if (u->u_deadline)
+			wait_min(&w, u->u_deadline, now);
+	if ((u = px->px_run)) {
+		if (u->u_deadline && !u->u_detached)
+			wait_min(&w, u->u_deadline, now);
+		if (u->u_interrupt_at)
+			wait_min(&w, u->u_reinterrupt_at + INTERRUPT_RETRY_MS, now);
+	}
+	return w;
+}

@@ -1,0 +1,501 @@
+/*
+ * kernel.c — one Jupyter kernel's life: connection file, spawn in its own
+ * session with PR_SET_PDEATHSIG, ZeroMQ sockets, the kernel_info handshake
+ * (which also beats the iopub slow-joiner race), interrupts, death and restart.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <sodium.h>
+#include <zmq.h>
+
+#include "proxy.h"
+
+extern char **environ;
+
+#define HB_EVERY_MS 2000
+#define HB_DEAD_MS 20000
+#define MAX_START_FAILURES 3
+
+/* A free loopback TCP port, for kernels that cannot use ipc (Deno). */
+static int
+free_port(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+
+	if (fd < 0)
+		return -1;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+static void *
+zsock(struct proxy *px, int type, const char *endpoint)
+{
+	void *s = zmq_socket(px->px_zctx, type);
+	int zero = 0, ivl = 10;
+	int64_t max = WIRE_MAX_FRAME;
+
+	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+	zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
+	zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof(max));
+	/* no high-water mark on our side: output is never dropped here */
+	zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof(zero));
+	if (type == ZMQ_SUB)
+		zmq_setsockopt(s, ZMQ_SUBSCRIBE, "", 0);
+	if (type == ZMQ_REQ) {
+		int one = 1;
+		zmq_setsockopt(s, ZMQ_REQ_RELAXED, &one, sizeof(one));
+		zmq_setsockopt(s, ZMQ_REQ_CORRELATE, &one, sizeof(one));
+	}
+	if (zmq_connect(s, endpoint) < 0) {
+		log_err("kernel %s: connect %s: %s", px->px_ks->ks_name, endpoint,
+			zmq_strerror(errno));
+		zmq_close(s);
+		return NULL;
+	}
+	return s;
+}
+
+static void
+close_sockets(struct proxy *px)
+{
+	void **socks[4] = {&px->px_shell, &px->px_iopub, &px->px_control, &px->px_hb};
+
+	for (int i = 0; i < 4; i++)
+		if (*socks[i]) {
+			zmq_close(*socks[i]);
+			*socks[i] = NULL;
+		}
+	for (int i = 1; i <= 5; i++) {
+		char *p = xasprintf("%s/k-%d", px->px_dir, i);
+		unlink(p); /* kernels leave their ipc files behind */
+		free(p);
+	}
+}
+
+static void
+env_put(char ***v, size_t *n, size_t *cap, char *kv)
+{
+	size_t kl = strcspn(kv, "=");
+
+	for (size_t i = 0; i < *n; i++)
+		if (!strncmp((*v)[i], kv, kl) && (*v)[i][kl] == '=') {
+			free((*v)[i]);
+			(*v)[i] = kv;
+			return;
+		}
+	if (*n + 2 > *cap)
+		*v = xrealloc(*v, (*cap *= 2) * sizeof(**v));
+	(*v)[(*n)++] = kv;
+}
+
+/* environ, overridden by the kernelspec's env, then ours, then the global env. */
+static char **
+build_env(struct proxy *px, const char *home)
+{
+	size_t n = 0, cap = 64;
+	char **v = xmalloc(cap * sizeof(*v));
+	char *ours[] = {
+		xasprintf("HOME=%s", home),
+		xasprintf("IPYTHONDIR=%s/.ipython", home),
+		xasprintf("JUPYTER_RUNTIME_DIR=%s/.jupyter-runtime", home),
+		xasprintf("PWD=%s", px->px_cwd),
+		xstrdup("PYDEVD_DISABLE_FILE_VALIDATION=1"),
+		xasprintf("JPY_PARENT_PID=%d", (int)getpid()),
+		NULL,
+	};
+
+	for (char **e = environ; *e; e++)
+		if (strncmp(*e, "NOTIFY_SOCKET=", 14) && strncmp(*e, "LISTEN_", 7))
+			env_put(&v, &n, &cap, xstrdup(*e));
+	for (char **e = px->px_ks->ks_env; *e; e++)
+		env_put(&v, &n, &cap, xstrdup(*e));
+	for (char **e = ours; *e; e++)
+		env_put(&v, &n, &cap, *e);
+	for (size_t i = 0; i < px->px_ngenv; i++)
+		env_put(&v, &n, &cap, xasprintf("%s=%s", px->px_genv[i].e_key.s, px->px_genv[i].e_val.s));
+	v[n] = NULL;
+	return v;
+}
+
+static void
+free_strv(char **v)
+{
+	for (char **p = v; p && *p; p++)
+		free(*p);
+	free(v);
+}
+
+static char *
+subst(const char *arg, const char *conn, const char *resdir)
+{
+	struct buf b = {0};
+	const struct {
+		const char *pat, *val;
+	} subs[] = {{"{connection_file}", conn}, {"{resource_dir}", resdir}};
+
+	while (*arg) {
+		size_t i, nsubs = sizeof(subs) / sizeof(subs[0]);
+		for (i = 0; i < nsubs; i++)
+			if (!strncmp(arg, subs[i].pat, strlen(subs[i].pat)))
+				break;
+		if (i < nsubs) {
+			buf_append(&b, subs[i].val, strlen(subs[i].val));
+			arg += strlen(subs[i].pat);
+		} else {
+			buf_append(&b, arg++, 1);
+		}
+	}
+	buf_append(&b, "", 1);
+	return b.b_data;
+}
+
+/* Resolves argv[0] on PATH before fork, so the child only calls execve. */
+static char *
+which(const char *prog)
+{
+	const char *path = getenv("PATH");
+	char *copy, *save, *dir;
+
+	if (strchr(prog, '/'))
+		return xstrdup(prog);
+	copy = xstrdup(path ? path : "/usr/local/bin:/usr/bin:/bin");
+	for (dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+		char *p = xasprintf("%s/%s", *dir ? dir : ".", prog);
+		if (access(p, X_OK) == 0) {
+			free(copy);
+			return p;
+		}
+		free(p);
+	}
+	free(copy);
+	return xstrdup(prog);
+}
+
+#define EP_MAX (PATH_MAX + 32)
+
+static int
+write_connection_file(struct proxy *px, const char *path, int ports[5], char ep[5][EP_MAX])
+{
+	json_t *o;
+	char ip[PATH_MAX];
+	int rc, fd;
+	char *s;
+
+	if (px->px_ks->ks_tcp) {
+		snprintf(ip, sizeof(ip), "127.0.0.1");
+		for (int i = 0; i < 5; i++) {
+			if ((ports[i] = free_port()) < 0)
+				return -EADDRNOTAVAIL;
+			snprintf(ep[i], EP_MAX, "tcp://127.0.0.1:%d", ports[i]);
+		}
+	} else {
+		snprintf(ip, sizeof(ip), "%s/k", px->px_dir);
+		for (int i = 0; i < 5; i++) {
+			ports[i] = i + 1;
+			snprintf(ep[i], EP_MAX, "ipc://%s-%d", ip, ports[i]);
+		}
+	}
+	o = json_pack("{s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:s}", "shell_port",
+		      ports[0], "iopub_port", ports[1], "stdin_port", ports[2], "control_port",
+		      ports[3], "hb_port", ports[4], "ip", ip, "key", px->px_key, "transport",
+		      px->px_ks->ks_tcp ? "tcp" : "ipc", "signature_scheme", "hmac-sha256",
+		      "kernel_name", px->px_ks->ks_name);
+	s = json_dumps(o, JSON_INDENT(1));
+	json_decref(o);
+	unlink(path);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		rc = -errno;
+	} else {
+		size_t len = strlen(s);
+		rc = write(fd, s, len) == (ssize_t)len ? 0 : -EIO;
+		close(fd);
+	}
+	free(s);
+	return rc;
+}
+
+int
+kernel_start(struct proxy *px)
+{
+	char conn[PATH_MAX], ep[5][EP_MAX], *home = NULL, *exe = NULL;
+	char **argv = NULL, **envp = NULL;
+	unsigned char key[32];
+	int ports[5], rc, argc = 0;
+	sigset_t none;
+	pid_t parent = getpid(), pid;
+
+	randombytes_buf(key, sizeof(key));
+	sodium_bin2hex(px->px_key, sizeof(px->px_key), key, sizeof(key));
+	uuid_v4(px->px_session);
+	snprintf(conn, sizeof(conn), "%s/kernel.json", px->px_dir);
+	if ((rc = write_connection_file(px, conn, ports, ep)) < 0) {
+		log_err("kernel %s: write %s: %s", px->px_ks->ks_name, conn, strerror(-rc));
+		return rc;
+	}
+	/* connect before the kernel binds: nothing it says at start-up is lost */
+	px->px_shell = zsock(px, ZMQ_DEALER, ep[0]);
+	px->px_iopub = zsock(px, ZMQ_SUB, ep[1]);
+	px->px_control = zsock(px, ZMQ_DEALER, ep[3]);
+	px->px_hb = zsock(px, ZMQ_REQ, ep[4]);
+	if (!px->px_shell || !px->px_iopub || !px->px_control || !px->px_hb) {
+		rc = -EIO;
+		goto err;
+	}
+	home = xasprintf("%s/home", px->px_dir);
+	if ((rc = mkdir_p(home, 0700)) < 0) {
+		log_err("kernel %s: mkdir %s: %s", px->px_ks->ks_name, home, strerror(-rc));
+		goto err;
+	}
+	while (px->px_ks->ks_argv[argc])
+		argc++;
+	argv = xcalloc(argc + 1, sizeof(*argv));
+	for (int i = 0; i < argc; i++)
+		argv[i] = subst(px->px_ks->ks_argv[i], conn, px->px_ks->ks_dir);
+	exe = which(argv[0]);
+	envp = build_env(px, home);
+	sigemptyset(&none);
+
+	pid = fork();
+	if (pid < 0) {
+		rc = -errno;
+		log_err("kernel %s: fork: %s", px->px_ks->ks_name, strerror(errno));
+		goto err;
+	}
+	if (pid == 0) {
+		/* child: async-signal-safe calls only */
+		int fd = open("/dev/null", O_RDONLY);
+		setsid();
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		if (fd >= 0)
+			dup2(fd, 0);
+		dup2(2, 1); /* kernel's own stdout is the proxy's log, not a stream */
+		if (chdir(px->px_cwd) < 0)
+			_exit(126);
+		execve(exe, argv, envp);
+		_exit(127);
+	}
+	px->px_kpid = pid;
+	px->px_kstate = KS_STARTING;
+	px->px_kstarted_at = now_ms();
+	px->px_kinfo_reply = px->px_iopub_seen = false;
+	px->px_hb_sent = px->px_hb_ok = px->px_kstarted_at;
+	rc = wire_send(px->px_shell, px->px_key, px->px_session, "kernel_info_request",
+		       json_object(), px->px_kinfo_id);
+	px->px_kinfo_at = now_ms();
+	log_info("context %s: kernel %s started, pid %d", px->px_id, px->px_ks->ks_name,
+		 (int)pid);
+	rc = 0;
+	goto out;
+err:
+	close_sockets(px);
+out:
+	free_strv(argv);
+	free_strv(envp);
+	free(home);
+	free(exe);
+	return rc;
+}
+
+/* Kills the kernel's whole session and reaps it. */
+void
+kernel_stop(struct proxy *px)
+{
+	if (px->px_kpid > 0) {
+		killpg(px->px_kpid, SIGKILL);
+		kill(px->px_kpid, SIGKILL);
+		waitpid(px->px_kpid, NULL, 0);
+		px->px_kpid = 0;
+	}
+	close_sockets(px);
+	char *conn = xasprintf("%s/kernel.json", px->px_dir);
+	unlink(conn);
+	free(conn);
+	px->px_kstate = KS_DEAD;
+}
+
+void
+kernel_interrupt(struct proxy *px)
+{
+	if (px->px_kpid <= 0)
+		return;
+	if (px->px_ks->ks_interrupt_msg)
+		wire_send(px->px_control, px->px_key, px->px_session, "interrupt_request",
+			  json_object(), NULL);
+	else if (killpg(px->px_kpid, SIGINT) < 0)
+		kill(px->px_kpid, SIGINT);
+	log_info("context %s: interrupt sent (%s)", px->px_id,
+		 px->px_ks->ks_interrupt_msg ? "message" : "SIGINT");
+}
+
+static void
+set_ready(struct proxy *px)
+{
+	if (px->px_kstate != KS_STARTING || !px->px_kinfo_reply || !px->px_iopub_seen)
+		return;
+	px->px_kstate = KS_IDLE;
+	px->px_start_failures = 0;
+	log_info("context %s: kernel %s ready in %llu ms", px->px_id, px->px_ks->ks_name,
+		 (unsigned long long)(now_ms() - px->px_kstarted_at));
+	proxy_state(px, NULL);
+	if (px->px_restart_pending) {
+		struct msg m;
+		msg_init(&m, MSG_OK);
+		msg_set_u64(&m, F_REQ, px->px_restart_req);
+		proxy_send(px, &m);
+		px->px_restart_pending = false;
+	}
+	admit_next(px);
+}
+
+void
+kernel_on_shell(struct proxy *px, struct jmsg *jm)
+{
+	if (!strcmp(jm->jm_type, "kernel_info_reply")) {
+		px->px_kinfo_reply = true;
+		set_ready(px);
+	} else if (!strcmp(jm->jm_type, "execute_reply")) {
+		admit_on_reply(px, jm);
+	}
+}
+
+void
+kernel_on_iopub(struct proxy *px, struct jmsg *jm)
+{
+	if (!strcmp(jm->jm_type, "status")) {
+		px->px_iopub_seen = true;
+		set_ready(px);
+	}
+	admit_on_iopub(px, jm);
+}
+
+static char *
+describe_status(int status)
+{
+	if (WIFSIGNALED(status))
+		return xasprintf("kernel was killed by signal %d (%s)", WTERMSIG(status),
+				 strsignal(WTERMSIG(status)));
+	return xasprintf("kernel exited with status %d", WEXITSTATUS(status));
+}
+
+/* Restarts after a death; gives up after repeated failures to start. */
+static void
+respawn(struct proxy *px, const char *why)
+{
+	bool was_starting = px->px_kstate == KS_STARTING;
+
+	admit_fail_all(px, "KernelDied", why);
+	kernel_stop(px);
+	if (px->px_quit)
+		return;
+	if (was_starting && ++px->px_start_failures >= MAX_START_FAILURES) {
+		free(px->px_dead_reason);
+		px->px_dead_reason = xasprintf("kernel failed to start: %s", why);
+		log_err("context %s: %s", px->px_id, px->px_dead_reason);
+		proxy_state(px, px->px_dead_reason);
+		return;
+	}
+	if (kernel_start(px) < 0) {
+		px->px_kstate = KS_DEAD;
+		proxy_state(px, "kernel could not be started");
+		return;
+	}
+	proxy_state(px, why);
+}
+
+void
+kernel_reaped(struct proxy *px, int status)
+{
+	char *why = describe_status(status);
+
+	log_warn("context %s: %s", px->px_id, why);
+	px->px_kpid = 0;
+	respawn(px, why);
+	free(why);
+}
+
+void
+kernel_tick(struct proxy *px, uint64_t now)
+{
+	if (px->px_kstate == KS_STARTING) {
+		if (now - px->px_kstarted_at > KERNEL_START_MS) {
+			respawn(px, "kernel did not answer kernel_info in time");
+			return;
+		}
+		/* slow joiner: ask again until iopub shows it is subscribed */
+		if (px->px_kinfo_reply && !px->px_iopub_seen &&
+		    now - px->px_kinfo_at >= KINFO_RESEND_MS) {
+			wire_send(px->px_shell, px->px_key, px->px_session,
+				  "kernel_info_request", json_object(), px->px_kinfo_id);
+			px->px_kinfo_at = now;
+		}
+		return;
+	}
+	if (px->px_kstate == KS_DEAD || !px->px_hb)
+		return;
+	/* heartbeat: the kernel's hb thread echoes even while code runs */
+	char pong[16];
+	while (zmq_recv(px->px_hb, pong, sizeof(pong), ZMQ_DONTWAIT) >= 0)
+		px->px_hb_ok = now;
+	if (now - px->px_hb_ok > HB_DEAD_MS) {
+		log_warn("context %s: kernel missed heartbeats for %llu ms", px->px_id,
+			 (unsigned long long)(now - px->px_hb_ok));
+		respawn(px, "kernel stopped answering heartbeats");
+		return;
+	}
+	if (now - px->px_hb_sent >= HB_EVERY_MS) {
+		zmq_send(px->px_hb, "ping", 4, ZMQ_DONTWAIT);
+		px->px_hb_sent = now;
+	}
+}
+
+int
+kernel_execute(struct proxy *px, const char *code, bool silent, char msgid[40])
+{
+	json_t *c = json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", code, "silent",
+			      silent, "store_history", !silent, "user_expressions",
+			      "allow_stdin", 0, "stop_on_error", 0);
+
+	if (!c)
+		return -EINVAL; /* code is not valid UTF-8 */
+	return wire_send(px->px_shell, px->px_key, px->px_session, "execute_request", c,
+			 msgid);
+}
+
+void
+kernel_restart(struct proxy *px, const char *why)
+{
+	log_info("context %s: restarting kernel (%s)", px->px_id, why);
+	admit_fail_all(px, "ContextRestarted", why);
+	kernel_stop(px);
+	px->px_start_failures = 0;
+	if (kernel_start(px) < 0) {
+		px->px_kstate = KS_DEAD;
+		proxy_state(px, "kernel could not be started");
+		return;
+	}
+	proxy_state(px, why);
+}

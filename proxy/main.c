@@ -1,0 +1,495 @@
+/*
+ * main.c — sandcell-proxy: start-up, the broker connection (nng pair over ipc,
+ * peer uid checked) and the event loop over the kernel's ZeroMQ sockets, the
+ * IPC socket, a signalfd and the nng pipe-event fd.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/pair0/pair.h>
+#include <nng/supplemental/util/platform.h>
+#include <sodium.h>
+#include <zmq.h>
+
+#include "proxy.h"
+
+static struct proxy px;
+
+static void
+outq_flush(struct proxy *p)
+{
+	size_t i = 0;
+
+	while (i < p->px_outq.n) {
+		int e = nng_sendmsg(p->px_ipc, p->px_outq.q[i], NNG_FLAG_NONBLOCK);
+		if (e == NNG_EAGAIN)
+			break;
+		if (e) {
+			log_warn("context %s: send to broker: %s", p->px_id, nng_strerror(e));
+			nng_msg_free(p->px_outq.q[i]);
+		}
+		i++;
+	}
+	memmove(p->px_outq.q, p->px_outq.q + i, (p->px_outq.n - i) * sizeof(nng_msg *));
+	p->px_outq.n -= i;
+}
+
+static void
+outq_clear(struct proxy *p)
+{
+	for (size_t i = 0; i < p->px_outq.n; i++)
+		nng_msg_free(p->px_outq.q[i]);
+	p->px_outq.n = 0;
+}
+
+/* Queues a message for the broker; order is kept, nothing blocks. */
+void
+proxy_send(struct proxy *p, struct msg *m)
+{
+	void *buf;
+	size_t len;
+	nng_msg *nm;
+
+	if (msg_encode(m, &buf, &len) || nng_msg_alloc(&nm, len)) {
+		log_err("context %s: cannot encode %s", p->px_id, msg_type_name(m->m_type));
+		return;
+	}
+	memcpy(nng_msg_body(nm), buf, len);
+	free(buf);
+	if (p->px_outq.n == p->px_outq.cap) {
+		p->px_outq.cap = p->px_outq.cap ? p->px_outq.cap * 2 : 64;
+		p->px_outq.q = xrealloc(p->px_outq.q, p->px_outq.cap * sizeof(nng_msg *));
+	}
+	p->px_outq.q[p->px_outq.n++] = nm;
+	outq_flush(p);
+}
+
+static void
+fill_state(struct proxy *p, struct msg *m)
+{
+	msg_set_u64(m, F_STATE, p->px_kstate);
+	msg_set_u64(m, F_KPID, p->px_kpid > 0 ? (uint64_t)p->px_kpid : 0);
+	msg_set_u64(m, F_QUEUE, admit_depth(p));
+	msg_set_u64(m, F_COUNT, p->px_count);
+}
+
+void
+proxy_state(struct proxy *p, const char *text)
+{
+	struct msg m;
+
+	msg_init(&m, MSG_STATE);
+	fill_state(p, &m);
+	if (text)
+		msg_set_str(&m, F_TEXT, text, strlen(text));
+	proxy_send(p, &m);
+	msg_free(&m);
+}
+
+static void
+send_hello(struct proxy *p)
+{
+	struct msg m;
+
+	msg_init(&m, MSG_HELLO);
+	msg_set_str(&m, F_ID, p->px_id, strlen(p->px_id));
+	msg_set_str(&m, F_LANG, p->px_lang, strlen(p->px_lang));
+	msg_set_str(&m, F_CWD, p->px_cwd, strlen(p->px_cwd));
+	msg_set_u64(&m, F_PID, getpid());
+	fill_state(p, &m);
+	if (p->px_dead_reason)
+		msg_set_str(&m, F_TEXT, p->px_dead_reason, strlen(p->px_dead_reason));
+	proxy_send(p, &m);
+	msg_free(&m);
+}
+
+static void
+reply(struct proxy *p, enum msg_type t, uint64_t req, const char *text)
+{
+	struct msg m;
+
+	msg_init(&m, t);
+	msg_set_u64(&m, F_REQ, req);
+	if (text)
+		msg_set_str(&m, F_TEXT, text, strlen(text));
+	if (t == MSG_OK) {
+		fill_state(p, &m);
+		msg_set_u64(&m, F_PID, getpid());
+	}
+	proxy_send(p, &m);
+	msg_free(&m);
+}
+
+static void
+handle_ipc(struct proxy *p, struct msg *m)
+{
+	switch (m->m_type) {
+	case MSG_EXECUTE:
+		admit_push(p, m);
+		break;
+	case MSG_CANCEL:
+		admit_cancel(p, m->m_stream);
+		break;
+	case MSG_INTERRUPT:
+		admit_interrupt(p);
+		reply(p, MSG_OK, m->m_req, p->px_run ? "interrupted" : "nothing running");
+		break;
+	case MSG_RESTART:
+		if (p->px_restart_pending)
+			reply(p, MSG_OK, p->px_restart_req, "superseded by a later restart");
+		p->px_restart_req = m->m_req;
+		p->px_restart_pending = true;
+		free(p->px_dead_reason);
+		p->px_dead_reason = NULL;
+		kernel_restart(p, "restart requested");
+		if (p->px_kstate == KS_DEAD) {
+			reply(p, MSG_FAIL, m->m_req, "kernel could not be started");
+			p->px_restart_pending = false;
+		}
+		break;
+	case MSG_SHUTDOWN:
+		reply(p, MSG_OK, m->m_req, "shutting down");
+		p->px_quit = true;
+		break;
+	case MSG_INFO:
+		reply(p, MSG_OK, m->m_req, NULL);
+		break;
+	default:
+		log_warn("context %s: unexpected %s from broker, dropped", p->px_id,
+			 msg_type_name(m->m_type));
+	}
+}
+
+static void
+drain_ipc(struct proxy *p)
+{
+	for (;;) {
+		struct msg m;
+		int e = msg_recv(p->px_ipc, &m, NNG_FLAG_NONBLOCK);
+		if (e == NNG_EAGAIN)
+			return;
+		if (e > 0) {
+			log_warn("context %s: receive from broker: %s", p->px_id, nng_strerror(e));
+			return;
+		}
+		if (e < 0) {
+			log_warn("context %s: bad frame from broker dropped: %s", p->px_id,
+				 proto_strerror(e));
+			continue;
+		}
+		handle_ipc(p, &m);
+		msg_free(&m);
+	}
+}
+
+/* Reads what a kernel socket holds; stops if handling closed the socket. */
+static void
+drain_kernel(struct proxy *p, void **sockp, bool iopub)
+{
+	void *sock = *sockp;
+
+	for (int i = 0; i < 256 && sock && *sockp == sock; i++) {
+		struct jmsg jm;
+		int e = wire_recv(sock, p->px_key, &jm);
+		if (e == -EAGAIN)
+			return;
+		if (e < 0) {
+			log_warn("context %s: %s message from kernel dropped: %s", p->px_id,
+				 iopub ? "iopub" : "shell",
+				 e == -EPERM ? "bad signature" : strerror(-e));
+			continue;
+		}
+		if (iopub)
+			kernel_on_iopub(p, &jm);
+		else
+			kernel_on_shell(p, &jm);
+		jmsg_free(&jm);
+	}
+}
+
+static void
+drain_control(struct proxy *p)
+{
+	struct jmsg jm;
+
+	/* interrupt_reply and the like: read to keep the socket empty */
+	while (p->px_control && wire_recv(p->px_control, p->px_key, &jm) != -EAGAIN)
+		jmsg_free(&jm);
+}
+
+static void
+reap(struct proxy *p)
+{
+	struct signalfd_siginfo si;
+	int status;
+	pid_t pid;
+
+	while (read(p->px_sigfd, &si, sizeof(si)) == sizeof(si))
+		if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+			log_info("context %s: signal %d, stopping", p->px_id, si.ssi_signo);
+			p->px_quit = true;
+		}
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+		if (pid == p->px_kpid)
+			kernel_reaped(p, status);
+}
+
+/* nng pipe callbacks run on nng's threads: they only flag and wake the loop. */
+static void
+pipe_event(nng_pipe pipe, nng_pipe_ev ev, void *arg)
+{
+	struct proxy *p = arg;
+	uint64_t one = 1;
+
+	if (ev == NNG_PIPE_EV_ADD_PRE) {
+		uint64_t uid;
+		if (nng_pipe_get_uint64(pipe, NNG_OPT_IPC_PEER_UID, &uid) != 0 ||
+		    uid != (uint64_t)geteuid()) {
+			log_warn("context %s: refused ipc peer with uid %llu", p->px_id,
+				 (unsigned long long)uid);
+			nng_pipe_close(pipe);
+		}
+		return;
+	}
+	if (ev == NNG_PIPE_EV_ADD_POST)
+		p->px_pipe_added = 1;
+	else
+		p->px_pipe_removed = 1;
+	if (write(p->px_evfd, &one, sizeof(one)) < 0)
+		log_warn("context %s: eventfd: %s", p->px_id, strerror(errno));
+}
+
+static void
+pipe_events(struct proxy *p)
+{
+	uint64_t v;
+
+	if (read(p->px_evfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		log_warn("context %s: eventfd: %s", p->px_id, strerror(errno));
+	if (__atomic_exchange_n(&p->px_pipe_removed, 0, __ATOMIC_SEQ_CST)) {
+		log_info("context %s: broker disconnected; its streams are dropped", p->px_id);
+		outq_clear(p);
+		admit_detach_all(p);
+	}
+	if (__atomic_exchange_n(&p->px_pipe_added, 0, __ATOMIC_SEQ_CST)) {
+		log_info("context %s: broker connected", p->px_id);
+		send_hello(p);
+	}
+}
+
+static int
+load_env_file(struct proxy *p, const char *path)
+{
+	json_error_t jerr;
+	json_t *o = json_load_file(path, 0, &jerr), *v;
+	const char *k;
+
+	if (!json_is_object(o)) {
+		log_err("env file %s: %s", path, jerr.text);
+		json_decref(o);
+		return -1;
+	}
+	p->px_genv = xcalloc(json_object_size(o) + 1, sizeof(*p->px_genv));
+	json_object_foreach(o, k, v)
+	{
+		if (!json_is_string(v) || !env_key_valid(k))
+			continue;
+		struct penv *e = &p->px_genv[p->px_ngenv++];
+		e->e_key.s = xstrdup(k);
+		e->e_key.len = strlen(k);
+		e->e_val.s = xstrdup(json_string_value(v));
+		e->e_val.len = strlen(e->e_val.s);
+	}
+	json_decref(o);
+	return 0;
+}
+
+static void
+write_state_file(struct proxy *p)
+{
+	char *path = xasprintf("%s/state.json", p->px_dir);
+	char *tmp = xasprintf("%s.tmp", path);
+	json_t *o = json_pack("{s:s, s:s, s:s, s:i}", "id", p->px_id, "language", p->px_lang,
+			      "cwd", p->px_cwd, "pid", (int)getpid());
+
+	if (json_dump_file(o, tmp, JSON_COMPACT) == 0)
+		rename(tmp, path);
+	json_decref(o);
+	free(tmp);
+	free(path);
+}
+
+static void
+ipc_listen(struct proxy *p)
+{
+	nng_listener l;
+	char *url = xasprintf("ipc://%s/proxy.sock", p->px_dir);
+	char *path = url + strlen("ipc://");
+	int e, fd;
+
+	if ((e = nng_pair0_open(&p->px_ipc)))
+		fatal("nng_pair0_open: %s", nng_strerror(e));
+	nng_socket_set_size(p->px_ipc, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME);
+	nng_socket_set_int(p->px_ipc, NNG_OPT_SENDBUF, 1024);
+	nng_socket_set_int(p->px_ipc, NNG_OPT_RECVBUF, 1024);
+	nng_pipe_notify(p->px_ipc, NNG_PIPE_EV_ADD_PRE, pipe_event, p);
+	nng_pipe_notify(p->px_ipc, NNG_PIPE_EV_ADD_POST, pipe_event, p);
+	nng_pipe_notify(p->px_ipc, NNG_PIPE_EV_REM_POST, pipe_event, p);
+	unlink(path); /* a stale socket of a dead proxy of this id */
+	if ((e = nng_listener_create(&l, p->px_ipc, url)) ||
+	    (e = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600)) ||
+	    (e = nng_listener_start(l, 0)))
+		fatal("context %s: listen %s: %s", p->px_id, url, nng_strerror(e));
+	if ((e = nng_socket_get_int(p->px_ipc, NNG_OPT_RECVFD, &fd)))
+		fatal("nng recv fd: %s", nng_strerror(e));
+	p->px_ipc_fd = fd;
+	if ((e = nng_socket_get_int(p->px_ipc, NNG_OPT_SENDFD, &fd)))
+		fatal("nng send fd: %s", nng_strerror(e));
+	p->px_ipc_sendfd = fd;
+	free(url);
+}
+
+static void
+usage(void)
+{
+	fprintf(stderr, "usage: sandcell-proxy --run-dir DIR --id UUID --language LANG "
+			"--cwd DIR [--env-file FILE] [--log-level LEVEL]\n");
+	exit(2);
+}
+
+static void
+loop(struct proxy *p)
+{
+	while (!p->px_quit) {
+		zmq_pollitem_t it[8];
+		int n = 0, i_shell = -1, i_iopub = -1, i_ctl = -1;
+		uint64_t now = now_ms();
+		long wait = admit_wait(p, now), kw = p->px_kstate == KS_STARTING ? 50 : 500;
+
+		if (wait < 0 || wait > kw)
+			wait = kw;
+		it[n++] = (zmq_pollitem_t){NULL, p->px_ipc_fd, ZMQ_POLLIN, 0};
+		it[n++] = (zmq_pollitem_t){NULL, p->px_sigfd, ZMQ_POLLIN, 0};
+		it[n++] = (zmq_pollitem_t){NULL, p->px_evfd, ZMQ_POLLIN, 0};
+		if (p->px_outq.n)
+			it[n++] = (zmq_pollitem_t){NULL, p->px_ipc_sendfd, ZMQ_POLLIN, 0};
+		if (p->px_shell) {
+			i_shell = n;
+			it[n++] = (zmq_pollitem_t){p->px_shell, 0, ZMQ_POLLIN, 0};
+			i_iopub = n;
+			it[n++] = (zmq_pollitem_t){p->px_iopub, 0, ZMQ_POLLIN, 0};
+			i_ctl = n;
+			it[n++] = (zmq_pollitem_t){p->px_control, 0, ZMQ_POLLIN, 0};
+		}
+		if (zmq_poll(it, n, wait) < 0 && errno != EINTR)
+			fatal("zmq_poll: %s", zmq_strerror(errno));
+		if (it[2].revents)
+			pipe_events(p);
+		if (it[1].revents)
+			reap(p);
+		/* iopub before shell: a reply must not overtake its output */
+		if (i_iopub >= 0 && it[i_iopub].revents)
+			drain_kernel(p, &p->px_iopub, true);
+		if (i_shell >= 0 && it[i_shell].revents)
+			drain_kernel(p, &p->px_shell, false);
+		if (i_ctl >= 0 && it[i_ctl].revents && p->px_control)
+			drain_control(p);
+		if (it[0].revents)
+			drain_ipc(p);
+		now = now_ms();
+		admit_tick(p, now);
+		kernel_tick(p, now);
+		admit_flush(p);
+		if (p->px_outq.n)
+			outq_flush(p);
+	}
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"run-dir", required_argument, NULL, 'r'},
+		{"id", required_argument, NULL, 'i'},
+		{"language", required_argument, NULL, 'l'},
+		{"cwd", required_argument, NULL, 'c'},
+		{"env-file", required_argument, NULL, 'e'},
+		{"log-level", required_argument, NULL, 'v'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *env_file = NULL;
+	char lang[128];
+	sigset_t mask;
+	int c, level = LOG_INFO;
+
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'r': px.px_run_dir = optarg; break;
+		case 'i': px.px_id = optarg; break;
+		case 'l': px.px_lang = optarg; break;
+		case 'c': px.px_cwd = optarg; break;
+		case 'e': env_file = optarg; break;
+		case 'v':
+			if ((level = parse_level(optarg)) < 0)
+				usage();
+			break;
+		default: usage();
+		}
+	}
+	if (!px.px_run_dir || !px.px_id || !px.px_lang || !px.px_cwd || !uuid_valid(px.px_id))
+		usage();
+	log_init("sandcell-proxy", level);
+	if (sodium_init() < 0)
+		fatal("sodium_init failed");
+	if (lang_normalise(px.px_lang, lang, sizeof(lang)) < 0 ||
+	    kspec_find(lang, &px.px_ks) < 0)
+		fatal("context %s: no kernelspec for language '%s'", px.px_id, px.px_lang);
+	px.px_lang = lang;
+	if (env_file && load_env_file(&px, env_file) < 0)
+		exit(1);
+	TAILQ_INIT(&px.px_queue);
+	px.px_dir = xasprintf("%s/ctx/%s", px.px_run_dir, px.px_id);
+	if ((c = mkdir_p(px.px_dir, 0700)) < 0)
+		fatal("mkdir %s: %s", px.px_dir, strerror(-c));
+
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGCHLD);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	if ((px.px_sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
+		fatal("signalfd: %s", strerror(errno));
+	if ((px.px_evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+		fatal("eventfd: %s", strerror(errno));
+	if (!(px.px_zctx = zmq_ctx_new()))
+		fatal("zmq_ctx_new: %s", zmq_strerror(errno));
+
+	ipc_listen(&px);
+	write_state_file(&px);
+	if (kernel_start(&px) < 0)
+		fatal("context %s: kernel %s could not be started", px.px_id,
+		      px.px_ks->ks_name);
+	loop(&px);
+
+	admit_fail_all(&px, "ContextDeleted", "the context was shut down");
+	outq_flush(&px);
+	kernel_stop(&px);
+	nng_msleep(20); /* let the last replies leave */
+	nng_close(px.px_ipc);
+	zmq_ctx_term(px.px_zctx);
+	rm_rf(px.px_dir);
+	log_info("context %s: proxy stopped", px.px_id);
+	return 0;
+}

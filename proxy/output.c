@@ -1,0 +1,185 @@
+/*
+ * output.c — kernel iopub messages to E2B's NDJSON events. The proxy formats
+ * each line once, here; the broker forwards the bytes untouched.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "proxy.h"
+
+static const struct {
+	const char *mime, *key;
+} mime_keys[] = {
+	{"text/plain", "text"},
+	{"text/html", "html"},
+	{"text/markdown", "markdown"},
+	{"image/svg+xml", "svg"},
+	{"image/png", "png"},
+	{"image/jpeg", "jpeg"},
+	{"application/pdf", "pdf"},
+	{"text/latex", "latex"},
+	{"application/json", "json"},
+	{"application/javascript", "javascript"},
+	{"e2b/data", "data"},
+	{"e2b/chart", "chart"},
+};
+
+/* Drops ANSI escape sequences (CSI ... final byte), as Deno colours values. */
+char *
+output_strip_ansi(const char *s)
+{
+	size_t n = strlen(s), j = 0;
+	char *o = xmalloc(n + 1);
+
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] == 0x1b && i + 1 < n && s[i + 1] == '[') {
+			i += 2;
+			while (i < n && !(s[i] >= 0x40 && s[i] <= 0x7e))
+				i++;
+			continue;
+		}
+		o[j++] = s[i];
+	}
+	o[j] = '\0';
+	return o;
+}
+
+static json_t *
+plain_text(const char *s)
+{
+	char *t = output_strip_ansi(s);
+	size_t n = strlen(t);
+	json_t *v;
+
+	/* E2B strips one pair of surrounding quotes: 'abc' -> abc */
+	if (n >= 2 && (t[0] == '\'' || t[0] == '"') && t[n - 1] == t[0])
+		v = json_stringn(t + 1, n - 2);
+	else
+		v = json_stringn(t, n);
+	free(t);
+	return v;
+}
+
+/* A MIME bundle as E2B's "result" event. */
+json_t *
+output_result(json_t *data, bool is_main)
+{
+	json_t *r = json_pack("{s:s}", "type", "result");
+	json_t *extra = NULL, *val;
+	const char *mime;
+
+	json_object_foreach(data, mime, val)
+	{
+		size_t i;
+		for (i = 0; i < sizeof(mime_keys) / sizeof(mime_keys[0]); i++)
+			if (!strcmp(mime, mime_keys[i].mime))
+				break;
+		if (i == sizeof(mime_keys) / sizeof(mime_keys[0])) {
+			if (!extra)
+				extra = json_object();
+			json_object_set(extra, mime, val);
+		} else if (i == 0 && json_is_string(val)) {
+			json_object_set_new(r, "text", plain_text(json_string_value(val)));
+		} else {
+			json_object_set(r, mime_keys[i].key, val);
+		}
+	}
+	if (extra)
+		json_object_set_new(r, "extra", extra);
+	json_object_set_new(r, "is_main_result", json_boolean(is_main));
+	return r;
+}
+
+/* Appends obj as one NDJSON line and releases it. */
+void
+output_line(struct buf *b, json_t *obj)
+{
+	char *s = json_dumps(obj, JSON_COMPACT | JSON_ENCODE_ANY);
+
+	if (s) {
+		buf_append(b, s, strlen(s));
+		buf_append(b, "\n", 1);
+		free(s);
+	}
+	json_decref(obj);
+}
+
+void
+output_error(struct buf *b, const char *name, const char *value, const char *tb)
+{
+	output_line(b, json_pack("{s:s, s:s, s:s, s:s}", "type", "error", "name", name,
+				 "value", value, "traceback", tb ? tb : ""));
+}
+
+void
+output_end(struct buf *b)
+{
+	static const char end[] = "{\"type\":\"end_of_execution\"}\n";
+
+	buf_append(b, end, sizeof(end) - 1);
+}
+
+static json_t *
+timestamp(void)
+{
+	char s[64];
+
+	iso_time(s);
+	return json_string(s);
+}
+
+static char *
+join_traceback(json_t *tb)
+{
+	struct buf b = {0};
+	size_t i;
+	json_t *line;
+
+	json_array_foreach(tb, i, line)
+	{
+		const char *s = json_string_value(line);
+		if (!s)
+			continue;
+		if (b.b_len)
+			buf_append(&b, "\n", 1);
+		buf_append(&b, s, strlen(s));
+	}
+	buf_append(&b, "", 1);
+	return b.b_data;
+}
+
+/* Maps one iopub message; returns whether it produced a line. */
+bool
+output_iopub(struct buf *b, const char *type, json_t *c)
+{
+	if (!strcmp(type, "stream")) {
+		const char *name = json_string_value(json_object_get(c, "name"));
+		json_t *text = json_object_get(c, "text");
+		if (!name || !json_is_string(text))
+			return false;
+		output_line(b, json_pack("{s:s, s:O, s:o}", "type",
+					 strcmp(name, "stderr") ? "stdout" : "stderr", "text",
+					 text, "timestamp", timestamp()));
+	} else if (!strcmp(type, "execute_result") || !strcmp(type, "display_data")) {
+		json_t *data = json_object_get(c, "data");
+		if (!json_is_object(data))
+			return false;
+		output_line(b, output_result(data, !strcmp(type, "execute_result")));
+	} else if (!strcmp(type, "error")) {
+		const char *ename = json_string_value(json_object_get(c, "ename"));
+		const char *evalue = json_string_value(json_object_get(c, "evalue"));
+		char *tb = join_traceback(json_object_get(c, "traceback"));
+		output_error(b, ename ? ename : "Error", evalue ? evalue : "", tb);
+		free(tb);
+	} else if (!strcmp(type, "execute_input")) {
+		json_t *n = json_object_get(c, "execution_count");
+		if (!json_is_integer(n))
+			return false;
+		output_line(b, json_pack("{s:s, s:I}", "type", "number_of_executions",
+					 "execution_count", json_integer_value(n)));
+	} else {
+		return false;
+	}
+	return true;
+}

@@ -1,0 +1,147 @@
+/*
+ * proxy.h — sandcell-proxy: one process per context. It owns the context's
+ * kernel (spawn, wire protocol, interrupts, restarts), the admission queue of
+ * execution units, and the routing of kernel output to broker streams.
+ */
+#ifndef SANDCELL_PROXY_H
+#define SANDCELL_PROXY_H
+
+#include <sys/queue.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+#include "../proto/proto.h"
+
+#define KINFO_RESEND_MS 100
+#define KERNEL_START_MS 60000
+#define INTERRUPT_RETRY_MS 1000
+#define INTERRUPT_GRACE_MS 5000
+#define MAX_RESUBMIT 3
+#define WIRE_MAX_FRAME (256LL << 20) /* larger kernel frames are dropped by libzmq */
+
+/* One execution unit: [set env] + code + [restore env]. */
+struct unit {
+	TAILQ_ENTRY(unit) u_link;
+	uint64_t u_stream;
+	char *u_code;
+	struct penv *u_env;
+	size_t u_nenv;
+	int u_policy;
+	uint64_t u_deadline;    /* ms, monotonic; 0 = none */
+	uint64_t u_queued_at;
+	uint64_t u_started_at;
+	uint64_t u_interrupt_at; /* first interrupt sent; 0 = none */
+	uint64_t u_reinterrupt_at;
+	char u_msgid[40];   /* msg_id of the code's execute_request */
+	bool u_replied, u_idle;
+	bool u_detached;    /* stream ended or cancelled: output is discarded */
+	bool u_ran;         /* execute_input seen: the code started */
+	int u_resubmits;
+	struct buf u_out;   /* NDJSON not yet handed to the broker */
+};
+TAILQ_HEAD(unitq, unit);
+
+/* A parsed, verified Jupyter message (wire.c). */
+struct jmsg {
+	json_t *jm_header, *jm_parent, *jm_meta, *jm_content;
+	const char *jm_type;     /* header.msg_type */
+	const char *jm_parent_id; /* parent_header.msg_id or "" */
+};
+
+struct wire_frame {
+	const void *wf_data;
+	size_t wf_len;
+};
+
+struct proxy {
+	char *px_id, *px_lang, *px_cwd, *px_dir, *px_run_dir;
+	struct kspec *px_ks;
+	struct penv *px_genv; /* global env: applied at spawn, restored to */
+	size_t px_ngenv;
+	int px_log_level;
+
+	nng_socket px_ipc;
+	int px_ipc_fd, px_ipc_sendfd;
+	int px_evfd;         /* nng pipe events land here */
+	volatile int px_pipe_added, px_pipe_removed;
+	struct {
+		nng_msg **q;
+		size_t n, cap;
+	} px_outq;
+
+	void *px_zctx;
+	void *px_shell, *px_control, *px_iopub, *px_hb;
+	char px_key[65];
+	char px_session[37];
+	char px_kinfo_id[40];
+	pid_t px_kpid;
+	int px_sigfd;
+	enum kstate px_kstate;
+	uint64_t px_kstarted_at, px_kinfo_at;
+	uint64_t px_hb_sent, px_hb_ok;
+	int px_start_failures;
+	bool px_kinfo_reply, px_iopub_seen;
+	uint64_t px_restart_req; /* a RESTART waiting for the new kernel; 0 = none */
+	bool px_restart_pending;
+	char *px_dead_reason;
+
+	struct unitq px_queue;
+	struct unit *px_run;
+	uint64_t px_count; /* executions run */
+	bool px_quit;
+};
+
+/* main.c */
+void proxy_send(struct proxy *px, struct msg *m);
+void proxy_state(struct proxy *px, const char *text);
+
+/* kernel.c */
+int kernel_start(struct proxy *px);
+void kernel_stop(struct proxy *px);
+void kernel_interrupt(struct proxy *px);
+void kernel_restart(struct proxy *px, const char *why);
+void kernel_reaped(struct proxy *px, int status);
+void kernel_tick(struct proxy *px, uint64_t now);
+void kernel_on_shell(struct proxy *px, struct jmsg *jm);
+void kernel_on_iopub(struct proxy *px, struct jmsg *jm);
+int kernel_execute(struct proxy *px, const char *code, bool silent, char msgid[40]);
+
+/* admit.c */
+void admit_push(struct proxy *px, struct msg *m);
+void admit_cancel(struct proxy *px, uint64_t stream);
+void admit_next(struct proxy *px);
+void admit_tick(struct proxy *px, uint64_t now);
+void admit_fail_all(struct proxy *px, const char *name, const char *value);
+void admit_detach_all(struct proxy *px);
+void admit_on_reply(struct proxy *px, struct jmsg *jm);
+void admit_on_iopub(struct proxy *px, struct jmsg *jm);
+void admit_flush(struct proxy *px);
+void admit_interrupt(struct proxy *px);
+long admit_wait(struct proxy *px, uint64_t now);
+int admit_depth(struct proxy *px);
+void unit_free(struct unit *u);
+
+/* wire.c */
+int wire_sign(const char *key, const struct wire_frame parts[4], char hex[65]);
+int wire_parse(const char *key, const struct wire_frame *f, size_t n, struct jmsg *jm);
+int wire_send(void *sock, const char *key, const char *session, const char *type,
+	      json_t *content, char msgid[40]);
+int wire_recv(void *sock, const char *key, struct jmsg *jm);
+void jmsg_free(struct jmsg *jm);
+
+/* output.c */
+json_t *output_result(json_t *data, bool is_main);
+char *output_strip_ansi(const char *s);
+void output_line(struct buf *b, json_t *obj);
+void output_error(struct buf *b, const char *name, const char *value, const char *tb);
+void output_end(struct buf *b);
+bool output_iopub(struct buf *b, const char *type, json_t *content);
+
+/* envset.c */
+char *envset_set(const char *lang, const struct penv *env, size_t n);
+char *envset_restore(const char *lang, const struct penv *env, size_t n,
+		     const struct penv *genv, size_t ngenv);
+bool envset_supported(const char *lang);
+
+#endif

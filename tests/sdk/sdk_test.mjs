@@ -1,0 +1,244 @@
+// SDK compatibility test: drives a running sandcell server with the public
+// @e2b/code-interpreter JS SDK in E2B debug mode (no E2B cloud, no API key).
+//
+//   npm install --prefix tests/sdk      # once
+//   node tests/sdk/sdk_test.mjs         # server must listen on localhost:49999
+//
+// In debug mode the SDK sends code-interpreter requests to http://localhost:49999
+// (host and port hard-coded in the SDK). SANDCELL_URL=http://host:port points it
+// elsewhere through the SDK's own `sandboxUrl` option.
+//
+// Prints one `ok - NAME` / `not ok - NAME: REASON` line per check, then
+// `N passed, M failed`; exits 0 only when nothing failed.
+
+import assert from 'node:assert/strict';
+
+process.env.E2B_DEBUG = 'true';
+delete process.env.E2B_API_KEY; // debug mode must not need one
+
+const CALL_TIMEOUT_MS = 30_000;
+const OVERALL_TIMEOUT_MS = 120_000;
+
+let passed = 0;
+let failed = 0;
+let finished = false;
+
+function summaryAndExit() {
+  if (finished) return;
+  finished = true;
+  console.log(`${passed} passed, ${failed} failed`);
+  process.exit(failed === 0 ? 0 : 1);
+}
+
+const overall = setTimeout(() => {
+  console.log(`not ok - overall: script did not finish within ${OVERALL_TIMEOUT_MS / 1000} s`);
+  failed++;
+  summaryAndExit();
+}, OVERALL_TIMEOUT_MS);
+overall.unref();
+
+// Races a promise against a timer so that a hung server fails the check
+// instead of hanging the script.
+function withTimeout(promise, what, ms = CALL_TIMEOUT_MS) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} timed out after ${ms / 1000} s`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+function oneLine(s) {
+  return String(s).replace(/\s+/g, ' ').trim().slice(0, 400);
+}
+
+function describeError(e) {
+  if (e instanceof assert.AssertionError) {
+    return oneLine(`${e.message}`);
+  }
+  const cause = e?.cause ? ` (cause: ${e.cause.code ?? ''} ${e.cause.message ?? e.cause})` : '';
+  return oneLine(`${e?.name ?? 'Error'}: ${e?.message ?? e}${cause}`);
+}
+
+async function check(name, fn) {
+  try {
+    await fn();
+    passed++;
+    console.log(`ok - ${name}`);
+  } catch (e) {
+    failed++;
+    console.log(`not ok - ${name}: ${describeError(e)}`);
+  }
+}
+
+function describeExecution(ex) {
+  return JSON.stringify({
+    results: ex.results.map((r) => ({ text: r.text, html: r.html, main: r.isMainResult })),
+    stdout: ex.logs.stdout,
+    stderr: ex.logs.stderr,
+    error: ex.error ? { name: ex.error.name, value: ex.error.value } : undefined,
+  });
+}
+
+function mainText(ex) {
+  assert.equal(ex.error, undefined, `unexpected execution error: ${describeExecution(ex)}`);
+  const main = ex.results.find((r) => r.isMainResult);
+  assert.ok(main, `no main result: ${describeExecution(ex)}`);
+  return main.text;
+}
+
+let Sandbox;
+let NotFoundError;
+let sbx;
+
+async function run(code, opts = {}) {
+  return withTimeout(
+    sbx.runCode(code, { timeoutMs: CALL_TIMEOUT_MS, requestTimeoutMs: CALL_TIMEOUT_MS, ...opts }),
+    `runCode(${JSON.stringify(code)})`,
+  );
+}
+
+async function main() {
+  await check('import @e2b/code-interpreter', async () => {
+    const mod = await import('@e2b/code-interpreter');
+    Sandbox = mod.Sandbox;
+    NotFoundError = mod.NotFoundError;
+    assert.equal(typeof Sandbox?.create, 'function');
+  });
+  if (!Sandbox) return;
+
+  await check('Sandbox.create in debug mode', async () => {
+    const opts = { debug: true };
+    if (process.env.SANDCELL_URL) opts.sandboxUrl = process.env.SANDCELL_URL;
+    sbx = await withTimeout(Sandbox.create(opts), 'Sandbox.create');
+    assert.ok(sbx, 'no sandbox object');
+  });
+  if (!sbx) return;
+
+  await check('runCode result: 1+1 -> 2', async () => {
+    const ex = await run('1+1');
+    assert.equal(mainText(ex), '2');
+    assert.equal(ex.text, '2');
+  });
+
+  await check('state persists across runCode calls', async () => {
+    const ex1 = await run('x = 41');
+    assert.equal(ex1.error, undefined, `x = 41 failed: ${describeExecution(ex1)}`);
+    const ex2 = await run('x + 1');
+    assert.equal(mainText(ex2), '42');
+  });
+
+  await check('error: 1/0 -> ZeroDivisionError with traceback', async () => {
+    const ex = await run('1/0');
+    assert.ok(ex.error, `no error reported: ${describeExecution(ex)}`);
+    assert.equal(ex.error.name, 'ZeroDivisionError');
+    assert.equal(typeof ex.error.traceback, 'string', 'traceback is not a string');
+    assert.ok(ex.error.traceback.length > 0, 'traceback is empty');
+  });
+
+  await check("onStdout receives 'hello\\n'", async () => {
+    const lines = [];
+    const ex = await run("print('hello')", { onStdout: (m) => lines.push(m.line) });
+    assert.equal(ex.error, undefined, `unexpected error: ${describeExecution(ex)}`);
+    assert.equal(lines.join(''), 'hello\n', `onStdout got ${JSON.stringify(lines)}`);
+    assert.equal(ex.logs.stdout.join(''), 'hello\n', `logs.stdout is ${JSON.stringify(ex.logs.stdout)}`);
+  });
+
+  await check('envs option is visible to that run', async () => {
+    const ex = await run("import os; os.environ['FOO']", { envs: { FOO: 'bar' } });
+    assert.equal(mainText(ex), 'bar');
+  });
+
+  await check('envs option does not leak into the next run', async () => {
+    // os.environ.get('FOO') evaluates to None, which IPython does not display,
+    // so the value is printed and read from stdout.
+    const ex = await run("import os; print(os.environ.get('FOO'))");
+    assert.equal(ex.error, undefined, `unexpected error: ${describeExecution(ex)}`);
+    assert.equal(ex.logs.stdout.join(''), 'None\n', `stdout is ${JSON.stringify(ex.logs.stdout)}`);
+  });
+
+  await check('display(HTML) yields a result with html', async () => {
+    const ex = await run("from IPython.display import HTML, display; display(HTML('<b>x</b>'))");
+    assert.equal(ex.error, undefined, `unexpected error: ${describeExecution(ex)}`);
+    const r = ex.results.find((res) => typeof res.html === 'string' && res.html.includes('<b>x</b>'));
+    assert.ok(r, `no html result: ${describeExecution(ex)}`);
+  });
+
+  let ctx;
+  await check("createCodeContext({cwd:'/tmp'}) -> id, language python", async () => {
+    const c = await withTimeout(
+      sbx.createCodeContext({ cwd: '/tmp', requestTimeoutMs: CALL_TIMEOUT_MS }),
+      'createCodeContext',
+    );
+    assert.equal(typeof c?.id, 'string', `bad context: ${JSON.stringify(c)}`);
+    assert.ok(c.id.length > 0, 'empty context id');
+    assert.equal(c.language, 'python');
+    assert.equal(c.cwd, '/tmp');
+    ctx = c;
+  });
+
+  const needCtx = () => assert.ok(ctx, 'no context (createCodeContext failed)');
+
+  await check('runCode in context: os.getcwd() -> /tmp', async () => {
+    needCtx();
+    const ex = await run('import os; os.getcwd()', { context: ctx });
+    assert.equal(mainText(ex), '/tmp');
+  });
+
+  await check('context state is separate from the default context', async () => {
+    needCtx();
+    const ex = await run("'x' in globals()", { context: ctx });
+    assert.equal(mainText(ex), 'False');
+  });
+
+  const listIds = async () => {
+    const list = await withTimeout(sbx.listCodeContexts(), 'listCodeContexts');
+    assert.ok(Array.isArray(list), `listCodeContexts returned ${JSON.stringify(list)}`);
+    return list.map((c) => c.id);
+  };
+
+  await check('listCodeContexts includes the new context', async () => {
+    needCtx();
+    const ids = await listIds();
+    assert.ok(ids.includes(ctx.id), `${ctx.id} not in ${JSON.stringify(ids)}`);
+  });
+
+  await check('restartCodeContext clears state and keeps the id', async () => {
+    needCtx();
+    const ex1 = await run('y = 5', { context: ctx });
+    assert.equal(ex1.error, undefined, `y = 5 failed: ${describeExecution(ex1)}`);
+    await withTimeout(sbx.restartCodeContext(ctx), 'restartCodeContext');
+    const ids = await listIds();
+    assert.ok(ids.includes(ctx.id), `${ctx.id} gone after restart: ${JSON.stringify(ids)}`);
+    const ex2 = await run('y', { context: ctx });
+    assert.ok(ex2.error, `y still defined after restart: ${describeExecution(ex2)}`);
+    assert.equal(ex2.error.name, 'NameError');
+  });
+
+  await check('restarted context keeps its cwd', async () => {
+    needCtx();
+    const ex = await run('import os; os.getcwd()', { context: ctx });
+    assert.equal(mainText(ex), '/tmp');
+  });
+
+  await check('removeCodeContext removes it from listCodeContexts', async () => {
+    needCtx();
+    await withTimeout(sbx.removeCodeContext(ctx.id), 'removeCodeContext');
+    const ids = await listIds();
+    assert.ok(!ids.includes(ctx.id), `${ctx.id} still listed: ${JSON.stringify(ids)}`);
+  });
+
+  await check('runCode in a removed context -> NotFoundError', async () => {
+    needCtx();
+    await assert.rejects(run('1', { context: ctx }), (e) => {
+      assert.ok(e instanceof NotFoundError, `expected NotFoundError, got ${describeError(e)}`);
+      return true;
+    });
+  });
+}
+
+main()
+  .catch((e) => {
+    failed++;
+    console.log(`not ok - script: ${describeError(e)}`);
+  })
+  .finally(summaryAndExit);
