@@ -57,7 +57,7 @@ static const struct {
 		       KSTAT | FB(F_TEXT)},
 	[MSG_OUTPUT] = {"OUTPUT", FB(F_STREAM) | FB(F_DATA), FB(F_FINAL)},
 	[MSG_STATE] = {"STATE", FB(F_STATE), KSTAT | FB(F_TEXT)},
-	[MSG_OK] = {"OK", FB(F_REQ), FB(F_TEXT) | KSTAT | FB(F_PID)},
+	[MSG_OK] = {"OK", FB(F_REQ), FB(F_TEXT) | FB(F_DATA) | KSTAT | FB(F_PID)},
 	[MSG_FAIL] = {"FAIL", FB(F_REQ) | FB(F_TEXT), 0},
 	[MSG_END] = {"END", FB(F_REQ), 0},
 	[CTL_STATUS] = {"CTL_STATUS", FB(F_REQ), 0},

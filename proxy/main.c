@@ -320,8 +320,9 @@ write_state_file(struct proxy *p)
 {
 	char *path = xasprintf("%s/state.json", p->px_dir);
 	char *tmp = xasprintf("%s.tmp", path);
-	json_t *o = json_pack("{s:s, s:s, s:s, s:i}", "id", p->px_id, "language", p->px_lang,
-			      "cwd", p->px_cwd, "pid", (int)getpid());
+	json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:b}", "id", p->px_id, "language",
+			      p->px_lang, "cwd", p->px_cwd, "pid", (int)getpid(), "default",
+			      p->px_default);
 
 	if (json_dump_file(o, tmp, JSON_COMPACT) == 0)
 		rename(tmp, path);
@@ -426,6 +427,7 @@ main(int argc, char **argv)
 		{"cwd", required_argument, NULL, 'c'},
 		{"env-file", required_argument, NULL, 'e'},
 		{"log-level", required_argument, NULL, 'v'},
+		{"default", no_argument, NULL, 'd'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *env_file = NULL;
@@ -440,6 +442,7 @@ main(int argc, char **argv)
 		case 'l': px.px_lang = optarg; break;
 		case 'c': px.px_cwd = optarg; break;
 		case 'e': env_file = optarg; break;
+		case 'd': px.px_default = true; break;
 		case 'v':
 			if ((level = parse_level(optarg)) < 0)
 				usage();

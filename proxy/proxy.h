@@ -59,7 +59,7 @@ struct proxy {
 	struct kspec *px_ks;
 	struct penv *px_genv; /* global env: applied at spawn, restored to */
 	size_t px_ngenv;
-	int px_log_level;
+	bool px_default; /* the broker's default context for its language */
 
 	nng_socket px_ipc;
 	int px_ipc_fd, px_ipc_sendfd;

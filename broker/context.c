@@ -1,0 +1,669 @@
+/*
+ * context.c — the context table and proxy supervision: spawn a proxy per
+ * context, talk to it over an nng pair socket, route its output to streams and
+ * its replies to waiting HTTP requests, respawn it when it dies, and adopt the
+ * live proxies a previous broker left in the run directory.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/pair0/pair.h>
+
+#include "broker.h"
+
+#define WAIT_REPLY_MS 10000
+#define WAIT_START_MS 90000
+#define RESPAWN_WINDOW_MS 60000
+#define RESPAWN_MAX 5
+
+const char *
+kstate_name(enum kstate s)
+{
+	static const char *names[] = {"starting", "idle", "busy", "dead"};
+
+	return (unsigned)s < 4 ? names[s] : "unknown";
+}
+
+struct context *
+context_find(const char *id)
+{
+	struct context *c;
+
+	if (!uuid_valid(id))
+		return NULL;
+	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+		if (!c->c_deleting && !strcmp(c->c_id, id))
+			return c;
+	return NULL;
+}
+
+struct context *
+context_default(const char *lang)
+{
+	struct context *c;
+
+	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+		if (c->c_default && !c->c_deleting && !strcmp(c->c_lang, lang))
+			return c;
+	return NULL;
+}
+
+json_t *
+context_json(struct context *c, bool live)
+{
+	json_t *j = json_pack("{s:s, s:s, s:s}", "id", c->c_id, "language", c->c_lang, "cwd",
+			      c->c_cwd);
+
+	if (!live)
+		return j;
+	json_object_set_new(j, "state", json_string(kstate_name(c->c_state)));
+	json_object_set_new(j, "default", json_boolean(c->c_default));
+	json_object_set_new(j, "proxy_pid", json_integer(c->c_pid));
+	json_object_set_new(j, "kernel_pid", json_integer(c->c_kpid));
+	json_object_set_new(j, "queue", json_integer(c->c_nstreams));
+	json_object_set_new(j, "executions", json_integer(c->c_count));
+	json_object_set_new(j, "age_seconds", json_real((now_ms() - c->c_created) / 1000.0));
+	if (c->c_error)
+		json_object_set_new(j, "error", json_string(c->c_error));
+	return j;
+}
+
+static void
+pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	struct context *c = arg;
+	uint64_t one = 1;
+
+	if (ev == NNG_PIPE_EV_ADD_PRE) {
+		uint64_t uid;
+		if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, &uid) != 0 ||
+		    uid != (uint64_t)geteuid())
+			nng_pipe_close(p); /* not our proxy */
+		return;
+	}
+	__atomic_store_n(&c->c_pipe_lost, 1, __ATOMIC_SEQ_CST);
+	if (write(sv.sv_wakefd, &one, sizeof(one)) < 0)
+		log_warn("eventfd: %s", strerror(errno));
+}
+
+static int
+spawn(struct context *c)
+{
+	char *argv[16];
+	int n = 0;
+	sigset_t none;
+	pid_t pid;
+
+	argv[n++] = (char *)sv.sv_proxy_bin;
+	argv[n++] = "--run-dir";
+	argv[n++] = (char *)sv.sv_run_dir;
+	argv[n++] = "--id";
+	argv[n++] = c->c_id;
+	argv[n++] = "--language";
+	argv[n++] = c->c_lang;
+	argv[n++] = "--cwd";
+	argv[n++] = c->c_cwd;
+	argv[n++] = "--env-file";
+	argv[n++] = sv.sv_env_file;
+	argv[n++] = "--log-level";
+	argv[n++] = (char *)sv.sv_log_level;
+	if (c->c_default)
+		argv[n++] = "--default";
+	argv[n] = NULL;
+	sigemptyset(&none);
+	if ((pid = fork()) < 0) {
+		log_err("context %s: fork: %s", c->c_id, strerror(errno));
+		return -errno;
+	}
+	if (pid == 0) {
+		/* own session: a terminal's Ctrl-C reaches the broker, which stops us */
+		setsid();
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		execv(sv.sv_proxy_bin, argv);
+		_exit(127);
+	}
+	c->c_pid = pid;
+	c->c_child = true;
+	c->c_state = KS_STARTING;
+	return 0;
+}
+
+static int
+connect_proxy(struct context *c)
+{
+	char *url = xasprintf("ipc://%s/ctx/%s/proxy.sock", sv.sv_run_dir, c->c_id);
+	int e;
+
+	if ((e = nng_pair0_open(&c->c_sock)))
+		goto out;
+	nng_socket_set_size(c->c_sock, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME);
+	nng_socket_set_int(c->c_sock, NNG_OPT_SENDBUF, 1024);
+	nng_socket_set_int(c->c_sock, NNG_OPT_RECVBUF, 1024);
+	nng_socket_set_ms(c->c_sock, NNG_OPT_RECONNMINT, 5);
+	nng_socket_set_ms(c->c_sock, NNG_OPT_RECONNMAXT, 100);
+	nng_pipe_notify(c->c_sock, NNG_PIPE_EV_ADD_PRE, pipe_event, c);
+	nng_pipe_notify(c->c_sock, NNG_PIPE_EV_REM_POST, pipe_event, c);
+	if ((e = nng_dial(c->c_sock, url, NULL, NNG_FLAG_NONBLOCK)) ||
+	    (e = nng_socket_get_int(c->c_sock, NNG_OPT_RECVFD, &c->c_rfd)) ||
+	    (e = nng_socket_get_int(c->c_sock, NNG_OPT_SENDFD, &c->c_sfd)))
+		goto out;
+	c->c_ev_recv = (struct evsrc){EV_CTX_RECV, c};
+	c->c_ev_send = (struct evsrc){EV_CTX_SEND, c};
+	server_watch(c->c_rfd, EPOLLIN, &c->c_ev_recv);
+out:
+	if (e)
+		log_err("context %s: connect %s: %s", c->c_id, url, nng_strerror(e));
+	free(url);
+	return e ? -EIO : 0;
+}
+
+static struct context *
+context_new(const char *id, const char *lang, const char *cwd, bool is_default)
+{
+	struct context *c = xcalloc(1, sizeof(*c));
+
+	if (id)
+		snprintf(c->c_id, sizeof(c->c_id), "%s", id);
+	else
+		uuid_v4(c->c_id);
+	c->c_lang = xstrdup(lang);
+	c->c_cwd = xstrdup(cwd);
+	c->c_default = is_default;
+	c->c_created = now_ms();
+	c->c_state = KS_STARTING;
+	TAILQ_INIT(&c->c_streams);
+	TAILQ_INIT(&c->c_waiters);
+	return c;
+}
+
+static void
+outq_clear(struct context *c)
+{
+	for (size_t i = 0; i < c->c_outq.n; i++)
+		nng_msg_free(c->c_outq.q[i]);
+	c->c_outq.n = 0;
+}
+
+static void
+context_free(struct context *c)
+{
+	struct stream *s;
+	struct request *rq;
+
+	while ((s = TAILQ_FIRST(&c->c_streams))) {
+		stream_fail(s, "ContextDeleted", "the context was deleted");
+		TAILQ_REMOVE(&c->c_streams, s, st_ctx_link);
+		s->st_ctx = NULL;
+	}
+	while ((rq = TAILQ_FIRST(&c->c_waiters))) {
+		context_forget_waiter(rq);
+		http_complete(rq, 404, http_text("context %s was deleted", c->c_id));
+	}
+	if (c->c_rfd > 0)
+		server_unwatch(c->c_rfd);
+	if (c->c_sfd_watched)
+		server_unwatch(c->c_sfd);
+	nng_close(c->c_sock); /* waits for pipe callbacks: c stays valid until here */
+	outq_clear(c);
+	free(c->c_outq.q);
+	TAILQ_REMOVE(&sv.sv_contexts, c, c_link);
+	free(c->c_lang);
+	free(c->c_cwd);
+	free(c->c_error);
+	free(c);
+}
+
+int
+context_create(const char *lang, const char *cwd, bool is_default, struct context **out,
+	       char *err, size_t errsz)
+{
+	struct context *c;
+	int n = 0;
+
+	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+		n++;
+	if (n >= sv.sv_max_contexts) {
+		snprintf(err, errsz, "too many contexts (limit %d); delete one first",
+			 sv.sv_max_contexts);
+		return -EAGAIN;
+	}
+	c = context_new(NULL, lang, cwd, is_default);
+	TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
+	if (connect_proxy(c) < 0 || spawn(c) < 0) {
+		snprintf(err, errsz, "could not start a proxy for the context");
+		context_free(c);
+		return -EIO;
+	}
+	log_info("context %s: created (%s, cwd %s%s), proxy pid %d", c->c_id, lang, cwd,
+		 is_default ? ", default" : "", (int)c->c_pid);
+	*out = c;
+	return 0;
+}
+
+void
+context_flush(struct context *c)
+{
+	size_t i = 0;
+
+	while (i < c->c_outq.n) {
+		int e = nng_sendmsg(c->c_sock, c->c_outq.q[i], NNG_FLAG_NONBLOCK);
+		if (e == NNG_EAGAIN)
+			break;
+		if (e) {
+			log_warn("context %s: send: %s", c->c_id, nng_strerror(e));
+			nng_msg_free(c->c_outq.q[i]);
+		}
+		i++;
+	}
+	memmove(c->c_outq.q, c->c_outq.q + i, (c->c_outq.n - i) * sizeof(nng_msg *));
+	c->c_outq.n -= i;
+	/* the send fd is readable while sending would not block: watch it only
+	 * while something waits, or the loop would spin */
+	if (c->c_outq.n && !c->c_sfd_watched) {
+		server_watch(c->c_sfd, EPOLLIN, &c->c_ev_send);
+		c->c_sfd_watched = true;
+	} else if (!c->c_outq.n && c->c_sfd_watched) {
+		server_unwatch(c->c_sfd);
+		c->c_sfd_watched = false;
+	}
+}
+
+void
+context_send(struct context *c, struct msg *m)
+{
+	void *buf;
+	size_t len;
+	nng_msg *nm;
+
+	if (msg_encode(m, &buf, &len) || nng_msg_alloc(&nm, len))
+		fatal("context %s: cannot encode %s", c->c_id, msg_type_name(m->m_type));
+	memcpy(nng_msg_body(nm), buf, len);
+	free(buf);
+	if (c->c_outq.n == c->c_outq.cap) {
+		c->c_outq.cap = c->c_outq.cap ? c->c_outq.cap * 2 : 16;
+		c->c_outq.q = xrealloc(c->c_outq.q, c->c_outq.cap * sizeof(nng_msg *));
+	}
+	c->c_outq.q[c->c_outq.n++] = nm;
+	context_flush(c);
+}
+
+static void
+add_waiter(struct context *c, struct request *rq, uint64_t req, int op, uint64_t wait_ms)
+{
+	rq->rq_ctx = c;
+	rq->rq_req = req;
+	rq->rq_op = op;
+	rq->rq_deadline = now_ms() + wait_ms;
+	TAILQ_INSERT_TAIL(&c->c_waiters, rq, rq_link);
+}
+
+void
+context_forget_waiter(struct request *rq)
+{
+	if (!rq->rq_ctx)
+		return;
+	TAILQ_REMOVE(&rq->rq_ctx->c_waiters, rq, rq_link);
+	rq->rq_ctx = NULL;
+}
+
+void
+context_wait_ready(struct context *c, struct request *rq)
+{
+	if (c->c_ready) {
+		http_complete(rq, 200, http_json(context_json(c, false)));
+		return;
+	}
+	add_waiter(c, rq, 0, OP_CREATE, WAIT_START_MS);
+}
+
+void
+context_request(struct context *c, struct request *rq, enum msg_type t, int op)
+{
+	struct msg m;
+	uint64_t req = sv.sv_next_req++;
+
+	if (op == OP_DELETE)
+		log_info("context %s: delete requested", c->c_id);
+	add_waiter(c, rq, req, op, op == OP_RESTART ? WAIT_START_MS : WAIT_REPLY_MS);
+	msg_init(&m, t);
+	msg_set_u64(&m, F_REQ, req);
+	context_send(c, &m);
+	msg_free(&m);
+}
+
+/*
+ * Deletion is answered once the proxy confirms; the context is freed when the
+ * proxy is gone (SIGCHLD, or the pipe closing for an adopted one), so its last
+ * messages still reach their streams.
+ */
+static void
+context_delete(struct context *c)
+{
+	c->c_deleting = true;
+	log_info("context %s: deleted", c->c_id);
+}
+
+static void
+answer_ready(struct context *c)
+{
+	struct request *rq, *next;
+
+	for (rq = TAILQ_FIRST(&c->c_waiters); rq; rq = next) {
+		next = TAILQ_NEXT(rq, rq_link);
+		if (rq->rq_op != OP_CREATE)
+			continue;
+		context_forget_waiter(rq);
+		if (c->c_ready)
+			http_complete(rq, 200, http_json(context_json(c, false)));
+		else
+			http_complete(rq, 500, http_text("context %s could not start: %s",
+							 c->c_id, c->c_error ? c->c_error
+									     : "unknown error"));
+	}
+}
+
+static void
+on_state(struct context *c, struct msg *m)
+{
+	c->c_state = m->m_state;
+	if (m->m_has & FB(F_KPID))
+		c->c_kpid = m->m_kpid;
+	if (m->m_has & FB(F_COUNT))
+		c->c_count = m->m_count;
+	free(c->c_error);
+	c->c_error = NULL;
+	if (c->c_state == KS_DEAD && (m->m_has & FB(F_TEXT)))
+		c->c_error = xstrdup(m->m_text.s);
+	if (!c->c_ready && (c->c_state == KS_IDLE || c->c_state == KS_BUSY)) {
+		c->c_ready = true;
+		log_info("context %s: ready in %llu ms", c->c_id,
+			 (unsigned long long)(now_ms() - c->c_created));
+		answer_ready(c);
+	} else if (!c->c_ready && c->c_state == KS_DEAD) {
+		answer_ready(c);
+		c->c_deleting = true; /* a context that never started is not kept */
+		struct msg sd;
+		msg_init(&sd, MSG_SHUTDOWN);
+		msg_set_u64(&sd, F_REQ, sv.sv_next_req++);
+		context_send(c, &sd);
+		msg_free(&sd);
+	}
+}
+
+static void
+on_reply(struct context *c, struct msg *m)
+{
+	struct request *rq;
+
+	TAILQ_FOREACH(rq, &c->c_waiters, rq_link)
+		if (rq->rq_req == m->m_req)
+			break;
+	if (!rq)
+		return; /* its client left */
+	context_forget_waiter(rq);
+	if (m->m_type == MSG_FAIL) {
+		http_complete(rq, 500, http_text("%s", m->m_text.s));
+		return;
+	}
+	switch (rq->rq_op) {
+	case OP_RESTART:
+		log_info("context %s: restarted", c->c_id);
+		http_complete(rq, 200, http_json(json_null()));
+		break;
+	case OP_INTERRUPT:
+		http_complete(rq, 200, http_json(json_null()));
+		break;
+	case OP_DELETE:
+		http_complete(rq, 200, http_json(json_null()));
+		context_delete(c);
+		break;
+	}
+}
+
+void
+context_recv(struct context *c)
+{
+	for (int i = 0; i < 1024; i++) {
+		struct msg m;
+		int e = msg_recv(c->c_sock, &m, NNG_FLAG_NONBLOCK);
+		if (e == NNG_EAGAIN)
+			return;
+		if (e > 0) {
+			log_warn("context %s: receive: %s", c->c_id, nng_strerror(e));
+			return;
+		}
+		if (e < 0) {
+			log_warn("context %s: bad frame from proxy dropped: %s", c->c_id,
+				 proto_strerror(e));
+			continue;
+		}
+		struct stream *s;
+		switch (m.m_type) {
+		case MSG_OUTPUT:
+			if ((s = stream_find(c, m.m_stream)))
+				stream_output(s, m.m_data.s, m.m_data.len, m.m_final);
+			break;
+		case MSG_HELLO:
+		case MSG_STATE:
+			on_state(c, &m);
+			break;
+		case MSG_OK:
+		case MSG_FAIL:
+			on_reply(c, &m);
+			break;
+		default:
+			log_warn("context %s: unexpected %s from proxy, dropped", c->c_id,
+				 msg_type_name(m.m_type));
+		}
+		msg_free(&m);
+	}
+}
+
+/* The proxy is gone: fail what it held and start a fresh one, same id. */
+static void
+proxy_lost(struct context *c, const char *why)
+{
+	struct stream *s;
+	struct request *rq;
+	uint64_t now = now_ms();
+	char *value = xasprintf("the context's proxy %s; the context was restarted and "
+				"its state is lost",
+				why);
+
+	log_warn("context %s: proxy %d %s", c->c_id, (int)c->c_pid, why);
+	if (!c->c_ready) {
+		free(c->c_error);
+		c->c_error = xasprintf("its proxy %s before the kernel was ready", why);
+		answer_ready(c);
+		context_free(c);
+		free(value);
+		return;
+	}
+	TAILQ_FOREACH(s, &c->c_streams, st_ctx_link)
+		stream_fail(s, "ContextLost", value);
+	while ((rq = TAILQ_FIRST(&c->c_waiters))) {
+		context_forget_waiter(rq);
+		http_complete(rq, 500, http_text("%s", value));
+	}
+	free(value);
+	outq_clear(c);
+	c->c_pid = 0;
+	c->c_kpid = 0;
+	if (now - c->c_respawn_window > RESPAWN_WINDOW_MS) {
+		c->c_respawn_window = now;
+		c->c_respawns = 0;
+	}
+	if (++c->c_respawns > RESPAWN_MAX || spawn(c) < 0) {
+		c->c_state = KS_DEAD;
+		free(c->c_error);
+		c->c_error = xstrdup("the context's proxy keeps dying; not restarted");
+		log_err("context %s: %s", c->c_id, c->c_error);
+		return;
+	}
+	log_info("context %s: proxy respawned, pid %d", c->c_id, (int)c->c_pid);
+}
+
+void
+context_reaped(pid_t pid, int status)
+{
+	struct context *c;
+	char why[128];
+
+	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+		if (c->c_child && c->c_pid == pid)
+			break;
+	if (!c)
+		return;
+	if (c->c_deleting || sv.sv_quit) {
+		c->c_pid = 0;
+		context_free(c);
+		return;
+	}
+	if (WIFSIGNALED(status))
+		snprintf(why, sizeof(why), "was killed by signal %d", WTERMSIG(status));
+	else
+		snprintf(why, sizeof(why), "exited with status %d", WEXITSTATUS(status));
+	proxy_lost(c, why);
+}
+
+/* Pipe removals: for adopted proxies this is how a death is noticed. */
+void
+context_pipe_events(void)
+{
+	struct context *c, *next;
+
+	for (c = TAILQ_FIRST(&sv.sv_contexts); c; c = next) {
+		next = TAILQ_NEXT(c, c_link);
+		if (!__atomic_exchange_n(&c->c_pipe_lost, 0, __ATOMIC_SEQ_CST))
+			continue;
+		if (c->c_child)
+			continue; /* children are reaped through SIGCHLD */
+		if (c->c_deleting)
+			context_free(c);
+		else if (c->c_pid > 0 && kill(c->c_pid, 0) < 0 && errno == ESRCH)
+			proxy_lost(c, "disappeared");
+	}
+}
+
+/* Requests whose proxy never answered. */
+void
+context_tick(uint64_t now)
+{
+	struct context *c;
+	struct request *rq, *next;
+
+	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+		for (rq = TAILQ_FIRST(&c->c_waiters); rq; rq = next) {
+			next = TAILQ_NEXT(rq, rq_link);
+			if (now < rq->rq_deadline)
+				continue;
+			context_forget_waiter(rq);
+			http_complete(rq, 504, http_text("context %s did not answer in time",
+							 c->c_id));
+		}
+}
+
+void
+context_shutdown_all(void)
+{
+	struct context *c;
+	uint64_t until = now_ms() + 3000;
+	int left;
+
+	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+		if (c->c_pid > 0)
+			kill(c->c_pid, SIGTERM);
+	do {
+		left = 0;
+		TAILQ_FOREACH(c, &sv.sv_contexts, c_link) {
+			if (c->c_pid <= 0)
+				continue;
+			if (c->c_child ? waitpid(c->c_pid, NULL, WNOHANG) == c->c_pid
+				       : kill(c->c_pid, 0) < 0)
+				c->c_pid = 0;
+			else
+				left++;
+		}
+		if (left)
+			usleep(10000);
+	} while (left && now_ms() < until);
+	while ((c = TAILQ_FIRST(&sv.sv_contexts))) {
+		if (c->c_pid > 0) {
+			log_warn("context %s: proxy %d did not stop; killed", c->c_id,
+				 (int)c->c_pid);
+			kill(c->c_pid, SIGKILL);
+			if (c->c_child)
+				waitpid(c->c_pid, NULL, 0);
+		}
+		context_free(c);
+	}
+}
+
+/*
+ * Adopts the proxies a previous broker left running: each context dir with a
+ * state file whose proxy is alive is re-attached under the same id; anything
+ * else there is stale and removed.
+ */
+void
+context_adopt_all(void)
+{
+	char *dir = xasprintf("%s/ctx", sv.sv_run_dir);
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		char *cdir = xasprintf("%s/%s", dir, de->d_name);
+		char *state = xasprintf("%s/state.json", cdir);
+		json_t *j = json_load_file(state, 0, NULL);
+		const char *id = json_string_value(json_object_get(j, "id"));
+		const char *lang = json_string_value(json_object_get(j, "language"));
+		const char *cwd = json_string_value(json_object_get(j, "cwd"));
+		json_int_t pid = json_integer_value(json_object_get(j, "pid"));
+		bool is_default = json_is_true(json_object_get(j, "default"));
+		char exe[PATH_MAX] = "", *link = xasprintf("/proc/%lld/exe", (long long)pid);
+		ssize_t el = readlink(link, exe, sizeof(exe) - 1);
+
+		if (el > 0)
+			exe[el] = '\0';
+		free(link);
+		const char *base = strrchr(exe, '/');
+		if (id && lang && cwd && pid > 1 && !strcmp(id, de->d_name) && uuid_valid(id) &&
+		    base && !strncmp(base + 1, "sandcell-proxy", 14) &&
+		    !context_find(id)) {
+			struct context *c = context_new(id, lang, cwd, is_default);
+			c->c_pid = pid;
+			c->c_child = false;
+			TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
+			if (connect_proxy(c) < 0) {
+				context_free(c);
+			} else {
+				c->c_ready = true; /* it was ready for the previous broker */
+				n++;
+			}
+		} else {
+			log_info("run dir: removing stale context dir %s", cdir);
+			rm_rf(cdir);
+		}
+		json_decref(j);
+		free(state);
+		free(cdir);
+	}
+	if (d)
+		closedir(d);
+	free(dir);
+	if (n)
+		log_info("re-attached %d live context%s from %s", n, n == 1 ? "" : "s",
+			 sv.sv_run_dir);
+}

@@ -1,0 +1,504 @@
+/*
+ * http.c — the HTTP API on libmicrohttpd: routing, body limits, validation of
+ * every request body, and responses. MHD runs in external-epoll mode inside the
+ * broker's loop; requests that wait (context start, restart, delete) are
+ * suspended and answered with http_complete().
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
+
+#include "broker.h"
+
+#define CT_TEXT "text/plain; charset=utf-8"
+#define CT_JSON "application/json"
+
+struct MHD_Response *
+http_text(const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+	int n;
+
+	va_start(ap, fmt);
+	n = vasprintf(&s, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		fatal("out of memory");
+	s = xrealloc(s, n + 2);
+	s[n++] = '\n';
+	struct MHD_Response *r = MHD_create_response_from_buffer(n, s, MHD_RESPMEM_MUST_FREE);
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, CT_TEXT);
+	return r;
+}
+
+struct MHD_Response *
+http_json(json_t *j)
+{
+	char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
+	struct MHD_Response *r;
+
+	json_decref(j);
+	if (!s)
+		fatal("out of memory");
+	r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, CT_JSON);
+	return r;
+}
+
+static enum MHD_Result
+respond(struct MHD_Connection *conn, unsigned status, struct MHD_Response *r)
+{
+	enum MHD_Result ret = MHD_queue_response(conn, status, r);
+
+	MHD_destroy_response(r);
+	return ret;
+}
+
+/* Answers a request now, or after resuming it if it was suspended. */
+void
+http_complete(struct request *rq, unsigned status, struct MHD_Response *resp)
+{
+	if (!rq->rq_suspended) {
+		respond(rq->rq_conn, status, resp);
+		return;
+	}
+	if (rq->rq_resp)
+		MHD_destroy_response(rq->rq_resp);
+	rq->rq_resp = resp;
+	rq->rq_status = status;
+	rq->rq_suspended = false;
+	MHD_resume_connection(rq->rq_conn);
+	sv.sv_mhd_kick = true;
+}
+
+/* Optional string member: absent and null are the same. */
+static int
+opt_string(json_t *body, const char *key, const char **out, char *err, size_t errsz)
+{
+	json_t *v = json_object_get(body, key);
+
+	*out = NULL;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_string(v)) {
+		snprintf(err, errsz, "'%s' must be a string", key);
+		return -1;
+	}
+	*out = json_string_value(v);
+	return 0;
+}
+
+static int
+language_check(const char *in, char *lang, size_t langsz, char *err, size_t errsz)
+{
+	struct kspec *ks;
+
+	if (lang_normalise(in, lang, langsz) < 0 || kspec_find(lang, &ks) < 0) {
+		char *avail = kspec_languages();
+		snprintf(err, errsz, "unknown language '%.64s'; available: %s", in, avail);
+		free(avail);
+		return -1;
+	}
+	kspec_free(ks);
+	return 0;
+}
+
+/*
+ * Validates a /execute body into an EXECUTE message. Returns 0, or an HTTP
+ * status with err set. A language is checked against installed kernelspecs.
+ */
+int
+http_validate_execute(json_t *body, struct msg *m, const char **ctx_id, char *lang,
+		      size_t langsz, char *err, size_t errsz)
+{
+	json_t *code = json_object_get(body, "code"), *env, *to, *v;
+	const char *language, *policy, *k;
+
+	msg_init(m, MSG_EXECUTE);
+	lang[0] = '\0';
+	if (!json_is_object(body))
+		return snprintf(err, errsz, "the body must be a JSON object"), 400;
+	if (!code)
+		return snprintf(err, errsz, "'code' is required"), 400;
+	if (!json_is_string(code))
+		return snprintf(err, errsz, "'code' must be a string"), 400;
+	if (json_string_length(code) > PROTO_MAX_BIG)
+		return snprintf(err, errsz, "'code' is too long"), 413;
+	if (opt_string(body, "context_id", ctx_id, err, errsz) < 0 ||
+	    opt_string(body, "language", &language, err, errsz) < 0 ||
+	    opt_string(body, "on_disconnect", &policy, err, errsz) < 0)
+		return 400;
+	if (*ctx_id && language)
+		return snprintf(err, errsz, "'context_id' and 'language' cannot both be set"),
+		       400;
+	if (policy && strcmp(policy, "interrupt") && strcmp(policy, "continue"))
+		return snprintf(err, errsz,
+				"'on_disconnect' must be \"interrupt\" or \"continue\""),
+		       400;
+	to = json_object_get(body, "timeout");
+	if (to && !json_is_null(to)) {
+		double t = json_number_value(to);
+		if (!json_is_number(to) || !(t > 0) || t > 86400 * 7)
+			return snprintf(err, errsz,
+					"'timeout' must be a number of seconds, > 0"),
+			       400;
+		msg_set_u64(m, F_TIMEOUT, (uint64_t)(t * 1000 + 0.5) ? (uint64_t)(t * 1000 + 0.5) : 1);
+	}
+	env = json_object_get(body, "env_vars");
+	if (env && !json_is_null(env)) {
+		if (!json_is_object(env))
+			return snprintf(err, errsz, "'env_vars' must be an object of strings"),
+			       400;
+		if (json_object_size(env) > PROTO_MAX_ENV)
+			return snprintf(err, errsz, "'env_vars' has too many entries"), 400;
+		json_object_foreach(env, k, v)
+		{
+			if (!env_key_valid(k)) {
+				snprintf(err, errsz, "env var name '%.64s' is not valid", k);
+				goto bad;
+			}
+			if (!json_is_string(v)) {
+				snprintf(err, errsz, "env var '%s' must be a string", k);
+				goto bad;
+			}
+			if (strlen(json_string_value(v)) != json_string_length(v) ||
+			    json_string_length(v) > PROTO_MAX_ENVVAL) {
+				snprintf(err, errsz, "env var '%s' has a NUL byte or is too long",
+					 k);
+				goto bad;
+			}
+			msg_add_env(m, k, json_string_value(v));
+		}
+	}
+	if (language && language_check(language, lang, langsz, err, errsz) < 0)
+		goto bad;
+	msg_set_str(m, F_CODE, json_string_value(code), json_string_length(code));
+	msg_set_u64(m, F_POLICY,
+		    policy && !strcmp(policy, "continue") ? POLICY_CONTINUE : POLICY_INTERRUPT);
+	return 0;
+bad:
+	msg_free(m);
+	return 400;
+}
+
+static json_t *
+parse_body(struct request *rq, char *err, size_t errsz)
+{
+	json_error_t jerr;
+	json_t *j;
+
+	if (rq->rq_body.b_len == 0) {
+		snprintf(err, errsz, "a JSON body is required");
+		return NULL;
+	}
+	j = json_loadb(buf_head(&rq->rq_body), buf_pending(&rq->rq_body),
+		       JSON_REJECT_DUPLICATES, &jerr);
+	if (!j)
+		snprintf(err, errsz, "invalid JSON body: %s (line %d, column %d)", jerr.text,
+			 jerr.line, jerr.column);
+	else if (!json_is_object(j)) {
+		snprintf(err, errsz, "the body must be a JSON object");
+		json_decref(j);
+		j = NULL;
+	}
+	return j;
+}
+
+static void
+suspend(struct request *rq)
+{
+	rq->rq_suspended = true;
+	MHD_suspend_connection(rq->rq_conn);
+}
+
+static enum MHD_Result
+do_execute(struct request *rq)
+{
+	char err[1024], lang[MAX_LANG + 1];
+	const char *ctx_id = NULL;
+	struct context *c;
+	struct msg m;
+	json_t *body;
+	int st;
+
+	if (!(body = parse_body(rq, err, sizeof(err))))
+		return respond(rq->rq_conn, 400, http_text("%s", err));
+	st = http_validate_execute(body, &m, &ctx_id, lang, sizeof(lang), err, sizeof(err));
+	if (st) {
+		json_decref(body);
+		return respond(rq->rq_conn, st, http_text("%s", err));
+	}
+	if (ctx_id) {
+		if (!(c = context_find(ctx_id))) {
+			msg_free(&m);
+			enum MHD_Result r = respond(rq->rq_conn, 404,
+						    http_text("context '%.64s' not found", ctx_id));
+			json_decref(body);
+			return r;
+		}
+	} else {
+		if (!lang[0])
+			snprintf(lang, sizeof(lang), "python");
+		if (!(c = context_default(lang)) &&
+		    (st = context_create(lang, sv.sv_cwd, true, &c, err, sizeof(err))) < 0) {
+			msg_free(&m);
+			json_decref(body);
+			return respond(rq->rq_conn, st == -EAGAIN ? 429 : 500,
+				       http_text("%s", err));
+		}
+	}
+	json_decref(body);
+	if (c->c_nstreams > sv.sv_max_queue) {
+		msg_free(&m);
+		return respond(rq->rq_conn, 429,
+			       http_text("context %s has %d executions waiting (limit %d)",
+					 c->c_id, c->c_nstreams - 1, sv.sv_max_queue));
+	}
+	rq->rq_stream = stream_open(c, rq->rq_conn);
+	msg_set_u64(&m, F_STREAM, rq->rq_stream->st_id);
+	context_send(c, &m);
+	msg_free(&m);
+	return respond(rq->rq_conn, 200, stream_response(rq->rq_stream));
+}
+
+static enum MHD_Result
+do_create(struct request *rq)
+{
+	char err[1024], lang[MAX_LANG + 1];
+	const char *language = NULL, *cwd = NULL;
+	struct context *c;
+	json_t *body = NULL;
+	struct stat st;
+	int rc;
+
+	if (rq->rq_body.b_len) {
+		if (!(body = parse_body(rq, err, sizeof(err))))
+			return respond(rq->rq_conn, 400, http_text("%s", err));
+		if (opt_string(body, "language", &language, err, sizeof(err)) < 0 ||
+		    opt_string(body, "cwd", &cwd, err, sizeof(err)) < 0)
+			goto bad;
+	}
+	if (language_check(language ? language : "python", lang, sizeof(lang), err,
+			   sizeof(err)) < 0)
+		goto bad;
+	if (!cwd)
+		cwd = sv.sv_cwd;
+	if (cwd[0] != '/' || strlen(cwd) >= PROTO_MAX_NAME || stat(cwd, &st) < 0 ||
+	    !S_ISDIR(st.st_mode)) {
+		snprintf(err, sizeof(err), "cwd '%.256s' is not an existing absolute directory",
+			 cwd);
+		goto bad;
+	}
+	rc = context_create(lang, cwd, false, &c, err, sizeof(err));
+	json_decref(body);
+	if (rc < 0)
+		return respond(rq->rq_conn, rc == -EAGAIN ? 429 : 500, http_text("%s", err));
+	suspend(rq);
+	context_wait_ready(c, rq);
+	return MHD_YES;
+bad:
+	json_decref(body);
+	return respond(rq->rq_conn, 400, http_text("%s", err));
+}
+
+static enum MHD_Result
+do_list(struct request *rq)
+{
+	json_t *a = json_array();
+	struct context *c;
+
+	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+		if (!c->c_deleting)
+			json_array_append_new(a, context_json(c, false));
+	return respond(rq->rq_conn, 200, http_json(a));
+}
+
+static enum MHD_Result
+route(struct request *rq, const char *url, const char *method)
+{
+	bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+	bool del = !strcmp(method, "DELETE");
+	char id[64];
+	const char *rest;
+	struct context *c;
+
+	if (!strcmp(url, "/health")) {
+		if (!get)
+			goto method;
+		return respond(rq->rq_conn, 200, http_json(json_string("OK")));
+	}
+	if (!strcmp(url, "/execute")) {
+		if (!post)
+			goto method;
+		return do_execute(rq);
+	}
+	if (!strcmp(url, "/contexts")) {
+		if (post)
+			return do_create(rq);
+		if (get)
+			return do_list(rq);
+		goto method;
+	}
+	if (strncmp(url, "/contexts/", 10))
+		return respond(rq->rq_conn, 404, http_text("no such endpoint: %.128s", url));
+	rest = url + 10;
+	size_t idlen = strcspn(rest, "/");
+	if (idlen >= sizeof(id) || !(snprintf(id, sizeof(id), "%.*s", (int)idlen, rest),
+				     c = context_find(id)))
+		return respond(rq->rq_conn, 404,
+			       http_text("context '%.64s' not found", idlen < 64 ? id : "?"));
+	rest += idlen;
+	if (!*rest) {
+		if (get)
+			return respond(rq->rq_conn, 200, http_json(context_json(c, true)));
+		if (!del)
+			goto method;
+		suspend(rq);
+		context_request(c, rq, MSG_SHUTDOWN, OP_DELETE);
+		return MHD_YES;
+	}
+	if (!strcmp(rest, "/restart") || !strcmp(rest, "/interrupt")) {
+		if (!post)
+			goto method;
+		suspend(rq);
+		if (rest[1] == 'r')
+			context_request(c, rq, MSG_RESTART, OP_RESTART);
+		else
+			context_request(c, rq, MSG_INTERRUPT, OP_INTERRUPT);
+		return MHD_YES;
+	}
+	return respond(rq->rq_conn, 404, http_text("no such endpoint: %.128s", url));
+method:
+	return respond(rq->rq_conn, 405, http_text("method %.16s not allowed on %.128s",
+						   method, url));
+}
+
+static enum MHD_Result
+on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+	   const char *version, const char *upload, size_t *upload_size, void **con_cls)
+{
+	struct request *rq = *con_cls;
+
+	(void)cls;
+	(void)version;
+	if (!rq) {
+		const char *cl =
+			MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+		rq = xcalloc(1, sizeof(*rq));
+		rq->rq_conn = conn;
+		*con_cls = rq;
+		if (cl && strtoull(cl, NULL, 10) > sv.sv_max_body)
+			return respond(conn, 413,
+				       http_text("request body over the limit of %zu bytes",
+						 sv.sv_max_body));
+		return MHD_YES;
+	}
+	if (rq->rq_resp) {
+		struct MHD_Response *r = rq->rq_resp;
+		rq->rq_resp = NULL;
+		return respond(conn, rq->rq_status, r);
+	}
+	if (*upload_size) {
+		if (rq->rq_body.b_len + *upload_size > sv.sv_max_body)
+			rq->rq_too_big = true;
+		else
+			buf_append(&rq->rq_body, upload, *upload_size);
+		*upload_size = 0;
+		return MHD_YES;
+	}
+	if (rq->rq_suspended || rq->rq_stream)
+		return MHD_YES;
+	if (rq->rq_too_big)
+		return respond(conn, 413, http_text("request body over the limit of %zu bytes",
+						    sv.sv_max_body));
+	return route(rq, url, method);
+}
+
+static void
+on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+	     enum MHD_RequestTerminationCode toe)
+{
+	struct request *rq = *con_cls;
+
+	(void)cls;
+	(void)conn;
+	(void)toe;
+	if (!rq)
+		return;
+	if (rq->rq_stream)
+		stream_closed(rq->rq_stream);
+	context_forget_waiter(rq);
+	if (rq->rq_resp)
+		MHD_destroy_response(rq->rq_resp);
+	buf_free(&rq->rq_body);
+	free(rq);
+	*con_cls = NULL;
+}
+
+static void
+mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	char line[512];
+
+	(void)cls;
+	vsnprintf(line, sizeof(line), fmt, ap);
+	line[strcspn(line, "\n")] = '\0';
+	log_debug("http: %s", line);
+}
+
+int
+http_start(void)
+{
+	char host[256];
+	const char *colon = strrchr(sv.sv_listen, ':');
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+	struct addrinfo *ai;
+	unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+			 MHD_USE_TURBO;
+	int e;
+
+	if (!colon || colon == sv.sv_listen || (size_t)(colon - sv.sv_listen) >= sizeof(host)) {
+		log_err("--listen %s: expected HOST:PORT", sv.sv_listen);
+		return -1;
+	}
+	snprintf(host, sizeof(host), "%.*s", (int)(colon - sv.sv_listen), sv.sv_listen);
+	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+		memmove(host, host + 1, strlen(host));
+		host[strlen(host) - 1] = '\0';
+	}
+	if ((e = getaddrinfo(host, colon + 1, &hints, &ai))) {
+		log_err("--listen %s: %s", sv.sv_listen, gai_strerror(e));
+		return -1;
+	}
+	if (ai->ai_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	sv.sv_mhd = MHD_start_daemon(
+		flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+		MHD_OPTION_CONNECTION_TIMEOUT, sv.sv_conn_timeout,
+		MHD_OPTION_CONNECTION_LIMIT, 4096u,
+		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+	freeaddrinfo(ai);
+	if (!sv.sv_mhd) {
+		log_err("listen on %s failed (address in use or not available)", sv.sv_listen);
+		return -1;
+	}
+	const union MHD_DaemonInfo *di = MHD_get_daemon_info(sv.sv_mhd, MHD_DAEMON_INFO_EPOLL_FD);
+	sv.sv_ev_mhd = (struct evsrc){EV_MHD, NULL};
+	server_watch(di->epoll_fd, EPOLLIN, &sv.sv_ev_mhd);
+	return 0;
+}
+
+void
+http_stop(void)
+{
+	if (sv.sv_mhd)
+		MHD_stop_daemon(sv.sv_mhd);
+	sv.sv_mhd = NULL;
+}

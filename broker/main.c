@@ -1,0 +1,363 @@
+/*
+ * main.c — sandcell-broker: options, run directory, and the one event loop
+ * (epoll) that drives libmicrohttpd, every proxy's IPC socket, client hang-up
+ * watches, signals and timers. Everything runs on this thread; nng's own
+ * threads only wake it through an eventfd.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "broker.h"
+
+struct server sv;
+
+void
+server_watch(int fd, uint32_t events, struct evsrc *ev)
+{
+	struct epoll_event e = {.events = events, .data.ptr = ev};
+
+	if (epoll_ctl(sv.sv_epfd, EPOLL_CTL_ADD, fd, &e) < 0 &&
+	    (errno != EEXIST || epoll_ctl(sv.sv_epfd, EPOLL_CTL_MOD, fd, &e) < 0))
+		log_warn("epoll_ctl add fd %d: %s", fd, strerror(errno));
+}
+
+void
+server_unwatch(int fd)
+{
+	epoll_ctl(sv.sv_epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+static void
+usage(void)
+{
+	fprintf(stderr,
+		"usage: sandcell-broker [options]\n"
+		"  --listen HOST:PORT      HTTP address (default 127.0.0.1:49999)\n"
+		"  --run-dir DIR           sockets and state (default $XDG_RUNTIME_DIR/sandcell\n"
+		"                          or /tmp/sandcell-$UID)\n"
+		"  --cwd DIR               default working directory of contexts\n"
+		"                          (default /home/user if it exists, else $HOME)\n"
+		"  --env KEY=VALUE         global env var for every context (repeatable)\n"
+		"  --env-file FILE         global env vars, KEY=VALUE lines\n"
+		"  --max-body BYTES        largest request body (default 16777216)\n"
+		"  --max-queue N           queued executions per context (default 64)\n"
+		"  --max-contexts N        contexts in total (default 256)\n"
+		"  --conn-timeout SECONDS  idle HTTP connection timeout (default 120)\n"
+		"  --no-default-context    do not start a python context at start-up\n"
+		"  --proxy PATH            sandcell-proxy binary (default: beside this one)\n"
+		"  --log-level LEVEL       error, warn, info (default) or debug\n");
+	exit(2);
+}
+
+static int
+env_put(const char *kv, const char *origin)
+{
+	const char *eq = strchr(kv, '=');
+	char *k;
+
+	if (!eq) {
+		log_err("%s: '%s' is not KEY=VALUE", origin, kv);
+		return -1;
+	}
+	k = xstrndup(kv, eq - kv);
+	if (!env_key_valid(k)) {
+		log_err("%s: '%s' is not a valid variable name", origin, k);
+		free(k);
+		return -1;
+	}
+	json_object_set_new(sv.sv_genv, k, json_string(eq + 1));
+	free(k);
+	return 0;
+}
+
+static int
+env_file_read(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
+	int rc = 0;
+
+	if (!f) {
+		log_err("env file %s: %s", path, strerror(errno));
+		return -1;
+	}
+	while ((n = getline(&line, &cap, f)) > 0) {
+		while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+			line[--n] = '\0';
+		char *p = line;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (*p == '\0' || *p == '#')
+			continue;
+		if (!strncmp(p, "export ", 7))
+			p += 7;
+		if (env_put(p, path) < 0)
+			rc = -1;
+	}
+	free(line);
+	fclose(f);
+	return rc;
+}
+
+/* The run dir is ours alone: 0700, owned by us, one broker at a time. */
+static void
+run_dir_prepare(void)
+{
+	struct stat st;
+	char *lock, *ctx;
+	int fd, rc;
+
+	if ((rc = mkdir_p(sv.sv_run_dir, 0700)) < 0)
+		fatal("run dir %s: %s", sv.sv_run_dir, strerror(-rc));
+	if (lstat(sv.sv_run_dir, &st) < 0 || !S_ISDIR(st.st_mode))
+		fatal("run dir %s: not a directory", sv.sv_run_dir);
+	if (st.st_uid != geteuid())
+		fatal("run dir %s: owned by uid %u, not us", sv.sv_run_dir, st.st_uid);
+	if ((st.st_mode & 0777) != 0700 && chmod(sv.sv_run_dir, 0700) < 0)
+		fatal("chmod 0700 %s: %s", sv.sv_run_dir, strerror(errno));
+	lock = xasprintf("%s/broker.lock", sv.sv_run_dir);
+	fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
+		fatal("run dir %s is in use by another broker (%s)", sv.sv_run_dir,
+		      strerror(errno));
+	free(lock); /* fd stays open: the lock lives as long as we do */
+	ctx = xasprintf("%s/ctx", sv.sv_run_dir);
+	if ((rc = mkdir_p(ctx, 0700)) < 0)
+		fatal("mkdir %s: %s", ctx, strerror(-rc));
+	free(ctx);
+
+	sv.sv_env_file = xasprintf("%s/global-env.json", sv.sv_run_dir);
+	char *tmp = xasprintf("%s.tmp", sv.sv_env_file);
+	unlink(tmp);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0 || json_dumpfd(sv.sv_genv, fd, JSON_COMPACT) < 0 ||
+	    rename(tmp, sv.sv_env_file) < 0)
+		fatal("write %s: %s", sv.sv_env_file, strerror(errno));
+	close(fd);
+	free(tmp);
+}
+
+static const char *
+default_cwd(void)
+{
+	struct stat st;
+	const char *home = getenv("HOME");
+
+	if (stat("/home/user", &st) == 0 && S_ISDIR(st.st_mode))
+		return "/home/user";
+	return home && *home == '/' ? home : "/";
+}
+
+static const char *
+default_proxy_bin(void)
+{
+	static char path[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 32);
+
+	if (n <= 0)
+		return "sandcell-proxy";
+	path[n] = '\0';
+	char *slash = strrchr(path, '/');
+	strcpy(slash + 1, "sandcell-proxy");
+	return path;
+}
+
+static void
+handle_signals(void)
+{
+	struct signalfd_siginfo si;
+	int status;
+	pid_t pid;
+
+	while (read(sv.sv_sigfd, &si, sizeof(si)) == sizeof(si)) {
+		if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+			log_info("signal %d: stopping", si.ssi_signo);
+			sv.sv_quit = true;
+		}
+	}
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+		context_reaped(pid, status);
+}
+
+static void
+wake_drain(void)
+{
+	uint64_t v;
+
+	if (read(sv.sv_wakefd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		log_warn("eventfd: %s", strerror(errno));
+	context_pipe_events();
+}
+
+static void
+loop(void)
+{
+	struct epoll_event evs[64];
+	uint64_t next_tick = now_ms() + TICK_MS;
+
+	while (!sv.sv_quit) {
+		MHD_UNSIGNED_LONG_LONG mt;
+		uint64_t now = now_ms();
+		long wait = next_tick > now ? (long)(next_tick - now) : 0;
+
+		if (MHD_get_timeout(sv.sv_mhd, &mt) == MHD_YES && (long long)mt < wait)
+			wait = (long)mt;
+		if (sv.sv_mhd_kick)
+			wait = 0;
+		int n = epoll_wait(sv.sv_epfd, evs, 64, (int)wait);
+		if (n < 0 && errno != EINTR)
+			fatal("epoll_wait: %s", strerror(errno));
+		for (int i = 0; i < n; i++) {
+			struct evsrc *ev = evs[i].data.ptr;
+			switch (ev->ev_kind) {
+			case EV_MHD: break; /* MHD_run below */
+			case EV_SIGNAL: handle_signals(); break;
+			case EV_WAKE: wake_drain(); break;
+			case EV_CTX_RECV: context_recv(ev->ev_obj); break;
+			case EV_CTX_SEND: context_flush(ev->ev_obj); break;
+			case EV_HANGUP: stream_hangup(ev->ev_obj); break;
+			case EV_CTL: control_recv(); break;
+			}
+		}
+		sv.sv_mhd_kick = false;
+		MHD_run(sv.sv_mhd);
+		now = now_ms();
+		if (now >= next_tick) {
+			stream_tick(now);
+			context_tick(now);
+			next_tick = now + TICK_MS;
+		}
+	}
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"listen", required_argument, NULL, 'l'},
+		{"run-dir", required_argument, NULL, 'r'},
+		{"cwd", required_argument, NULL, 'c'},
+		{"env", required_argument, NULL, 'e'},
+		{"env-file", required_argument, NULL, 'E'},
+		{"max-body", required_argument, NULL, 'b'},
+		{"max-queue", required_argument, NULL, 'q'},
+		{"max-contexts", required_argument, NULL, 'm'},
+		{"conn-timeout", required_argument, NULL, 't'},
+		{"no-default-context", no_argument, NULL, 'n'},
+		{"proxy", required_argument, NULL, 'p'},
+		{"log-level", required_argument, NULL, 'v'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	sigset_t mask;
+	int c, level = LOG_INFO;
+	char err[512];
+
+	sv.sv_listen = "127.0.0.1:49999";
+	sv.sv_max_body = 16u << 20;
+	sv.sv_max_queue = 64;
+	sv.sv_max_contexts = 256;
+	sv.sv_conn_timeout = 120;
+	sv.sv_genv = json_object();
+	sv.sv_log_level = "info";
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'l': sv.sv_listen = optarg; break;
+		case 'r': sv.sv_run_dir = optarg; break;
+		case 'c': sv.sv_cwd = optarg; break;
+		case 'e':
+			if (env_put(optarg, "--env") < 0)
+				exit(2);
+			break;
+		case 'E':
+			if (env_file_read(optarg) < 0)
+				exit(2);
+			break;
+		case 'b': sv.sv_max_body = strtoull(optarg, NULL, 10); break;
+		case 'q': sv.sv_max_queue = atoi(optarg); break;
+		case 'm': sv.sv_max_contexts = atoi(optarg); break;
+		case 't': sv.sv_conn_timeout = atoi(optarg); break;
+		case 'n': sv.sv_no_default = true; break;
+		case 'p': sv.sv_proxy_bin = optarg; break;
+		case 'v':
+			if ((level = parse_level(optarg)) < 0)
+				usage();
+			sv.sv_log_level = optarg;
+			break;
+		default: usage();
+		}
+	}
+	if (optind != argc || sv.sv_max_body == 0 || sv.sv_max_queue < 0 ||
+	    sv.sv_max_contexts <= 0)
+		usage();
+	log_init("sandcell-broker", level);
+	if (!sv.sv_run_dir)
+		sv.sv_run_dir = default_run_dir();
+	if (!sv.sv_cwd)
+		sv.sv_cwd = default_cwd();
+	if (!sv.sv_proxy_bin)
+		sv.sv_proxy_bin = default_proxy_bin();
+	if (access(sv.sv_proxy_bin, X_OK) < 0)
+		fatal("proxy binary %s: %s", sv.sv_proxy_bin, strerror(errno));
+	TAILQ_INIT(&sv.sv_contexts);
+	TAILQ_INIT(&sv.sv_streams);
+	sv.sv_started = now_ms();
+	/* stream ids never repeat across broker restarts: proxies outlive us */
+	sv.sv_next_stream = (uint64_t)time(NULL) << 20;
+	sv.sv_next_req = 1;
+	run_dir_prepare();
+
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGCHLD);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	if ((sv.sv_epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
+		fatal("epoll_create1: %s", strerror(errno));
+	if ((sv.sv_sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
+		fatal("signalfd: %s", strerror(errno));
+	if ((sv.sv_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+		fatal("eventfd: %s", strerror(errno));
+	sv.sv_ev_sig = (struct evsrc){EV_SIGNAL, NULL};
+	sv.sv_ev_wake = (struct evsrc){EV_WAKE, NULL};
+	server_watch(sv.sv_sigfd, EPOLLIN, &sv.sv_ev_sig);
+	server_watch(sv.sv_wakefd, EPOLLIN, &sv.sv_ev_wake);
+
+	if (control_start() < 0)
+		exit(1);
+	if (http_start() < 0)
+		exit(1);
+	context_adopt_all();
+	if (!sv.sv_no_default && !context_default("python")) {
+		struct context *ctx;
+		if (context_create("python", sv.sv_cwd, true, &ctx, err, sizeof(err)) < 0)
+			log_err("default python context: %s", err);
+	}
+	log_info("listening on http://%s (run dir %s, version %s)", sv.sv_listen,
+		 sv.sv_run_dir, SANDCELL_VERSION);
+	loop();
+
+	http_stop();
+	context_shutdown_all();
+	control_stop();
+	unlink(sv.sv_env_file);
+	log_info("stopped");
+	return 0;
+}
