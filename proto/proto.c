@@ -282,8 +282,10 @@ rd_str(struct rd *r, size_t max, const char **s, size_t *len)
 		return e;
 	if (n > max)
 		return PROTO_ESIZE;
-	if ((e = rd_bytes(r, n, (const uint8_t **)s)))
+	const uint8_t *b;
+	if ((e = rd_bytes(r, n, &b)))
 		return e;
+	*s = (const char *)b;
 	*len = n;
 	return 0;
 }

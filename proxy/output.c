@@ -95,7 +95,7 @@ output_result(json_t *data, bool is_main)
 void
 output_line(struct buf *b, json_t *obj)
 {
-	char *s = json_dumps(obj, JSON_COMPACT | JSON_ENCODE_ANY);
+	char *s = json_dumps(obj, JSON_COMPACT | JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
 
 	if (s) {
 		buf_append(b, s, strlen(s));
