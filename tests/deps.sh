@@ -1,0 +1,32 @@
+#!/bin/sh
+# Installs every Debian package sandcell needs to build, run its kernels and
+# run its tests, then the npm packages of the SDK test. Idempotent: installs
+# only what is missing; --no-install-recommends keeps kernels small.
+set -eu
+cd "$(dirname "$0")/.."
+
+PKGS="build-essential pkg-config libnng-dev libmsgpack-dev libmicrohttpd-dev
+libcriterion-dev libzmq3-dev libjansson-dev libsodium-dev libcurl4-openssl-dev
+python3-ipykernel python3-matplotlib python3-matplotlib-inline curl"
+# Node.js runs the E2B SDK test; keep a Node.js that is already there.
+command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
+command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm"
+
+missing=""
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+		missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+	echo "deps: installing$missing"
+	SUDO=""
+	[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+fi
+
+# The public E2B SDK, pinned in tests/sdk/package-lock.json, into an ignored folder.
+if [ ! -d tests/sdk/node_modules/@e2b/code-interpreter ]; then
+	echo "deps: installing the E2B SDK (npm)"
+	(cd tests/sdk && npm ci --no-audit --no-fund --loglevel=error)
+fi

@@ -1,0 +1,400 @@
+/*
+ * harness.c — start/stop real brokers and talk HTTP to them with libcurl.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+#include <criterion/hooks.h>
+#include <curl/curl.h>
+
+#include "harness.h"
+
+double
+ms_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+double
+ms_since(double t0)
+{
+	return ms_now() - t0;
+}
+
+int
+free_port(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+struct sink {
+	char *data;
+	size_t len;
+};
+
+static size_t
+sink_write(char *p, size_t sz, size_t n, void *arg)
+{
+	struct sink *s = arg;
+
+	s->data = realloc(s->data, s->len + sz * n + 1);
+	memcpy(s->data + s->len, p, sz * n);
+	s->len += sz * n;
+	s->data[s->len] = '\0';
+	return sz * n;
+}
+
+int
+http(const char *base, const char *method, const char *path, const char *body,
+     struct resp *r, long timeout_s)
+{
+	CURL *c = curl_easy_init();
+	struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+	struct sink s = {0};
+	char url[1024];
+	char *ct = NULL;
+	CURLcode e;
+
+	memset(r, 0, sizeof(*r));
+	snprintf(url, sizeof(url), "%s%s", base, path);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, timeout_s);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+	if (body) {
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+	}
+	e = curl_easy_perform(c);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->r_status);
+	curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
+	if (ct)
+		snprintf(r->r_ctype, sizeof(r->r_ctype), "%s", ct);
+	r->r_body = s.data ? s.data : strdup("");
+	r->r_len = s.len;
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	return e == CURLE_OK ? 0 : -1;
+}
+
+void
+resp_free(struct resp *r)
+{
+	free(r->r_body);
+	r->r_body = NULL;
+}
+
+struct ndjson {
+	char *partial;
+	size_t plen;
+	json_t *lines;
+	double t0;
+};
+
+static size_t
+ndjson_write(char *p, size_t sz, size_t n, void *arg)
+{
+	struct ndjson *nd = arg;
+	size_t len = sz * n;
+
+	nd->partial = realloc(nd->partial, nd->plen + len + 1);
+	memcpy(nd->partial + nd->plen, p, len);
+	nd->plen += len;
+	char *start = nd->partial, *nl;
+	while ((nl = memchr(start, '\n', nd->plen - (start - nd->partial)))) {
+		json_error_t jerr;
+		json_t *j = json_loadb(start, nl - start, 0, &jerr);
+		if (!j) /* a line that is not JSON fails the test that reads it */
+			j = json_pack("{s:s, s:s%}", "type", "_invalid", "raw", start,
+				      (size_t)(nl - start));
+		const char *t = json_string_value(json_object_get(j, "type"));
+		if (t && !strcmp(t, "keepalive")) {
+			json_decref(j);
+		} else {
+			json_object_set_new(j, "_ms", json_real(ms_since(nd->t0)));
+			json_array_append_new(nd->lines, j);
+		}
+		start = nl + 1;
+	}
+	nd->plen -= start - nd->partial;
+	memmove(nd->partial, start, nd->plen);
+	return len;
+}
+
+json_t *
+execute(const char *base, const char *body_json, long *status, long timeout_s)
+{
+	CURL *c = curl_easy_init();
+	struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+	struct ndjson nd = {.lines = json_array(), .t0 = ms_now()};
+	char url[512];
+	long st = 0;
+
+	snprintf(url, sizeof(url), "%s/execute", base);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body_json);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body_json));
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, timeout_s);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, ndjson_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &nd);
+	CURLcode e = curl_easy_perform(c);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
+	if (status)
+		*status = st;
+	if (e != CURLE_OK || st != 200) {
+		if (e != CURLE_OK)
+			fprintf(stderr, "execute: %s\n", curl_easy_strerror(e));
+		json_decref(nd.lines);
+		nd.lines = NULL;
+	}
+	free(nd.partial);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	return nd.lines;
+}
+
+json_t *
+run(const char *base, const char *ctx, const char *code)
+{
+	json_t *body = json_pack("{s:s}", "code", code);
+	char *s;
+	json_t *lines;
+
+	if (ctx)
+		json_object_set_new(body, "context_id", json_string(ctx));
+	s = json_dumps(body, 0);
+	lines = execute(base, s, NULL, 60);
+	free(s);
+	json_decref(body);
+	return lines;
+}
+
+json_t *
+line_of(json_t *lines, const char *type, int nth)
+{
+	size_t i;
+	json_t *l;
+
+	json_array_foreach(lines, i, l)
+	{
+		const char *t = json_string_value(json_object_get(l, "type"));
+		if (t && !strcmp(t, type) && nth-- == 0)
+			return l;
+	}
+	return NULL;
+}
+
+int
+count_of(json_t *lines, const char *type)
+{
+	int n = 0;
+
+	while (line_of(lines, type, n))
+		n++;
+	return n;
+}
+
+char *
+stdout_of(json_t *lines)
+{
+	size_t i, len = 0;
+	json_t *l;
+	char *out = calloc(1, 1);
+
+	json_array_foreach(lines, i, l)
+	{
+		const char *t = json_string_value(json_object_get(l, "type"));
+		const char *text = json_string_value(json_object_get(l, "text"));
+		if (t && text && !strcmp(t, "stdout")) {
+			out = realloc(out, len + strlen(text) + 1);
+			strcpy(out + len, text);
+			len += strlen(text);
+		}
+	}
+	return out;
+}
+
+const char *
+result_text(json_t *lines)
+{
+	json_t *r = line_of(lines, "result", 0);
+
+	return r ? json_string_value(json_object_get(r, "text")) : NULL;
+}
+
+char *
+context_new(const char *base, const char *language, const char *cwd)
+{
+	json_t *body = json_object();
+	struct resp r;
+	char *s, *id = NULL;
+
+	if (language)
+		json_object_set_new(body, "language", json_string(language));
+	if (cwd)
+		json_object_set_new(body, "cwd", json_string(cwd));
+	s = json_dumps(body, 0);
+	if (http(base, "POST", "/contexts", s, &r, 60) == 0 && r.r_status == 200) {
+		json_t *j = json_loads(r.r_body, 0, NULL);
+		const char *v = json_string_value(json_object_get(j, "id"));
+		id = v ? strdup(v) : NULL;
+		json_decref(j);
+	}
+	resp_free(&r);
+	free(s);
+	json_decref(body);
+	return id;
+}
+
+int
+broker_start(struct broker *b, const char *const *extra)
+{
+	const char *bin = getenv("SANDCELL_BIN");
+	char exe[512], listen[64];
+	const char *argv[64];
+	int n = 0;
+	bool want_default = true;
+
+	memset(b, 0, sizeof(*b));
+	snprintf(exe, sizeof(exe), "%s/sandcell-broker", bin ? bin : "bin");
+	b->b_port = free_port();
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", b->b_port);
+	snprintf(b->b_url, sizeof(b->b_url), "http://127.0.0.1:%d", b->b_port);
+	snprintf(b->b_run_dir, sizeof(b->b_run_dir), "/tmp/sandcell-test.XXXXXX");
+	if (!mkdtemp(b->b_run_dir))
+		return -1;
+	snprintf(b->b_log, sizeof(b->b_log), "%s.log", b->b_run_dir);
+	argv[n++] = exe;
+	argv[n++] = "--listen";
+	argv[n++] = listen;
+	argv[n++] = "--run-dir";
+	argv[n++] = b->b_run_dir;
+	for (; extra && *extra && n < 60; extra++) {
+		if (!strcmp(*extra, "--no-default-context"))
+			want_default = false;
+		argv[n++] = *extra;
+	}
+	argv[n] = NULL;
+	fflush(NULL);
+	if ((b->b_pid = fork()) == 0) {
+		FILE *log = fopen(b->b_log, "w");
+		if (log)
+			dup2(fileno(log), 2);
+		execv(exe, (char *const *)argv);
+		_exit(127);
+	}
+	for (int i = 0; i < 300; i++) {
+		struct resp r;
+		int ok = http(b->b_url, "GET", want_default ? "/contexts" : "/health", NULL, &r,
+			      2) == 0 &&
+			 r.r_status == 200 && (!want_default || strstr(r.r_body, "\"id\""));
+		resp_free(&r);
+		if (ok)
+			break;
+		if (waitpid(b->b_pid, NULL, WNOHANG) == b->b_pid) {
+			fprintf(stderr, "broker exited at start-up; log in %s\n", b->b_log);
+			b->b_pid = 0;
+			return -1;
+		}
+		usleep(50000);
+	}
+	if (want_default) {
+		/* the default context answers only once its kernel is up */
+		json_t *l = run(b->b_url, NULL, "1");
+		json_decref(l);
+	}
+	return 0;
+}
+
+void
+broker_stop(struct broker *b)
+{
+	if (b->b_pid > 0) {
+		kill(b->b_pid, SIGTERM);
+		for (int i = 0; i < 100 && waitpid(b->b_pid, NULL, WNOHANG) != b->b_pid; i++)
+			usleep(50000);
+		kill(b->b_pid, SIGKILL);
+		waitpid(b->b_pid, NULL, 0);
+		b->b_pid = 0;
+	}
+	if (b->b_run_dir[0]) {
+		char cmd[300];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", b->b_run_dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "could not remove %s\n", b->b_run_dir);
+		if (!getenv("SANDCELL_KEEP_LOGS"))
+			unlink(b->b_log);
+	}
+}
+
+/* The shared broker: started in the runner before all tests, which inherit
+ * its address through the environment (criterion re-executes each test). */
+static struct broker shared;
+
+ReportHook(PRE_ALL)(struct criterion_test_set *set)
+{
+	struct broker *b = &shared;
+	char pid[32];
+
+	(void)set;
+	curl_global_init(CURL_GLOBAL_ALL);
+	if (broker_start(b, harness_broker_args) < 0) {
+		fprintf(stderr, "harness: the shared broker did not start\n");
+		exit(1);
+	}
+	snprintf(pid, sizeof(pid), "%d", (int)b->b_pid);
+	setenv("SANDCELL_TEST_URL", b->b_url, 1);
+	setenv("SANDCELL_TEST_RUN_DIR", b->b_run_dir, 1);
+	setenv("SANDCELL_TEST_PID", pid, 1);
+}
+
+ReportHook(POST_ALL)(struct criterion_global_stats *st)
+{
+	(void)st;
+	broker_stop(&shared);
+}
+
+const char *
+test_url(void)
+{
+	return getenv("SANDCELL_TEST_URL");
+}
+
+const char *
+test_run_dir(void)
+{
+	return getenv("SANDCELL_TEST_RUN_DIR");
+}
+
+pid_t
+test_broker_pid(void)
+{
+	const char *p = getenv("SANDCELL_TEST_PID");
+
+	return p ? atoi(p) : 0;
+}
