@@ -229,7 +229,7 @@ Test(core, delete_makes_the_id_unknown, .timeout = 60)
 	cr_assert_eq(r.r_status, 200);
 	resp_free(&r);
 	snprintf(body, sizeof(body), "{\"code\":\"1\",\"context_id\":\"%s\"}", id);
-	cr_assert_null(execute(URL, body, &st, 10));
+	cr_assert_null(execute(URL, body, &st, 10000));
 	cr_assert_eq(st, 404);
 	cr_assert_eq(http(URL, "POST", "/contexts/x/restart", NULL, &r, 10), 0);
 	cr_assert_eq(r.r_status, 404);
@@ -333,11 +333,11 @@ Test(core, language_gets_a_default_context_on_first_use, .timeout = 60)
 {
 	long st;
 	json_t *l = execute(URL, "{\"code\":\"lang_default = 5\",\"language\":\" PYTHON\"}",
-			    &st, 30);
+			    &st, 30000);
 
 	cr_assert_not_null(l, "status %ld", st);
 	json_decref(l);
-	l = execute(URL, "{\"code\":\"lang_default\",\"language\":\"python\"}", &st, 30);
+	l = execute(URL, "{\"code\":\"lang_default\",\"language\":\"python\"}", &st, 30000);
 	cr_assert_str_eq(result_text(l), "5", "same default context for the language");
 	json_decref(l);
 }

@@ -146,7 +146,7 @@ ndjson_write(char *p, size_t sz, size_t n, void *arg)
 }
 
 json_t *
-execute(const char *base, const char *body_json, long *status, long timeout_s)
+execute(const char *base, const char *body_json, long *status, long timeout_ms)
 {
 	CURL *c = curl_easy_init();
 	struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
@@ -159,14 +159,17 @@ execute(const char *base, const char *body_json, long *status, long timeout_s)
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
 	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body_json);
 	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body_json));
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, timeout_s);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, ndjson_write);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &nd);
 	CURLcode e = curl_easy_perform(c);
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
 	if (status)
 		*status = st;
-	if (e != CURLE_OK || st != 200) {
+	if (e == CURLE_OPERATION_TIMEDOUT && st == 200) {
+		/* the client gave up: what it saw so far, marked */
+		json_array_append_new(nd.lines, json_pack("{s:s}", "type", "_client_timeout"));
+	} else if (e != CURLE_OK || st != 200) {
 		if (e != CURLE_OK)
 			fprintf(stderr, "execute: %s\n", curl_easy_strerror(e));
 		json_decref(nd.lines);
@@ -188,7 +191,7 @@ run(const char *base, const char *ctx, const char *code)
 	if (ctx)
 		json_object_set_new(body, "context_id", json_string(ctx));
 	s = json_dumps(body, 0);
-	lines = execute(base, s, NULL, 60);
+	lines = execute(base, s, NULL, 60000);
 	free(s);
 	json_decref(body);
 	return lines;

@@ -51,8 +51,10 @@ void resp_free(struct resp *r);
  * POST /execute and collect the NDJSON lines as a JSON array; each line gets
  * "_ms": milliseconds since the request was sent when it arrived. Keepalives
  * are dropped. Returns NULL (status in *status) when the answer is not 200.
+ * A client that gives up after timeout_ms closes its connection (a real
+ * disconnect); its lines end with {"type":"_client_timeout"}.
  */
-json_t *execute(const char *base, const char *body_json, long *status, long timeout_s);
+json_t *execute(const char *base, const char *body_json, long *status, long timeout_ms);
 /* The same with code (and optional context id) given directly. */
 json_t *run(const char *base, const char *ctx, const char *code);
 

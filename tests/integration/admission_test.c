@@ -1,0 +1,421 @@
+/*
+ * admission_test.c — a vanished client never blocks, delays or leaks into the
+ * next request. Clients really disconnect (libcurl gives up and closes its
+ * socket); the kernel is a real ipykernel.
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+HARNESS_SHARED_BROKER("--env", "SC_GLOBAL=from-broker");
+
+#define URL test_url()
+
+/* A fresh context per test: a test's leftovers never slow the next one. */
+static char *
+fresh(void)
+{
+	char *id = context_new(URL, "python", "/tmp");
+
+	cr_assert_not_null(id, "context creation failed");
+	return id;
+}
+
+static json_t *
+exec_body(const char *ctx, const char *code, const char *extra_json, long timeout_ms,
+	  long *status)
+{
+	json_t *body = json_pack("{s:s, s:s}", "code", code, "context_id", ctx);
+	if (extra_json) {
+		json_t *x = json_loads(extra_json, 0, NULL);
+		json_object_update(body, x);
+		json_decref(x);
+	}
+	char *s = json_dumps(body, 0);
+	json_t *l = execute(URL, s, status, timeout_ms);
+	free(s);
+	json_decref(body);
+	return l;
+}
+
+static bool
+client_gave_up(json_t *l)
+{
+	return l && line_of(l, "_client_timeout", 0);
+}
+
+struct bg {
+	pthread_t t;
+	const char *ctx;
+	const char *code;
+	const char *extra;
+	long timeout_ms;
+	json_t *lines;
+	double started, ended;
+};
+
+static void *
+bg_main(void *arg)
+{
+	struct bg *b = arg;
+	long st;
+
+	b->started = ms_now();
+	b->lines = exec_body(b->ctx, b->code, b->extra, b->timeout_ms, &st);
+	b->ended = ms_now();
+	return NULL;
+}
+
+static void
+bg_start(struct bg *b)
+{
+	pthread_create(&b->t, NULL, bg_main, b);
+}
+
+static void
+bg_join(struct bg *b)
+{
+	pthread_join(b->t, NULL);
+}
+
+Test(admission, baseline_print_is_fast, .timeout = 60)
+{
+	char *id = fresh();
+	double t0 = ms_now();
+	json_t *l = run(URL, id, "print('hello')");
+
+	cr_assert(ms_since(t0) < 1000, "print('hello') took %.0f ms", ms_since(t0));
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "hello\n");
+	free(out);
+	json_decref(l);
+	free(id);
+}
+
+Test(admission, disconnect_with_interrupt_frees_context_at_once, .timeout = 60)
+{
+	char *id = fresh();
+	long st;
+	json_t *l = exec_body(id, "import time\ntime.sleep(15)", NULL, 2000, &st);
+
+	cr_assert(client_gave_up(l));
+	json_decref(l);
+	double t0 = ms_now();
+	l = run(URL, id, "print('hello')");
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "hello\n");
+	cr_assert(ms_since(t0) < 1000, "next request completed %.0f ms after the disconnect",
+		  ms_since(t0));
+	free(out);
+	json_decref(l);
+	/* state kept: the interrupt did not restart the kernel */
+	json_decref(run(URL, id, "kept = 3"));
+	l = run(URL, id, "kept");
+	cr_assert_str_eq(result_text(l), "3");
+	json_decref(l);
+	free(id);
+}
+
+Test(admission, disconnect_with_continue_lets_it_finish, .timeout = 60)
+{
+	char *id = fresh();
+	long st;
+	double t0 = ms_now();
+	json_t *l = exec_body(id, "import time\ntime.sleep(15)\nfinished = True", 
+			      "{\"on_disconnect\":\"continue\"}", 2000, &st);
+
+	cr_assert(client_gave_up(l));
+	json_decref(l);
+	l = run(URL, id, "print('hello')");
+	double done = ms_since(t0);
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "hello\n");
+	/* it waited for the sleep (15 s from t0), then ran within 1 s */
+	cr_assert(done > 14500 && done < 16000, "completed at %.0f ms", done);
+	free(out);
+	json_decref(l);
+	l = run(URL, id, "finished");
+	cr_assert_str_eq(result_text(l), "True", "the abandoned code ran to its end");
+	json_decref(l);
+	free(id);
+}
+
+Test(admission, request_right_after_disconnect_runs, .timeout = 60)
+{
+	char *id = fresh();
+	long st;
+
+	for (int i = 0; i < 3; i++) {
+		json_t *l = exec_body(id, "import time\ntime.sleep(15)", NULL, 1000, &st);
+		cr_assert(client_gave_up(l));
+		json_decref(l);
+		/* no pause: this reaches the proxy right behind the cancel */
+		l = run(URL, id, "print('next')");
+		cr_assert_not_null(l);
+		char *out = stdout_of(l);
+		cr_assert_str_eq(out, "next\n", "round %d", i);
+		cr_assert_not_null(line_of(l, "end_of_execution", 0));
+		cr_assert_null(line_of(l, "error", 0), "round %d: the next request was not aborted",
+			       i);
+		free(out);
+		json_decref(l);
+	}
+	free(id);
+}
+
+Test(admission, no_cascade_after_abandoned_retries, .timeout = 90)
+{
+	char *id = fresh();
+	double t0 = ms_now();
+	long st;
+
+	for (int i = 0; i < 3; i++) {
+		json_t *l = exec_body(id, "import time\ntime.sleep(15)", NULL, 2000, &st);
+		cr_assert(client_gave_up(l));
+		json_decref(l);
+	}
+	json_t *l = run(URL, id, "print('hello')");
+	double total = ms_since(t0);
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "hello\n");
+	/* three 2 s attempts and a prompt answer, not 3 x 15 s */
+	cr_assert(total < 8000, "total %.0f ms", total);
+	free(out);
+	json_decref(l);
+	free(id);
+}
+
+Test(admission, env_of_a_running_request_never_leaks, .timeout = 60)
+{
+	char *id = fresh();
+	struct bg a = {.ctx = id,
+		       .code = "import os, time\nseen = os.environ.get('FOO')\ntime.sleep(2)\n"
+			       "print(os.environ.get('FOO'))",
+		       .extra = "{\"env_vars\":{\"FOO\":\"a\"}}",
+		       .timeout_ms = 30000};
+
+	bg_start(&a);
+	usleep(500000);
+	json_t *b = run(URL, id, "import os\nprint(os.environ.get('FOO'))");
+	bg_join(&a);
+	char *outa = stdout_of(a.lines), *outb = stdout_of(b);
+	cr_assert_str_eq(outa, "a\n");
+	cr_assert_str_eq(outb, "None\n", "B ran with A's env vars");
+	free(outa);
+	free(outb);
+	json_decref(a.lines);
+	json_decref(b);
+	free(id);
+}
+
+Test(admission, env_restored_after_a_disconnect, .timeout = 60)
+{
+	char *id = fresh();
+	long st;
+	json_t *l = exec_body(id, "import time\ntime.sleep(15)", "{\"env_vars\":{\"FOO\":\"a\"}}",
+			      1500, &st);
+
+	cr_assert(client_gave_up(l));
+	json_decref(l);
+	l = run(URL, id, "import os\nprint(os.environ.get('FOO'))");
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "None\n");
+	free(out);
+	json_decref(l);
+	free(id);
+}
+
+Test(admission, global_env_is_what_a_request_value_restores_to, .timeout = 60)
+{
+	char *id = fresh();
+	long st;
+	json_t *l = exec_body(id, "import os\nprint(os.environ['SC_GLOBAL'])",
+			      "{\"env_vars\":{\"SC_GLOBAL\":\"per-request\"}}", 30000, &st);
+	char *out = stdout_of(l);
+
+	cr_assert_str_eq(out, "per-request\n");
+	free(out);
+	json_decref(l);
+	l = run(URL, id, "import os\nprint(os.environ['SC_GLOBAL'])");
+	out = stdout_of(l);
+	cr_assert_str_eq(out, "from-broker\n");
+	free(out);
+	json_decref(l);
+	free(id);
+}
+
+Test(admission, env_values_arrive_byte_exact, .timeout = 60)
+{
+	char *id = fresh();
+	const char *value = "it's \"q\" \\ back\\slash\nnew line $HOME ${X} `id` \xc3\xa9 \xe2\x98\xba";
+	json_t *body = json_pack("{s:s, s:s, s:{s:s}}", "context_id", id, "code",
+				 "import os\nos.environ['V']", "env_vars", "V", value);
+	char *s = json_dumps(body, 0);
+	long st;
+	json_t *l = execute(URL, s, &st, 30000);
+
+	cr_assert_not_null(l);
+	/* compare in the kernel: repr() of the value must match ours exactly */
+	json_decref(l);
+	json_decref(body);
+	free(s);
+	body = json_pack("{s:s, s:s, s:{s:s}}", "context_id", id, "code",
+			 "import os, sys\nsys.stdout.write(os.environ['V'])", "env_vars", "V",
+			 value);
+	s = json_dumps(body, 0);
+	l = execute(URL, s, &st, 30000);
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, value);
+	free(out);
+	free(s);
+	json_decref(body);
+	json_decref(l);
+	free(id);
+}
+
+Test(admission, env_key_that_is_not_a_name_is_400, .timeout = 30)
+{
+	struct resp r;
+
+	cr_assert_eq(http(URL, "POST", "/execute",
+			  "{\"code\":\"1\",\"env_vars\":{\"A=B\":\"x\"}}", &r, 10), 0);
+	cr_assert_eq(r.r_status, 400);
+	resp_free(&r);
+}
+
+Test(admission, queued_request_whose_client_left_never_runs, .timeout = 60)
+{
+	char *id = fresh();
+	char path[128], code[256];
+	struct bg a = {.ctx = id, .code = "import time\ntime.sleep(3)", .timeout_ms = 30000};
+	long st;
+
+	snprintf(path, sizeof(path), "/tmp/sandcell-never-%d", (int)getpid());
+	unlink(path);
+	snprintf(code, sizeof(code), "open('%s', 'w').write('ran')", path);
+	bg_start(&a);
+	usleep(300000);
+	json_t *l = exec_body(id, code, NULL, 1000, &st); /* queued behind a, then gone */
+	cr_assert(client_gave_up(l));
+	json_decref(l);
+	bg_join(&a);
+	json_decref(a.lines);
+	l = run(URL, id, "1"); /* the queue is drained */
+	json_decref(l);
+	struct stat sb;
+	cr_assert(stat(path, &sb) < 0, "the cancelled request ran");
+	free(id);
+}
+
+Test(admission, timeout_interrupts_and_names_the_error, .timeout = 60)
+{
+	char *id = fresh();
+	long st;
+	double t0 = ms_now();
+	json_t *l = exec_body(id, "import time\ntime.sleep(30)", "{\"timeout\":1.5}", 30000, &st);
+	double took = ms_since(t0);
+	json_t *e = line_of(l, "error", 0);
+
+	cr_assert_not_null(e);
+	cr_assert_str_eq(json_string_value(json_object_get(e, "name")), "TimeoutError");
+	cr_assert_not_null(line_of(l, "end_of_execution", 0));
+	cr_assert_eq(count_of(l, "error"), 1, "no KeyboardInterrupt after the timeout");
+	cr_assert(took > 1400 && took < 5000, "ended after %.0f ms", took);
+	json_decref(l);
+	l = run(URL, id, "print('after')");
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "after\n");
+	free(out);
+	json_decref(l);
+	free(id);
+}
+
+Test(admission, timeout_counts_queue_time, .timeout = 60)
+{
+	char *id = fresh();
+	struct bg a = {.ctx = id, .code = "import time\ntime.sleep(3)", .timeout_ms = 30000};
+	long st;
+
+	bg_start(&a);
+	usleep(300000);
+	double t0 = ms_now();
+	json_t *l = exec_body(id, "print('late')", "{\"timeout\":1}", 30000, &st);
+	double took = ms_since(t0);
+	bg_join(&a);
+	json_t *e = line_of(l, "error", 0);
+	cr_assert_not_null(e);
+	cr_assert_str_eq(json_string_value(json_object_get(e, "name")), "TimeoutError");
+	cr_assert_eq(count_of(l, "stdout"), 0, "it never ran");
+	cr_assert(took < 2500, "ended after %.0f ms", took);
+	json_decref(l);
+	json_decref(a.lines);
+	free(id);
+}
+
+Test(admission, interrupt_endpoint_stops_the_running_unit, .timeout = 60)
+{
+	char *id = fresh();
+	struct bg a = {.ctx = id, .code = "import time\ntime.sleep(30)", .timeout_ms = 30000};
+	char path[128];
+	struct resp r;
+
+	bg_start(&a);
+	usleep(700000);
+	snprintf(path, sizeof(path), "/contexts/%s/interrupt", id);
+	cr_assert_eq(http(URL, "POST", path, NULL, &r, 10), 0);
+	cr_assert_eq(r.r_status, 200);
+	resp_free(&r);
+	bg_join(&a);
+	json_t *e = line_of(a.lines, "error", 0);
+	cr_assert_not_null(e);
+	cr_assert_str_eq(json_string_value(json_object_get(e, "name")), "KeyboardInterrupt");
+	cr_assert_not_null(line_of(a.lines, "end_of_execution", 0));
+	cr_assert(a.ended - a.started < 5000);
+	json_decref(a.lines);
+	free(id);
+}
+
+Test(admission, queue_limit_answers_429_and_changes_nothing, .timeout = 90)
+{
+	struct broker b;
+	const char *args[] = {"--max-queue", "1", NULL};
+	struct bg a = {.code = "import time\ntime.sleep(2)\nprint('a')", .timeout_ms = 30000};
+	struct bg q = {.code = "print('queued')", .timeout_ms = 30000};
+
+	cr_assert_eq(broker_start(&b, args), 0);
+	/* the shared URL is not this broker's: use its default context directly */
+	json_t *one = run(b.b_url, NULL, "1");
+	json_decref(one);
+	struct resp r;
+	cr_assert_eq(http(b.b_url, "GET", "/contexts", NULL, &r, 5), 0);
+	json_t *ctxs = json_loads(r.r_body, 0, NULL);
+	const char *id = json_string_value(json_object_get(json_array_get(ctxs, 0), "id"));
+	resp_free(&r);
+
+	setenv("SANDCELL_TEST_URL", b.b_url, 1);
+	a.ctx = q.ctx = id;
+	bg_start(&a);
+	usleep(300000);
+	bg_start(&q);
+	usleep(300000);
+	long st;
+	json_t *over = exec_body(id, "print('over')", NULL, 5000, &st);
+	cr_assert_null(over);
+	cr_assert_eq(st, 429);
+	bg_join(&a);
+	bg_join(&q);
+	char *oa = stdout_of(a.lines), *oq = stdout_of(q.lines);
+	cr_assert_str_eq(oa, "a\n");
+	cr_assert_str_eq(oq, "queued\n");
+	free(oa);
+	free(oq);
+	json_decref(a.lines);
+	json_decref(q.lines);
+	json_decref(ctxs);
+	broker_stop(&b);
+}
