@@ -27,9 +27,9 @@ BROKER_OBJ = $(call obj,$(BROKER_SRC))
 
 PROGS = $(BIN)/sandcell-broker $(BIN)/sandcell-proxy $(BIN)/sandcellctl
 UNIT_TESTS = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
-INTEG_TESTS = $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/*.c))
+INTEG_TESTS = $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/*_test.c))
 
-.PHONY: all deps run test test-unit test-integration test-sdk test-asan clean \
+.PHONY: all bench deps run test test-unit test-integration test-sdk test-asan clean \
         check-deps format
 
 all: $(PROGS)
@@ -55,9 +55,17 @@ $(BUILD)/tests/%: tests/unit/%.c $(PROXY_OBJ) $(BROKER_OBJ) $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_PROXY) -lmicrohttpd $(LDLIBS_TEST)
 
-$(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.c $(PROTO_OBJ)
+$(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.c tests/integration/hooks.c $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS_PROTO) $(LDLIBS_TEST)
+
+$(BUILD)/bench: tests/bench/bench.c tests/integration/harness.c $(PROTO_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS_PROTO) -lcurl
+
+# Benchmarks print figures; they are not part of make test.
+bench: deps all $(BUILD)/bench
+	SANDCELL_BIN=$(abspath $(BIN)) $(BUILD)/bench $(BENCH)
 
 deps:
 	@sh tests/deps.sh

@@ -13,8 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <criterion/criterion.h>
-#include <criterion/hooks.h>
 #include <curl/curl.h>
 
 #include "harness.h"
@@ -353,33 +351,6 @@ broker_stop(struct broker *b)
 		if (!getenv("SANDCELL_KEEP_LOGS"))
 			unlink(b->b_log);
 	}
-}
-
-/* The shared broker: started in the runner before all tests, which inherit
- * its address through the environment (criterion re-executes each test). */
-static struct broker shared;
-
-ReportHook(PRE_ALL)(struct criterion_test_set *set)
-{
-	struct broker *b = &shared;
-	char pid[32];
-
-	(void)set;
-	curl_global_init(CURL_GLOBAL_ALL);
-	if (broker_start(b, harness_broker_args) < 0) {
-		fprintf(stderr, "harness: the shared broker did not start\n");
-		exit(1);
-	}
-	snprintf(pid, sizeof(pid), "%d", (int)b->b_pid);
-	setenv("SANDCELL_TEST_URL", b->b_url, 1);
-	setenv("SANDCELL_TEST_RUN_DIR", b->b_run_dir, 1);
-	setenv("SANDCELL_TEST_PID", pid, 1);
-}
-
-ReportHook(POST_ALL)(struct criterion_global_stats *st)
-{
-	(void)st;
-	broker_stop(&shared);
 }
 
 const char *
