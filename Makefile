@@ -14,6 +14,8 @@ LDLIBS_BROKER = $(LDLIBS_PROTO) -lmicrohttpd -lsodium
 LDLIBS_TEST   = -lcriterion -lcurl
 
 LISTEN  ?= 127.0.0.1:49999
+# The project's kernelspecs: bash (kept in the repo) and Deno (written by deps).
+export JUPYTER_PATH := $(CURDIR)/proxy/jupyter:$(CURDIR)/.deps/jupyter$(if $(JUPYTER_PATH),:$(JUPYTER_PATH))
 RUN_ARGS ?=
 
 PROTO_SRC  = $(wildcard proto/*.c)

@@ -308,6 +308,21 @@ bad:
 }
 
 static enum MHD_Result
+do_languages(struct request *rq)
+{
+	struct kspec **v;
+	size_t n;
+	json_t *a = json_array();
+
+	kspec_list(&v, &n);
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(a, json_pack("{s:s, s:s}", "language", v[i]->ks_lang,
+						   "kernelspec", v[i]->ks_name));
+	kspec_list_free(v, n);
+	return respond(rq->rq_conn, 200, http_json(a));
+}
+
+static enum MHD_Result
 do_list(struct request *rq)
 {
 	json_t *a = json_array();
@@ -337,6 +352,11 @@ route(struct request *rq, const char *url, const char *method)
 		if (!post)
 			goto method;
 		return do_execute(rq);
+	}
+	if (!strcmp(url, "/languages")) {
+		if (!get)
+			goto method;
+		return do_languages(rq);
 	}
 	if (!strcmp(url, "/contexts")) {
 		if (post)

@@ -345,10 +345,16 @@ main(int argc, char **argv)
 	if (http_start() < 0)
 		exit(1);
 	context_adopt_all();
-	if (!sv.sv_no_default && !context_default("python")) {
+	/* python always, javascript when Deno is installed, as E2B does */
+	for (int i = 0; i < 2 && !sv.sv_no_default; i++) {
+		const char *lang = i ? "javascript" : "python";
 		struct context *ctx;
-		if (context_create("python", sv.sv_cwd, true, &ctx, err, sizeof(err)) < 0)
-			log_err("default python context: %s", err);
+		struct kspec *ks;
+		if (context_default(lang) || kspec_find(lang, &ks) < 0)
+			continue;
+		kspec_free(ks);
+		if (context_create(lang, sv.sv_cwd, true, &ctx, err, sizeof(err)) < 0)
+			log_err("default %s context: %s", lang, err);
 	}
 	log_info("listening on http://%s (run dir %s, version %s)", sv.sv_listen,
 		 sv.sv_run_dir, SANDCELL_VERSION);

@@ -140,6 +140,14 @@ kspec_load(const char *dir, const char *name)
 	json_t *meta = json_object_get(json_object_get(root, "metadata"), "sandcell");
 	const char *tr = json_string_value(json_object_get(meta, "transport"));
 	ks->ks_tcp = tr && !strcmp(tr, "tcp");
+	/* Deno's kernel publishes some output after its idle status; a unit
+	 * ends only after a fence that lets already-scheduled callbacks run */
+	const char *base = strrchr(ks->ks_argv[0], '/');
+	const char *fence = json_string_value(json_object_get(meta, "fence"));
+	if (fence)
+		ks->ks_fence = xstrdup(fence);
+	else if (!strcmp(base ? base + 1 : ks->ks_argv[0], "deno"))
+		ks->ks_fence = xstrdup("await new Promise((r) => setTimeout(r, 0));");
 	json_decref(root);
 	return ks;
 }
@@ -158,6 +166,7 @@ kspec_free(struct kspec *ks)
 	free(ks->ks_name);
 	free(ks->ks_lang);
 	free(ks->ks_dir);
+	free(ks->ks_fence);
 	free(ks);
 }
 

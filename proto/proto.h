@@ -132,6 +132,8 @@ struct kspec {
 	char **ks_env;      /* NULL-terminated KEY=VALUE */
 	bool ks_interrupt_msg;  /* interrupt_mode "message" */
 	bool ks_tcp;        /* metadata.sandcell.transport == "tcp" */
+	char *ks_fence;     /* code run silently after each unit to collect output the
+			     * kernel publishes after idle (Deno); NULL: none needed */
 };
 int kspec_find(const char *want, struct kspec **out);
 int kspec_list(struct kspec ***out, size_t *n);

@@ -99,7 +99,7 @@ unit_start(struct proxy *px, struct unit *u)
 	int rc;
 
 	if (u->u_nenv) {
-		if (!(set = envset_set(px->px_lang, u->u_env, u->u_nenv))) {
+		if (!(set = envset_set(px->px_ks->ks_lang, u->u_env, u->u_nenv))) {
 			unit_end(px, u, "EnvVarsUnsupported",
 				 "per-request env vars are not supported for this language");
 			return -1;
@@ -140,14 +140,28 @@ admit_next(struct proxy *px)
 	}
 }
 
-/* Reply and idle are both in: restore env, end the stream, admit the next. */
+/*
+ * Reply and idle are both in (and, for kernels that publish after idle, the
+ * idle of a silent fence execution sent behind them, which lets callbacks the
+ * unit scheduled run first; Deno attributes their output to the fence, so it
+ * is routed to the unit too): restore env, end the stream, admit the next.
+ */
 static void
 maybe_complete(struct proxy *px, struct unit *u)
 {
 	if (!u->u_replied || !u->u_idle)
 		return;
+	if (px->px_ks->ks_fence && !u->u_fenced) {
+		if (!u->u_fence[0] && kernel_execute(px, px->px_ks->ks_fence, true, u->u_fence) < 0)
+			u->u_fenced = true;
+		if (!u->u_fenced)
+			return;
+	}
+	if (u->u_interrupt_at && !u->u_errored && !u->u_detached)
+		/* the kernel stopped without saying why (Deno): say it */
+		output_error(&u->u_out, "KeyboardInterrupt", "execution interrupted", "");
 	if (u->u_nenv) {
-		char *restore = envset_restore(px->px_lang, u->u_env, u->u_nenv, px->px_genv,
+		char *restore = envset_restore(px->px_ks->ks_lang, u->u_env, u->u_nenv, px->px_genv,
 					       px->px_ngenv);
 		if (restore)
 			kernel_execute(px, restore, true, NULL);
@@ -201,8 +215,22 @@ admit_on_iopub(struct proxy *px, struct jmsg *jm)
 {
 	struct unit *u = px->px_run;
 
-	if (!u || strcmp(jm->jm_parent_id, u->u_msgid))
+	if (!u)
+		return;
+	bool fence = u->u_fence[0] && !strcmp(jm->jm_parent_id, u->u_fence);
+	if (!fence && strcmp(jm->jm_parent_id, u->u_msgid))
 		return; /* kernel_info, env snippets, or output of a finished unit */
+	if (fence) {
+		const char *st =
+			json_string_value(json_object_get(jm->jm_content, "execution_state"));
+		if (!strcmp(jm->jm_type, "status") && st && !strcmp(st, "idle")) {
+			u->u_fenced = true;
+			maybe_complete(px, u);
+		} else if (!u->u_detached && strcmp(jm->jm_type, "status")) {
+			output_iopub(&u->u_out, jm->jm_type, jm->jm_content, false);
+		}
+		return;
+	}
 	if (!strcmp(jm->jm_type, "status")) {
 		const char *st =
 			json_string_value(json_object_get(jm->jm_content, "execution_state"));
@@ -216,8 +244,10 @@ admit_on_iopub(struct proxy *px, struct jmsg *jm)
 		u->u_ran = true;
 		px->px_count++;
 	}
+	if (!strcmp(jm->jm_type, "error"))
+		u->u_errored = true;
 	if (!u->u_detached)
-		output_iopub(&u->u_out, jm->jm_type, jm->jm_content);
+		output_iopub(&u->u_out, jm->jm_type, jm->jm_content, px->px_display_is_result);
 }
 
 void

@@ -1,120 +1,243 @@
 /*
- * envset.c — per-request environment variables as code the kernel runs:
- * a snippet that sets them before a unit and one that restores the global
- * values (or removes the variable) after it. Values travel as JSON string
- * literals, which each target language reads back byte-exact.
+ * envset.c — per-request environment variables as code the kernel runs: a
+ * snippet that sets them before a unit and one that restores the global values
+ * (or removes the variable) after it. Values are quoted for each language so
+ * they arrive byte-exact: JSON string literals for Python, JavaScript and R
+ * (all three read them back unchanged), ANSI-C $'...' quoting for bash.
  */
 #include <string.h>
 
 #include "proxy.h"
 
-static char *
-json_env(const struct penv *env, size_t n, const struct penv *genv, size_t ngenv,
-	 bool globals_only)
+static void
+puts_buf(struct buf *b, const char *s)
 {
-	json_t *o = json_object();
-	char *s;
+	buf_append(b, s, strlen(s));
+}
 
-	for (size_t i = 0; i < n; i++) {
-		const char *v = env[i].e_val.s;
-		if (globals_only) {
-			v = NULL;
-			for (size_t j = 0; j < ngenv; j++)
-				if (!strcmp(genv[j].e_key.s, env[i].e_key.s))
-					v = genv[j].e_val.s;
-			if (!v)
-				continue;
+static void
+json_quote(struct buf *b, const char *s)
+{
+	json_t *j = json_string(s); /* valid UTF-8: the broker checked it */
+	char *q = json_dumps(j, JSON_ENCODE_ANY);
+
+	puts_buf(b, q ? q : "\"\"");
+	free(q);
+	json_decref(j);
+}
+
+/* $'...' with every byte that is not plain printable ASCII as \xHH. */
+static void
+bash_quote(struct buf *b, const char *s)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	puts_buf(b, "$'");
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p >= 0x20 && *p < 0x7f && *p != '\\' && *p != '\'') {
+			buf_append(b, p, 1);
+		} else {
+			char e[4] = {'\\', 'x', hex[*p >> 4], hex[*p & 15]};
+			buf_append(b, e, 4);
 		}
-		json_object_set_new(o, env[i].e_key.s, json_stringn(v, strlen(v)));
 	}
-	s = json_dumps(o, JSON_COMPACT);
-	json_decref(o);
-	return s;
+	puts_buf(b, "'");
 }
 
-static char *
-json_unset_keys(const struct penv *env, size_t n, const struct penv *genv, size_t ngenv)
+/* The global value of key, or NULL. */
+static const char *
+global_value(const char *key, const struct penv *genv, size_t ngenv)
 {
-	json_t *a = json_array();
-	char *s;
-
-	for (size_t i = 0; i < n; i++) {
-		bool global = false;
-		for (size_t j = 0; j < ngenv; j++)
-			global |= !strcmp(genv[j].e_key.s, env[i].e_key.s);
-		if (!global)
-			json_array_append_new(a, json_string(env[i].e_key.s));
-	}
-	s = json_dumps(a, JSON_COMPACT);
-	json_decref(a);
-	return s;
+	for (size_t j = 0; j < ngenv; j++)
+		if (!strcmp(genv[j].e_key.s, key))
+			return genv[j].e_val.s;
+	return NULL;
 }
 
-/* A JSON object of strings is a Python dict literal. */
-static char *
-python_set(const char *obj)
-{
-	return xasprintf("__import__('os').environ.update(%s)", obj);
-}
-
-static char *
-python_restore(const char *obj, const char *unset)
-{
-	return xasprintf("__import__('os').environ.update(%s)\n"
-			 "[__import__('os').environ.pop(k, None) for k in %s]",
-			 obj, unset);
-}
-
-static const struct {
+/*
+ * One language: how to set a list of pairs, and how to unset a list of keys.
+ * restore = set(globals of the keys that have one) + unset(the others).
+ */
+struct lang_env {
 	const char *lang;
-	char *(*set)(const char *obj);
-	char *(*restore)(const char *obj, const char *unset);
-} langs[] = {
-	{"python", python_set, python_restore},
+	void (*set)(struct buf *b, const char *const *k, const char *const *v, size_t n);
+	void (*unset)(struct buf *b, const char *const *k, size_t n);
 };
 
-static int
-lang_index(const char *lang)
+static void
+python_set(struct buf *b, const char *const *k, const char *const *v, size_t n)
+{
+	puts_buf(b, "__import__('os').environ.update({");
+	for (size_t i = 0; i < n; i++) {
+		json_quote(b, k[i]);
+		puts_buf(b, ": ");
+		json_quote(b, v[i]);
+		puts_buf(b, ", ");
+	}
+	puts_buf(b, "})\n");
+}
+
+static void
+python_unset(struct buf *b, const char *const *k, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		puts_buf(b, "__import__('os').environ.pop(");
+		json_quote(b, k[i]);
+		puts_buf(b, ", None)\n");
+	}
+}
+
+static void
+deno_set(struct buf *b, const char *const *k, const char *const *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		puts_buf(b, "Deno.env.set(");
+		json_quote(b, k[i]);
+		puts_buf(b, ", ");
+		json_quote(b, v[i]);
+		puts_buf(b, ");\n");
+	}
+}
+
+static void
+deno_unset(struct buf *b, const char *const *k, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		puts_buf(b, "Deno.env.delete(");
+		json_quote(b, k[i]);
+		puts_buf(b, ");\n");
+	}
+}
+
+/* R accepts string literals as argument names: Sys.setenv("K" = "v"). */
+static void
+r_set(struct buf *b, const char *const *k, const char *const *v, size_t n)
+{
+	puts_buf(b, "invisible(Sys.setenv(");
+	for (size_t i = 0; i < n; i++) {
+		json_quote(b, k[i]);
+		puts_buf(b, " = ");
+		json_quote(b, v[i]);
+		if (i + 1 < n)
+			puts_buf(b, ", ");
+	}
+	puts_buf(b, "))\n");
+}
+
+static void
+r_unset(struct buf *b, const char *const *k, size_t n)
+{
+	puts_buf(b, "invisible(Sys.unsetenv(c(");
+	for (size_t i = 0; i < n; i++) {
+		json_quote(b, k[i]);
+		if (i + 1 < n)
+			puts_buf(b, ", ");
+	}
+	puts_buf(b, ")))\n");
+}
+
+static void
+bash_set(struct buf *b, const char *const *k, const char *const *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		puts_buf(b, "export ");
+		puts_buf(b, k[i]); /* a valid name: checked by the broker */
+		puts_buf(b, "=");
+		bash_quote(b, v[i]);
+		puts_buf(b, "\n");
+	}
+}
+
+static void
+bash_unset(struct buf *b, const char *const *k, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		puts_buf(b, "unset ");
+		puts_buf(b, k[i]);
+		puts_buf(b, "\n");
+	}
+}
+
+static const struct lang_env langs[] = {
+	{"python", python_set, python_unset},
+	{"javascript", deno_set, deno_unset},
+	{"typescript", deno_set, deno_unset},
+	{"r", r_set, r_unset},
+	{"bash", bash_set, bash_unset},
+};
+
+static const struct lang_env *
+lang_find(const char *lang)
 {
 	for (size_t i = 0; i < sizeof(langs) / sizeof(langs[0]); i++)
 		if (!strcmp(langs[i].lang, lang))
-			return i;
-	return -1;
+			return &langs[i];
+	return NULL;
 }
 
 bool
 envset_supported(const char *lang)
 {
-	return lang_index(lang) >= 0;
+	return lang_find(lang) != NULL;
+}
+
+static char *
+finish(struct buf *b)
+{
+	buf_append(b, "", 1);
+	return b->b_data;
 }
 
 char *
 envset_set(const char *lang, const struct penv *env, size_t n)
 {
-	int li = lang_index(lang);
-	char *obj, *code;
+	const struct lang_env *le = lang_find(lang);
+	const char **k, **v;
+	struct buf b = {0};
 
-	if (li < 0 || n == 0)
+	if (!le || n == 0)
 		return NULL;
-	obj = json_env(env, n, NULL, 0, false);
-	code = langs[li].set(obj);
-	free(obj);
-	return code;
+	k = xcalloc(n, sizeof(*k));
+	v = xcalloc(n, sizeof(*v));
+	for (size_t i = 0; i < n; i++) {
+		k[i] = env[i].e_key.s;
+		v[i] = env[i].e_val.s;
+	}
+	le->set(&b, k, v, n);
+	free(k);
+	free(v);
+	return finish(&b);
 }
 
 char *
 envset_restore(const char *lang, const struct penv *env, size_t n, const struct penv *genv,
 	       size_t ngenv)
 {
-	int li = lang_index(lang);
-	char *obj, *unset, *code;
+	const struct lang_env *le = lang_find(lang);
+	const char **sk, **sv, **uk;
+	size_t ns = 0, nu = 0;
+	struct buf b = {0};
 
-	if (li < 0 || n == 0)
+	if (!le || n == 0)
 		return NULL;
-	obj = json_env(env, n, genv, ngenv, true);
-	unset = json_unset_keys(env, n, genv, ngenv);
-	code = langs[li].restore(obj, unset);
-	free(obj);
-	free(unset);
-	return code;
+	sk = xcalloc(n, sizeof(*sk));
+	sv = xcalloc(n, sizeof(*sv));
+	uk = xcalloc(n, sizeof(*uk));
+	for (size_t i = 0; i < n; i++) {
+		const char *g = global_value(env[i].e_key.s, genv, ngenv);
+		if (g) {
+			sk[ns] = env[i].e_key.s;
+			sv[ns++] = g;
+		} else {
+			uk[nu++] = env[i].e_key.s;
+		}
+	}
+	if (ns)
+		le->set(&b, sk, sv, ns);
+	if (nu)
+		le->unset(&b, uk, nu);
+	free(sk);
+	free(sv);
+	free(uk);
+	return finish(&b);
 }

@@ -131,6 +131,8 @@ build_env(struct proxy *px, const char *home)
 		env_put(&v, &n, &cap, xstrdup(*e));
 	for (char **e = ours; *e; e++)
 		env_put(&v, &n, &cap, *e);
+	if (!getenv("LANG") && !getenv("LC_ALL")) /* R and bash need it for UTF-8 */
+		env_put(&v, &n, &cap, xstrdup("LANG=C.UTF-8"));
 	for (size_t i = 0; i < px->px_ngenv; i++)
 		env_put(&v, &n, &cap, xasprintf("%s=%s", px->px_genv[i].e_key.s, px->px_genv[i].e_val.s));
 	v[n] = NULL;

@@ -459,6 +459,7 @@ main(int argc, char **argv)
 	    kspec_find(lang, &px.px_ks) < 0)
 		fatal("context %s: no kernelspec for language '%s'", px.px_id, px.px_lang);
 	px.px_lang = lang;
+	px.px_display_is_result = !strcmp(px.px_ks->ks_lang, "r");
 	if (env_file && load_env_file(&px, env_file) < 0)
 		exit(1);
 	TAILQ_INIT(&px.px_queue);

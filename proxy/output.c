@@ -149,9 +149,12 @@ join_traceback(json_t *tb)
 	return b.b_data;
 }
 
-/* Maps one iopub message; returns whether it produced a line. */
+/*
+ * Maps one iopub message; returns whether it produced a line. Kernels that
+ * show values as display_data (IRkernel) have them marked as main results.
+ */
 bool
-output_iopub(struct buf *b, const char *type, json_t *c)
+output_iopub(struct buf *b, const char *type, json_t *c, bool display_is_result)
 {
 	if (!strcmp(type, "stream")) {
 		const char *name = json_string_value(json_object_get(c, "name"));
@@ -165,7 +168,9 @@ output_iopub(struct buf *b, const char *type, json_t *c)
 		json_t *data = json_object_get(c, "data");
 		if (!json_is_object(data))
 			return false;
-		output_line(b, output_result(data, !strcmp(type, "execute_result")));
+		output_line(b, output_result(data, !strcmp(type, "execute_result") ||
+						       (display_is_result &&
+							json_object_get(data, "text/plain"))));
 	} else if (!strcmp(type, "error")) {
 		const char *ename = json_string_value(json_object_get(c, "ename"));
 		const char *evalue = json_string_value(json_object_get(c, "evalue"));

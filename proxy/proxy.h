@@ -16,7 +16,7 @@
 #define KINFO_RESEND_MS 100
 #define KERNEL_START_MS 60000
 #define INTERRUPT_RETRY_MS 1000
-#define INTERRUPT_GRACE_MS 5000
+#define INTERRUPT_GRACE_MS 3000
 #define MAX_RESUBMIT 3
 #define WIRE_MAX_FRAME (256LL << 20) /* larger kernel frames are dropped by libzmq */
 
@@ -35,6 +35,9 @@ struct unit {
 	uint64_t u_reinterrupt_at;
 	char u_msgid[40];   /* msg_id of the code's execute_request */
 	bool u_replied, u_idle;
+	char u_fence[40];   /* kernel_info_request sent after reply+idle (ks_barrier) */
+	bool u_fenced;      /* the fence's idle arrived: no late output can follow */
+	bool u_errored;     /* an error line was sent on the stream */
 	bool u_detached;    /* stream ended or cancelled: output is discarded */
 	bool u_ran;         /* execute_input seen: the code started */
 	int u_resubmits;
@@ -60,6 +63,7 @@ struct proxy {
 	struct penv *px_genv; /* global env: applied at spawn, restored to */
 	size_t px_ngenv;
 	bool px_default; /* the broker's default context for its language */
+	bool px_display_is_result; /* IRkernel shows values as display_data */
 
 	nng_socket px_ipc;
 	int px_ipc_fd, px_ipc_sendfd;
@@ -136,7 +140,7 @@ char *output_strip_ansi(const char *s);
 void output_line(struct buf *b, json_t *obj);
 void output_error(struct buf *b, const char *name, const char *value, const char *tb);
 void output_end(struct buf *b);
-bool output_iopub(struct buf *b, const char *type, json_t *content);
+bool output_iopub(struct buf *b, const char *type, json_t *content, bool display_is_result);
 
 /* envset.c */
 char *envset_set(const char *lang, const struct penv *env, size_t n);

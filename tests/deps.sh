@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 PKGS="build-essential pkg-config libnng-dev libmsgpack-dev libmicrohttpd-dev
 libcriterion-dev libzmq3-dev libjansson-dev libsodium-dev libcurl4-openssl-dev
-python3-ipykernel python3-matplotlib python3-matplotlib-inline curl"
+python3-ipykernel python3-matplotlib python3-matplotlib-inline curl
+r-cran-irkernel"
 # Node.js runs the E2B SDK test; keep a Node.js that is already there.
 command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
 command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm"
@@ -24,6 +25,33 @@ if [ -n "$missing" ]; then
 	$SUDO apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
 fi
+
+# Deno (JavaScript and TypeScript kernel) from npm, into an ignored folder, and
+# its kernelspecs (found through JUPYTER_PATH, which the Makefile sets).
+DENO_VERSION=2.9.6
+deno=$(ls .deps/deno/node_modules/@deno/linux-*/deno 2>/dev/null | head -n 1)
+if [ -z "$deno" ] || ! "$deno" --version 2>/dev/null | grep -q "^deno $DENO_VERSION"; then
+	echo "deps: installing deno $DENO_VERSION (npm)"
+	mkdir -p .deps/deno
+	(cd .deps/deno && npm install --no-audit --no-fund --no-save --loglevel=error \
+		"deno@$DENO_VERSION")
+	deno=$(ls .deps/deno/node_modules/@deno/linux-*/deno | head -n 1)
+fi
+deno=$(cd "$(dirname "$deno")" && pwd)/deno
+for lang in javascript typescript; do
+	mkdir -p ".deps/jupyter/kernels/$lang"
+	cat >".deps/jupyter/kernels/$lang/kernel.json.tmp" <<JSON
+{
+ "argv": ["$deno", "jupyter", "--kernel", "--conn", "{connection_file}"],
+ "display_name": "Deno ($lang)",
+ "language": "$lang",
+ "interrupt_mode": "message",
+ "env": {"NO_COLOR": "1"},
+ "metadata": {"sandcell": {"transport": "tcp"}}
+}
+JSON
+	mv ".deps/jupyter/kernels/$lang/kernel.json.tmp" ".deps/jupyter/kernels/$lang/kernel.json"
+done
 
 # The public E2B SDK, pinned in tests/sdk/package-lock.json, into an ignored folder.
 if [ ! -d tests/sdk/node_modules/@e2b/code-interpreter ]; then

@@ -1,0 +1,245 @@
+/*
+ * lang_test.c — every language sandcell installs, through the same HTTP path:
+ * python (ipykernel), javascript and typescript (Deno), r (IRkernel) and bash
+ * (the wrapper kernel in proxy/jupyter). One table row per language.
+ */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+HARNESS_SHARED_BROKER("--no-default-context");
+
+#define URL test_url()
+
+struct lang_case {
+	const char *lang;
+	const char *set_state, *print_state; /* prints 42 */
+	const char *hello;                   /* prints hi */
+	const char *fail, *error_name, *error_says;
+	const char *print_env, *print_env_or_unset; /* V, then "unset" when absent */
+	const char *print_cwd;
+	const char *result, *result_text; /* a value shown as a result (NULL: none) */
+	const char *long_running;
+};
+
+static const struct lang_case cases[] = {
+	{"python", "x = 41", "print(x + 1)", "print('hi')", "1/0", "ZeroDivisionError",
+	 "division by zero", "import os; print(os.environ['V'])",
+	 "import os; print(os.environ.get('V', 'unset'))", "import os; print(os.getcwd())",
+	 "6*7", "42", "import time; time.sleep(30)"},
+	{"javascript", "var x = 41;", "console.log(x + 1)", "console.log('hi')",
+	 "throw new TypeError('boom')", "TypeError", "boom", "console.log(Deno.env.get('V'))",
+	 "console.log(Deno.env.get('V') ?? 'unset')", "console.log(Deno.cwd())", "6*7", "42",
+	 "let t = Date.now(); while (Date.now() - t < 30000) {}"},
+	{"typescript", "var x: number = 41;", "const y: number = x + 1; console.log(y)",
+	 "const s: string = 'hi'; console.log(s)", "throw new TypeError('boom')", "TypeError",
+	 "boom", "console.log(Deno.env.get('V'))",
+	 "console.log(Deno.env.get('V') ?? 'unset')", "console.log(Deno.cwd())",
+	 "const n: number = 6; n * 7", "42",
+	 "const t: number = Date.now(); while (Date.now() - t < 30000) {}"},
+	{"r", "x <- 41", "cat(x + 1, '\\n', sep = '')", "cat('hi\\n')", "stop('boom')", "ERROR",
+	 "boom", "cat(Sys.getenv('V'), '\\n', sep = '')",
+	 "cat(Sys.getenv('V', unset = 'unset'), '\\n', sep = '')",
+	 "cat(getwd(), '\\n', sep = '')", "6*7", "[1] 42", "Sys.sleep(30)"},
+	{"bash", "x=41", "echo $((x + 1))", "echo hi", "f() { return 3; }; f", "ExitStatus",
+	 "exit status 3", "printf '%s\\n' \"$V\"", "echo \"${V-unset}\"", "pwd", NULL, NULL,
+	 "sleep 30"},
+};
+
+/* Parameters are indexes: criterion re-executes the binary for each test,
+ * so pointers into the parent's memory would not survive. */
+static int case_index[] = {0, 1, 2, 3, 4};
+
+ParameterizedTestParameters(lang, behaves)
+{
+	return cr_make_param_array(int, case_index, sizeof(cases) / sizeof(cases[0]));
+}
+
+static json_t *
+exec_env(const char *ctx, const char *code, const char *k, const char *v)
+{
+	json_t *body = json_pack("{s:s, s:s}", "code", code, "context_id", ctx);
+	if (k)
+		json_object_set_new(body, "env_vars", json_pack("{s:s}", k, v));
+	char *s = json_dumps(body, 0);
+	long st;
+	json_t *l = execute(URL, s, &st, 60000);
+	free(s);
+	json_decref(body);
+	return l;
+}
+
+static void
+expect_stdout(json_t *l, const char *want, const char *what, const char *lang)
+{
+	char *out = stdout_of(l);
+	cr_expect_str_eq(out, want, "%s: %s: got '%s'", lang, what, out);
+	if (line_of(l, "error", 0))
+		cr_log_error("%s: %s: unexpected error %s", lang, what,
+			     json_string_value(json_object_get(line_of(l, "error", 0), "value")));
+	free(out);
+}
+
+struct bg {
+	const char *ctx, *code;
+	json_t *lines;
+	double took;
+};
+
+static void *
+bg_run(void *arg)
+{
+	struct bg *b = arg;
+	double t0 = ms_now();
+
+	b->lines = run(URL, b->ctx, b->code);
+	b->took = ms_since(t0);
+	return NULL;
+}
+
+ParameterizedTest(int *ci, lang, behaves, .timeout = 120)
+{
+	const struct lang_case *c = &cases[*ci];
+	const char *value = "it's \"q\" \\ back\\slash\nnew line $HOME ${X} `id` \xc3\xa9 \xe2\x98\xba";
+	char *id = context_new(URL, c->lang, "/tmp");
+	char *want;
+	json_t *l;
+
+	cr_assert_not_null(id, "%s: no context", c->lang);
+
+	json_decref(run(URL, id, c->set_state));
+	l = run(URL, id, c->print_state);
+	expect_stdout(l, "42\n", "state persists", c->lang);
+	json_decref(l);
+
+	l = run(URL, id, c->hello);
+	expect_stdout(l, "hi\n", "stdout", c->lang);
+	json_decref(l);
+
+	l = run(URL, id, c->fail);
+	json_t *e = line_of(l, "error", 0);
+	cr_expect_not_null(e, "%s: no error line", c->lang);
+	if (e) {
+		cr_expect_str_eq(json_string_value(json_object_get(e, "name")), c->error_name,
+				 "%s: error name", c->lang);
+		cr_expect(strstr(json_string_value(json_object_get(e, "value")), c->error_says),
+			  "%s: error value '%s'", c->lang,
+			  json_string_value(json_object_get(e, "value")));
+	}
+	cr_expect_not_null(line_of(l, "end_of_execution", 0));
+	json_decref(l);
+
+	l = exec_env(id, c->print_env, "V", value);
+	want = malloc(strlen(value) + 2);
+	sprintf(want, "%s\n", value);
+	expect_stdout(l, want, "env var byte-exact", c->lang);
+	free(want);
+	json_decref(l);
+	l = exec_env(id, c->print_env_or_unset, NULL, NULL);
+	expect_stdout(l, "unset\n", "env var restored", c->lang);
+	json_decref(l);
+
+	l = run(URL, id, c->print_cwd);
+	expect_stdout(l, "/tmp\n", "cwd", c->lang);
+	json_decref(l);
+
+	if (c->result) {
+		l = run(URL, id, c->result);
+		cr_expect_str_eq(result_text(l), c->result_text, "%s: result", c->lang);
+		cr_expect(json_is_true(json_object_get(line_of(l, "result", 0), "is_main_result")),
+			  "%s: the value is the main result", c->lang);
+		json_decref(l);
+	}
+
+	/* interrupt ends a long-running execution; the context lives on */
+	struct bg b = {.ctx = id, .code = c->long_running};
+	pthread_t t;
+	char path[128];
+	struct resp r;
+	pthread_create(&t, NULL, bg_run, &b);
+	usleep(1500000);
+	snprintf(path, sizeof(path), "/contexts/%s/interrupt", id);
+	cr_expect_eq(http(URL, "POST", path, NULL, &r, 10), 0);
+	resp_free(&r);
+	pthread_join(t, NULL);
+	cr_expect(b.took < 10000, "%s: interrupt took %.0f ms", c->lang, b.took);
+	cr_expect_not_null(line_of(b.lines, "error", 0), "%s: interrupted without an error",
+			   c->lang);
+	cr_expect_not_null(line_of(b.lines, "end_of_execution", 0));
+	json_decref(b.lines);
+	l = run(URL, id, c->hello);
+	expect_stdout(l, "hi\n", "works after the interrupt", c->lang);
+	json_decref(l);
+	free(id);
+}
+
+Test(lang, names_are_normalised, .timeout = 60)
+{
+	char *js = context_new(URL, " JS ", NULL), *ts = context_new(URL, "ts", NULL);
+	struct resp r;
+
+	cr_assert_not_null(js);
+	cr_assert_not_null(ts);
+	cr_assert_eq(http(URL, "GET", "/contexts", NULL, &r, 5), 0);
+	cr_assert(strstr(r.r_body, "\"javascript\"") && strstr(r.r_body, "\"typescript\""),
+		  "%s", r.r_body);
+	resp_free(&r);
+	free(js);
+	free(ts);
+}
+
+Test(lang, any_kernelspec_by_name, .timeout = 60)
+{
+	char *id = context_new(URL, "ir", NULL); /* IRkernel's kernelspec name */
+	json_t *l;
+
+	cr_assert_not_null(id);
+	l = run(URL, id, "cat(R.version$language, '\\n')");
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "R \n");
+	free(out);
+	json_decref(l);
+	free(id);
+}
+
+Test(lang, languages_are_listed, .timeout = 30)
+{
+	struct resp r;
+
+	cr_assert_eq(http(URL, "GET", "/languages", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 200);
+	for (const char *l = "python\0javascript\0typescript\0r\0bash\0"; *l; l += strlen(l) + 1) {
+		char q[32];
+		snprintf(q, sizeof(q), "\"%s\"", l);
+		cr_expect(strstr(r.r_body, q), "%s missing from %s", l, r.r_body);
+	}
+	resp_free(&r);
+}
+
+Test(lang, deno_output_after_idle_stays_with_its_execution, .timeout = 60)
+{
+	char *id = context_new(URL, "javascript", NULL);
+
+	for (int i = 0; i < 20; i++) {
+		char code[160];
+		snprintf(code, sizeof(code),
+			 "setTimeout(() => console.log('late %d'), 0); "
+			 "Promise.resolve().then(() => console.log('micro %d')); %d",
+			 i, i, i);
+		json_t *l = run(URL, id, code);
+		char *out = stdout_of(l), want[64];
+		snprintf(want, sizeof(want), "micro %d\nlate %d\n", i, i);
+		cr_assert_str_eq(out, want, "run %d", i);
+		char num[8];
+		snprintf(num, sizeof(num), "%d", i);
+		cr_assert_str_eq(result_text(l), num, "run %d: result", i);
+		free(out);
+		json_decref(l);
+	}
+	free(id);
+}
