@@ -227,6 +227,27 @@ async function main() {
     assert.ok(!ids.includes(ctx.id), `${ctx.id} still listed: ${JSON.stringify(ids)}`);
   });
 
+  // Every installed language through runCode(code, {language}).
+  const langs = [
+    ['javascript', "console.log('hi'); 6*7", '42'],
+    ['typescript', "const s: string = 'hi'; console.log(s); const n: number = 6; n * 7", '42'],
+    ['r', "cat('hi\\n'); 6*7", '[1] 42'],
+    ['bash', 'echo hi', undefined],
+  ];
+  for (const [language, code, text] of langs) {
+    await check(`runCode(code, {language: '${language}'})`, async () => {
+      const ex = await run(code, { language });
+      assert.equal(ex.error, undefined, `unexpected error: ${describeExecution(ex)}`);
+      assert.equal(ex.logs.stdout.join(''), 'hi\n', `stdout: ${describeExecution(ex)}`);
+      if (text) assert.equal(mainText(ex), text);
+    });
+  }
+
+  await check("runCode(code, {language: 'js', envs}) sees its env var", async () => {
+    const ex = await run("console.log(Deno.env.get('SDK_V'))", { language: 'js', envs: { SDK_V: 'v"1' } });
+    assert.equal(ex.logs.stdout.join(''), 'v"1\n', `stdout: ${describeExecution(ex)}`);
+  });
+
   await check('runCode in a removed context -> NotFoundError', async () => {
     needCtx();
     await assert.rejects(run('1', { context: ctx }), (e) => {
