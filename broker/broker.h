@@ -20,7 +20,16 @@
 #define MAX_LANG 64
 
 /* What an epoll event belongs to. */
-enum ev_kind { EV_MHD, EV_SIGNAL, EV_WAKE, EV_CTX_RECV, EV_CTX_SEND, EV_HANGUP, EV_CTL };
+enum ev_kind {
+	EV_MHD,
+	EV_SIGNAL,
+	EV_WAKE,
+	EV_CTX_RECV,
+	EV_CTX_SEND,
+	EV_CTX_PIDFD,
+	EV_HANGUP,
+	EV_CTL
+};
 
 struct evsrc {
 	enum ev_kind ev_kind;
@@ -88,8 +97,9 @@ struct context {
 	uint64_t c_queue, c_count;
 	nng_socket c_sock;
 	int c_rfd, c_sfd;
+	int c_pidfd;          /* adopted proxies: readable when it exits; else -1 */
 	bool c_sfd_watched;
-	struct evsrc c_ev_recv, c_ev_send;
+	struct evsrc c_ev_recv, c_ev_send, c_ev_pidfd;
 	struct {
 		nng_msg **q;
 		size_t n, cap;
@@ -112,6 +122,13 @@ struct server {
 	int sv_max_contexts;
 	unsigned sv_conn_timeout;
 	bool sv_no_default;
+	bool sv_keep_contexts;  /* proxies outlive a stop (restart path) */
+	const char *sv_kernel_memory, *sv_kernel_cpu, *sv_kernel_cgroup;
+	unsigned sv_grace;      /* seconds running executions get on SIGTERM */
+	bool sv_draining;
+	uint64_t sv_drain_until;
+	uint64_t sv_watchdog_ms; /* systemd watchdog interval / 2; 0 = none */
+	uint64_t sv_watchdog_at;
 	struct contextq sv_contexts;
 	struct streamq sv_streams;
 	uint64_t sv_next_stream, sv_next_req;
@@ -126,6 +143,7 @@ extern struct server sv;
 /* main.c */
 void server_watch(int fd, uint32_t events, struct evsrc *ev);
 void server_unwatch(int fd);
+void server_notify(const char *state);
 
 /* http.c */
 int http_start(void);
@@ -144,6 +162,7 @@ void stream_fail(struct stream *s, const char *name, const char *value);
 void stream_hangup(struct stream *s);
 void stream_closed(struct stream *s);
 void stream_tick(uint64_t now);
+void stream_fail_all(const char *name, const char *value);
 struct stream *stream_find(struct context *c, uint64_t id);
 
 /* context.c */
@@ -162,6 +181,8 @@ void context_forget_waiter(struct request *rq);
 void context_shutdown_all(void);
 void context_tick(uint64_t now);
 void context_adopt_all(void);
+void context_pidfd(struct context *c);
+void context_detach_all(void);
 json_t *context_json(struct context *c, bool live);
 const char *kstate_name(enum kstate s);
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -98,7 +99,7 @@ pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 static int
 spawn(struct context *c)
 {
-	char *argv[16];
+	char *argv[24];
 	int n = 0;
 	sigset_t none;
 	pid_t pid;
@@ -118,6 +119,18 @@ spawn(struct context *c)
 	argv[n++] = (char *)sv.sv_log_level;
 	if (c->c_default)
 		argv[n++] = "--default";
+	if (sv.sv_kernel_memory) {
+		argv[n++] = "--memory";
+		argv[n++] = (char *)sv.sv_kernel_memory;
+	}
+	if (sv.sv_kernel_cpu) {
+		argv[n++] = "--cpu";
+		argv[n++] = (char *)sv.sv_kernel_cpu;
+	}
+	if (sv.sv_kernel_cgroup) {
+		argv[n++] = "--cgroup";
+		argv[n++] = (char *)sv.sv_kernel_cgroup;
+	}
 	argv[n] = NULL;
 	sigemptyset(&none);
 	if ((pid = fork()) < 0) {
@@ -180,6 +193,7 @@ context_new(const char *id, const char *lang, const char *cwd, bool is_default)
 	c->c_default = is_default;
 	c->c_created = now_ms();
 	c->c_state = KS_STARTING;
+	c->c_pidfd = -1;
 	TAILQ_INIT(&c->c_streams);
 	TAILQ_INIT(&c->c_waiters);
 	return c;
@@ -212,6 +226,10 @@ context_free(struct context *c)
 		server_unwatch(c->c_rfd);
 	if (c->c_sfd_watched)
 		server_unwatch(c->c_sfd);
+	if (c->c_pidfd >= 0) {
+		server_unwatch(c->c_pidfd);
+		close(c->c_pidfd);
+	}
 	nng_close(c->c_sock); /* waits for pipe callbacks: c stays valid until here */
 	outq_clear(c);
 	free(c->c_outq.q);
@@ -498,6 +516,11 @@ proxy_lost(struct context *c, const char *why)
 	outq_clear(c);
 	c->c_pid = 0;
 	c->c_kpid = 0;
+	if (c->c_pidfd >= 0) {
+		server_unwatch(c->c_pidfd);
+		close(c->c_pidfd);
+		c->c_pidfd = -1;
+	}
 	if (now - c->c_respawn_window > RESPAWN_WINDOW_MS) {
 		c->c_respawn_window = now;
 		c->c_respawns = 0;
@@ -535,7 +558,18 @@ context_reaped(pid_t pid, int status)
 	proxy_lost(c, why);
 }
 
-/* Pipe removals: for adopted proxies this is how a death is noticed. */
+/* An adopted proxy (not our child) exited: its pidfd became readable. */
+void
+context_pidfd(struct context *c)
+{
+	if (c->c_deleting) {
+		context_free(c);
+		return;
+	}
+	proxy_lost(c, "exited");
+}
+
+/* Pipe removals of a context being deleted: its proxy is done with us. */
 void
 context_pipe_events(void)
 {
@@ -543,15 +577,20 @@ context_pipe_events(void)
 
 	for (c = TAILQ_FIRST(&sv.sv_contexts); c; c = next) {
 		next = TAILQ_NEXT(c, c_link);
-		if (!__atomic_exchange_n(&c->c_pipe_lost, 0, __ATOMIC_SEQ_CST))
-			continue;
-		if (c->c_child)
-			continue; /* children are reaped through SIGCHLD */
-		if (c->c_deleting)
+		if (__atomic_exchange_n(&c->c_pipe_lost, 0, __ATOMIC_SEQ_CST) &&
+		    c->c_deleting && !c->c_child && c->c_pidfd < 0)
 			context_free(c);
-		else if (c->c_pid > 0 && kill(c->c_pid, 0) < 0 && errno == ESRCH)
-			proxy_lost(c, "disappeared");
 	}
+}
+
+/* --keep-contexts: leave every proxy running; they drop our streams. */
+void
+context_detach_all(void)
+{
+	struct context *c;
+
+	while ((c = TAILQ_FIRST(&sv.sv_contexts)))
+		context_free(c);
 }
 
 /* Requests whose proxy never answered. */
@@ -645,6 +684,12 @@ context_adopt_all(void)
 			struct context *c = context_new(id, lang, cwd, is_default);
 			c->c_pid = pid;
 			c->c_child = false;
+			/* not our child: a pidfd tells us when it exits */
+			c->c_pidfd = syscall(SYS_pidfd_open, (pid_t)pid, 0);
+			if (c->c_pidfd >= 0) {
+				c->c_ev_pidfd = (struct evsrc){EV_CTX_PIDFD, c};
+				server_watch(c->c_pidfd, EPOLLIN, &c->c_ev_pidfd);
+			}
 			TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
 			if (connect_proxy(c) < 0) {
 				context_free(c);

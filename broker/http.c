@@ -227,6 +227,10 @@ do_execute(struct request *rq)
 	json_t *body;
 	int st;
 
+	if (sv.sv_draining)
+		return respond(rq->rq_conn, 503,
+			       http_text("the server is draining before a stop; not accepting "
+					 "new executions"));
 	if (!(body = parse_body(rq, err, sizeof(err))))
 		return respond(rq->rq_conn, 400, http_text("%s", err));
 	st = http_validate_execute(body, &m, &ctx_id, lang, sizeof(lang), err, sizeof(err));
@@ -277,6 +281,10 @@ do_create(struct request *rq)
 	struct stat st;
 	int rc;
 
+	if (sv.sv_draining)
+		return respond(rq->rq_conn, 503,
+			       http_text("the server is draining before a stop; not creating "
+					 "contexts"));
 	if (rq->rq_body.b_len) {
 		if (!(body = parse_body(rq, err, sizeof(err))))
 			return respond(rq->rq_conn, 400, http_text("%s", err));

@@ -16,6 +16,8 @@
 #include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -41,6 +43,28 @@ server_unwatch(int fd)
 	epoll_ctl(sv.sv_epfd, EPOLL_CTL_DEL, fd, NULL);
 }
 
+/* sd_notify(3) without libsystemd: one datagram to $NOTIFY_SOCKET. */
+void
+server_notify(const char *state)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	size_t n;
+	int fd;
+
+	if (!path || (path[0] != '/' && path[0] != '@') || (n = strlen(path)) >= sizeof(sa.sun_path))
+		return;
+	memcpy(sa.sun_path, path, n);
+	if (sa.sun_path[0] == '@')
+		sa.sun_path[0] = '\0'; /* abstract namespace */
+	if ((fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)
+		return;
+	if (sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&sa,
+		   offsetof(struct sockaddr_un, sun_path) + n) < 0)
+		log_warn("sd_notify %s: %s", state, strerror(errno));
+	close(fd);
+}
+
 static void
 usage(void)
 {
@@ -57,7 +81,17 @@ usage(void)
 		"  --max-queue N           queued executions per context (default 64)\n"
 		"  --max-contexts N        contexts in total (default 256)\n"
 		"  --conn-timeout SECONDS  idle HTTP connection timeout (default 120)\n"
-		"  --no-default-context    do not start a python context at start-up\n"
+		"  --no-default-context    do not start the default contexts at start-up\n"
+		"  --keep-contexts         proxies and kernels outlive a stop; the next\n"
+		"                          broker on the same run dir re-attaches them\n"
+		"  --grace SECONDS         on SIGTERM, running executions get this long to\n"
+		"                          finish while new ones get 503 (default 30)\n"
+		"  --kernel-memory BYTES   memory limit of each kernel (RLIMIT_DATA, and\n"
+		"                          the cgroup's limit with --kernel-cgroup)\n"
+		"  --kernel-cpu SECONDS    CPU-time limit of each kernel (RLIMIT_CPU)\n"
+		"  --kernel-cgroup DIR     give each kernel its own cgroup under DIR\n"
+		"                          (v2, or v1 memory), so that a kernel over its\n"
+		"                          memory limit is killed alone\n"
 		"  --proxy PATH            sandcell-proxy binary (default: beside this one)\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n");
 	exit(2);
@@ -186,7 +220,13 @@ handle_signals(void)
 	pid_t pid;
 
 	while (read(sv.sv_sigfd, &si, sizeof(si)) == sizeof(si)) {
-		if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+		if (si.ssi_signo == SIGTERM && !sv.sv_draining && sv.sv_grace) {
+			/* drain: no new executions, running ones get the grace period */
+			sv.sv_draining = true;
+			sv.sv_drain_until = now_ms() + sv.sv_grace * 1000ull;
+			server_notify("STOPPING=1");
+			log_info("SIGTERM: draining; stopping within %u s", sv.sv_grace);
+		} else if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
 			log_info("signal %d: stopping", si.ssi_signo);
 			sv.sv_quit = true;
 		}
@@ -231,6 +271,7 @@ loop(void)
 			case EV_WAKE: wake_drain(); break;
 			case EV_CTX_RECV: context_recv(ev->ev_obj); break;
 			case EV_CTX_SEND: context_flush(ev->ev_obj); break;
+			case EV_CTX_PIDFD: context_pidfd(ev->ev_obj); break;
 			case EV_HANGUP: stream_hangup(ev->ev_obj); break;
 			case EV_CTL: control_recv(); break;
 			}
@@ -242,6 +283,17 @@ loop(void)
 			stream_tick(now);
 			context_tick(now);
 			next_tick = now + TICK_MS;
+			if (sv.sv_watchdog_ms && now >= sv.sv_watchdog_at) {
+				server_notify("WATCHDOG=1");
+				sv.sv_watchdog_at = now + sv.sv_watchdog_ms;
+			}
+			if (sv.sv_draining &&
+			    (TAILQ_EMPTY(&sv.sv_streams) || now >= sv.sv_drain_until)) {
+				log_info("drained: %s", TAILQ_EMPTY(&sv.sv_streams)
+								 ? "no execution left"
+								 : "grace period over");
+				sv.sv_quit = true;
+			}
 		}
 	}
 }
@@ -260,6 +312,11 @@ main(int argc, char **argv)
 		{"max-contexts", required_argument, NULL, 'm'},
 		{"conn-timeout", required_argument, NULL, 't'},
 		{"no-default-context", no_argument, NULL, 'n'},
+		{"keep-contexts", no_argument, NULL, 'k'},
+		{"grace", required_argument, NULL, 'g'},
+		{"kernel-memory", required_argument, NULL, 'M'},
+		{"kernel-cpu", required_argument, NULL, 'C'},
+		{"kernel-cgroup", required_argument, NULL, 'G'},
 		{"proxy", required_argument, NULL, 'p'},
 		{"log-level", required_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
@@ -276,6 +333,7 @@ main(int argc, char **argv)
 	sv.sv_conn_timeout = 120;
 	sv.sv_genv = json_object();
 	sv.sv_log_level = "info";
+	sv.sv_grace = 30;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'l': sv.sv_listen = optarg; break;
@@ -294,6 +352,11 @@ main(int argc, char **argv)
 		case 'm': sv.sv_max_contexts = atoi(optarg); break;
 		case 't': sv.sv_conn_timeout = atoi(optarg); break;
 		case 'n': sv.sv_no_default = true; break;
+		case 'k': sv.sv_keep_contexts = true; break;
+		case 'g': sv.sv_grace = atoi(optarg); break;
+		case 'M': sv.sv_kernel_memory = optarg; break;
+		case 'C': sv.sv_kernel_cpu = optarg; break;
+		case 'G': sv.sv_kernel_cgroup = optarg; break;
 		case 'p': sv.sv_proxy_bin = optarg; break;
 		case 'v':
 			if ((level = parse_level(optarg)) < 0)
@@ -358,12 +421,25 @@ main(int argc, char **argv)
 	}
 	log_info("listening on http://%s (run dir %s, version %s)", sv.sv_listen,
 		 sv.sv_run_dir, SANDCELL_VERSION);
+	const char *wd = getenv("WATCHDOG_USEC");
+	if (wd && strtoull(wd, NULL, 10) >= 2000)
+		sv.sv_watchdog_ms = strtoull(wd, NULL, 10) / 2000;
+	server_notify("READY=1");
 	loop();
 
+	server_notify("STOPPING=1");
+	/* what is still streaming ends with an error line the client can read */
+	stream_fail_all("ServerStopping", "the server is stopping");
+	for (uint64_t until = now_ms() + 500; !TAILQ_EMPTY(&sv.sv_streams) && now_ms() < until;)
+		MHD_run(sv.sv_mhd), usleep(5000);
 	http_stop();
-	context_shutdown_all();
+	if (sv.sv_keep_contexts)
+		context_detach_all();
+	else
+		context_shutdown_all();
 	control_stop();
-	unlink(sv.sv_env_file);
-	log_info("stopped");
+	if (!sv.sv_keep_contexts)
+		unlink(sv.sv_env_file);
+	log_info("stopped%s", sv.sv_keep_contexts ? "; contexts kept running" : "");
 	return 0;
 }

@@ -131,6 +131,15 @@ stream_fail(struct stream *s, const char *name, const char *value)
 	stream_output(s, end, sizeof(end) - 1, true);
 }
 
+void
+stream_fail_all(const char *name, const char *value)
+{
+	struct stream *s;
+
+	TAILQ_FOREACH(s, &sv.sv_streams, st_link)
+		stream_fail(s, name, value);
+}
+
 /* EPOLLRDHUP on a parked connection. */
 void
 stream_hangup(struct stream *s)

@@ -241,7 +241,7 @@ int
 kernel_start(struct proxy *px)
 {
 	char conn[PATH_MAX], ep[5][EP_MAX], *home = NULL, *exe = NULL;
-	char **argv = NULL, **envp = NULL;
+	char **argv = NULL, **envp = NULL, *procs = NULL;
 	unsigned char key[32];
 	int ports[5], rc, argc = 0;
 	sigset_t none;
@@ -277,6 +277,8 @@ kernel_start(struct proxy *px)
 	exe = which(argv[0]);
 	envp = build_env(px, home);
 	sigemptyset(&none);
+	limits_prepare(px);
+	procs = px->px_cgroup ? xasprintf("%s/cgroup.procs", px->px_cgroup) : NULL;
 
 	pid = fork();
 	if (pid < 0) {
@@ -292,6 +294,7 @@ kernel_start(struct proxy *px)
 		if (getppid() != parent)
 			_exit(127);
 		sigprocmask(SIG_SETMASK, &none, NULL);
+		limits_apply_child(px, procs);
 		if (fd >= 0)
 			dup2(fd, 0);
 		dup2(2, 1); /* kernel's own stdout is the proxy's log, not a stream */
@@ -319,6 +322,7 @@ out:
 	free_strv(envp);
 	free(home);
 	free(exe);
+	free(procs);
 	return rc;
 }
 
@@ -395,8 +399,14 @@ kernel_on_iopub(struct proxy *px, struct jmsg *jm)
 }
 
 static char *
-describe_status(int status)
+describe_status(struct proxy *px, int status)
 {
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && limits_oom_killed(px))
+		return xasprintf("kernel was killed: out of memory (limit %llu MB)",
+				 (unsigned long long)(px->px_mem_limit >> 20));
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGXCPU)
+		return xasprintf("kernel was killed: CPU time limit of %llu s reached",
+				 (unsigned long long)px->px_cpu_limit);
 	if (WIFSIGNALED(status))
 		return xasprintf("kernel was killed by signal %d (%s)", WTERMSIG(status),
 				 strsignal(WTERMSIG(status)));
@@ -431,7 +441,7 @@ respawn(struct proxy *px, const char *why)
 void
 kernel_reaped(struct proxy *px, int status)
 {
-	char *why = describe_status(status);
+	char *why = describe_status(px, status);
 
 	log_warn("context %s: %s", px->px_id, why);
 	px->px_kpid = 0;

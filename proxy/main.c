@@ -365,7 +365,8 @@ static void
 usage(void)
 {
 	fprintf(stderr, "usage: sandcell-proxy --run-dir DIR --id UUID --language LANG "
-			"--cwd DIR [--env-file FILE] [--log-level LEVEL]\n");
+			"--cwd DIR [--env-file FILE] [--memory BYTES] [--cpu SECONDS]\n"
+			"       [--cgroup DIR] [--default] [--log-level LEVEL]\n");
 	exit(2);
 }
 
@@ -428,6 +429,9 @@ main(int argc, char **argv)
 		{"env-file", required_argument, NULL, 'e'},
 		{"log-level", required_argument, NULL, 'v'},
 		{"default", no_argument, NULL, 'd'},
+		{"memory", required_argument, NULL, 'M'},
+		{"cpu", required_argument, NULL, 'C'},
+		{"cgroup", required_argument, NULL, 'G'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *env_file = NULL;
@@ -443,6 +447,9 @@ main(int argc, char **argv)
 		case 'c': px.px_cwd = optarg; break;
 		case 'e': env_file = optarg; break;
 		case 'd': px.px_default = true; break;
+		case 'M': px.px_mem_limit = strtoull(optarg, NULL, 10); break;
+		case 'C': px.px_cpu_limit = strtoull(optarg, NULL, 10); break;
+		case 'G': px.px_cgroup_parent = optarg; break;
 		case 'v':
 			if ((level = parse_level(optarg)) < 0)
 				usage();
@@ -490,6 +497,7 @@ main(int argc, char **argv)
 	admit_fail_all(&px, "ContextDeleted", "the context was shut down");
 	outq_flush(&px);
 	kernel_stop(&px);
+	limits_cleanup(&px);
 	nng_msleep(20); /* let the last replies leave */
 	nng_close(px.px_ipc);
 	zmq_ctx_term(px.px_zctx);

@@ -64,6 +64,11 @@ struct proxy {
 	size_t px_ngenv;
 	bool px_default; /* the broker's default context for its language */
 	bool px_display_is_result; /* IRkernel shows values as display_data */
+	uint64_t px_mem_limit;  /* bytes; 0 = none (RLIMIT_DATA, and the cgroup's) */
+	uint64_t px_cpu_limit;  /* seconds of CPU per kernel; 0 = none */
+	char *px_cgroup;        /* the kernel's own cgroup dir, or NULL */
+	char *px_cgroup_parent; /* --cgroup: where to create it */
+	unsigned long long px_oom_seen;
 
 	nng_socket px_ipc;
 	int px_ipc_fd, px_ipc_sendfd;
@@ -99,6 +104,12 @@ struct proxy {
 /* main.c */
 void proxy_send(struct proxy *px, struct msg *m);
 void proxy_state(struct proxy *px, const char *text);
+
+/* limits.c */
+int limits_prepare(struct proxy *px);
+void limits_apply_child(struct proxy *px, const char *procs_path);
+bool limits_oom_killed(struct proxy *px);
+void limits_cleanup(struct proxy *px);
 
 /* kernel.c */
 int kernel_start(struct proxy *px);

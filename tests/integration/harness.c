@@ -275,21 +275,27 @@ context_new(const char *base, const char *language, const char *cwd)
 int
 broker_start(struct broker *b, const char *const *extra)
 {
+	memset(b, 0, sizeof(*b));
+	b->b_port = free_port();
+	snprintf(b->b_url, sizeof(b->b_url), "http://127.0.0.1:%d", b->b_port);
+	snprintf(b->b_run_dir, sizeof(b->b_run_dir), "/tmp/sandcell-test.XXXXXX");
+	if (!mkdtemp(b->b_run_dir))
+		return -1;
+	snprintf(b->b_log, sizeof(b->b_log), "%s.log", b->b_run_dir);
+	return broker_restart(b, extra);
+}
+
+int
+broker_restart(struct broker *b, const char *const *extra)
+{
 	const char *bin = getenv("SANDCELL_BIN");
 	char exe[512], listen[64];
 	const char *argv[64];
 	int n = 0;
 	bool want_default = true;
 
-	memset(b, 0, sizeof(*b));
 	snprintf(exe, sizeof(exe), "%s/sandcell-broker", bin ? bin : "bin");
-	b->b_port = free_port();
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", b->b_port);
-	snprintf(b->b_url, sizeof(b->b_url), "http://127.0.0.1:%d", b->b_port);
-	snprintf(b->b_run_dir, sizeof(b->b_run_dir), "/tmp/sandcell-test.XXXXXX");
-	if (!mkdtemp(b->b_run_dir))
-		return -1;
-	snprintf(b->b_log, sizeof(b->b_log), "%s.log", b->b_run_dir);
 	argv[n++] = exe;
 	argv[n++] = "--listen";
 	argv[n++] = listen;
@@ -303,7 +309,7 @@ broker_start(struct broker *b, const char *const *extra)
 	argv[n] = NULL;
 	fflush(NULL);
 	if ((b->b_pid = fork()) == 0) {
-		FILE *log = fopen(b->b_log, "w");
+		FILE *log = fopen(b->b_log, "a");
 		if (log)
 			dup2(fileno(log), 2);
 		execv(exe, (char *const *)argv);
@@ -332,6 +338,21 @@ broker_start(struct broker *b, const char *const *extra)
 	return 0;
 }
 
+/* SIGKILLs every proxy a run dir lists (their kernels die with them). */
+void
+broker_kill_proxies(const char *run_dir)
+{
+	char cmd[512];
+
+	snprintf(cmd, sizeof(cmd),
+		 "for f in '%s'/ctx/*/state.json; do [ -f \"$f\" ] || continue; "
+		 "pid=$(sed -n 's/.*\"pid\":\\([0-9]*\\).*/\\1/p' \"$f\"); "
+		 "[ -n \"$pid\" ] && kill -9 \"$pid\" 2>/dev/null; done; true",
+		 run_dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not clean up proxies of %s\n", run_dir);
+}
+
 void
 broker_stop(struct broker *b)
 {
@@ -343,6 +364,8 @@ broker_stop(struct broker *b)
 		waitpid(b->b_pid, NULL, 0);
 		b->b_pid = 0;
 	}
+	if (b->b_run_dir[0])
+		broker_kill_proxies(b->b_run_dir); /* whatever a test left running */
 	if (b->b_run_dir[0]) {
 		char cmd[300];
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", b->b_run_dir);

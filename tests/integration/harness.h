@@ -25,6 +25,9 @@ struct broker {
  * and for the default python context to be ready unless --no-default-context. */
 int broker_start(struct broker *b, const char *const *extra);
 void broker_stop(struct broker *b);
+void broker_kill_proxies(const char *run_dir);
+/* Starts a broker on an existing run dir and port (a restart). */
+int broker_restart(struct broker *b, const char *const *extra);
 /* The shared broker of this test binary. */
 const char *test_url(void);
 const char *test_run_dir(void);

@@ -1,0 +1,403 @@
+/*
+ * faults_test.c — what a fault does not touch is not lost: kernel death,
+ * proxy death, broker restart, graceful drain, memory limits, a kernel that
+ * ignores SIGINT. Real processes are killed with real signals.
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+HARNESS_SHARED_BROKER("--no-default-context", "--env", "SC_GLOBAL=g");
+
+#define URL test_url()
+
+static json_t *
+context_info(const char *base, const char *id)
+{
+	char path[128];
+	struct resp r;
+	json_t *j = NULL;
+
+	snprintf(path, sizeof(path), "/contexts/%s", id);
+	if (http(base, "GET", path, NULL, &r, 5) == 0 && r.r_status == 200)
+		j = json_loads(r.r_body, 0, NULL);
+	resp_free(&r);
+	return j;
+}
+
+static pid_t
+pid_of(const char *base, const char *id, const char *which)
+{
+	json_t *j = context_info(base, id);
+	pid_t pid = (pid_t)json_integer_value(json_object_get(j, which));
+
+	json_decref(j);
+	return pid;
+}
+
+struct bg {
+	const char *base, *ctx, *code;
+	json_t *lines;
+	double took;
+};
+
+static void *
+bg_run(void *arg)
+{
+	struct bg *b = arg;
+	double t0 = ms_now();
+
+	b->lines = run(b->base, b->ctx, b->code);
+	b->took = ms_since(t0);
+	return NULL;
+}
+
+static const char *
+error_name(json_t *l)
+{
+	json_t *e = line_of(l, "error", 0);
+
+	return e ? json_string_value(json_object_get(e, "name")) : "(none)";
+}
+
+static const char *
+error_value(json_t *l)
+{
+	json_t *e = line_of(l, "error", 0);
+
+	return e ? json_string_value(json_object_get(e, "value")) : "";
+}
+
+Test(faults, kernel_killed_mid_execution, .timeout = 90)
+{
+	char *id = context_new(URL, "python", "/tmp");
+	struct bg b = {.base = URL, .ctx = id, .code = "import time\nprint('start', flush=True)\ntime.sleep(30)"};
+	pthread_t t;
+
+	cr_assert_not_null(id);
+	json_decref(run(URL, id, "x = 1"));
+	pid_t kpid = pid_of(URL, id, "kernel_pid");
+	cr_assert(kpid > 0);
+	pthread_create(&t, NULL, bg_run, &b);
+	usleep(800000);
+	double t0 = ms_now();
+	kill(kpid, SIGKILL);
+	pthread_join(t, NULL);
+	double after_kill = ms_since(t0);
+	cr_assert_str_eq(error_name(b.lines), "KernelDied");
+	cr_assert(strstr(error_value(b.lines), "signal 9"), "%s", error_value(b.lines));
+	cr_assert_not_null(line_of(b.lines, "end_of_execution", 0));
+	cr_assert(after_kill < 1000, "stream ended %.0f ms after the kill", after_kill);
+	json_decref(b.lines);
+
+	/* same id, fresh kernel, cwd and global env re-applied */
+	json_t *l = run(URL, id, "import os\nprint(os.getcwd(), os.environ['SC_GLOBAL'], 'x' in globals())");
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "/tmp g False\n");
+	free(out);
+	json_decref(l);
+	cr_assert_neq(pid_of(URL, id, "kernel_pid"), kpid);
+	free(id);
+}
+
+Test(faults, kernel_exits_by_itself, .timeout = 60)
+{
+	char *id = context_new(URL, "python", NULL);
+	json_t *l = run(URL, id, "import os\nos._exit(3)");
+
+	cr_assert_str_eq(error_name(l), "KernelDied");
+	cr_assert(strstr(error_value(l), "status 3"), "%s", error_value(l));
+	json_decref(l);
+	l = run(URL, id, "print('back')");
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "back\n");
+	free(out);
+	json_decref(l);
+	free(id);
+}
+
+Test(faults, queued_units_fail_with_the_kernel, .timeout = 60)
+{
+	char *id = context_new(URL, "python", NULL);
+	struct bg a = {.base = URL, .ctx = id, .code = "import time\ntime.sleep(30)"};
+	struct bg q = {.base = URL, .ctx = id, .code = "print('queued')"};
+	pthread_t ta, tq;
+
+	pthread_create(&ta, NULL, bg_run, &a);
+	usleep(500000);
+	pthread_create(&tq, NULL, bg_run, &q);
+	usleep(300000);
+	kill(pid_of(URL, id, "kernel_pid"), SIGKILL);
+	pthread_join(ta, NULL);
+	pthread_join(tq, NULL);
+	cr_assert_str_eq(error_name(a.lines), "KernelDied");
+	cr_assert_str_eq(error_name(q.lines), "KernelDied");
+	cr_assert_eq(count_of(q.lines, "stdout"), 0);
+	json_decref(a.lines);
+	json_decref(q.lines);
+	free(id);
+}
+
+Test(faults, proxy_killed_while_another_context_streams, .timeout = 90)
+{
+	char *victim = context_new(URL, "python", NULL), *other = context_new(URL, "python", NULL);
+	struct bg v = {.base = URL, .ctx = victim, .code = "import time\ntime.sleep(30)"};
+	struct bg o = {.base = URL,
+		       .ctx = other,
+		       .code = "import time\nfor i in range(20):\n    print(i, flush=True)\n    "
+			       "time.sleep(0.1)"};
+	pthread_t tv, to;
+
+	json_decref(run(URL, victim, "lost = 1"));
+	pid_t ppid = pid_of(URL, victim, "proxy_pid");
+	cr_assert(ppid > 0);
+	pthread_create(&tv, NULL, bg_run, &v);
+	pthread_create(&to, NULL, bg_run, &o);
+	usleep(700000);
+	double t0 = ms_now();
+	kill(ppid, SIGKILL);
+	pthread_join(tv, NULL);
+	double noticed = ms_since(t0);
+	pthread_join(to, NULL);
+
+	cr_assert_str_eq(error_name(v.lines), "ContextLost");
+	cr_assert(strstr(error_value(v.lines), "state is lost"), "%s", error_value(v.lines));
+	cr_assert(noticed < 1000, "noticed after %.0f ms", noticed);
+	/* the other context's stream is complete and in order */
+	char *out = stdout_of(o.lines), want[128] = "";
+	for (int i = 0; i < 20; i++)
+		snprintf(want + strlen(want), sizeof(want) - strlen(want), "%d\n", i);
+	cr_assert_str_eq(out, want);
+	cr_assert_null(line_of(o.lines, "error", 0));
+	free(out);
+	json_decref(v.lines);
+	json_decref(o.lines);
+
+	/* respawned under the same id, with a fresh kernel */
+	json_t *l = run(URL, victim, "print('lost' in globals())");
+	out = stdout_of(l);
+	cr_assert_str_eq(out, "False\n");
+	free(out);
+	json_decref(l);
+	cr_assert_neq(pid_of(URL, victim, "proxy_pid"), ppid);
+	free(victim);
+	free(other);
+}
+
+Test(faults, broker_restart_keeps_contexts_and_state, .timeout = 120)
+{
+	struct broker b;
+	const char *args[] = {"--no-default-context", NULL};
+
+	cr_assert_eq(broker_start(&b, args), 0);
+	char *id = context_new(b.b_url, "python", "/tmp");
+	cr_assert_not_null(id);
+	json_decref(run(b.b_url, id, "survivor = 'still here'"));
+	pid_t kpid = pid_of(b.b_url, id, "kernel_pid");
+
+	/* a stream open at the moment of the crash ends on the client side */
+	struct bg open = {.base = b.b_url, .ctx = id, .code = "import time\ntime.sleep(2)"};
+	pthread_t t;
+	pthread_create(&t, NULL, bg_run, &open);
+	usleep(500000);
+	kill(b.b_pid, SIGKILL);
+	waitpid(b.b_pid, NULL, 0);
+	pthread_join(t, NULL);
+	cr_assert(open.took < 2000, "the open stream ended when the broker died");
+	json_decref(open.lines);
+
+	cr_assert_eq(broker_restart(&b, args), 0);
+	struct resp r;
+	cr_assert_eq(http(b.b_url, "GET", "/contexts", NULL, &r, 5), 0);
+	cr_assert(strstr(r.r_body, id), "context listed after restart: %s", r.r_body);
+	resp_free(&r);
+	json_t *l = run(b.b_url, id, "print(survivor)");
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "still here\n");
+	free(out);
+	json_decref(l);
+	cr_assert_eq(pid_of(b.b_url, id, "kernel_pid"), kpid, "the same kernel");
+	free(id);
+	broker_stop(&b);
+}
+
+Test(faults, stale_context_dir_is_cleaned_not_trusted, .timeout = 60)
+{
+	struct broker b;
+	const char *args[] = {"--no-default-context", NULL};
+	char dir[256], state[300];
+
+	cr_assert_eq(broker_start(&b, args), 0);
+	broker_stop(&b);
+	/* a dead proxy's leftovers: a state file naming a pid that is not ours */
+	mkdir(b.b_run_dir, 0700);
+	snprintf(dir, sizeof(dir), "%s/ctx", b.b_run_dir);
+	mkdir(dir, 0700);
+	snprintf(dir, sizeof(dir), "%s/ctx/0b5e3c7e-1d8a-4c0e-9f3a-2b6c4d8e0f1a", b.b_run_dir);
+	mkdir(dir, 0700);
+	snprintf(state, sizeof(state), "%s/state.json", dir);
+	FILE *f = fopen(state, "w");
+	fprintf(f, "{\"id\":\"0b5e3c7e-1d8a-4c0e-9f3a-2b6c4d8e0f1a\",\"language\":\"python\","
+		   "\"cwd\":\"/\",\"pid\":1,\"default\":false}");
+	fclose(f);
+	cr_assert_eq(broker_restart(&b, args), 0);
+	struct resp r;
+	cr_assert_eq(http(b.b_url, "GET", "/contexts", NULL, &r, 5), 0);
+	cr_assert_str_eq(r.r_body, "[]");
+	resp_free(&r);
+	struct stat st;
+	cr_assert(stat(dir, &st) < 0, "stale dir removed");
+	broker_stop(&b);
+}
+
+Test(faults, sigterm_drains_running_executions, .timeout = 90)
+{
+	struct broker b;
+	const char *args[] = {"--grace", "10", NULL};
+
+	cr_assert_eq(broker_start(&b, args), 0);
+	struct bg run1 = {.base = b.b_url, .code = "import time\ntime.sleep(2)\nprint('finished')"};
+	pthread_t t;
+	pthread_create(&t, NULL, bg_run, &run1);
+	usleep(500000);
+	kill(b.b_pid, SIGTERM);
+	usleep(200000);
+	long st;
+	json_t *refused = execute(b.b_url, "{\"code\":\"1\"}", &st, 5000);
+	cr_assert_null(refused);
+	cr_assert_eq(st, 503, "new executions are refused while draining");
+	pthread_join(t, NULL);
+	char *out = stdout_of(run1.lines);
+	cr_assert_str_eq(out, "finished\n", "the running execution completed");
+	free(out);
+	json_decref(run1.lines);
+	int status;
+	for (int i = 0; i < 100 && waitpid(b.b_pid, &status, WNOHANG) != b.b_pid; i++)
+		usleep(50000);
+	cr_assert(kill(b.b_pid, 0) < 0, "the broker stopped once drained");
+	b.b_pid = 0;
+	broker_stop(&b);
+}
+
+Test(faults, memory_limit_kills_or_refuses_only_that_kernel, .timeout = 90)
+{
+	struct broker b;
+	const char *args[] = {"--no-default-context", "--kernel-memory", "209715200", NULL};
+
+	cr_assert_eq(broker_start(&b, args), 0);
+	char *hog = context_new(b.b_url, "python", NULL);
+	char *quiet = context_new(b.b_url, "python", NULL);
+	cr_assert(hog && quiet);
+	json_decref(run(b.b_url, quiet, "kept = 42"));
+	json_t *l = run(b.b_url, hog, "x = bytearray(500 * 1024 * 1024)");
+	const char *name = error_name(l);
+	cr_assert(!strcmp(name, "MemoryError") || !strcmp(name, "KernelDied"),
+		  "over the limit: %s", name);
+	json_decref(l);
+	l = run(b.b_url, quiet, "print(kept)");
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "42\n", "the neighbour is untouched");
+	free(out);
+	json_decref(l);
+	l = run(b.b_url, hog, "print('alive')");
+	out = stdout_of(l);
+	cr_assert_str_eq(out, "alive\n");
+	free(out);
+	json_decref(l);
+	free(hog);
+	free(quiet);
+	broker_stop(&b);
+}
+
+/* With a cgroup the kernel over its limit is OOM-killed, alone. */
+Test(faults, memory_limit_in_a_cgroup_kills_the_kernel_alone, .timeout = 90)
+{
+	struct broker b;
+	char cg[256];
+
+	snprintf(cg, sizeof(cg), "/sys/fs/cgroup/memory/sandcell-test-%d", (int)getpid());
+	if (mkdir(cg, 0755) < 0) {
+		snprintf(cg, sizeof(cg), "/sys/fs/cgroup/sandcell-test-%d", (int)getpid());
+		if (mkdir(cg, 0755) < 0)
+			cr_skip_test("no writable cgroup hierarchy here");
+	}
+	const char *args[] = {"--no-default-context", "--kernel-memory", "209715200",
+			      "--kernel-cgroup", cg, NULL};
+	cr_assert_eq(broker_start(&b, args), 0);
+	char *hog = context_new(b.b_url, "python", NULL);
+	/* bypass RLIMIT_DATA's refusal: touch memory page by page via mmap */
+	json_t *l = run(b.b_url, hog,
+			"import mmap\nm = mmap.mmap(-1, 600 * 1024 * 1024)\n"
+			"for i in range(0, len(m), 4096): m[i] = 1");
+	cr_assert_str_eq(error_name(l), "KernelDied", "%s", error_value(l));
+	cr_assert(strstr(error_value(l), "out of memory"), "%s", error_value(l));
+	json_decref(l);
+	l = run(b.b_url, hog, "print('alive')");
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "alive\n");
+	free(out);
+	json_decref(l);
+	free(hog);
+	broker_stop(&b);
+	rmdir(cg);
+}
+
+Test(faults, kernel_ignoring_sigint_is_stopped_by_restart, .timeout = 90)
+{
+	char *id = context_new(URL, "python", NULL);
+	struct bg b = {.base = URL,
+		       .ctx = id,
+		       .code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+			       "time.sleep(60)"};
+	pthread_t t;
+	char path[128];
+	struct resp r;
+
+	pthread_create(&t, NULL, bg_run, &b);
+	usleep(800000);
+	snprintf(path, sizeof(path), "/contexts/%s/restart", id);
+	double t0 = ms_now();
+	cr_assert_eq(http(URL, "POST", path, NULL, &r, 30), 0);
+	cr_assert_eq(r.r_status, 200);
+	resp_free(&r);
+	pthread_join(t, NULL);
+	cr_assert(ms_since(t0) < 10000);
+	cr_assert_str_eq(error_name(b.lines), "ContextRestarted");
+	json_decref(b.lines);
+	json_t *l = run(URL, id, "print('fresh')");
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "fresh\n");
+	free(out);
+	json_decref(l);
+	free(id);
+}
+
+Test(faults, interrupt_of_a_kernel_ignoring_sigint_falls_back_to_restart, .timeout = 90)
+{
+	char *id = context_new(URL, "python", NULL);
+	struct bg b = {.base = URL,
+		       .ctx = id,
+		       .code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+			       "time.sleep(60)"};
+	pthread_t t;
+	char path[128];
+	struct resp r;
+
+	pthread_create(&t, NULL, bg_run, &b);
+	usleep(800000);
+	snprintf(path, sizeof(path), "/contexts/%s/interrupt", id);
+	cr_assert_eq(http(URL, "POST", path, NULL, &r, 30), 0);
+	resp_free(&r);
+	pthread_join(t, NULL);
+	cr_assert(b.took < 10000, "took %.0f ms", b.took);
+	cr_assert(strstr(error_value(b.lines), "restarted"), "%s", error_value(b.lines));
+	json_decref(b.lines);
+	free(id);
+}
