@@ -31,7 +31,7 @@ PROGS = $(BIN)/sandcell-broker $(BIN)/sandcell-proxy $(BIN)/sandcellctl
 UNIT_TESTS = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
 INTEG_TESTS = $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/*_test.c))
 
-.PHONY: all bench deps run test test-unit test-integration test-sdk test-asan clean \
+.PHONY: all bench deps install run soak test test-systemd test-unit test-integration test-sdk test-asan clean \
         check-deps format
 
 all: $(PROGS)
@@ -65,6 +65,14 @@ $(BUILD)/bench: tests/bench/bench.c tests/integration/harness.c $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS_PROTO) -lcurl
 
+$(BUILD)/soak: tests/soak/soak.c tests/integration/harness.c $(PROTO_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS_PROTO) -lcurl
+
+# Random faults while clients run (SOAK_MINUTES, default 2); not in make test.
+soak: deps all $(BUILD)/soak
+	SANDCELL_BIN=$(abspath $(BIN)) $(BUILD)/soak
+
 # Benchmarks print figures; they are not part of make test.
 bench: deps all $(BUILD)/bench
 	SANDCELL_BIN=$(abspath $(BIN)) $(BUILD)/bench $(BENCH)
@@ -76,7 +84,7 @@ run: deps all
 	exec $(BIN)/sandcell-broker --listen $(LISTEN) $(RUN_ARGS)
 
 test: deps all
-	@$(MAKE) --no-print-directory test-unit test-integration test-sdk
+	@$(MAKE) --no-print-directory test-unit test-integration test-sdk test-systemd
 
 test-unit: $(UNIT_TESTS)
 	@set -e; for t in $(UNIT_TESTS); do echo "== $$t"; $$t --jobs 1; done
@@ -93,6 +101,28 @@ test-asan: deps
 	@$(MAKE) --no-print-directory BUILD=build/asan BIN=build/asan/bin \
 	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
 	  LDFLAGS="-fsanitize=address,undefined" test-unit test-integration
+
+# systemd units must pass systemd-analyze verify (with ExecStart pointing at
+# the binaries just built, since nothing is installed here).
+test-systemd: all
+	@d=$$(mktemp -d) && sed "s#/usr/local/bin#$(abspath $(BIN))#" systemd/sandcell.service \
+	  >$$d/sandcell.service && cp systemd/sandcell.slice $$d/ && \
+	  systemd-analyze verify $$d/sandcell.service $$d/sandcell.slice; rc=$$?; rm -rf $$d; \
+	  [ $$rc -eq 0 ] && echo "systemd units: 1 passed, 0 failed" || \
+	  { echo "systemd units: 0 passed, 1 failed"; exit 1; }
+
+PREFIX ?= /usr/local
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/sandcell/jupyter/kernels \
+	  $(DESTDIR)$(PREFIX)/lib/sandcell /etc/systemd/system
+	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
+	cp -r proxy/jupyter/kernels/bash $(DESTDIR)$(PREFIX)/share/sandcell/jupyter/kernels/
+	if [ -x "$$(ls .deps/deno/node_modules/@deno/linux-*/deno 2>/dev/null | head -n 1)" ]; then \
+	  install -m 755 $$(ls .deps/deno/node_modules/@deno/linux-*/deno | head -n 1) \
+	    $(DESTDIR)$(PREFIX)/lib/sandcell/deno && \
+	  sh proxy/jupyter/deno-kernelspecs.sh $(PREFIX)/lib/sandcell/deno \
+	    $(DESTDIR)$(PREFIX)/share/sandcell/jupyter; fi
+	install -m 644 systemd/sandcell.service systemd/sandcell.slice $(DESTDIR)/etc/systemd/system/
 
 clean:
 	rm -rf $(BUILD) $(BIN)

@@ -91,7 +91,8 @@ usage(void)
 		"  --kernel-cpu SECONDS    CPU-time limit of each kernel (RLIMIT_CPU)\n"
 		"  --kernel-cgroup DIR     give each kernel its own cgroup under DIR\n"
 		"                          (v2, or v1 memory), so that a kernel over its\n"
-		"                          memory limit is killed alone\n"
+		"                          memory limit is killed alone; 'systemd': a\n"
+		"                          scope per kernel under sandcell.slice\n"
 		"  --proxy PATH            sandcell-proxy binary (default: beside this one)\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n");
 	exit(2);

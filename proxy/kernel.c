@@ -195,6 +195,29 @@ which(const char *prog)
 
 #define EP_MAX (PATH_MAX + 32)
 
+/*
+ * IPython's history goes to memory, not to an sqlite file: a kernel killed
+ * mid-write leaves the file to its successor, which then prints "Session/line
+ * number was not unique" into the user's output.
+ */
+static void
+ipython_profile(struct proxy *px, const char *home)
+{
+	static const char cfg[] = "c.HistoryManager.hist_file = ':memory:'\n";
+	char *dir = xasprintf("%s/.ipython/profile_default", home);
+	char *path = xasprintf("%s/ipython_kernel_config.py", dir);
+	int fd;
+
+	if (mkdir_p(dir, 0700) == 0 &&
+	    (fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) >= 0) {
+		if (write(fd, cfg, sizeof(cfg) - 1) < 0)
+			log_warn("context %s: write %s: %s", px->px_id, path, strerror(errno));
+		close(fd);
+	}
+	free(path);
+	free(dir);
+}
+
 static int
 write_connection_file(struct proxy *px, const char *path, int ports[5], char ep[5][EP_MAX])
 {
@@ -269,11 +292,31 @@ kernel_start(struct proxy *px)
 		log_err("kernel %s: mkdir %s: %s", px->px_ks->ks_name, home, strerror(-rc));
 		goto err;
 	}
+	ipython_profile(px, home);
 	while (px->px_ks->ks_argv[argc])
 		argc++;
-	argv = xcalloc(argc + 1, sizeof(*argv));
+	argv = xcalloc(argc + 16, sizeof(*argv));
+	int a = 0;
+	if (px->px_cgroup_parent && !strcmp(px->px_cgroup_parent, "systemd")) {
+		/* a transient scope of its own under sandcell.slice: systemd-run
+		 * registers it and execs the kernel in place */
+		argv[a++] = xstrdup("systemd-run");
+		argv[a++] = xstrdup("--scope");
+		argv[a++] = xstrdup("--quiet");
+		argv[a++] = xstrdup("--collect");
+		argv[a++] = xstrdup("--slice=sandcell.slice");
+		argv[a++] = xasprintf("--unit=sandcell-kernel-%.8s-%d", px->px_id, (int)getpid());
+		if (px->px_mem_limit) {
+			argv[a++] = xstrdup("-p");
+			argv[a++] = xasprintf("MemoryMax=%llu",
+					      (unsigned long long)px->px_mem_limit);
+			argv[a++] = xstrdup("-p");
+			argv[a++] = xstrdup("MemorySwapMax=0");
+		}
+		argv[a++] = xstrdup("--");
+	}
 	for (int i = 0; i < argc; i++)
-		argv[i] = subst(px->px_ks->ks_argv[i], conn, px->px_ks->ks_dir);
+		argv[a++] = subst(px->px_ks->ks_argv[i], conn, px->px_ks->ks_dir);
 	exe = which(argv[0]);
 	envp = build_env(px, home);
 	sigemptyset(&none);

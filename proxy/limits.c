@@ -37,8 +37,8 @@ limits_prepare(struct proxy *px)
 	bool v2;
 	int rc;
 
-	if (!px->px_cgroup_parent || px->px_cgroup)
-		return 0;
+	if (!px->px_cgroup_parent || px->px_cgroup || !strcmp(px->px_cgroup_parent, "systemd"))
+		return 0; /* systemd mode: systemd-run makes the scope (kernel.c) */
 	px->px_cgroup = xasprintf("%s/sandcell-%s", px->px_cgroup_parent, px->px_id);
 	if (mkdir(px->px_cgroup, 0755) < 0 && errno != EEXIST) {
 		rc = -errno;

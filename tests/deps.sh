@@ -38,20 +38,7 @@ if [ -z "$deno" ] || ! "$deno" --version 2>/dev/null | grep -q "^deno $DENO_VERS
 	deno=$(ls .deps/deno/node_modules/@deno/linux-*/deno | head -n 1)
 fi
 deno=$(cd "$(dirname "$deno")" && pwd)/deno
-for lang in javascript typescript; do
-	mkdir -p ".deps/jupyter/kernels/$lang"
-	cat >".deps/jupyter/kernels/$lang/kernel.json.tmp" <<JSON
-{
- "argv": ["$deno", "jupyter", "--kernel", "--conn", "{connection_file}"],
- "display_name": "Deno ($lang)",
- "language": "$lang",
- "interrupt_mode": "message",
- "env": {"NO_COLOR": "1"},
- "metadata": {"sandcell": {"transport": "tcp"}}
-}
-JSON
-	mv ".deps/jupyter/kernels/$lang/kernel.json.tmp" ".deps/jupyter/kernels/$lang/kernel.json"
-done
+sh proxy/jupyter/deno-kernelspecs.sh "$deno" .deps/jupyter
 
 # The public E2B SDK, pinned in tests/sdk/package-lock.json, into an ignored folder.
 if [ ! -d tests/sdk/node_modules/@e2b/code-interpreter ]; then
