@@ -6,7 +6,8 @@ CC      ?= cc
 BUILD   ?= build
 BIN     ?= bin
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers \
+# Always applied, also when CFLAGS is given on the command line (test-asan).
+override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers \
            -D_GNU_SOURCE -MMD -MP
 LDLIBS_PROTO  = -lnng -lmsgpackc -ljansson -lpthread
 LDLIBS_PROXY  = $(LDLIBS_PROTO) -lzmq -lsodium
@@ -55,7 +56,7 @@ $(BIN)/sandcellctl: $(BUILD)/broker/sandcellctl.o $(PROTO_OBJ)
 # Unit tests link the modules they test; integration tests drive the binaries.
 $(BUILD)/tests/%: tests/unit/%.c $(PROXY_OBJ) $(BROKER_OBJ) $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_PROXY) -lmicrohttpd $(LDLIBS_TEST)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS_PROXY) -lmicrohttpd $(LDLIBS_TEST)
 
 $(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.c tests/integration/hooks.c $(PROTO_OBJ)
 	@mkdir -p $(dir $@)

@@ -81,7 +81,7 @@ TAILQ_HEAD(requestq, request);
 struct context {
 	TAILQ_ENTRY(context) c_link;
 	char c_id[37];
-	char *c_lang, *c_cwd;
+	char *c_lang, *c_kernel, *c_cwd; /* language, kernelspec name, cwd */
 	bool c_default;
 	pid_t c_pid;          /* proxy */
 	bool c_child;         /* spawned by this broker: reaped via SIGCHLD */

@@ -66,6 +66,7 @@ context_json(struct context *c, bool live)
 
 	if (!live)
 		return j;
+	json_object_set_new(j, "kernel", json_string(c->c_kernel));
 	json_object_set_new(j, "state", json_string(kstate_name(c->c_state)));
 	json_object_set_new(j, "default", json_boolean(c->c_default));
 	json_object_set_new(j, "proxy_pid", json_integer(c->c_pid));
@@ -111,6 +112,8 @@ spawn(struct context *c)
 	argv[n++] = c->c_id;
 	argv[n++] = "--language";
 	argv[n++] = c->c_lang;
+	argv[n++] = "--kernel";
+	argv[n++] = c->c_kernel;
 	argv[n++] = "--cwd";
 	argv[n++] = c->c_cwd;
 	argv[n++] = "--env-file";
@@ -180,7 +183,8 @@ out:
 }
 
 static struct context *
-context_new(const char *id, const char *lang, const char *cwd, bool is_default)
+context_new(const char *id, const char *lang, const char *kernel, const char *cwd,
+	    bool is_default)
 {
 	struct context *c = xcalloc(1, sizeof(*c));
 
@@ -189,6 +193,7 @@ context_new(const char *id, const char *lang, const char *cwd, bool is_default)
 	else
 		uuid_v4(c->c_id);
 	c->c_lang = xstrdup(lang);
+	c->c_kernel = xstrdup(kernel);
 	c->c_cwd = xstrdup(cwd);
 	c->c_default = is_default;
 	c->c_created = now_ms();
@@ -235,16 +240,23 @@ context_free(struct context *c)
 	free(c->c_outq.q);
 	TAILQ_REMOVE(&sv.sv_contexts, c, c_link);
 	free(c->c_lang);
+	free(c->c_kernel);
 	free(c->c_cwd);
 	free(c->c_error);
 	free(c);
 }
 
+/*
+ * want is a kernelspec name or a language (normalised); the context records
+ * the kernelspec it resolved to and that kernelspec's language, so "python3"
+ * and "python" are the same default context.
+ */
 int
-context_create(const char *lang, const char *cwd, bool is_default, struct context **out,
+context_create(const char *want, const char *cwd, bool is_default, struct context **out,
 	       char *err, size_t errsz)
 {
 	struct context *c;
+	struct kspec *ks;
 	int n = 0;
 
 	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
@@ -254,15 +266,22 @@ context_create(const char *lang, const char *cwd, bool is_default, struct contex
 			 sv.sv_max_contexts);
 		return -EAGAIN;
 	}
-	c = context_new(NULL, lang, cwd, is_default);
+	if (kspec_find(want, &ks) < 0) {
+		char *avail = kspec_languages();
+		snprintf(err, errsz, "unknown language '%.64s'; available: %s", want, avail);
+		free(avail);
+		return -ENOENT;
+	}
+	c = context_new(NULL, ks->ks_lang, ks->ks_name, cwd, is_default);
+	kspec_free(ks);
 	TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
 	if (connect_proxy(c) < 0 || spawn(c) < 0) {
 		snprintf(err, errsz, "could not start a proxy for the context");
 		context_free(c);
 		return -EIO;
 	}
-	log_info("context %s: created (%s, cwd %s%s), proxy pid %d", c->c_id, lang, cwd,
-		 is_default ? ", default" : "", (int)c->c_pid);
+	log_info("context %s: created (%s, kernel %s, cwd %s%s), proxy pid %d", c->c_id,
+		 c->c_lang, c->c_kernel, cwd, is_default ? ", default" : "", (int)c->c_pid);
 	*out = c;
 	return 0;
 }
@@ -668,6 +687,7 @@ context_adopt_all(void)
 		json_t *j = json_load_file(state, 0, NULL);
 		const char *id = json_string_value(json_object_get(j, "id"));
 		const char *lang = json_string_value(json_object_get(j, "language"));
+		const char *kernel = json_string_value(json_object_get(j, "kernel"));
 		const char *cwd = json_string_value(json_object_get(j, "cwd"));
 		json_int_t pid = json_integer_value(json_object_get(j, "pid"));
 		bool is_default = json_is_true(json_object_get(j, "default"));
@@ -678,10 +698,10 @@ context_adopt_all(void)
 			exe[el] = '\0';
 		free(link);
 		const char *base = strrchr(exe, '/');
-		if (id && lang && cwd && pid > 1 && !strcmp(id, de->d_name) && uuid_valid(id) &&
+		if (id && lang && kernel && cwd && pid > 1 && !strcmp(id, de->d_name) && uuid_valid(id) &&
 		    base && !strncmp(base + 1, "sandcell-proxy", 14) &&
 		    !context_find(id)) {
-			struct context *c = context_new(id, lang, cwd, is_default);
+			struct context *c = context_new(id, lang, kernel, cwd, is_default);
 			c->c_pid = pid;
 			c->c_child = false;
 			/* not our child: a pidfd tells us when it exits */

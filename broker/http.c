@@ -144,12 +144,18 @@ http_validate_execute(json_t *body, struct msg *m, const char **ctx_id, char *la
 	to = json_object_get(body, "timeout");
 	if (to && !json_is_null(to)) {
 		double t = json_number_value(to);
-		if (!json_is_number(to) || !(t > 0) || t > 86400 * 7)
+		if (!json_is_number(to) || !(t > 0))
 			return snprintf(err, errsz,
 					"'timeout' must be a number of seconds, > 0"),
 			       400;
+		if (t > 604800)
+			return snprintf(err, errsz,
+					"'timeout' must be at most 604800 seconds (7 days)"),
+			       400;
 		msg_set_u64(m, F_TIMEOUT, (uint64_t)(t * 1000 + 0.5) ? (uint64_t)(t * 1000 + 0.5) : 1);
 	}
+	/* everything must fit one IPC frame to the proxy */
+	size_t total = json_string_length(code);
 	env = json_object_get(body, "env_vars");
 	if (env && !json_is_null(env)) {
 		if (!json_is_object(env))
@@ -174,7 +180,14 @@ http_validate_execute(json_t *body, struct msg *m, const char **ctx_id, char *la
 				goto bad;
 			}
 			msg_add_env(m, k, json_string_value(v));
+			total += strlen(k) + json_string_length(v) + 16;
 		}
+	}
+	if (total > PROTO_MAX_BIG) {
+		snprintf(err, errsz, "code and env_vars together are over %u bytes",
+			 PROTO_MAX_BIG);
+		msg_free(m);
+		return 413;
 	}
 	if (language && language_check(language, lang, langsz, err, errsz) < 0)
 		goto bad;
@@ -247,13 +260,19 @@ do_execute(struct request *rq)
 			return r;
 		}
 	} else {
+		struct kspec *ks;
 		if (!lang[0])
 			snprintf(lang, sizeof(lang), "python");
+		if (kspec_find(lang, &ks) == 0) { /* the default is per language */
+			snprintf(lang, sizeof(lang), "%s", ks->ks_lang);
+			kspec_free(ks);
+		}
 		if (!(c = context_default(lang)) &&
 		    (st = context_create(lang, sv.sv_cwd, true, &c, err, sizeof(err))) < 0) {
 			msg_free(&m);
 			json_decref(body);
-			return respond(rq->rq_conn, st == -EAGAIN ? 429 : 500,
+			return respond(rq->rq_conn,
+				       st == -EAGAIN ? 429 : st == -ENOENT ? 400 : 500,
 				       http_text("%s", err));
 		}
 	}
@@ -306,7 +325,8 @@ do_create(struct request *rq)
 	rc = context_create(lang, cwd, false, &c, err, sizeof(err));
 	json_decref(body);
 	if (rc < 0)
-		return respond(rq->rq_conn, rc == -EAGAIN ? 429 : 500, http_text("%s", err));
+		return respond(rq->rq_conn, rc == -EAGAIN ? 429 : rc == -ENOENT ? 400 : 500,
+			       http_text("%s", err));
 	suspend(rq);
 	context_wait_ready(c, rq);
 	return MHD_YES;

@@ -77,7 +77,8 @@ usage(void)
 		"                          (default /home/user if it exists, else $HOME)\n"
 		"  --env KEY=VALUE         global env var for every context (repeatable)\n"
 		"  --env-file FILE         global env vars, KEY=VALUE lines\n"
-		"  --max-body BYTES        largest request body (default 16777216)\n"
+		"  --max-body BYTES        largest request body (default 16777216, at\n"
+		"                          most 67108864)\n"
 		"  --max-queue N           queued executions per context (default 64)\n"
 		"  --max-contexts N        contexts in total (default 256)\n"
 		"  --conn-timeout SECONDS  idle HTTP connection timeout (default 120)\n"
@@ -367,6 +368,8 @@ main(int argc, char **argv)
 		default: usage();
 		}
 	}
+	if (sv.sv_max_body > PROTO_MAX_BIG) /* a body must fit one IPC frame */
+		sv.sv_max_body = PROTO_MAX_BIG;
 	if (optind != argc || sv.sv_max_body == 0 || sv.sv_max_queue < 0 ||
 	    sv.sv_max_contexts <= 0)
 		usage();

@@ -43,10 +43,12 @@ lang_normalise(const char *in, char *out, size_t outsz)
 		out[i] = c;
 	}
 	out[n] = '\0';
-	if (!strcmp(out, "js"))
-		snprintf(out, outsz, "javascript");
-	else if (!strcmp(out, "ts"))
-		snprintf(out, outsz, "typescript");
+	const char *alias = !strcmp(out, "js") ? "javascript" : !strcmp(out, "ts") ? "typescript" : NULL;
+	if (alias) {
+		if (strlen(alias) >= outsz)
+			return -ENAMETOOLONG;
+		strcpy(out, alias);
+	}
 	return 0;
 }
 

@@ -267,6 +267,8 @@ default_run_dir(void)
 void
 buf_append(struct buf *b, const void *p, size_t n)
 {
+	if (n == 0)
+		return;
 	if (b->b_len + n > b->b_cap && b->b_off) {
 		memmove(b->b_data, b->b_data + b->b_off, b->b_len - b->b_off);
 		b->b_len -= b->b_off;

@@ -320,9 +320,9 @@ write_state_file(struct proxy *p)
 {
 	char *path = xasprintf("%s/state.json", p->px_dir);
 	char *tmp = xasprintf("%s.tmp", path);
-	json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:b}", "id", p->px_id, "language",
-			      p->px_lang, "cwd", p->px_cwd, "pid", (int)getpid(), "default",
-			      p->px_default);
+	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:i, s:b}", "id", p->px_id, "language",
+			      p->px_lang, "kernel", p->px_ks->ks_name, "cwd", p->px_cwd, "pid",
+			      (int)getpid(), "default", p->px_default);
 
 	if (json_dump_file(o, tmp, JSON_COMPACT) == 0)
 		rename(tmp, path);
@@ -365,8 +365,8 @@ static void
 usage(void)
 {
 	fprintf(stderr, "usage: sandcell-proxy --run-dir DIR --id UUID --language LANG "
-			"--cwd DIR [--env-file FILE] [--memory BYTES] [--cpu SECONDS]\n"
-			"       [--cgroup DIR] [--default] [--log-level LEVEL]\n");
+			"--cwd DIR [--kernel NAME] [--env-file FILE] [--memory BYTES]\n"
+			"       [--cpu SECONDS] [--cgroup DIR] [--default] [--log-level LEVEL]\n");
 	exit(2);
 }
 
@@ -429,12 +429,13 @@ main(int argc, char **argv)
 		{"env-file", required_argument, NULL, 'e'},
 		{"log-level", required_argument, NULL, 'v'},
 		{"default", no_argument, NULL, 'd'},
+		{"kernel", required_argument, NULL, 'k'},
 		{"memory", required_argument, NULL, 'M'},
 		{"cpu", required_argument, NULL, 'C'},
 		{"cgroup", required_argument, NULL, 'G'},
 		{NULL, 0, NULL, 0},
 	};
-	const char *env_file = NULL;
+	const char *env_file = NULL, *kernel = NULL;
 	char lang[128];
 	sigset_t mask;
 	int c, level = LOG_INFO;
@@ -447,6 +448,7 @@ main(int argc, char **argv)
 		case 'c': px.px_cwd = optarg; break;
 		case 'e': env_file = optarg; break;
 		case 'd': px.px_default = true; break;
+		case 'k': kernel = optarg; break;
 		case 'M': px.px_mem_limit = strtoull(optarg, NULL, 10); break;
 		case 'C': px.px_cpu_limit = strtoull(optarg, NULL, 10); break;
 		case 'G': px.px_cgroup_parent = optarg; break;
@@ -462,9 +464,11 @@ main(int argc, char **argv)
 	log_init("sandcell-proxy", level);
 	if (sodium_init() < 0)
 		fatal("sodium_init failed");
-	if (lang_normalise(px.px_lang, lang, sizeof(lang)) < 0 ||
+	if (lang_normalise(kernel ? kernel : px.px_lang, lang, sizeof(lang)) < 0 ||
 	    kspec_find(lang, &px.px_ks) < 0)
-		fatal("context %s: no kernelspec for language '%s'", px.px_id, px.px_lang);
+		fatal("context %s: no kernelspec '%s'", px.px_id, kernel ? kernel : px.px_lang);
+	if (lang_normalise(px.px_lang, lang, sizeof(lang)) < 0)
+		fatal("context %s: bad language '%s'", px.px_id, px.px_lang);
 	px.px_lang = lang;
 	px.px_display_is_result = !strcmp(px.px_ks->ks_lang, "r");
 	if (env_file && load_env_file(&px, env_file) < 0)

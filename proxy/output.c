@@ -141,7 +141,7 @@ join_traceback(json_t *tb)
 		const char *s = json_string_value(line);
 		if (!s)
 			continue;
-		if (b.b_len)
+		if (i > 0)
 			buf_append(&b, "\n", 1);
 		buf_append(&b, s, strlen(s));
 	}

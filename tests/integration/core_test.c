@@ -341,3 +341,15 @@ Test(core, language_gets_a_default_context_on_first_use, .timeout = 60)
 	cr_assert_str_eq(result_text(l), "5", "same default context for the language");
 	json_decref(l);
 }
+
+Test(core, kernelspec_name_and_language_share_the_default_context, .timeout = 60)
+{
+	long st;
+	json_t *l = execute(URL, "{\"code\":\"shared_default = 9\",\"language\":\"python\"}", &st,
+			    30000);
+
+	json_decref(l);
+	l = execute(URL, "{\"code\":\"shared_default\",\"language\":\"python3\"}", &st, 30000);
+	cr_assert_str_eq(result_text(l), "9");
+	json_decref(l);
+}

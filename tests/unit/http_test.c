@@ -416,12 +416,12 @@ Test(http_validate, env_over_its_limits_is_rejected_and_freed)
 }
 
 /*
- * BUG (broker/http.c:147-150): a timeout over seven days is refused with
+ * Regression (was a bug in broker/http.c:147-150): a timeout over seven days is refused with
  * "'timeout' must be a number of seconds, > 0", which a value of 604801
  * satisfies; the message does not name the upper limit that was broken.
- * Disabled so the suite stays green.
+ *
  */
-Test(http_validate, a_timeout_over_the_limit_is_told_the_limit, .disabled = true)
+Test(http_validate, a_timeout_over_the_limit_is_told_the_limit)
 {
 	struct verdict v;
 
@@ -434,15 +434,15 @@ Test(http_validate, a_timeout_over_the_limit_is_told_the_limit, .disabled = true
 }
 
 /*
- * BUG (broker/http.c:131-177 with proto/proto.h PROTO_MAX_FRAME): each field
+ * Regression (was a bug in broker/http.c:131-177 with proto/proto.h PROTO_MAX_FRAME): each field
  * is bounded but their sum is not. With --max-body above ~80 MiB (main.c sets
  * no upper bound), code of 64 MiB plus 160 env values of 128 KiB is accepted,
  * but its EXECUTE frame is over PROTO_MAX_FRAME: the proxy's nng socket
  * (NNG_OPT_RECVMAXSZ = PROTO_MAX_FRAME) will not take it and msg_decode
  * refuses it with PROTO_ESIZE, so the request's stream never gets an answer.
- * Disabled so the suite stays green (it also needs ~400 MB of memory).
+ *
  */
-Test(http_validate, an_accepted_body_always_fits_in_one_frame, .disabled = true)
+Test(http_validate, an_accepted_body_always_fits_in_one_frame)
 {
 	char *code = malloc(PROTO_MAX_BIG);
 	char *val = malloc(PROTO_MAX_ENVVAL + 1);
@@ -623,14 +623,13 @@ Test(lang_normalise, names_over_64_characters_or_the_buffer_are_too_long)
 }
 
 /*
- * BUG (proto/kspec.c:46-49, lang_normalise): the js/ts aliases are expanded
+ * Regression (was a bug in proto/kspec.c:46-49, lang_normalise): the js/ts aliases are expanded
  * with snprintf after the size check was made against the short name, so a
  * buffer that fits "js" but not "javascript" gets a silently truncated name
  * and a success return. No caller passes a buffer that small today (65 and 128
- * bytes), so this is latent. Disabled so the suite stays green.
+ * bytes), so this is latent.
  */
-Test(lang_normalise, an_alias_that_does_not_fit_is_rejected_not_truncated,
-     .disabled = true)
+Test(lang_normalise, an_alias_that_does_not_fit_is_rejected_not_truncated)
 {
 	char out[64];
 

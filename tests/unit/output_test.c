@@ -458,13 +458,13 @@ Test(output_iopub, error_fields_that_are_missing_get_defaults)
 }
 
 /*
- * BUG (proxy/output.c:144, join_traceback): the separator is decided by
+ * Regression (was a bug in proxy/output.c:144, join_traceback): the separator is decided by
  * "b.b_len != 0", so leading empty traceback lines vanish along with their
  * newline: ["", "x"] joins to "x" instead of "\nx" (what "\n".join gives).
  * Under the sanitizer build the same input also aborts (see buf_append below).
- * Disabled so the suite stays green.
+ *
  */
-Test(output_iopub, error_traceback_keeps_leading_empty_lines, .disabled = true)
+Test(output_iopub, error_traceback_keeps_leading_empty_lines)
 {
 	json_t *l = one_line("error", "{\"ename\":\"E\",\"traceback\":[\"\",\"x\"]}");
 
@@ -476,14 +476,14 @@ Test(output_iopub, error_traceback_keeps_leading_empty_lines, .disabled = true)
 }
 
 /*
- * BUG (proto/util.c:282, buf_append): appending zero bytes to a buffer that
+ * Regression (was a bug in proto/util.c:282, buf_append): appending zero bytes to a buffer that
  * has never held data calls memcpy(NULL, p, 0), which is undefined; the
  * sanitizer build (make test-asan, -fno-sanitize-recover) aborts on it.
  * output.c:146 reaches it whenever a kernel's traceback starts with "", so
  * such an error aborts a sanitizer-built proxy. Passes in the normal build;
- * fails under UBSan. Disabled so the suite stays green.
+ * fails under UBSan.
  */
-Test(output_lines, appending_nothing_to_an_empty_buffer_is_defined, .disabled = true)
+Test(output_lines, appending_nothing_to_an_empty_buffer_is_defined)
 {
 	struct buf b = {0};
 
