@@ -42,7 +42,10 @@ struct request;
 /* What a waiting request's reply completes. */
 enum { OP_NONE, OP_RESTART, OP_DELETE, OP_INTERRUPT, OP_CREATE };
 
-/* One /execute response: NDJSON from the proxy, relayed as it arrives. */
+/*
+ * One execution's output: NDJSON from the proxy, relayed as it arrives to an
+ * HTTP client (/execute) or to a sandcellctl client (run).
+ */
 struct stream {
 	TAILQ_ENTRY(stream) st_link;     /* server's list */
 	TAILQ_ENTRY(stream) st_ctx_link; /* its context's list */
@@ -56,8 +59,15 @@ struct stream {
 	bool st_suspended;
 	bool st_gone;         /* the client went away */
 	bool st_cancel_sent;
+	bool st_recorded;     /* counted in the metrics and logged */
 	uint64_t st_last_out; /* ms of the last byte handed to MHD */
 	uint64_t st_started;
+	uint64_t st_bytes;    /* NDJSON bytes from the proxy */
+	char st_code_head[81]; /* first line of the code, for operators */
+	bool st_ctl;          /* a sandcellctl run: output goes to st_pipe */
+	nng_pipe st_pipe;
+	uint64_t st_req;      /* the ctl request it answers */
+	bool st_errored;      /* ctl run: an error line went by */
 };
 TAILQ_HEAD(streamq, stream);
 
@@ -75,6 +85,12 @@ struct request {
 	uint64_t rq_deadline;    /* answer 504 if the proxy is silent until then */
 	struct MHD_Response *rq_resp; /* prepared while suspended */
 	unsigned rq_status;
+	unsigned rq_code;        /* the status answered, for the metrics */
+	const char *rq_endpoint; /* path template, for the metrics */
+	const char *rq_method;
+	bool rq_ctl;             /* from sandcellctl: answer on rq_pipe, then free */
+	nng_pipe rq_pipe;
+	uint64_t rq_ctl_req;
 };
 TAILQ_HEAD(requestq, request);
 
@@ -124,8 +140,10 @@ struct server {
 	bool sv_no_default;
 	bool sv_keep_contexts;  /* proxies outlive a stop (restart path) */
 	const char *sv_kernel_memory, *sv_kernel_cpu, *sv_kernel_cgroup;
+	const char *sv_python_startup;
 	unsigned sv_grace;      /* seconds running executions get on SIGTERM */
-	bool sv_draining;
+	bool sv_draining;       /* new executions get 503 */
+	bool sv_stopping;       /* SIGTERM: stop once drained */
 	uint64_t sv_drain_until;
 	uint64_t sv_watchdog_ms; /* systemd watchdog interval / 2; 0 = none */
 	uint64_t sv_watchdog_at;
@@ -136,6 +154,17 @@ struct server {
 	uint64_t sv_started;
 	nng_socket sv_ctl;
 	int sv_ctl_fd;
+	struct {
+		struct {
+			nng_pipe pipe;
+			uint64_t req;
+		} w[32];
+		size_t n;
+	} sv_watchers; /* sandcellctl watch clients */
+	struct {
+		uint32_t ids[64];
+		size_t n;
+	} sv_ctl_gone; /* ctl pipes closed on nng's threads (control.c's lock) */
 	json_t *sv_genv; /* global env vars */
 };
 extern struct server sv;
@@ -145,7 +174,17 @@ void server_watch(int fd, uint32_t events, struct evsrc *ev);
 void server_unwatch(int fd);
 void server_notify(const char *state);
 
+/* metrics.c */
+enum metric { M_DISCONNECT, M_CANCEL, M_KERNEL_RESTART, M_PROXY_RESTART, M_BYTES };
+void metrics_http(const char *endpoint, const char *method, unsigned status);
+void metrics_execution(struct stream *s, const char *outcome, uint64_t wait_ms,
+		       uint64_t run_ms);
+void metrics_count(enum metric m, uint64_t n);
+char *metrics_render(size_t *len);
+
 /* http.c */
+void request_done(struct request *rq, unsigned status, json_t *json, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 int http_start(void);
 void http_stop(void);
 struct MHD_Response *http_text(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -155,14 +194,18 @@ int http_validate_execute(json_t *body, struct msg *m, const char **ctx_id,
 			  char *lang, size_t langsz, char *err, size_t errsz);
 
 /* stream.c */
-struct stream *stream_open(struct context *c, struct MHD_Connection *conn);
+struct stream *stream_open(struct context *c, struct MHD_Connection *conn, const char *code);
+struct stream *stream_open_ctl(struct context *c, nng_pipe pipe, uint64_t req,
+			       const char *code);
 struct MHD_Response *stream_response(struct stream *s);
-void stream_output(struct stream *s, const char *data, size_t len, bool final);
-void stream_fail(struct stream *s, const char *name, const char *value);
+void stream_output(struct stream *s, const char *data, size_t len, struct msg *final);
+void stream_fail(struct stream *s, const char *name, const char *value, const char *outcome);
+void stream_cancel(struct stream *s, const char *why);
+struct stream *stream_by_id(uint64_t id);
 void stream_hangup(struct stream *s);
 void stream_closed(struct stream *s);
 void stream_tick(uint64_t now);
-void stream_fail_all(const char *name, const char *value);
+void stream_fail_all(const char *name, const char *value, const char *outcome);
 struct stream *stream_find(struct context *c, uint64_t id);
 
 /* context.c */
@@ -185,10 +228,15 @@ void context_pidfd(struct context *c);
 void context_detach_all(void);
 json_t *context_json(struct context *c, bool live);
 const char *kstate_name(enum kstate s);
+const char *context_state(struct context *c);
 
 /* control.c */
 int control_start(void);
 void control_recv(void);
 void control_stop(void);
+void control_pipe_events(void);
+void control_reply(struct request *rq, unsigned status, json_t *json, const char *text);
+void control_stream_output(struct stream *s, const char *data, size_t len, bool final);
+void control_event(json_t *ev);
 
 #endif

@@ -34,6 +34,36 @@ kstate_name(enum kstate s)
 	return (unsigned)s < 4 ? names[s] : "unknown";
 }
 
+/* starting, idle, busy (something running or queued) or dead. */
+const char *
+context_state(struct context *c)
+{
+	if (c->c_pid <= 0 || c->c_state == KS_DEAD)
+		return "dead";
+	if (c->c_state == KS_STARTING)
+		return "starting";
+	return c->c_nstreams ? "busy" : "idle";
+}
+
+/* Resident memory of a process in bytes, or -1. */
+static long long
+rss_of(pid_t pid)
+{
+	char path[64];
+	long long pages = -1, size;
+	FILE *f;
+
+	if (pid <= 0)
+		return -1;
+	snprintf(path, sizeof(path), "/proc/%d/statm", (int)pid);
+	if ((f = fopen(path, "r"))) {
+		if (fscanf(f, "%lld %lld", &size, &pages) != 2)
+			pages = -1;
+		fclose(f);
+	}
+	return pages < 0 ? -1 : pages * sysconf(_SC_PAGESIZE);
+}
+
 struct context *
 context_find(const char *id)
 {
@@ -67,12 +97,14 @@ context_json(struct context *c, bool live)
 	if (!live)
 		return j;
 	json_object_set_new(j, "kernel", json_string(c->c_kernel));
-	json_object_set_new(j, "state", json_string(kstate_name(c->c_state)));
+	json_object_set_new(j, "state", json_string(context_state(c)));
 	json_object_set_new(j, "default", json_boolean(c->c_default));
 	json_object_set_new(j, "proxy_pid", json_integer(c->c_pid));
 	json_object_set_new(j, "kernel_pid", json_integer(c->c_kpid));
 	json_object_set_new(j, "queue", json_integer(c->c_nstreams));
 	json_object_set_new(j, "executions", json_integer(c->c_count));
+	json_object_set_new(j, "proxy_rss_bytes", json_integer(rss_of(c->c_pid)));
+	json_object_set_new(j, "kernel_rss_bytes", json_integer(rss_of((pid_t)c->c_kpid)));
 	json_object_set_new(j, "age_seconds", json_real((now_ms() - c->c_created) / 1000.0));
 	if (c->c_error)
 		json_object_set_new(j, "error", json_string(c->c_error));
@@ -133,6 +165,10 @@ spawn(struct context *c)
 	if (sv.sv_kernel_cgroup) {
 		argv[n++] = "--cgroup";
 		argv[n++] = (char *)sv.sv_kernel_cgroup;
+	}
+	if (sv.sv_python_startup) {
+		argv[n++] = "--python-startup";
+		argv[n++] = (char *)sv.sv_python_startup;
 	}
 	argv[n] = NULL;
 	sigemptyset(&none);
@@ -219,13 +255,16 @@ context_free(struct context *c)
 	struct request *rq;
 
 	while ((s = TAILQ_FIRST(&c->c_streams))) {
-		stream_fail(s, "ContextDeleted", "the context was deleted");
+		bool ctl = s->st_ctl;
+		stream_fail(s, "ContextDeleted", "the context was deleted", "deleted");
+		if (ctl)
+			continue; /* a ctl stream is freed once it ends */
 		TAILQ_REMOVE(&c->c_streams, s, st_ctx_link);
 		s->st_ctx = NULL;
 	}
 	while ((rq = TAILQ_FIRST(&c->c_waiters))) {
 		context_forget_waiter(rq);
-		http_complete(rq, 404, http_text("context %s was deleted", c->c_id));
+		request_done(rq, 404, NULL, "context %s was deleted", c->c_id);
 	}
 	if (c->c_rfd > 0)
 		server_unwatch(c->c_rfd);
@@ -282,6 +321,8 @@ context_create(const char *want, const char *cwd, bool is_default, struct contex
 	}
 	log_info("context %s: created (%s, kernel %s, cwd %s%s), proxy pid %d", c->c_id,
 		 c->c_lang, c->c_kernel, cwd, is_default ? ", default" : "", (int)c->c_pid);
+	control_event(json_pack("{s:s, s:s, s:s, s:s}", "event", "context_created", "context",
+				c->c_id, "language", c->c_lang, "cwd", cwd));
 	*out = c;
 	return 0;
 }
@@ -356,7 +397,7 @@ void
 context_wait_ready(struct context *c, struct request *rq)
 {
 	if (c->c_ready) {
-		http_complete(rq, 200, http_json(context_json(c, false)));
+		request_done(rq, 200, context_json(c, false), NULL);
 		return;
 	}
 	add_waiter(c, rq, 0, OP_CREATE, WAIT_START_MS);
@@ -387,6 +428,7 @@ context_delete(struct context *c)
 {
 	c->c_deleting = true;
 	log_info("context %s: deleted", c->c_id);
+	control_event(json_pack("{s:s, s:s}", "event", "context_deleted", "context", c->c_id));
 }
 
 static void
@@ -400,22 +442,24 @@ answer_ready(struct context *c)
 			continue;
 		context_forget_waiter(rq);
 		if (c->c_ready)
-			http_complete(rq, 200, http_json(context_json(c, false)));
+			request_done(rq, 200, context_json(c, false), NULL);
 		else
-			http_complete(rq, 500, http_text("context %s could not start: %s",
-							 c->c_id, c->c_error ? c->c_error
-									     : "unknown error"));
+			request_done(rq, 500, NULL, "context %s could not start: %s", c->c_id,
+				     c->c_error ? c->c_error : "unknown error");
 	}
 }
 
 static void
 on_state(struct context *c, struct msg *m)
 {
+	if (m->m_type == MSG_STATE && c->c_ready && m->m_state == KS_STARTING) {
+		metrics_count(M_KERNEL_RESTART, 1);
+		control_event(json_pack("{s:s, s:s, s:s}", "event", "kernel_restarted", "context",
+					c->c_id, "why", m->m_text.s ? m->m_text.s : ""));
+	}
 	c->c_state = m->m_state;
 	if (m->m_has & FB(F_KPID))
 		c->c_kpid = m->m_kpid;
-	if (m->m_has & FB(F_COUNT))
-		c->c_count = m->m_count;
 	free(c->c_error);
 	c->c_error = NULL;
 	if (c->c_state == KS_DEAD && (m->m_has & FB(F_TEXT)))
@@ -424,6 +468,8 @@ on_state(struct context *c, struct msg *m)
 		c->c_ready = true;
 		log_info("context %s: ready in %llu ms", c->c_id,
 			 (unsigned long long)(now_ms() - c->c_created));
+		control_event(json_pack("{s:s, s:s, s:s}", "event", "context_ready", "context",
+					c->c_id, "language", c->c_lang));
 		answer_ready(c);
 	} else if (!c->c_ready && c->c_state == KS_DEAD) {
 		answer_ready(c);
@@ -448,19 +494,19 @@ on_reply(struct context *c, struct msg *m)
 		return; /* its client left */
 	context_forget_waiter(rq);
 	if (m->m_type == MSG_FAIL) {
-		http_complete(rq, 500, http_text("%s", m->m_text.s));
+		request_done(rq, 500, NULL, "%s", m->m_text.s);
 		return;
 	}
 	switch (rq->rq_op) {
 	case OP_RESTART:
 		log_info("context %s: restarted", c->c_id);
-		http_complete(rq, 200, http_json(json_null()));
+		request_done(rq, 200, json_null(), NULL);
 		break;
 	case OP_INTERRUPT:
-		http_complete(rq, 200, http_json(json_null()));
+		request_done(rq, 200, json_null(), NULL);
 		break;
 	case OP_DELETE:
-		http_complete(rq, 200, http_json(json_null()));
+		request_done(rq, 200, json_null(), NULL);
 		context_delete(c);
 		break;
 	}
@@ -487,7 +533,7 @@ context_recv(struct context *c)
 		switch (m.m_type) {
 		case MSG_OUTPUT:
 			if ((s = stream_find(c, m.m_stream)))
-				stream_output(s, m.m_data.s, m.m_data.len, m.m_final);
+				stream_output(s, m.m_data.s, m.m_data.len, m.m_final ? &m : NULL);
 			break;
 		case MSG_HELLO:
 		case MSG_STATE:
@@ -509,7 +555,7 @@ context_recv(struct context *c)
 static void
 proxy_lost(struct context *c, const char *why)
 {
-	struct stream *s;
+	struct stream *s, *next;
 	struct request *rq;
 	uint64_t now = now_ms();
 	char *value = xasprintf("the context's proxy %s; the context was restarted and "
@@ -525,11 +571,16 @@ proxy_lost(struct context *c, const char *why)
 		free(value);
 		return;
 	}
-	TAILQ_FOREACH(s, &c->c_streams, st_ctx_link)
-		stream_fail(s, "ContextLost", value);
+	for (s = TAILQ_FIRST(&c->c_streams); s; s = next) {
+		next = TAILQ_NEXT(s, st_ctx_link);
+		stream_fail(s, "ContextLost", value, "context_lost"); /* may free it */
+	}
+	metrics_count(M_PROXY_RESTART, 1);
+	control_event(json_pack("{s:s, s:s, s:s}", "event", "proxy_lost", "context", c->c_id,
+				"why", why));
 	while ((rq = TAILQ_FIRST(&c->c_waiters))) {
 		context_forget_waiter(rq);
-		http_complete(rq, 500, http_text("%s", value));
+		request_done(rq, 500, NULL, "%s", value);
 	}
 	free(value);
 	outq_clear(c);
@@ -625,8 +676,7 @@ context_tick(uint64_t now)
 			if (now < rq->rq_deadline)
 				continue;
 			context_forget_waiter(rq);
-			http_complete(rq, 504, http_text("context %s did not answer in time",
-							 c->c_id));
+			request_done(rq, 504, NULL, "context %s did not answer in time", c->c_id);
 		}
 }
 

@@ -1,15 +1,46 @@
 /*
- * control.c — the operator control socket (nng req/rep over ipc, 0600, in the
- * run dir) that sandcellctl talks to: one request, one reply.
+ * control.c — the operator control socket sandcellctl talks to: nng pair1 in
+ * polyamorous mode over ipc (ctl.sock in the run dir, 0600), so every client
+ * has a pipe of its own and one request can be answered by many messages:
+ * OK or FAIL, OUTPUT lines for run, events for watch, and END. The peer's uid
+ * must be ours.
  */
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <nng/nng.h>
-#include <nng/protocol/reqrep0/rep.h>
+#include <nng/protocol/pair1/pair.h>
 
 #include "broker.h"
+
+/* Pipes closed on nng's threads, handed to the loop. */
+static pthread_mutex_t gone_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void
+pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	uint64_t one = 1;
+
+	(void)arg;
+	if (ev == NNG_PIPE_EV_ADD_PRE) {
+		uint64_t uid;
+		if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, &uid) != 0 ||
+		    uid != (uint64_t)geteuid())
+			nng_pipe_close(p);
+		return;
+	}
+	pthread_mutex_lock(&gone_lock);
+	if (sv.sv_ctl_gone.n < sizeof(sv.sv_ctl_gone.ids) / sizeof(sv.sv_ctl_gone.ids[0]))
+		sv.sv_ctl_gone.ids[sv.sv_ctl_gone.n++] = nng_pipe_id(p);
+	pthread_mutex_unlock(&gone_lock);
+	if (write(sv.sv_wakefd, &one, sizeof(one)) < 0)
+		log_warn("eventfd: %s", strerror(errno));
+}
 
 int
 control_start(void)
@@ -19,8 +50,11 @@ control_start(void)
 	int e;
 
 	unlink(url + 6);
-	if ((e = nng_rep0_open(&sv.sv_ctl)) ||
-	    (e = nng_socket_set_size(sv.sv_ctl, NNG_OPT_RECVMAXSZ, 64 * 1024)) ||
+	if ((e = nng_pair1_open_poly(&sv.sv_ctl)) ||
+	    (e = nng_socket_set_size(sv.sv_ctl, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME)) ||
+	    (e = nng_socket_set_int(sv.sv_ctl, NNG_OPT_SENDBUF, 1024)) ||
+	    (e = nng_pipe_notify(sv.sv_ctl, NNG_PIPE_EV_ADD_PRE, pipe_event, NULL)) ||
+	    (e = nng_pipe_notify(sv.sv_ctl, NNG_PIPE_EV_REM_POST, pipe_event, NULL)) ||
 	    (e = nng_listener_create(&l, sv.sv_ctl, url)) ||
 	    (e = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600)) ||
 	    (e = nng_listener_start(l, 0)) ||
@@ -35,65 +69,315 @@ control_start(void)
 	return 0;
 }
 
+static void
+send_to(nng_pipe p, struct msg *m)
+{
+	void *buf;
+	size_t len;
+	nng_msg *nm;
+
+	if (msg_encode(m, &buf, &len) || nng_msg_alloc(&nm, len))
+		fatal("control: cannot encode %s", msg_type_name(m->m_type));
+	memcpy(nng_msg_body(nm), buf, len);
+	free(buf);
+	nng_msg_set_pipe(nm, p);
+	/* a client that does not read loses messages, never stalls the broker */
+	if (nng_sendmsg(sv.sv_ctl, nm, NNG_FLAG_NONBLOCK))
+		nng_msg_free(nm);
+}
+
+static void
+send_reply(nng_pipe p, enum msg_type t, uint64_t req, json_t *data, const char *text)
+{
+	struct msg m;
+
+	msg_init(&m, t);
+	msg_set_u64(&m, F_REQ, req);
+	if (data) {
+		char *s = json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY);
+		msg_set_str(&m, F_DATA, s, strlen(s));
+		free(s);
+	}
+	if (text || t == MSG_FAIL)
+		msg_set_str(&m, F_TEXT, text ? text : "failed", strlen(text ? text : "failed"));
+	send_to(p, &m);
+	msg_free(&m);
+}
+
+static void
+done(nng_pipe p, uint64_t req, enum msg_type t, json_t *data, const char *text)
+{
+	send_reply(p, t, req, data, text);
+	send_reply(p, MSG_END, req, NULL, NULL);
+	json_decref(data);
+}
+
+/* A waited-for request of a ctl client completed (see request_done). */
+void
+control_reply(struct request *rq, unsigned status, json_t *json, const char *text)
+{
+	done(rq->rq_pipe, rq->rq_ctl_req, status < 300 ? MSG_OK : MSG_FAIL, json, text);
+	free(rq);
+}
+
+/* Output of a sandcellctl run; the end says whether it failed. */
+void
+control_stream_output(struct stream *s, const char *data, size_t len, bool final)
+{
+	struct msg m;
+
+	if (memmem(data, len, "{\"type\":\"error\"", 15))
+		s->st_errored = true;
+	msg_init(&m, MSG_OUTPUT);
+	msg_set_u64(&m, F_STREAM, s->st_id);
+	msg_set_str(&m, F_DATA, data, len);
+	send_to(s->st_pipe, &m);
+	msg_free(&m);
+	if (final)
+		done(s->st_pipe, s->st_req, s->st_errored ? MSG_FAIL : MSG_OK, NULL,
+		     s->st_errored ? "the execution ended with an error" : NULL);
+}
+
+/* Lifecycle events to every `sandcellctl watch`. Takes ev. */
+void
+control_event(json_t *ev)
+{
+	char t[64];
+
+	if (!ev || !sv.sv_watchers.n) {
+		json_decref(ev);
+		return;
+	}
+	iso_time(t);
+	json_object_set_new(ev, "time", json_string(t));
+	for (size_t i = 0; i < sv.sv_watchers.n; i++)
+		send_reply(sv.sv_watchers.w[i].pipe, MSG_OK, sv.sv_watchers.w[i].req, ev, NULL);
+	json_decref(ev);
+}
+
 static json_t *
 status_json(void)
 {
 	struct context *c;
-	struct stream *s;
-	int nctx = 0, nstreams = 0;
+	int nctx = 0, running = 0, queued = 0;
 
-	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+	TAILQ_FOREACH(c, &sv.sv_contexts, c_link) {
 		nctx += !c->c_deleting;
-	TAILQ_FOREACH(s, &sv.sv_streams, st_link)
-		nstreams++;
-	return json_pack("{s:s, s:f, s:i, s:i, s:s, s:s}", "version", SANDCELL_VERSION,
-			 "uptime_seconds", (now_ms() - sv.sv_started) / 1000.0, "contexts",
-			 nctx, "streams", nstreams, "listen", sv.sv_listen, "run_dir",
+		if (!c->c_deleting && c->c_nstreams) {
+			running++;
+			queued += c->c_nstreams - 1;
+		}
+	}
+	return json_pack("{s:s, s:f, s:i, s:i, s:i, s:b, s:s, s:s}", "version",
+			 SANDCELL_VERSION, "uptime_seconds", (now_ms() - sv.sv_started) / 1000.0,
+			 "contexts", nctx, "executions_running", running, "executions_queued",
+			 queued, "draining", sv.sv_draining, "listen", sv.sv_listen, "run_dir",
 			 sv.sv_run_dir);
+}
+
+/*
+ * In flight and queued. The proxy runs a context's units in order, so the
+ * oldest open stream of a busy context is the one running.
+ */
+static json_t *
+executions_json(void)
+{
+	json_t *a = json_array();
+	struct stream *s;
+	uint64_t now = now_ms();
+
+	TAILQ_FOREACH(s, &sv.sv_streams, st_link) {
+		struct context *c = s->st_ctx;
+		bool running = c && TAILQ_FIRST(&c->c_streams) == s;
+		const char *client = s->st_cancel_sent ? "cancelled"
+				     : s->st_gone      ? "gone"
+				     : s->st_ctl       ? "sandcellctl"
+							 : "connected";
+		json_array_append_new(
+			a, json_pack("{s:I, s:s, s:s, s:s, s:f, s:s}", "stream",
+				     (json_int_t)s->st_id, "context", c ? c->c_id : "",
+				     "state", running ? "running" : "queued", "client", client,
+				     "age_seconds", (now - s->st_started) / 1000.0, "code",
+				     s->st_code_head));
+	}
+	return a;
+}
+
+static struct request *
+ctl_request(nng_pipe p, uint64_t req)
+{
+	struct request *rq = xcalloc(1, sizeof(*rq));
+
+	rq->rq_ctl = true;
+	rq->rq_pipe = p;
+	rq->rq_ctl_req = req;
+	return rq;
+}
+
+static void
+handle(nng_pipe p, struct msg *m)
+{
+	struct context *c = NULL;
+	char err[512], lang[MAX_LANG + 1];
+	struct stream *s;
+	struct stat st;
+
+	if (m->m_has & FB(F_ID))
+		c = context_find(m->m_id.s);
+	switch (m->m_type) {
+	case CTL_STATUS:
+		done(p, m->m_req, MSG_OK, status_json(), NULL);
+		return;
+	case CTL_CONTEXTS: {
+		json_t *a = json_array();
+		TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+			if (!c->c_deleting)
+				json_array_append_new(a, context_json(c, true));
+		done(p, m->m_req, MSG_OK, a, NULL);
+		return;
+	}
+	case CTL_EXECUTIONS:
+		done(p, m->m_req, MSG_OK, executions_json(), NULL);
+		return;
+	case CTL_CANCEL:
+		if (!(s = stream_by_id(m->m_stream))) {
+			done(p, m->m_req, MSG_FAIL, NULL, "no such execution");
+			return;
+		}
+		log_info("stream %llu: cancelled by the operator", (unsigned long long)s->st_id);
+		stream_cancel(s, "cancelled by the operator");
+		done(p, m->m_req, MSG_OK, NULL, "cancelled");
+		return;
+	case CTL_INTERRUPT:
+	case CTL_RESTART:
+	case CTL_DELETE:
+		if (!c) {
+			done(p, m->m_req, MSG_FAIL, NULL, "no such context");
+			return;
+		}
+		context_request(c, ctl_request(p, m->m_req),
+				m->m_type == CTL_INTERRUPT ? MSG_INTERRUPT
+				: m->m_type == CTL_RESTART ? MSG_RESTART
+							   : MSG_SHUTDOWN,
+				m->m_type == CTL_INTERRUPT ? OP_INTERRUPT
+				: m->m_type == CTL_RESTART ? OP_RESTART
+							   : OP_DELETE);
+		return;
+	case CTL_CREATE: {
+		const char *cwd = m->m_cwd.s ? m->m_cwd.s : sv.sv_cwd;
+		if (cwd[0] != '/' || stat(cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
+			done(p, m->m_req, MSG_FAIL, NULL, "cwd is not an existing absolute directory");
+			return;
+		}
+		if (lang_normalise(m->m_lang.s, lang, sizeof(lang)) < 0) {
+			done(p, m->m_req, MSG_FAIL, NULL, "not a language name");
+			return;
+		}
+		if (context_create(lang, cwd, false, &c, err, sizeof(err)) < 0) {
+			done(p, m->m_req, MSG_FAIL, NULL, err);
+			return;
+		}
+		context_wait_ready(c, ctl_request(p, m->m_req));
+		return;
+	}
+	case CTL_DRAIN:
+	case CTL_UNDRAIN:
+		if (m->m_type == CTL_UNDRAIN && sv.sv_stopping) {
+			done(p, m->m_req, MSG_FAIL, NULL, "the server is stopping");
+			return;
+		}
+		sv.sv_draining = m->m_type == CTL_DRAIN;
+		log_info("%s by the operator", sv.sv_draining ? "draining" : "accepting again");
+		control_event(json_pack("{s:s}", "event", sv.sv_draining ? "drain" : "undrain"));
+		done(p, m->m_req, MSG_OK, NULL, sv.sv_draining ? "draining" : "accepting");
+		return;
+	case CTL_WATCH:
+		if (sv.sv_watchers.n == sizeof(sv.sv_watchers.w) / sizeof(sv.sv_watchers.w[0])) {
+			done(p, m->m_req, MSG_FAIL, NULL, "too many watchers");
+			return;
+		}
+		sv.sv_watchers.w[sv.sv_watchers.n].pipe = p;
+		sv.sv_watchers.w[sv.sv_watchers.n++].req = m->m_req;
+		control_event(json_pack("{s:s}", "event", "watching"));
+		return;
+	case CTL_RUN: {
+		struct msg ex;
+		if (!c) {
+			done(p, m->m_req, MSG_FAIL, NULL, "no such context");
+			return;
+		}
+		json_t *utf8 = json_stringn(m->m_code.s, m->m_code.len); /* checks UTF-8 */
+		if (!utf8) {
+			done(p, m->m_req, MSG_FAIL, NULL, "code is not valid UTF-8");
+			return;
+		}
+		json_decref(utf8);
+		s = stream_open_ctl(c, p, m->m_req, m->m_code.s);
+		msg_init(&ex, MSG_EXECUTE);
+		msg_set_u64(&ex, F_STREAM, s->st_id);
+		msg_set_str(&ex, F_CODE, m->m_code.s, m->m_code.len);
+		msg_set_u64(&ex, F_POLICY, POLICY_INTERRUPT);
+		context_send(c, &ex);
+		msg_free(&ex);
+		return;
+	}
+	default:
+		done(p, m->m_req, MSG_FAIL, NULL, "unsupported request");
+	}
 }
 
 void
 control_recv(void)
 {
-	for (;;) {
-		struct msg m, r;
-		json_t *j = NULL;
-		int e = msg_recv(sv.sv_ctl, &m, NNG_FLAG_NONBLOCK);
+	for (int i = 0; i < 64; i++) {
+		nng_msg *nm;
+		struct msg m;
+		int e = nng_recvmsg(sv.sv_ctl, &nm, NNG_FLAG_NONBLOCK);
 
-		if (e == NNG_EAGAIN)
+		if (e)
 			return;
-		msg_init(&r, MSG_FAIL);
+		nng_pipe p = nng_msg_get_pipe(nm);
+		e = msg_decode(nng_msg_body(nm), nng_msg_len(nm), &m);
+		nng_msg_free(nm);
 		if (e) {
-			const char *t = e < 0 ? proto_strerror(e) : nng_strerror(e);
-			log_warn("control: bad request: %s", t);
-			msg_set_u64(&r, F_REQ, 0);
-			msg_set_str(&r, F_TEXT, t, strlen(t));
-		} else if (m.m_type == CTL_STATUS || m.m_type == CTL_CONTEXTS) {
-			r.m_type = MSG_OK;
-			msg_set_u64(&r, F_REQ, m.m_req);
-			if (m.m_type == CTL_STATUS) {
-				j = status_json();
-			} else {
-				struct context *c;
-				j = json_array();
-				TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
-					if (!c->c_deleting)
-						json_array_append_new(j, context_json(c, true));
-			}
-			char *s = json_dumps(j, JSON_COMPACT);
-			msg_set_str(&r, F_DATA, s, strlen(s));
-			free(s);
-			json_decref(j);
-		} else {
-			const char *t = "unsupported request";
-			msg_set_u64(&r, F_REQ, m.m_req);
-			msg_set_str(&r, F_TEXT, t, strlen(t));
+			log_warn("control: bad request dropped: %s", proto_strerror(e));
+			done(p, 0, MSG_FAIL, NULL, proto_strerror(e));
+			continue;
 		}
-		if (!e)
-			msg_free(&m);
-		if ((e = msg_send(sv.sv_ctl, &r, NNG_FLAG_NONBLOCK)))
-			log_warn("control: reply: %s", nng_strerror(e));
-		msg_free(&r);
+		if (m.m_type < CTL_STATUS || !(m.m_has & FB(F_REQ))) {
+			log_warn("control: unexpected %s dropped", msg_type_name(m.m_type));
+			done(p, m.m_req, MSG_FAIL, NULL, "not a control request");
+		} else {
+			handle(p, &m);
+		}
+		msg_free(&m);
+	}
+}
+
+/* Clients that left: their watches end, their runs are cancelled. */
+void
+control_pipe_events(void)
+{
+	uint32_t ids[64];
+	size_t n;
+
+	pthread_mutex_lock(&gone_lock);
+	n = sv.sv_ctl_gone.n;
+	memcpy(ids, sv.sv_ctl_gone.ids, n * sizeof(ids[0]));
+	sv.sv_ctl_gone.n = 0;
+	pthread_mutex_unlock(&gone_lock);
+	for (size_t k = 0; k < n; k++) {
+		struct stream *s, *next;
+		for (size_t i = 0; i < sv.sv_watchers.n;)
+			if ((uint32_t)nng_pipe_id(sv.sv_watchers.w[i].pipe) == ids[k])
+				sv.sv_watchers.w[i] = sv.sv_watchers.w[--sv.sv_watchers.n];
+			else
+				i++;
+		for (s = TAILQ_FIRST(&sv.sv_streams); s; s = next) {
+			next = TAILQ_NEXT(s, st_link);
+			if (s->st_ctl && (uint32_t)nng_pipe_id(s->st_pipe) == ids[k])
+				stream_closed(s);
+		}
 	}
 }
 

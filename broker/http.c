@@ -52,10 +52,11 @@ http_json(json_t *j)
 }
 
 static enum MHD_Result
-respond(struct MHD_Connection *conn, unsigned status, struct MHD_Response *r)
+respond(struct request *rq, unsigned status, struct MHD_Response *r)
 {
-	enum MHD_Result ret = MHD_queue_response(conn, status, r);
+	enum MHD_Result ret = MHD_queue_response(rq->rq_conn, status, r);
 
+	rq->rq_code = status;
 	MHD_destroy_response(r);
 	return ret;
 }
@@ -65,7 +66,7 @@ void
 http_complete(struct request *rq, unsigned status, struct MHD_Response *resp)
 {
 	if (!rq->rq_suspended) {
-		respond(rq->rq_conn, status, resp);
+		respond(rq, status, resp);
 		return;
 	}
 	if (rq->rq_resp)
@@ -75,6 +76,29 @@ http_complete(struct request *rq, unsigned status, struct MHD_Response *resp)
 	rq->rq_suspended = false;
 	MHD_resume_connection(rq->rq_conn);
 	sv.sv_mhd_kick = true;
+}
+
+/*
+ * Completes a request that waited on a context: an HTTP one gets a JSON or
+ * plain-text response, a sandcellctl one an OK/FAIL reply.
+ */
+void
+request_done(struct request *rq, unsigned status, json_t *json, const char *fmt, ...)
+{
+	char *text = NULL;
+	va_list ap;
+
+	if (!json && fmt) {
+		va_start(ap, fmt);
+		if (vasprintf(&text, fmt, ap) < 0)
+			fatal("out of memory");
+		va_end(ap);
+	}
+	if (rq->rq_ctl)
+		control_reply(rq, status, json, text);
+	else
+		http_complete(rq, status, json ? http_json(json) : http_text("%s", text ? text : ""));
+	free(text);
 }
 
 /* Optional string member: absent and null are the same. */
@@ -241,20 +265,20 @@ do_execute(struct request *rq)
 	int st;
 
 	if (sv.sv_draining)
-		return respond(rq->rq_conn, 503,
+		return respond(rq, 503,
 			       http_text("the server is draining before a stop; not accepting "
 					 "new executions"));
 	if (!(body = parse_body(rq, err, sizeof(err))))
-		return respond(rq->rq_conn, 400, http_text("%s", err));
+		return respond(rq, 400, http_text("%s", err));
 	st = http_validate_execute(body, &m, &ctx_id, lang, sizeof(lang), err, sizeof(err));
 	if (st) {
 		json_decref(body);
-		return respond(rq->rq_conn, st, http_text("%s", err));
+		return respond(rq, st, http_text("%s", err));
 	}
 	if (ctx_id) {
 		if (!(c = context_find(ctx_id))) {
 			msg_free(&m);
-			enum MHD_Result r = respond(rq->rq_conn, 404,
+			enum MHD_Result r = respond(rq, 404,
 						    http_text("context '%.64s' not found", ctx_id));
 			json_decref(body);
 			return r;
@@ -271,7 +295,7 @@ do_execute(struct request *rq)
 		    (st = context_create(lang, sv.sv_cwd, true, &c, err, sizeof(err))) < 0) {
 			msg_free(&m);
 			json_decref(body);
-			return respond(rq->rq_conn,
+			return respond(rq,
 				       st == -EAGAIN ? 429 : st == -ENOENT ? 400 : 500,
 				       http_text("%s", err));
 		}
@@ -279,15 +303,15 @@ do_execute(struct request *rq)
 	json_decref(body);
 	if (c->c_nstreams > sv.sv_max_queue) {
 		msg_free(&m);
-		return respond(rq->rq_conn, 429,
+		return respond(rq, 429,
 			       http_text("context %s has %d executions waiting (limit %d)",
 					 c->c_id, c->c_nstreams - 1, sv.sv_max_queue));
 	}
-	rq->rq_stream = stream_open(c, rq->rq_conn);
+	rq->rq_stream = stream_open(c, rq->rq_conn, m.m_code.s);
 	msg_set_u64(&m, F_STREAM, rq->rq_stream->st_id);
 	context_send(c, &m);
 	msg_free(&m);
-	return respond(rq->rq_conn, 200, stream_response(rq->rq_stream));
+	return respond(rq, 200, stream_response(rq->rq_stream));
 }
 
 static enum MHD_Result
@@ -301,12 +325,12 @@ do_create(struct request *rq)
 	int rc;
 
 	if (sv.sv_draining)
-		return respond(rq->rq_conn, 503,
+		return respond(rq, 503,
 			       http_text("the server is draining before a stop; not creating "
 					 "contexts"));
 	if (rq->rq_body.b_len) {
 		if (!(body = parse_body(rq, err, sizeof(err))))
-			return respond(rq->rq_conn, 400, http_text("%s", err));
+			return respond(rq, 400, http_text("%s", err));
 		if (opt_string(body, "language", &language, err, sizeof(err)) < 0 ||
 		    opt_string(body, "cwd", &cwd, err, sizeof(err)) < 0)
 			goto bad;
@@ -325,14 +349,14 @@ do_create(struct request *rq)
 	rc = context_create(lang, cwd, false, &c, err, sizeof(err));
 	json_decref(body);
 	if (rc < 0)
-		return respond(rq->rq_conn, rc == -EAGAIN ? 429 : rc == -ENOENT ? 400 : 500,
+		return respond(rq, rc == -EAGAIN ? 429 : rc == -ENOENT ? 400 : 500,
 			       http_text("%s", err));
 	suspend(rq);
 	context_wait_ready(c, rq);
 	return MHD_YES;
 bad:
 	json_decref(body);
-	return respond(rq->rq_conn, 400, http_text("%s", err));
+	return respond(rq, 400, http_text("%s", err));
 }
 
 static enum MHD_Result
@@ -347,7 +371,7 @@ do_languages(struct request *rq)
 		json_array_append_new(a, json_pack("{s:s, s:s}", "language", v[i]->ks_lang,
 						   "kernelspec", v[i]->ks_name));
 	kspec_list_free(v, n);
-	return respond(rq->rq_conn, 200, http_json(a));
+	return respond(rq, 200, http_json(a));
 }
 
 static enum MHD_Result
@@ -359,7 +383,54 @@ do_list(struct request *rq)
 	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
 		if (!c->c_deleting)
 			json_array_append_new(a, context_json(c, false));
-	return respond(rq->rq_conn, 200, http_json(a));
+	return respond(rq, 200, http_json(a));
+}
+
+/* Bounded label values for the metrics: path templates and known methods. */
+static const char *
+endpoint_of(const char *url)
+{
+	static const char *const fixed[] = {"/health", "/execute", "/languages", "/metrics",
+					    "/contexts"};
+	const char *rest;
+
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+		if (!strcmp(url, fixed[i]))
+			return fixed[i];
+	if (strncmp(url, "/contexts/", 10))
+		return "other";
+	rest = url + 10 + strcspn(url + 10, "/");
+	if (!*rest)
+		return "/contexts/{id}";
+	if (!strcmp(rest, "/restart"))
+		return "/contexts/{id}/restart";
+	if (!strcmp(rest, "/interrupt"))
+		return "/contexts/{id}/interrupt";
+	return "other";
+}
+
+static const char *
+method_of(const char *m)
+{
+	static const char *const known[] = {"GET", "POST", "DELETE", "PUT", "HEAD", "PATCH"};
+
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+		if (!strcmp(m, known[i]))
+			return known[i];
+	return "other";
+}
+
+static enum MHD_Result
+do_metrics(struct request *rq)
+{
+	size_t len;
+	char *text = metrics_render(&len);
+	struct MHD_Response *r =
+		MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+				"text/plain; version=0.0.4; charset=utf-8");
+	return respond(rq, 200, r);
 }
 
 static enum MHD_Result
@@ -374,12 +445,17 @@ route(struct request *rq, const char *url, const char *method)
 	if (!strcmp(url, "/health")) {
 		if (!get)
 			goto method;
-		return respond(rq->rq_conn, 200, http_json(json_string("OK")));
+		return respond(rq, 200, http_json(json_string("OK")));
 	}
 	if (!strcmp(url, "/execute")) {
 		if (!post)
 			goto method;
 		return do_execute(rq);
+	}
+	if (!strcmp(url, "/metrics")) {
+		if (!get)
+			goto method;
+		return do_metrics(rq);
 	}
 	if (!strcmp(url, "/languages")) {
 		if (!get)
@@ -394,17 +470,17 @@ route(struct request *rq, const char *url, const char *method)
 		goto method;
 	}
 	if (strncmp(url, "/contexts/", 10))
-		return respond(rq->rq_conn, 404, http_text("no such endpoint: %.128s", url));
+		return respond(rq, 404, http_text("no such endpoint: %.128s", url));
 	rest = url + 10;
 	size_t idlen = strcspn(rest, "/");
 	if (idlen >= sizeof(id) || !(snprintf(id, sizeof(id), "%.*s", (int)idlen, rest),
 				     c = context_find(id)))
-		return respond(rq->rq_conn, 404,
+		return respond(rq, 404,
 			       http_text("context '%.64s' not found", idlen < 64 ? id : "?"));
 	rest += idlen;
 	if (!*rest) {
 		if (get)
-			return respond(rq->rq_conn, 200, http_json(context_json(c, true)));
+			return respond(rq, 200, http_json(context_json(c, true)));
 		if (!del)
 			goto method;
 		suspend(rq);
@@ -421,9 +497,9 @@ route(struct request *rq, const char *url, const char *method)
 			context_request(c, rq, MSG_INTERRUPT, OP_INTERRUPT);
 		return MHD_YES;
 	}
-	return respond(rq->rq_conn, 404, http_text("no such endpoint: %.128s", url));
+	return respond(rq, 404, http_text("no such endpoint: %.128s", url));
 method:
-	return respond(rq->rq_conn, 405, http_text("method %.16s not allowed on %.128s",
+	return respond(rq, 405, http_text("method %.16s not allowed on %.128s",
 						   method, url));
 }
 
@@ -440,9 +516,11 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 			MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
 		rq = xcalloc(1, sizeof(*rq));
 		rq->rq_conn = conn;
+		rq->rq_endpoint = endpoint_of(url);
+		rq->rq_method = method_of(method);
 		*con_cls = rq;
 		if (cl && strtoull(cl, NULL, 10) > sv.sv_max_body)
-			return respond(conn, 413,
+			return respond(rq, 413,
 				       http_text("request body over the limit of %zu bytes",
 						 sv.sv_max_body));
 		return MHD_YES;
@@ -450,7 +528,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 	if (rq->rq_resp) {
 		struct MHD_Response *r = rq->rq_resp;
 		rq->rq_resp = NULL;
-		return respond(conn, rq->rq_status, r);
+		return respond(rq, rq->rq_status, r);
 	}
 	if (*upload_size) {
 		if (rq->rq_body.b_len + *upload_size > sv.sv_max_body)
@@ -463,7 +541,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 	if (rq->rq_suspended || rq->rq_stream)
 		return MHD_YES;
 	if (rq->rq_too_big)
-		return respond(conn, 413, http_text("request body over the limit of %zu bytes",
+		return respond(rq, 413, http_text("request body over the limit of %zu bytes",
 						    sv.sv_max_body));
 	return route(rq, url, method);
 }
@@ -479,6 +557,8 @@ on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	(void)toe;
 	if (!rq)
 		return;
+	if (rq->rq_code)
+		metrics_http(rq->rq_endpoint, rq->rq_method, rq->rq_code);
 	if (rq->rq_stream)
 		stream_closed(rq->rq_stream);
 	context_forget_waiter(rq);

@@ -95,6 +95,9 @@ usage(void)
 		"                          memory limit is killed alone; 'systemd': a\n"
 		"                          scope per kernel under sandcell.slice\n"
 		"  --proxy PATH            sandcell-proxy binary (default: beside this one)\n"
+		"  --python-startup FILE   run in every Python kernel at start (default:\n"
+		"                          sandcell's profile for rich data results;\n"
+		"                          '' for none)\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n");
 	exit(2);
 }
@@ -200,6 +203,31 @@ default_cwd(void)
 	return home && *home == '/' ? home : "/";
 }
 
+/* sandcell's IPython start-up profile: in the source tree, or installed. */
+static const char *
+default_python_startup(void)
+{
+	static char path[PATH_MAX];
+	const char *rel[] = {"../proxy/python/sandcell_startup.py",
+			     "../share/sandcell/sandcell_startup.py"};
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	if (n <= 0)
+		return NULL;
+	exe[n] = '\0';
+	*strrchr(exe, '/') = '\0';
+	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+		char *p = xasprintf("%s/%s", exe, rel[i]);
+		if (realpath(p, path) && access(path, R_OK) == 0) {
+			free(p);
+			return path;
+		}
+		free(p);
+	}
+	return NULL;
+}
+
 static const char *
 default_proxy_bin(void)
 {
@@ -222,9 +250,9 @@ handle_signals(void)
 	pid_t pid;
 
 	while (read(sv.sv_sigfd, &si, sizeof(si)) == sizeof(si)) {
-		if (si.ssi_signo == SIGTERM && !sv.sv_draining && sv.sv_grace) {
+		if (si.ssi_signo == SIGTERM && !sv.sv_stopping && sv.sv_grace) {
 			/* drain: no new executions, running ones get the grace period */
-			sv.sv_draining = true;
+			sv.sv_draining = sv.sv_stopping = true;
 			sv.sv_drain_until = now_ms() + sv.sv_grace * 1000ull;
 			server_notify("STOPPING=1");
 			log_info("SIGTERM: draining; stopping within %u s", sv.sv_grace);
@@ -245,6 +273,7 @@ wake_drain(void)
 	if (read(sv.sv_wakefd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 		log_warn("eventfd: %s", strerror(errno));
 	context_pipe_events();
+	control_pipe_events();
 }
 
 static void
@@ -289,7 +318,7 @@ loop(void)
 				server_notify("WATCHDOG=1");
 				sv.sv_watchdog_at = now + sv.sv_watchdog_ms;
 			}
-			if (sv.sv_draining &&
+			if (sv.sv_stopping &&
 			    (TAILQ_EMPTY(&sv.sv_streams) || now >= sv.sv_drain_until)) {
 				log_info("drained: %s", TAILQ_EMPTY(&sv.sv_streams)
 								 ? "no execution left"
@@ -319,6 +348,7 @@ main(int argc, char **argv)
 		{"kernel-memory", required_argument, NULL, 'M'},
 		{"kernel-cpu", required_argument, NULL, 'C'},
 		{"kernel-cgroup", required_argument, NULL, 'G'},
+		{"python-startup", required_argument, NULL, 'S'},
 		{"proxy", required_argument, NULL, 'p'},
 		{"log-level", required_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
@@ -359,6 +389,7 @@ main(int argc, char **argv)
 		case 'M': sv.sv_kernel_memory = optarg; break;
 		case 'C': sv.sv_kernel_cpu = optarg; break;
 		case 'G': sv.sv_kernel_cgroup = optarg; break;
+		case 'S': sv.sv_python_startup = optarg; break;
 		case 'p': sv.sv_proxy_bin = optarg; break;
 		case 'v':
 			if ((level = parse_level(optarg)) < 0)
@@ -380,6 +411,10 @@ main(int argc, char **argv)
 		sv.sv_cwd = default_cwd();
 	if (!sv.sv_proxy_bin)
 		sv.sv_proxy_bin = default_proxy_bin();
+	if (!sv.sv_python_startup)
+		sv.sv_python_startup = default_python_startup();
+	else if (!*sv.sv_python_startup)
+		sv.sv_python_startup = NULL; /* --python-startup '': none */
 	if (access(sv.sv_proxy_bin, X_OK) < 0)
 		fatal("proxy binary %s: %s", sv.sv_proxy_bin, strerror(errno));
 	TAILQ_INIT(&sv.sv_contexts);
@@ -433,9 +468,11 @@ main(int argc, char **argv)
 
 	server_notify("STOPPING=1");
 	/* what is still streaming ends with an error line the client can read */
-	stream_fail_all("ServerStopping", "the server is stopping");
-	for (uint64_t until = now_ms() + 500; !TAILQ_EMPTY(&sv.sv_streams) && now_ms() < until;)
-		MHD_run(sv.sv_mhd), usleep(5000);
+	stream_fail_all("ServerStopping", "the server is stopping", "server_stopping");
+	for (uint64_t until = now_ms() + 500; !TAILQ_EMPTY(&sv.sv_streams) && now_ms() < until;) {
+		MHD_run(sv.sv_mhd);
+		usleep(5000);
+	}
 	http_stop();
 	if (sv.sv_keep_contexts)
 		context_detach_all();

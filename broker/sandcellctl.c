@@ -1,23 +1,70 @@
 /*
- * sandcellctl — the operator tool: one request over the broker's control
- * socket, print the reply, exit 0 on OK and 1 on FAIL or no broker.
+ * sandcellctl — the operator tool, in the relayctl mould: one request over the
+ * broker's control socket, then replies until END; exit status 0 on OK, 1 on
+ * FAIL or when no broker answers. Tables for people, --json for scripts.
  */
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 #include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
+#include <nng/protocol/pair1/pair.h>
 
 #include "../proto/proto.h"
+
+static const struct {
+	const char *name;
+	enum msg_type type;
+	int nargs; /* positional arguments after the command */
+	const char *args, *help;
+} commands[] = {
+	{"status", CTL_STATUS, 0, "", "version, uptime, contexts, executions, draining"},
+	{"contexts", CTL_CONTEXTS, 0, "", "contexts with their live state"},
+	{"executions", CTL_EXECUTIONS, 0, "", "executions in flight and queued"},
+	{"cancel", CTL_CANCEL, 1, "STREAM", "cancel an execution (its client gets an error)"},
+	{"interrupt", CTL_INTERRUPT, 1, "CTX", "interrupt what a context runs"},
+	{"restart", CTL_RESTART, 1, "CTX", "fresh kernel, same context id"},
+	{"create", CTL_CREATE, 1, "LANG", "create a context (--cwd DIR)"},
+	{"delete", CTL_DELETE, 1, "CTX", "delete a context"},
+	{"drain", CTL_DRAIN, 0, "", "refuse new executions (503)"},
+	{"undrain", CTL_UNDRAIN, 0, "", "accept executions again"},
+	{"watch", CTL_WATCH, 0, "", "print live events until Ctrl-C"},
+	{"run", CTL_RUN, 2, "CTX CODE", "execute CODE in CTX and print its output"},
+};
+#define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static bool as_json;
 
 static void
 usage(void)
 {
-	fprintf(stderr, "usage: sandcellctl [--run-dir DIR] [--json] status|contexts\n");
+	fprintf(stderr, "usage: sandcellctl [--run-dir DIR] [--json] COMMAND [ARGS]\n\n");
+	for (size_t i = 0; i < N_COMMANDS; i++)
+		fprintf(stderr, "  %-10s %-9s %s\n", commands[i].name, commands[i].args,
+			commands[i].help);
 	exit(2);
+}
+
+static const char *
+str(json_t *o, const char *k)
+{
+	const char *s = json_string_value(json_object_get(o, k));
+
+	return s ? s : "-";
+}
+
+static void
+print_mb(json_t *o, const char *k)
+{
+	json_int_t v = json_integer_value(json_object_get(o, k));
+
+	if (v > 0)
+		printf("  %6.1f", v / 1048576.0);
+	else
+		printf("  %6s", "-");
 }
 
 static void
@@ -26,20 +73,138 @@ print_contexts(json_t *a)
 	size_t i;
 	json_t *c;
 
-	printf("%-36s  %-12s  %-8s  %5s  %5s  %8s  %8s  %s\n", "ID", "LANGUAGE", "STATE",
-	       "QUEUE", "RUNS", "KPID", "PID", "CWD");
+	printf("%-36s  %-10s  %-8s  %5s  %5s  %7s  %7s  %6s  %6s  %7s  %s\n", "ID", "LANGUAGE",
+	       "STATE", "QUEUE", "RUNS", "KPID", "PID", "KRSS", "PRSS", "AGE", "CWD");
 	json_array_foreach(a, i, c)
 	{
-		printf("%-36s  %-12s  %-8s  %5lld  %5lld  %8lld  %8lld  %s\n",
-		       json_string_value(json_object_get(c, "id")),
-		       json_string_value(json_object_get(c, "language")),
-		       json_string_value(json_object_get(c, "state")),
+		printf("%-36s  %-10s  %-8s  %5lld  %5lld  %7lld  %7lld", str(c, "id"),
+		       str(c, "language"), str(c, "state"),
 		       json_integer_value(json_object_get(c, "queue")),
 		       json_integer_value(json_object_get(c, "executions")),
 		       json_integer_value(json_object_get(c, "kernel_pid")),
-		       json_integer_value(json_object_get(c, "proxy_pid")),
-		       json_string_value(json_object_get(c, "cwd")));
+		       json_integer_value(json_object_get(c, "proxy_pid")));
+		print_mb(c, "kernel_rss_bytes");
+		print_mb(c, "proxy_rss_bytes");
+		printf("  %6.0fs  %s\n", json_real_value(json_object_get(c, "age_seconds")),
+		       str(c, "cwd"));
 	}
+}
+
+static void
+print_executions(json_t *a)
+{
+	size_t i;
+	json_t *e;
+
+	printf("%-18s  %-36s  %-7s  %-11s  %7s  %s\n", "STREAM", "CONTEXT", "STATE", "CLIENT",
+	       "AGE", "CODE");
+	json_array_foreach(a, i, e)
+	{
+		printf("%-18lld  %-36s  %-7s  %-11s  %6.1fs  %s\n",
+		       json_integer_value(json_object_get(e, "stream")), str(e, "context"),
+		       str(e, "state"), str(e, "client"),
+		       json_real_value(json_object_get(e, "age_seconds")), str(e, "code"));
+	}
+}
+
+static void
+print_object(json_t *o)
+{
+	const char *k;
+	json_t *v;
+
+	json_object_foreach(o, k, v)
+	{
+		char *vs = json_string_value(v) ? strdup(json_string_value(v))
+						: json_dumps(v, JSON_ENCODE_ANY);
+		printf("%-20s %s\n", k, vs);
+		free(vs);
+	}
+}
+
+/* One NDJSON line of a run, as a person would read it. */
+static void
+print_line(json_t *l)
+{
+	const char *t = str(l, "type");
+
+	if (!strcmp(t, "stdout"))
+		fputs(str(l, "text"), stdout);
+	else if (!strcmp(t, "stderr"))
+		fputs(str(l, "text"), stderr);
+	else if (!strcmp(t, "result")) {
+		const char *text = json_string_value(json_object_get(l, "text"));
+		printf("%s\n", text ? text : "[result without text]");
+	} else if (!strcmp(t, "error"))
+		fprintf(stderr, "%s: %s\n", str(l, "name"), str(l, "value"));
+	fflush(stdout);
+}
+
+static void
+print_event(json_t *ev)
+{
+	const char *k;
+	json_t *v;
+
+	printf("%s  %-18s", str(ev, "time"), str(ev, "event"));
+	json_object_foreach(ev, k, v)
+	{
+		if (!strcmp(k, "time") || !strcmp(k, "event"))
+			continue;
+		char *vs = json_string_value(v) ? strdup(json_string_value(v))
+						: json_dumps(v, JSON_ENCODE_ANY);
+		printf("  %s=%s", k, vs);
+		free(vs);
+	}
+	printf("\n");
+	fflush(stdout);
+}
+
+static void
+show(const char *cmd, json_t *data)
+{
+	if (as_json || !data) {
+		if (data) {
+			char *s = json_dumps(data, JSON_INDENT(2) | JSON_ENCODE_ANY);
+			printf("%s\n", s);
+			free(s);
+		}
+	} else if (!strcmp(cmd, "contexts")) {
+		print_contexts(data);
+	} else if (!strcmp(cmd, "executions")) {
+		print_executions(data);
+	} else if (!strcmp(cmd, "watch")) {
+		print_event(data);
+	} else if (json_is_object(data)) {
+		print_object(data);
+	} else {
+		char *s = json_dumps(data, JSON_ENCODE_ANY);
+		printf("%s\n", s);
+		free(s);
+	}
+}
+
+/* Splits NDJSON data and prints each line. */
+static void
+show_output(const char *data, size_t len)
+{
+	const char *p = data, *end = data + len;
+
+	while (p < end) {
+		const char *nl = memchr(p, '\n', end - p);
+		size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+		if (as_json) {
+			fwrite(p, 1, n, stdout);
+			putchar('\n');
+		} else {
+			json_t *l = json_loadb(p, n, 0, NULL);
+			if (l)
+				print_line(l);
+			json_decref(l);
+		}
+		p += n + 1;
+	}
+	fflush(stdout);
 }
 
 int
@@ -48,72 +213,108 @@ main(int argc, char **argv)
 	static const struct option opts[] = {
 		{"run-dir", required_argument, NULL, 'r'},
 		{"json", no_argument, NULL, 'j'},
+		{"cwd", required_argument, NULL, 'c'},
+		{"timeout", required_argument, NULL, 't'},
+		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	const char *run_dir = NULL, *cmd;
-	bool as_json = false;
-	struct msg m, r;
+	const char *run_dir = NULL, *cwd = NULL;
+	int c, e, rc = 1, timeout_s = 120;
+	size_t ci;
+	struct msg m;
 	nng_socket s;
-	char *url;
-	int c, e;
 
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (c == 'r')
-			run_dir = optarg;
-		else if (c == 'j')
-			as_json = true;
-		else
-			usage();
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'r': run_dir = optarg; break;
+		case 'j': as_json = true; break;
+		case 'c': cwd = optarg; break;
+		case 't': timeout_s = atoi(optarg); break;
+		default: usage();
+		}
 	}
-	if (optind != argc - 1)
+	if (optind >= argc)
 		usage();
-	cmd = argv[optind];
+	for (ci = 0; ci < N_COMMANDS; ci++)
+		if (!strcmp(argv[optind], commands[ci].name))
+			break;
+	if (ci == N_COMMANDS || argc - optind - 1 != commands[ci].nargs)
+		usage();
 	log_init("sandcellctl", LOG_WARN);
 	if (!run_dir)
 		run_dir = default_run_dir();
-	if (!strcmp(cmd, "status"))
-		msg_init(&m, CTL_STATUS);
-	else if (!strcmp(cmd, "contexts"))
-		msg_init(&m, CTL_CONTEXTS);
-	else
-		usage();
+
+	char **arg = argv + optind + 1;
+	msg_init(&m, commands[ci].type);
 	msg_set_u64(&m, F_REQ, 1);
-	url = xasprintf("ipc://%s/ctl.sock", run_dir);
-	if ((e = nng_req0_open(&s)) || (e = nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000)) ||
+	switch (commands[ci].type) {
+	case CTL_CANCEL:
+		msg_set_u64(&m, F_STREAM, strtoull(arg[0], NULL, 10));
+		break;
+	case CTL_CREATE:
+		msg_set_str(&m, F_LANG, arg[0], strlen(arg[0]));
+		if (cwd)
+			msg_set_str(&m, F_CWD, cwd, strlen(cwd));
+		break;
+	case CTL_INTERRUPT:
+	case CTL_RESTART:
+	case CTL_DELETE:
+		msg_set_str(&m, F_ID, arg[0], strlen(arg[0]));
+		break;
+	case CTL_RUN:
+		msg_set_str(&m, F_ID, arg[0], strlen(arg[0]));
+		msg_set_str(&m, F_CODE, arg[1], strlen(arg[1]));
+		break;
+	default:
+		break;
+	}
+
+	char *url = xasprintf("ipc://%s/ctl.sock", run_dir);
+	if ((e = nng_pair1_open(&s)) || (e = nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME)) ||
 	    (e = nng_dial(s, url, NULL, 0))) {
-		fprintf(stderr, "sandcellctl: no broker at %s: %s\n", url, nng_strerror(e));
+		fprintf(stderr, "sandcellctl: no broker is listening at %s (%s); is sandcell-broker "
+				"running with --run-dir %s?\n",
+			url, nng_strerror(e), run_dir);
 		return 1;
 	}
-	if ((e = msg_send(s, &m, 0)) || (e = msg_recv(s, &r, 0))) {
-		fprintf(stderr, "sandcellctl: %s\n",
-			e > 0 ? nng_strerror(e) : proto_strerror(e));
+	bool watch = commands[ci].type == CTL_WATCH;
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, watch ? NNG_DURATION_INFINITE : timeout_s * 1000);
+	if ((e = msg_send(s, &m, 0))) {
+		fprintf(stderr, "sandcellctl: send: %s\n", nng_strerror(e));
 		return 1;
 	}
-	if (r.m_type != MSG_OK) {
-		fprintf(stderr, "sandcellctl: %s\n", r.m_text.s ? r.m_text.s : "failed");
-		return 1;
-	}
-	json_t *j = json_loads(r.m_data.s ? r.m_data.s : "null", 0, NULL);
-	if (as_json) {
-		char *out = json_dumps(j, JSON_INDENT(2));
-		printf("%s\n", out);
-		free(out);
-	} else if (!strcmp(cmd, "contexts")) {
-		print_contexts(j);
-	} else {
-		const char *k;
-		json_t *v;
-		json_object_foreach(j, k, v)
-		{
-			char *vs = json_dumps(v, JSON_ENCODE_ANY);
-			printf("%-16s %s\n", k, vs);
-			free(vs);
+	for (;;) {
+		struct msg r;
+		if ((e = msg_recv(s, &r, 0))) {
+			fprintf(stderr, "sandcellctl: %s\n",
+				e > 0 ? (e == NNG_ETIMEDOUT ? "the broker did not answer in time"
+							    : nng_strerror(e))
+				      : proto_strerror(e));
+			rc = 1;
+			break;
 		}
+		if (r.m_type == MSG_END) {
+			msg_free(&r);
+			break;
+		}
+		if (r.m_type == MSG_OUTPUT) {
+			show_output(r.m_data.s, r.m_data.len);
+		} else if (r.m_type == MSG_OK) {
+			json_t *d = r.m_data.s ? json_loads(r.m_data.s, JSON_DECODE_ANY, NULL) : NULL;
+			if (d)
+				show(commands[ci].name, d);
+			else if (r.m_text.s && !as_json && commands[ci].type != CTL_RUN)
+				printf("%s\n", r.m_text.s);
+			json_decref(d);
+			rc = 0;
+		} else if (r.m_type == MSG_FAIL) {
+			fprintf(stderr, "sandcellctl: %s\n", r.m_text.s ? r.m_text.s : "failed");
+			rc = 1;
+		}
+		msg_free(&r);
 	}
-	json_decref(j);
-	msg_free(&r);
 	msg_free(&m);
 	nng_close(s);
 	free(url);
-	return 0;
+	return rc;
 }

@@ -1,9 +1,11 @@
 /*
- * stream.c — /execute responses. Output from the proxy is buffered per stream
- * and handed to MHD as chunks. With nothing to send the connection is
- * suspended, and while suspended its socket is watched for hang-up (EPOLLRDHUP)
- * so a vanished client is noticed at once, not at the next write; keepalive
- * lines are the second line of defence. A vanished client means CANCEL.
+ * stream.c — one execution's output on its way to a client. For /execute the
+ * proxy's NDJSON is buffered per stream and handed to MHD as chunks; with
+ * nothing to send the connection is suspended, and while suspended its socket
+ * is watched for hang-up (EPOLLRDHUP) so a vanished client is noticed at once,
+ * not at the next write; keepalive lines are the second line of defence. A
+ * vanished client means CANCEL. For sandcellctl run the output goes to the
+ * ctl client's pipe instead.
  */
 #include <stdio.h>
 #include <string.h>
@@ -13,23 +15,58 @@
 
 static const char keepalive[] = "{\"type\":\"keepalive\"}\n";
 
-struct stream *
-stream_open(struct context *c, struct MHD_Connection *conn)
+static struct stream *
+stream_new(struct context *c, const char *code)
 {
 	struct stream *s = xcalloc(1, sizeof(*s));
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	size_t n = strcspn(code, "\n");
 
 	s->st_id = sv.sv_next_stream++;
 	s->st_ctx = c;
-	s->st_conn = conn;
-	s->st_fd = ci ? ci->connect_fd : -1;
+	s->st_fd = -1;
 	s->st_ev = (struct evsrc){EV_HANGUP, s};
 	s->st_started = s->st_last_out = now_ms();
+	snprintf(s->st_code_head, sizeof(s->st_code_head), "%.*s", (int)(n < 80 ? n : 80), code);
 	TAILQ_INSERT_TAIL(&sv.sv_streams, s, st_link);
 	TAILQ_INSERT_TAIL(&c->c_streams, s, st_ctx_link);
 	c->c_nstreams++;
+	control_event(json_pack("{s:s, s:I, s:s}", "event", "execution_started", "stream",
+				(json_int_t)s->st_id, "context", c->c_id));
 	return s;
+}
+
+struct stream *
+stream_open(struct context *c, struct MHD_Connection *conn, const char *code)
+{
+	struct stream *s = stream_new(c, code);
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+	s->st_conn = conn;
+	s->st_fd = ci ? ci->connect_fd : -1;
+	return s;
+}
+
+struct stream *
+stream_open_ctl(struct context *c, nng_pipe pipe, uint64_t req, const char *code)
+{
+	struct stream *s = stream_new(c, code);
+
+	s->st_ctl = true;
+	s->st_pipe = pipe;
+	s->st_req = req;
+	return s;
+}
+
+struct stream *
+stream_by_id(uint64_t id)
+{
+	struct stream *s;
+
+	TAILQ_FOREACH(s, &sv.sv_streams, st_link)
+		if (s->st_id == id)
+			return s;
+	return NULL;
 }
 
 static void
@@ -41,6 +78,21 @@ unwatch(struct stream *s)
 		MHD_resume_connection(s->st_conn);
 		sv.sv_mhd_kick = true;
 	}
+}
+
+/* Counts and logs a stream once, however it ended. */
+static void
+record(struct stream *s, const char *outcome, uint64_t wait_ms, uint64_t run_ms)
+{
+	if (s->st_recorded)
+		return;
+	s->st_recorded = true;
+	if (s->st_ctx && strcmp(outcome, "cancelled"))
+		s->st_ctx->c_count++;
+	metrics_execution(s, outcome, wait_ms, run_ms);
+	control_event(json_pack("{s:s, s:I, s:s, s:s}", "event", "execution_ended", "stream",
+				(json_int_t)s->st_id, "context",
+				s->st_ctx ? s->st_ctx->c_id : "", "outcome", outcome));
 }
 
 /* The client is gone: tell the proxy, once. */
@@ -56,9 +108,8 @@ cancel(struct stream *s)
 	msg_set_u64(&m, F_STREAM, s->st_id);
 	context_send(s->st_ctx, &m);
 	msg_free(&m);
-	log_info("stream %llu: client went away after %llu ms; cancel sent to context %s",
-		 (unsigned long long)s->st_id, (unsigned long long)(now_ms() - s->st_started),
-		 s->st_ctx->c_id);
+	metrics_count(M_CANCEL, 1);
+	record(s, "cancelled", 0, now_ms() - s->st_started);
 }
 
 static ssize_t
@@ -76,6 +127,7 @@ reader(void *cls, uint64_t pos, char *out, size_t max)
 		memcpy(out, buf_head(&s->st_buf), n);
 		buf_consume(&s->st_buf, n);
 		s->st_last_out = now_ms();
+		metrics_count(M_BYTES, n);
 		return n;
 	}
 	if (s->st_final)
@@ -100,65 +152,9 @@ stream_response(struct stream *s)
 	return r;
 }
 
-void
-stream_output(struct stream *s, const char *data, size_t len, bool final)
+static void
+stream_free(struct stream *s)
 {
-	if (s->st_gone)
-		return;
-	buf_append(&s->st_buf, data, len);
-	if (final)
-		s->st_final = true;
-	unwatch(s);
-}
-
-/* Ends a stream from the broker's side (its proxy is lost). */
-void
-stream_fail(struct stream *s, const char *name, const char *value)
-{
-	json_t *e = json_pack("{s:s, s:s, s:s, s:s}", "type", "error", "name", name, "value",
-			      value, "traceback", "");
-	char *line = json_dumps(e, JSON_COMPACT | JSON_ENSURE_ASCII);
-	static const char end[] = "{\"type\":\"end_of_execution\"}\n";
-
-	json_decref(e);
-	if (s->st_final || s->st_gone) {
-		free(line);
-		return;
-	}
-	buf_append(&s->st_buf, line, strlen(line));
-	buf_append(&s->st_buf, "\n", 1);
-	free(line);
-	stream_output(s, end, sizeof(end) - 1, true);
-}
-
-void
-stream_fail_all(const char *name, const char *value)
-{
-	struct stream *s;
-
-	TAILQ_FOREACH(s, &sv.sv_streams, st_link)
-		stream_fail(s, name, value);
-}
-
-/* EPOLLRDHUP on a parked connection. */
-void
-stream_hangup(struct stream *s)
-{
-	s->st_gone = true;
-	cancel(s);
-	unwatch(s); /* resumed, MHD reads the error and closes */
-}
-
-/* MHD finished the request, whatever the reason. */
-void
-stream_closed(struct stream *s)
-{
-	if (s->st_suspended) {
-		server_unwatch(s->st_fd);
-		s->st_suspended = false;
-	}
-	if (!s->st_final)
-		cancel(s);
 	TAILQ_REMOVE(&sv.sv_streams, s, st_link);
 	if (s->st_ctx) {
 		TAILQ_REMOVE(&s->st_ctx->c_streams, s, st_ctx_link);
@@ -168,6 +164,109 @@ stream_closed(struct stream *s)
 	free(s);
 }
 
+/* Output from the proxy; final carries how the execution ended. */
+void
+stream_output(struct stream *s, const char *data, size_t len, struct msg *final)
+{
+	if (s->st_gone)
+		return;
+	s->st_bytes += len;
+	if (final) {
+		s->st_final = true;
+		record(s, final->m_outcome.s ? final->m_outcome.s : "other", final->m_wait,
+		       final->m_run);
+	}
+	if (s->st_ctl) {
+		control_stream_output(s, data, len, s->st_final);
+		if (s->st_final)
+			stream_free(s);
+		return;
+	}
+	buf_append(&s->st_buf, data, len);
+	unwatch(s);
+}
+
+/* Ends a stream from the broker's side (its proxy is lost, the server stops). */
+void
+stream_fail(struct stream *s, const char *name, const char *value, const char *outcome)
+{
+	json_t *e = json_pack("{s:s, s:s, s:s, s:s}", "type", "error", "name", name, "value",
+			      value, "traceback", "");
+	char *line = json_dumps(e, JSON_COMPACT | JSON_ENSURE_ASCII);
+	static const char end[] = "{\"type\":\"end_of_execution\"}\n";
+	struct msg fin;
+	struct buf b = {0};
+
+	json_decref(e);
+	if (!s->st_final && !s->st_gone) {
+		buf_append(&b, line, strlen(line));
+		buf_append(&b, "\n", 1);
+		buf_append(&b, end, sizeof(end) - 1);
+		msg_init(&fin, MSG_OUTPUT);
+		msg_set_str(&fin, F_OUTCOME, outcome, strlen(outcome));
+		msg_set_u64(&fin, F_RUN, now_ms() - s->st_started);
+		stream_output(s, b.b_data, b.b_len, &fin);
+		msg_free(&fin);
+		buf_free(&b);
+	}
+	free(line);
+}
+
+void
+stream_fail_all(const char *name, const char *value, const char *outcome)
+{
+	struct stream *s, *next;
+
+	for (s = TAILQ_FIRST(&sv.sv_streams); s; s = next) {
+		next = TAILQ_NEXT(s, st_link);
+		stream_fail(s, name, value, outcome); /* may free a ctl stream */
+	}
+}
+
+/* An operator cancelled it: the kernel is told, the client reads why. */
+void
+stream_cancel(struct stream *s, const char *why)
+{
+	cancel(s);
+	if (!s->st_final && !s->st_gone) {
+		s->st_recorded = true; /* counted as cancelled already */
+		stream_fail(s, "ExecutionCancelled", why, "cancelled");
+	}
+}
+
+/* EPOLLRDHUP on a parked connection. */
+void
+stream_hangup(struct stream *s)
+{
+	s->st_gone = true;
+	metrics_count(M_DISCONNECT, 1);
+	log_info("stream %llu: client went away after %llu ms; cancel sent to context %s",
+		 (unsigned long long)s->st_id, (unsigned long long)(now_ms() - s->st_started),
+		 s->st_ctx ? s->st_ctx->c_id : "-");
+	cancel(s);
+	unwatch(s); /* resumed, MHD reads the error and closes */
+}
+
+/* MHD finished the request, whatever the reason (or a ctl client left). */
+void
+stream_closed(struct stream *s)
+{
+	if (s->st_suspended) {
+		server_unwatch(s->st_fd);
+		s->st_suspended = false;
+	}
+	if (!s->st_final) {
+		if (!s->st_gone) {
+			metrics_count(M_DISCONNECT, 1);
+			log_info("stream %llu: client went away after %llu ms", 
+				 (unsigned long long)s->st_id,
+				 (unsigned long long)(now_ms() - s->st_started));
+		}
+		cancel(s);
+	}
+	stream_free(s);
+}
+
 /* Keepalive lines for quiet streams: they also surface a dead peer. */
 void
 stream_tick(uint64_t now)
@@ -175,10 +274,11 @@ stream_tick(uint64_t now)
 	struct stream *s;
 
 	TAILQ_FOREACH(s, &sv.sv_streams, st_link)
-		if (!s->st_final && !s->st_gone && now - s->st_last_out >= KEEPALIVE_MS &&
-		    buf_pending(&s->st_buf) == 0) {
+		if (!s->st_ctl && !s->st_final && !s->st_gone &&
+		    now - s->st_last_out >= KEEPALIVE_MS && buf_pending(&s->st_buf) == 0) {
 			s->st_last_out = now;
-			stream_output(s, keepalive, sizeof(keepalive) - 1, false);
+			buf_append(&s->st_buf, keepalive, sizeof(keepalive) - 1);
+			unwatch(s);
 		}
 }
 

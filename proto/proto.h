@@ -37,9 +37,19 @@ enum msg_type {
 	MSG_OK,   /* req; text */
 	MSG_FAIL, /* req, text */
 	MSG_END,  /* req: no more replies to this request */
-	/* sandcellctl -> broker */
-	CTL_STATUS,
-	CTL_CONTEXTS,
+	/* sandcellctl -> broker; replies: OK/FAIL ... END (run: OUTPUT ... END) */
+	CTL_STATUS,    /* req */
+	CTL_CONTEXTS,  /* req */
+	CTL_EXECUTIONS, /* req */
+	CTL_CANCEL,    /* req, stream */
+	CTL_INTERRUPT, /* req, id */
+	CTL_RESTART,   /* req, id */
+	CTL_CREATE,    /* req, lang; cwd */
+	CTL_DELETE,    /* req, id */
+	CTL_DRAIN,     /* req */
+	CTL_UNDRAIN,   /* req */
+	CTL_WATCH,     /* req: OK(data) per event until the client leaves */
+	CTL_RUN,       /* req, id, code */
 	MSG_TYPE_MAX
 };
 
@@ -62,6 +72,9 @@ enum msg_field {
 	F_STATE,
 	F_QUEUE,
 	F_COUNT,
+	F_OUTCOME, /* how a stream ended: ok, error, timeout, kernel_died, ... */
+	F_WAIT,    /* ms a unit waited in the queue */
+	F_RUN,     /* ms it ran */
 	F_FIELD_MAX
 };
 #define FB(f) (1u << (f))
@@ -104,8 +117,8 @@ struct msg {
 	enum msg_type m_type;
 	uint32_t m_has; /* FB(field) for each field present */
 	uint64_t m_stream, m_req, m_timeout, m_policy, m_final;
-	uint64_t m_pid, m_kpid, m_state, m_queue, m_count;
-	struct pstr m_code, m_data, m_text, m_id, m_lang, m_cwd;
+	uint64_t m_pid, m_kpid, m_state, m_queue, m_count, m_wait, m_run;
+	struct pstr m_code, m_data, m_text, m_id, m_lang, m_cwd, m_outcome;
 	struct penv *m_env;
 	size_t m_nenv;
 };

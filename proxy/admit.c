@@ -34,22 +34,47 @@ admit_depth(struct proxy *px)
 	return n;
 }
 
-/* Hands pending output to the broker; final closes the stream. */
+/* Hands pending output to the broker; an outcome closes the stream. */
 static void
-unit_send(struct proxy *px, struct unit *u, bool final)
+unit_send(struct proxy *px, struct unit *u, const char *outcome)
 {
 	struct msg m;
 
-	if (!buf_pending(&u->u_out) && !final)
+	if (!buf_pending(&u->u_out) && !outcome)
 		return;
 	msg_init(&m, MSG_OUTPUT);
 	msg_set_u64(&m, F_STREAM, u->u_stream);
 	msg_set_str(&m, F_DATA, buf_head(&u->u_out), buf_pending(&u->u_out));
-	if (final)
+	if (outcome) {
+		uint64_t now = now_ms(), start = u->u_started_at ? u->u_started_at : now;
 		msg_set_u64(&m, F_FINAL, 1);
+		msg_set_str(&m, F_OUTCOME, outcome, strlen(outcome));
+		msg_set_u64(&m, F_WAIT, start - u->u_queued_at);
+		msg_set_u64(&m, F_RUN, now - start);
+	}
 	proxy_send(px, &m);
 	msg_free(&m);
 	buf_consume(&u->u_out, buf_pending(&u->u_out));
+}
+
+/* The metrics' name for how a unit ended. */
+static const char *
+outcome_of(struct unit *u, const char *error_name)
+{
+	static const struct {
+		const char *name, *outcome;
+	} map[] = {
+		{"TimeoutError", "timeout"},       {"KernelDied", "kernel_died"},
+		{"ContextRestarted", "restarted"}, {"ContextDeleted", "deleted"},
+		{"ExecutionAborted", "aborted"},
+	};
+
+	if (!error_name)
+		return u->u_interrupt_at ? "interrupted" : u->u_errored ? "error" : "ok";
+	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+		if (!strcmp(map[i].name, error_name))
+			return map[i].outcome;
+	return "error";
 }
 
 /* Ends the unit's stream (with an error line first if name is set). */
@@ -61,7 +86,7 @@ unit_end(struct proxy *px, struct unit *u, const char *name, const char *value)
 	if (name)
 		output_error(&u->u_out, name, value, "");
 	output_end(&u->u_out);
-	unit_send(px, u, true);
+	unit_send(px, u, outcome_of(u, name));
 	u->u_detached = true;
 }
 
@@ -350,7 +375,7 @@ void
 admit_flush(struct proxy *px)
 {
 	if (px->px_run && !px->px_run->u_detached)
-		unit_send(px, px->px_run, false);
+		unit_send(px, px->px_run, NULL);
 }
 
 static void

@@ -120,6 +120,8 @@ build_env(struct proxy *px, const char *home)
 		xasprintf("JUPYTER_RUNTIME_DIR=%s/.jupyter-runtime", home),
 		xasprintf("PWD=%s", px->px_cwd),
 		xstrdup("PYDEVD_DISABLE_FILE_VALIDATION=1"),
+		/* one font cache for every kernel, built once, not per context */
+		xasprintf("MPLCONFIGDIR=%s/cache/matplotlib", px->px_run_dir),
 		xasprintf("JPY_PARENT_PID=%d", (int)getpid()),
 		NULL,
 	};
@@ -196,24 +198,36 @@ which(const char *prog)
 #define EP_MAX (PATH_MAX + 32)
 
 /*
- * IPython's history goes to memory, not to an sqlite file: a kernel killed
- * mid-write leaves the file to its successor, which then prints "Session/line
- * number was not unique" into the user's output.
+ * The IPython kernel's configuration: history in memory, not in an sqlite
+ * file (a kernel killed mid-write leaves the file to its successor, which then
+ * prints "Session/line number was not unique" into the user's output), and
+ * sandcell's start-up profile (rich results for data work) run at start.
  */
 static void
 ipython_profile(struct proxy *px, const char *home)
 {
-	static const char cfg[] = "c.HistoryManager.hist_file = ':memory:'\n";
 	char *dir = xasprintf("%s/.ipython/profile_default", home);
 	char *path = xasprintf("%s/ipython_kernel_config.py", dir);
+	struct buf cfg = {0};
 	int fd;
 
+	buf_append(&cfg, "c.HistoryManager.hist_file = ':memory:'\n", 40);
+	if (px->px_py_startup) {
+		json_t *p = json_string(px->px_py_startup);
+		char *lit = json_dumps(p, JSON_ENCODE_ANY);
+		char *line = xasprintf("c.InteractiveShellApp.exec_files = [%s]\n", lit);
+		buf_append(&cfg, line, strlen(line));
+		free(line);
+		free(lit);
+		json_decref(p);
+	}
 	if (mkdir_p(dir, 0700) == 0 &&
 	    (fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) >= 0) {
-		if (write(fd, cfg, sizeof(cfg) - 1) < 0)
+		if (write(fd, buf_head(&cfg), buf_pending(&cfg)) < 0)
 			log_warn("context %s: write %s: %s", px->px_id, path, strerror(errno));
 		close(fd);
 	}
+	buf_free(&cfg);
 	free(path);
 	free(dir);
 }

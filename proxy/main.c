@@ -366,7 +366,8 @@ usage(void)
 {
 	fprintf(stderr, "usage: sandcell-proxy --run-dir DIR --id UUID --language LANG "
 			"--cwd DIR [--kernel NAME] [--env-file FILE] [--memory BYTES]\n"
-			"       [--cpu SECONDS] [--cgroup DIR] [--default] [--log-level LEVEL]\n");
+			"       [--cpu SECONDS] [--cgroup DIR] [--python-startup FILE] [--default]\n"
+			"       [--log-level LEVEL]\n");
 	exit(2);
 }
 
@@ -430,6 +431,7 @@ main(int argc, char **argv)
 		{"log-level", required_argument, NULL, 'v'},
 		{"default", no_argument, NULL, 'd'},
 		{"kernel", required_argument, NULL, 'k'},
+		{"python-startup", required_argument, NULL, 'P'},
 		{"memory", required_argument, NULL, 'M'},
 		{"cpu", required_argument, NULL, 'C'},
 		{"cgroup", required_argument, NULL, 'G'},
@@ -449,6 +451,7 @@ main(int argc, char **argv)
 		case 'e': env_file = optarg; break;
 		case 'd': px.px_default = true; break;
 		case 'k': kernel = optarg; break;
+		case 'P': px.px_py_startup = optarg; break;
 		case 'M': px.px_mem_limit = strtoull(optarg, NULL, 10); break;
 		case 'C': px.px_cpu_limit = strtoull(optarg, NULL, 10); break;
 		case 'G': px.px_cgroup_parent = optarg; break;
@@ -477,6 +480,9 @@ main(int argc, char **argv)
 	px.px_dir = xasprintf("%s/ctx/%s", px.px_run_dir, px.px_id);
 	if ((c = mkdir_p(px.px_dir, 0700)) < 0)
 		fatal("mkdir %s: %s", px.px_dir, strerror(-c));
+	char *cache = xasprintf("%s/cache/matplotlib", px.px_run_dir);
+	mkdir_p(cache, 0700);
+	free(cache);
 
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&mask);

@@ -63,6 +63,7 @@ struct proxy {
 	struct penv *px_genv; /* global env: applied at spawn, restored to */
 	size_t px_ngenv;
 	bool px_default; /* the broker's default context for its language */
+	const char *px_py_startup; /* run in every IPython kernel at start */
 	bool px_display_is_result; /* IRkernel shows values as display_data */
 	uint64_t px_mem_limit;  /* bytes; 0 = none (RLIMIT_DATA, and the cgroup's) */
 	uint64_t px_cpu_limit;  /* seconds of CPU per kernel; 0 = none */

@@ -8,7 +8,11 @@ cd "$(dirname "$0")/.."
 PKGS="build-essential pkg-config libnng-dev libmsgpack-dev libmicrohttpd-dev
 libcriterion-dev libzmq3-dev libjansson-dev libsodium-dev libcurl4-openssl-dev
 python3-ipykernel python3-matplotlib python3-matplotlib-inline curl
-r-cran-irkernel"
+r-cran-irkernel
+python3-numpy python3-pandas python3-scipy python3-sklearn python3-seaborn
+python3-sympy python3-pil python3-requests python3-bs4 python3-openpyxl
+python3-xlrd python3-plotly
+prometheus"
 # Node.js runs the E2B SDK test; keep a Node.js that is already there.
 command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
 command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm"

@@ -1,0 +1,221 @@
+/*
+ * metrics.c — counters and histograms for GET /metrics (Prometheus text
+ * format 0.0.4), and the one log line every finished execution gets. All of
+ * it lives on the broker's single thread: no locks.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "broker.h"
+
+static const char *const outcomes[] = {
+	"ok",	   "error",	 "timeout",	     "interrupted", "kernel_died", "restarted",
+	"deleted", "aborted",	 "context_lost",    "cancelled",   "server_stopping", "other",
+};
+#define N_OUTCOMES (sizeof(outcomes) / sizeof(outcomes[0]))
+
+static const double buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+				 2.5,	5,    10,    30,   60,	 300,  1800};
+#define N_BUCKETS (sizeof(buckets) / sizeof(buckets[0]))
+
+struct histogram {
+	uint64_t h_count[N_BUCKETS + 1]; /* last: +Inf */
+	double h_sum;
+	uint64_t h_n;
+};
+
+#define MAX_HTTP_SERIES 128
+
+static struct {
+	struct {
+		const char *endpoint, *method;
+		unsigned status;
+		uint64_t n;
+	} http[MAX_HTTP_SERIES];
+	size_t nhttp;
+	uint64_t executions[N_OUTCOMES];
+	struct histogram duration, wait;
+	uint64_t disconnects, cancels, kernel_restarts, proxy_restarts, bytes;
+} mx;
+
+void
+metrics_http(const char *endpoint, const char *method, unsigned status)
+{
+	size_t i;
+
+	for (i = 0; i < mx.nhttp; i++)
+		if (mx.http[i].endpoint == endpoint && !strcmp(mx.http[i].method, method) &&
+		    mx.http[i].status == status)
+			break;
+	if (i == mx.nhttp) {
+		if (mx.nhttp == MAX_HTTP_SERIES)
+			return; /* endpoints and methods are a fixed set: never reached */
+		mx.http[mx.nhttp++] = (typeof(mx.http[0])){endpoint, method, status, 0};
+	}
+	mx.http[i].n++;
+}
+
+static void
+observe(struct histogram *h, double v)
+{
+	size_t i = 0;
+
+	while (i < N_BUCKETS && v > buckets[i])
+		i++;
+	h->h_count[i]++;
+	h->h_sum += v;
+	h->h_n++;
+}
+
+/* A stream ended: count it and log its one line. */
+void
+metrics_execution(struct stream *s, const char *outcome, uint64_t wait_ms, uint64_t run_ms)
+{
+	size_t i;
+
+	for (i = 0; i < N_OUTCOMES - 1; i++)
+		if (!strcmp(outcomes[i], outcome))
+			break;
+	mx.executions[i]++;
+	if (strcmp(outcome, "cancelled")) {
+		observe(&mx.duration, run_ms / 1000.0);
+		observe(&mx.wait, wait_ms / 1000.0);
+	}
+	log_info("execution: context %s stream %llu outcome %s wait %llu ms run %llu ms "
+		 "output %llu bytes",
+		 s->st_ctx ? s->st_ctx->c_id : "-", (unsigned long long)s->st_id, outcome,
+		 (unsigned long long)wait_ms, (unsigned long long)run_ms,
+		 (unsigned long long)s->st_bytes);
+}
+
+void
+metrics_count(enum metric m, uint64_t n)
+{
+	switch (m) {
+	case M_DISCONNECT: mx.disconnects += n; break;
+	case M_CANCEL: mx.cancels += n; break;
+	case M_KERNEL_RESTART: mx.kernel_restarts += n; break;
+	case M_PROXY_RESTART: mx.proxy_restarts += n; break;
+	case M_BYTES: mx.bytes += n; break;
+	}
+}
+
+static void
+put(struct buf *b, const char *fmt, ...)
+{
+	char *s;
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (vasprintf(&s, fmt, ap) < 0)
+		fatal("out of memory");
+	va_end(ap);
+	buf_append(b, s, strlen(s));
+	free(s);
+}
+
+static void
+header(struct buf *b, const char *name, const char *type, const char *help)
+{
+	put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void
+counter(struct buf *b, const char *name, const char *help, uint64_t v)
+{
+	header(b, name, "counter", help);
+	put(b, "%s %llu\n", name, (unsigned long long)v);
+}
+
+static void
+histogram(struct buf *b, const char *name, const char *help, struct histogram *h)
+{
+	uint64_t cum = 0;
+
+	header(b, name, "histogram", help);
+	for (size_t i = 0; i < N_BUCKETS; i++) {
+		cum += h->h_count[i];
+		put(b, "%s_bucket{le=\"%g\"} %llu\n", name, buckets[i], (unsigned long long)cum);
+	}
+	put(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)h->h_n);
+	put(b, "%s_sum %.6f\n%s_count %llu\n", name, h->h_sum, name, (unsigned long long)h->h_n);
+}
+
+/* The whole exposition, as Prometheus text format. */
+char *
+metrics_render(size_t *len)
+{
+	struct buf b = {0};
+	struct context *c;
+	struct stream *s;
+	uint64_t open_streams = 0;
+
+	header(&b, "sandcell_build_info", "gauge", "Version of this sandcell broker.");
+	put(&b, "sandcell_build_info{version=\"%s\"} 1\n", SANDCELL_VERSION);
+	header(&b, "sandcell_uptime_seconds", "gauge", "Seconds since the broker started.");
+	put(&b, "sandcell_uptime_seconds %.3f\n", (now_ms() - sv.sv_started) / 1000.0);
+	header(&b, "sandcell_draining", "gauge", "1 while new executions are refused.");
+	put(&b, "sandcell_draining %d\n", sv.sv_draining ? 1 : 0);
+
+	header(&b, "sandcell_http_requests_total", "counter",
+	       "HTTP requests by endpoint, method and status.");
+	for (size_t i = 0; i < mx.nhttp; i++)
+		put(&b, "sandcell_http_requests_total{endpoint=\"%s\",method=\"%s\",status=\"%u\"} %llu\n",
+		    mx.http[i].endpoint, mx.http[i].method, mx.http[i].status,
+		    (unsigned long long)mx.http[i].n);
+
+	header(&b, "sandcell_executions_total", "counter", "Finished executions by outcome.");
+	for (size_t i = 0; i < N_OUTCOMES; i++)
+		put(&b, "sandcell_executions_total{outcome=\"%s\"} %llu\n", outcomes[i],
+		    (unsigned long long)mx.executions[i]);
+	histogram(&b, "sandcell_execution_duration_seconds",
+		  "Time executions ran in their kernel.", &mx.duration);
+	histogram(&b, "sandcell_execution_queue_wait_seconds",
+		  "Time executions waited for their context.", &mx.wait);
+
+	TAILQ_FOREACH(s, &sv.sv_streams, st_link)
+		open_streams++;
+	header(&b, "sandcell_streams_open", "gauge", "Executions in flight or queued.");
+	put(&b, "sandcell_streams_open %llu\n", (unsigned long long)open_streams);
+
+	header(&b, "sandcell_contexts", "gauge", "Contexts by language and state.");
+	struct {
+		const char *lang, *state;
+		int n;
+	} cs[64];
+	size_t ncs = 0;
+	TAILQ_FOREACH(c, &sv.sv_contexts, c_link) {
+		const char *st = context_state(c);
+		size_t i;
+		if (c->c_deleting)
+			continue;
+		for (i = 0; i < ncs; i++)
+			if (!strcmp(cs[i].lang, c->c_lang) && !strcmp(cs[i].state, st))
+				break;
+		if (i == ncs) {
+			if (ncs == sizeof(cs) / sizeof(cs[0]))
+				continue;
+			cs[ncs++] = (typeof(cs[0])){c->c_lang, st, 0};
+		}
+		cs[i].n++;
+	}
+	for (size_t i = 0; i < ncs; i++)
+		put(&b, "sandcell_contexts{language=\"%s\",state=\"%s\"} %d\n", cs[i].lang,
+		    cs[i].state, cs[i].n);
+
+	counter(&b, "sandcell_client_disconnects_total",
+		"Clients that went away before their stream ended.", mx.disconnects);
+	counter(&b, "sandcell_cancels_total",
+		"CANCEL messages sent to proxies (disconnects and operator cancels).",
+		mx.cancels);
+	counter(&b, "sandcell_kernel_restarts_total",
+		"Kernels started again in a live context (death, restart, interrupt fallback).",
+		mx.kernel_restarts);
+	counter(&b, "sandcell_proxy_restarts_total", "Proxies respawned after they died.",
+		mx.proxy_restarts);
+	counter(&b, "sandcell_streamed_bytes_total", "NDJSON bytes sent to clients.", mx.bytes);
+	*len = b.b_len;
+	return b.b_data;
+}

@@ -1,0 +1,1 @@
+"""sandcell's start-up profile for Python kernels (placeholder)."""
