@@ -163,12 +163,12 @@ print_event(json_t *ev)
 static void
 show(const char *cmd, json_t *data)
 {
-	if (as_json || !data) {
-		if (data) {
-			char *s = json_dumps(data, JSON_INDENT(2) | JSON_ENCODE_ANY);
-			printf("%s\n", s);
-			free(s);
-		}
+	if (as_json) {
+		/* watch prints one event per line, for scripts that read a stream */
+		char *s = json_dumps(data, JSON_ENCODE_ANY |
+						   (strcmp(cmd, "watch") ? JSON_INDENT(2) : JSON_COMPACT));
+		printf("%s\n", s);
+		free(s);
 	} else if (!strcmp(cmd, "contexts")) {
 		print_contexts(data);
 	} else if (!strcmp(cmd, "executions")) {
@@ -182,6 +182,7 @@ show(const char *cmd, json_t *data)
 		printf("%s\n", s);
 		free(s);
 	}
+	fflush(stdout);
 }
 
 /* Splits NDJSON data and prints each line. */
