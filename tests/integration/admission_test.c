@@ -417,5 +417,5 @@ Test(admission, queue_limit_answers_429_and_changes_nothing, .timeout = 90)
 	json_decref(a.lines);
 	json_decref(q.lines);
 	json_decref(ctxs);
-	broker_stop(&b);
+	cr_assert_eq(broker_stop(&b), 0, "sanitizer report in the broker log");
 }

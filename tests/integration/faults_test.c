@@ -225,7 +225,7 @@ Test(faults, broker_restart_keeps_contexts_and_state, .timeout = 120)
 	json_decref(l);
 	cr_assert_eq(pid_of(b.b_url, id, "kernel_pid"), kpid, "the same kernel");
 	free(id);
-	broker_stop(&b);
+	cr_assert_eq(broker_stop(&b), 0, "sanitizer report in the broker log");
 }
 
 Test(faults, stale_context_dir_is_cleaned_not_trusted, .timeout = 60)
@@ -235,7 +235,7 @@ Test(faults, stale_context_dir_is_cleaned_not_trusted, .timeout = 60)
 	char dir[256], state[300];
 
 	cr_assert_eq(broker_start(&b, args), 0);
-	broker_stop(&b);
+	cr_assert_eq(broker_stop(&b), 0, "sanitizer report in the broker log");
 	/* a dead proxy's leftovers: a state file naming a pid that is not ours */
 	mkdir(b.b_run_dir, 0700);
 	snprintf(dir, sizeof(dir), "%s/ctx", b.b_run_dir);
@@ -254,7 +254,7 @@ Test(faults, stale_context_dir_is_cleaned_not_trusted, .timeout = 60)
 	resp_free(&r);
 	struct stat st;
 	cr_assert(stat(dir, &st) < 0, "stale dir removed");
-	broker_stop(&b);
+	cr_assert_eq(broker_stop(&b), 0, "sanitizer report in the broker log");
 }
 
 Test(faults, sigterm_drains_running_executions, .timeout = 90)
@@ -283,7 +283,7 @@ Test(faults, sigterm_drains_running_executions, .timeout = 90)
 		usleep(50000);
 	cr_assert(kill(b.b_pid, 0) < 0, "the broker stopped once drained");
 	b.b_pid = 0;
-	broker_stop(&b);
+	cr_assert_eq(broker_stop(&b), 0, "sanitizer report in the broker log");
 }
 
 Test(faults, memory_limit_kills_or_refuses_only_that_kernel, .timeout = 90)
@@ -313,7 +313,7 @@ Test(faults, memory_limit_kills_or_refuses_only_that_kernel, .timeout = 90)
 	json_decref(l);
 	free(hog);
 	free(quiet);
-	broker_stop(&b);
+	cr_assert_eq(broker_stop(&b), 0, "sanitizer report in the broker log");
 }
 
 /* With a cgroup the kernel over its limit is OOM-killed, alone. */
@@ -345,7 +345,7 @@ Test(faults, memory_limit_in_a_cgroup_kills_the_kernel_alone, .timeout = 90)
 	free(out);
 	json_decref(l);
 	free(hog);
-	broker_stop(&b);
+	cr_assert_eq(broker_stop(&b), 0, "sanitizer report in the broker log");
 	rmdir(cg);
 }
 

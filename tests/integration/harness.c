@@ -353,9 +353,36 @@ broker_kill_proxies(const char *run_dir)
 		fprintf(stderr, "could not clean up proxies of %s\n", run_dir);
 }
 
-void
+/*
+ * A sanitizer build reports into the log the broker and its proxies share:
+ * any report there fails the run. Prints the report lines.
+ */
+static int
+sanitizer_reports(const char *log)
+{
+	static const char *const marks[] = {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+					    "runtime error:", "UndefinedBehaviorSanitizer"};
+	FILE *f = fopen(log, "r");
+	char line[1024];
+	int n = 0;
+
+	while (f && fgets(line, sizeof(line), f))
+		for (size_t i = 0; i < sizeof(marks) / sizeof(marks[0]); i++)
+			if (strstr(line, marks[i])) {
+				fprintf(stderr, "%s: %s", log, line);
+				n++;
+				break;
+			}
+	if (f)
+		fclose(f);
+	return n;
+}
+
+int
 broker_stop(struct broker *b)
 {
+	int rc = 0;
+
 	if (b->b_pid > 0) {
 		kill(b->b_pid, SIGTERM);
 		for (int i = 0; i < 100 && waitpid(b->b_pid, NULL, WNOHANG) != b->b_pid; i++)
@@ -371,9 +398,14 @@ broker_stop(struct broker *b)
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", b->b_run_dir);
 		if (system(cmd) != 0)
 			fprintf(stderr, "could not remove %s\n", b->b_run_dir);
-		if (!getenv("SANDCELL_KEEP_LOGS"))
+		if (sanitizer_reports(b->b_log)) {
+			fprintf(stderr, "sanitizer reports: the whole log is %s\n", b->b_log);
+			rc = -1;
+		} else if (!getenv("SANDCELL_KEEP_LOGS")) {
 			unlink(b->b_log);
+		}
 	}
+	return rc;
 }
 
 const char *

@@ -24,7 +24,8 @@ struct broker {
 /* Starts a broker with extra arguments (NULL-terminated); waits for /health
  * and for the default python context to be ready unless --no-default-context. */
 int broker_start(struct broker *b, const char *const *extra);
-void broker_stop(struct broker *b);
+/* Stops it and its proxies; -1 if its log holds a sanitizer report. */
+int broker_stop(struct broker *b);
 void broker_kill_proxies(const char *run_dir);
 /* Starts a broker on an existing run dir and port (a restart). */
 int broker_restart(struct broker *b, const char *const *extra);

@@ -235,7 +235,7 @@ Test(lang, deno_output_after_idle_stays_with_its_execution, .timeout = 60)
 		char *out = stdout_of(l), want[64];
 		snprintf(want, sizeof(want), "micro %d\nlate %d\n", i, i);
 		cr_assert_str_eq(out, want, "run %d", i);
-		char num[8];
+		char num[16];
 		snprintf(num, sizeof(num), "%d", i);
 		cr_assert_str_eq(result_text(l), num, "run %d: result", i);
 		free(out);
