@@ -39,6 +39,15 @@ struct evsrc {
 struct context;
 struct request;
 
+/* An HTTP connection, for the connection limit and the header timeout. */
+struct conn {
+	TAILQ_ENTRY(conn) cn_link;
+	int cn_fd;
+	bool cn_in_request; /* its request head has arrived; MHD's timeout rules */
+	uint64_t cn_since;  /* connected, or its last response ended */
+};
+TAILQ_HEAD(connq, conn);
+
 /* What a waiting request's reply completes. */
 enum { OP_NONE, OP_RESTART, OP_DELETE, OP_INTERRUPT, OP_CREATE };
 
@@ -141,6 +150,12 @@ struct server {
 	bool sv_keep_contexts;  /* proxies outlive a stop (restart path) */
 	const char *sv_kernel_memory, *sv_kernel_cpu, *sv_kernel_cgroup;
 	const char *sv_python_startup;
+	const char *sv_kernel_user;
+	unsigned char sv_token_hash[32]; /* BLAKE2b of the access token */
+	bool sv_token;
+	unsigned sv_max_conns, sv_nconns;
+	unsigned sv_header_timeout; /* s a connection gets to send a request head */
+	struct connq sv_conns;
 	unsigned sv_grace;      /* seconds running executions get on SIGTERM */
 	bool sv_draining;       /* new executions get 503 */
 	bool sv_stopping;       /* SIGTERM: stop once drained */
@@ -187,6 +202,7 @@ void request_done(struct request *rq, unsigned status, json_t *json, const char 
 	__attribute__((format(printf, 4, 5)));
 int http_start(void);
 void http_stop(void);
+void http_tick(uint64_t now);
 struct MHD_Response *http_text(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 struct MHD_Response *http_json(json_t *j);
 void http_complete(struct request *rq, unsigned status, struct MHD_Response *resp);

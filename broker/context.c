@@ -132,7 +132,7 @@ pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 static int
 spawn(struct context *c)
 {
-	char *argv[24];
+	char *argv[32];
 	int n = 0;
 	sigset_t none;
 	pid_t pid;
@@ -169,6 +169,10 @@ spawn(struct context *c)
 	if (sv.sv_python_startup) {
 		argv[n++] = "--python-startup";
 		argv[n++] = (char *)sv.sv_python_startup;
+	}
+	if (sv.sv_kernel_user) {
+		argv[n++] = "--kernel-user";
+		argv[n++] = (char *)sv.sv_kernel_user;
 	}
 	argv[n] = NULL;
 	sigemptyset(&none);
@@ -770,6 +774,9 @@ context_adopt_all(void)
 		} else {
 			log_info("run dir: removing stale context dir %s", cdir);
 			rm_rf(cdir);
+			char *kdir = xasprintf("%s.kernels/%s", sv.sv_run_dir, de->d_name);
+			rm_rf(kdir);
+			free(kdir);
 		}
 		json_decref(j);
 		free(state);

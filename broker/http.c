@@ -13,6 +13,8 @@
 #include <sys/epoll.h>
 #include <sys/stat.h>
 
+#include <sodium.h>
+
 #include "broker.h"
 
 #define CT_TEXT "text/plain; charset=utf-8"
@@ -503,6 +505,35 @@ method:
 						   method, url));
 }
 
+/*
+ * The access token, from X-Access-Token (what the E2B SDK sends) or
+ * Authorization: Bearer. Hashes are compared, so the time taken says nothing
+ * about the token. Returns NULL when allowed, else why not.
+ */
+static const char *
+token_refusal(struct MHD_Connection *conn)
+{
+	const char *t = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Access-Token");
+	const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+	unsigned char h[32];
+
+	if (!t && auth && !strncasecmp(auth, "Bearer ", 7))
+		t = auth + 7;
+	if (!t || !*t)
+		return "missing access token: send X-Access-Token or Authorization: Bearer";
+	crypto_generichash(h, sizeof(h), (const unsigned char *)t, strlen(t), NULL, 0);
+	return sodium_memcmp(h, sv.sv_token_hash, sizeof(h)) ? "invalid access token" : NULL;
+}
+
+static struct conn *
+conn_of(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	return ci ? ci->socket_context : NULL;
+}
+
 static enum MHD_Result
 on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
 	   const char *version, const char *upload, size_t *upload_size, void **con_cls)
@@ -514,11 +545,22 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 	if (!rq) {
 		const char *cl =
 			MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+		const char *refused;
+		struct conn *cn = conn_of(conn);
 		rq = xcalloc(1, sizeof(*rq));
 		rq->rq_conn = conn;
 		rq->rq_endpoint = endpoint_of(url);
 		rq->rq_method = method_of(method);
 		*con_cls = rq;
+		if (cn)
+			cn->cn_in_request = true;
+		if (sv.sv_nconns > sv.sv_max_conns)
+			return respond(rq, 503,
+				       http_text("too many connections (limit %u); try again",
+						 sv.sv_max_conns));
+		if (sv.sv_token && strcmp(rq->rq_endpoint, "/health") &&
+		    (refused = token_refusal(conn)))
+			return respond(rq, 401, http_text("%s", refused));
 		if (cl && strtoull(cl, NULL, 10) > sv.sv_max_body)
 			return respond(rq, 413,
 				       http_text("request body over the limit of %zu bytes",
@@ -553,10 +595,14 @@ on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	struct request *rq = *con_cls;
 
 	(void)cls;
-	(void)conn;
 	(void)toe;
 	if (!rq)
 		return;
+	struct conn *cn = conn_of(conn);
+	if (cn) { /* the next request head must come within the header timeout */
+		cn->cn_in_request = false;
+		cn->cn_since = now_ms();
+	}
 	if (rq->rq_code)
 		metrics_http(rq->rq_endpoint, rq->rq_method, rq->rq_code);
 	if (rq->rq_stream)
@@ -567,6 +613,47 @@ on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	buf_free(&rq->rq_body);
 	free(rq);
 	*con_cls = NULL;
+}
+
+static void
+on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+	      enum MHD_ConnectionNotificationCode code)
+{
+	struct conn *cn = *socket_context;
+
+	(void)cls;
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *ci =
+			MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+		cn = xcalloc(1, sizeof(*cn));
+		cn->cn_fd = ci ? ci->connect_fd : -1;
+		cn->cn_since = now_ms();
+		TAILQ_INSERT_TAIL(&sv.sv_conns, cn, cn_link);
+		sv.sv_nconns++;
+		*socket_context = cn;
+	} else if (cn) {
+		TAILQ_REMOVE(&sv.sv_conns, cn, cn_link);
+		sv.sv_nconns--;
+		free(cn);
+		*socket_context = NULL;
+	}
+}
+
+/*
+ * A connection that does not deliver a request head in time (a slowloris
+ * trickling bytes, or one that never sends) is shut down; MHD then closes it.
+ */
+void
+http_tick(uint64_t now)
+{
+	struct conn *cn;
+
+	TAILQ_FOREACH(cn, &sv.sv_conns, cn_link)
+		if (!cn->cn_in_request && cn->cn_fd >= 0 &&
+		    now - cn->cn_since > sv.sv_header_timeout * 1000ull) {
+			shutdown(cn->cn_fd, SHUT_RDWR);
+			cn->cn_fd = -1; /* once */
+		}
 }
 
 static void
@@ -609,8 +696,11 @@ http_start(void)
 	sv.sv_mhd = MHD_start_daemon(
 		flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+		MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
 		MHD_OPTION_CONNECTION_TIMEOUT, sv.sv_conn_timeout,
-		MHD_OPTION_CONNECTION_LIMIT, 4096u,
+		/* headroom over our own limit, so that those over it hear why (503) */
+		MHD_OPTION_CONNECTION_LIMIT, sv.sv_max_conns + 64,
+		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)128 * 1024,
 		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (!sv.sv_mhd) {

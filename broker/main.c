@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -22,6 +24,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <sodium.h>
 
 #include "broker.h"
 
@@ -65,6 +69,36 @@ server_notify(const char *state)
 	close(fd);
 }
 
+/* Only a hash of the token is kept; comparing hashes is constant-time. */
+static void
+token_set(const char *token)
+{
+	if (!*token)
+		fatal("the access token is empty");
+	crypto_generichash(sv.sv_token_hash, sizeof(sv.sv_token_hash),
+			   (const unsigned char *)token, strlen(token), NULL, 0);
+	sv.sv_token = true;
+}
+
+static int
+token_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char line[4096];
+
+	if (!f || !fgets(line, sizeof(line), f)) {
+		log_err("access token file %s: %s", path, f ? "empty" : strerror(errno));
+		if (f)
+			fclose(f);
+		return -1;
+	}
+	fclose(f);
+	line[strcspn(line, "\r\n")] = '\0';
+	token_set(line);
+	sodium_memzero(line, sizeof(line));
+	return 0;
+}
+
 static void
 usage(void)
 {
@@ -98,6 +132,15 @@ usage(void)
 		"  --python-startup FILE   run in every Python kernel at start (default:\n"
 		"                          sandcell's profile for rich data results;\n"
 		"                          '' for none)\n"
+		"  --access-token TOKEN    require this token (X-Access-Token or\n"
+		"                          Authorization: Bearer) on every endpoint but\n"
+		"                          /health; also $SANDCELL_ACCESS_TOKEN\n"
+		"  --access-token-file F   the token is the first line of F\n"
+		"  --max-connections N     concurrent HTTP connections (default 4096)\n"
+		"  --header-timeout S      a connection must send a request head within\n"
+		"                          S seconds of connecting or of its last response\n"
+		"                          (default 30)\n"
+		"  --kernel-user USER      run kernels as USER (the broker may stay root)\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n");
 	exit(2);
 }
@@ -313,6 +356,7 @@ loop(void)
 		if (now >= next_tick) {
 			stream_tick(now);
 			context_tick(now);
+			http_tick(now);
 			next_tick = now + TICK_MS;
 			if (sv.sv_watchdog_ms && now >= sv.sv_watchdog_at) {
 				server_notify("WATCHDOG=1");
@@ -349,6 +393,11 @@ main(int argc, char **argv)
 		{"kernel-cpu", required_argument, NULL, 'C'},
 		{"kernel-cgroup", required_argument, NULL, 'G'},
 		{"python-startup", required_argument, NULL, 'S'},
+		{"access-token", required_argument, NULL, 'T'},
+		{"access-token-file", required_argument, NULL, 'F'},
+		{"max-connections", required_argument, NULL, 'x'},
+		{"header-timeout", required_argument, NULL, 'H'},
+		{"kernel-user", required_argument, NULL, 'U'},
 		{"proxy", required_argument, NULL, 'p'},
 		{"log-level", required_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
@@ -366,6 +415,13 @@ main(int argc, char **argv)
 	sv.sv_genv = json_object();
 	sv.sv_log_level = "info";
 	sv.sv_grace = 30;
+	sv.sv_max_conns = 4096;
+	sv.sv_header_timeout = 30;
+	TAILQ_INIT(&sv.sv_conns);
+	if (getenv("SANDCELL_ACCESS_TOKEN")) {
+		token_set(getenv("SANDCELL_ACCESS_TOKEN"));
+		unsetenv("SANDCELL_ACCESS_TOKEN"); /* kernels must not inherit it */
+	}
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'l': sv.sv_listen = optarg; break;
@@ -390,6 +446,17 @@ main(int argc, char **argv)
 		case 'C': sv.sv_kernel_cpu = optarg; break;
 		case 'G': sv.sv_kernel_cgroup = optarg; break;
 		case 'S': sv.sv_python_startup = optarg; break;
+		case 'T':
+			token_set(optarg);
+			memset(optarg, 'x', strlen(optarg)); /* not in ps output */
+			break;
+		case 'F':
+			if (token_file(optarg) < 0)
+				exit(2);
+			break;
+		case 'x': sv.sv_max_conns = atoi(optarg); break;
+		case 'H': sv.sv_header_timeout = atoi(optarg); break;
+		case 'U': sv.sv_kernel_user = optarg; break;
 		case 'p': sv.sv_proxy_bin = optarg; break;
 		case 'v':
 			if ((level = parse_level(optarg)) < 0)
@@ -405,6 +472,16 @@ main(int argc, char **argv)
 	    sv.sv_max_contexts <= 0)
 		usage();
 	log_init("sandcell-broker", level);
+	if (sodium_init() < 0)
+		fatal("sodium_init failed");
+	if (sv.sv_kernel_user && !getpwnam(sv.sv_kernel_user))
+		fatal("--kernel-user %s: no such user", sv.sv_kernel_user);
+	/* one descriptor per connection: take what the hard limit allows */
+	struct rlimit nofile;
+	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+		nofile.rlim_cur = nofile.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &nofile);
+	}
 	if (!sv.sv_run_dir)
 		sv.sv_run_dir = default_run_dir();
 	if (!sv.sv_cwd)

@@ -178,6 +178,7 @@ void uuid_v4(char out[37]);
 bool uuid_valid(const char *s);
 int mkdir_p(const char *path, unsigned mode);
 int rm_rf(const char *path);
+int chown_r(const char *path, unsigned uid, unsigned gid);
 const char *default_run_dir(void);
 int parse_level(const char *s);
 bool env_key_valid(const char *k);

@@ -249,6 +249,28 @@ env_key_valid(const char *k)
 	return true;
 }
 
+int
+chown_r(const char *path, unsigned uid, unsigned gid)
+{
+	struct stat st;
+	DIR *d;
+	struct dirent *de;
+
+	if (lchown(path, uid, gid) < 0)
+		return -errno;
+	if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode) || !(d = opendir(path)))
+		return 0;
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		char *sub = xasprintf("%s/%s", path, de->d_name);
+		chown_r(sub, uid, gid);
+		free(sub);
+	}
+	closedir(d);
+	return 0;
+}
+
 /* $XDG_RUNTIME_DIR/sandcell, else /tmp/sandcell-$UID. */
 const char *
 default_run_dir(void)

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <unistd.h>
@@ -86,7 +87,7 @@ close_sockets(struct proxy *px)
 			*socks[i] = NULL;
 		}
 	for (int i = 1; i <= 5; i++) {
-		char *p = xasprintf("%s/k-%d", px->px_dir, i);
+		char *p = xasprintf("%s/k-%d", px->px_kdir, i);
 		unlink(p); /* kernels leave their ipc files behind */
 		free(p);
 	}
@@ -121,7 +122,7 @@ build_env(struct proxy *px, const char *home)
 		xasprintf("PWD=%s", px->px_cwd),
 		xstrdup("PYDEVD_DISABLE_FILE_VALIDATION=1"),
 		/* one font cache for every kernel, built once, not per context */
-		xasprintf("MPLCONFIGDIR=%s/cache/matplotlib", px->px_run_dir),
+		xasprintf("MPLCONFIGDIR=%s", px->px_mplcache),
 		xasprintf("JPY_PARENT_PID=%d", (int)getpid()),
 		NULL,
 	};
@@ -248,7 +249,7 @@ write_connection_file(struct proxy *px, const char *path, int ports[5], char ep[
 			snprintf(ep[i], EP_MAX, "tcp://127.0.0.1:%d", ports[i]);
 		}
 	} else {
-		snprintf(ip, sizeof(ip), "%s/k", px->px_dir);
+		snprintf(ip, sizeof(ip), "%s/k", px->px_kdir);
 		for (int i = 0; i < 5; i++) {
 			ports[i] = i + 1;
 			snprintf(ep[i], EP_MAX, "ipc://%s-%d", ip, ports[i]);
@@ -266,6 +267,8 @@ write_connection_file(struct proxy *px, const char *path, int ports[5], char ep[
 	if (fd < 0) {
 		rc = -errno;
 	} else {
+		if (px->px_kuid != (uid_t)-1 && fchown(fd, px->px_kuid, px->px_kgid) < 0)
+			log_warn("context %s: chown %s: %s", px->px_id, path, strerror(errno));
 		size_t len = strlen(s);
 		rc = write(fd, s, len) == (ssize_t)len ? 0 : -EIO;
 		close(fd);
@@ -287,7 +290,7 @@ kernel_start(struct proxy *px)
 	randombytes_buf(key, sizeof(key));
 	sodium_bin2hex(px->px_key, sizeof(px->px_key), key, sizeof(key));
 	uuid_v4(px->px_session);
-	snprintf(conn, sizeof(conn), "%s/kernel.json", px->px_dir);
+	snprintf(conn, sizeof(conn), "%s/kernel.json", px->px_kdir);
 	if ((rc = write_connection_file(px, conn, ports, ep)) < 0) {
 		log_err("kernel %s: write %s: %s", px->px_ks->ks_name, conn, strerror(-rc));
 		return rc;
@@ -301,12 +304,14 @@ kernel_start(struct proxy *px)
 		rc = -EIO;
 		goto err;
 	}
-	home = xasprintf("%s/home", px->px_dir);
+	home = xasprintf("%s/home", px->px_kdir);
 	if ((rc = mkdir_p(home, 0700)) < 0) {
 		log_err("kernel %s: mkdir %s: %s", px->px_ks->ks_name, home, strerror(-rc));
 		goto err;
 	}
 	ipython_profile(px, home);
+	if (px->px_kuid != (uid_t)-1) /* everything the kernel touches is its own */
+		chown_r(px->px_kdir, px->px_kuid, px->px_kgid);
 	while (px->px_ks->ks_argv[argc])
 		argc++;
 	argv = xcalloc(argc + 16, sizeof(*argv));
@@ -352,6 +357,11 @@ kernel_start(struct proxy *px)
 			_exit(127);
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		limits_apply_child(px, procs);
+		/* --kernel-user: drop to it for good (groups were looked up before fork) */
+		if (px->px_kuid != (uid_t)-1 &&
+		    (setgroups(px->px_kngroups, px->px_kgroups) < 0 || setgid(px->px_kgid) < 0 ||
+		     setuid(px->px_kuid) < 0 || setuid(0) == 0))
+			_exit(124);
 		if (fd >= 0)
 			dup2(fd, 0);
 		dup2(2, 1); /* kernel's own stdout is the proxy's log, not a stream */
@@ -394,7 +404,7 @@ kernel_stop(struct proxy *px)
 		px->px_kpid = 0;
 	}
 	close_sockets(px);
-	char *conn = xasprintf("%s/kernel.json", px->px_dir);
+	char *conn = xasprintf("%s/kernel.json", px->px_kdir);
 	unlink(conn);
 	free(conn);
 	px->px_kstate = KS_DEAD;
@@ -434,9 +444,23 @@ set_ready(struct proxy *px)
 	admit_next(px);
 }
 
+/* A message answering another client's request (another session) is not ours. */
+static bool
+foreign(struct proxy *px, struct jmsg *jm)
+{
+	const char *s = json_string_value(json_object_get(jm->jm_parent, "session"));
+
+	if (!s || !*s || !strcmp(s, px->px_session))
+		return false;
+	log_warn("context %s: %s message of another session dropped", px->px_id, jm->jm_type);
+	return true;
+}
+
 void
 kernel_on_shell(struct proxy *px, struct jmsg *jm)
 {
+	if (foreign(px, jm))
+		return;
 	if (!strcmp(jm->jm_type, "kernel_info_reply")) {
 		px->px_kinfo_reply = true;
 		set_ready(px);
@@ -448,6 +472,8 @@ kernel_on_shell(struct proxy *px, struct jmsg *jm)
 void
 kernel_on_iopub(struct proxy *px, struct jmsg *jm)
 {
+	if (foreign(px, jm))
+		return;
 	if (!strcmp(jm->jm_type, "status")) {
 		px->px_iopub_seen = true;
 		set_ready(px);

@@ -14,6 +14,8 @@
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <grp.h>
+#include <pwd.h>
 #include <unistd.h>
 
 #include <nng/nng.h>
@@ -367,6 +369,7 @@ usage(void)
 	fprintf(stderr, "usage: sandcell-proxy --run-dir DIR --id UUID --language LANG "
 			"--cwd DIR [--kernel NAME] [--env-file FILE] [--memory BYTES]\n"
 			"       [--cpu SECONDS] [--cgroup DIR] [--python-startup FILE] [--default]\n"
+			"       [--kernel-user USER]\n"
 			"       [--log-level LEVEL]\n");
 	exit(2);
 }
@@ -432,12 +435,13 @@ main(int argc, char **argv)
 		{"default", no_argument, NULL, 'd'},
 		{"kernel", required_argument, NULL, 'k'},
 		{"python-startup", required_argument, NULL, 'P'},
+		{"kernel-user", required_argument, NULL, 'u'},
 		{"memory", required_argument, NULL, 'M'},
 		{"cpu", required_argument, NULL, 'C'},
 		{"cgroup", required_argument, NULL, 'G'},
 		{NULL, 0, NULL, 0},
 	};
-	const char *env_file = NULL, *kernel = NULL;
+	const char *env_file = NULL, *kernel = NULL, *kuser = NULL;
 	char lang[128];
 	sigset_t mask;
 	int c, level = LOG_INFO;
@@ -452,6 +456,7 @@ main(int argc, char **argv)
 		case 'd': px.px_default = true; break;
 		case 'k': kernel = optarg; break;
 		case 'P': px.px_py_startup = optarg; break;
+		case 'u': kuser = optarg; break;
 		case 'M': px.px_mem_limit = strtoull(optarg, NULL, 10); break;
 		case 'C': px.px_cpu_limit = strtoull(optarg, NULL, 10); break;
 		case 'G': px.px_cgroup_parent = optarg; break;
@@ -480,9 +485,37 @@ main(int argc, char **argv)
 	px.px_dir = xasprintf("%s/ctx/%s", px.px_run_dir, px.px_id);
 	if ((c = mkdir_p(px.px_dir, 0700)) < 0)
 		fatal("mkdir %s: %s", px.px_dir, strerror(-c));
-	char *cache = xasprintf("%s/cache/matplotlib", px.px_run_dir);
-	mkdir_p(cache, 0700);
-	free(cache);
+	px.px_kuid = (uid_t)-1;
+	if (kuser) {
+		/*
+		 * The kernel runs as another user: its files live outside the run dir
+		 * (0700, ours) in a dir of its own under <run dir>.kernels (0711).
+		 */
+		struct passwd *pw = getpwnam(kuser);
+		if (!pw)
+			fatal("--kernel-user %s: no such user", kuser);
+		px.px_kuid = pw->pw_uid;
+		px.px_kgid = pw->pw_gid;
+		px.px_kngroups = sizeof(px.px_kgroups) / sizeof(px.px_kgroups[0]);
+		if (getgrouplist(kuser, pw->pw_gid, px.px_kgroups, &px.px_kngroups) < 0)
+			px.px_kngroups = 0;
+		char *root = xasprintf("%s.kernels", px.px_run_dir);
+		mkdir_p(root, 0711);
+		chmod(root, 0711);
+		px.px_kdir = xasprintf("%s/%s", root, px.px_id);
+		px.px_mplcache = xasprintf("%s/cache-%u", root, (unsigned)pw->pw_uid);
+		free(root);
+	} else {
+		px.px_kdir = xstrdup(px.px_dir);
+		px.px_mplcache = xasprintf("%s/cache/matplotlib", px.px_run_dir);
+	}
+	if ((c = mkdir_p(px.px_kdir, 0700)) < 0 || (c = mkdir_p(px.px_mplcache, 0700)) < 0)
+		fatal("context %s: kernel dirs: %s", px.px_id, strerror(-c));
+	if (px.px_kuid != (uid_t)-1) {
+		chown_r(px.px_kdir, px.px_kuid, px.px_kgid);
+		if (chown(px.px_mplcache, px.px_kuid, px.px_kgid) < 0)
+			fatal("chown %s: %s", px.px_mplcache, strerror(errno));
+	}
 
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&mask);
@@ -511,6 +544,8 @@ main(int argc, char **argv)
 	nng_msleep(20); /* let the last replies leave */
 	nng_close(px.px_ipc);
 	zmq_ctx_term(px.px_zctx);
+	if (strcmp(px.px_kdir, px.px_dir))
+		rm_rf(px.px_kdir);
 	rm_rf(px.px_dir);
 	log_info("context %s: proxy stopped", px.px_id);
 	return 0;

@@ -59,6 +59,12 @@ struct wire_frame {
 
 struct proxy {
 	char *px_id, *px_lang, *px_cwd, *px_dir, *px_run_dir;
+	char *px_kdir;     /* the kernel's files: connection file, ipc sockets, HOME */
+	char *px_mplcache; /* matplotlib's cache, shared by the kernels of a run dir */
+	uid_t px_kuid;     /* --kernel-user, or -1 */
+	gid_t px_kgid;
+	gid_t px_kgroups[64];
+	int px_kngroups;
 	struct kspec *px_ks;
 	struct penv *px_genv; /* global env: applied at spawn, restored to */
 	size_t px_ngenv;

@@ -63,7 +63,9 @@ wire_parse(const char *key, const struct wire_frame *f, size_t n, struct jmsg *j
 	}
 	for (int i = 0; i < 4; i++) {
 		json_error_t jerr;
-		*dst[i] = json_loadb(f[d + 2 + i].wf_data, f[d + 2 + i].wf_len, 0, &jerr);
+		/* output may hold NUL characters: keep them */
+		*dst[i] = json_loadb(f[d + 2 + i].wf_data, f[d + 2 + i].wf_len, JSON_ALLOW_NUL,
+				     &jerr);
 		if (!json_is_object(*dst[i])) {
 			jmsg_free(jm);
 			return -EINVAL;

@@ -353,3 +353,14 @@ Test(core, kernelspec_name_and_language_share_the_default_context, .timeout = 60
 	cr_assert_str_eq(result_text(l), "9");
 	json_decref(l);
 }
+
+Test(core, output_with_nul_characters_is_delivered, .timeout = 30)
+{
+	json_t *l = run(URL, NULL, "print('a\\x00b')");
+	json_t *s = line_of(l, "stdout", 0);
+
+	cr_assert_not_null(s, "the line was dropped");
+	cr_assert_eq(json_string_length(json_object_get(s, "text")), 4);
+	cr_assert_eq(memcmp(json_string_value(json_object_get(s, "text")), "a\0b\n", 4), 0);
+	json_decref(l);
+}
