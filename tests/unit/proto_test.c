@@ -47,6 +47,9 @@ static const struct {
     [F_STATE] = {K_U64, offsetof(struct msg, m_state), 0},
     [F_QUEUE] = {K_U64, offsetof(struct msg, m_queue), 0},
     [F_COUNT] = {K_U64, offsetof(struct msg, m_count), 0},
+    [F_OUTCOME] = {K_STR, offsetof(struct msg, m_outcome), 64},
+    [F_WAIT] = {K_U64, offsetof(struct msg, m_wait), 0},
+    [F_RUN] = {K_U64, offsetof(struct msg, m_run), 0},
 };
 
 #define KSTAT (FB(F_STATE) | FB(F_KPID) | FB(F_QUEUE) | FB(F_COUNT))
@@ -65,13 +68,24 @@ static const struct {
     {MSG_INFO, "INFO", FB(F_REQ), 0},
     {MSG_HELLO, "HELLO", FB(F_ID) | FB(F_LANG) | FB(F_CWD) | FB(F_PID) | FB(F_STATE),
      KSTAT | FB(F_TEXT)},
-    {MSG_OUTPUT, "OUTPUT", FB(F_STREAM) | FB(F_DATA), FB(F_FINAL)},
+    {MSG_OUTPUT, "OUTPUT", FB(F_STREAM) | FB(F_DATA),
+     FB(F_FINAL) | FB(F_OUTCOME) | FB(F_WAIT) | FB(F_RUN)},
     {MSG_STATE, "STATE", FB(F_STATE), KSTAT | FB(F_TEXT)},
     {MSG_OK, "OK", FB(F_REQ), FB(F_TEXT) | FB(F_DATA) | KSTAT | FB(F_PID)},
     {MSG_FAIL, "FAIL", FB(F_REQ) | FB(F_TEXT), 0},
     {MSG_END, "END", FB(F_REQ), 0},
     {CTL_STATUS, "CTL_STATUS", FB(F_REQ), 0},
     {CTL_CONTEXTS, "CTL_CONTEXTS", FB(F_REQ), 0},
+    {CTL_EXECUTIONS, "CTL_EXECUTIONS", FB(F_REQ), 0},
+    {CTL_CANCEL, "CTL_CANCEL", FB(F_REQ) | FB(F_STREAM), 0},
+    {CTL_INTERRUPT, "CTL_INTERRUPT", FB(F_REQ) | FB(F_ID), 0},
+    {CTL_RESTART, "CTL_RESTART", FB(F_REQ) | FB(F_ID), 0},
+    {CTL_CREATE, "CTL_CREATE", FB(F_REQ) | FB(F_LANG), FB(F_CWD)},
+    {CTL_DELETE, "CTL_DELETE", FB(F_REQ) | FB(F_ID), 0},
+    {CTL_DRAIN, "CTL_DRAIN", FB(F_REQ), 0},
+    {CTL_UNDRAIN, "CTL_UNDRAIN", FB(F_REQ), 0},
+    {CTL_WATCH, "CTL_WATCH", FB(F_REQ), 0},
+    {CTL_RUN, "CTL_RUN", FB(F_REQ) | FB(F_ID) | FB(F_CODE), 0},
 };
 #define NTYPES (sizeof(types) / sizeof(types[0]))
 
