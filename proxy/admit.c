@@ -232,6 +232,7 @@ admit_on_reply(struct proxy *px, struct jmsg *jm)
 		u->u_idle = true;
 	}
 	u->u_replied = true;
+	u->u_replied_at = now_ms();
 	maybe_complete(px, u);
 }
 
@@ -353,6 +354,26 @@ admit_tick(struct proxy *px, uint64_t now)
 	}
 	if (!(u = px->px_run))
 		return;
+	if (u->u_replied && now - u->u_replied_at >= IOPUB_QUIET_MS &&
+	    now - px->px_iopub_at >= IOPUB_QUIET_MS) {
+		/*
+		 * The reply came but iopub went silent before the idle (a frame over
+		 * the size limit makes libzmq drop the connection, and what the kernel
+		 * published meanwhile is gone): end the unit rather than wait forever.
+		 */
+		log_warn("context %s: stream %llu: iopub silent since the reply; ending it",
+			 px->px_id, (unsigned long long)u->u_stream);
+		if (!u->u_detached)
+			output_error(&u->u_out, "OutputLost",
+				     "the kernel's output channel went silent after its reply; "
+				     "some output may be missing",
+				     "");
+		u->u_errored = true;
+		u->u_idle = u->u_fenced = true;
+		kernel_iopub_reconnect(px);
+		maybe_complete(px, u);
+		return;
+	}
 	if (u->u_deadline && now >= u->u_deadline && !u->u_detached) {
 		char *v = xasprintf("execution exceeded its timeout of %.3g s",
 				    (u->u_deadline - u->u_queued_at) / 1000.0);
@@ -402,6 +423,8 @@ admit_wait(struct proxy *px, uint64_t now)
 			wait_min(&w, u->u_deadline, now);
 		if (u->u_interrupt_at)
 			wait_min(&w, u->u_reinterrupt_at + INTERRUPT_RETRY_MS, now);
+		if (u->u_replied)
+			wait_min(&w, u->u_replied_at + IOPUB_QUIET_MS, now);
 	}
 	return w;
 }

@@ -298,6 +298,8 @@ kernel_start(struct proxy *px)
 	/* connect before the kernel binds: nothing it says at start-up is lost */
 	px->px_shell = zsock(px, ZMQ_DEALER, ep[0]);
 	px->px_iopub = zsock(px, ZMQ_SUB, ep[1]);
+	free(px->px_iopub_ep);
+	px->px_iopub_ep = xstrdup(ep[1]);
 	px->px_control = zsock(px, ZMQ_DEALER, ep[3]);
 	px->px_hb = zsock(px, ZMQ_REQ, ep[4]);
 	if (!px->px_shell || !px->px_iopub || !px->px_control || !px->px_hb) {
@@ -408,6 +410,20 @@ kernel_stop(struct proxy *px)
 	unlink(conn);
 	free(conn);
 	px->px_kstate = KS_DEAD;
+}
+
+/*
+ * libzmq closes a connection that brought a frame over ZMQ_MAXMSGSIZE and may
+ * not connect it again: a fresh SUB socket does.
+ */
+void
+kernel_iopub_reconnect(struct proxy *px)
+{
+	if (!px->px_iopub || !px->px_iopub_ep)
+		return;
+	zmq_close(px->px_iopub);
+	px->px_iopub = zsock(px, ZMQ_SUB, px->px_iopub_ep);
+	log_warn("context %s: iopub connected again", px->px_id);
 }
 
 void

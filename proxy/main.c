@@ -206,6 +206,8 @@ drain_kernel(struct proxy *p, void **sockp, bool iopub)
 		int e = wire_recv(sock, p->px_key, &jm);
 		if (e == -EAGAIN)
 			return;
+		if (iopub)
+			p->px_iopub_at = now_ms();
 		if (e < 0) {
 			log_warn("context %s: %s message from kernel dropped: %s", p->px_id,
 				 iopub ? "iopub" : "shell",

@@ -18,6 +18,7 @@
 #define INTERRUPT_RETRY_MS 1000
 #define INTERRUPT_GRACE_MS 3000
 #define MAX_RESUBMIT 3
+#define IOPUB_QUIET_MS 5000 /* reply in, idle missing, iopub silent: output lost */
 #define WIRE_MAX_FRAME (256LL << 20) /* larger kernel frames are dropped by libzmq */
 
 /* One execution unit: [set env] + code + [restore env]. */
@@ -35,6 +36,7 @@ struct unit {
 	uint64_t u_reinterrupt_at;
 	char u_msgid[40];   /* msg_id of the code's execute_request */
 	bool u_replied, u_idle;
+	uint64_t u_replied_at;
 	char u_fence[40];   /* kernel_info_request sent after reply+idle (ks_barrier) */
 	bool u_fenced;      /* the fence's idle arrived: no late output can follow */
 	bool u_errored;     /* an error line was sent on the stream */
@@ -96,6 +98,8 @@ struct proxy {
 	enum kstate px_kstate;
 	uint64_t px_kstarted_at, px_kinfo_at;
 	uint64_t px_hb_sent, px_hb_ok;
+	uint64_t px_iopub_at; /* last message of any kind on iopub */
+	char *px_iopub_ep;    /* to connect iopub again after libzmq dropped it */
 	int px_start_failures;
 	bool px_kinfo_reply, px_iopub_seen;
 	uint64_t px_restart_req; /* a RESTART waiting for the new kernel; 0 = none */
@@ -123,6 +127,7 @@ int kernel_start(struct proxy *px);
 void kernel_stop(struct proxy *px);
 void kernel_interrupt(struct proxy *px);
 void kernel_restart(struct proxy *px, const char *why);
+void kernel_iopub_reconnect(struct proxy *px);
 void kernel_reaped(struct proxy *px, int status);
 void kernel_tick(struct proxy *px, uint64_t now);
 void kernel_on_shell(struct proxy *px, struct jmsg *jm);

@@ -12,13 +12,14 @@ if __name__ != "sandcell_profile":
     # the file again as a module of its own, leave no name behind, and end this
     # run: IPython treats SystemExit(0) from an exec_file as a normal end.
     def _sandcell_load(path):
-        import importlib.util
         import sys
+        import types
 
         try:
-            spec = importlib.util.spec_from_file_location("sandcell_profile", path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
+            module = types.ModuleType("sandcell_profile")
+            module.__file__ = path
+            with open(path, "rb") as f:
+                exec(compile(f.read(), path, "exec"), module.__dict__)
             module.install()
         except Exception as e:  # the operator's log (kernel fd 2), not a stream
             sys.__stderr__.write("sandcell_startup: %s: %s\n" % (type(e).__name__, e))
@@ -77,9 +78,11 @@ def _install(ip):
         # Matched here rather than as a type printer: the inline backend's
         # select_figure_formats() pops Figure from every formatter.
         def __call__(self, obj):
-            if self.enabled and _is_a(obj, "matplotlib.figure", "Figure"):
-                return figure_chart(obj)
-            return super().__call__(obj)
+            try:
+                figure = self.enabled and _is_a(obj, "matplotlib.figure", "Figure")
+            except Exception:
+                figure = False
+            return figure_chart(obj) if figure else super().__call__(obj)
 
     # A headless kernel can only show figures inline; ipykernel sets this when
     # unset, an inherited MPLBACKEND=Agg would make plt.show() a warning.
@@ -87,16 +90,16 @@ def _install(ip):
         os.environ["MPLBACKEND"] = INLINE_BACKEND
     _quiet_matplotlib()
 
-    df = ip.display_formatter
-    data = DataFormatter(parent=df)
+    disp = ip.display_formatter
+    data = DataFormatter(parent=disp)
     data.for_type_by_name("pandas.core.frame", "DataFrame", dataframe_data)
-    df.formatters["e2b/data"] = data
-    df.formatters["e2b/chart"] = ChartFormatter(parent=df)
+    disp.formatters["e2b/data"] = data
+    disp.formatters["e2b/chart"] = ChartFormatter(parent=disp)
     # A Figure made without pyplot has no png printer until the inline
     # backend is loaded (which then replaces this one with its own).
-    df.formatters["image/png"].for_type_by_name("matplotlib.figure", "Figure", figure_png)
-    df.formatters["application/json"].for_type(list, plain_json)
-    df.formatters["application/json"].for_type(dict, plain_json)
+    disp.formatters["image/png"].for_type_by_name("matplotlib.figure", "Figure", figure_png)
+    disp.formatters["application/json"].for_type(list, plain_json)
+    disp.formatters["application/json"].for_type(dict, plain_json)
 
     sys.meta_path.insert(
         0,
@@ -108,6 +111,26 @@ def _install(ip):
             }
         ),
     )
+
+
+def _quietly(fallback):
+    """A formatter's printer never raises nor warns: on failure it returns
+    fallback() (no representation, or a minimal one)."""
+    import warnings
+
+    def wrap(f):
+        @functools.wraps(f)
+        def printer(obj):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    return f(obj)
+            except Exception:
+                return fallback()
+
+        return printer
+
+    return wrap
 
 
 def _is_a(obj, module, name):
@@ -186,42 +209,38 @@ def _plain_numpy(v):
     return str(v)
 
 
+@_quietly(lambda: None)
 def plain_json(obj):
     """application/json for a list or dict that is JSON as it stands."""
-    try:
-        if type(obj) not in (list, dict):
-            own = getattr(type(obj), "_repr_json_", None)
-            if own is not None:
-                return own(obj)
-        return json.loads(json.dumps(obj, allow_nan=False))
-    except Exception:
-        return None
+    if type(obj) not in (list, dict):
+        own = getattr(type(obj), "_repr_json_", None)
+        if own is not None:
+            return own(obj)
+    return json.loads(json.dumps(obj, allow_nan=False))
 
 
 # ---- DataFrame ------------------------------------------------------------
 
 
+@_quietly(lambda: None)
 def dataframe_data(df):
     """{column: [values]}; named index levels lead, as reset_index() would
     put them (a groupby's keys), unless a column has the same name."""
-    try:
-        if df.size > MAX_DATA_CELLS:
-            return None
-        columns = {}
-        for j, name in enumerate(df.columns):
-            key, n = _column_name(name), 1
-            while key in columns:
-                key, n = "%s.%d" % (_column_name(name), n), n + 1
-            columns[key] = [_plain(v) for v in df.iloc[:, j].tolist()]
-        index = {}
-        for level, name in enumerate(df.index.names):
-            if name is not None and _column_name(name) not in columns:
-                values = df.index.get_level_values(level).tolist()
-                index[_column_name(name)] = [_plain(v) for v in values]
-        index.update(columns)
-        return index
-    except Exception:
+    if df.size > MAX_DATA_CELLS:
         return None
+    columns = {}
+    for j, name in enumerate(df.columns):
+        key, n = _column_name(name), 1
+        while key in columns:  # duplicate names: a, a.1, a.2
+            key, n = "%s.%d" % (_column_name(name), n), n + 1
+        columns[key] = [_plain(v) for v in df.iloc[:, j].tolist()]
+    index = {}
+    for level, name in enumerate(df.index.names):
+        if name is not None and _column_name(name) not in columns:
+            values = df.index.get_level_values(level).tolist()
+            index[_column_name(name)] = [_plain(v) for v in values]
+    index.update(columns)
+    return index
 
 
 def _column_name(name):
@@ -233,40 +252,36 @@ def _column_name(name):
 # ---- matplotlib Figure ----------------------------------------------------
 
 
+@_quietly(lambda: None)
 def figure_png(fig):
-    try:
-        from IPython.core.pylabtools import print_figure
+    from IPython.core.pylabtools import print_figure
 
-        return print_figure(fig, "png", base64=True)
-    except Exception:
-        return None
+    return print_figure(fig, "png", base64=True)
 
 
+@_quietly(lambda: dict(UNKNOWN))
 def figure_chart(fig):
     """The chart a Figure shows; one Axes gives its chart, several a
-    superchart. Never raises: a failure gives an `unknown` chart."""
-    try:
-        axes = [ax for ax in fig.get_axes() if ax.get_visible()]
-        plots = [ax for ax in axes if not hasattr(ax, "_colorbar")]
-        axes = plots or axes
-        if not axes:
-            return None
-        suptitle = getattr(fig, "_suptitle", None)
-        suptitle = suptitle.get_text() if suptitle is not None else ""
-        if len(axes) == 1:
-            chart = axes_chart(axes[0])
-            if not chart.get("title"):
-                chart["title"] = suptitle
-        else:
-            chart = {
-                "type": "superchart",
-                "title": suptitle,
-                "elements": [axes_chart(ax) for ax in axes],
-            }
-        json.dumps(chart, allow_nan=False)
-        return chart
-    except Exception:
-        return dict(UNKNOWN)
+    superchart (colorbars aside). A failure gives an `unknown` chart."""
+    axes = [ax for ax in fig.get_axes() if ax.get_visible()]
+    axes = [ax for ax in axes if not hasattr(ax, "_colorbar")] or axes
+    if not axes:
+        return None
+    suptitle = getattr(fig, "_suptitle", None)
+    suptitle = suptitle.get_text() if suptitle is not None else ""
+    if len(axes) == 1:
+        chart = axes_chart(axes[0])
+        if not chart.get("title"):
+            chart["title"] = suptitle
+    else:
+        chart = {
+            "type": "superchart",
+            "title": suptitle,
+            "elements": [axes_chart(ax) for ax in axes],
+        }
+    chart = _plain(chart)  # any numpy scalar or NaN left becomes plain JSON
+    json.dumps(chart, allow_nan=False)
+    return chart
 
 
 def axes_chart(ax):
@@ -366,27 +381,30 @@ class Axis:
     def __init__(self, ax, which):
         from matplotlib.category import StrCategoryConverter
         from matplotlib.dates import DateConverter
-        from matplotlib.ticker import FixedFormatter
+        from matplotlib.ticker import FixedLocator
 
         self.axis = ax.xaxis if which == "x" else ax.yaxis
         self.label = self.axis.get_label().get_text()
         m = self.UNIT.search(self.label)
         self.unit = (m.group(1) or m.group(2)) if m else None
-        conv = getattr(self.axis, "converter", None)
+        get = getattr(self.axis, "get_converter", None)  # matplotlib >= 3.10
+        conv = get() if get else getattr(self.axis, "converter", None)
         self.freq = None  # pandas period axes count periods, not days
         if type(conv).__name__ == "PeriodConverter":
             self.freq = getattr(self.axis, "freq", None)
         self.locs, self.labels = self._ticks()
         fmt = self.axis.get_major_formatter()
+        # Ticks placed one by one (set_xticks: pandas, seaborn, bxp) name
+        # the things drawn at them.
+        self.by_ticks = isinstance(self.axis.get_major_locator(), FixedLocator)
         if isinstance(conv, DateConverter) or type(conv).__name__ == "_SwitchableDateConverter":
             self.scale = "datetime"
         elif isinstance(conv, StrCategoryConverter):
             self.scale = "categorical"
         else:
             self.scale = self.axis.get_scale()
-            if isinstance(fmt, FixedFormatter) and not all(map(_is_number, self.labels)):
-                self.scale = "categorical"  # pandas and seaborn label 0..n-1
-        self.by_ticks = isinstance(fmt, FixedFormatter)
+            if self.by_ticks and not all(map(_is_number, self.labels)):
+                self.scale = "categorical"
         self.names = fmt if type(fmt).__name__ == "StrCategoryFormatter" else None
 
     def _ticks(self):
@@ -432,15 +450,22 @@ class Axis:
             return [self._date(v) for v in self.locs]
         return list(self.locs)
 
-    def category(self, at):
-        """The name of the category at position `at` (a bar's or box's centre)."""
+    def tick_label(self, at):
+        """The label of the tick at position `at`, if the ticks name things."""
         if self.names is not None:
-            return self.names.format_ticks([round(at)])[0]
+            return self.names.format_ticks([round(at)])[0] or None
         if self.by_ticks and self.locs:
             spacing = min((b - a for a, b in zip(self.locs, self.locs[1:])), default=1.0)
             i = min(range(len(self.locs)), key=lambda i: abs(self.locs[i] - at))
             if abs(self.locs[i] - at) <= max(spacing, 1e-12) / 2:
-                return self.labels[i]
+                return self.labels[i] or None
+        return None
+
+    def category(self, at):
+        """The name of the category at position `at` (a bar's centre)."""
+        label = self.tick_label(at)
+        if label:
+            return label
         if self.scale == "datetime":
             return str(self._date(at))
         return "%g" % at
@@ -469,9 +494,9 @@ class Axis:
             return _plain(o)
         if type(o).__name__ == "datetime64":
             return _plain(o)
-        if self.scale != "datetime" and isinstance(o, (int, float)) or type(o).__module__ == "numpy":
-            if self.scale not in ("datetime", "categorical"):
-                return _plain(o)
+        numeric = isinstance(o, (int, float)) or type(o).__module__ == "numpy"
+        if numeric and self.scale not in ("datetime", "categorical"):
+            return _plain(o)
         return self.value(c)
 
 
@@ -571,9 +596,7 @@ def _box_chart(ax, boxes):
     chart, x, _ = _chart_2d("box_and_whisker", ax, swap=horizontal)
     chart["elements"] = []
     for b in boxes:
-        label = x.category(b["position"]) if x.by_ticks or x.names else None
-        if not label:
-            label = b["label"] if b["label"] is not None else "%g" % b["position"]
+        label = x.tick_label(b["position"]) or b["label"] or "%g" % b["position"]
         chart["elements"].append(
             {
                 "label": str(label),
@@ -616,7 +639,8 @@ class PatchFinder:
         else:
             return None
         loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
+        # only a loader instance of its own: a class (builtin, frozen) is shared
+        if loader is None or isinstance(loader, type) or not hasattr(loader, "exec_module"):
             return spec
         exec_module = loader.exec_module
 

@@ -248,6 +248,39 @@ async function main() {
     assert.equal(ex.logs.stdout.join(''), 'v"1\n', `stdout: ${describeExecution(ex)}`);
   });
 
+  await check('DataFrame -> results[0].data by column', async () => {
+    const ex = await run(
+      "import pandas as pd\npd.DataFrame({'city': ['Oslo', 'Rome'], 'temp': [3.5, 21.0]})",
+    );
+    assert.equal(ex.error, undefined, `unexpected error: ${describeExecution(ex)}`);
+    const data = ex.results[0]?.data;
+    assert.ok(data && typeof data === 'object', `no data: ${describeExecution(ex)}`);
+    assert.deepEqual(Object.keys(data), ['city', 'temp']);
+    assert.deepEqual(data.city, ['Oslo', 'Rome']);
+    assert.deepEqual(data.temp, [3.5, 21]);
+    assert.deepEqual(ex.logs.stderr, []);
+  });
+
+  await check("line plot -> a result with png and chart.type 'line' and its points", async () => {
+    const ex = await run(
+      "import matplotlib.pyplot as plt\nplt.figure()\nplt.plot([1, 2, 3], [4, 1, 9])\n" +
+        "plt.title('Growth')\nplt.show()",
+    );
+    assert.equal(ex.error, undefined, `unexpected error: ${describeExecution(ex)}`);
+    const r = ex.results.find((x) => x.chart);
+    assert.ok(r, `no result with a chart: ${describeExecution(ex)}`);
+    assert.ok(r.png?.startsWith('iVBORw0KGgo'), 'the chart result has no png');
+    assert.equal(r.chart.type, 'line');
+    assert.equal(r.chart.title, 'Growth');
+    assert.deepEqual(r.chart.elements[0].points, [[1, 4], [2, 1], [3, 9]]);
+    assert.deepEqual(ex.logs.stderr, []);
+  });
+
+  await check('[1, 2, {"a": 3}] -> results[0].json', async () => {
+    const ex = await run('[1, 2, {"a": 3}]');
+    assert.deepEqual(ex.results[0]?.json, [1, 2, { a: 3 }], describeExecution(ex));
+  });
+
   await check('runCode in a removed context -> NotFoundError', async () => {
     needCtx();
     await assert.rejects(run('1', { context: ctx }), (e) => {

@@ -1,0 +1,423 @@
+/*
+ * data_test.c — the data-analysis profile (proxy/python/sandcell_startup.py)
+ * end to end: DataFrames as `data`, matplotlib figures as `png` + `chart`,
+ * lists and dicts as `json`, PIL images shown on save; never a stderr line.
+ */
+#include <criterion/criterion.h>
+#include <glob.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+HARNESS_SHARED_BROKER("--log-level", "info");
+
+#define URL test_url()
+
+/* Runs code and pins that it ran cleanly: no error, nothing on stderr. */
+static json_t *
+run_quiet(const char *ctx, const char *code)
+{
+	json_t *l = run(URL, ctx, code);
+	json_t *err, *se;
+
+	cr_assert_not_null(l, "no answer for:\n%s", code);
+	err = line_of(l, "error", 0);
+	cr_assert_null(err, "error %s: %s", json_string_value(json_object_get(err, "name")),
+		       json_string_value(json_object_get(err, "value")));
+	se = line_of(l, "stderr", 0);
+	cr_assert_null(se, "stderr: %s", json_string_value(json_object_get(se, "text")));
+	return l;
+}
+
+/* The first result line that carries key (png, chart, data, json). */
+static json_t *
+result_with(json_t *lines, const char *key)
+{
+	json_t *r;
+
+	for (int i = 0; (r = line_of(lines, "result", i)); i++)
+		if (json_object_get(r, key))
+			return r;
+	return NULL;
+}
+
+static json_t *
+chart_of(json_t *lines)
+{
+	json_t *r = result_with(lines, "chart");
+
+	cr_assert_not_null(r, "no result with a chart");
+	cr_assert(json_is_object(json_object_get(r, "chart")));
+	return json_object_get(r, "chart");
+}
+
+static const char *
+str_at(json_t *o, const char *key)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+
+	return s ? s : "(not a string)";
+}
+
+static double
+num_at(json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+
+	cr_assert(json_is_number(v), "%s is not a number", key);
+	return json_number_value(v);
+}
+
+static bool
+near(double a, double b)
+{
+	return fabs(a - b) < 1e-6;
+}
+
+/* points[i] == [x, y] with numeric x and y */
+static void
+assert_point(json_t *points, size_t i, double x, double y)
+{
+	json_t *p = json_array_get(points, i);
+
+	cr_assert(json_array_size(p) == 2, "point %zu is not a pair", i);
+	cr_assert(near(json_number_value(json_array_get(p, 0)), x) &&
+			  near(json_number_value(json_array_get(p, 1)), y),
+		  "point %zu is (%g, %g), expected (%g, %g)", i,
+		  json_number_value(json_array_get(p, 0)), json_number_value(json_array_get(p, 1)),
+		  x, y);
+}
+
+Test(data, dataframe_gives_data_by_column_with_iso_timestamps, .timeout = 90)
+{
+	json_t *l = run_quiet(NULL, "import pandas as pd\n"
+				    "pd.DataFrame({'city': ['Oslo', 'Rome'],\n"
+				    "              'temp': [3.5, float('nan')],\n"
+				    "              'n': [1, 2],\n"
+				    "              'when': pd.to_datetime(['2024-01-02 03:04:05', "
+				    "'2024-02-03'])})");
+	json_t *r = result_with(l, "data");
+
+	cr_assert_not_null(r, "no result with data");
+	cr_assert(json_is_true(json_object_get(r, "is_main_result")));
+	cr_assert_not_null(json_object_get(r, "html"), "the HTML table is still there");
+	json_t *d = json_object_get(r, "data");
+	cr_assert(json_is_object(d));
+	cr_assert_eq(json_object_size(d), 4);
+	json_t *city = json_object_get(d, "city"), *temp = json_object_get(d, "temp");
+	json_t *n = json_object_get(d, "n"), *when = json_object_get(d, "when");
+	cr_assert_str_eq(json_string_value(json_array_get(city, 0)), "Oslo");
+	cr_assert_str_eq(json_string_value(json_array_get(city, 1)), "Rome");
+	cr_assert(near(json_number_value(json_array_get(temp, 0)), 3.5));
+	cr_assert(json_is_null(json_array_get(temp, 1)), "NaN is null");
+	cr_assert(json_is_integer(json_array_get(n, 0)), "numpy ints are JSON integers");
+	cr_assert_eq(json_integer_value(json_array_get(n, 1)), 2);
+	cr_assert_str_eq(json_string_value(json_array_get(when, 0)), "2024-01-02T03:04:05");
+	cr_assert_str_eq(json_string_value(json_array_get(when, 1)), "2024-02-03T00:00:00");
+	json_decref(l);
+}
+
+Test(data, groupby_keys_lead_the_data, .timeout = 90)
+{
+	json_t *l = run_quiet(NULL, "import pandas as pd\n"
+				    "pd.DataFrame({'k': ['a', 'b', 'a'], 'v': [1, 2, 3]})"
+				    ".groupby('k').sum()");
+	json_t *d = json_object_get(result_with(l, "data"), "data");
+
+	cr_assert_not_null(d);
+	cr_assert_str_eq(json_string_value(json_array_get(json_object_get(d, "k"), 1)), "b");
+	cr_assert_eq(json_integer_value(json_array_get(json_object_get(d, "v"), 0)), 4);
+	json_decref(l);
+}
+
+Test(data, line_plot_gives_png_and_line_chart, .timeout = 90)
+{
+	json_t *l = run_quiet(NULL, "import matplotlib.pyplot as plt\n"
+				    "plt.figure()\n"
+				    "plt.plot([1, 2, 3], [4, 1, 9], label='growth')\n"
+				    "plt.title('Growth'); plt.xlabel('Day'); plt.ylabel('Mass (kg)')\n"
+				    "plt.show()");
+	json_t *r = result_with(l, "chart");
+
+	cr_assert_not_null(r, "no result with a chart");
+	const char *png = json_string_value(json_object_get(r, "png"));
+	cr_assert(png && !strncmp(png, "iVBORw0KGgo", 11), "the same result has the png");
+	json_t *c = json_object_get(r, "chart");
+	cr_assert_str_eq(str_at(c, "type"), "line");
+	cr_assert_str_eq(str_at(c, "title"), "Growth");
+	cr_assert_str_eq(str_at(c, "x_label"), "Day");
+	cr_assert_str_eq(str_at(c, "y_label"), "Mass (kg)");
+	cr_assert(json_is_null(json_object_get(c, "x_unit")));
+	cr_assert_str_eq(str_at(c, "y_unit"), "kg");
+	cr_assert_str_eq(str_at(c, "x_scale"), "linear");
+	cr_assert(json_array_size(json_object_get(c, "x_ticks")) > 0);
+	cr_assert_eq(json_array_size(json_object_get(c, "x_ticks")),
+		     json_array_size(json_object_get(c, "x_tick_labels")));
+	json_t *els = json_object_get(c, "elements");
+	cr_assert_eq(json_array_size(els), 1);
+	cr_assert_str_eq(str_at(json_array_get(els, 0), "label"), "growth");
+	json_t *pts = json_object_get(json_array_get(els, 0), "points");
+	cr_assert_eq(json_array_size(pts), 3);
+	assert_point(pts, 0, 1, 4);
+	assert_point(pts, 1, 2, 1);
+	assert_point(pts, 2, 3, 9);
+	json_decref(l);
+}
+
+Test(data, datetime_line_has_iso_x_values, .timeout = 90)
+{
+	json_t *l = run_quiet(NULL, "import matplotlib.pyplot as plt, pandas as pd\n"
+				    "plt.figure()\n"
+				    "plt.plot(pd.date_range('2024-03-01', periods=2), [1, 2])\n"
+				    "plt.show()");
+	json_t *c = chart_of(l);
+
+	cr_assert_str_eq(str_at(c, "x_scale"), "datetime");
+	json_t *pts = json_object_get(json_array_get(json_object_get(c, "elements"), 0), "points");
+	cr_assert_str_eq(json_string_value(json_array_get(json_array_get(pts, 1), 0)),
+			 "2024-03-02T00:00:00");
+	json_decref(l);
+}
+
+Test(data, bar_plot_gives_bar_chart, .timeout = 90)
+{
+	json_t *l = run_quiet(NULL, "import matplotlib.pyplot as plt\n"
+				    "plt.figure()\n"
+				    "plt.bar(['a', 'b', 'c'], [3, 5, 2], label='sales')\n"
+				    "plt.show()");
+	json_t *c = chart_of(l);
+	const char *labels[] = {"a", "b", "c"};
+	const double values[] = {3, 5, 2};
+
+	cr_assert_str_eq(str_at(c, "type"), "bar");
+	json_t *els = json_object_get(c, "elements");
+	cr_assert_eq(json_array_size(els), 3);
+	for (size_t i = 0; i < 3; i++) {
+		json_t *e = json_array_get(els, i);
+		cr_assert_str_eq(str_at(e, "label"), labels[i]);
+		cr_assert(near(num_at(e, "value"), values[i]));
+		cr_assert_str_eq(str_at(e, "group"), "sales");
+	}
+	json_decref(l);
+}
+
+Test(data, scatter_plot_gives_scatter_chart, .timeout = 90)
+{
+	json_t *l = run_quiet(NULL, "import matplotlib.pyplot as plt\n"
+				    "plt.figure()\n"
+				    "plt.scatter([1, 2, 3], [4, 5, 6], label='obs')\n"
+				    "plt.show()");
+	json_t *c = chart_of(l);
+
+	cr_assert_str_eq(str_at(c, "type"), "scatter");
+	json_t *el = json_array_get(json_object_get(c, "elements"), 0);
+	cr_assert_str_eq(str_at(el, "label"), "obs");
+	json_t *pts = json_object_get(el, "points");
+	cr_assert_eq(json_array_size(pts), 3);
+	assert_point(pts, 0, 1, 4);
+	assert_point(pts, 2, 3, 6);
+	json_decref(l);
+}
+
+Test(data, pie_plot_gives_pie_chart, .timeout = 90)
+{
+	json_t *l = run_quiet(NULL, "import matplotlib.pyplot as plt\n"
+				    "plt.figure()\n"
+				    "plt.pie([1, 2, 1], labels=['x', 'y', 'z'])\n"
+				    "plt.title('Share')\n"
+				    "plt.show()");
+	json_t *c = chart_of(l);
+	const char *labels[] = {"x", "y", "z"};
+	const double angles[] = {90, 180, 90};
+
+	cr_assert_str_eq(str_at(c, "type"), "pie");
+	cr_assert_str_eq(str_at(c, "title"), "Share");
+	json_t *els = json_object_get(c, "elements");
+	cr_assert_eq(json_array_size(els), 3);
+	for (size_t i = 0; i < 3; i++) {
+		json_t *e = json_array_get(els, i);
+		cr_assert_str_eq(str_at(e, "label"), labels[i]);
+		cr_assert(fabs(num_at(e, "angle") - angles[i]) < 1e-3, "angle %g",
+			  num_at(e, "angle"));
+		cr_assert(near(num_at(e, "radius"), 1));
+	}
+	json_decref(l);
+}
+
+Test(data, box_plot_gives_box_and_whisker_chart, .timeout = 90)
+{
+	json_t *l = run_quiet(NULL, "import matplotlib.pyplot as plt\n"
+				    "plt.figure()\n"
+				    "plt.boxplot([[1, 2, 3, 4, 5, 20], [2, 3, 4]], labels=['A', 'B'])\n"
+				    "plt.show()");
+	json_t *c = chart_of(l);
+
+	cr_assert_str_eq(str_at(c, "type"), "box_and_whisker");
+	json_t *els = json_object_get(c, "elements");
+	cr_assert_eq(json_array_size(els), 2);
+	json_t *a = json_array_get(els, 0);
+	cr_assert_str_eq(str_at(a, "label"), "A");
+	cr_assert(near(num_at(a, "min"), 1));
+	cr_assert(near(num_at(a, "first_quartile"), 2.25));
+	cr_assert(near(num_at(a, "median"), 3.5));
+	cr_assert(near(num_at(a, "third_quartile"), 4.75));
+	cr_assert(near(num_at(a, "max"), 5));
+	json_t *out = json_object_get(a, "outliers");
+	cr_assert_eq(json_array_size(out), 1);
+	cr_assert(near(json_number_value(json_array_get(out, 0)), 20));
+	cr_assert_str_eq(str_at(json_array_get(els, 1), "label"), "B");
+	cr_assert_eq(json_array_size(json_object_get(json_array_get(els, 1), "outliers")), 0);
+	json_decref(l);
+}
+
+Test(data, two_axes_give_a_superchart, .timeout = 90)
+{
+	json_t *l = run_quiet(NULL, "import matplotlib.pyplot as plt\n"
+				    "fig, (a, b) = plt.subplots(1, 2)\n"
+				    "a.plot([1, 2], [3, 4]); a.set_title('left')\n"
+				    "b.bar(['u', 'v'], [1, 2])\n"
+				    "fig.suptitle('Both')\n"
+				    "plt.show()");
+	json_t *c = chart_of(l);
+
+	cr_assert_str_eq(str_at(c, "type"), "superchart");
+	cr_assert_str_eq(str_at(c, "title"), "Both");
+	json_t *els = json_object_get(c, "elements");
+	cr_assert_eq(json_array_size(els), 2);
+	cr_assert_str_eq(str_at(json_array_get(els, 0), "type"), "line");
+	cr_assert_str_eq(str_at(json_array_get(els, 0), "title"), "left");
+	cr_assert_str_eq(str_at(json_array_get(els, 1), "type"), "bar");
+	json_decref(l);
+}
+
+Test(data, image_without_a_chart_kind_is_unknown, .timeout = 90)
+{
+	json_t *l = run_quiet(NULL, "import matplotlib.pyplot as plt\n"
+				    "plt.figure()\n"
+				    "plt.imshow([[0, 1], [1, 0]]); plt.title('img')\n"
+				    "plt.show()");
+	json_t *c = chart_of(l);
+
+	cr_assert_str_eq(str_at(c, "type"), "unknown");
+	cr_assert_str_eq(str_at(c, "title"), "img");
+	cr_assert_eq(json_array_size(json_object_get(c, "elements")), 0);
+	json_decref(l);
+}
+
+Test(data, list_gives_json, .timeout = 30)
+{
+	json_t *l = run_quiet(NULL, "[1, 2, {\"a\": 3}]");
+	json_t *r = result_with(l, "json");
+
+	cr_assert_not_null(r, "no result with json");
+	cr_assert_str_eq(json_string_value(json_object_get(r, "text")), "[1, 2, {'a': 3}]");
+	json_t *want = json_loads("[1, 2, {\"a\": 3}]", 0, NULL);
+	cr_assert(json_equal(json_object_get(r, "json"), want), "json is the list itself");
+	json_decref(want);
+	json_decref(l);
+}
+
+Test(data, unserialisable_dict_gives_no_json, .timeout = 30)
+{
+	json_t *l = run_quiet(NULL, "{'x': float('nan'), 'y': object}");
+	json_t *r = line_of(l, "result", 0);
+
+	cr_assert_not_null(r);
+	cr_assert_null(json_object_get(r, "json"));
+	json_decref(l);
+}
+
+Test(data, pil_save_writes_the_file_and_displays_it, .timeout = 90)
+{
+	char path[128], code[512];
+
+	snprintf(path, sizeof(path), "/tmp/sandcell-data-test-%d.png", (int)getpid());
+	unlink(path);
+	snprintf(code, sizeof(code),
+		 "from PIL import Image\nImage.new('RGB', (8, 8), 'red').save('%s')", path);
+	json_t *l = run_quiet(NULL, code);
+	json_t *r = result_with(l, "png");
+
+	cr_assert_not_null(r, "no result with a png");
+	cr_assert(!strncmp(json_string_value(json_object_get(r, "png")), "iVBORw0KGgo", 11));
+	cr_assert_eq(access(path, F_OK), 0, "%s was not written", path);
+	unlink(path);
+	json_decref(l);
+}
+
+Test(data, pil_show_displays_instead_of_a_viewer, .timeout = 90)
+{
+	json_t *l = run_quiet(NULL, "from PIL import Image\nImage.new('L', (4, 4)).show()");
+
+	cr_assert_not_null(result_with(l, "png"), "no result with a png");
+	json_decref(l);
+}
+
+Test(data, first_plot_in_a_fresh_context_is_quiet, .timeout = 120)
+{
+	char pattern[256];
+	glob_t g;
+
+	/* a cold font cache: this kernel builds it */
+	snprintf(pattern, sizeof(pattern), "%s/cache/matplotlib/fontlist-*.json", test_run_dir());
+	if (glob(pattern, 0, NULL, &g) == 0) {
+		for (size_t i = 0; i < g.gl_pathc; i++)
+			unlink(g.gl_pathv[i]);
+		globfree(&g);
+	}
+	char *id = context_new(URL, "python", NULL);
+	cr_assert_not_null(id);
+	json_t *l = run_quiet(id, "import matplotlib.pyplot as plt\n"
+				  "plt.plot([1, 2, 3])\n"
+				  "plt.show()");
+	cr_assert_not_null(result_with(l, "png"));
+	json_decref(l);
+	/* the one notice matplotlib prints while building it never reaches the
+	 * user; its other messages still do */
+	l = run(URL, id, "import logging\n"
+			 "log = logging.getLogger('matplotlib.font_manager')\n"
+			 "log.warning('Matplotlib is building the font cache; this may take a "
+			 "moment.')\n"
+			 "log.warning('something else')");
+	json_t *se = line_of(l, "stderr", 0);
+	cr_assert_not_null(se);
+	const char *text = str_at(se, "text");
+	cr_assert(strstr(text, "something else") && !strstr(text, "font cache"), "stderr: %s",
+		  text);
+	cr_assert_eq(count_of(l, "stderr"), 1);
+	json_decref(l);
+	free(id);
+}
+
+Test(data, startup_leaves_the_namespace_clean, .timeout = 90)
+{
+	char *id = context_new(URL, "python", NULL);
+	json_t *l = run_quiet(id, "sorted(k for k in globals() if not k.startswith('_') or "
+				  "'sandcell' in k.lower())");
+
+	cr_assert_str_eq(result_text(l), "['In', 'Out', 'exit', 'get_ipython', 'quit']");
+	json_decref(l);
+	l = run_quiet(id, "import sys\n"
+			  "[m for m in ('pandas', 'matplotlib', 'PIL') if m in sys.modules]");
+	cr_assert_str_eq(result_text(l), "[]", "nothing heavy is imported at start-up");
+	json_decref(l);
+	free(id);
+}
+
+Test(data, user_rebinding_builtins_does_not_break_charts, .timeout = 90)
+{
+	char *id = context_new(URL, "python", NULL);
+	json_t *l = run_quiet(id, "max = 1; len = 2; list = 3; type = 4; str = 5; round = 6\n"
+				  "import matplotlib.pyplot as plt\n"
+				  "plt.bar(['a', 'b'], [1, 2])\n"
+				  "plt.show()");
+	json_t *c = chart_of(l);
+
+	cr_assert_str_eq(str_at(c, "type"), "bar");
+	cr_assert_eq(json_array_size(json_object_get(c, "elements")), 2);
+	json_decref(l);
+	free(id);
+}
