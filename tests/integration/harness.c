@@ -125,7 +125,7 @@ ndjson_write(char *p, size_t sz, size_t n, void *arg)
 	char *start = nd->partial, *nl;
 	while ((nl = memchr(start, '\n', nd->plen - (start - nd->partial)))) {
 		json_error_t jerr;
-		json_t *j = json_loadb(start, nl - start, 0, &jerr);
+		json_t *j = json_loadb(start, nl - start, JSON_ALLOW_NUL, &jerr);
 		if (!j) /* a line that is not JSON fails the test that reads it */
 			j = json_pack("{s:s, s:s%}", "type", "_invalid", "raw", start,
 				      (size_t)(nl - start));
