@@ -1,0 +1,538 @@
+/*
+ * hostile_test.c — let in only whom it should, and survive anything: access
+ * token, limits, slowloris and idle connections, hostile HTTP bodies and
+ * paths, garbage on the IPC sockets, a misbehaving kernel, kernels as an
+ * unprivileged user. Throughout, other clients are served and every context
+ * keeps its state.
+ */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <nng/nng.h>
+#include <nng/protocol/pair0/pair.h>
+#include <nng/protocol/pair1/pair.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../../proto/proto.h"
+#include "harness.h"
+
+HARNESS_SHARED_BROKER("--max-body", "16777216", "--header-timeout", "2");
+
+#define URL test_url()
+
+/* A variable set first and checked last: nothing here may cost a context its state. */
+static char *
+keeper(const char *base)
+{
+	char *id = context_new(base, "python", NULL);
+
+	cr_assert_not_null(id);
+	json_decref(run(base, id, "kept = 'intact'"));
+	return id;
+}
+
+static void
+check_keeper(const char *base, const char *id)
+{
+	json_t *l = run(base, id, "print(kept)");
+	char *out = stdout_of(l);
+
+	cr_assert_str_eq(out, "intact\n", "a context lost its state");
+	free(out);
+	json_decref(l);
+}
+
+static int
+tcp_connect(const char *url)
+{
+	int port = atoi(strrchr(url, ':') + 1), fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	return fd;
+}
+
+/* Whether the server has closed fd (reads EOF within ms). */
+static bool
+closed_within(int fd, int ms)
+{
+	struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+	char buf[4096];
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	for (;;) {
+		ssize_t n = read(fd, buf, sizeof(buf));
+		if (n == 0 || (n < 0 && errno == ECONNRESET))
+			return true;
+		if (n < 0)
+			return false;
+	}
+}
+
+Test(hostile, access_token_guards_every_endpoint_but_health, .timeout = 60)
+{
+	struct broker b;
+	char path[] = "/tmp/sandcell-token-XXXXXX";
+	int fd = mkstemp(path);
+	const char *token = "t0ken-that-must-not-leak";
+	const char *args[] = {"--access-token-file", path, "--no-default-context", NULL};
+	struct resp r;
+
+	cr_assert(write(fd, token, strlen(token)) > 0);
+	close(fd);
+	cr_assert_eq(broker_start(&b, args), 0);
+	cr_assert_eq(http(b.b_url, "GET", "/health", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 200);
+	resp_free(&r);
+	static const char *const guarded[][2] = {
+		{"GET", "/contexts"}, {"POST", "/execute"}, {"GET", "/metrics"},
+		{"POST", "/contexts"}, {"GET", "/languages"}, {"DELETE", "/contexts/x"},
+	};
+	for (size_t i = 0; i < sizeof(guarded) / sizeof(guarded[0]); i++) {
+		cr_assert_eq(http(b.b_url, guarded[i][0], guarded[i][1], "{\"code\":\"1\"}", &r, 5), 0);
+		cr_expect_eq(r.r_status, 401, "%s %s: %ld", guarded[i][0], guarded[i][1], r.r_status);
+		cr_expect(strstr(r.r_body, "missing access token"), "%s", r.r_body);
+		resp_free(&r);
+	}
+	/* wrong token, right token in either header */
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd),
+		 "curl -s -o /dev/null -w '%%{http_code}' -H 'X-Access-Token: wrong' %s/contexts",
+		 b.b_url);
+	FILE *p = popen(cmd, "r");
+	char code[8] = "";
+	cr_assert(fgets(code, sizeof(code), p));
+	pclose(p);
+	cr_assert_str_eq(code, "401");
+	for (int h = 0; h < 2; h++) {
+		snprintf(cmd, sizeof(cmd),
+			 "curl -s -o /dev/null -w '%%{http_code}' -H '%s%s' %s/contexts",
+			 h ? "Authorization: Bearer " : "X-Access-Token: ", token, b.b_url);
+		p = popen(cmd, "r");
+		cr_assert(fgets(code, sizeof(code), p));
+		pclose(p);
+		cr_assert_str_eq(code, "200", "header %d", h);
+	}
+	/* the token is not in the log, nor in the environment kernels inherit */
+	snprintf(cmd, sizeof(cmd), "grep -c '%s' '%s'", token, b.b_log);
+	p = popen(cmd, "r");
+	cr_assert(fgets(code, sizeof(code), p));
+	pclose(p);
+	cr_assert_str_eq(code, "0\n");
+	cr_assert_eq(broker_stop(&b), 0);
+	unlink(path);
+}
+
+Test(hostile, connection_limit_answers_503_and_recovers, .timeout = 60)
+{
+	struct broker b;
+	const char *args[] = {"--max-connections", "4", "--no-default-context", NULL};
+	int fds[8];
+	struct resp r;
+
+	cr_assert_eq(broker_start(&b, args), 0);
+	for (int i = 0; i < 8; i++)
+		fds[i] = tcp_connect(b.b_url);
+	usleep(200000);
+	cr_assert_eq(http(b.b_url, "GET", "/health", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 503);
+	cr_assert(strstr(r.r_body, "too many connections"), "%s", r.r_body);
+	resp_free(&r);
+	for (int i = 0; i < 8; i++)
+		close(fds[i]);
+	usleep(300000);
+	cr_assert_eq(http(b.b_url, "GET", "/health", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 200);
+	resp_free(&r);
+	cr_assert_eq(broker_stop(&b), 0);
+}
+
+Test(hostile, context_limit_answers_429, .timeout = 90)
+{
+	struct broker b;
+	const char *args[] = {"--max-contexts", "1", "--no-default-context", NULL};
+	struct resp r;
+
+	cr_assert_eq(broker_start(&b, args), 0);
+	char *one = context_new(b.b_url, "python", NULL);
+	cr_assert_not_null(one);
+	cr_assert_eq(http(b.b_url, "POST", "/contexts", "{}", &r, 30), 0);
+	cr_assert_eq(r.r_status, 429);
+	cr_assert(strstr(r.r_body, "too many contexts"), "%s", r.r_body);
+	resp_free(&r);
+	free(one);
+	cr_assert_eq(broker_stop(&b), 0);
+}
+
+Test(hostile, slowloris_and_silent_connections_are_cut_while_others_are_served,
+     .timeout = 60)
+{
+	char *id = keeper(URL);
+	int idle[500], slow = tcp_connect(URL);
+	struct resp r;
+
+	for (int i = 0; i < 500; i++)
+		idle[i] = tcp_connect(URL);
+	/* while 500 never send and one trickles a header, others are served */
+	double t0 = ms_now();
+	for (int i = 0; i < 6; i++) {
+		cr_assert(write(slow, "G", 1) == 1);
+		cr_assert_eq(http(URL, "GET", "/health", NULL, &r, 5), 0);
+		cr_assert_eq(r.r_status, 200);
+		resp_free(&r);
+		usleep(400000);
+	}
+	json_t *l = run(URL, id, "print(6*7)");
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "42\n");
+	free(out);
+	json_decref(l);
+	/* the header timeout (2 s here) cut the trickler and the silent ones */
+	cr_assert(closed_within(slow, 3000), "the slowloris connection is still open after %.0f ms",
+		  ms_since(t0));
+	int cut = 0;
+	for (int i = 0; i < 500; i++) {
+		cut += closed_within(idle[i], i ? 50 : 3000);
+		close(idle[i]);
+	}
+	cr_assert_eq(cut, 500, "only %d of 500 silent connections were closed", cut);
+	close(slow);
+	check_keeper(URL, id);
+	free(id);
+}
+
+Test(hostile, headers_forever_get_431, .timeout = 30)
+{
+	int fd = tcp_connect(URL);
+	char line[128], buf[256];
+
+	cr_assert(write(fd, "GET /health HTTP/1.1\r\nHost: x\r\n", 31) == 31);
+	for (int i = 0; i < 5000; i++) {
+		int n = snprintf(line, sizeof(line), "X-Forever-%d: %080d\r\n", i, i);
+		if (write(fd, line, n) != n)
+			break; /* the server closed: fine */
+	}
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	cr_assert(n > 0);
+	buf[n] = '\0';
+	cr_assert(strstr(buf, " 431 "), "%s", buf);
+	close(fd);
+	struct resp r;
+	cr_assert_eq(http(URL, "GET", "/health", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 200);
+	resp_free(&r);
+}
+
+/* Bodies and paths a hostile client sends: each a clear 4xx, nothing else moves. */
+Test(hostile, hostile_bodies_and_paths, .timeout = 120)
+{
+	char *id = keeper(URL);
+	struct resp r;
+	static const struct {
+		const char *name, *body;
+		long status;
+	} bodies[] = {
+		{"invalid UTF-8", "{\"code\":\"\xff\xfe\"}", 400},
+		{"NUL in code", "{\"code\":\"a\\u0000b\"}", 400},
+		{"number for language", "{\"code\":\"1\",\"language\":5}", 400},
+		{"number for context_id", "{\"code\":\"1\",\"context_id\":5}", 400},
+		{"object for code", "{\"code\":{}}", 400},
+		{"array for env_vars", "{\"code\":\"1\",\"env_vars\":[]}", 400},
+		{"number in env", "{\"code\":\"1\",\"env_vars\":{\"A\":5}}", 400},
+		{"duplicate keys", "{\"code\":\"1\",\"code\":\"1\"}", 400},
+		{"context_id with ../", "{\"code\":\"1\",\"context_id\":\"../../etc\"}", 404},
+		{"context_id with NUL", "{\"code\":\"1\",\"context_id\":\"a\\u0000b\"}", 400},
+		{"negative timeout", "{\"code\":\"1\",\"timeout\":-1}", 400},
+		{"huge number", "{\"code\":\"1\",\"timeout\":1e999}", 400},
+		{"empty body", "", 400},
+		{"just garbage", "\x01\x02\x03garbage", 400},
+	};
+	for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+		cr_assert_eq(http(URL, "POST", "/execute", bodies[i].body, &r, 10), 0);
+		cr_expect_eq(r.r_status, bodies[i].status, "%s: %ld %s", bodies[i].name, r.r_status,
+			     r.r_body);
+		cr_expect(r.r_len > 1, "%s: the error names the problem", bodies[i].name);
+		resp_free(&r);
+	}
+	/* deep nesting */
+	size_t depth = 100000;
+	char *deep = malloc(2 * depth + 32);
+	strcpy(deep, "{\"code\":");
+	memset(deep + 8, '[', depth);
+	memset(deep + 8 + depth, ']', depth);
+	strcpy(deep + 8 + 2 * depth, "}");
+	cr_assert_eq(http(URL, "POST", "/execute", deep, &r, 10), 0);
+	cr_assert_eq(r.r_status, 400, "deep nesting: %ld", r.r_status);
+	resp_free(&r);
+	free(deep);
+	/* random paths */
+	unsigned seed = 7;
+	for (int i = 0; i < 200; i++) {
+		char path[300] = "/";
+		int n = 1 + rand_r(&seed) % 120;
+		for (int j = 1; j < n; j++) {
+			static const char set[] = "abc/._-%~0123456789contexts";
+			path[j] = set[rand_r(&seed) % (sizeof(set) - 1)];
+		}
+		path[n] = '\0';
+		if (i % 10 == 0)
+			snprintf(path, sizeof(path), "/contexts/%%2e%%2e/%%00%d/restart", i);
+		cr_assert_eq(http(URL, i % 2 ? "POST" : "GET", path, NULL, &r, 5), 0,
+			     "path %s", path);
+		cr_expect(r.r_status >= 400 && r.r_status < 500, "%s: %ld", path, r.r_status);
+		resp_free(&r);
+	}
+	check_keeper(URL, id);
+	free(id);
+}
+
+Test(hostile, ten_megabytes_of_code_run, .timeout = 120)
+{
+	size_t n = 10u << 20;
+	char *body = malloc(n + 64);
+	long st;
+
+	int k = sprintf(body, "{\"code\":\"x = '");
+	memset(body + k, 'y', n);
+	strcpy(body + k + n, "'\\nprint(len(x))\"}");
+	json_t *l = execute(URL, body, &st, 60000);
+	cr_assert_not_null(l, "status %ld", st);
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "10485760\n");
+	free(out);
+	json_decref(l);
+	free(body);
+}
+
+Test(hostile, garbage_on_the_control_socket, .timeout = 30)
+{
+	nng_socket s;
+	char url[256];
+	unsigned seed = 3;
+
+	snprintf(url, sizeof(url), "ipc://%s/ctl.sock", test_run_dir());
+	cr_assert_eq(nng_pair1_open(&s), 0);
+	cr_assert_eq(nng_dial(s, url, NULL, 0), 0);
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 2000);
+	for (int i = 0; i < 200; i++) {
+		uint8_t junk[64];
+		size_t n = 1 + rand_r(&seed) % sizeof(junk);
+		for (size_t j = 0; j < n; j++)
+			junk[j] = rand_r(&seed);
+		if (i % 3 == 0)
+			junk[0] = 0x92; /* looks like a frame */
+		cr_assert_eq(nng_send(s, junk, n, 0), 0);
+		struct msg r;
+		cr_assert_eq(msg_recv(s, &r, 0), 0, "answer to garbage %d", i);
+		cr_assert_eq(r.m_type, MSG_FAIL);
+		msg_free(&r);
+		cr_assert_eq(msg_recv(s, &r, 0), 0);
+		cr_assert_eq(r.m_type, MSG_END);
+		msg_free(&r);
+	}
+	nng_close(s);
+	struct resp rr;
+	cr_assert_eq(http(URL, "GET", "/health", NULL, &rr, 5), 0);
+	cr_assert_eq(rr.r_status, 200);
+	resp_free(&rr);
+}
+
+/* Runs code on a proxy we are the broker of; returns the stream's NDJSON. */
+static char *
+exec_code(nng_socket s, uint64_t stream, const char *code)
+{
+	struct msg m, r;
+	struct buf out = {0};
+
+	msg_init(&m, MSG_EXECUTE);
+	msg_set_u64(&m, F_STREAM, stream);
+	msg_set_str(&m, F_CODE, code, strlen(code));
+	cr_assert_eq(msg_send(s, &m, 0), 0);
+	msg_free(&m);
+	for (;;) {
+		cr_assert_eq(msg_recv(s, &r, 0), 0, "no answer from the proxy");
+		bool fin = r.m_type == MSG_OUTPUT && r.m_stream == stream && r.m_final;
+		if (r.m_type == MSG_OUTPUT && r.m_stream == stream)
+			buf_append(&out, r.m_data.s, r.m_data.len);
+		msg_free(&r);
+		if (fin)
+			break;
+	}
+	buf_append(&out, "", 1);
+	return out.b_data;
+}
+
+/*
+ * The proxy socket accepts one peer: a proxy started alone here, with the test
+ * as its broker, gets truncated, oversized and garbage frames, and still runs
+ * code with its state.
+ */
+Test(hostile, garbage_on_the_proxy_socket, .timeout = 90)
+{
+	char run_dir[] = "/tmp/sandcell-proxy-test.XXXXXX", url[256], exe[512], id[37];
+	const char *bin = getenv("SANDCELL_BIN");
+	nng_socket s;
+
+	cr_assert_not_null(mkdtemp(run_dir));
+	uuid_v4(id);
+	snprintf(exe, sizeof(exe), "%s/sandcell-proxy", bin ? bin : "bin");
+	pid_t pid = fork();
+	if (pid == 0) {
+		execl(exe, exe, "--run-dir", run_dir, "--id", id, "--language", "python", "--cwd",
+		      "/tmp", "--log-level", "error", (char *)NULL);
+		_exit(127);
+	}
+	snprintf(url, sizeof(url), "ipc://%s/ctx/%s/proxy.sock", run_dir, id);
+	cr_assert_eq(nng_pair0_open(&s), 0);
+	nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME);
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 30000);
+	nng_socket_set_ms(s, NNG_OPT_RECONNMINT, 10);
+	cr_assert_eq(nng_dial(s, url, NULL, NNG_FLAG_NONBLOCK), 0);
+
+	char *o = exec_code(s, 1, "kept = 'intact'");
+	free(o);
+
+	unsigned seed = 11;
+	void *valid;
+	size_t vlen;
+	struct msg v;
+	msg_init(&v, MSG_EXECUTE);
+	msg_set_u64(&v, F_STREAM, 99);
+	msg_set_str(&v, F_CODE, "print('never')", 14);
+	msg_encode(&v, &valid, &vlen);
+	msg_free(&v);
+	for (size_t cut = 0; cut < vlen; cut++) /* every truncation */
+		cr_assert_eq(nng_send(s, valid, cut ? cut : 1, 0), 0);
+	free(valid);
+	for (int i = 0; i < 300; i++) { /* garbage */
+		uint8_t junk[128];
+		size_t n = 1 + rand_r(&seed) % sizeof(junk);
+		for (size_t j = 0; j < n; j++)
+			junk[j] = rand_r(&seed);
+		cr_assert_eq(nng_send(s, junk, n, 0), 0);
+	}
+	/* a frame claiming a 4 GB map, and one over the frame limit */
+	uint8_t liar[] = {0x92, MSG_EXECUTE, 0xdf, 0xff, 0xff, 0xff, 0xff};
+	cr_assert_eq(nng_send(s, liar, sizeof(liar), 0), 0);
+	size_t big = PROTO_MAX_FRAME + 1024;
+	uint8_t *huge = calloc(1, big);
+	huge[0] = 0x92;
+	nng_send(s, huge, big, 0); /* the proxy drops the connection: the dialer comes back */
+	free(huge);
+
+	o = exec_code(s, 2, "print(kept)");
+	cr_assert(strstr(o, "\"text\":\"intact\\n\""), "%s", o);
+	cr_assert_null(strstr(o, "never"));
+	free(o);
+	nng_close(s);
+	kill(pid, SIGTERM);
+	waitpid(pid, NULL, 0);
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", run_dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+Test(hostile, misbehaving_kernel_messages_are_dropped, .timeout = 120)
+{
+	struct broker b;
+	const char *args[] = {"--no-default-context", NULL};
+	char path[4096], cwd[2048];
+
+	cr_assert_not_null(getcwd(cwd, sizeof(cwd))); /* tests run from the repo root */
+	snprintf(path, sizeof(path), "%s/tests/integration/kernels:%s", cwd,
+		 getenv("JUPYTER_PATH") ? getenv("JUPYTER_PATH") : "");
+	setenv("JUPYTER_PATH", path, 1);
+	cr_assert_eq(broker_start(&b, args), 0);
+	char *evil = context_new(b.b_url, "evil", NULL), *good = keeper(b.b_url);
+	cr_assert_not_null(evil);
+
+	json_t *l = run(b.b_url, evil, "hello");
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "GOOD hello\n", "only the genuine output passes");
+	cr_assert_str_eq(result_text(l), "hello");
+	free(out);
+	json_decref(l);
+
+	/* a frame over the size limit: the unit ends, the proxy heals, nothing crashes */
+	l = run(b.b_url, evil, "HUGE");
+	cr_assert_not_null(line_of(l, "end_of_execution", 0));
+	json_decref(l);
+	l = run(b.b_url, evil, "after");
+	out = stdout_of(l);
+	cr_assert_str_eq(out, "GOOD after\n");
+	free(out);
+	json_decref(l);
+	check_keeper(b.b_url, good);
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd), "grep -c 'bad signature\\|another session\\|dropped' '%s'", b.b_log);
+	FILE *p = popen(cmd, "r");
+	char n[16] = "";
+	cr_assert(fgets(n, sizeof(n), p));
+	pclose(p);
+	cr_assert(atoi(n) >= 6, "each dropped message has a log line (%s)", n);
+	free(evil);
+	free(good);
+	cr_assert_eq(broker_stop(&b), 0);
+}
+
+Test(hostile, kernels_run_as_an_unprivileged_user, .timeout = 90)
+{
+	struct broker b;
+	const char *args[] = {"--no-default-context", "--kernel-user", "nobody", NULL};
+	struct passwd *pw = getpwnam("nobody");
+
+	if (geteuid() != 0 || !pw)
+		cr_skip_test("needs root and a 'nobody' user");
+	cr_assert_eq(broker_start(&b, args), 0);
+	char *id = context_new(b.b_url, "python", "/tmp");
+	cr_assert_not_null(id);
+	char code[512];
+	snprintf(code, sizeof(code),
+		 "import os\nprint(os.getuid(), os.stat(os.environ['HOME']).st_uid)\n"
+		 "try:\n    os.listdir('%s')\n    print('run dir readable')\n"
+		 "except PermissionError:\n    print('run dir closed')",
+		 b.b_run_dir);
+	json_t *l = run(b.b_url, id, code);
+	char *out = stdout_of(l), want[64];
+	snprintf(want, sizeof(want), "%u %u\nrun dir closed\n", pw->pw_uid, pw->pw_uid);
+	cr_assert_str_eq(out, want);
+	free(out);
+	json_decref(l);
+	struct stat st;
+	cr_assert_eq(stat(b.b_run_dir, &st), 0);
+	cr_assert_eq(st.st_mode & 0777, 0700, "run dir mode %o", st.st_mode & 0777);
+	free(id);
+	cr_assert_eq(broker_stop(&b), 0);
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s.kernels'", b.b_run_dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+Test(hostile, ipc_sockets_are_private, .timeout = 30)
+{
+	char path[512];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/ctl.sock", test_run_dir());
+	cr_assert_eq(stat(path, &st), 0);
+	cr_assert_eq(st.st_mode & 0777, 0600, "ctl.sock mode %o", st.st_mode & 0777);
+	cr_assert_eq(stat(test_run_dir(), &st), 0);
+	cr_assert_eq(st.st_mode & 0777, 0700);
+	FILE *p = popen("ls -d /tmp/sandcell-test.*/ctx/*/proxy.sock 2>/dev/null | head -1", "r");
+	char sock[512] = "";
+	if (fgets(sock, sizeof(sock), p)) {
+		sock[strcspn(sock, "\n")] = '\0';
+		cr_assert_eq(stat(sock, &st), 0);
+		cr_assert_eq(st.st_mode & 0777, 0600, "%s mode %o", sock, st.st_mode & 0777);
+	}
+	pclose(p);
+}
