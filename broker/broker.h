@@ -103,37 +103,55 @@ struct request {
 };
 TAILQ_HEAD(requestq, request);
 
+/*
+ * The connection to one proxy process and what it reports. Its events point at
+ * the context it serves (pl_ev_*.ev_obj), which a restart from the warm pool
+ * changes without touching epoll: the evsrc addresses stay put.
+ */
+struct proxy_link {
+	char pl_slot[37];    /* the proxy's name: ctx/<slot>/proxy.sock */
+	nng_socket pl_sock;
+	int pl_rfd, pl_sfd;
+	int pl_pidfd;        /* adopted proxies: readable when it exits; else -1 */
+	bool pl_sfd_watched;
+	struct evsrc pl_ev_recv, pl_ev_send, pl_ev_pidfd;
+	volatile int pl_pipe_lost; /* set on nng's thread when the pipe closes */
+	struct {
+		nng_msg **q;
+		size_t n, cap;
+	} pl_outq;
+	pid_t pl_pid;
+	bool pl_child;       /* spawned by this broker: reaped via SIGCHLD */
+	uint64_t pl_kpid;
+	enum kstate pl_state;
+};
+
 struct context {
 	TAILQ_ENTRY(context) c_link;
 	char c_id[37];
 	char *c_lang, *c_kernel, *c_cwd; /* language, kernelspec name, cwd */
 	bool c_default;
-	pid_t c_pid;          /* proxy */
-	bool c_child;         /* spawned by this broker: reaped via SIGCHLD */
-	uint64_t c_kpid;
-	enum kstate c_state;
+	struct proxy_link *c_pl; /* its proxy; a restart from the pool swaps it */
+	bool c_pooled;        /* a warm proxy with no context yet: not listed */
 	bool c_ready;         /* kernel has been ready once: creation answered */
 	bool c_deleting;
-	volatile int c_pipe_lost; /* set on nng's thread when the pipe closes */
 	uint64_t c_respawn_window;
 	int c_respawns;
 	char *c_error;        /* why the kernel is dead, if it is */
 	uint64_t c_created;
-	uint64_t c_queue, c_count;
-	nng_socket c_sock;
-	int c_rfd, c_sfd;
-	int c_pidfd;          /* adopted proxies: readable when it exits; else -1 */
-	bool c_sfd_watched;
-	struct evsrc c_ev_recv, c_ev_send, c_ev_pidfd;
-	struct {
-		nng_msg **q;
-		size_t n, cap;
-	} c_outq;
+	uint64_t c_count;
 	struct streamq c_streams;
 	int c_nstreams;
 	struct requestq c_waiters;
 };
 TAILQ_HEAD(contextq, context);
+
+/* --pool LANG=N: N warm proxies of that language's kernelspec. */
+struct pool_spec {
+	char ps_want[MAX_LANG + 1];
+	int ps_size;
+	uint64_t ps_retry_at; /* back off after a pooled proxy failed */
+};
 
 struct server {
 	struct MHD_Daemon *sv_mhd;
@@ -151,6 +169,8 @@ struct server {
 	const char *sv_kernel_memory, *sv_kernel_cpu, *sv_kernel_cgroup;
 	const char *sv_python_startup;
 	const char *sv_kernel_user;
+	struct pool_spec sv_pool[8];
+	size_t sv_npool;
 	unsigned char sv_token_hash[32]; /* BLAKE2b of the access token */
 	bool sv_token;
 	unsigned sv_max_conns, sv_nconns;
@@ -226,6 +246,7 @@ struct stream *stream_find(struct context *c, uint64_t id);
 
 /* context.c */
 struct context *context_find(const char *id);
+bool context_listed(struct context *c);
 struct context *context_default(const char *lang);
 int context_create(const char *lang, const char *cwd, bool is_default, struct context **out,
 		   char *err, size_t errsz);
@@ -241,6 +262,8 @@ void context_shutdown_all(void);
 void context_tick(uint64_t now);
 void context_adopt_all(void);
 void context_pidfd(struct context *c);
+void pool_fill(void);
+bool context_restart_from_pool(struct context *c);
 void context_detach_all(void);
 json_t *context_json(struct context *c, bool live);
 const char *kstate_name(enum kstate s);

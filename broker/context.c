@@ -38,9 +38,11 @@ kstate_name(enum kstate s)
 const char *
 context_state(struct context *c)
 {
-	if (c->c_pid <= 0 || c->c_state == KS_DEAD)
+	if (c->c_pooled)
+		return "pooled";
+	if (c->c_pl->pl_pid <= 0 || c->c_pl->pl_state == KS_DEAD)
 		return "dead";
-	if (c->c_state == KS_STARTING)
+	if (c->c_pl->pl_state == KS_STARTING)
 		return "starting";
 	return c->c_nstreams ? "busy" : "idle";
 }
@@ -72,9 +74,16 @@ context_find(const char *id)
 	if (!uuid_valid(id))
 		return NULL;
 	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
-		if (!c->c_deleting && !strcmp(c->c_id, id))
+		if (context_listed(c) && !strcmp(c->c_id, id))
 			return c;
 	return NULL;
+}
+
+/* A context clients see: not being deleted, not a warm proxy of the pool. */
+bool
+context_listed(struct context *c)
+{
+	return !c->c_deleting && !c->c_pooled;
 }
 
 struct context *
@@ -83,7 +92,7 @@ context_default(const char *lang)
 	struct context *c;
 
 	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
-		if (c->c_default && !c->c_deleting && !strcmp(c->c_lang, lang))
+		if (c->c_default && context_listed(c) && !strcmp(c->c_lang, lang))
 			return c;
 	return NULL;
 }
@@ -99,12 +108,12 @@ context_json(struct context *c, bool live)
 	json_object_set_new(j, "kernel", json_string(c->c_kernel));
 	json_object_set_new(j, "state", json_string(context_state(c)));
 	json_object_set_new(j, "default", json_boolean(c->c_default));
-	json_object_set_new(j, "proxy_pid", json_integer(c->c_pid));
-	json_object_set_new(j, "kernel_pid", json_integer(c->c_kpid));
+	json_object_set_new(j, "proxy_pid", json_integer(c->c_pl->pl_pid));
+	json_object_set_new(j, "kernel_pid", json_integer(c->c_pl->pl_kpid));
 	json_object_set_new(j, "queue", json_integer(c->c_nstreams));
 	json_object_set_new(j, "executions", json_integer(c->c_count));
-	json_object_set_new(j, "proxy_rss_bytes", json_integer(rss_of(c->c_pid)));
-	json_object_set_new(j, "kernel_rss_bytes", json_integer(rss_of((pid_t)c->c_kpid)));
+	json_object_set_new(j, "proxy_rss_bytes", json_integer(rss_of(c->c_pl->pl_pid)));
+	json_object_set_new(j, "kernel_rss_bytes", json_integer(rss_of((pid_t)c->c_pl->pl_kpid)));
 	json_object_set_new(j, "age_seconds", json_real((now_ms() - c->c_created) / 1000.0));
 	if (c->c_error)
 		json_object_set_new(j, "error", json_string(c->c_error));
@@ -114,7 +123,7 @@ context_json(struct context *c, bool live)
 static void
 pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
-	struct context *c = arg;
+	struct proxy_link *pl = arg; /* lives until its socket is closed */
 	uint64_t one = 1;
 
 	if (ev == NNG_PIPE_EV_ADD_PRE) {
@@ -124,7 +133,7 @@ pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 			nng_pipe_close(p); /* not our proxy */
 		return;
 	}
-	__atomic_store_n(&c->c_pipe_lost, 1, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&pl->pl_pipe_lost, 1, __ATOMIC_SEQ_CST);
 	if (write(sv.sv_wakefd, &one, sizeof(one)) < 0)
 		log_warn("eventfd: %s", strerror(errno));
 }
@@ -141,7 +150,7 @@ spawn(struct context *c)
 	argv[n++] = "--run-dir";
 	argv[n++] = (char *)sv.sv_run_dir;
 	argv[n++] = "--id";
-	argv[n++] = c->c_id;
+	argv[n++] = c->c_pl->pl_slot;
 	argv[n++] = "--language";
 	argv[n++] = c->c_lang;
 	argv[n++] = "--kernel";
@@ -154,6 +163,8 @@ spawn(struct context *c)
 	argv[n++] = (char *)sv.sv_log_level;
 	if (c->c_default)
 		argv[n++] = "--default";
+	if (c->c_pooled)
+		argv[n++] = "--pooled";
 	if (sv.sv_kernel_memory) {
 		argv[n++] = "--memory";
 		argv[n++] = (char *)sv.sv_kernel_memory;
@@ -187,34 +198,39 @@ spawn(struct context *c)
 		execv(sv.sv_proxy_bin, argv);
 		_exit(127);
 	}
-	c->c_pid = pid;
-	c->c_child = true;
-	c->c_state = KS_STARTING;
+	c->c_pl->pl_pid = pid;
+	c->c_pl->pl_child = true;
+	c->c_pl->pl_state = KS_STARTING;
 	return 0;
 }
 
+/* A link to the proxy named slot, serving c; dialing goes on in the background. */
 static int
-connect_proxy(struct context *c)
+connect_proxy(struct context *c, const char *slot)
 {
-	char *url = xasprintf("ipc://%s/ctx/%s/proxy.sock", sv.sv_run_dir, c->c_id);
+	char *url = xasprintf("ipc://%s/ctx/%s/proxy.sock", sv.sv_run_dir, slot);
 	int e;
 
-	if ((e = nng_pair0_open(&c->c_sock)))
+	c->c_pl = xcalloc(1, sizeof(*c->c_pl));
+	snprintf(c->c_pl->pl_slot, sizeof(c->c_pl->pl_slot), "%s", slot);
+	c->c_pl->pl_pidfd = c->c_pl->pl_rfd = c->c_pl->pl_sfd = -1;
+	c->c_pl->pl_state = KS_STARTING;
+	if ((e = nng_pair0_open(&c->c_pl->pl_sock)))
 		goto out;
-	nng_socket_set_size(c->c_sock, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME);
-	nng_socket_set_int(c->c_sock, NNG_OPT_SENDBUF, 1024);
-	nng_socket_set_int(c->c_sock, NNG_OPT_RECVBUF, 1024);
-	nng_socket_set_ms(c->c_sock, NNG_OPT_RECONNMINT, 5);
-	nng_socket_set_ms(c->c_sock, NNG_OPT_RECONNMAXT, 100);
-	nng_pipe_notify(c->c_sock, NNG_PIPE_EV_ADD_PRE, pipe_event, c);
-	nng_pipe_notify(c->c_sock, NNG_PIPE_EV_REM_POST, pipe_event, c);
-	if ((e = nng_dial(c->c_sock, url, NULL, NNG_FLAG_NONBLOCK)) ||
-	    (e = nng_socket_get_int(c->c_sock, NNG_OPT_RECVFD, &c->c_rfd)) ||
-	    (e = nng_socket_get_int(c->c_sock, NNG_OPT_SENDFD, &c->c_sfd)))
+	nng_socket_set_size(c->c_pl->pl_sock, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME);
+	nng_socket_set_int(c->c_pl->pl_sock, NNG_OPT_SENDBUF, 1024);
+	nng_socket_set_int(c->c_pl->pl_sock, NNG_OPT_RECVBUF, 1024);
+	nng_socket_set_ms(c->c_pl->pl_sock, NNG_OPT_RECONNMINT, 5);
+	nng_socket_set_ms(c->c_pl->pl_sock, NNG_OPT_RECONNMAXT, 100);
+	nng_pipe_notify(c->c_pl->pl_sock, NNG_PIPE_EV_ADD_PRE, pipe_event, c->c_pl);
+	nng_pipe_notify(c->c_pl->pl_sock, NNG_PIPE_EV_REM_POST, pipe_event, c->c_pl);
+	if ((e = nng_dial(c->c_pl->pl_sock, url, NULL, NNG_FLAG_NONBLOCK)) ||
+	    (e = nng_socket_get_int(c->c_pl->pl_sock, NNG_OPT_RECVFD, &c->c_pl->pl_rfd)) ||
+	    (e = nng_socket_get_int(c->c_pl->pl_sock, NNG_OPT_SENDFD, &c->c_pl->pl_sfd)))
 		goto out;
-	c->c_ev_recv = (struct evsrc){EV_CTX_RECV, c};
-	c->c_ev_send = (struct evsrc){EV_CTX_SEND, c};
-	server_watch(c->c_rfd, EPOLLIN, &c->c_ev_recv);
+	c->c_pl->pl_ev_recv = (struct evsrc){EV_CTX_RECV, c};
+	c->c_pl->pl_ev_send = (struct evsrc){EV_CTX_SEND, c};
+	server_watch(c->c_pl->pl_rfd, EPOLLIN, &c->c_pl->pl_ev_recv);
 out:
 	if (e)
 		log_err("context %s: connect %s: %s", c->c_id, url, nng_strerror(e));
@@ -237,19 +253,36 @@ context_new(const char *id, const char *lang, const char *kernel, const char *cw
 	c->c_cwd = xstrdup(cwd);
 	c->c_default = is_default;
 	c->c_created = now_ms();
-	c->c_state = KS_STARTING;
-	c->c_pidfd = -1;
 	TAILQ_INIT(&c->c_streams);
 	TAILQ_INIT(&c->c_waiters);
 	return c;
 }
 
 static void
-outq_clear(struct context *c)
+outq_clear(struct proxy_link *pl)
 {
-	for (size_t i = 0; i < c->c_outq.n; i++)
-		nng_msg_free(c->c_outq.q[i]);
-	c->c_outq.n = 0;
+	for (size_t i = 0; i < pl->pl_outq.n; i++)
+		nng_msg_free(pl->pl_outq.q[i]);
+	pl->pl_outq.n = 0;
+}
+
+static void
+link_close(struct proxy_link *pl)
+{
+	if (!pl)
+		return;
+	if (pl->pl_rfd >= 0)
+		server_unwatch(pl->pl_rfd);
+	if (pl->pl_sfd_watched)
+		server_unwatch(pl->pl_sfd);
+	if (pl->pl_pidfd >= 0) {
+		server_unwatch(pl->pl_pidfd);
+		close(pl->pl_pidfd);
+	}
+	nng_close(pl->pl_sock); /* waits for pipe callbacks: pl stays valid until here */
+	outq_clear(pl);
+	free(pl->pl_outq.q);
+	free(pl);
 }
 
 static void
@@ -270,23 +303,122 @@ context_free(struct context *c)
 		context_forget_waiter(rq);
 		request_done(rq, 404, NULL, "context %s was deleted", c->c_id);
 	}
-	if (c->c_rfd > 0)
-		server_unwatch(c->c_rfd);
-	if (c->c_sfd_watched)
-		server_unwatch(c->c_sfd);
-	if (c->c_pidfd >= 0) {
-		server_unwatch(c->c_pidfd);
-		close(c->c_pidfd);
-	}
-	nng_close(c->c_sock); /* waits for pipe callbacks: c stays valid until here */
-	outq_clear(c);
-	free(c->c_outq.q);
+	link_close(c->c_pl);
 	TAILQ_REMOVE(&sv.sv_contexts, c, c_link);
 	free(c->c_lang);
 	free(c->c_kernel);
 	free(c->c_cwd);
 	free(c->c_error);
 	free(c);
+}
+
+/* A ready warm proxy of this kernelspec, or NULL. */
+static struct context *
+pool_take(const char *kernel)
+{
+	struct context *c;
+
+	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+		if (c->c_pooled && c->c_ready && !c->c_deleting && c->c_pl->pl_pid > 0 &&
+		    c->c_pl->pl_state == KS_IDLE && !strcmp(c->c_kernel, kernel))
+			return c;
+	return NULL;
+}
+
+/* Tells a proxy which context it now is: id, cwd (applied in its kernel), default. */
+static void
+claim(struct context *c)
+{
+	struct msg m;
+
+	msg_init(&m, MSG_CLAIM);
+	msg_set_u64(&m, F_REQ, sv.sv_next_req++);
+	msg_set_str(&m, F_ID, c->c_id, strlen(c->c_id));
+	msg_set_str(&m, F_CWD, c->c_cwd, strlen(c->c_cwd));
+	msg_set_u64(&m, F_FLAGS, c->c_default ? FLAG_DEFAULT : 0);
+	context_send(c, &m);
+	msg_free(&m);
+}
+
+/*
+ * Keeps the warm pool full: per --pool entry, that many proxies whose kernels
+ * are started and have run nothing. A kernelspec whose pooled proxies keep
+ * failing is left alone for a while.
+ */
+void
+pool_fill(void)
+{
+	uint64_t now = now_ms();
+
+	for (size_t i = 0; i < sv.sv_npool; i++) {
+		struct pool_spec *ps = &sv.sv_pool[i];
+		struct kspec *ks;
+		struct context *c;
+		int have = 0;
+
+		if (now < ps->ps_retry_at || kspec_find(ps->ps_want, &ks) < 0)
+			continue;
+		TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+			have += c->c_pooled && !c->c_deleting && !strcmp(c->c_kernel, ks->ks_name);
+		for (; have < ps->ps_size; have++) {
+			c = context_new(NULL, ks->ks_lang, ks->ks_name, sv.sv_cwd, false);
+			c->c_pooled = true;
+			TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
+			if (connect_proxy(c, c->c_id) < 0 || spawn(c) < 0) {
+				context_free(c);
+				ps->ps_retry_at = now + 10000;
+				break;
+			}
+			log_debug("pool: warming a %s kernel (proxy %d)", ks->ks_name,
+				  (int)c->c_pl->pl_pid);
+		}
+		kspec_free(ks);
+	}
+}
+
+/*
+ * Restart from the pool: the context keeps its id, cwd and default-ness and
+ * takes a warm proxy; its old proxy and kernel are stopped. Returns false when
+ * the pool has none for its kernelspec.
+ */
+bool
+context_restart_from_pool(struct context *x)
+{
+	struct context *p = pool_take(x->c_kernel);
+	struct stream *s, *next;
+	struct request *rq;
+
+	if (!p)
+		return false;
+	for (s = TAILQ_FIRST(&x->c_streams); s; s = next) {
+		next = TAILQ_NEXT(s, st_ctx_link);
+		stream_fail(s, "ContextRestarted", "the context was restarted", "restarted");
+	}
+	while ((rq = TAILQ_FIRST(&x->c_waiters))) {
+		context_forget_waiter(rq);
+		request_done(rq, 409, NULL, "context %s was restarted meanwhile", x->c_id);
+	}
+	if (x->c_pl->pl_pid > 0)
+		kill(x->c_pl->pl_pid, SIGTERM); /* stops its kernel, removes its dir */
+	link_close(x->c_pl);
+	x->c_pl = p->c_pl;
+	p->c_pl = NULL;
+	x->c_pl->pl_ev_recv.ev_obj = x->c_pl->pl_ev_send.ev_obj = x->c_pl->pl_ev_pidfd.ev_obj = x;
+	x->c_ready = true;
+	TAILQ_REMOVE(&sv.sv_contexts, p, c_link);
+	free(p->c_lang);
+	free(p->c_kernel);
+	free(p->c_cwd);
+	free(p->c_error);
+	free(p);
+	claim(x);
+	metrics_count(M_KERNEL_RESTART, 1);
+	log_info("context %s: restarted with a warm kernel (proxy %d)", x->c_id,
+		 (int)x->c_pl->pl_pid);
+	control_event(json_pack("{s:s, s:s, s:s}", "event", "kernel_restarted", "context",
+				x->c_id, "why", "restart requested (warm pool)"));
+	pool_fill();
+	return true;
 }
 
 /*
@@ -303,7 +435,7 @@ context_create(const char *want, const char *cwd, bool is_default, struct contex
 	int n = 0;
 
 	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
-		n++;
+		n += !c->c_pooled && !c->c_deleting;
 	if (n >= sv.sv_max_contexts) {
 		snprintf(err, errsz, "too many contexts (limit %d); delete one first",
 			 sv.sv_max_contexts);
@@ -315,16 +447,34 @@ context_create(const char *want, const char *cwd, bool is_default, struct contex
 		free(avail);
 		return -ENOENT;
 	}
+	if ((c = pool_take(ks->ks_name))) {
+		/* a warm kernel: it becomes this context at once */
+		kspec_free(ks);
+		c->c_pooled = false;
+		c->c_default = is_default;
+		c->c_created = now_ms();
+		free(c->c_cwd);
+		c->c_cwd = xstrdup(cwd);
+		claim(c);
+		log_info("context %s: created from the warm pool (%s, cwd %s%s)", c->c_id,
+			 c->c_lang, cwd, is_default ? ", default" : "");
+		control_event(json_pack("{s:s, s:s, s:s, s:s, s:b}", "event", "context_created",
+					"context", c->c_id, "language", c->c_lang, "cwd", cwd,
+					"pooled", 1));
+		*out = c;
+		pool_fill();
+		return 0;
+	}
 	c = context_new(NULL, ks->ks_lang, ks->ks_name, cwd, is_default);
 	kspec_free(ks);
 	TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
-	if (connect_proxy(c) < 0 || spawn(c) < 0) {
+	if (connect_proxy(c, c->c_id) < 0 || spawn(c) < 0) {
 		snprintf(err, errsz, "could not start a proxy for the context");
 		context_free(c);
 		return -EIO;
 	}
 	log_info("context %s: created (%s, kernel %s, cwd %s%s), proxy pid %d", c->c_id,
-		 c->c_lang, c->c_kernel, cwd, is_default ? ", default" : "", (int)c->c_pid);
+		 c->c_lang, c->c_kernel, cwd, is_default ? ", default" : "", (int)c->c_pl->pl_pid);
 	control_event(json_pack("{s:s, s:s, s:s, s:s}", "event", "context_created", "context",
 				c->c_id, "language", c->c_lang, "cwd", cwd));
 	*out = c;
@@ -336,26 +486,26 @@ context_flush(struct context *c)
 {
 	size_t i = 0;
 
-	while (i < c->c_outq.n) {
-		int e = nng_sendmsg(c->c_sock, c->c_outq.q[i], NNG_FLAG_NONBLOCK);
+	while (i < c->c_pl->pl_outq.n) {
+		int e = nng_sendmsg(c->c_pl->pl_sock, c->c_pl->pl_outq.q[i], NNG_FLAG_NONBLOCK);
 		if (e == NNG_EAGAIN)
 			break;
 		if (e) {
 			log_warn("context %s: send: %s", c->c_id, nng_strerror(e));
-			nng_msg_free(c->c_outq.q[i]);
+			nng_msg_free(c->c_pl->pl_outq.q[i]);
 		}
 		i++;
 	}
-	memmove(c->c_outq.q, c->c_outq.q + i, (c->c_outq.n - i) * sizeof(nng_msg *));
-	c->c_outq.n -= i;
+	memmove(c->c_pl->pl_outq.q, c->c_pl->pl_outq.q + i, (c->c_pl->pl_outq.n - i) * sizeof(nng_msg *));
+	c->c_pl->pl_outq.n -= i;
 	/* the send fd is readable while sending would not block: watch it only
 	 * while something waits, or the loop would spin */
-	if (c->c_outq.n && !c->c_sfd_watched) {
-		server_watch(c->c_sfd, EPOLLIN, &c->c_ev_send);
-		c->c_sfd_watched = true;
-	} else if (!c->c_outq.n && c->c_sfd_watched) {
-		server_unwatch(c->c_sfd);
-		c->c_sfd_watched = false;
+	if (c->c_pl->pl_outq.n && !c->c_pl->pl_sfd_watched) {
+		server_watch(c->c_pl->pl_sfd, EPOLLIN, &c->c_pl->pl_ev_send);
+		c->c_pl->pl_sfd_watched = true;
+	} else if (!c->c_pl->pl_outq.n && c->c_pl->pl_sfd_watched) {
+		server_unwatch(c->c_pl->pl_sfd);
+		c->c_pl->pl_sfd_watched = false;
 	}
 }
 
@@ -370,11 +520,11 @@ context_send(struct context *c, struct msg *m)
 		fatal("context %s: cannot encode %s", c->c_id, msg_type_name(m->m_type));
 	memcpy(nng_msg_body(nm), buf, len);
 	free(buf);
-	if (c->c_outq.n == c->c_outq.cap) {
-		c->c_outq.cap = c->c_outq.cap ? c->c_outq.cap * 2 : 16;
-		c->c_outq.q = xrealloc(c->c_outq.q, c->c_outq.cap * sizeof(nng_msg *));
+	if (c->c_pl->pl_outq.n == c->c_pl->pl_outq.cap) {
+		c->c_pl->pl_outq.cap = c->c_pl->pl_outq.cap ? c->c_pl->pl_outq.cap * 2 : 16;
+		c->c_pl->pl_outq.q = xrealloc(c->c_pl->pl_outq.q, c->c_pl->pl_outq.cap * sizeof(nng_msg *));
 	}
-	c->c_outq.q[c->c_outq.n++] = nm;
+	c->c_pl->pl_outq.q[c->c_pl->pl_outq.n++] = nm;
 	context_flush(c);
 }
 
@@ -461,21 +611,26 @@ on_state(struct context *c, struct msg *m)
 		control_event(json_pack("{s:s, s:s, s:s}", "event", "kernel_restarted", "context",
 					c->c_id, "why", m->m_text.s ? m->m_text.s : ""));
 	}
-	c->c_state = m->m_state;
+	c->c_pl->pl_state = m->m_state;
 	if (m->m_has & FB(F_KPID))
-		c->c_kpid = m->m_kpid;
+		c->c_pl->pl_kpid = m->m_kpid;
 	free(c->c_error);
 	c->c_error = NULL;
-	if (c->c_state == KS_DEAD && (m->m_has & FB(F_TEXT)))
+	if (c->c_pl->pl_state == KS_DEAD && (m->m_has & FB(F_TEXT)))
 		c->c_error = xstrdup(m->m_text.s);
-	if (!c->c_ready && (c->c_state == KS_IDLE || c->c_state == KS_BUSY)) {
+	if (!c->c_ready && (c->c_pl->pl_state == KS_IDLE || c->c_pl->pl_state == KS_BUSY) &&
+	    c->c_pooled) {
+		c->c_ready = true;
+		log_info("pool: a %s kernel is warm (proxy %d, %llu ms)", c->c_kernel,
+			 (int)c->c_pl->pl_pid, (unsigned long long)(now_ms() - c->c_created));
+	} else if (!c->c_ready && (c->c_pl->pl_state == KS_IDLE || c->c_pl->pl_state == KS_BUSY)) {
 		c->c_ready = true;
 		log_info("context %s: ready in %llu ms", c->c_id,
 			 (unsigned long long)(now_ms() - c->c_created));
 		control_event(json_pack("{s:s, s:s, s:s}", "event", "context_ready", "context",
 					c->c_id, "language", c->c_lang));
 		answer_ready(c);
-	} else if (!c->c_ready && c->c_state == KS_DEAD) {
+	} else if (!c->c_ready && c->c_pl->pl_state == KS_DEAD) {
 		answer_ready(c);
 		c->c_deleting = true; /* a context that never started is not kept */
 		struct msg sd;
@@ -521,7 +676,7 @@ context_recv(struct context *c)
 {
 	for (int i = 0; i < 1024; i++) {
 		struct msg m;
-		int e = msg_recv(c->c_sock, &m, NNG_FLAG_NONBLOCK);
+		int e = msg_recv(c->c_pl->pl_sock, &m, NNG_FLAG_NONBLOCK);
 		if (e == NNG_EAGAIN)
 			return;
 		if (e > 0) {
@@ -566,7 +721,7 @@ proxy_lost(struct context *c, const char *why)
 				"its state is lost",
 				why);
 
-	log_warn("context %s: proxy %d %s", c->c_id, (int)c->c_pid, why);
+	log_warn("context %s: proxy %d %s", c->c_id, (int)c->c_pl->pl_pid, why);
 	if (!c->c_ready) {
 		free(c->c_error);
 		c->c_error = xasprintf("its proxy %s before the kernel was ready", why);
@@ -587,26 +742,26 @@ proxy_lost(struct context *c, const char *why)
 		request_done(rq, 500, NULL, "%s", value);
 	}
 	free(value);
-	outq_clear(c);
-	c->c_pid = 0;
-	c->c_kpid = 0;
-	if (c->c_pidfd >= 0) {
-		server_unwatch(c->c_pidfd);
-		close(c->c_pidfd);
-		c->c_pidfd = -1;
+	outq_clear(c->c_pl);
+	c->c_pl->pl_pid = 0;
+	c->c_pl->pl_kpid = 0;
+	if (c->c_pl->pl_pidfd >= 0) {
+		server_unwatch(c->c_pl->pl_pidfd);
+		close(c->c_pl->pl_pidfd);
+		c->c_pl->pl_pidfd = -1;
 	}
 	if (now - c->c_respawn_window > RESPAWN_WINDOW_MS) {
 		c->c_respawn_window = now;
 		c->c_respawns = 0;
 	}
 	if (++c->c_respawns > RESPAWN_MAX || spawn(c) < 0) {
-		c->c_state = KS_DEAD;
+		c->c_pl->pl_state = KS_DEAD;
 		free(c->c_error);
 		c->c_error = xstrdup("the context's proxy keeps dying; not restarted");
 		log_err("context %s: %s", c->c_id, c->c_error);
 		return;
 	}
-	log_info("context %s: proxy respawned, pid %d", c->c_id, (int)c->c_pid);
+	log_info("context %s: proxy respawned, pid %d", c->c_id, (int)c->c_pl->pl_pid);
 }
 
 void
@@ -616,12 +771,12 @@ context_reaped(pid_t pid, int status)
 	char why[128];
 
 	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
-		if (c->c_child && c->c_pid == pid)
+		if (c->c_pl->pl_child && c->c_pl->pl_pid == pid)
 			break;
 	if (!c)
 		return;
 	if (c->c_deleting || sv.sv_quit) {
-		c->c_pid = 0;
+		c->c_pl->pl_pid = 0;
 		context_free(c);
 		return;
 	}
@@ -651,8 +806,8 @@ context_pipe_events(void)
 
 	for (c = TAILQ_FIRST(&sv.sv_contexts); c; c = next) {
 		next = TAILQ_NEXT(c, c_link);
-		if (__atomic_exchange_n(&c->c_pipe_lost, 0, __ATOMIC_SEQ_CST) &&
-		    c->c_deleting && !c->c_child && c->c_pidfd < 0)
+		if (__atomic_exchange_n(&c->c_pl->pl_pipe_lost, 0, __ATOMIC_SEQ_CST) &&
+		    c->c_deleting && !c->c_pl->pl_child && c->c_pl->pl_pidfd < 0)
 			context_free(c);
 	}
 }
@@ -692,16 +847,16 @@ context_shutdown_all(void)
 	int left;
 
 	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
-		if (c->c_pid > 0)
-			kill(c->c_pid, SIGTERM);
+		if (c->c_pl->pl_pid > 0)
+			kill(c->c_pl->pl_pid, SIGTERM);
 	do {
 		left = 0;
 		TAILQ_FOREACH(c, &sv.sv_contexts, c_link) {
-			if (c->c_pid <= 0)
+			if (c->c_pl->pl_pid <= 0)
 				continue;
-			if (c->c_child ? waitpid(c->c_pid, NULL, WNOHANG) == c->c_pid
-				       : kill(c->c_pid, 0) < 0)
-				c->c_pid = 0;
+			if (c->c_pl->pl_child ? waitpid(c->c_pl->pl_pid, NULL, WNOHANG) == c->c_pl->pl_pid
+				       : kill(c->c_pl->pl_pid, 0) < 0)
+				c->c_pl->pl_pid = 0;
 			else
 				left++;
 		}
@@ -709,12 +864,12 @@ context_shutdown_all(void)
 			usleep(10000);
 	} while (left && now_ms() < until);
 	while ((c = TAILQ_FIRST(&sv.sv_contexts))) {
-		if (c->c_pid > 0) {
+		if (c->c_pl->pl_pid > 0) {
 			log_warn("context %s: proxy %d did not stop; killed", c->c_id,
-				 (int)c->c_pid);
-			kill(c->c_pid, SIGKILL);
-			if (c->c_child)
-				waitpid(c->c_pid, NULL, 0);
+				 (int)c->c_pl->pl_pid);
+			kill(c->c_pl->pl_pid, SIGKILL);
+			if (c->c_pl->pl_child)
+				waitpid(c->c_pl->pl_pid, NULL, 0);
 		}
 		context_free(c);
 	}
@@ -740,6 +895,8 @@ context_adopt_all(void)
 		char *state = xasprintf("%s/state.json", cdir);
 		json_t *j = json_load_file(state, 0, NULL);
 		const char *id = json_string_value(json_object_get(j, "id"));
+		const char *slot = json_string_value(json_object_get(j, "slot"));
+		bool pooled = json_is_null(json_object_get(j, "id"));
 		const char *lang = json_string_value(json_object_get(j, "language"));
 		const char *kernel = json_string_value(json_object_get(j, "kernel"));
 		const char *cwd = json_string_value(json_object_get(j, "cwd"));
@@ -752,24 +909,29 @@ context_adopt_all(void)
 			exe[el] = '\0';
 		free(link);
 		const char *base = strrchr(exe, '/');
-		if (id && lang && kernel && cwd && pid > 1 && !strcmp(id, de->d_name) && uuid_valid(id) &&
-		    base && !strncmp(base + 1, "sandcell-proxy", 14) &&
+		/* the proxy lives in ctx/<slot>; a pooled one serves no context yet */
+		if (pooled)
+			id = slot;
+		if (id && slot && lang && kernel && cwd && pid > 1 && !strcmp(slot, de->d_name) &&
+		    uuid_valid(id) && base && !strncmp(base + 1, "sandcell-proxy", 14) &&
 		    !context_find(id)) {
 			struct context *c = context_new(id, lang, kernel, cwd, is_default);
-			c->c_pid = pid;
-			c->c_child = false;
-			/* not our child: a pidfd tells us when it exits */
-			c->c_pidfd = syscall(SYS_pidfd_open, (pid_t)pid, 0);
-			if (c->c_pidfd >= 0) {
-				c->c_ev_pidfd = (struct evsrc){EV_CTX_PIDFD, c};
-				server_watch(c->c_pidfd, EPOLLIN, &c->c_ev_pidfd);
-			}
+			c->c_pooled = pooled;
 			TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
-			if (connect_proxy(c) < 0) {
+			if (connect_proxy(c, slot) < 0) {
 				context_free(c);
 			} else {
+				c->c_pl->pl_pid = pid;
+				c->c_pl->pl_child = false;
+				/* not our child: a pidfd tells us when it exits */
+				c->c_pl->pl_pidfd = syscall(SYS_pidfd_open, (pid_t)pid, 0);
+				if (c->c_pl->pl_pidfd >= 0) {
+					c->c_pl->pl_ev_pidfd = (struct evsrc){EV_CTX_PIDFD, c};
+					server_watch(c->c_pl->pl_pidfd, EPOLLIN,
+						     &c->c_pl->pl_ev_pidfd);
+				}
 				c->c_ready = true; /* it was ready for the previous broker */
-				n++;
+				n += !pooled;
 			}
 		} else {
 			log_info("run dir: removing stale context dir %s", cdir);

@@ -159,20 +159,21 @@ static json_t *
 status_json(void)
 {
 	struct context *c;
-	int nctx = 0, running = 0, queued = 0;
+	int nctx = 0, running = 0, queued = 0, pooled = 0;
 
 	TAILQ_FOREACH(c, &sv.sv_contexts, c_link) {
-		nctx += !c->c_deleting;
+		nctx += context_listed(c);
+		pooled += c->c_pooled && !c->c_deleting;
 		if (!c->c_deleting && c->c_nstreams) {
 			running++;
 			queued += c->c_nstreams - 1;
 		}
 	}
-	return json_pack("{s:s, s:f, s:i, s:i, s:i, s:b, s:s, s:s}", "version",
+	return json_pack("{s:s, s:f, s:i, s:i, s:i, s:i, s:b, s:s, s:s}", "version",
 			 SANDCELL_VERSION, "uptime_seconds", (now_ms() - sv.sv_started) / 1000.0,
-			 "contexts", nctx, "executions_running", running, "executions_queued",
-			 queued, "draining", sv.sv_draining, "listen", sv.sv_listen, "run_dir",
-			 sv.sv_run_dir);
+			 "contexts", nctx, "warm_pool", pooled, "executions_running", running,
+			 "executions_queued", queued, "draining", sv.sv_draining, "listen",
+			 sv.sv_listen, "run_dir", sv.sv_run_dir);
 }
 
 /*
@@ -253,6 +254,10 @@ handle(nng_pipe p, struct msg *m)
 	case CTL_DELETE:
 		if (!c) {
 			done(p, m->m_req, MSG_FAIL, NULL, "no such context");
+			return;
+		}
+		if (m->m_type == CTL_RESTART && context_restart_from_pool(c)) {
+			done(p, m->m_req, MSG_OK, NULL, "restarted with a warm kernel");
 			return;
 		}
 		context_request(c, ctl_request(p, m->m_req),

@@ -383,7 +383,7 @@ do_list(struct request *rq)
 	struct context *c;
 
 	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
-		if (!c->c_deleting)
+		if (context_listed(c))
 			json_array_append_new(a, context_json(c, false));
 	return respond(rq, 200, http_json(a));
 }
@@ -492,6 +492,8 @@ route(struct request *rq, const char *url, const char *method)
 	if (!strcmp(rest, "/restart") || !strcmp(rest, "/interrupt")) {
 		if (!post)
 			goto method;
+		if (rest[1] == 'r' && context_restart_from_pool(c))
+			return respond(rq, 200, http_json(json_null()));
 		suspend(rq);
 		if (rest[1] == 'r')
 			context_request(c, rq, MSG_RESTART, OP_RESTART);

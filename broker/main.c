@@ -99,6 +99,34 @@ token_file(const char *path)
 	return 0;
 }
 
+/* --pool python=2,javascript=1; 0 or none for no pool. */
+static int
+pool_parse(const char *arg)
+{
+	char *copy = xstrdup(arg), *save, *tok;
+
+	sv.sv_npool = 0;
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(tok, '=');
+		if (!strcmp(tok, "0") || !strcmp(tok, "none"))
+			continue;
+		if (!eq || sv.sv_npool == sizeof(sv.sv_pool) / sizeof(sv.sv_pool[0]) ||
+		    atoi(eq + 1) < 0 || atoi(eq + 1) > 64) {
+			free(copy);
+			return -1;
+		}
+		*eq = '\0';
+		struct pool_spec *ps = &sv.sv_pool[sv.sv_npool++];
+		if (lang_normalise(tok, ps->ps_want, sizeof(ps->ps_want)) < 0) {
+			free(copy);
+			return -1;
+		}
+		ps->ps_size = atoi(eq + 1);
+	}
+	free(copy);
+	return 0;
+}
+
 static void
 usage(void)
 {
@@ -141,6 +169,9 @@ usage(void)
 		"                          S seconds of connecting or of its last response\n"
 		"                          (default 30)\n"
 		"  --kernel-user USER      run kernels as USER (the broker may stay root)\n"
+		"  --pool LANG=N[,...]     warm kernels kept ready per language, taken by\n"
+		"                          POST /contexts and restart (default python=1;\n"
+		"                          0 for none)\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n");
 	exit(2);
 }
@@ -357,6 +388,8 @@ loop(void)
 			stream_tick(now);
 			context_tick(now);
 			http_tick(now);
+			if (!sv.sv_draining)
+				pool_fill();
 			next_tick = now + TICK_MS;
 			if (sv.sv_watchdog_ms && now >= sv.sv_watchdog_at) {
 				server_notify("WATCHDOG=1");
@@ -398,6 +431,7 @@ main(int argc, char **argv)
 		{"max-connections", required_argument, NULL, 'x'},
 		{"header-timeout", required_argument, NULL, 'H'},
 		{"kernel-user", required_argument, NULL, 'U'},
+		{"pool", required_argument, NULL, 'W'},
 		{"proxy", required_argument, NULL, 'p'},
 		{"log-level", required_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
@@ -415,6 +449,7 @@ main(int argc, char **argv)
 	sv.sv_genv = json_object();
 	sv.sv_log_level = "info";
 	sv.sv_grace = 30;
+	pool_parse("python=1");
 	sv.sv_max_conns = 4096;
 	sv.sv_header_timeout = 30;
 	TAILQ_INIT(&sv.sv_conns);
@@ -457,6 +492,10 @@ main(int argc, char **argv)
 		case 'x': sv.sv_max_conns = atoi(optarg); break;
 		case 'H': sv.sv_header_timeout = atoi(optarg); break;
 		case 'U': sv.sv_kernel_user = optarg; break;
+		case 'W':
+			if (pool_parse(optarg) < 0)
+				usage();
+			break;
 		case 'p': sv.sv_proxy_bin = optarg; break;
 		case 'v':
 			if ((level = parse_level(optarg)) < 0)

@@ -50,6 +50,9 @@ enum msg_type {
 	CTL_UNDRAIN,   /* req */
 	CTL_WATCH,     /* req: OK(data) per event until the client leaves */
 	CTL_RUN,       /* req, id, code */
+	/* broker -> proxy (new types go last: numbers never change, so a broker
+	 * can re-attach to proxies of an older version) */
+	MSG_CLAIM, /* req, id, cwd; flags: a pooled proxy becomes this context */
 	MSG_TYPE_MAX
 };
 
@@ -75,6 +78,7 @@ enum msg_field {
 	F_OUTCOME, /* how a stream ended: ok, error, timeout, kernel_died, ... */
 	F_WAIT,    /* ms a unit waited in the queue */
 	F_RUN,     /* ms it ran */
+	F_FLAGS,   /* CLAIM: FLAG_DEFAULT */
 	F_FIELD_MAX
 };
 #define FB(f) (1u << (f))
@@ -93,6 +97,7 @@ enum proto_err {
 };
 
 enum policy { POLICY_INTERRUPT = 0, POLICY_CONTINUE = 1 };
+#define FLAG_DEFAULT 1u
 enum kstate { KS_STARTING = 0, KS_IDLE, KS_BUSY, KS_DEAD };
 
 #define PROTO_MAX_FRAME (80u << 20) /* whole frame */
@@ -117,7 +122,7 @@ struct msg {
 	enum msg_type m_type;
 	uint32_t m_has; /* FB(field) for each field present */
 	uint64_t m_stream, m_req, m_timeout, m_policy, m_final;
-	uint64_t m_pid, m_kpid, m_state, m_queue, m_count, m_wait, m_run;
+	uint64_t m_pid, m_kpid, m_state, m_queue, m_count, m_wait, m_run, m_flags;
 	struct pstr m_code, m_data, m_text, m_id, m_lang, m_cwd, m_outcome;
 	struct penv *m_env;
 	size_t m_nenv;

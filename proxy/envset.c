@@ -175,18 +175,44 @@ lang_find(const char *lang)
 	return NULL;
 }
 
-bool
-envset_supported(const char *lang)
-{
-	return lang_find(lang) != NULL;
-}
-
 static char *
 finish(struct buf *b)
 {
 	buf_append(b, "", 1);
 	return b->b_data;
 }
+
+/* Changes the kernel's working directory (a pooled kernel claimed elsewhere). */
+char *
+envset_chdir(const char *lang, const char *dir)
+{
+	struct buf b = {0};
+
+	if (!strcmp(lang, "python"))
+		puts_buf(&b, "__import__('os').chdir(");
+	else if (!strcmp(lang, "javascript") || !strcmp(lang, "typescript"))
+		puts_buf(&b, "Deno.chdir(");
+	else if (!strcmp(lang, "r"))
+		puts_buf(&b, "invisible(setwd(");
+	else if (!strcmp(lang, "bash"))
+		puts_buf(&b, "cd -- ");
+	else
+		return NULL;
+	if (!strcmp(lang, "bash")) {
+		bash_quote(&b, dir);
+	} else {
+		json_quote(&b, dir);
+		puts_buf(&b, !strcmp(lang, "r") ? "))" : ")");
+	}
+	return finish(&b);
+}
+
+bool
+envset_supported(const char *lang)
+{
+	return lang_find(lang) != NULL;
+}
+
 
 char *
 envset_set(const char *lang, const struct penv *env, size_t n)

@@ -28,6 +28,8 @@
 
 static struct proxy px;
 
+static void write_state_file(struct proxy *p);
+
 static void
 outq_flush(struct proxy *p)
 {
@@ -105,7 +107,7 @@ send_hello(struct proxy *p)
 	struct msg m;
 
 	msg_init(&m, MSG_HELLO);
-	msg_set_str(&m, F_ID, p->px_id, strlen(p->px_id));
+	msg_set_str(&m, F_ID, p->px_ctx, strlen(p->px_ctx));
 	msg_set_str(&m, F_LANG, p->px_lang, strlen(p->px_lang));
 	msg_set_str(&m, F_CWD, p->px_cwd, strlen(p->px_cwd));
 	msg_set_u64(&m, F_PID, getpid());
@@ -131,6 +133,38 @@ reply(struct proxy *p, enum msg_type t, uint64_t req, const char *text)
 	}
 	proxy_send(p, &m);
 	msg_free(&m);
+}
+
+/*
+ * A pooled proxy becomes a context (or a live one is renamed after a restart
+ * took this proxy from the pool): new id, cwd applied in the kernel, state
+ * file rewritten so a restarted broker finds it under its context id.
+ */
+static void
+claim(struct proxy *p, struct msg *m)
+{
+	bool moved = strcmp(m->m_cwd.s, p->px_cwd) != 0;
+
+	if (!uuid_valid(m->m_id.s) || m->m_cwd.s[0] != '/') {
+		reply(p, MSG_FAIL, m->m_req, "bad claim");
+		return;
+	}
+	free(p->px_ctx);
+	p->px_ctx = xstrdup(m->m_id.s);
+	free(p->px_cwd);
+	p->px_cwd = xstrdup(m->m_cwd.s); /* kernels restarted later start there */
+	p->px_default = m->m_flags & FLAG_DEFAULT;
+	p->px_pooled = false;
+	if (moved) {
+		char *cd = envset_chdir(p->px_ks->ks_lang, p->px_cwd);
+		/* the shell channel is ordered: every unit runs after this */
+		if (cd && kernel_execute(p, cd, true, NULL) < 0)
+			log_warn("context %s: could not change the kernel's directory", p->px_ctx);
+		free(cd);
+	}
+	write_state_file(p);
+	log_info("proxy %s now serves context %s (cwd %s)", p->px_id, p->px_ctx, p->px_cwd);
+	reply(p, MSG_OK, m->m_req, NULL);
 }
 
 static void
@@ -166,6 +200,9 @@ handle_ipc(struct proxy *p, struct msg *m)
 		break;
 	case MSG_INFO:
 		reply(p, MSG_OK, m->m_req, NULL);
+		break;
+	case MSG_CLAIM:
+		claim(p, m);
 		break;
 	default:
 		log_warn("context %s: unexpected %s from broker, dropped", p->px_id,
@@ -324,7 +361,8 @@ write_state_file(struct proxy *p)
 {
 	char *path = xasprintf("%s/state.json", p->px_dir);
 	char *tmp = xasprintf("%s.tmp", path);
-	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:i, s:b}", "id", p->px_id, "language",
+	json_t *o = json_pack("{s:s?, s:s, s:s, s:s, s:s, s:i, s:b}", "id",
+			      p->px_pooled ? NULL : p->px_ctx, "slot", p->px_id, "language",
 			      p->px_lang, "kernel", p->px_ks->ks_name, "cwd", p->px_cwd, "pid",
 			      (int)getpid(), "default", p->px_default);
 
@@ -371,7 +409,7 @@ usage(void)
 	fprintf(stderr, "usage: sandcell-proxy --run-dir DIR --id UUID --language LANG "
 			"--cwd DIR [--kernel NAME] [--env-file FILE] [--memory BYTES]\n"
 			"       [--cpu SECONDS] [--cgroup DIR] [--python-startup FILE] [--default]\n"
-			"       [--kernel-user USER]\n"
+			"       [--kernel-user USER] [--pooled]\n"
 			"       [--log-level LEVEL]\n");
 	exit(2);
 }
@@ -438,6 +476,7 @@ main(int argc, char **argv)
 		{"kernel", required_argument, NULL, 'k'},
 		{"python-startup", required_argument, NULL, 'P'},
 		{"kernel-user", required_argument, NULL, 'u'},
+		{"pooled", no_argument, NULL, 'o'},
 		{"memory", required_argument, NULL, 'M'},
 		{"cpu", required_argument, NULL, 'C'},
 		{"cgroup", required_argument, NULL, 'G'},
@@ -459,6 +498,7 @@ main(int argc, char **argv)
 		case 'k': kernel = optarg; break;
 		case 'P': px.px_py_startup = optarg; break;
 		case 'u': kuser = optarg; break;
+		case 'o': px.px_pooled = true; break;
 		case 'M': px.px_mem_limit = strtoull(optarg, NULL, 10); break;
 		case 'C': px.px_cpu_limit = strtoull(optarg, NULL, 10); break;
 		case 'G': px.px_cgroup_parent = optarg; break;
@@ -472,6 +512,8 @@ main(int argc, char **argv)
 	if (!px.px_run_dir || !px.px_id || !px.px_lang || !px.px_cwd || !uuid_valid(px.px_id))
 		usage();
 	log_init("sandcell-proxy", level);
+	px.px_ctx = xstrdup(px.px_id);
+	px.px_cwd = xstrdup(px.px_cwd);
 	if (sodium_init() < 0)
 		fatal("sodium_init failed");
 	if (lang_normalise(kernel ? kernel : px.px_lang, lang, sizeof(lang)) < 0 ||

@@ -60,7 +60,10 @@ struct wire_frame {
 };
 
 struct proxy {
-	char *px_id, *px_lang, *px_cwd, *px_dir, *px_run_dir;
+	char *px_id;       /* the proxy's own name: its dir and socket in the run dir */
+	char *px_ctx;      /* the context it serves (px_id unless it came from the pool) */
+	bool px_pooled;    /* started ahead of time; no context until CLAIM */
+	char *px_lang, *px_cwd, *px_dir, *px_run_dir;
 	char *px_kdir;     /* the kernel's files: connection file, ipc sockets, HOME */
 	char *px_mplcache; /* matplotlib's cache, shared by the kernels of a run dir */
 	uid_t px_kuid;     /* --kernel-user, or -1 */
@@ -169,6 +172,7 @@ bool output_iopub(struct buf *b, const char *type, json_t *content, bool display
 char *envset_set(const char *lang, const struct penv *env, size_t n);
 char *envset_restore(const char *lang, const struct penv *env, size_t n,
 		     const struct penv *genv, size_t ngenv);
+char *envset_chdir(const char *lang, const char *dir);
 bool envset_supported(const char *lang);
 
 #endif

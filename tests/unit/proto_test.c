@@ -50,6 +50,7 @@ static const struct {
     [F_OUTCOME] = {K_STR, offsetof(struct msg, m_outcome), 64},
     [F_WAIT] = {K_U64, offsetof(struct msg, m_wait), 0},
     [F_RUN] = {K_U64, offsetof(struct msg, m_run), 0},
+    [F_FLAGS] = {K_U64, offsetof(struct msg, m_flags), 0},
 };
 
 #define KSTAT (FB(F_STATE) | FB(F_KPID) | FB(F_QUEUE) | FB(F_COUNT))
@@ -66,6 +67,7 @@ static const struct {
     {MSG_RESTART, "RESTART", FB(F_REQ), 0},
     {MSG_SHUTDOWN, "SHUTDOWN", FB(F_REQ), 0},
     {MSG_INFO, "INFO", FB(F_REQ), 0},
+    {MSG_CLAIM, "CLAIM", FB(F_REQ) | FB(F_ID) | FB(F_CWD), FB(F_FLAGS)},
     {MSG_HELLO, "HELLO", FB(F_ID) | FB(F_LANG) | FB(F_CWD) | FB(F_PID) | FB(F_STATE),
      KSTAT | FB(F_TEXT)},
     {MSG_OUTPUT, "OUTPUT", FB(F_STREAM) | FB(F_DATA),
