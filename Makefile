@@ -17,6 +17,8 @@ LDLIBS_TEST   = -lcriterion -lcurl
 LISTEN  ?= 127.0.0.1:49999
 # The project's kernelspecs: bash (kept in the repo) and Deno (written by deps).
 export JUPYTER_PATH := $(CURDIR)/proxy/jupyter:$(CURDIR)/.deps/jupyter$(if $(JUPYTER_PATH),:$(JUPYTER_PATH))
+# The IPython start-up profile, wherever the binaries were built (test-asan).
+export SANDCELL_PYTHON_STARTUP ?= $(CURDIR)/proxy/python/sandcell_startup.py
 RUN_ARGS ?=
 
 PROTO_SRC  = $(wildcard proto/*.c)
@@ -62,9 +64,11 @@ $(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.c tests/integr
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS_PROTO) $(LDLIBS_TEST)
 
-$(BUILD)/bench: tests/bench/bench.c tests/integration/harness.c $(PROTO_OBJ)
+# The benchmarks include a raw Jupyter client (the baseline) built on proxy/wire.c.
+$(BUILD)/bench: $(wildcard tests/bench/*.c) tests/integration/harness.c $(BUILD)/proxy/wire.o \
+		$(PROTO_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS_PROTO) -lcurl
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS_PROXY) -lcurl
 
 $(BUILD)/soak: tests/soak/soak.c tests/integration/harness.c $(PROTO_OBJ)
 	@mkdir -p $(dir $@)

@@ -158,8 +158,8 @@ usage(void)
 		"                          scope per kernel under sandcell.slice\n"
 		"  --proxy PATH            sandcell-proxy binary (default: beside this one)\n"
 		"  --python-startup FILE   run in every Python kernel at start (default:\n"
-		"                          sandcell's profile for rich data results;\n"
-		"                          '' for none)\n"
+		"                          $SANDCELL_PYTHON_STARTUP, else sandcell's profile\n"
+		"                          for rich data results; '' for none)\n"
 		"  --access-token TOKEN    require this token (X-Access-Token or\n"
 		"                          Authorization: Bearer) on every endpoint but\n"
 		"                          /health; also $SANDCELL_ACCESS_TOKEN\n"
@@ -527,6 +527,8 @@ main(int argc, char **argv)
 		sv.sv_cwd = default_cwd();
 	if (!sv.sv_proxy_bin)
 		sv.sv_proxy_bin = default_proxy_bin();
+	if (!sv.sv_python_startup)
+		sv.sv_python_startup = getenv("SANDCELL_PYTHON_STARTUP");
 	if (!sv.sv_python_startup)
 		sv.sv_python_startup = default_python_startup();
 	else if (!*sv.sv_python_startup)
