@@ -16,6 +16,8 @@
 #include "../proto/proto.h"
 
 #define KEEPALIVE_MS 1000
+#define STREAM_MEM_MAX (256u << 10) /* per stream in memory; past it, to disk */
+#define STREAM_CHUNK (32u << 10)    /* bytes handed to MHD at a time */
 #define TICK_MS 250
 #define MAX_LANG 64
 
@@ -77,6 +79,9 @@ struct stream {
 	nng_pipe st_pipe;
 	uint64_t st_req;      /* the ctl request it answers */
 	bool st_errored;      /* ctl run: an error line went by */
+	int st_spill_fd;      /* a slow client's backlog, in an unlinked file; or -1 */
+	uint64_t st_spill_w, st_spill_r;
+	bool st_overflow;     /* over --stream-cap: ended with an error line */
 };
 TAILQ_HEAD(streamq, stream);
 
@@ -175,6 +180,8 @@ struct server {
 	bool sv_token;
 	unsigned sv_max_conns, sv_nconns;
 	unsigned sv_header_timeout; /* s a connection gets to send a request head */
+	uint64_t sv_stream_cap;     /* bytes a stream may hold for a slow client */
+	const char *sv_spill_dir;
 	struct connq sv_conns;
 	unsigned sv_grace;      /* seconds running executions get on SIGTERM */
 	bool sv_draining;       /* new executions get 503 */

@@ -169,6 +169,11 @@ usage(void)
 		"                          S seconds of connecting or of its last response\n"
 		"                          (default 30)\n"
 		"  --kernel-user USER      run kernels as USER (the broker may stay root)\n"
+		"  --stream-cap BYTES      output a stream may hold for a client that reads\n"
+		"                          slowly; past it the execution is cancelled and\n"
+		"                          the stream says so (default 1 GiB)\n"
+		"  --spill-dir DIR         where that backlog goes past 256 KiB per stream\n"
+		"                          (unlinked files; default $TMPDIR or /var/tmp)\n"
 		"  --pool LANG=N[,...]     warm kernels kept ready per language, taken by\n"
 		"                          POST /contexts and restart (default python=1;\n"
 		"                          0 for none)\n"
@@ -432,6 +437,8 @@ main(int argc, char **argv)
 		{"header-timeout", required_argument, NULL, 'H'},
 		{"kernel-user", required_argument, NULL, 'U'},
 		{"pool", required_argument, NULL, 'W'},
+		{"stream-cap", required_argument, NULL, 'X'},
+		{"spill-dir", required_argument, NULL, 'D'},
 		{"proxy", required_argument, NULL, 'p'},
 		{"log-level", required_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
@@ -451,6 +458,8 @@ main(int argc, char **argv)
 	sv.sv_grace = 30;
 	pool_parse("python=1");
 	sv.sv_max_conns = 4096;
+	sv.sv_stream_cap = 1ull << 30;
+	sv.sv_spill_dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/var/tmp";
 	sv.sv_header_timeout = 30;
 	TAILQ_INIT(&sv.sv_conns);
 	if (getenv("SANDCELL_ACCESS_TOKEN")) {
@@ -492,6 +501,8 @@ main(int argc, char **argv)
 		case 'x': sv.sv_max_conns = atoi(optarg); break;
 		case 'H': sv.sv_header_timeout = atoi(optarg); break;
 		case 'U': sv.sv_kernel_user = optarg; break;
+		case 'X': sv.sv_stream_cap = strtoull(optarg, NULL, 10); break;
+		case 'D': sv.sv_spill_dir = optarg; break;
 		case 'W':
 			if (pool_parse(optarg) < 0)
 				usage();

@@ -12,7 +12,8 @@
 
 static const char *const outcomes[] = {
 	"ok",	   "error",	 "timeout",	     "interrupted", "kernel_died", "restarted",
-	"deleted", "aborted",	 "context_lost",    "cancelled",   "server_stopping", "other",
+	"deleted", "aborted",	 "context_lost",    "cancelled",   "server_stopping",
+	"output_limit", "other",
 };
 #define N_OUTCOMES (sizeof(outcomes) / sizeof(outcomes[0]))
 

@@ -7,9 +7,12 @@
  * vanished client means CANCEL. For sandcellctl run the output goes to the
  * ctl client's pipe instead.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <unistd.h>
 
 #include "broker.h"
 
@@ -24,6 +27,7 @@ stream_new(struct context *c, const char *code)
 	s->st_id = sv.sv_next_stream++;
 	s->st_ctx = c;
 	s->st_fd = -1;
+	s->st_spill_fd = -1;
 	s->st_ev = (struct evsrc){EV_HANGUP, s};
 	s->st_started = s->st_last_out = now_ms();
 	snprintf(s->st_code_head, sizeof(s->st_code_head), "%.*s", (int)(n < 80 ? n : 80), code);
@@ -112,15 +116,88 @@ cancel(struct stream *s)
 	record(s, "cancelled", 0, now_ms() - s->st_started);
 }
 
+/* Bytes waiting for the client, in memory and on disk. */
+static uint64_t
+backlog(struct stream *s)
+{
+	return buf_pending(&s->st_buf) + (s->st_spill_w - s->st_spill_r);
+}
+
+static void
+spill_close(struct stream *s)
+{
+	if (s->st_spill_fd >= 0)
+		close(s->st_spill_fd);
+	s->st_spill_fd = -1;
+	s->st_spill_w = s->st_spill_r = 0;
+}
+
+/*
+ * Queues bytes for the client. Up to STREAM_MEM_MAX stay in memory; past
+ * that (a client reading slower than its code writes) they go to an unlinked
+ * file, and keep going there until the file is drained, so order is kept and
+ * the broker's memory does not grow with a slow reader.
+ */
+static int
+queue_bytes(struct stream *s, const char *data, size_t len)
+{
+	if (s->st_spill_fd < 0 && buf_pending(&s->st_buf) + len <= STREAM_MEM_MAX) {
+		buf_append(&s->st_buf, data, len);
+		return 0;
+	}
+	if (s->st_spill_fd < 0) {
+		s->st_spill_fd = open(sv.sv_spill_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+		if (s->st_spill_fd < 0) {
+			log_err("stream %llu: spill file in %s: %s", (unsigned long long)s->st_id,
+				sv.sv_spill_dir, strerror(errno));
+			return -1;
+		}
+	}
+	while (len) {
+		ssize_t n = pwrite(s->st_spill_fd, data, len, s->st_spill_w);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			log_err("stream %llu: spill write: %s", (unsigned long long)s->st_id,
+				strerror(errno));
+			return -1;
+		}
+		s->st_spill_w += n;
+		data += n;
+		len -= n;
+	}
+	return 0;
+}
+
+/* Moves the next spilled bytes into memory once memory is empty. */
+static void
+unspill(struct stream *s)
+{
+	char chunk[64 << 10];
+	ssize_t n;
+
+	if (s->st_spill_fd < 0 || buf_pending(&s->st_buf))
+		return;
+	n = pread(s->st_spill_fd, chunk, sizeof(chunk), s->st_spill_r);
+	if (n > 0) {
+		buf_append(&s->st_buf, chunk, n);
+		s->st_spill_r += n;
+	}
+	if (n <= 0 || s->st_spill_r == s->st_spill_w)
+		spill_close(s);
+}
+
 static ssize_t
 reader(void *cls, uint64_t pos, char *out, size_t max)
 {
 	struct stream *s = cls;
-	size_t n = buf_pending(&s->st_buf);
+	size_t n;
 
 	(void)pos;
 	if (s->st_gone)
 		return MHD_CONTENT_READER_END_WITH_ERROR;
+	unspill(s);
+	n = buf_pending(&s->st_buf);
 	if (n) {
 		if (n > max)
 			n = max;
@@ -144,7 +221,7 @@ struct MHD_Response *
 stream_response(struct stream *s)
 {
 	struct MHD_Response *r =
-		MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, reader, s, NULL);
+		MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_CHUNK, reader, s, NULL);
 
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
@@ -161,14 +238,36 @@ stream_free(struct stream *s)
 		s->st_ctx->c_nstreams--;
 	}
 	buf_free(&s->st_buf);
+	spill_close(s);
 	free(s);
+}
+
+static void append_end(struct stream *s, const char *name, const char *value);
+
+/*
+ * Past --stream-cap the client is too far behind: the execution is cancelled
+ * (its on_disconnect policy applies) and the stream ends saying so.
+ */
+static void
+overflow(struct stream *s)
+{
+	char why[160];
+
+	snprintf(why, sizeof(why),
+		 "the client read too slowly: over %llu bytes of output were waiting",
+		 (unsigned long long)sv.sv_stream_cap);
+	log_warn("stream %llu: %s", (unsigned long long)s->st_id, why);
+	record(s, "output_limit", 0, now_ms() - s->st_started);
+	cancel(s);
+	s->st_overflow = true;
+	append_end(s, "OutputLimitExceeded", why);
 }
 
 /* Output from the proxy; final carries how the execution ended. */
 void
 stream_output(struct stream *s, const char *data, size_t len, struct msg *final)
 {
-	if (s->st_gone)
+	if (s->st_gone || s->st_overflow)
 		return;
 	s->st_bytes += len;
 	if (final) {
@@ -182,7 +281,33 @@ stream_output(struct stream *s, const char *data, size_t len, struct msg *final)
 			stream_free(s);
 		return;
 	}
-	buf_append(&s->st_buf, data, len);
+	if (backlog(s) + len > sv.sv_stream_cap || queue_bytes(s, data, len) < 0) {
+		overflow(s);
+		return;
+	}
+	unwatch(s);
+}
+
+/* The error line and end_of_execution, past any cap (a few bytes). */
+static void
+append_end(struct stream *s, const char *name, const char *value)
+{
+	json_t *e = json_pack("{s:s, s:s, s:s, s:s}", "type", "error", "name", name, "value",
+			      value, "traceback", "");
+	char *line = json_dumps(e, JSON_COMPACT | JSON_ENSURE_ASCII);
+	static const char end[] = "{\"type\":\"end_of_execution\"}\n";
+
+	json_decref(e);
+	if (queue_bytes(s, line, strlen(line)) < 0 || queue_bytes(s, "\n", 1) < 0 ||
+	    queue_bytes(s, end, sizeof(end) - 1) < 0) {
+		/* the disk failed us: what fits in memory still ends the stream */
+		spill_close(s);
+		buf_append(&s->st_buf, line, strlen(line));
+		buf_append(&s->st_buf, "\n", 1);
+		buf_append(&s->st_buf, end, sizeof(end) - 1);
+	}
+	free(line);
+	s->st_final = true;
 	unwatch(s);
 }
 
@@ -275,7 +400,7 @@ stream_tick(uint64_t now)
 
 	TAILQ_FOREACH(s, &sv.sv_streams, st_link)
 		if (!s->st_ctl && !s->st_final && !s->st_gone &&
-		    now - s->st_last_out >= KEEPALIVE_MS && buf_pending(&s->st_buf) == 0) {
+		    now - s->st_last_out >= KEEPALIVE_MS && backlog(s) == 0) {
 			s->st_last_out = now;
 			buf_append(&s->st_buf, keepalive, sizeof(keepalive) - 1);
 			unwatch(s);

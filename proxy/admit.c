@@ -34,12 +34,24 @@ admit_depth(struct proxy *px)
 	return n;
 }
 
-/* Hands pending output to the broker; an outcome closes the stream. */
+/*
+ * Hands pending output to the broker, at most OUTPUT_CHUNK per message (a
+ * line may span messages: the broker only concatenates), so neither side
+ * ever holds a huge frame; an outcome closes the stream.
+ */
 static void
 unit_send(struct proxy *px, struct unit *u, const char *outcome)
 {
 	struct msg m;
 
+	while (buf_pending(&u->u_out) > OUTPUT_CHUNK) {
+		msg_init(&m, MSG_OUTPUT);
+		msg_set_u64(&m, F_STREAM, u->u_stream);
+		msg_set_str(&m, F_DATA, buf_head(&u->u_out), OUTPUT_CHUNK);
+		proxy_send(px, &m);
+		msg_free(&m);
+		buf_consume(&u->u_out, OUTPUT_CHUNK);
+	}
 	if (!buf_pending(&u->u_out) && !outcome)
 		return;
 	msg_init(&m, MSG_OUTPUT);

@@ -18,6 +18,7 @@
 #define INTERRUPT_RETRY_MS 1000
 #define INTERRUPT_GRACE_MS 3000
 #define MAX_RESUBMIT 3
+#define OUTPUT_CHUNK (1u << 20) /* most NDJSON bytes in one OUTPUT message */
 #define IOPUB_QUIET_MS 5000 /* reply in, idle missing, iopub silent: output lost */
 #define WIRE_MAX_FRAME (256LL << 20) /* larger kernel frames are dropped by libzmq */
 
