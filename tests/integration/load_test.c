@@ -1,0 +1,214 @@
+/*
+ * load_test.c — correctness under load (bounded to seconds; the figures are
+ * in make bench): many concurrent clients each get all of their own output,
+ * in order, and none of another's; a client that reads slowly gets every byte
+ * while the broker's memory stays flat; the warm pool hands out fresh kernels.
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "harness.h"
+
+HARNESS_SHARED_BROKER("--no-default-context", "--pool", "python=2");
+
+#define URL test_url()
+#define NCTX 4
+#define NCLIENTS 32
+#define NLINES 200
+
+static char *ctx[NCTX];
+
+struct client {
+	int id;
+	json_t *lines;
+};
+
+static void *
+client_main(void *arg)
+{
+	struct client *c = arg;
+	char code[256];
+
+	snprintf(code, sizeof(code),
+		 "for i in range(%d):\n    print('client %d line', i, flush=(i %% 50 == 0))",
+		 NLINES, c->id);
+	c->lines = run(URL, ctx[c->id % NCTX], code);
+	return NULL;
+}
+
+Test(load, concurrent_clients_get_all_and_only_their_own_lines, .timeout = 120)
+{
+	struct client cl[NCLIENTS];
+	pthread_t t[NCLIENTS];
+
+	for (int i = 0; i < NCTX; i++)
+		cr_assert_not_null(ctx[i] = context_new(URL, "python", NULL));
+	for (int i = 0; i < NCLIENTS; i++) {
+		cl[i].id = i;
+		pthread_create(&t[i], NULL, client_main, &cl[i]);
+	}
+	for (int i = 0; i < NCLIENTS; i++)
+		pthread_join(t[i], NULL);
+	for (int i = 0; i < NCLIENTS; i++) {
+		char *out = stdout_of(cl[i].lines), *p = out;
+		cr_assert_not_null(cl[i].lines, "client %d got no stream", i);
+		for (int n = 0; n < NLINES; n++) {
+			char want[64];
+			int len = snprintf(want, sizeof(want), "client %d line %d\n", i, n);
+			cr_assert(!strncmp(p, want, len), "client %d, line %d: '%.40s'", i, n, p);
+			p += len;
+		}
+		cr_assert_eq(*p, '\0', "client %d got extra output: '%.40s'", i, p);
+		cr_assert_null(line_of(cl[i].lines, "error", 0));
+		free(out);
+		json_decref(cl[i].lines);
+	}
+	for (int i = 0; i < NCTX; i++)
+		free(ctx[i]);
+}
+
+static long
+rss_kb(pid_t pid)
+{
+	char path[64], line[256];
+	long kb = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb;
+}
+
+struct slow {
+	size_t bytes;
+	char last[64]; /* the tail of what arrived */
+};
+
+static size_t
+slow_write(char *p, size_t sz, size_t n, void *arg)
+{
+	struct slow *s = arg;
+	size_t len = sz * n;
+
+	s->bytes += len;
+	size_t keep = len < sizeof(s->last) - 1 ? len : sizeof(s->last) - 1;
+	memcpy(s->last, p + len - keep, keep);
+	s->last[keep] = '\0';
+	return len;
+}
+
+static volatile int slow_done;
+
+struct rss_watch {
+	pid_t pid;
+	long peak;
+};
+
+static void *
+rss_watch_main(void *arg)
+{
+	struct rss_watch *w = arg;
+
+	while (!slow_done) {
+		long r = rss_kb(w->pid);
+		if (r > w->peak)
+			w->peak = r;
+		usleep(50000);
+	}
+	return NULL;
+}
+
+Test(load, slow_reader_gets_everything_and_the_broker_stays_small, .timeout = 180)
+{
+	pid_t broker = test_broker_pid();
+	char *id = context_new(URL, "python", NULL);
+	struct slow s = {0};
+	long peak = 0, base = rss_kb(broker);
+	CURL *c = curl_easy_init();
+	struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+	char url[256], body[512];
+	pthread_t t;
+
+	snprintf(url, sizeof(url), "%s/execute", URL);
+	/* 50 MB in 50 prints of 1 MiB, each line a digit repeated */
+	snprintf(body, sizeof(body),
+		 "{\"context_id\":\"%s\",\"code\":\"import sys\\nfor i in range(50):\\n"
+		 "    sys.stdout.write(str(i %% 10) * (1 << 20) + '\\\\n')\\n"
+		 "    sys.stdout.flush()\\nprint('done')\"}",
+		 id);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, slow_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+	curl_easy_setopt(c, CURLOPT_MAX_RECV_SPEED_LARGE, (curl_off_t)(8 << 20));
+	curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 16384L);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 150L);
+
+	struct rss_watch w = {broker, 0};
+	pthread_create(&t, NULL, rss_watch_main, &w);
+	CURLcode e = curl_easy_perform(c);
+	slow_done = 1;
+	pthread_join(t, NULL);
+	peak = w.peak;
+	cr_assert_eq(e, CURLE_OK, "%s", curl_easy_strerror(e));
+	/* 50 MiB of digits plus JSON framing, ending with done and the end line */
+	cr_assert(s.bytes > 50u * (1 << 20), "only %zu bytes arrived", s.bytes);
+	cr_assert(strstr(s.last, "{\"type\":\"end_of_execution\"}"), "tail: %s", s.last);
+	/* the backlog went to disk, not to memory */
+	cr_assert(peak - base < 32 * 1024, "broker RSS grew by %ld kB (from %ld kB)", peak - base,
+		  base);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	free(id);
+}
+
+Test(load, the_warm_pool_hands_out_fresh_kernels, .timeout = 90)
+{
+	/* a pooled kernel has run nothing: no user variable, execution count 1 */
+	for (int i = 0; i < 3; i++) {
+		double t0 = ms_now();
+		char *id = context_new(URL, "python", "/tmp");
+		double took = ms_since(t0);
+		cr_assert_not_null(id);
+		json_t *l = run(URL, id, "import os\nprint(os.getcwd(), 'leak' in globals())\nleak = 1");
+		char *out = stdout_of(l);
+		cr_assert_str_eq(out, "/tmp False\n");
+		cr_assert_eq(json_integer_value(json_object_get(line_of(l, "number_of_executions", 0),
+								  "execution_count")),
+			     1, "the kernel ran something before");
+		free(out);
+		json_decref(l);
+		cr_log_info("context %d created in %.1f ms", i, took);
+		free(id);
+		usleep(1500000); /* the pool refills in the background */
+	}
+}
+
+Test(load, restart_from_the_pool_clears_state_and_keeps_id_and_cwd, .timeout = 90)
+{
+	char *id = context_new(URL, "python", "/tmp"), path[128];
+	struct resp r;
+
+	usleep(1500000);
+	json_decref(run(URL, id, "before = 1"));
+	snprintf(path, sizeof(path), "/contexts/%s/restart", id);
+	cr_assert_eq(http(URL, "POST", path, NULL, &r, 60), 0);
+	cr_assert_eq(r.r_status, 200);
+	resp_free(&r);
+	json_t *l = run(URL, id, "import os\nprint(os.getcwd(), 'before' in globals())");
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "/tmp False\n");
+	free(out);
+	json_decref(l);
+	free(id);
+}
