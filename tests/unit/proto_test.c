@@ -67,7 +67,6 @@ static const struct {
     {MSG_RESTART, "RESTART", FB(F_REQ), 0},
     {MSG_SHUTDOWN, "SHUTDOWN", FB(F_REQ), 0},
     {MSG_INFO, "INFO", FB(F_REQ), 0},
-    {MSG_CLAIM, "CLAIM", FB(F_REQ) | FB(F_ID) | FB(F_CWD), FB(F_FLAGS)},
     {MSG_HELLO, "HELLO", FB(F_ID) | FB(F_LANG) | FB(F_CWD) | FB(F_PID) | FB(F_STATE),
      KSTAT | FB(F_TEXT)},
     {MSG_OUTPUT, "OUTPUT", FB(F_STREAM) | FB(F_DATA),
@@ -88,6 +87,7 @@ static const struct {
     {CTL_UNDRAIN, "CTL_UNDRAIN", FB(F_REQ), 0},
     {CTL_WATCH, "CTL_WATCH", FB(F_REQ), 0},
     {CTL_RUN, "CTL_RUN", FB(F_REQ) | FB(F_ID) | FB(F_CODE), 0},
+    {MSG_CLAIM, "CLAIM", FB(F_REQ) | FB(F_ID) | FB(F_CWD), FB(F_FLAGS)},
 };
 #define NTYPES (sizeof(types) / sizeof(types[0]))
 
