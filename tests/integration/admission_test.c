@@ -12,7 +12,8 @@
 
 #include "harness.h"
 
-HARNESS_SHARED_BROKER("--env", "SC_GLOBAL=from-broker");
+/* no warm pool: its refills would compete for the CPU with the timings here */
+HARNESS_SHARED_BROKER("--env", "SC_GLOBAL=from-broker", "--pool", "0");
 
 #define URL test_url()
 
