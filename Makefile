@@ -34,7 +34,7 @@ PROGS = $(BIN)/sandcell-broker $(BIN)/sandcell-proxy $(BIN)/sandcellctl
 UNIT_TESTS = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
 INTEG_TESTS = $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/*_test.c))
 
-.PHONY: all bench deps install run soak test test-systemd test-unit test-integration test-sdk test-asan clean \
+.PHONY: all bench deps fuzz install run soak test test-systemd test-unit test-integration test-sdk test-asan clean \
         check-deps format
 
 all: $(PROGS)
@@ -77,6 +77,13 @@ $(BUILD)/soak: tests/soak/soak.c tests/integration/harness.c $(PROTO_OBJ)
 # Random faults while clients run (SOAK_MINUTES, default 2); not in make test.
 soak: deps all $(BUILD)/soak
 	SANDCELL_BIN=$(abspath $(BIN)) $(BUILD)/soak
+
+# libFuzzer targets (clang, ASan+UBSan; run.sh installs clang if missing) on the
+# IPC codec, /execute validation and the Jupyter wire parser: FUZZ_SECONDS each
+# (default 60), FUZZ="msg http wire" to choose. Not part of make test, which
+# replays the seeds and saved crashes instead (tests/unit/fuzz_replay_test.c).
+fuzz: deps
+	@sh tests/fuzz/run.sh $(FUZZ)
 
 # Benchmarks print figures; they are not part of make test.
 bench: deps all $(BUILD)/bench
@@ -134,6 +141,6 @@ clean:
 	rm -rf $(BUILD) $(BIN)
 
 format:
-	clang-format -i $(wildcard */*.c */*.h tests/*/*.c)
+	clang-format -i $(wildcard */*.c */*.h tests/*/*.c tests/*/*.h)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

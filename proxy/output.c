@@ -25,11 +25,11 @@ static const struct {
 	{"e2b/chart", "chart"},
 };
 
-/* Drops ANSI escape sequences (CSI ... final byte), as Deno colours values. */
-char *
-output_strip_ansi(const char *s)
+/* The same over n bytes that may hold NUL; the result's length in *len. */
+static char *
+strip_ansi_n(const char *s, size_t n, size_t *len)
 {
-	size_t n = strlen(s), j = 0;
+	size_t j = 0;
 	char *o = xmalloc(n + 1);
 
 	for (size_t i = 0; i < n; i++) {
@@ -42,14 +42,24 @@ output_strip_ansi(const char *s)
 		o[j++] = s[i];
 	}
 	o[j] = '\0';
+	*len = j;
 	return o;
 }
 
-static json_t *
-plain_text(const char *s)
+/* Drops ANSI escape sequences (CSI ... final byte), as Deno colours values. */
+char *
+output_strip_ansi(const char *s)
 {
-	char *t = output_strip_ansi(s);
-	size_t n = strlen(t);
+	size_t len;
+
+	return strip_ansi_n(s, strlen(s), &len);
+}
+
+static json_t *
+plain_text(json_t *str)
+{
+	size_t n;
+	char *t = strip_ansi_n(json_string_value(str), json_string_length(str), &n);
 	json_t *v;
 
 	/* E2B strips one pair of surrounding quotes: 'abc' -> abc */
@@ -75,12 +85,14 @@ output_result(json_t *data, bool is_main)
 		for (i = 0; i < sizeof(mime_keys) / sizeof(mime_keys[0]); i++)
 			if (!strcmp(mime, mime_keys[i].mime))
 				break;
-		if (i == sizeof(mime_keys) / sizeof(mime_keys[0])) {
+		/* unknown types, and a text/plain that is not text, go under extra */
+		if (i == sizeof(mime_keys) / sizeof(mime_keys[0]) ||
+		    (i == 0 && !json_is_string(val))) {
 			if (!extra)
 				extra = json_object();
 			json_object_set(extra, mime, val);
-		} else if (i == 0 && json_is_string(val)) {
-			json_object_set_new(r, "text", plain_text(json_string_value(val)));
+		} else if (i == 0) {
+			json_object_set_new(r, "text", plain_text(val));
 		} else {
 			json_object_set(r, mime_keys[i].key, val);
 		}
@@ -129,7 +141,8 @@ timestamp(void)
 	return json_string(s);
 }
 
-static char *
+/* Traceback lines joined with newlines; NUL characters survive. */
+static json_t *
 join_traceback(json_t *tb)
 {
 	struct buf b = {0};
@@ -138,15 +151,13 @@ join_traceback(json_t *tb)
 
 	json_array_foreach(tb, i, line)
 	{
-		const char *s = json_string_value(line);
-		if (!s)
+		if (!json_is_string(line))
 			continue;
 		if (i > 0)
 			buf_append(&b, "\n", 1);
-		buf_append(&b, s, strlen(s));
+		buf_append(&b, json_string_value(line), json_string_length(line));
 	}
-	buf_append(&b, "", 1);
-	return b.b_data;
+	return json_stringn(b.b_data ? b.b_data : "", b.b_len);
 }
 
 /*
@@ -172,11 +183,13 @@ output_iopub(struct buf *b, const char *type, json_t *c, bool display_is_result)
 						       (display_is_result &&
 							json_object_get(data, "text/plain"))));
 	} else if (!strcmp(type, "error")) {
-		const char *ename = json_string_value(json_object_get(c, "ename"));
-		const char *evalue = json_string_value(json_object_get(c, "evalue"));
-		char *tb = join_traceback(json_object_get(c, "traceback"));
-		output_error(b, ename ? ename : "Error", evalue ? evalue : "", tb);
-		free(tb);
+		json_t *ename = json_object_get(c, "ename"), *evalue = json_object_get(c, "evalue");
+		output_line(b, json_pack("{s:s, s:o, s:o, s:o}", "type", "error", "name",
+					 json_is_string(ename) ? json_incref(ename)
+							       : json_string("Error"),
+					 "value",
+					 json_is_string(evalue) ? json_incref(evalue) : json_string(""),
+					 "traceback", join_traceback(json_object_get(c, "traceback"))));
 	} else if (!strcmp(type, "execute_input")) {
 		json_t *n = json_object_get(c, "execution_count");
 		if (!json_is_integer(n))

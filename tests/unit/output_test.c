@@ -650,3 +650,53 @@ Test(output_lines, lines_append_in_order_after_what_the_buffer_already_holds)
 	json_decref(c);
 	buf_free(&b);
 }
+
+/* ---- NUL characters and odd shapes (found by fuzzing) ---- */
+
+static json_t *
+one_line_nul(const char *type, const char *content)
+{
+	struct buf b = {0};
+	json_t *c = json_loads(content, JSON_ALLOW_NUL, NULL);
+
+	cr_assert_not_null(c);
+	cr_assert(output_iopub(&b, type, c, false));
+	json_t *l = json_loadb(buf_head(&b), buf_pending(&b) - 1, JSON_ALLOW_NUL, NULL);
+	cr_assert_not_null(l, "%.*s", (int)buf_pending(&b), buf_head(&b));
+	json_decref(c);
+	buf_free(&b);
+	return l;
+}
+
+Test(output_nul, result_text_keeps_nul_and_loses_its_quotes)
+{
+	json_t *l = one_line_nul("execute_result", "{\"data\": {\"text/plain\": \"'a\\u0000b'\"}}");
+	json_t *t = json_object_get(l, "text");
+
+	cr_assert_eq(json_string_length(t), 3);
+	cr_assert_eq(memcmp(json_string_value(t), "a\0b", 3), 0);
+	json_decref(l);
+}
+
+Test(output_nul, error_name_value_and_traceback_keep_nul)
+{
+	json_t *l = one_line_nul("error", "{\"ename\": \"E\\u0000F\", \"evalue\": \"v\\u0000w\","
+					  " \"traceback\": [\"\", \"a\\u0000b\"]}");
+
+	cr_assert_eq(json_string_length(json_object_get(l, "name")), 3);
+	cr_assert_eq(json_string_length(json_object_get(l, "value")), 3);
+	cr_assert_eq(json_string_length(json_object_get(l, "traceback")), 4);
+	cr_assert_eq(memcmp(json_string_value(json_object_get(l, "traceback")), "\na\0b", 4), 0);
+	json_decref(l);
+}
+
+Test(output_nul, a_text_plain_that_is_not_text_goes_under_extra)
+{
+	json_t *data = parse("{\"text/plain\": [\"a\", 1]}");
+	json_t *r = output_result(data, true);
+
+	cr_assert_null(json_object_get(r, "text"));
+	cr_assert(json_is_array(json_object_get(json_object_get(r, "extra"), "text/plain")));
+	json_decref(r);
+	json_decref(data);
+}
