@@ -157,7 +157,9 @@ join_traceback(json_t *tb)
 			buf_append(&b, "\n", 1);
 		buf_append(&b, json_string_value(line), json_string_length(line));
 	}
-	return json_stringn(b.b_data ? b.b_data : "", b.b_len);
+	json_t *s = json_stringn(b.b_data ? b.b_data : "", b.b_len);
+	buf_free(&b);
+	return s;
 }
 
 /*
