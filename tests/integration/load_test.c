@@ -164,9 +164,15 @@ Test(load, slow_reader_gets_everything_and_the_broker_stays_small, .timeout = 18
 	/* 50 MiB of digits plus JSON framing, ending with done and the end line */
 	cr_assert(s.bytes > 50u * (1 << 20), "only %zu bytes arrived", s.bytes);
 	cr_assert(strstr(s.last, "{\"type\":\"end_of_execution\"}"), "tail: %s", s.last);
-	/* the backlog went to disk, not to memory */
+	/* the backlog went to disk, not to memory (ASan's quarantine holds freed
+	 * memory, so its RSS says nothing about that) */
+#ifndef __SANITIZE_ADDRESS__
 	cr_assert(peak - base < 32 * 1024, "broker RSS grew by %ld kB (from %ld kB)", peak - base,
 		  base);
+#else
+	(void)peak;
+	(void)base;
+#endif
 	curl_slist_free_all(h);
 	curl_easy_cleanup(c);
 	free(id);
