@@ -89,40 +89,37 @@ limits_apply_child(struct proxy *px, const char *procs_path)
 	}
 }
 
-/* Did the cgroup's OOM killer act since the last call? */
+/* The "oom_kill N" count in a cgroup file, or -1 if the file is not there. */
+static long long
+oom_kills(const char *dir, const char *file)
+{
+	char *path = xasprintf("%s/%s", dir, file), buf[256];
+	FILE *f = fopen(path, "r");
+	long long n = -1, v;
+
+	while (f && fgets(buf, sizeof(buf), f))
+		if (sscanf(buf, "oom_kill %lld", &v) == 1)
+			n = v;
+	if (f)
+		fclose(f);
+	free(path);
+	return n;
+}
+
+/* Did the cgroup's OOM killer act since the last call? (v2 memory.events, v1 oom_control) */
 bool
 limits_oom_killed(struct proxy *px)
 {
-	char *path, buf[4096];
-	bool oom = false;
-	FILE *f;
+	long long n;
 
 	if (!px->px_cgroup)
 		return false;
-	path = xasprintf("%s/memory.events", px->px_cgroup);
-	if ((f = fopen(path, "r"))) { /* v2 */
-		unsigned long long n;
-		while (fgets(buf, sizeof(buf), f))
-			if (sscanf(buf, "oom_kill %llu", &n) == 1 && n > px->px_oom_seen) {
-				px->px_oom_seen = n;
-				oom = true;
-			}
-		fclose(f);
-	} else {
-		free(path);
-		path = xasprintf("%s/memory.oom_control", px->px_cgroup);
-		if ((f = fopen(path, "r"))) { /* v1 */
-			unsigned long long n;
-			while (fgets(buf, sizeof(buf), f))
-				if (sscanf(buf, "oom_kill %llu", &n) == 1 && n > px->px_oom_seen) {
-					px->px_oom_seen = n;
-					oom = true;
-				}
-			fclose(f);
-		}
-	}
-	free(path);
-	return oom;
+	if ((n = oom_kills(px->px_cgroup, "memory.events")) < 0)
+		n = oom_kills(px->px_cgroup, "memory.oom_control");
+	if (n <= (long long)px->px_oom_seen)
+		return false;
+	px->px_oom_seen = n;
+	return true;
 }
 
 void
