@@ -128,7 +128,8 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/sandcell/jupyter/kernels \
 	  $(DESTDIR)$(PREFIX)/lib/sandcell /etc/systemd/system
 	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
-	cp -r proxy/jupyter/kernels/bash $(DESTDIR)$(PREFIX)/share/sandcell/jupyter/kernels/
+	cp -r proxy/jupyter/kernels/bash proxy/jupyter/kernels/java \
+	  $(DESTDIR)$(PREFIX)/share/sandcell/jupyter/kernels/
 	install -m 644 proxy/python/sandcell_startup.py $(DESTDIR)$(PREFIX)/share/sandcell/
 	if [ -x "$$(ls .deps/deno/node_modules/@deno/linux-*/deno 2>/dev/null | head -n 1)" ]; then \
 	  install -m 755 $$(ls .deps/deno/node_modules/@deno/linux-*/deno | head -n 1) \

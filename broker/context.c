@@ -750,7 +750,7 @@ proxy_lost(struct context *c, const char *why)
 		close(c->c_pl->pl_pidfd);
 		c->c_pl->pl_pidfd = -1;
 	}
-	if (now - c->c_respawn_window > RESPAWN_WINDOW_MS) {
+	if (now > c->c_respawn_window + RESPAWN_WINDOW_MS) {
 		c->c_respawn_window = now;
 		c->c_respawns = 0;
 	}

@@ -652,7 +652,7 @@ http_tick(uint64_t now)
 
 	TAILQ_FOREACH(cn, &sv.sv_conns, cn_link)
 		if (!cn->cn_in_request && cn->cn_fd >= 0 &&
-		    now - cn->cn_since > sv.sv_header_timeout * 1000ull) {
+		    now > cn->cn_since + sv.sv_header_timeout * 1000ull) {
 			shutdown(cn->cn_fd, SHUT_RDWR);
 			cn->cn_fd = -1; /* once */
 		}

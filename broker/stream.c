@@ -400,7 +400,7 @@ stream_tick(uint64_t now)
 
 	TAILQ_FOREACH(s, &sv.sv_streams, st_link)
 		if (!s->st_ctl && !s->st_final && !s->st_gone &&
-		    now - s->st_last_out >= KEEPALIVE_MS && backlog(s) == 0) {
+		    now >= s->st_last_out + KEEPALIVE_MS && backlog(s) == 0) {
 			s->st_last_out = now;
 			buf_append(&s->st_buf, keepalive, sizeof(keepalive) - 1);
 			unwatch(s);

@@ -366,8 +366,8 @@ admit_tick(struct proxy *px, uint64_t now)
 	}
 	if (!(u = px->px_run))
 		return;
-	if (u->u_replied && now - u->u_replied_at >= IOPUB_QUIET_MS &&
-	    now - px->px_iopub_at >= IOPUB_QUIET_MS) {
+	if (u->u_replied && now >= u->u_replied_at + IOPUB_QUIET_MS &&
+	    now >= px->px_iopub_at + IOPUB_QUIET_MS) {
 		/*
 		 * The reply came but iopub went silent before the idle (a frame over
 		 * the size limit makes libzmq drop the connection, and what the kernel
@@ -395,12 +395,13 @@ admit_tick(struct proxy *px, uint64_t now)
 	}
 	if (!u->u_interrupt_at)
 		return;
-	if (now - u->u_interrupt_at >= INTERRUPT_GRACE_MS) {
+	/* compare forwards: the interrupt may carry a later time than now */
+	if (now >= u->u_interrupt_at + INTERRUPT_GRACE_MS) {
 		kernel_restart(px, "the kernel did not stop after an interrupt; it was "
 				   "restarted and its state is lost");
 		return;
 	}
-	if (now - u->u_reinterrupt_at >= INTERRUPT_RETRY_MS)
+	if (now >= u->u_reinterrupt_at + INTERRUPT_RETRY_MS)
 		interrupt_unit(px, u);
 }
 

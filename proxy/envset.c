@@ -2,8 +2,8 @@
  * envset.c — per-request environment variables as code the kernel runs: a
  * snippet that sets them before a unit and one that restores the global values
  * (or removes the variable) after it. Values are quoted for each language so
- * they arrive byte-exact: JSON string literals for Python, JavaScript and R
- * (all three read them back unchanged), ANSI-C $'...' quoting for bash.
+ * they arrive byte-exact: JSON string literals for Python, JavaScript, R and
+ * Java (all four read them back unchanged), ANSI-C $'...' quoting for bash.
  */
 #include <string.h>
 
@@ -158,12 +158,54 @@ bash_unset(struct buf *b, const char *const *k, size_t n)
 	}
 }
 
+/*
+ * Java's System.getenv() is an unmodifiable view of a map that is not: its
+ * field "m" is reached by reflection (the JVM opens java.util for it). A JSON
+ * string literal is a Java one too: jansson escapes only control characters as
+ * \uXXXX, never newline or carriage return, which a Java literal cannot hold.
+ */
+static void
+java_env_begin(struct buf *b)
+{
+	puts_buf(b, "{ var f = Class.forName(\"java.util.Collections$UnmodifiableMap\")"
+		    ".getDeclaredField(\"m\"); f.setAccessible(true); "
+		    "@SuppressWarnings(\"unchecked\") "
+		    "var e = (java.util.Map<String, String>) f.get(System.getenv());");
+}
+
+static void
+java_set(struct buf *b, const char *const *k, const char *const *v, size_t n)
+{
+	java_env_begin(b);
+	for (size_t i = 0; i < n; i++) {
+		puts_buf(b, " e.put(");
+		json_quote(b, k[i]);
+		puts_buf(b, ", ");
+		json_quote(b, v[i]);
+		puts_buf(b, ");");
+	}
+	puts_buf(b, " }\n");
+}
+
+static void
+java_unset(struct buf *b, const char *const *k, size_t n)
+{
+	java_env_begin(b);
+	for (size_t i = 0; i < n; i++) {
+		puts_buf(b, " e.remove(");
+		json_quote(b, k[i]);
+		puts_buf(b, ");");
+	}
+	puts_buf(b, " }\n");
+}
+
 static const struct lang_env langs[] = {
 	{"python", python_set, python_unset},
 	{"javascript", deno_set, deno_unset},
 	{"typescript", deno_set, deno_unset},
 	{"r", r_set, r_unset},
 	{"bash", bash_set, bash_unset},
+	{"java", java_set, java_unset},
 };
 
 static const struct lang_env *
@@ -196,13 +238,18 @@ envset_chdir(const char *lang, const char *dir)
 		puts_buf(&b, "invisible(setwd(");
 	else if (!strcmp(lang, "bash"))
 		puts_buf(&b, "cd -- ");
+	else if (!strcmp(lang, "java")) /* the kernel moves the JVM there */
+		puts_buf(&b, "System.setProperty(\"user.dir\", ");
 	else
 		return NULL;
 	if (!strcmp(lang, "bash")) {
 		bash_quote(&b, dir);
 	} else {
 		json_quote(&b, dir);
-		puts_buf(&b, !strcmp(lang, "r") ? "))" : ")");
+		if (!strcmp(lang, "r"))
+			puts_buf(&b, "))");
+		else
+			puts_buf(&b, !strcmp(lang, "java") ? ");" : ")");
 	}
 	return finish(&b);
 }

@@ -552,13 +552,14 @@ void
 kernel_tick(struct proxy *px, uint64_t now)
 {
 	if (px->px_kstate == KS_STARTING) {
-		if (now - px->px_kstarted_at > KERNEL_START_MS) {
+		/* forward comparisons: a restart this tick stamps a time after now */
+		if (now > px->px_kstarted_at + KERNEL_START_MS) {
 			respawn(px, "kernel did not answer kernel_info in time");
 			return;
 		}
 		/* slow joiner: ask again until iopub shows it is subscribed */
 		if (px->px_kinfo_reply && !px->px_iopub_seen &&
-		    now - px->px_kinfo_at >= KINFO_RESEND_MS) {
+		    now >= px->px_kinfo_at + KINFO_RESEND_MS) {
 			wire_send(px->px_shell, px->px_key, px->px_session,
 				  "kernel_info_request", json_object(), px->px_kinfo_id);
 			px->px_kinfo_at = now;
@@ -571,13 +572,13 @@ kernel_tick(struct proxy *px, uint64_t now)
 	char pong[16];
 	while (zmq_recv(px->px_hb, pong, sizeof(pong), ZMQ_DONTWAIT) >= 0)
 		px->px_hb_ok = now;
-	if (now - px->px_hb_ok > HB_DEAD_MS) {
+	if (now > px->px_hb_ok + HB_DEAD_MS) {
 		log_warn("context %s: kernel missed heartbeats for %llu ms", px->px_id,
 			 (unsigned long long)(now - px->px_hb_ok));
 		respawn(px, "kernel stopped answering heartbeats");
 		return;
 	}
-	if (now - px->px_hb_sent >= HB_EVERY_MS) {
+	if (now >= px->px_hb_sent + HB_EVERY_MS) {
 		zmq_send(px->px_hb, "ping", 4, ZMQ_DONTWAIT);
 		px->px_hb_sent = now;
 	}

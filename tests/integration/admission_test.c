@@ -318,6 +318,7 @@ Test(admission, timeout_interrupts_and_names_the_error, .timeout = 60)
 	char *id = fresh();
 	long st;
 	double t0 = ms_now();
+	json_decref(run(URL, id, "kept = 'state'"));
 	json_t *l = exec_body(id, "import time\ntime.sleep(30)", "{\"timeout\":1.5}", 30000, &st);
 	double took = ms_since(t0);
 	json_t *e = line_of(l, "error", 0);
@@ -328,9 +329,9 @@ Test(admission, timeout_interrupts_and_names_the_error, .timeout = 60)
 	cr_assert_eq(count_of(l, "error"), 1, "no KeyboardInterrupt after the timeout");
 	cr_assert(took > 1400 && took < 5000, "ended after %.0f ms", took);
 	json_decref(l);
-	l = run(URL, id, "print('after')");
+	l = run(URL, id, "print('after', kept)");
 	char *out = stdout_of(l);
-	cr_assert_str_eq(out, "after\n");
+	cr_assert_str_eq(out, "after state\n", "a timeout interrupts; it does not restart");
 	free(out);
 	json_decref(l);
 	free(id);

@@ -1,7 +1,7 @@
 /*
  * lang_test.c — every language sandcell installs, through the same HTTP path:
- * python (ipykernel), javascript and typescript (Deno), r (IRkernel) and bash
- * (the wrapper kernel in proxy/jupyter). One table row per language.
+ * python (ipykernel), javascript and typescript (Deno), r (IRkernel), bash and
+ * java (the wrapper kernels in proxy/jupyter). One table row per language.
  */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -49,11 +49,18 @@ static const struct lang_case cases[] = {
 	{"bash", "x=41", "echo $((x + 1))", "echo hi", "f() { return 3; }; f", "ExitStatus",
 	 "exit status 3", "printf '%s\\n' \"$V\"", "echo \"${V-unset}\"", "pwd", NULL, NULL,
 	 "sleep 30"},
+	{"java", "int x = 41;", "System.out.println(x + 1)", "System.out.println(\"hi\")",
+	 "throw new IllegalStateException(\"boom\")", "IllegalStateException", "boom",
+	 "System.out.println(System.getenv(\"V\"))",
+	 "System.out.println(Objects.toString(System.getenv(\"V\"), \"unset\"))",
+	 "System.out.println(System.getProperty(\"user.dir\"))", "6*7", "42",
+	 "long t = System.currentTimeMillis();\n"
+	 "while (System.currentTimeMillis() - t < 30000) {}"},
 };
 
 /* Parameters are indexes: criterion re-executes the binary for each test,
  * so pointers into the parent's memory would not survive. */
-static int case_index[] = {0, 1, 2, 3, 4};
+static int case_index[] = {0, 1, 2, 3, 4, 5};
 
 ParameterizedTestParameters(lang, behaves)
 {
@@ -213,7 +220,8 @@ Test(lang, languages_are_listed, .timeout = 30)
 
 	cr_assert_eq(http(URL, "GET", "/languages", NULL, &r, 5), 0);
 	cr_assert_eq(r.r_status, 200);
-	for (const char *l = "python\0javascript\0typescript\0r\0bash\0"; *l; l += strlen(l) + 1) {
+	for (const char *l = "python\0javascript\0typescript\0r\0bash\0java\0"; *l;
+	     l += strlen(l) + 1) {
 		char q[32];
 		snprintf(q, sizeof(q), "\"%s\"", l);
 		cr_expect(strstr(r.r_body, q), "%s missing from %s", l, r.r_body);

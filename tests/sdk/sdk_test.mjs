@@ -233,6 +233,7 @@ async function main() {
     ['typescript', "const s: string = 'hi'; console.log(s); const n: number = 6; n * 7", '42'],
     ['r', "cat('hi\\n'); 6*7", '[1] 42'],
     ['bash', 'echo hi', undefined],
+    ['java', 'System.out.println("hi"); 6*7', '42'],
   ];
   for (const [language, code, text] of langs) {
     await check(`runCode(code, {language: '${language}'})`, async () => {
