@@ -17,7 +17,11 @@
 
 #define KEEPALIVE_MS 1000
 #define STREAM_MEM_MAX (256u << 10) /* per stream in memory; past it, to disk */
-#define STREAM_CHUNK (32u << 10)    /* bytes handed to MHD at a time */
+#define STREAM_CHUNK (8u << 10)     /* bytes handed to MHD at a time */
+/* MHD's memory per connection: request head (so the header limit, ~half of
+ * it) and the write buffer. Most of it is touched, so it is what each waiting
+ * client costs. */
+#define HTTP_CONN_MEMORY (12u << 10)
 #define TICK_MS 250
 #define MAX_LANG 64
 
@@ -174,6 +178,9 @@ struct server {
 	const char *sv_kernel_memory, *sv_kernel_cpu, *sv_kernel_cgroup;
 	const char *sv_python_startup;
 	const char *sv_kernel_user;
+	struct kspec **sv_kspecs; /* kernelspecs as last read (kspec_cached) */
+	size_t sv_nkspecs;
+	uint64_t sv_kspecs_at;
 	struct pool_spec sv_pool[8];
 	size_t sv_npool;
 	unsigned char sv_token_hash[32]; /* BLAKE2b of the access token */
@@ -270,6 +277,7 @@ void context_tick(uint64_t now);
 void context_adopt_all(void);
 void context_pidfd(struct context *c);
 void pool_fill(void);
+const struct kspec *kspec_cached(const char *want);
 bool context_restart_from_pool(struct context *c);
 void context_detach_all(void);
 json_t *context_json(struct context *c, bool live);

@@ -312,6 +312,32 @@ context_free(struct context *c)
 	free(c);
 }
 
+#define KSPEC_TTL_MS 5000
+
+/*
+ * Kernelspecs without rescanning the data dirs on every request: the list is
+ * read again after KSPEC_TTL_MS, or on a miss (at most once a second), so a
+ * kernelspec installed meanwhile is found at once. The result is borrowed
+ * until the next call.
+ */
+const struct kspec *
+kspec_cached(const char *want)
+{
+	uint64_t now = now_ms();
+	int i = -1;
+
+	if (sv.sv_kspecs_at && now < sv.sv_kspecs_at + KSPEC_TTL_MS &&
+	    (i = kspec_index(sv.sv_kspecs, sv.sv_nkspecs, want)) >= 0)
+		return sv.sv_kspecs[i];
+	if (!sv.sv_kspecs_at || now >= sv.sv_kspecs_at + 1000) {
+		kspec_list_free(sv.sv_kspecs, sv.sv_nkspecs);
+		kspec_list(&sv.sv_kspecs, &sv.sv_nkspecs);
+		sv.sv_kspecs_at = now;
+		i = kspec_index(sv.sv_kspecs, sv.sv_nkspecs, want);
+	}
+	return i >= 0 ? sv.sv_kspecs[i] : NULL;
+}
+
 /* A ready warm proxy of this kernelspec, or NULL. */
 static struct context *
 pool_take(const char *kernel)
@@ -352,11 +378,11 @@ pool_fill(void)
 
 	for (size_t i = 0; i < sv.sv_npool; i++) {
 		struct pool_spec *ps = &sv.sv_pool[i];
-		struct kspec *ks;
+		const struct kspec *ks;
 		struct context *c;
 		int have = 0;
 
-		if (now < ps->ps_retry_at || kspec_find(ps->ps_want, &ks) < 0)
+		if (now < ps->ps_retry_at || !(ks = kspec_cached(ps->ps_want)))
 			continue;
 		TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
 			have += c->c_pooled && !c->c_deleting && !strcmp(c->c_kernel, ks->ks_name);
@@ -372,7 +398,6 @@ pool_fill(void)
 			log_debug("pool: warming a %s kernel (proxy %d)", ks->ks_name,
 				  (int)c->c_pl->pl_pid);
 		}
-		kspec_free(ks);
 	}
 }
 
@@ -431,7 +456,7 @@ context_create(const char *want, const char *cwd, bool is_default, struct contex
 	       char *err, size_t errsz)
 {
 	struct context *c;
-	struct kspec *ks;
+	const struct kspec *ks;
 	int n = 0;
 
 	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
@@ -441,7 +466,7 @@ context_create(const char *want, const char *cwd, bool is_default, struct contex
 			 sv.sv_max_contexts);
 		return -EAGAIN;
 	}
-	if (kspec_find(want, &ks) < 0) {
+	if (!(ks = kspec_cached(want))) {
 		char *avail = kspec_languages();
 		snprintf(err, errsz, "unknown language '%.64s'; available: %s", want, avail);
 		free(avail);
@@ -449,7 +474,6 @@ context_create(const char *want, const char *cwd, bool is_default, struct contex
 	}
 	if ((c = pool_take(ks->ks_name))) {
 		/* a warm kernel: it becomes this context at once */
-		kspec_free(ks);
 		c->c_pooled = false;
 		c->c_default = is_default;
 		c->c_created = now_ms();
@@ -466,7 +490,6 @@ context_create(const char *want, const char *cwd, bool is_default, struct contex
 		return 0;
 	}
 	c = context_new(NULL, ks->ks_lang, ks->ks_name, cwd, is_default);
-	kspec_free(ks);
 	TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
 	if (connect_proxy(c, c->c_id) < 0 || spawn(c) < 0) {
 		snprintf(err, errsz, "could not start a proxy for the context");

@@ -123,15 +123,12 @@ opt_string(json_t *body, const char *key, const char **out, char *err, size_t er
 static int
 language_check(const char *in, char *lang, size_t langsz, char *err, size_t errsz)
 {
-	struct kspec *ks;
-
-	if (lang_normalise(in, lang, langsz) < 0 || kspec_find(lang, &ks) < 0) {
+	if (lang_normalise(in, lang, langsz) < 0 || !kspec_cached(lang)) {
 		char *avail = kspec_languages();
 		snprintf(err, errsz, "unknown language '%.64s'; available: %s", in, avail);
 		free(avail);
 		return -1;
 	}
-	kspec_free(ks);
 	return 0;
 }
 
@@ -286,13 +283,11 @@ do_execute(struct request *rq)
 			return r;
 		}
 	} else {
-		struct kspec *ks;
+		const struct kspec *ks;
 		if (!lang[0])
 			snprintf(lang, sizeof(lang), "python");
-		if (kspec_find(lang, &ks) == 0) { /* the default is per language */
+		if ((ks = kspec_cached(lang))) /* the default is per language */
 			snprintf(lang, sizeof(lang), "%s", ks->ks_lang);
-			kspec_free(ks);
-		}
 		if (!(c = context_default(lang)) &&
 		    (st = context_create(lang, sv.sv_cwd, true, &c, err, sizeof(err))) < 0) {
 			msg_free(&m);
@@ -702,7 +697,7 @@ http_start(void)
 		MHD_OPTION_CONNECTION_TIMEOUT, sv.sv_conn_timeout,
 		/* headroom over our own limit, so that those over it hear why (503) */
 		MHD_OPTION_CONNECTION_LIMIT, sv.sv_max_conns + 64,
-		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)128 * 1024,
+		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
 		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (!sv.sv_mhd) {

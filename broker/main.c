@@ -580,10 +580,8 @@ main(int argc, char **argv)
 	for (int i = 0; i < 2 && !sv.sv_no_default; i++) {
 		const char *lang = i ? "javascript" : "python";
 		struct context *ctx;
-		struct kspec *ks;
-		if (context_default(lang) || kspec_find(lang, &ks) < 0)
+		if (context_default(lang) || !kspec_cached(lang))
 			continue;
-		kspec_free(ks);
 		if (context_create(lang, sv.sv_cwd, true, &ctx, err, sizeof(err)) < 0)
 			log_err("default %s context: %s", lang, err);
 	}

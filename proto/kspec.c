@@ -218,21 +218,29 @@ kspec_list(struct kspec ***out, size_t *nout)
 	return 0;
 }
 
-/* By kernelspec name first, then by language; want is already normalised. */
+/* In a list: by kernelspec name first, then by language; -1 if neither. */
+int
+kspec_index(struct kspec *const *v, size_t n, const char *want)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcasecmp(v[i]->ks_name, want))
+			return i;
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(v[i]->ks_lang, want))
+			return i;
+	return -1;
+}
+
+/* From the data dirs, as kspec_index; want is already normalised. */
 int
 kspec_find(const char *want, struct kspec **out)
 {
 	struct kspec **v;
-	size_t n, hit = SIZE_MAX;
+	size_t n;
+	int hit;
 
 	kspec_list(&v, &n);
-	for (size_t i = 0; i < n && hit == SIZE_MAX; i++)
-		if (!strcasecmp(v[i]->ks_name, want))
-			hit = i;
-	for (size_t i = 0; i < n && hit == SIZE_MAX; i++)
-		if (!strcmp(v[i]->ks_lang, want))
-			hit = i;
-	if (hit == SIZE_MAX) {
+	if ((hit = kspec_index(v, n, want)) < 0) {
 		kspec_list_free(v, n);
 		return -ENOENT;
 	}

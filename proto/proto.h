@@ -154,6 +154,7 @@ struct kspec {
 			     * kernel publishes after idle (Deno); NULL: none needed */
 };
 int kspec_find(const char *want, struct kspec **out);
+int kspec_index(struct kspec *const *v, size_t n, const char *want);
 int kspec_list(struct kspec ***out, size_t *n);
 void kspec_free(struct kspec *ks);
 void kspec_list_free(struct kspec **v, size_t n);

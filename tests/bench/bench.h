@@ -1,0 +1,111 @@
+/*
+ * bench.h — the parts of sandcell's benchmarks (make bench): the result table
+ * and statistics (bench.c), the raw Jupyter client that is the baseline
+ * (raw.c), a libcurl client for the broker (hc.c) and the load, context and
+ * memory sections that start brokers of their own (load.c).
+ */
+#ifndef SANDCELL_BENCH_H
+#define SANDCELL_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include <curl/curl.h>
+
+#include "../integration/harness.h"
+
+#define BENCH_MIB (1024.0 * 1024.0)
+
+/* The payloads of the streaming figures, identical for raw and sandcell. */
+#define FLOOD_MIB 100
+#define FLOOD_CODE "import sys\nfor _ in range(100): sys.stdout.write('x'*(1<<20))"
+#define IMAGES_N 20
+#define IMAGES_SETUP                                                                     \
+	"import os\nfrom IPython.display import display, Image\n"                        \
+	"_bench_img = os.urandom(1<<20)"
+#define IMAGES_CODE "for _ in range(20): display(Image(data=_bench_img, format='png'))"
+
+/* bench.c */
+struct stats {
+	double st_p50, st_p99, st_max, st_mean;
+	int st_n;
+};
+void stats_of(double *v, int n, struct stats *st); /* sorts v */
+/* One row of the table; any cell may be NULL (shown as "-"). */
+void table_add(const char *section, const char *figure, const char *p50, const char *p99,
+               const char *ratio, const char *target);
+void table_detail(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2))); /* last row */
+void table_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2))); /* ring of buffers */
+void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+long rss_kb(pid_t pid);            /* VmRSS from /proc/PID/status, or -1 */
+const char *mem_detail(pid_t pid); /* anon, file and PSS parts of the RSS */
+double cpu_ms(pid_t pid);          /* user + system CPU time from /proc/PID/stat, or -1 */
+double self_cpu_ms(void);          /* this process, all threads */
+
+/* The figures of the raw client that the sandcell sections compare with. */
+struct raw_figs {
+	struct stats rf_x1, rf_hello, rf_x1_plain;
+	double rf_flood_mibs, rf_images_mibs;
+	double rf_rate[3]; /* executions/s with 1, 4, 16 kernels */
+	bool rf_have_lat, rf_have_stream, rf_have_rate;
+};
+extern struct raw_figs raw_figs;
+extern const int raw_nkernels[3];
+
+/* raw.c: one kernel driven straight over ZeroMQ */
+struct raw_kernel {
+	pid_t rk_pid;
+	char rk_dir[64];
+	char rk_key[65];
+	char rk_session[37];
+	void *rk_shell, *rk_control, *rk_iopub;
+};
+struct raw_out {
+	size_t ro_stream_bytes; /* text of stream messages */
+	int ro_images;          /* display_data with image/png */
+	int ro_errors;          /* error messages, or a reply that is not ok */
+};
+int raw_spawn(struct raw_kernel *k, void *zctx, bool profile);
+int raw_ready(struct raw_kernel *k, int timeout_ms);
+int raw_exec(struct raw_kernel *k, const char *code, struct raw_out *out, int timeout_ms);
+void raw_stop(struct raw_kernel *k);
+int raw_start(struct raw_kernel *ks, int n, bool profile); /* n side by side */
+void raw_bench_plain(void);
+void raw_bench_stream(void);
+void raw_bench_aggregate(void);
+int raw_agg_start(void);
+void raw_agg_run(int c); /* raw_nkernels[c] kernels */
+void raw_agg_stop(void);
+
+/* hc.c: POST /execute over one reused connection, output counted, not kept */
+struct hc {
+	CURL *hc_curl;
+	struct curl_slist *hc_hdr;
+	char hc_url[128];
+	/* the response being read */
+	char hc_head[64]; /* first bytes of the current line */
+	size_t hc_headlen;
+	size_t hc_bytes;
+	int hc_lines_stdout, hc_lines_result, hc_lines_error;
+	bool hc_end;
+};
+int hc_init(struct hc *h, const char *base);
+void hc_free(struct hc *h);
+/* 0 when the stream ended with end_of_execution and no error line; ms taken */
+int hc_exec(struct hc *h, const char *body, double *ms);
+char *hc_body(const char *code, const char *ctx); /* caller frees */
+char *hc_default_context(const char *base);       /* caller frees */
+pid_t hc_proxy_pid(const char *base, const char *ctx);
+pid_t hc_kernel_pid(const char *base, const char *ctx);
+int hc_create_parallel(const char *base, int n, int conc, char **ids, double *ms);
+void hc_delete_all(const char *base, char **ids, int n);
+
+/* load.c */
+void load_bench_throughput(const struct broker *b);
+void load_bench_contexts(void);
+void load_bench_memory(void);
+
+#endif
