@@ -33,7 +33,16 @@ ReportHook(PRE_ALL)(struct criterion_test_set *set)
 
 ReportHook(POST_ALL)(struct criterion_global_stats *st)
 {
-	(void)st;
+	/* a failed run keeps the shared broker's log and shows its end */
+	if (st->tests_failed || st->tests_crashed) {
+		char cmd[300];
+		setenv("SANDCELL_KEEP_LOGS", "1", 1);
+		fprintf(stderr, "== the last lines of the shared broker's log (%s):\n",
+			shared.b_log);
+		snprintf(cmd, sizeof(cmd), "tail -n 120 '%s' >&2", shared.b_log);
+		if (system(cmd) != 0)
+			fprintf(stderr, "(could not show it)\n");
+	}
 	if (broker_stop(&shared) < 0)
 		exit(1); /* a sanitizer report fails the run */
 }
