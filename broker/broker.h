@@ -183,6 +183,7 @@ struct server {
 	uint64_t sv_kspecs_at;
 	struct pool_spec sv_pool[8];
 	size_t sv_npool;
+	uint64_t sv_pool_backoff; /* no refill before this (a warm kernel failed) */
 	unsigned char sv_token_hash[32]; /* BLAKE2b of the access token */
 	bool sv_token;
 	unsigned sv_max_conns, sv_nconns;

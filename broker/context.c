@@ -313,6 +313,7 @@ context_free(struct context *c)
 }
 
 #define KSPEC_TTL_MS 5000
+#define POOL_BACKOFF_MS 10000 /* after a warm kernel failed to start */
 
 /*
  * Kernelspecs without rescanning the data dirs on every request: the list is
@@ -376,6 +377,8 @@ pool_fill(void)
 {
 	uint64_t now = now_ms();
 
+	if (now < sv.sv_pool_backoff)
+		return;
 	for (size_t i = 0; i < sv.sv_npool; i++) {
 		struct pool_spec *ps = &sv.sv_pool[i];
 		const struct kspec *ks;
@@ -654,6 +657,8 @@ on_state(struct context *c, struct msg *m)
 					c->c_id, "language", c->c_lang));
 		answer_ready(c);
 	} else if (!c->c_ready && c->c_pl->pl_state == KS_DEAD) {
+		if (c->c_pooled)
+			sv.sv_pool_backoff = now_ms() + POOL_BACKOFF_MS;
 		answer_ready(c);
 		c->c_deleting = true; /* a context that never started is not kept */
 		struct msg sd;
@@ -745,6 +750,8 @@ proxy_lost(struct context *c, const char *why)
 				why);
 
 	log_warn("context %s: proxy %d %s", c->c_id, (int)c->c_pl->pl_pid, why);
+	if (!c->c_ready && c->c_pooled) /* no respawn storm of warm kernels */
+		sv.sv_pool_backoff = now + POOL_BACKOFF_MS;
 	if (!c->c_ready) {
 		free(c->c_error);
 		c->c_error = xasprintf("its proxy %s before the kernel was ready", why);

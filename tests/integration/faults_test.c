@@ -14,7 +14,8 @@
 
 #include "harness.h"
 
-HARNESS_SHARED_BROKER("--no-default-context", "--env", "SC_GLOBAL=g");
+/* no warm pool: restarts here go through the proxy, the path under test */
+HARNESS_SHARED_BROKER("--no-default-context", "--env", "SC_GLOBAL=g", "--pool", "0");
 
 #define URL test_url()
 
