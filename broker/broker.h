@@ -125,10 +125,7 @@ struct proxy_link {
 	bool pl_sfd_watched;
 	struct evsrc pl_ev_recv, pl_ev_send, pl_ev_pidfd;
 	volatile int pl_pipe_lost; /* set on nng's thread when the pipe closes */
-	struct {
-		nng_msg **q;
-		size_t n, cap;
-	} pl_outq;
+	struct msgq pl_outq;
 	pid_t pl_pid;
 	bool pl_child;       /* spawned by this broker: reaped via SIGCHLD */
 	uint64_t pl_kpid;

@@ -259,14 +259,6 @@ context_new(const char *id, const char *lang, const char *kernel, const char *cw
 }
 
 static void
-outq_clear(struct proxy_link *pl)
-{
-	for (size_t i = 0; i < pl->pl_outq.n; i++)
-		nng_msg_free(pl->pl_outq.q[i]);
-	pl->pl_outq.n = 0;
-}
-
-static void
 link_close(struct proxy_link *pl)
 {
 	if (!pl)
@@ -280,8 +272,8 @@ link_close(struct proxy_link *pl)
 		close(pl->pl_pidfd);
 	}
 	nng_close(pl->pl_sock); /* waits for pipe callbacks: pl stays valid until here */
-	outq_clear(pl);
-	free(pl->pl_outq.q);
+	msgq_clear(&pl->pl_outq);
+	free(pl->pl_outq.mq_q);
 	free(pl);
 }
 
@@ -510,47 +502,30 @@ context_create(const char *want, const char *cwd, bool is_default, struct contex
 void
 context_flush(struct context *c)
 {
-	size_t i = 0;
+	struct proxy_link *pl = c->c_pl;
+	int e = msgq_flush(&pl->pl_outq, pl->pl_sock);
 
-	while (i < c->c_pl->pl_outq.n) {
-		int e = nng_sendmsg(c->c_pl->pl_sock, c->c_pl->pl_outq.q[i], NNG_FLAG_NONBLOCK);
-		if (e == NNG_EAGAIN)
-			break;
-		if (e) {
-			log_warn("context %s: send: %s", c->c_id, nng_strerror(e));
-			nng_msg_free(c->c_pl->pl_outq.q[i]);
-		}
-		i++;
-	}
-	memmove(c->c_pl->pl_outq.q, c->c_pl->pl_outq.q + i, (c->c_pl->pl_outq.n - i) * sizeof(nng_msg *));
-	c->c_pl->pl_outq.n -= i;
+	if (e)
+		log_warn("context %s: send: %s", c->c_id, nng_strerror(e));
 	/* the send fd is readable while sending would not block: watch it only
 	 * while something waits, or the loop would spin */
-	if (c->c_pl->pl_outq.n && !c->c_pl->pl_sfd_watched) {
-		server_watch(c->c_pl->pl_sfd, EPOLLIN, &c->c_pl->pl_ev_send);
-		c->c_pl->pl_sfd_watched = true;
-	} else if (!c->c_pl->pl_outq.n && c->c_pl->pl_sfd_watched) {
-		server_unwatch(c->c_pl->pl_sfd);
-		c->c_pl->pl_sfd_watched = false;
+	if (pl->pl_outq.mq_n && !pl->pl_sfd_watched) {
+		server_watch(pl->pl_sfd, EPOLLIN, &pl->pl_ev_send);
+		pl->pl_sfd_watched = true;
+	} else if (!pl->pl_outq.mq_n && pl->pl_sfd_watched) {
+		server_unwatch(pl->pl_sfd);
+		pl->pl_sfd_watched = false;
 	}
 }
 
 void
 context_send(struct context *c, struct msg *m)
 {
-	void *buf;
-	size_t len;
 	nng_msg *nm;
 
-	if (msg_encode(m, &buf, &len) || nng_msg_alloc(&nm, len))
+	if (msg_pack(m, &nm))
 		fatal("context %s: cannot encode %s", c->c_id, msg_type_name(m->m_type));
-	memcpy(nng_msg_body(nm), buf, len);
-	free(buf);
-	if (c->c_pl->pl_outq.n == c->c_pl->pl_outq.cap) {
-		c->c_pl->pl_outq.cap = c->c_pl->pl_outq.cap ? c->c_pl->pl_outq.cap * 2 : 16;
-		c->c_pl->pl_outq.q = xrealloc(c->c_pl->pl_outq.q, c->c_pl->pl_outq.cap * sizeof(nng_msg *));
-	}
-	c->c_pl->pl_outq.q[c->c_pl->pl_outq.n++] = nm;
+	msgq_push(&c->c_pl->pl_outq, nm);
 	context_flush(c);
 }
 
@@ -772,7 +747,7 @@ proxy_lost(struct context *c, const char *why)
 		request_done(rq, 500, NULL, "%s", value);
 	}
 	free(value);
-	outq_clear(c->c_pl);
+	msgq_clear(&c->c_pl->pl_outq);
 	c->c_pl->pl_pid = 0;
 	c->c_pl->pl_kpid = 0;
 	if (c->c_pl->pl_pidfd >= 0) {

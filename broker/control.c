@@ -72,14 +72,10 @@ control_start(void)
 static void
 send_to(nng_pipe p, struct msg *m)
 {
-	void *buf;
-	size_t len;
 	nng_msg *nm;
 
-	if (msg_encode(m, &buf, &len) || nng_msg_alloc(&nm, len))
+	if (msg_pack(m, &nm))
 		fatal("control: cannot encode %s", msg_type_name(m->m_type));
-	memcpy(nng_msg_body(nm), buf, len);
-	free(buf);
 	nng_msg_set_pipe(nm, p);
 	/* a client that does not read loses messages, never stalls the broker */
 	if (nng_sendmsg(sv.sv_ctl, nm, NNG_FLAG_NONBLOCK))

@@ -442,20 +442,74 @@ err:
 	return e;
 }
 
+/* Packs straight into an nng message: no intermediate buffer, no copy. */
+int
+msg_pack(const struct msg *m, nng_msg **out)
+{
+	msgpack_packer pk;
+	int e;
+
+	if ((e = nng_msg_alloc(out, 0)))
+		return e;
+	msgpack_packer_init(&pk, *out, pack_write_nng);
+	pack_msg(m, &pk);
+	return 0;
+}
+
 int
 msg_send(nng_socket s, const struct msg *m, int flags)
 {
-	msgpack_packer pk;
 	nng_msg *nm;
 	int e;
 
-	if ((e = nng_msg_alloc(&nm, 0)))
+	if ((e = msg_pack(m, &nm)))
 		return e;
-	msgpack_packer_init(&pk, nm, pack_write_nng);
-	pack_msg(m, &pk);
 	if ((e = nng_sendmsg(s, nm, flags)))
 		nng_msg_free(nm);
 	return e;
+}
+
+void
+msgq_push(struct msgq *q, nng_msg *nm)
+{
+	if (q->mq_n == q->mq_cap) {
+		q->mq_cap = q->mq_cap ? q->mq_cap * 2 : 16;
+		q->mq_q = xrealloc(q->mq_q, q->mq_cap * sizeof(*q->mq_q));
+	}
+	q->mq_q[q->mq_n++] = nm;
+}
+
+/*
+ * Sends what the socket takes without blocking; a message the socket refuses
+ * for any reason but EAGAIN is dropped. Returns the last such error, or 0.
+ */
+int
+msgq_flush(struct msgq *q, nng_socket s)
+{
+	size_t i = 0;
+	int err = 0;
+
+	while (i < q->mq_n) {
+		int e = nng_sendmsg(s, q->mq_q[i], NNG_FLAG_NONBLOCK);
+		if (e == NNG_EAGAIN)
+			break;
+		if (e) {
+			nng_msg_free(q->mq_q[i]);
+			err = e;
+		}
+		i++;
+	}
+	memmove(q->mq_q, q->mq_q + i, (q->mq_n - i) * sizeof(*q->mq_q));
+	q->mq_n -= i;
+	return err;
+}
+
+void
+msgq_clear(struct msgq *q)
+{
+	for (size_t i = 0; i < q->mq_n; i++)
+		nng_msg_free(q->mq_q[i]);
+	q->mq_n = 0;
 }
 
 /* Returns 0, an nng error (positive), or a PROTO_ error (negative). */

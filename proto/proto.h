@@ -138,7 +138,17 @@ int msg_add_env(struct msg *m, const char *k, const char *v);
 void msg_set_u64(struct msg *m, enum msg_field f, uint64_t v);
 int msg_encode(const struct msg *m, void **buf, size_t *len);
 int msg_decode(const void *buf, size_t len, struct msg *m);
+int msg_pack(const struct msg *m, nng_msg **out);
 int msg_send(nng_socket s, const struct msg *m, int flags);
+
+/* Messages waiting for a socket that would block: sent in order, never blocking. */
+struct msgq {
+	nng_msg **mq_q;
+	size_t mq_n, mq_cap;
+};
+void msgq_push(struct msgq *q, nng_msg *nm);
+int msgq_flush(struct msgq *q, nng_socket s);
+void msgq_clear(struct msgq *q);
 int msg_recv(nng_socket s, struct msg *m, int flags);
 
 /* kspec.c */

@@ -33,49 +33,23 @@ static void write_state_file(struct proxy *p);
 static void
 outq_flush(struct proxy *p)
 {
-	size_t i = 0;
+	int e = msgq_flush(&p->px_outq, p->px_ipc);
 
-	while (i < p->px_outq.n) {
-		int e = nng_sendmsg(p->px_ipc, p->px_outq.q[i], NNG_FLAG_NONBLOCK);
-		if (e == NNG_EAGAIN)
-			break;
-		if (e) {
-			log_warn("context %s: send to broker: %s", p->px_id, nng_strerror(e));
-			nng_msg_free(p->px_outq.q[i]);
-		}
-		i++;
-	}
-	memmove(p->px_outq.q, p->px_outq.q + i, (p->px_outq.n - i) * sizeof(nng_msg *));
-	p->px_outq.n -= i;
-}
-
-static void
-outq_clear(struct proxy *p)
-{
-	for (size_t i = 0; i < p->px_outq.n; i++)
-		nng_msg_free(p->px_outq.q[i]);
-	p->px_outq.n = 0;
+	if (e)
+		log_warn("context %s: send to broker: %s", p->px_id, nng_strerror(e));
 }
 
 /* Queues a message for the broker; order is kept, nothing blocks. */
 void
 proxy_send(struct proxy *p, struct msg *m)
 {
-	void *buf;
-	size_t len;
 	nng_msg *nm;
 
-	if (msg_encode(m, &buf, &len) || nng_msg_alloc(&nm, len)) {
+	if (msg_pack(m, &nm)) {
 		log_err("context %s: cannot encode %s", p->px_id, msg_type_name(m->m_type));
 		return;
 	}
-	memcpy(nng_msg_body(nm), buf, len);
-	free(buf);
-	if (p->px_outq.n == p->px_outq.cap) {
-		p->px_outq.cap = p->px_outq.cap ? p->px_outq.cap * 2 : 64;
-		p->px_outq.q = xrealloc(p->px_outq.q, p->px_outq.cap * sizeof(nng_msg *));
-	}
-	p->px_outq.q[p->px_outq.n++] = nm;
+	msgq_push(&p->px_outq, nm);
 	outq_flush(p);
 }
 
@@ -320,7 +294,7 @@ pipe_events(struct proxy *p)
 		log_warn("context %s: eventfd: %s", p->px_id, strerror(errno));
 	if (__atomic_exchange_n(&p->px_pipe_removed, 0, __ATOMIC_SEQ_CST)) {
 		log_info("context %s: broker disconnected; its streams are dropped", p->px_id);
-		outq_clear(p);
+		msgq_clear(&p->px_outq);
 		admit_detach_all(p);
 	}
 	if (__atomic_exchange_n(&p->px_pipe_added, 0, __ATOMIC_SEQ_CST)) {
@@ -428,7 +402,7 @@ loop(struct proxy *p)
 		it[n++] = (zmq_pollitem_t){NULL, p->px_ipc_fd, ZMQ_POLLIN, 0};
 		it[n++] = (zmq_pollitem_t){NULL, p->px_sigfd, ZMQ_POLLIN, 0};
 		it[n++] = (zmq_pollitem_t){NULL, p->px_evfd, ZMQ_POLLIN, 0};
-		if (p->px_outq.n)
+		if (p->px_outq.mq_n)
 			it[n++] = (zmq_pollitem_t){NULL, p->px_ipc_sendfd, ZMQ_POLLIN, 0};
 		if (p->px_shell) {
 			i_shell = n;
@@ -457,7 +431,7 @@ loop(struct proxy *p)
 		admit_tick(p, now);
 		kernel_tick(p, now);
 		admit_flush(p);
-		if (p->px_outq.n)
+		if (p->px_outq.mq_n)
 			outq_flush(p);
 	}
 }

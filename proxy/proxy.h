@@ -87,10 +87,7 @@ struct proxy {
 	int px_ipc_fd, px_ipc_sendfd;
 	int px_evfd;         /* nng pipe events land here */
 	volatile int px_pipe_added, px_pipe_removed;
-	struct {
-		nng_msg **q;
-		size_t n, cap;
-	} px_outq;
+	struct msgq px_outq;
 
 	void *px_zctx;
 	void *px_shell, *px_control, *px_iopub, *px_hb;
