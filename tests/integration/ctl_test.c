@@ -119,30 +119,15 @@ Test(ctl, contexts_show_live_state, .timeout = 60)
 	free(id);
 }
 
-struct bg {
-	const char *ctx, *code;
-	json_t *lines;
-};
-
-static void *
-bg_run(void *arg)
-{
-	struct bg *b = arg;
-
-	b->lines = run(URL, b->ctx, b->code);
-	return NULL;
-}
-
 Test(ctl, executions_lists_running_and_queued_and_cancel_ends_one, .timeout = 60)
 {
 	char *id = context_new(URL, "python", NULL), *out;
 	struct bg a = {.ctx = id, .code = "import time\ntime.sleep(3)"};
 	struct bg q = {.ctx = id, .code = "print('queued one')"};
-	pthread_t ta, tq;
 
-	pthread_create(&ta, NULL, bg_run, &a);
+	bg_start(&a);
 	usleep(400000);
-	pthread_create(&tq, NULL, bg_run, &q);
+	bg_start(&q);
 	usleep(300000);
 	json_t *ex = ctl_json("executions"), *e;
 	size_t i;
@@ -169,12 +154,12 @@ Test(ctl, executions_lists_running_and_queued_and_cancel_ends_one, .timeout = 60
 
 	cr_assert_eq(ctl(&out, "cancel %lld", (long long)queued), 0, "%s", out);
 	free(out);
-	pthread_join(tq, NULL);
+	bg_join(&q);
 	json_t *err = line_of(q.lines, "error", 0);
 	cr_assert_not_null(err);
 	cr_assert_str_eq(json_string_value(json_object_get(err, "name")), "ExecutionCancelled");
 	cr_assert_eq(count_of(q.lines, "stdout"), 0, "the cancelled execution never ran");
-	pthread_join(ta, NULL);
+	bg_join(&a);
 	json_decref(a.lines);
 	json_decref(q.lines);
 	cr_assert_eq(ctl(&out, "cancel 12345"), 1, "unknown stream fails");
@@ -194,12 +179,11 @@ Test(ctl, interrupt_restart_create_delete, .timeout = 90)
 	json_decref(run(URL, id, "kept = 1"));
 
 	struct bg b = {.ctx = id, .code = "import time\ntime.sleep(30)"};
-	pthread_t t;
-	pthread_create(&t, NULL, bg_run, &b);
+	bg_start(&b);
 	usleep(700000);
 	cr_assert_eq(ctl(&out, "interrupt %s", id), 0, "%s", out);
 	free(out);
-	pthread_join(t, NULL);
+	bg_join(&b);
 	cr_assert_str_eq(json_string_value(json_object_get(line_of(b.lines, "error", 0), "name")),
 			 "KeyboardInterrupt");
 	json_decref(b.lines);
@@ -406,15 +390,11 @@ Test(metrics, counters_move_with_their_events, .timeout = 90)
 Test(metrics, proxy_restarts_are_counted, .timeout = 60)
 {
 	char *id = context_new(URL, "python", NULL);
-	char *before = scrape(), path[128];
-	struct resp r;
+	char *before = scrape();
 
-	snprintf(path, sizeof(path), "/contexts/%s", id);
-	cr_assert_eq(http(URL, "GET", path, NULL, &r, 5), 0);
-	json_t *j = json_loads(r.r_body, 0, NULL);
-	kill((pid_t)json_integer_value(json_object_get(j, "proxy_pid")), SIGKILL);
-	json_decref(j);
-	resp_free(&r);
+	pid_t proxy = context_pid(URL, id, "proxy_pid");
+	cr_assert(proxy > 0);
+	kill(proxy, SIGKILL);
 	usleep(500000);
 	json_decref(run(URL, id, "1"));
 	char *after = scrape();

@@ -19,47 +19,6 @@ HARNESS_SHARED_BROKER("--no-default-context", "--env", "SC_GLOBAL=g", "--pool", 
 
 #define URL test_url()
 
-static json_t *
-context_info(const char *base, const char *id)
-{
-	char path[128];
-	struct resp r;
-	json_t *j = NULL;
-
-	snprintf(path, sizeof(path), "/contexts/%s", id);
-	if (http(base, "GET", path, NULL, &r, 5) == 0 && r.r_status == 200)
-		j = json_loads(r.r_body, 0, NULL);
-	resp_free(&r);
-	return j;
-}
-
-static pid_t
-pid_of(const char *base, const char *id, const char *which)
-{
-	json_t *j = context_info(base, id);
-	pid_t pid = (pid_t)json_integer_value(json_object_get(j, which));
-
-	json_decref(j);
-	return pid;
-}
-
-struct bg {
-	const char *base, *ctx, *code;
-	json_t *lines;
-	double took;
-};
-
-static void *
-bg_run(void *arg)
-{
-	struct bg *b = arg;
-	double t0 = ms_now();
-
-	b->lines = run(b->base, b->ctx, b->code);
-	b->took = ms_since(t0);
-	return NULL;
-}
-
 static const char *
 error_name(json_t *l)
 {
@@ -80,17 +39,16 @@ Test(faults, kernel_killed_mid_execution, .timeout = 90)
 {
 	char *id = context_new(URL, "python", "/tmp");
 	struct bg b = {.base = URL, .ctx = id, .code = "import time\nprint('start', flush=True)\ntime.sleep(30)"};
-	pthread_t t;
 
 	cr_assert_not_null(id);
 	json_decref(run(URL, id, "x = 1"));
-	pid_t kpid = pid_of(URL, id, "kernel_pid");
+	pid_t kpid = context_pid(URL, id, "kernel_pid");
 	cr_assert(kpid > 0);
-	pthread_create(&t, NULL, bg_run, &b);
+	bg_start(&b);
 	usleep(800000);
 	double t0 = ms_now();
 	kill(kpid, SIGKILL);
-	pthread_join(t, NULL);
+	bg_join(&b);
 	double after_kill = ms_since(t0);
 	cr_assert_str_eq(error_name(b.lines), "KernelDied");
 	cr_assert(strstr(error_value(b.lines), "signal 9"), "%s", error_value(b.lines));
@@ -104,7 +62,7 @@ Test(faults, kernel_killed_mid_execution, .timeout = 90)
 	cr_assert_str_eq(out, "/tmp g False\n");
 	free(out);
 	json_decref(l);
-	cr_assert_neq(pid_of(URL, id, "kernel_pid"), kpid);
+	cr_assert_neq(context_pid(URL, id, "kernel_pid"), kpid);
 	free(id);
 }
 
@@ -129,15 +87,14 @@ Test(faults, queued_units_fail_with_the_kernel, .timeout = 60)
 	char *id = context_new(URL, "python", NULL);
 	struct bg a = {.base = URL, .ctx = id, .code = "import time\ntime.sleep(30)"};
 	struct bg q = {.base = URL, .ctx = id, .code = "print('queued')"};
-	pthread_t ta, tq;
 
-	pthread_create(&ta, NULL, bg_run, &a);
+	bg_start(&a);
 	usleep(500000);
-	pthread_create(&tq, NULL, bg_run, &q);
+	bg_start(&q);
 	usleep(300000);
-	kill(pid_of(URL, id, "kernel_pid"), SIGKILL);
-	pthread_join(ta, NULL);
-	pthread_join(tq, NULL);
+	kill(context_pid(URL, id, "kernel_pid"), SIGKILL);
+	bg_join(&a);
+	bg_join(&q);
 	cr_assert_str_eq(error_name(a.lines), "KernelDied");
 	cr_assert_str_eq(error_name(q.lines), "KernelDied");
 	cr_assert_eq(count_of(q.lines, "stdout"), 0);
@@ -154,19 +111,18 @@ Test(faults, proxy_killed_while_another_context_streams, .timeout = 90)
 		       .ctx = other,
 		       .code = "import time\nfor i in range(20):\n    print(i, flush=True)\n    "
 			       "time.sleep(0.1)"};
-	pthread_t tv, to;
 
 	json_decref(run(URL, victim, "lost = 1"));
-	pid_t ppid = pid_of(URL, victim, "proxy_pid");
+	pid_t ppid = context_pid(URL, victim, "proxy_pid");
 	cr_assert(ppid > 0);
-	pthread_create(&tv, NULL, bg_run, &v);
-	pthread_create(&to, NULL, bg_run, &o);
+	bg_start(&v);
+	bg_start(&o);
 	usleep(700000);
 	double t0 = ms_now();
 	kill(ppid, SIGKILL);
-	pthread_join(tv, NULL);
+	bg_join(&v);
 	double noticed = ms_since(t0);
-	pthread_join(to, NULL);
+	bg_join(&o);
 
 	cr_assert_str_eq(error_name(v.lines), "ContextLost");
 	cr_assert(strstr(error_value(v.lines), "state is lost"), "%s", error_value(v.lines));
@@ -187,7 +143,7 @@ Test(faults, proxy_killed_while_another_context_streams, .timeout = 90)
 	cr_assert_str_eq(out, "False\n");
 	free(out);
 	json_decref(l);
-	cr_assert_neq(pid_of(URL, victim, "proxy_pid"), ppid);
+	cr_assert_neq(context_pid(URL, victim, "proxy_pid"), ppid);
 	free(victim);
 	free(other);
 }
@@ -201,16 +157,15 @@ Test(faults, broker_restart_keeps_contexts_and_state, .timeout = 120)
 	char *id = context_new(b.b_url, "python", "/tmp");
 	cr_assert_not_null(id);
 	json_decref(run(b.b_url, id, "survivor = 'still here'"));
-	pid_t kpid = pid_of(b.b_url, id, "kernel_pid");
+	pid_t kpid = context_pid(b.b_url, id, "kernel_pid");
 
 	/* a stream open at the moment of the crash ends on the client side */
 	struct bg open = {.base = b.b_url, .ctx = id, .code = "import time\ntime.sleep(2)"};
-	pthread_t t;
-	pthread_create(&t, NULL, bg_run, &open);
+	bg_start(&open);
 	usleep(500000);
 	kill(b.b_pid, SIGKILL);
 	waitpid(b.b_pid, NULL, 0);
-	pthread_join(t, NULL);
+	bg_join(&open);
 	cr_assert(open.took < 2000, "the open stream ended when the broker died");
 	json_decref(open.lines);
 
@@ -224,7 +179,7 @@ Test(faults, broker_restart_keeps_contexts_and_state, .timeout = 120)
 	cr_assert_str_eq(out, "still here\n");
 	free(out);
 	json_decref(l);
-	cr_assert_eq(pid_of(b.b_url, id, "kernel_pid"), kpid, "the same kernel");
+	cr_assert_eq(context_pid(b.b_url, id, "kernel_pid"), kpid, "the same kernel");
 	free(id);
 	cr_assert_eq(broker_stop(&b), 0, "sanitizer report in the broker log");
 }
@@ -265,8 +220,7 @@ Test(faults, sigterm_drains_running_executions, .timeout = 90)
 
 	cr_assert_eq(broker_start(&b, args), 0);
 	struct bg run1 = {.base = b.b_url, .code = "import time\ntime.sleep(2)\nprint('finished')"};
-	pthread_t t;
-	pthread_create(&t, NULL, bg_run, &run1);
+	bg_start(&run1);
 	usleep(500000);
 	kill(b.b_pid, SIGTERM);
 	usleep(200000);
@@ -274,7 +228,7 @@ Test(faults, sigterm_drains_running_executions, .timeout = 90)
 	json_t *refused = execute(b.b_url, "{\"code\":\"1\"}", &st, 5000);
 	cr_assert_null(refused);
 	cr_assert_eq(st, 503, "new executions are refused while draining");
-	pthread_join(t, NULL);
+	bg_join(&run1);
 	char *out = stdout_of(run1.lines);
 	cr_assert_str_eq(out, "finished\n", "the running execution completed");
 	free(out);
@@ -357,18 +311,17 @@ Test(faults, kernel_ignoring_sigint_is_stopped_by_restart, .timeout = 90)
 		       .ctx = id,
 		       .code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
 			       "time.sleep(60)"};
-	pthread_t t;
 	char path[128];
 	struct resp r;
 
-	pthread_create(&t, NULL, bg_run, &b);
+	bg_start(&b);
 	usleep(800000);
 	snprintf(path, sizeof(path), "/contexts/%s/restart", id);
 	double t0 = ms_now();
 	cr_assert_eq(http(URL, "POST", path, NULL, &r, 30), 0);
 	cr_assert_eq(r.r_status, 200);
 	resp_free(&r);
-	pthread_join(t, NULL);
+	bg_join(&b);
 	cr_assert(ms_since(t0) < 10000);
 	cr_assert_str_eq(error_name(b.lines), "ContextRestarted");
 	json_decref(b.lines);
@@ -387,16 +340,15 @@ Test(faults, interrupt_of_a_kernel_ignoring_sigint_falls_back_to_restart, .timeo
 		       .ctx = id,
 		       .code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
 			       "time.sleep(60)"};
-	pthread_t t;
 	char path[128];
 	struct resp r;
 
-	pthread_create(&t, NULL, bg_run, &b);
+	bg_start(&b);
 	usleep(800000);
 	snprintf(path, sizeof(path), "/contexts/%s/interrupt", id);
 	cr_assert_eq(http(URL, "POST", path, NULL, &r, 30), 0);
 	resp_free(&r);
-	pthread_join(t, NULL);
+	bg_join(&b);
 	cr_assert(b.took < 10000, "took %.0f ms", b.took);
 	cr_assert(strstr(error_value(b.lines), "restarted"), "%s", error_value(b.lines));
 	json_decref(b.lines);

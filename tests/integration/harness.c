@@ -180,7 +180,8 @@ execute(const char *base, const char *body_json, long *status, long timeout_ms)
 }
 
 json_t *
-run(const char *base, const char *ctx, const char *code)
+execute_code(const char *base, const char *ctx, const char *code, const char *extra_json,
+	     long timeout_ms, long *status)
 {
 	json_t *body = json_pack("{s:s}", "code", code);
 	char *s;
@@ -188,11 +189,63 @@ run(const char *base, const char *ctx, const char *code)
 
 	if (ctx)
 		json_object_set_new(body, "context_id", json_string(ctx));
+	if (extra_json) {
+		json_t *x = json_loads(extra_json, 0, NULL);
+		json_object_update(body, x);
+		json_decref(x);
+	}
 	s = json_dumps(body, 0);
-	lines = execute(base, s, NULL, 60000);
+	lines = execute(base, s, status, timeout_ms);
 	free(s);
 	json_decref(body);
 	return lines;
+}
+
+json_t *
+run(const char *base, const char *ctx, const char *code)
+{
+	return execute_code(base, ctx, code, NULL, 60000, NULL);
+}
+
+static void *
+bg_main(void *arg)
+{
+	struct bg *b = arg;
+	double t0 = ms_now();
+
+	b->lines = execute_code(b->base ? b->base : test_url(), b->ctx, b->code, b->extra,
+				b->timeout_ms ? b->timeout_ms : 60000, NULL);
+	b->took = ms_since(t0);
+	return NULL;
+}
+
+void
+bg_start(struct bg *b)
+{
+	pthread_create(&b->t, NULL, bg_main, b);
+}
+
+void
+bg_join(struct bg *b)
+{
+	pthread_join(b->t, NULL);
+}
+
+pid_t
+context_pid(const char *base, const char *id, const char *which)
+{
+	char path[128];
+	struct resp r;
+	pid_t pid = 0;
+
+	snprintf(path, sizeof(path), "/contexts/%s", id);
+	if (http(base, "GET", path, NULL, &r, 5) == 0 && r.r_status == 200) {
+		json_t *j = json_loads(r.r_body, 0, NULL);
+		pid = (pid_t)json_integer_value(json_object_get(j, which));
+		json_decref(j);
+	}
+	resp_free(&r);
+	return pid;
 }
 
 json_t *

@@ -8,6 +8,7 @@
 #ifndef SANDCELL_HARNESS_H
 #define SANDCELL_HARNESS_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -59,8 +60,26 @@ void resp_free(struct resp *r);
  * disconnect); its lines end with {"type":"_client_timeout"}.
  */
 json_t *execute(const char *base, const char *body_json, long *status, long timeout_ms);
-/* The same with code (and optional context id) given directly. */
+/* The same with code, an optional context id and optional extra members
+ * (a JSON object's text, e.g. "{\"timeout\":1}") given directly. */
+json_t *execute_code(const char *base, const char *ctx, const char *code,
+		     const char *extra_json, long timeout_ms, long *status);
 json_t *run(const char *base, const char *ctx, const char *code);
+
+/* One execution on its own thread: fill in, bg_start, ..., bg_join. */
+struct bg {
+	const char *base; /* NULL: test_url() */
+	const char *ctx, *code, *extra;
+	long timeout_ms;  /* 0: 60 s */
+	json_t *lines;
+	double took;      /* ms from start to the end of the stream */
+	pthread_t t;
+};
+void bg_start(struct bg *b);
+void bg_join(struct bg *b);
+
+/* "kernel_pid" or "proxy_pid" of a context, from GET /contexts/{id}; 0 if none. */
+pid_t context_pid(const char *base, const char *id, const char *which);
 
 json_t *line_of(json_t *lines, const char *type, int nth);
 int count_of(json_t *lines, const char *type);

@@ -92,23 +92,6 @@ expect_stdout(json_t *l, const char *want, const char *what, const char *lang)
 	free(out);
 }
 
-struct bg {
-	const char *ctx, *code;
-	json_t *lines;
-	double took;
-};
-
-static void *
-bg_run(void *arg)
-{
-	struct bg *b = arg;
-	double t0 = ms_now();
-
-	b->lines = run(URL, b->ctx, b->code);
-	b->took = ms_since(t0);
-	return NULL;
-}
-
 ParameterizedTest(int *ci, lang, behaves, .timeout = 120)
 {
 	const struct lang_case *c = &cases[*ci];
@@ -165,15 +148,14 @@ ParameterizedTest(int *ci, lang, behaves, .timeout = 120)
 
 	/* interrupt ends a long-running execution; the context lives on */
 	struct bg b = {.ctx = id, .code = c->long_running};
-	pthread_t t;
 	char path[128];
 	struct resp r;
-	pthread_create(&t, NULL, bg_run, &b);
+	bg_start(&b);
 	usleep(1500000);
 	snprintf(path, sizeof(path), "/contexts/%s/interrupt", id);
 	cr_expect_eq(http(URL, "POST", path, NULL, &r, 10), 0);
 	resp_free(&r);
-	pthread_join(t, NULL);
+	bg_join(&b);
 	cr_expect(b.took < 10000, "%s: interrupt took %.0f ms", c->lang, b.took);
 	cr_expect_not_null(line_of(b.lines, "error", 0), "%s: interrupted without an error",
 			   c->lang);

@@ -94,23 +94,6 @@ client(void *arg)
 	return NULL;
 }
 
-static pid_t
-pid_of(const char *id, const char *which)
-{
-	char path[128];
-	struct resp r;
-	pid_t pid = 0;
-
-	snprintf(path, sizeof(path), "/contexts/%s", id);
-	if (http(b.b_url, "GET", path, NULL, &r, 5) == 0) {
-		json_t *j = json_loads(r.r_body, 0, NULL);
-		pid = (pid_t)json_integer_value(json_object_get(j, which));
-		json_decref(j);
-	}
-	resp_free(&r);
-	return pid;
-}
-
 static void *
 faults(void *arg)
 {
@@ -125,11 +108,11 @@ faults(void *arg)
 		pid_t pid;
 		switch (rand_r(&seed) % 4) {
 		case 0:
-			if ((pid = pid_of(id, "kernel_pid")) > 0)
+			if ((pid = context_pid(b.b_url, id, "kernel_pid")) > 0)
 				kill(pid, SIGKILL);
 			break;
 		case 1:
-			if ((pid = pid_of(id, "proxy_pid")) > 0)
+			if ((pid = context_pid(b.b_url, id, "proxy_pid")) > 0)
 				kill(pid, SIGKILL);
 			break;
 		case 2:
