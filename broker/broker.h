@@ -198,6 +198,7 @@ struct server {
 	struct streamq sv_streams;
 	uint64_t sv_next_stream, sv_next_req;
 	bool sv_mhd_kick, sv_quit;
+	bool sv_pool_kick; /* refill the pool once this round's responses are out */
 	uint64_t sv_started;
 	nng_socket sv_ctl;
 	int sv_ctl_fd;

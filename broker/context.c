@@ -437,7 +437,7 @@ context_restart_from_pool(struct context *x)
 		 (int)x->c_pl->pl_pid);
 	control_event(json_pack("{s:s, s:s, s:s}", "event", "kernel_restarted", "context",
 				x->c_id, "why", "restart requested (warm pool)"));
-	pool_fill();
+	sv.sv_pool_kick = true;
 	return true;
 }
 
@@ -481,7 +481,7 @@ context_create(const char *want, const char *cwd, bool is_default, struct contex
 					"context", c->c_id, "language", c->c_lang, "cwd", cwd,
 					"pooled", 1));
 		*out = c;
-		pool_fill();
+		sv.sv_pool_kick = true;
 		return 0;
 	}
 	c = context_new(NULL, ks->ks_lang, ks->ks_name, cwd, is_default);

@@ -388,6 +388,12 @@ loop(void)
 		}
 		sv.sv_mhd_kick = false;
 		MHD_run(sv.sv_mhd);
+		if (sv.sv_pool_kick) {
+			/* after MHD_run: a claimed kernel's answer leaves before the fork */
+			sv.sv_pool_kick = false;
+			if (!sv.sv_draining)
+				pool_fill();
+		}
 		now = now_ms();
 		if (now >= next_tick) {
 			stream_tick(now);

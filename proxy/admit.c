@@ -281,6 +281,10 @@ admit_on_iopub(struct proxy *px, struct jmsg *jm)
 	if (!strcmp(jm->jm_type, "execute_input") && !u->u_ran) {
 		u->u_ran = true;
 		px->px_count++;
+		if (!buf_pending(&u->u_out))
+			u->u_hold_until = now_ms() + COUNT_HOLD_MS;
+	} else {
+		u->u_hold_until = 0;
 	}
 	if (!strcmp(jm->jm_type, "error"))
 		u->u_errored = true;
@@ -408,8 +412,14 @@ admit_tick(struct proxy *px, uint64_t now)
 void
 admit_flush(struct proxy *px)
 {
-	if (px->px_run && !px->px_run->u_detached)
-		unit_send(px, px->px_run, NULL);
+	struct unit *u = px->px_run;
+
+	if (!u || u->u_detached)
+		return;
+	if (u->u_hold_until && now_ms() < u->u_hold_until)
+		return;
+	u->u_hold_until = 0;
+	unit_send(px, u, NULL);
 }
 
 static void
@@ -438,6 +448,8 @@ admit_wait(struct proxy *px, uint64_t now)
 			wait_min(&w, u->u_reinterrupt_at + INTERRUPT_RETRY_MS, now);
 		if (u->u_replied)
 			wait_min(&w, u->u_replied_at + IOPUB_QUIET_MS, now);
+		if (u->u_hold_until)
+			wait_min(&w, u->u_hold_until, now);
 	}
 	return w;
 }

@@ -568,20 +568,28 @@ kernel_tick(struct proxy *px, uint64_t now)
 	}
 	if (px->px_kstate == KS_DEAD || !px->px_hb)
 		return;
-	/* heartbeat: the kernel's hb thread echoes even while code runs */
+	/*
+	 * Heartbeat, once per period rather than on every loop turn (each libzmq
+	 * call costs syscalls): the kernel's hb thread echoes even while code runs.
+	 * The control socket's replies (interrupt_reply) are only read to keep it
+	 * empty, so they are drained here too instead of being polled.
+	 */
+	if (now < px->px_hb_sent + HB_EVERY_MS)
+		return;
 	char pong[16];
+	struct jmsg jm;
 	while (zmq_recv(px->px_hb, pong, sizeof(pong), ZMQ_DONTWAIT) >= 0)
 		px->px_hb_ok = now;
+	while (wire_recv(px->px_control, px->px_key, &jm) != -EAGAIN)
+		jmsg_free(&jm);
 	if (now > px->px_hb_ok + HB_DEAD_MS) {
 		log_warn("context %s: kernel missed heartbeats for %llu ms", px->px_id,
 			 (unsigned long long)(now - px->px_hb_ok));
 		respawn(px, "kernel stopped answering heartbeats");
 		return;
 	}
-	if (now >= px->px_hb_sent + HB_EVERY_MS) {
-		zmq_send(px->px_hb, "ping", 4, ZMQ_DONTWAIT);
-		px->px_hb_sent = now;
-	}
+	zmq_send(px->px_hb, "ping", 4, ZMQ_DONTWAIT);
+	px->px_hb_sent = now;
 }
 
 int

@@ -234,16 +234,6 @@ drain_kernel(struct proxy *p, void **sockp, bool iopub)
 }
 
 static void
-drain_control(struct proxy *p)
-{
-	struct jmsg jm;
-
-	/* interrupt_reply and the like: read to keep the socket empty */
-	while (p->px_control && wire_recv(p->px_control, p->px_key, &jm) != -EAGAIN)
-		jmsg_free(&jm);
-}
-
-static void
 reap(struct proxy *p)
 {
 	struct signalfd_siginfo si;
@@ -392,8 +382,8 @@ static void
 loop(struct proxy *p)
 {
 	while (!p->px_quit) {
-		zmq_pollitem_t it[8];
-		int n = 0, i_shell = -1, i_iopub = -1, i_ctl = -1;
+		zmq_pollitem_t it[6];
+		int n = 0, i_shell = -1, i_iopub = -1;
 		uint64_t now = now_ms();
 		long wait = admit_wait(p, now), kw = p->px_kstate == KS_STARTING ? 50 : 500;
 
@@ -409,8 +399,6 @@ loop(struct proxy *p)
 			it[n++] = (zmq_pollitem_t){p->px_shell, 0, ZMQ_POLLIN, 0};
 			i_iopub = n;
 			it[n++] = (zmq_pollitem_t){p->px_iopub, 0, ZMQ_POLLIN, 0};
-			i_ctl = n;
-			it[n++] = (zmq_pollitem_t){p->px_control, 0, ZMQ_POLLIN, 0};
 		}
 		if (zmq_poll(it, n, wait) < 0 && errno != EINTR)
 			fatal("zmq_poll: %s", zmq_strerror(errno));
@@ -423,8 +411,6 @@ loop(struct proxy *p)
 			drain_kernel(p, &p->px_iopub, true);
 		if (i_shell >= 0 && it[i_shell].revents)
 			drain_kernel(p, &p->px_shell, false);
-		if (i_ctl >= 0 && it[i_ctl].revents && p->px_control)
-			drain_control(p);
 		if (it[0].revents)
 			drain_ipc(p);
 		now = now_ms();

@@ -20,6 +20,11 @@
 #define MAX_RESUBMIT 3
 #define OUTPUT_CHUNK (1u << 20) /* most NDJSON bytes in one OUTPUT message */
 #define IOPUB_QUIET_MS 5000 /* reply in, idle missing, iopub silent: output lost */
+/*
+ * The execution-count line is held this long for output or the end to go with
+ * it: a short execution then costs one message to the broker, not two.
+ */
+#define COUNT_HOLD_MS 20
 #define WIRE_MAX_FRAME (256LL << 20) /* larger kernel frames are dropped by libzmq */
 
 /* One execution unit: [set env] + code + [restore env]. */
@@ -43,6 +48,7 @@ struct unit {
 	bool u_errored;     /* an error line was sent on the stream */
 	bool u_detached;    /* stream ended or cancelled: output is discarded */
 	bool u_ran;         /* execute_input seen: the code started */
+	uint64_t u_hold_until; /* u_out holds only the count line until then */
 	int u_resubmits;
 	struct buf u_out;   /* NDJSON not yet handed to the broker */
 };
