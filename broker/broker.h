@@ -17,7 +17,13 @@
 
 #define KEEPALIVE_MS 1000
 #define STREAM_MEM_MAX (256u << 10) /* per stream in memory; past it, to disk */
-#define STREAM_CHUNK (8u << 10)     /* bytes handed to MHD at a time */
+/*
+ * The buffer MHD allocates (and clears) with each streamed response. Chunked
+ * (HTTP/1.1) responses are written through the connection's own memory
+ * instead, so only HTTP/1.0 clients use it, in blocks of this size; a larger
+ * one cost every waiting connection 8 KiB for nothing.
+ */
+#define RESPONSE_BLOCK 1024
 /* MHD's memory per connection: request head (so the header limit, ~half of
  * it) and the write buffer. Most of it is touched, so it is what each waiting
  * client costs. */

@@ -221,7 +221,7 @@ struct MHD_Response *
 stream_response(struct stream *s)
 {
 	struct MHD_Response *r =
-		MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_CHUNK, reader, s, NULL);
+		MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, RESPONSE_BLOCK, reader, s, NULL);
 
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");

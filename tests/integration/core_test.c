@@ -5,7 +5,10 @@
 #include <criterion/criterion.h>
 #include <criterion/hooks.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <curl/curl.h>
 
 #include "harness.h"
 
@@ -363,4 +366,57 @@ Test(core, output_with_nul_characters_is_delivered, .timeout = 30)
 	cr_assert_eq(json_string_length(json_object_get(s, "text")), 4);
 	cr_assert_eq(memcmp(json_string_value(json_object_get(s, "text")), "a\0b\n", 4), 0);
 	json_decref(l);
+}
+
+struct body {
+	char *p;
+	size_t n;
+};
+
+static size_t
+collect(char *p, size_t sz, size_t n, void *arg)
+{
+	struct body *b = arg;
+	char *np = realloc(b->p, b->n + sz * n + 1);
+
+	if (!np)
+		return 0;
+	memcpy(np + b->n, p, sz * n);
+	b->p = np;
+	b->n += sz * n;
+	b->p[b->n] = '\0';
+	return sz * n;
+}
+
+/* HTTP/1.0 has no chunked encoding: the stream is the body, ended by close. */
+Test(core, http_1_0_client_gets_the_whole_stream, .timeout = 60)
+{
+	CURL *c = curl_easy_init();
+	struct body b = {0};
+	char url[512];
+	const char *body = "{\"code\": \"print('y' * 300000)\"}";
+	long st = 0;
+
+	snprintf(url, sizeof(url), "%s/execute", URL);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_0);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+	cr_assert_eq(curl_easy_perform(c), CURLE_OK);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
+	cr_assert_eq(st, 200);
+	cr_assert_not_null(b.p);
+	json_t *lines = json_array();
+	for (char *save = NULL, *l = strtok_r(b.p, "\n", &save); l;
+	     l = strtok_r(NULL, "\n", &save))
+		json_array_append_new(lines, json_loads(l, 0, NULL));
+	char *out = stdout_of(lines);
+	cr_assert_eq(strlen(out), 300001, "%zu of 300001 characters arrived", strlen(out));
+	cr_assert_eq(count_of(lines, "end_of_execution"), 1);
+	free(out);
+	json_decref(lines);
+	free(b.p);
+	curl_easy_cleanup(c);
 }
