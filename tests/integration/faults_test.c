@@ -66,6 +66,39 @@ Test(faults, kernel_killed_mid_execution, .timeout = 90)
 	free(id);
 }
 
+/* A stopped kernel keeps its sockets open but stops answering heartbeats. */
+Test(faults, kernel_that_stops_answering_heartbeats_is_replaced, .timeout = 90)
+{
+	char *id = context_new(URL, "python", NULL);
+	struct bg b = {.base = URL, .ctx = id, .code = "import time\ntime.sleep(120)"};
+
+	cr_assert_not_null(id);
+	json_decref(run(URL, id, "x = 1"));
+	pid_t kpid = context_pid(URL, id, "kernel_pid");
+	cr_assert(kpid > 0);
+	bg_start(&b);
+	usleep(500000);
+	double t0 = ms_now();
+	kill(kpid, SIGSTOP);
+	bg_join(&b);
+	double ended = ms_since(t0);
+	cr_assert_str_eq(error_name(b.lines), "KernelDied");
+	cr_assert(strstr(error_value(b.lines), "heartbeat"), "%s", error_value(b.lines));
+	cr_assert_not_null(line_of(b.lines, "end_of_execution", 0));
+	/* dead after 20 s without a pong, checked every 2 s */
+	cr_assert(ended > 15000 && ended < 40000, "stream ended %.0f ms after SIGSTOP", ended);
+	json_decref(b.lines);
+
+	json_t *l = run(URL, id, "print('back', 'x' in globals())");
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "back False\n");
+	free(out);
+	json_decref(l);
+	cr_assert_neq(context_pid(URL, id, "kernel_pid"), kpid);
+	cr_assert(kill(kpid, 0) < 0, "the stopped kernel %d was left behind", (int)kpid);
+	free(id);
+}
+
 Test(faults, kernel_exits_by_itself, .timeout = 60)
 {
 	char *id = context_new(URL, "python", NULL);
