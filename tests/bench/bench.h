@@ -50,6 +50,7 @@ struct raw_figs {
 	struct stats rf_x1, rf_hello, rf_x1_plain;
 	double rf_flood_mibs, rf_images_mibs;
 	double rf_rate[3]; /* executions/s with 1, 4, 16 kernels */
+	double rf_rate_rot[3]; /* one client taking the kernels in turn */
 	bool rf_have_lat, rf_have_stream, rf_have_rate;
 };
 extern struct raw_figs raw_figs;
@@ -78,6 +79,7 @@ void raw_bench_stream(void);
 void raw_bench_aggregate(void);
 int raw_agg_start(void);
 void raw_agg_run(int c); /* raw_nkernels[c] kernels */
+void raw_agg_rotate(int c); /* one client, raw_nkernels[c] kernels in turn */
 void raw_agg_stop(void);
 
 /* hc.c: POST /execute over one reused connection, output counted, not kept */

@@ -574,12 +574,52 @@ raw_agg_run(int c)
 		             kcpu * 1000 / done, ccpu * 1000 / done);
 }
 
+/*
+ * One client, one execution in flight, taking raw_nkernels[c] kernels in
+ * turn: the ceiling of one sandcell client over as many contexts (each kernel
+ * runs every n-th execution, so it is colder than a kernel run back to back).
+ */
+void
+raw_agg_rotate(int c)
+{
+	int n = raw_nkernels[c];
+	double t0 = ms_now(), t, kcpu = 0;
+	long done = 0, failed = 0;
+	bool measuring = false;
+
+	if (!raw_agg_up)
+		return;
+	progress("raw: one client over %d kernels in turn (%d s)", n, RAW_WINDOW_MS / 1000);
+	for (long i = 0; (t = ms_now()) < t0 + RAW_RAMP_MS + RAW_WINDOW_MS; i++) {
+		if (t >= t0 + RAW_RAMP_MS && !measuring) {
+			measuring = true;
+			for (int j = 0; j < n; j++)
+				kcpu -= cpu_ms(raw_agg[j].rk_pid);
+		}
+		int rc = raw_exec(&raw_agg[i % n], "x=1", NULL, 30000);
+		if (measuring)
+			rc == 0 ? done++ : failed++;
+	}
+	for (int j = 0; j < n; j++)
+		kcpu += cpu_ms(raw_agg[j].rk_pid);
+	raw_figs.rf_rate_rot[c] = done / (RAW_WINDOW_MS / 1000.0);
+	table_add("1 raw",
+	          fmt("x=1, 1 client over %d kernels in turn%s", n,
+	              failed ? fmt(" (%ld failed)", failed) : ""),
+	          NULL, fmt("%.0f exec/s", raw_figs.rf_rate_rot[c]), "1.00 (baseline)", NULL);
+	if (done)
+		table_detail("CPU/exec: kernels %.0f us", kcpu * 1000 / done);
+}
+
 void
 raw_bench_aggregate(void)
 {
 	if (raw_agg_start() < 0)
 		return;
-	for (int c = 0; c < 3; c++)
+	for (int c = 0; c < 3; c++) {
 		raw_agg_run(c);
+		if (c)
+			raw_agg_rotate(c);
+	}
 	raw_agg_stop();
 }
