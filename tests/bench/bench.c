@@ -23,8 +23,8 @@
 #define STREAM_RUNS 3
 #define CANCEL_RUNS 20
 
-static const char *const sections[] = {"raw",       "latency", "throughput", "contexts",
-                                       "streaming", "memory",  "cancel",     NULL};
+static const char *const sections[] = {"raw",    "latency", "throughput", "contexts", "streaming",
+                                       "memory", "cancel",  "ipc",        NULL};
 
 static int
 cmp_double(const void *a, const void *b)
@@ -684,6 +684,8 @@ main(int argc, char **argv)
 	const char *only = argc > 1 && *argv[1] ? argv[1] : NULL;
 	struct rlimit rl;
 
+	if (argc > 2 && !strcmp(argv[1], "--ipc-echo"))
+		return ipc_echo_main(argv[2]);
 	bench_t0 = ms_now();
 	if (only) {
 		int i;
@@ -765,6 +767,11 @@ main(int argc, char **argv)
 		watch_start(&w);
 		load_bench_memory();
 		watch_end(&w, "memory");
+	}
+	if (want(only, "ipc")) {
+		watch_start(&w);
+		ipc_bench();
+		watch_end(&w, "ipc");
 	}
 	if (foreign[0])
 		table_note(

@@ -110,4 +110,8 @@ void load_bench_throughput(const struct broker *b);
 void load_bench_contexts(void);
 void load_bench_memory(void);
 
+/* ipc.c: (8) one broker-proxy hop, nng against a plain socket */
+void ipc_bench(void);
+int ipc_echo_main(const char *where);
+
 #endif
