@@ -2,6 +2,7 @@
  * output.c — kernel iopub messages to E2B's NDJSON events. The proxy formats
  * each line once, here; the broker forwards the bytes untouched.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -103,16 +104,121 @@ output_result(json_t *data, bool is_main)
 	return r;
 }
 
+/* Bytes that go into a JSON string as they are: ASCII from space on but " and \. */
+static bool
+plain_byte(unsigned char c)
+{
+	return c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
+}
+
+/*
+ * s (valid UTF-8: jansson checked it) as a JSON string of ASCII only, the
+ * bytes json_dumps(JSON_ENSURE_ASCII) gives, without its per-character UTF-8
+ * walk: runs of plain bytes are copied whole. Output is most of what a flood
+ * or an image costs the proxy, so this is its hot path.
+ */
+void
+output_json_string(struct buf *b, const char *s, size_t n)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	const unsigned char *p = (const unsigned char *)s, *end = p + n;
+
+	buf_append(b, "\"", 1);
+	while (p < end) {
+		const unsigned char *run = p;
+		while (p < end && plain_byte(*p))
+			p++;
+		if (p > run)
+			buf_append(b, run, p - run);
+		if (p == end)
+			break;
+		char esc[12];
+		size_t len = 0;
+		uint32_t cp = *p++;
+		if (cp >= 0x80) { /* a UTF-8 sequence: 2 to 4 bytes */
+			int more = cp >= 0xf0 ? 3 : cp >= 0xe0 ? 2 : 1;
+			cp &= 0x3f >> more;
+			for (; more > 0 && p < end; more--)
+				cp = cp << 6 | (*p++ & 0x3f);
+		}
+		switch (cp) {
+		case '"': len = 2, memcpy(esc, "\\\"", 2); break;
+		case '\\': len = 2, memcpy(esc, "\\\\", 2); break;
+		case '\b': len = 2, memcpy(esc, "\\b", 2); break;
+		case '\f': len = 2, memcpy(esc, "\\f", 2); break;
+		case '\n': len = 2, memcpy(esc, "\\n", 2); break;
+		case '\r': len = 2, memcpy(esc, "\\r", 2); break;
+		case '\t': len = 2, memcpy(esc, "\\t", 2); break;
+		default:
+			if (cp >= 0x10000) { /* a surrogate pair */
+				uint32_t v = cp - 0x10000, hi = 0xd800 | v >> 10, lo = 0xdc00 | (v & 0x3ff);
+				for (int k = 0; k < 2; k++, hi = lo) {
+					esc[len++] = '\\', esc[len++] = 'u';
+					for (int sh = 12; sh >= 0; sh -= 4)
+						esc[len++] = hex[hi >> sh & 0xf];
+				}
+			} else {
+				esc[len++] = '\\', esc[len++] = 'u';
+				for (int sh = 12; sh >= 0; sh -= 4)
+					esc[len++] = hex[cp >> sh & 0xf];
+			}
+		}
+		buf_append(b, esc, len);
+	}
+	buf_append(b, "\"", 1);
+}
+
+/* obj compactly; strings by output_json_string, other scalars by jansson. */
+static void
+dump(struct buf *b, json_t *obj)
+{
+	const char *key;
+	json_t *v;
+	size_t i, klen;
+
+	switch (json_typeof(obj)) {
+	case JSON_OBJECT:
+		buf_append(b, "{", 1);
+		i = 0;
+		json_object_keylen_foreach(obj, key, klen, v)
+		{
+			if (i++)
+				buf_append(b, ",", 1);
+			output_json_string(b, key, klen);
+			buf_append(b, ":", 1);
+			dump(b, v);
+		}
+		buf_append(b, "}", 1);
+		break;
+	case JSON_ARRAY:
+		buf_append(b, "[", 1);
+		json_array_foreach(obj, i, v)
+		{
+			if (i)
+				buf_append(b, ",", 1);
+			dump(b, v);
+		}
+		buf_append(b, "]", 1);
+		break;
+	case JSON_STRING:
+		output_json_string(b, json_string_value(obj), json_string_length(obj));
+		break;
+	default: {
+		char *t = json_dumps(obj, JSON_COMPACT | JSON_ENCODE_ANY);
+		if (t)
+			buf_append(b, t, strlen(t));
+		free(t);
+	}
+	}
+}
+
 /* Appends obj as one NDJSON line and releases it. */
 void
 output_line(struct buf *b, json_t *obj)
 {
-	char *s = json_dumps(obj, JSON_COMPACT | JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
-
-	if (s) {
-		buf_append(b, s, strlen(s));
+	if (obj) {
+		dump(b, obj);
 		buf_append(b, "\n", 1);
-		free(s);
 	}
 	json_decref(obj);
 }

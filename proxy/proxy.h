@@ -168,6 +168,7 @@ void jmsg_free(struct jmsg *jm);
 json_t *output_result(json_t *data, bool is_main);
 char *output_strip_ansi(const char *s);
 void output_line(struct buf *b, json_t *obj);
+void output_json_string(struct buf *b, const char *s, size_t n);
 void output_error(struct buf *b, const char *name, const char *value, const char *tb);
 void output_end(struct buf *b);
 bool output_iopub(struct buf *b, const char *type, json_t *content, bool display_is_result);

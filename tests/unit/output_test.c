@@ -700,3 +700,121 @@ Test(output_nul, a_text_plain_that_is_not_text_goes_under_extra)
 	json_decref(r);
 	json_decref(data);
 }
+
+/* ---- the line encoder against jansson's own ---- */
+
+/* One random code point's UTF-8: mostly ASCII (controls, quotes and
+ * backslashes included), then 2-, 3- and 4-byte characters. */
+static size_t
+random_utf8(unsigned char *o, unsigned *seed)
+{
+	unsigned r = rand_r(seed) % 100;
+	uint32_t cp;
+
+	if (r < 60)
+		cp = rand_r(seed) % 0x80;
+	else if (r < 75)
+		cp = 0x80 + rand_r(seed) % (0x800 - 0x80);
+	else if (r < 90) {
+		do
+			cp = 0x800 + rand_r(seed) % (0x10000 - 0x800);
+		while (cp >= 0xd800 && cp < 0xe000);
+	} else
+		cp = 0x10000 + rand_r(seed) % (0x110000 - 0x10000);
+	if (cp < 0x80) {
+		o[0] = cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		o[0] = 0xc0 | cp >> 6, o[1] = 0x80 | (cp & 0x3f);
+		return 2;
+	}
+	if (cp < 0x10000) {
+		o[0] = 0xe0 | cp >> 12, o[1] = 0x80 | (cp >> 6 & 0x3f), o[2] = 0x80 | (cp & 0x3f);
+		return 3;
+	}
+	o[0] = 0xf0 | cp >> 18, o[1] = 0x80 | (cp >> 12 & 0x3f), o[2] = 0x80 | (cp >> 6 & 0x3f);
+	o[3] = 0x80 | (cp & 0x3f);
+	return 4;
+}
+
+static json_t *
+random_string(unsigned *seed)
+{
+	unsigned char s[256];
+	size_t n = 0, want = rand_r(seed) % 48;
+
+	while (n < want)
+		n += random_utf8(s + n, seed);
+	return json_stringn((const char *)s, n);
+}
+
+/* Objects, arrays, strings and every scalar jansson has, nested a little. */
+static json_t *
+random_value(unsigned *seed, int depth)
+{
+	switch (rand_r(seed) % (depth < 3 ? 9 : 7)) {
+	case 0: return json_integer((json_int_t)rand_r(seed) - RAND_MAX / 2);
+	case 1: return json_real((double)rand_r(seed) / 7.0 - 1e5);
+	case 2: return json_true();
+	case 3: return json_false();
+	case 4: return json_null();
+	case 5:
+	case 6: return random_string(seed);
+	case 7: {
+		json_t *a = json_array();
+		for (int i = rand_r(seed) % 5; i > 0; i--)
+			json_array_append_new(a, random_value(seed, depth + 1));
+		return a;
+	}
+	default: {
+		json_t *o = json_object();
+		for (int i = rand_r(seed) % 5; i > 0; i--) {
+			json_t *k = random_string(seed);
+			json_object_setn_new(o, json_string_value(k), json_string_length(k),
+			                     random_value(seed, depth + 1));
+			json_decref(k);
+		}
+		return o;
+	}
+	}
+}
+
+Test(output_lines, lines_are_byte_for_byte_what_jansson_writes)
+{
+	unsigned seed = 7;
+
+	for (int i = 0; i < 5000; i++) {
+		json_t *v = json_pack("{s:s, s:o}", "type", "result", "v", random_value(&seed, 0));
+		char *want = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
+		struct buf b = {0};
+		cr_assert_not_null(want);
+		output_line(&b, json_incref(v));
+		cr_assert_eq(buf_pending(&b), strlen(want) + 1, "length differs for %s", want);
+		cr_assert_eq(memcmp(buf_head(&b), want, strlen(want)), 0,
+		             "\n ours: %.*s\n jansson: %s", (int)buf_pending(&b), buf_head(&b),
+		             want);
+		cr_assert_eq(buf_head(&b)[strlen(want)], '\n');
+		free(want);
+		buf_free(&b);
+		json_decref(v);
+	}
+}
+
+Test(output_lines, strings_with_nul_and_every_escape_are_encoded_like_jansson)
+{
+	static const char s[] = "\0a\"b\\c\b\f\n\r\t\x01\x1f\x7f/\xc2\x80\xe2\x80\xa8\xef\xbf\xbf"
+	                        "\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf";
+	json_t *v = json_stringn(s, sizeof(s) - 1);
+	char *want = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
+	struct buf b = {0};
+
+	cr_assert_not_null(v);
+	output_json_string(&b, s, sizeof(s) - 1);
+	cr_assert_eq(buf_pending(&b), strlen(want));
+	cr_assert_eq(memcmp(buf_head(&b), want, strlen(want)), 0, "\n ours: %.*s\n jansson: %s",
+	             (int)buf_pending(&b), buf_head(&b), want);
+	free(want);
+	buf_free(&b);
+	json_decref(v);
+}
