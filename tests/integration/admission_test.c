@@ -332,6 +332,10 @@ Test(admission, interrupt_endpoint_stops_the_running_unit, .timeout = 60)
 	json_t *e = line_of(a.lines, "error", 0);
 	cr_assert_not_null(e);
 	cr_assert_str_eq(json_string_value(json_object_get(e, "name")), "KeyboardInterrupt");
+	/* a plain traceback that points at the user's line, not at IPython */
+	const char *tb = json_string_value(json_object_get(e, "traceback"));
+	cr_assert(tb && strstr(tb, "time.sleep(30)"), "traceback: %s", tb);
+	cr_assert(!strstr(tb, "interactiveshell.py"), "traceback: %s", tb);
 	cr_assert_not_null(line_of(a.lines, "end_of_execution", 0));
 	cr_assert(a.took < 5000);
 	json_decref(a.lines);
