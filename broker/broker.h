@@ -16,6 +16,12 @@
 #include "../proto/proto.h"
 
 #define KEEPALIVE_MS 1000
+/*
+ * An /execute waits this long for its first output before its response head
+ * goes out: an execution that ends meanwhile (the proxy holds a unit's first
+ * 10 ms of output) is answered with one response in one write.
+ */
+#define PARK_MS 20
 #define STREAM_MEM_MAX (256u << 10) /* per stream in memory; past it, to disk */
 /*
  * The buffer MHD allocates (and clears) with each streamed response. Chunked
@@ -92,6 +98,9 @@ struct stream {
 	int st_spill_fd;      /* a slow client's backlog, in an unlinked file; or -1 */
 	uint64_t st_spill_w, st_spill_r;
 	bool st_overflow;     /* over --stream-cap: ended with an error line */
+	struct request *st_rq; /* parked before its response: see stream_park() */
+	uint64_t st_park_until;
+	TAILQ_ENTRY(stream) st_park_link; /* sv_parked, while st_rq is set */
 };
 TAILQ_HEAD(streamq, stream);
 
@@ -202,6 +211,7 @@ struct server {
 	uint64_t sv_watchdog_at;
 	struct contextq sv_contexts;
 	struct streamq sv_streams;
+	struct streamq sv_parked; /* by st_park_until: PARK_MS after each request */
 	uint64_t sv_next_stream, sv_next_req;
 	bool sv_mhd_kick, sv_quit;
 	bool sv_pool_kick; /* refill the pool once this round's responses are out */
@@ -245,6 +255,7 @@ void http_tick(uint64_t now);
 struct MHD_Response *http_text(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 struct MHD_Response *http_json(json_t *j);
 void http_complete(struct request *rq, unsigned status, struct MHD_Response *resp);
+void http_suspend(struct request *rq);
 int http_validate_execute(json_t *body, struct msg *m, const char **ctx_id,
 			  char *lang, size_t langsz, char *err, size_t errsz);
 
@@ -252,7 +263,9 @@ int http_validate_execute(json_t *body, struct msg *m, const char **ctx_id,
 struct stream *stream_open(struct context *c, struct MHD_Connection *conn, const char *code);
 struct stream *stream_open_ctl(struct context *c, nng_pipe pipe, uint64_t req,
 			       const char *code);
-struct MHD_Response *stream_response(struct stream *s);
+void stream_park(struct stream *s, struct request *rq);
+void stream_park_due(uint64_t now);
+long stream_park_wait(uint64_t now); /* ms until the next is due, or -1 */
 void stream_output(struct stream *s, const char *data, size_t len, struct msg *final);
 void stream_fail(struct stream *s, const char *name, const char *value, const char *outcome);
 void stream_cancel(struct stream *s, const char *why);

@@ -246,8 +246,8 @@ parse_body(struct request *rq, char *err, size_t errsz)
 	return j;
 }
 
-static void
-suspend(struct request *rq)
+void
+http_suspend(struct request *rq)
 {
 	rq->rq_suspended = true;
 	MHD_suspend_connection(rq->rq_conn);
@@ -308,7 +308,8 @@ do_execute(struct request *rq)
 	msg_set_u64(&m, F_STREAM, rq->rq_stream->st_id);
 	context_send(c, &m);
 	msg_free(&m);
-	return respond(rq, 200, stream_response(rq->rq_stream));
+	stream_park(rq->rq_stream, rq);
+	return MHD_YES;
 }
 
 static enum MHD_Result
@@ -348,7 +349,7 @@ do_create(struct request *rq)
 	if (rc < 0)
 		return respond(rq, rc == -EAGAIN ? 429 : rc == -ENOENT ? 400 : 500,
 			       http_text("%s", err));
-	suspend(rq);
+	http_suspend(rq);
 	context_wait_ready(c, rq);
 	return MHD_YES;
 bad:
@@ -480,7 +481,7 @@ route(struct request *rq, const char *url, const char *method)
 			return respond(rq, 200, http_json(context_json(c, true)));
 		if (!del)
 			goto method;
-		suspend(rq);
+		http_suspend(rq);
 		context_request(c, rq, MSG_SHUTDOWN, OP_DELETE);
 		return MHD_YES;
 	}
@@ -489,7 +490,7 @@ route(struct request *rq, const char *url, const char *method)
 			goto method;
 		if (rest[1] == 'r' && context_restart_from_pool(c))
 			return respond(rq, 200, http_json(json_null()));
-		suspend(rq);
+		http_suspend(rq);
 		if (rest[1] == 'r')
 			context_request(c, rq, MSG_RESTART, OP_RESTART);
 		else

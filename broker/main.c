@@ -368,6 +368,9 @@ loop(void)
 
 		if (MHD_get_timeout(sv.sv_mhd, &mt) == MHD_YES && (long long)mt < wait)
 			wait = (long)mt;
+		long pw = stream_park_wait(now);
+		if (pw >= 0 && pw < wait)
+			wait = pw;
 		if (sv.sv_mhd_kick)
 			wait = 0;
 		int n = epoll_wait(sv.sv_epfd, evs, 64, (int)wait);
@@ -386,6 +389,7 @@ loop(void)
 			case EV_CTL: control_recv(); break;
 			}
 		}
+		stream_park_due(now_ms());
 		sv.sv_mhd_kick = false;
 		MHD_run(sv.sv_mhd);
 		if (sv.sv_pool_kick) {
@@ -554,6 +558,7 @@ main(int argc, char **argv)
 		fatal("proxy binary %s: %s", sv.sv_proxy_bin, strerror(errno));
 	TAILQ_INIT(&sv.sv_contexts);
 	TAILQ_INIT(&sv.sv_streams);
+	TAILQ_INIT(&sv.sv_parked);
 	sv.sv_started = now_ms();
 	/* stream ids never repeat across broker restarts: proxies outlive us */
 	sv.sv_next_stream = (uint64_t)time(NULL) << 20;

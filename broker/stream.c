@@ -73,15 +73,46 @@ stream_by_id(uint64_t id)
 	return NULL;
 }
 
+static struct MHD_Response *stream_response(struct stream *s);
+static struct MHD_Response *stream_whole(struct stream *s);
+
+/*
+ * Something for the client (output, the end, a keepalive, its hangup): a
+ * parked connection is resumed. One parked before its response gets it now:
+ * the whole stream in one response when it has already ended (a short
+ * execution: head and body leave in one write), else the streamed one.
+ */
 static void
 unwatch(struct stream *s)
 {
-	if (s->st_suspended) {
-		server_unwatch(s->st_fd);
-		s->st_suspended = false;
-		MHD_resume_connection(s->st_conn);
-		sv.sv_mhd_kick = true;
+	if (!s->st_suspended)
+		return;
+	server_unwatch(s->st_fd);
+	s->st_suspended = false;
+	if (s->st_rq) {
+		struct request *rq = s->st_rq;
+		s->st_rq = NULL;
+		TAILQ_REMOVE(&sv.sv_parked, s, st_park_link);
+		http_complete(rq, 200,
+			      s->st_final && !s->st_gone && s->st_spill_fd < 0 ? stream_whole(s)
+									  : stream_response(s));
+		return;
 	}
+	MHD_resume_connection(s->st_conn);
+	sv.sv_mhd_kick = true;
+}
+
+/* The request is in and sent on; its response waits for the first output. */
+void
+stream_park(struct stream *s, struct request *rq)
+{
+	s->st_rq = rq;
+	s->st_park_until = now_ms() + PARK_MS;
+	TAILQ_INSERT_TAIL(&sv.sv_parked, s, st_park_link);
+	http_suspend(rq);
+	s->st_suspended = true;
+	if (s->st_fd >= 0)
+		server_watch(s->st_fd, EPOLLRDHUP, &s->st_ev);
 }
 
 /* Counts and logs a stream once, however it ended. */
@@ -217,22 +248,42 @@ reader(void *cls, uint64_t pos, char *out, size_t max)
 	return 0;
 }
 
-struct MHD_Response *
-stream_response(struct stream *s)
+static struct MHD_Response *
+stream_headers(struct MHD_Response *r)
 {
-	struct MHD_Response *r =
-		MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, RESPONSE_BLOCK, reader, s, NULL);
-
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
 	MHD_add_response_header(r, "X-Accel-Buffering", "no");
 	return r;
 }
 
+static struct MHD_Response *
+stream_response(struct stream *s)
+{
+	return stream_headers(
+	    MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, RESPONSE_BLOCK, reader, s, NULL));
+}
+
+/* A stream that ended before its response went out, as one body. */
+static struct MHD_Response *
+stream_whole(struct stream *s)
+{
+	size_t n = buf_pending(&s->st_buf);
+	char *body = xmalloc(n ? n : 1);
+
+	memcpy(body, buf_head(&s->st_buf), n);
+	buf_consume(&s->st_buf, n);
+	s->st_last_out = now_ms();
+	metrics_count(M_BYTES, n);
+	return stream_headers(MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE));
+}
+
 static void
 stream_free(struct stream *s)
 {
 	TAILQ_REMOVE(&sv.sv_streams, s, st_link);
+	if (s->st_rq)
+		TAILQ_REMOVE(&sv.sv_parked, s, st_park_link);
 	if (s->st_ctx) {
 		TAILQ_REMOVE(&s->st_ctx->c_streams, s, st_ctx_link);
 		s->st_ctx->c_nstreams--;
@@ -405,6 +456,26 @@ stream_tick(uint64_t now)
 			buf_append(&s->st_buf, keepalive, sizeof(keepalive) - 1);
 			unwatch(s);
 		}
+}
+
+/* Parked past PARK_MS without output: the streamed response starts. */
+void
+stream_park_due(uint64_t now)
+{
+	struct stream *s;
+
+	while ((s = TAILQ_FIRST(&sv.sv_parked)) && now >= s->st_park_until)
+		unwatch(s);
+}
+
+long
+stream_park_wait(uint64_t now)
+{
+	struct stream *s = TAILQ_FIRST(&sv.sv_parked);
+
+	if (!s)
+		return -1;
+	return s->st_park_until > now ? (long)(s->st_park_until - now) : 0;
 }
 
 struct stream *

@@ -149,6 +149,7 @@ unit_start(struct proxy *px, struct unit *u)
 	if ((rc = kernel_execute(px, u->u_code, false, u->u_msgid)) < 0)
 		goto fail;
 	u->u_started_at = now_ms();
+	u->u_hold_until = u->u_started_at + OUTPUT_HOLD_MS;
 	return 0;
 fail:
 	unit_end(px, u, "ExecutionFailed", "could not send the code to the kernel");
@@ -281,10 +282,6 @@ admit_on_iopub(struct proxy *px, struct jmsg *jm)
 	if (!strcmp(jm->jm_type, "execute_input") && !u->u_ran) {
 		u->u_ran = true;
 		px->px_count++;
-		if (!buf_pending(&u->u_out))
-			u->u_hold_until = now_ms() + COUNT_HOLD_MS;
-	} else {
-		u->u_hold_until = 0;
 	}
 	if (!strcmp(jm->jm_type, "error"))
 		u->u_errored = true;
@@ -416,9 +413,8 @@ admit_flush(struct proxy *px)
 
 	if (!u || u->u_detached)
 		return;
-	if (u->u_hold_until && now_ms() < u->u_hold_until)
+	if (now_ms() < u->u_hold_until && buf_pending(&u->u_out) < OUTPUT_CHUNK)
 		return;
-	u->u_hold_until = 0;
 	unit_send(px, u, NULL);
 }
 
@@ -448,7 +444,7 @@ admit_wait(struct proxy *px, uint64_t now)
 			wait_min(&w, u->u_reinterrupt_at + INTERRUPT_RETRY_MS, now);
 		if (u->u_replied)
 			wait_min(&w, u->u_replied_at + IOPUB_QUIET_MS, now);
-		if (u->u_hold_until)
+		if (buf_pending(&u->u_out) && !u->u_detached)
 			wait_min(&w, u->u_hold_until, now);
 	}
 	return w;

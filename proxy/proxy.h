@@ -21,10 +21,11 @@
 #define OUTPUT_CHUNK (1u << 20) /* most NDJSON bytes in one OUTPUT message */
 #define IOPUB_QUIET_MS 5000 /* reply in, idle missing, iopub silent: output lost */
 /*
- * The execution-count line is held this long for output or the end to go with
- * it: a short execution then costs one message to the broker, not two.
+ * Output of a unit's first milliseconds is held (up to OUTPUT_CHUNK) so that
+ * a short execution reaches the broker as one message and its client as one
+ * response; after that, output is handed on as it comes.
  */
-#define COUNT_HOLD_MS 20
+#define OUTPUT_HOLD_MS 10
 #define WIRE_MAX_FRAME (256LL << 20) /* larger kernel frames are dropped by libzmq */
 
 /* One execution unit: [set env] + code + [restore env]. */
@@ -48,7 +49,7 @@ struct unit {
 	bool u_errored;     /* an error line was sent on the stream */
 	bool u_detached;    /* stream ended or cancelled: output is discarded */
 	bool u_ran;         /* execute_input seen: the code started */
-	uint64_t u_hold_until; /* u_out holds only the count line until then */
+	uint64_t u_hold_until; /* output waits until then (OUTPUT_HOLD_MS) */
 	int u_resubmits;
 	struct buf u_out;   /* NDJSON not yet handed to the broker */
 };
