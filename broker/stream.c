@@ -102,10 +102,18 @@ unwatch(struct stream *s)
 	sv.sv_mhd_kick = true;
 }
 
-/* The request is in and sent on; its response waits for the first output. */
+/*
+ * The request is in and sent on; its response waits for the first output,
+ * unless executions are ahead of it in its context: then it cannot end
+ * within PARK_MS, and its streamed response starts at once.
+ */
 void
 stream_park(struct stream *s, struct request *rq)
 {
+	if (s->st_ctx && s->st_ctx->c_nstreams > 1) {
+		http_complete(rq, 200, stream_response(s));
+		return;
+	}
 	s->st_rq = rq;
 	s->st_park_until = now_ms() + PARK_MS;
 	TAILQ_INSERT_TAIL(&sv.sv_parked, s, st_park_link);
