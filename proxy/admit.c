@@ -212,6 +212,13 @@ maybe_complete(struct proxy *px, struct unit *u)
 	admit_next(px);
 }
 
+/*
+ * Interrupts a unit, but not before its code has started (execute_input):
+ * ipykernel ignores a SIGINT that comes before its execute handler runs, and
+ * one in the handler's preamble ends the request with no reply at all (see
+ * admit_on_probe). execute_input sends a deferred interrupt; the retry a
+ * second later sends it regardless (a kernel that never publishes it).
+ */
 static void
 interrupt_unit(struct proxy *px, struct unit *u)
 {
@@ -220,7 +227,8 @@ interrupt_unit(struct proxy *px, struct unit *u)
 	if (!u->u_interrupt_at)
 		u->u_interrupt_at = now;
 	u->u_reinterrupt_at = now;
-	kernel_interrupt(px);
+	if (u->u_ran || u->u_interrupts++ > 0)
+		kernel_interrupt(px);
 }
 
 void
@@ -244,6 +252,25 @@ admit_on_reply(struct proxy *px, struct jmsg *jm)
 			 "the kernel aborted this execution before it ran");
 		u->u_idle = true;
 	}
+	u->u_replied = true;
+	u->u_replied_at = now_ms();
+	maybe_complete(px, u);
+}
+
+/*
+ * The answer to the kernel_info_request sent when an interrupted unit's idle
+ * came without its execute_reply. Shell is answered in order, so no reply
+ * is still on its way: the interrupt ended the request before it replied.
+ */
+void
+admit_on_probe(struct proxy *px, struct jmsg *jm)
+{
+	struct unit *u = px->px_run;
+
+	if (!u || !u->u_probe[0] || u->u_replied || strcmp(jm->jm_parent_id, u->u_probe))
+		return;
+	log_info("context %s: stream %llu: interrupted before the kernel replied",
+		 px->px_id, (unsigned long long)u->u_stream);
 	u->u_replied = true;
 	u->u_replied_at = now_ms();
 	maybe_complete(px, u);
@@ -275,6 +302,10 @@ admit_on_iopub(struct proxy *px, struct jmsg *jm)
 			json_string_value(json_object_get(jm->jm_content, "execution_state"));
 		if (st && !strcmp(st, "idle")) {
 			u->u_idle = true;
+			/* an interrupt may have ended it with no reply: ask, on shell */
+			if (!u->u_replied && u->u_interrupt_at && !u->u_probe[0] &&
+			    kernel_probe(px, u->u_probe) < 0)
+				u->u_probe[0] = '\0';
 			maybe_complete(px, u);
 		}
 		return;
@@ -282,6 +313,8 @@ admit_on_iopub(struct proxy *px, struct jmsg *jm)
 	if (!strcmp(jm->jm_type, "execute_input") && !u->u_ran) {
 		u->u_ran = true;
 		px->px_count++;
+		if (u->u_interrupt_at)
+			kernel_interrupt(px); /* deferred until the code started */
 	}
 	if (!strcmp(jm->jm_type, "error"))
 		u->u_errored = true;

@@ -480,6 +480,7 @@ kernel_on_shell(struct proxy *px, struct jmsg *jm)
 	if (!strcmp(jm->jm_type, "kernel_info_reply")) {
 		px->px_kinfo_reply = true;
 		set_ready(px);
+		admit_on_probe(px, jm);
 	} else if (!strcmp(jm->jm_type, "execute_reply")) {
 		admit_on_reply(px, jm);
 	}
@@ -603,6 +604,13 @@ kernel_execute(struct proxy *px, const char *code, bool silent, char msgid[40])
 		return -EINVAL; /* code is not valid UTF-8 */
 	return wire_send(px->px_shell, px->px_key, px->px_session, "execute_request", c,
 			 msgid);
+}
+
+int
+kernel_probe(struct proxy *px, char msgid[40])
+{
+	return wire_send(px->px_shell, px->px_key, px->px_session, "kernel_info_request",
+			 json_object(), msgid);
 }
 
 void

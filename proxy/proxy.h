@@ -50,6 +50,8 @@ struct unit {
 	bool u_detached;    /* stream ended or cancelled: output is discarded */
 	bool u_ran;         /* execute_input seen: the code started */
 	uint64_t u_hold_until; /* output waits until then (OUTPUT_HOLD_MS) */
+	int u_interrupts;   /* interrupt_unit calls */
+	char u_probe[40];   /* kernel_info_request sent after an idle with no reply */
 	int u_resubmits;
 	struct buf u_out;   /* NDJSON not yet handed to the broker */
 };
@@ -141,6 +143,7 @@ void kernel_tick(struct proxy *px, uint64_t now);
 void kernel_on_shell(struct proxy *px, struct jmsg *jm);
 void kernel_on_iopub(struct proxy *px, struct jmsg *jm);
 int kernel_execute(struct proxy *px, const char *code, bool silent, char msgid[40]);
+int kernel_probe(struct proxy *px, char msgid[40]); /* kernel_info_request on shell */
 
 /* admit.c */
 void admit_push(struct proxy *px, struct msg *m);
@@ -150,6 +153,7 @@ void admit_tick(struct proxy *px, uint64_t now);
 void admit_fail_all(struct proxy *px, const char *name, const char *value);
 void admit_detach_all(struct proxy *px);
 void admit_on_reply(struct proxy *px, struct jmsg *jm);
+void admit_on_probe(struct proxy *px, struct jmsg *jm);
 void admit_on_iopub(struct proxy *px, struct jmsg *jm);
 void admit_flush(struct proxy *px);
 void admit_interrupt(struct proxy *px);

@@ -269,6 +269,45 @@ Test(admission, queued_request_whose_client_left_never_runs, .timeout = 60)
 	free(id);
 }
 
+/* Gone before its response head went out (the broker parks it a few ms). */
+Test(admission, client_gone_before_the_response_head_is_cancelled, .timeout = 60)
+{
+	char *id = fresh();
+	char path[128], code[256], req[1024];
+	json_t *body;
+	char *js;
+	int fd;
+
+	snprintf(path, sizeof(path), "/tmp/sandcell-parked-%d", (int)getpid());
+	unlink(path);
+	snprintf(code, sizeof(code), "import time\ntime.sleep(2)\nopen('%s', 'w').write('ran')",
+		 path);
+	body = json_pack("{s:s, s:s}", "code", code, "context_id", id);
+	js = json_dumps(body, JSON_COMPACT);
+	snprintf(req, sizeof(req),
+		 "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+		 "Content-Length: %zu\r\n\r\n%s",
+		 strlen(js), js);
+	free(js);
+	json_decref(body);
+	cr_assert((fd = tcp_connect(URL)) >= 0);
+	cr_assert(write(fd, req, strlen(req)) == (ssize_t)strlen(req));
+	usleep(2000); /* sent on to the kernel, no response head yet */
+	close(fd);
+
+	double t0 = ms_now();
+	json_t *l = run(URL, id, "print('next')"); /* the sleep was interrupted */
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "next\n");
+	cr_assert(ms_since(t0) < 1500, "the next execution waited %.0f ms", ms_since(t0));
+	free(out);
+	json_decref(l);
+	usleep(1500000);
+	struct stat sb;
+	cr_assert(stat(path, &sb) < 0, "the abandoned execution ran to its end");
+	free(id);
+}
+
 Test(admission, timeout_interrupts_and_names_the_error, .timeout = 60)
 {
 	char *id = fresh();
@@ -339,6 +378,45 @@ Test(admission, interrupt_endpoint_stops_the_running_unit, .timeout = 60)
 	cr_assert_not_null(line_of(a.lines, "end_of_execution", 0));
 	cr_assert(a.took < 5000);
 	json_decref(a.lines);
+	free(id);
+}
+
+/*
+ * A SIGINT in ipykernel's execute handler before the code runs (here: in an
+ * input transformer) ends the request with an idle and no execute_reply. The
+ * unit must still end at once, and the kernel must not be restarted for it.
+ */
+Test(admission, interrupt_that_ends_a_request_without_a_reply, .timeout = 60)
+{
+	char *id = fresh();
+	struct bg a = {.ctx = id, .code = "print('never')", .timeout_ms = 30000};
+	char path[128];
+	struct resp r;
+
+	json_decref(run(URL, id, "kept = 'state'\nimport time\nget_ipython()."
+				 "input_transformers_post.append(lambda lines: (time.sleep(1), "
+				 "lines)[1])"));
+	pid_t kpid = context_pid(URL, id, "kernel_pid");
+	bg_start(&a);
+	usleep(400000); /* in the transformer's sleep, execute_input is out */
+	snprintf(path, sizeof(path), "/contexts/%s/interrupt", id);
+	cr_assert_eq(http(URL, "POST", path, NULL, &r, 10), 0);
+	cr_assert_eq(r.r_status, 200);
+	resp_free(&r);
+	bg_join(&a);
+	json_t *e = line_of(a.lines, "error", 0);
+	cr_assert_not_null(e);
+	cr_assert_str_eq(json_string_value(json_object_get(e, "name")), "KeyboardInterrupt");
+	cr_assert_null(line_of(a.lines, "stdout", 0));
+	cr_assert(a.took < 2500, "the interrupted unit ended after %.0f ms", a.took);
+	json_decref(a.lines);
+
+	json_t *l = run(URL, id, "print(kept)");
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "state\n", "the kernel lost its state");
+	free(out);
+	json_decref(l);
+	cr_assert_eq(context_pid(URL, id, "kernel_pid"), kpid, "the kernel was restarted");
 	free(id);
 }
 

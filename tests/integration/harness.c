@@ -47,6 +47,20 @@ free_port(void)
 	return port;
 }
 
+int
+tcp_connect(const char *url)
+{
+	int port = atoi(strrchr(url, ':') + 1), fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 struct sink {
 	char *data;
 	size_t len;

@@ -92,5 +92,6 @@ char *context_new(const char *base, const char *language, const char *cwd);
 double ms_since(double t0);
 double ms_now(void);
 int free_port(void);
+int tcp_connect(const char *url); /* a plain TCP connection to the broker, or -1 */
 
 #endif
