@@ -35,25 +35,33 @@ error_value(json_t *l)
 	return e ? json_string_value(json_object_get(e, "value")) : "";
 }
 
-Test(faults, kernel_killed_mid_execution, .timeout = 90)
+/*
+ * Sends sig to the kernel of a fresh context (cwd /tmp, x set) while code runs
+ * there, and checks that the execution ended with KernelDied naming why,
+ * within max_ms, and that the context then runs on a fresh kernel with its
+ * cwd and global env. Returns the context id.
+ */
+static char *
+kernel_fault_mid_execution(int sig, const char *code, const char *why, double max_ms)
 {
 	char *id = context_new(URL, "python", "/tmp");
-	struct bg b = {.base = URL, .ctx = id, .code = "import time\nprint('start', flush=True)\ntime.sleep(30)"};
+	struct bg b = {.base = URL, .code = code};
 
 	cr_assert_not_null(id);
+	b.ctx = id;
 	json_decref(run(URL, id, "x = 1"));
 	pid_t kpid = context_pid(URL, id, "kernel_pid");
 	cr_assert(kpid > 0);
 	bg_start(&b);
 	usleep(800000);
 	double t0 = ms_now();
-	kill(kpid, SIGKILL);
+	kill(kpid, sig);
 	bg_join(&b);
-	double after_kill = ms_since(t0);
+	double ended = ms_since(t0);
 	cr_assert_str_eq(error_name(b.lines), "KernelDied");
-	cr_assert(strstr(error_value(b.lines), "signal 9"), "%s", error_value(b.lines));
+	cr_assert(strstr(error_value(b.lines), why), "%s", error_value(b.lines));
 	cr_assert_not_null(line_of(b.lines, "end_of_execution", 0));
-	cr_assert(after_kill < 1000, "stream ended %.0f ms after the kill", after_kill);
+	cr_assert(ended < max_ms, "stream ended %.0f ms after signal %d", ended, sig);
 	json_decref(b.lines);
 
 	/* same id, fresh kernel, cwd and global env re-applied */
@@ -63,40 +71,24 @@ Test(faults, kernel_killed_mid_execution, .timeout = 90)
 	free(out);
 	json_decref(l);
 	cr_assert_neq(context_pid(URL, id, "kernel_pid"), kpid);
-	free(id);
+	cr_assert(kill(kpid, 0) < 0, "the old kernel %d was left behind", (int)kpid);
+	return id;
 }
 
-/* A stopped kernel keeps its sockets open but stops answering heartbeats. */
+Test(faults, kernel_killed_mid_execution, .timeout = 90)
+{
+	free(kernel_fault_mid_execution(
+	    SIGKILL, "import time\nprint('start', flush=True)\ntime.sleep(30)", "signal 9", 1000));
+}
+
+/*
+ * A stopped kernel keeps its sockets open but stops answering heartbeats: it
+ * is declared dead after 20 s without a pong (checked every 2 s).
+ */
 Test(faults, kernel_that_stops_answering_heartbeats_is_replaced, .timeout = 90)
 {
-	char *id = context_new(URL, "python", NULL);
-	struct bg b = {.base = URL, .ctx = id, .code = "import time\ntime.sleep(120)"};
-
-	cr_assert_not_null(id);
-	json_decref(run(URL, id, "x = 1"));
-	pid_t kpid = context_pid(URL, id, "kernel_pid");
-	cr_assert(kpid > 0);
-	bg_start(&b);
-	usleep(500000);
-	double t0 = ms_now();
-	kill(kpid, SIGSTOP);
-	bg_join(&b);
-	double ended = ms_since(t0);
-	cr_assert_str_eq(error_name(b.lines), "KernelDied");
-	cr_assert(strstr(error_value(b.lines), "heartbeat"), "%s", error_value(b.lines));
-	cr_assert_not_null(line_of(b.lines, "end_of_execution", 0));
-	/* dead after 20 s without a pong, checked every 2 s */
-	cr_assert(ended < 40000, "stream ended %.0f ms after SIGSTOP", ended);
-	json_decref(b.lines);
-
-	json_t *l = run(URL, id, "print('back', 'x' in globals())");
-	char *out = stdout_of(l);
-	cr_assert_str_eq(out, "back False\n");
-	free(out);
-	json_decref(l);
-	cr_assert_neq(context_pid(URL, id, "kernel_pid"), kpid);
-	cr_assert(kill(kpid, 0) < 0, "the stopped kernel %d was left behind", (int)kpid);
-	free(id);
+	free(kernel_fault_mid_execution(SIGSTOP, "import time\ntime.sleep(120)", "heartbeat",
+					40000));
 }
 
 Test(faults, kernel_exits_by_itself, .timeout = 60)
