@@ -47,6 +47,16 @@ free_port(void)
 	return port;
 }
 
+/*
+ * A test that writes to a socket the broker has closed (it answered 431 and
+ * hung up, say) gets EPIPE, not a SIGPIPE that kills the test process.
+ */
+__attribute__((constructor)) static void
+ignore_sigpipe(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+}
+
 int
 tcp_connect(const char *url)
 {
