@@ -377,8 +377,7 @@ kernel_start(struct proxy *px)
 	px->px_kstarted_at = now_ms();
 	px->px_kinfo_reply = px->px_iopub_seen = false;
 	px->px_hb_sent = px->px_hb_ok = px->px_kstarted_at;
-	rc = wire_send(px->px_shell, px->px_key, px->px_session, "kernel_info_request",
-		       json_object(), px->px_kinfo_id);
+	rc = kernel_probe(px, px->px_kinfo_id);
 	px->px_kinfo_at = now_ms();
 	log_info("context %s: kernel %s started, pid %d", px->px_id, px->px_ks->ks_name,
 		 (int)pid);
@@ -561,8 +560,7 @@ kernel_tick(struct proxy *px, uint64_t now)
 		/* slow joiner: ask again until iopub shows it is subscribed */
 		if (px->px_kinfo_reply && !px->px_iopub_seen &&
 		    now >= px->px_kinfo_at + KINFO_RESEND_MS) {
-			wire_send(px->px_shell, px->px_key, px->px_session,
-				  "kernel_info_request", json_object(), px->px_kinfo_id);
+			kernel_probe(px, px->px_kinfo_id);
 			px->px_kinfo_at = now;
 		}
 		return;

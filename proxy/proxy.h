@@ -143,7 +143,7 @@ void kernel_tick(struct proxy *px, uint64_t now);
 void kernel_on_shell(struct proxy *px, struct jmsg *jm);
 void kernel_on_iopub(struct proxy *px, struct jmsg *jm);
 int kernel_execute(struct proxy *px, const char *code, bool silent, char msgid[40]);
-int kernel_probe(struct proxy *px, char msgid[40]); /* kernel_info_request on shell */
+int kernel_probe(struct proxy *px, char msgid[40]); /* a kernel_info_request on shell */
 
 /* admit.c */
 void admit_push(struct proxy *px, struct msg *m);
