@@ -358,15 +358,10 @@ Test(admission, interrupt_endpoint_stops_the_running_unit, .timeout = 60)
 {
 	char *id = fresh();
 	struct bg a = {.ctx = id, .code = "import time\ntime.sleep(30)", .timeout_ms = 30000};
-	char path[128];
-	struct resp r;
 
 	bg_start(&a);
 	usleep(700000);
-	snprintf(path, sizeof(path), "/contexts/%s/interrupt", id);
-	cr_assert_eq(http(URL, "POST", path, NULL, &r, 10), 0);
-	cr_assert_eq(r.r_status, 200);
-	resp_free(&r);
+	cr_assert_eq(context_post(URL, id, "interrupt", 10), 200);
 	bg_join(&a);
 	json_t *e = line_of(a.lines, "error", 0);
 	cr_assert_not_null(e);
@@ -390,8 +385,6 @@ Test(admission, interrupt_that_ends_a_request_without_a_reply, .timeout = 60)
 {
 	char *id = fresh();
 	struct bg a = {.ctx = id, .code = "print('never')", .timeout_ms = 30000};
-	char path[128];
-	struct resp r;
 
 	json_decref(run(URL, id, "kept = 'state'\nimport time\nget_ipython()."
 				 "input_transformers_post.append(lambda lines: (time.sleep(1), "
@@ -399,10 +392,7 @@ Test(admission, interrupt_that_ends_a_request_without_a_reply, .timeout = 60)
 	pid_t kpid = context_pid(URL, id, "kernel_pid");
 	bg_start(&a);
 	usleep(400000); /* in the transformer's sleep, execute_input is out */
-	snprintf(path, sizeof(path), "/contexts/%s/interrupt", id);
-	cr_assert_eq(http(URL, "POST", path, NULL, &r, 10), 0);
-	cr_assert_eq(r.r_status, 200);
-	resp_free(&r);
+	cr_assert_eq(context_post(URL, id, "interrupt", 10), 200);
 	bg_join(&a);
 	json_t *e = line_of(a.lines, "error", 0);
 	cr_assert_not_null(e);

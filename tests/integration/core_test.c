@@ -203,14 +203,9 @@ Test(core, list_contexts_shows_created_ones, .timeout = 60)
 Test(core, restart_clears_state_keeps_id_and_cwd, .timeout = 90)
 {
 	char *id = context_new(URL, "python", "/tmp");
-	struct resp r;
-	char path[128];
 
 	json_decref(run(URL, id, "kept = 1"));
-	snprintf(path, sizeof(path), "/contexts/%s/restart", id);
-	cr_assert_eq(http(URL, "POST", path, NULL, &r, 60), 0);
-	cr_assert_eq(r.r_status, 200, "restart: %ld %s", r.r_status, r.r_body);
-	resp_free(&r);
+	cr_assert_eq(context_post(URL, id, "restart", 60), 200);
 	json_t *l = run(URL, id, "'kept' in globals()");
 	cr_assert_str_eq(result_text(l), "False");
 	json_decref(l);

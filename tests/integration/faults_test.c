@@ -336,16 +336,11 @@ Test(faults, kernel_ignoring_sigint_is_stopped_by_restart, .timeout = 90)
 		       .ctx = id,
 		       .code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
 			       "time.sleep(60)"};
-	char path[128];
-	struct resp r;
 
 	bg_start(&b);
 	usleep(800000);
-	snprintf(path, sizeof(path), "/contexts/%s/restart", id);
 	double t0 = ms_now();
-	cr_assert_eq(http(URL, "POST", path, NULL, &r, 30), 0);
-	cr_assert_eq(r.r_status, 200);
-	resp_free(&r);
+	cr_assert_eq(context_post(URL, id, "restart", 30), 200);
 	bg_join(&b);
 	cr_assert(ms_since(t0) < 10000);
 	cr_assert_str_eq(error_name(b.lines), "ContextRestarted");
@@ -365,14 +360,10 @@ Test(faults, interrupt_of_a_kernel_ignoring_sigint_falls_back_to_restart, .timeo
 		       .ctx = id,
 		       .code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
 			       "time.sleep(60)"};
-	char path[128];
-	struct resp r;
 
 	bg_start(&b);
 	usleep(800000);
-	snprintf(path, sizeof(path), "/contexts/%s/interrupt", id);
-	cr_assert_eq(http(URL, "POST", path, NULL, &r, 30), 0);
-	resp_free(&r);
+	cr_assert(context_post(URL, id, "interrupt", 30) > 0);
 	bg_join(&b);
 	cr_assert(b.took < 10000, "took %.0f ms", b.took);
 	cr_assert(strstr(error_value(b.lines), "restarted"), "%s", error_value(b.lines));

@@ -272,6 +272,20 @@ context_pid(const char *base, const char *id, const char *which)
 	return pid;
 }
 
+long
+context_post(const char *base, const char *id, const char *action, long timeout_s)
+{
+	char path[160];
+	struct resp r;
+	long st = -1;
+
+	snprintf(path, sizeof(path), "/contexts/%s/%s", id, action);
+	if (http(base, "POST", path, NULL, &r, timeout_s) == 0)
+		st = r.r_status;
+	resp_free(&r);
+	return st;
+}
+
 json_t *
 line_of(json_t *lines, const char *type, int nth)
 {

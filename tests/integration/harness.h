@@ -80,6 +80,8 @@ void bg_join(struct bg *b);
 
 /* "kernel_pid" or "proxy_pid" of a context, from GET /contexts/{id}; 0 if none. */
 pid_t context_pid(const char *base, const char *id, const char *which);
+/* POST /contexts/{id}/{action} (restart, interrupt): the HTTP status, or -1. */
+long context_post(const char *base, const char *id, const char *action, long timeout_s);
 
 json_t *line_of(json_t *lines, const char *type, int nth);
 int count_of(json_t *lines, const char *type);

@@ -148,13 +148,9 @@ ParameterizedTest(int *ci, lang, behaves, .timeout = 120)
 
 	/* interrupt ends a long-running execution; the context lives on */
 	struct bg b = {.ctx = id, .code = c->long_running};
-	char path[128];
-	struct resp r;
 	bg_start(&b);
 	usleep(1500000);
-	snprintf(path, sizeof(path), "/contexts/%s/interrupt", id);
-	cr_expect_eq(http(URL, "POST", path, NULL, &r, 10), 0);
-	resp_free(&r);
+	cr_expect(context_post(URL, id, "interrupt", 10) > 0);
 	bg_join(&b);
 	cr_expect(b.took < 10000, "%s: interrupt took %.0f ms", c->lang, b.took);
 	cr_expect_not_null(line_of(b.lines, "error", 0), "%s: interrupted without an error",

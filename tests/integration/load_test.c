@@ -202,15 +202,11 @@ Test(load, the_warm_pool_hands_out_fresh_kernels, .timeout = 90)
 
 Test(load, restart_from_the_pool_clears_state_and_keeps_id_and_cwd, .timeout = 90)
 {
-	char *id = context_new(URL, "python", "/tmp"), path[128];
-	struct resp r;
+	char *id = context_new(URL, "python", "/tmp");
 
 	usleep(1500000);
 	json_decref(run(URL, id, "before = 1"));
-	snprintf(path, sizeof(path), "/contexts/%s/restart", id);
-	cr_assert_eq(http(URL, "POST", path, NULL, &r, 60), 0);
-	cr_assert_eq(r.r_status, 200);
-	resp_free(&r);
+	cr_assert_eq(context_post(URL, id, "restart", 60), 200);
 	json_t *l = run(URL, id, "import os\nprint(os.getcwd(), 'before' in globals())");
 	char *out = stdout_of(l);
 	cr_assert_str_eq(out, "/tmp False\n");
