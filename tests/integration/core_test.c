@@ -383,28 +383,49 @@ collect(char *p, size_t sz, size_t n, void *arg)
 	return sz * n;
 }
 
-/* HTTP/1.0 has no chunked encoding: the stream is the body, ended by close. */
-Test(core, http_1_0_client_gets_the_whole_stream, .timeout = 60)
+/*
+ * POST /execute of code with libcurl as it comes off the wire, in the given
+ * HTTP version: the body (caller frees), its size in *n, and the length the
+ * response declared in *len (-1: none, a stream).
+ */
+static char *
+post_raw(const char *code, long http_version, size_t *n, curl_off_t *len)
 {
 	CURL *c = curl_easy_init();
 	struct body b = {0};
 	char url[512];
-	const char *body = "{\"code\": \"print('y' * 300000)\"}";
+	json_t *j = json_pack("{s:s}", "code", code);
+	char *js = json_dumps(j, 0);
 	long st = 0;
 
 	snprintf(url, sizeof(url), "%s/execute", URL);
 	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_0);
-	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(c, CURLOPT_HTTP_VERSION, http_version);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, js);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
 	cr_assert_eq(curl_easy_perform(c), CURLE_OK);
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
+	curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, len);
 	cr_assert_eq(st, 200);
 	cr_assert_not_null(b.p);
+	curl_easy_cleanup(c);
+	free(js);
+	json_decref(j);
+	*n = b.n;
+	return b.p;
+}
+
+/* HTTP/1.0 has no chunked encoding: the stream is the body, ended by close. */
+Test(core, http_1_0_client_gets_the_whole_stream, .timeout = 60)
+{
+	size_t n;
+	curl_off_t len;
+	char *body = post_raw("print('y' * 300000)", CURL_HTTP_VERSION_1_0, &n, &len);
 	json_t *lines = json_array();
-	for (char *save = NULL, *l = strtok_r(b.p, "\n", &save); l;
+
+	for (char *save = NULL, *l = strtok_r(body, "\n", &save); l;
 	     l = strtok_r(NULL, "\n", &save))
 		json_array_append_new(lines, json_loads(l, 0, NULL));
 	char *out = stdout_of(lines);
@@ -412,8 +433,7 @@ Test(core, http_1_0_client_gets_the_whole_stream, .timeout = 60)
 	cr_assert_eq(count_of(lines, "end_of_execution"), 1);
 	free(out);
 	json_decref(lines);
-	free(b.p);
-	curl_easy_cleanup(c);
+	free(body);
 }
 
 /*
@@ -429,36 +449,18 @@ Test(core, short_execution_is_one_response_long_one_is_streamed, .timeout = 60)
 
 	json_decref(run(URL, NULL, "0")); /* the default context is up */
 	for (int i = 0; i < 2; i++) {
-		CURL *c = curl_easy_init();
-		struct body b = {0};
-		char url[512], body[256];
+		size_t n;
 		curl_off_t len = -1;
-		long st = 0;
-		json_t *j = json_pack("{s:s}", "code", codes[i]);
-		char *js = json_dumps(j, 0);
+		char *body = post_raw(codes[i], CURL_HTTP_VERSION_1_1, &n, &len);
 
-		snprintf(body, sizeof(body), "%s", js);
-		free(js);
-		json_decref(j);
-		snprintf(url, sizeof(url), "%s/execute", URL);
-		curl_easy_setopt(c, CURLOPT_URL, url);
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-		curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
-		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
-		curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-		cr_assert_eq(curl_easy_perform(c), CURLE_OK);
-		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
-		curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len);
-		cr_assert_eq(st, 200);
-		cr_assert(b.p && strstr(b.p, want[i]), "%s", b.p ? b.p : "(nothing)");
-		cr_assert(strstr(b.p, "{\"type\":\"end_of_execution\"}\n"));
+		cr_assert(strstr(body, want[i]), "%s", body);
+		cr_assert(strstr(body, "{\"type\":\"end_of_execution\"}\n"));
 		if (i == 1)
 			cr_assert_eq(len, -1, "streamed, no length");
-		else if (len != (curl_off_t)b.n && ++tries < 10)
+		else if (len != (curl_off_t)n && ++tries < 10)
 			i--; /* again */
 		else
-			cr_assert_eq(len, (curl_off_t)b.n, "one response of %zu bytes", b.n);
-		free(b.p);
-		curl_easy_cleanup(c);
+			cr_assert_eq(len, (curl_off_t)n, "one response of %zu bytes", n);
+		free(body);
 	}
 }
