@@ -299,7 +299,8 @@ Test(admission, client_gone_before_the_response_head_is_cancelled, .timeout = 60
 	json_t *l = run(URL, id, "print('next')"); /* the sleep was interrupted */
 	char *out = stdout_of(l);
 	cr_assert_str_eq(out, "next\n");
-	cr_assert(ms_since(t0) < 1500, "the next execution waited %.0f ms", ms_since(t0));
+	/* under the 1 s re-interrupt: the first interrupt was not lost */
+	cr_assert(ms_since(t0) < 900, "the next execution waited %.0f ms", ms_since(t0));
 	free(out);
 	json_decref(l);
 	usleep(1500000);
