@@ -21,9 +21,10 @@ export JUPYTER_PATH := $(CURDIR)/proxy/jupyter:$(CURDIR)/.deps/jupyter$(if $(JUP
 export SANDCELL_PYTHON_STARTUP ?= $(CURDIR)/proxy/python/sandcell_startup.py
 RUN_ARGS ?=
 
-PROTO_SRC  = $(wildcard proto/*.c)
+# proto/ (the IPC codec) and lib/ (shared helpers) go into every binary.
+PROTO_SRC  = $(wildcard proto/*.c lib/*.c)
 PROXY_SRC  = $(filter-out proxy/main.c,$(wildcard proxy/*.c))
-BROKER_SRC = $(filter-out broker/main.c broker/sandcellctl.c,$(wildcard broker/*.c))
+BROKER_SRC = $(filter-out broker/main.c,$(wildcard broker/*.c))
 
 obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
 PROTO_OBJ  = $(call obj,$(PROTO_SRC))
@@ -51,7 +52,7 @@ $(BIN)/sandcell-broker: $(BUILD)/broker/main.o $(BROKER_OBJ) $(PROTO_OBJ)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_BROKER)
 
-$(BIN)/sandcellctl: $(BUILD)/broker/sandcellctl.o $(PROTO_OBJ)
+$(BIN)/sandcellctl: $(BUILD)/ctl/sandcellctl.o $(PROTO_OBJ)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_PROTO)
 
@@ -90,7 +91,7 @@ bench: deps all $(BUILD)/bench
 	SANDCELL_BIN=$(abspath $(BIN)) $(BUILD)/bench $(BENCH)
 
 deps:
-	@sh tests/deps.sh
+	@sh scripts/deps.sh
 
 run: deps all
 	exec $(BIN)/sandcell-broker --listen $(LISTEN) $(RUN_ARGS)

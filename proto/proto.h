@@ -1,7 +1,7 @@
 /*
- * proto.h — what every sandcell binary shares: the IPC message schema and its
- * msgpack codec, kernelspec discovery, language names, logging and buffers.
- * This is the only header both the broker and the proxy include.
+ * proto.h — the IPC message schema and its msgpack codec: the only interface
+ * the broker, the proxies and sandcellctl speak to each other. Helpers they
+ * share otherwise (logging, buffers, kernelspecs) are in lib/lib.h.
  */
 #ifndef SANDCELL_PROTO_H
 #define SANDCELL_PROTO_H
@@ -12,6 +12,8 @@
 #include <stdint.h>
 
 #include <nng/nng.h>
+
+#include "../lib/lib.h"
 
 #define SANDCELL_VERSION "0.1.0"
 
@@ -105,7 +107,7 @@ enum kstate { KS_STARTING = 0, KS_IDLE, KS_BUSY, KS_DEAD };
 #define PROTO_MAX_TEXT (64u << 10)  /* error text */
 #define PROTO_MAX_NAME 4096u        /* id, lang, cwd */
 #define PROTO_MAX_ENV 1024u         /* env entries */
-#define PROTO_MAX_ENVKEY 1024u
+#define PROTO_MAX_ENVKEY ENV_KEY_MAX
 #define PROTO_MAX_ENVVAL (128u << 10)
 
 /* A decoded string: a NUL-terminated copy owned by its msg; len excludes NUL. */
@@ -150,63 +152,5 @@ void msgq_push(struct msgq *q, nng_msg *nm);
 int msgq_flush(struct msgq *q, nng_socket s);
 void msgq_clear(struct msgq *q);
 int msg_recv(nng_socket s, struct msg *m, int flags);
-
-/* kspec.c */
-struct kspec {
-	char *ks_name;      /* directory name: python3, ir, ... */
-	char *ks_lang;      /* normalised "language" field */
-	char *ks_dir;       /* the kernelspec's directory */
-	char **ks_argv;     /* NULL-terminated */
-	char **ks_env;      /* NULL-terminated KEY=VALUE */
-	bool ks_interrupt_msg;  /* interrupt_mode "message" */
-	bool ks_tcp;        /* metadata.sandcell.transport == "tcp" */
-	char *ks_fence;     /* code run silently after each unit to collect output the
-			     * kernel publishes after idle (Deno); NULL: none needed */
-};
-int kspec_find(const char *want, struct kspec **out);
-int kspec_index(struct kspec *const *v, size_t n, const char *want);
-int kspec_list(struct kspec ***out, size_t *n);
-void kspec_free(struct kspec *ks);
-void kspec_list_free(struct kspec **v, size_t n);
-char *kspec_languages(void);
-int lang_normalise(const char *in, char *out, size_t outsz);
-
-/* util.c */
-enum log_level { LOG_ERR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG };
-extern int log_level_max;
-void log_init(const char *prog, int level);
-void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#define log_err(...) log_msg(LOG_ERR, __VA_ARGS__)
-#define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
-#define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
-#define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
-void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-void *xmalloc(size_t n);
-void *xcalloc(size_t n, size_t sz);
-void *xrealloc(void *p, size_t n);
-char *xstrdup(const char *s);
-char *xstrndup(const char *s, size_t n);
-char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-uint64_t now_ms(void);
-void iso_time(char out[64]);
-uint64_t now_us(void);
-void uuid_v4(char out[37]);
-bool uuid_valid(const char *s);
-int mkdir_p(const char *path, unsigned mode);
-int rm_rf(const char *path);
-int chown_r(const char *path, unsigned uid, unsigned gid);
-const char *default_run_dir(void);
-int parse_level(const char *s);
-bool env_key_valid(const char *k);
-
-struct buf {
-	char *b_data;
-	size_t b_off, b_len, b_cap; /* pending: b_data[b_off, b_len) */
-};
-#define buf_pending(b) ((b)->b_len - (b)->b_off)
-#define buf_head(b) ((b)->b_data + (b)->b_off)
-void buf_append(struct buf *b, const void *p, size_t n);
-void buf_consume(struct buf *b, size_t n);
-void buf_free(struct buf *b);
 
 #endif

@@ -39,7 +39,7 @@ deps() {
 obj() {
 	src=$1
 	o=$OBJ/${src%.c}.o
-	if [ -f "$o" ] && [ "$o" -nt "$src" ] && [ "$o" -nt proto/proto.h ] &&
+	if [ -f "$o" ] && [ "$o" -nt "$src" ] && [ "$o" -nt proto/proto.h ] && [ "$o" -nt lib/lib.h ] &&
 		[ "$o" -nt proxy/proxy.h ] && [ "$o" -nt broker/broker.h ]; then
 		echo "$o"
 		return 0
@@ -56,8 +56,8 @@ objs() {
 build() {
 	deps || { echo "fuzz: cannot install clang and libclang-rt-14-dev" >&2; return 1; }
 	mkdir -p "$OUT"
-	proto=$(objs proto/*.c) || return 1
-	broker=$(objs $(ls broker/*.c | grep -v -e broker/main.c -e broker/sandcellctl.c)) ||
+	proto=$(objs proto/*.c lib/*.c) || return 1
+	broker=$(objs $(ls broker/*.c | grep -v -e broker/main.c)) ||
 		return 1
 	proxy=$(objs $(ls proxy/*.c | grep -v proxy/main.c)) || return 1
 	echo "fuzz: building $OUT/fuzz_msg $OUT/fuzz_http $OUT/fuzz_wire $OUT/seeds"

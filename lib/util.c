@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "proto.h"
+#include "lib.h"
 
 int log_level_max = LOG_INFO;
 static const char *log_prog = "sandcell";
@@ -240,7 +240,7 @@ rm_rf(const char *path)
 bool
 env_key_valid(const char *k)
 {
-	if (!*k || (*k >= '0' && *k <= '9') || strlen(k) > PROTO_MAX_ENVKEY)
+	if (!*k || (*k >= '0' && *k <= '9') || strlen(k) > ENV_KEY_MAX)
 		return false;
 	for (; *k; k++)
 		if (!((*k >= 'a' && *k <= 'z') || (*k >= 'A' && *k <= 'Z') ||

@@ -13,7 +13,7 @@
 
 #include <jansson.h>
 
-#include "proto.h"
+#include "lib.h"
 
 #define MAX_DIRS 32
 
