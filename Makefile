@@ -127,7 +127,7 @@ test-systemd: all
 PREFIX ?= /usr/local
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/sandcell/jupyter/kernels \
-	  $(DESTDIR)$(PREFIX)/lib/sandcell /etc/systemd/system
+	  $(DESTDIR)$(PREFIX)/lib/sandcell $(DESTDIR)/etc/systemd/system
 	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
 	cp -r proxy/jupyter/kernels/bash proxy/jupyter/kernels/java \
 	  $(DESTDIR)$(PREFIX)/share/sandcell/jupyter/kernels/

@@ -245,6 +245,65 @@ Test(ctl, drain_refuses_executions_until_undrain, .timeout = 60)
 	json_decref(l);
 }
 
+/* GET /ready's status, polled until it is `want` or 30 s have passed. */
+static long
+ready_status(long want)
+{
+	struct resp r;
+	long st = -1;
+
+	for (double t0 = ms_now(); ms_since(t0) < 30000; usleep(20000)) {
+		cr_assert_eq(http(URL, "GET", "/ready", NULL, &r, 5), 0);
+		st = r.r_status;
+		resp_free(&r);
+		if (st == want)
+			break;
+	}
+	return st;
+}
+
+Test(ctl, ready_is_503_while_draining_and_200_after_undrain, .timeout = 90)
+{
+	struct resp r;
+	char *out;
+
+	/* the default contexts (python; javascript with Deno) answer */
+	cr_assert_eq(ready_status(200), 200, "ready once the default contexts answer");
+	cr_assert_eq(ctl(&out, "drain"), 0, "%s", out);
+	free(out);
+	cr_assert_eq(http(URL, "GET", "/ready", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 503, "not ready while draining: %s", r.r_body);
+	cr_assert(strstr(r.r_body, "draining"), "%s", r.r_body);
+	resp_free(&r);
+	cr_assert_eq(http(URL, "GET", "/health", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 200, "still alive while draining");
+	resp_free(&r);
+	cr_assert_eq(ctl(&out, "undrain"), 0, "%s", out);
+	free(out);
+	cr_assert_eq(http(URL, "GET", "/ready", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 200, "ready again after undrain: %s", r.r_body);
+	resp_free(&r);
+}
+
+Test(ctl, ready_is_503_while_the_default_kernel_restarts, .timeout = 90)
+{
+	struct resp r;
+
+	cr_assert_eq(ready_status(200), 200);
+	json_t *l = run(URL, NULL, "import os; print(os.getpid())");
+	char *pid = stdout_of(l);
+	json_decref(l);
+	cr_assert_eq(kill(atoi(pid), SIGKILL), 0, "kill the default kernel %s", pid);
+	free(pid);
+	/* the restart takes ~0.5 s: readiness goes down, then comes back */
+	cr_assert_eq(ready_status(503), 503, "not ready while the default kernel restarts");
+	cr_assert_eq(http(URL, "GET", "/ready", NULL, &r, 5), 0);
+	cr_assert(r.r_status == 200 || strstr(r.r_body, "default python context"), "%s",
+		  r.r_body);
+	resp_free(&r);
+	cr_assert_eq(ready_status(200), 200, "ready once the new kernel answers");
+}
+
 Test(ctl, watch_prints_live_events, .timeout = 60)
 {
 	const char *bin = getenv("SANDCELL_BIN");

@@ -253,15 +253,49 @@ Test(faults, sigterm_drains_running_executions, .timeout = 90)
 	json_t *refused = execute(b.b_url, "{\"code\":\"1\"}", &st, 5000);
 	cr_assert_null(refused);
 	cr_assert_eq(st, 503, "new executions are refused while draining");
+	struct resp r;
+	cr_assert_eq(http(b.b_url, "GET", "/ready", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 503, "not ready while draining: %s", r.r_body);
+	resp_free(&r);
 	bg_join(&run1);
 	char *out = stdout_of(run1.lines);
 	cr_assert_str_eq(out, "finished\n", "the running execution completed");
 	free(out);
 	json_decref(run1.lines);
-	int status;
+	int status = -1;
 	for (int i = 0; i < 100 && waitpid(b.b_pid, &status, WNOHANG) != b.b_pid; i++)
 		usleep(50000);
 	cr_assert(kill(b.b_pid, 0) < 0, "the broker stopped once drained");
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "a drained stop exits 0 (status 0x%x)", status);
+	b.b_pid = 0;
+	cr_assert_eq(broker_stop(&b), 0, "sanitizer report in the broker log");
+}
+
+Test(faults, sigterm_stops_at_the_grace_and_exits_0, .timeout = 90)
+{
+	struct broker b;
+	const char *args[] = {"--grace", "2", NULL};
+	int status = -1;
+
+	cr_assert_eq(broker_start(&b, args), 0);
+	struct bg run1 = {.base = b.b_url, .code = "import time\nprint('started', flush=True)\n"
+						    "time.sleep(60)"};
+	bg_start(&run1);
+	usleep(500000);
+	double t0 = ms_now();
+	kill(b.b_pid, SIGTERM);
+	while (ms_since(t0) < 20000 && waitpid(b.b_pid, &status, WNOHANG) != b.b_pid)
+		usleep(20000);
+	double took = ms_since(t0);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "a stop at the end of the grace exits 0 (status 0x%x)", status);
+	cr_assert(took >= 2000 && took < 5000, "stopped %.0f ms after SIGTERM, grace 2 s", took);
+	bg_join(&run1);
+	json_t *err = line_of(run1.lines, "error", 0);
+	cr_assert_not_null(err, "the cut execution ends with an error line");
+	cr_assert_str_eq(json_string_value(json_object_get(err, "name")), "ServerStopping");
+	json_decref(run1.lines);
 	b.b_pid = 0;
 	cr_assert_eq(broker_stop(&b), 0, "sanitizer report in the broker log");
 }

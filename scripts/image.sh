@@ -1,0 +1,43 @@
+#!/bin/sh
+# `make image`: builds the OCI image sandcell:VERSION and sandcell:latest with
+# podman from deploy/Containerfile. The binaries are those just built on this
+# (Debian 12) host, staged by `make install` with the kernelspecs, the start-up
+# profile and Deno (from `make deps`) as the build context.
+#   SANDCELL_IMAGE_BASE  the base image (default debian:bookworm-slim when
+#                        podman has it, else one built from the host's apt
+#                        sources by scripts/image-base.sh)
+#   PODMAN_FLAGS         flags for podman build and run (default: Debian's
+#                        runc, the host network, ulimits at or below the host's)
+set -eu
+cd "$(dirname "$0")/.."
+sh scripts/image-deps.sh
+
+version=$(sed -n 's/^#define SANDCELL_VERSION "\(.*\)"$/\1/p' proto/proto.h)
+base=${SANDCELL_IMAGE_BASE:-}
+if [ -z "$base" ]; then
+	if podman image exists debian:bookworm-slim; then
+		base=debian:bookworm-slim
+	else
+		base=localhost/sandcell-base:bookworm
+		sh scripts/image-base.sh "$base" build/image
+	fi
+fi
+: "${PODMAN_FLAGS=--runtime runc --network host --ulimit nofile=1024:1024 --ulimit nproc=4096:4096}"
+
+ctx=build/image/context
+rm -rf "$ctx"
+mkdir -p "$ctx"
+make --no-print-directory install DESTDIR="$PWD/$ctx/rootfs" PREFIX=/usr/local >/dev/null
+deno=$ctx/rootfs/usr/local/lib/sandcell/deno
+[ -x "$deno" ] || { echo "image: no Deno binary: run make deps first" >&2; exit 1; }
+mv "$deno" "$ctx/deno"
+rm -rf "$ctx/rootfs/etc" # the systemd units: not used in a container
+find "$ctx/rootfs" -name __pycache__ -prune -exec rm -rf {} +
+
+echo "image: building sandcell:$version from $base"
+# shellcheck disable=SC2086 # PODMAN_FLAGS is a list of flags
+podman build $PODMAN_FLAGS --build-arg BASE="$base" --build-arg VERSION="$version" \
+	-t "localhost/sandcell:$version" -t localhost/sandcell:latest \
+	-f deploy/Containerfile "$ctx"
+podman image inspect --format 'image: sandcell:{{index .RepoTags 0}} {{.Size}} bytes' \
+	"localhost/sandcell:$version"
