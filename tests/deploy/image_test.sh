@@ -40,7 +40,7 @@ wait_status() {
 
 # shellcheck disable=SC2086 # PODMAN_FLAGS is a list of flags
 podman run -d --name "$name" $PODMAN_FLAGS --read-only \
-	--tmpfs /home/user:rw,uid=1000,gid=1000,mode=0755 \
+	--tmpfs /home/user:rw,mode=0755,U \
 	-e SANDCELL_LISTEN="127.0.0.1:$port" "$image" --grace "$grace" --listen "127.0.0.1:$port" >/dev/null ||
 	{ notok "podman run $image"; echo "$passed passed, $failed failed"; exit 1; }
 check "the container answers /health" wait_status /health 200 60
