@@ -39,5 +39,5 @@ echo "image: building sandcell:$version from $base"
 podman build $PODMAN_FLAGS --build-arg BASE="$base" --build-arg VERSION="$version" \
 	-t "localhost/sandcell:$version" -t localhost/sandcell:latest \
 	-f deploy/Containerfile "$ctx"
-podman image inspect --format 'image: sandcell:{{index .RepoTags 0}} {{.Size}} bytes' \
+podman image inspect --format 'image: {{index .RepoTags 0}}, {{.Size}} bytes' \
 	"localhost/sandcell:$version"

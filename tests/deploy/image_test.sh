@@ -62,6 +62,15 @@ for pair in "python:print(6*7)" "javascript:console.log(6*7)" "typescript:consol
 	fi
 done
 
+# the data stack imports (scipy without python3-pythran: see the Containerfile)
+code='import numpy, pandas, scipy.interpolate, scipy.stats, sklearn.linear_model, seaborn, sympy, plotly, openpyxl, xlrd, bs4, requests, PIL\nx = numpy.random.rand(20, 2)\nscipy.interpolate.RBFInterpolator(x, x[:, 0])(x[:2])\nprint(6*7)'
+out=$(curl -s --max-time 90 "$url/execute" -d "{\"code\": \"$code\"}")
+if echo "$out" | grep -q '"type":"stdout","text":"42'; then
+	ok "the python data stack imports and runs"
+else
+	notok "the python data stack imports and runs: $(echo "$out" | head -c 600)"
+fi
+
 if (cd tests/sdk && SANDCELL_URL="http://localhost:$port" node sdk_test.mjs >"/tmp/$name.sdk" 2>&1); then
 	ok "E2B SDK test against the container: $(tail -n 1 "/tmp/$name.sdk")"
 else
