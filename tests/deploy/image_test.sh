@@ -1,6 +1,7 @@
 #!/bin/sh
 # make test-image: runs the image sandcell:latest with podman as a pod would run
-# it (read-only root, a writable /home/user and /tmp, the image's own user)
+# it (read-only root, a writable /home/user and /tmp, the image's own user,
+# no capabilities, no privilege escalation)
 # and checks it from outside: the E2B SDK test against it, one execution per
 # language, /ready before and during a drain, and `podman stop` ending it
 # within the grace with exit status 0. Prints "N passed, M failed".
@@ -39,7 +40,8 @@ wait_status() {
 }
 
 # shellcheck disable=SC2086 # PODMAN_FLAGS is a list of flags
-podman run -d --name "$name" $PODMAN_FLAGS --read-only \
+podman run -d --name "$name" $PODMAN_FLAGS --read-only --cap-drop ALL \
+	--security-opt no-new-privileges \
 	--tmpfs /home/user:rw,mode=0755,U \
 	-e SANDCELL_LISTEN="127.0.0.1:$port" "$image" --grace "$grace" --listen "127.0.0.1:$port" >/dev/null ||
 	{ notok "podman run $image"; echo "$passed passed, $failed failed"; exit 1; }

@@ -67,7 +67,7 @@ closed_within(int fd, int ms)
 	}
 }
 
-Test(hostile, access_token_guards_every_endpoint_but_health, .timeout = 60)
+Test(hostile, access_token_guards_every_endpoint_but_the_probes, .timeout = 60)
 {
 	struct broker b;
 	char path[] = "/tmp/sandcell-token-XXXXXX";
@@ -81,6 +81,9 @@ Test(hostile, access_token_guards_every_endpoint_but_health, .timeout = 60)
 	cr_assert_eq(broker_start(&b, args), 0);
 	cr_assert_eq(http(b.b_url, "GET", "/health", NULL, &r, 5), 0);
 	cr_assert_eq(r.r_status, 200);
+	resp_free(&r);
+	cr_assert_eq(http(b.b_url, "GET", "/ready", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 200, "a readiness probe sends no token: %s", r.r_body);
 	resp_free(&r);
 	static const char *const guarded[][2] = {
 		{"GET", "/contexts"}, {"POST", "/execute"}, {"GET", "/metrics"},
