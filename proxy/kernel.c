@@ -442,6 +442,8 @@ kernel_interrupt(struct proxy *px)
 static void
 set_ready(struct proxy *px)
 {
+	char *g;
+
 	if (px->px_kstate != KS_STARTING || !px->px_kinfo_reply || !px->px_iopub_seen)
 		return;
 	px->px_kstate = KS_IDLE;
@@ -449,6 +451,13 @@ set_ready(struct proxy *px)
 	log_info("context %s: kernel %s ready in %llu ms", px->px_id, px->px_ks->ks_name,
 		 (unsigned long long)(now_ms() - px->px_kstarted_at));
 	proxy_state(px, NULL);
+	if ((g = envset_global(px->px_ks->ks_lang, px->px_genv, px->px_ngenv))) {
+		/* the shell channel is ordered: every unit runs after this */
+		if (kernel_execute(px, g, true, NULL) < 0)
+			log_warn("context %s: could not set the global variables as properties",
+				 px->px_id);
+		free(g);
+	}
 	if (px->px_restart_pending) {
 		struct msg m;
 		msg_init(&m, MSG_OK);
