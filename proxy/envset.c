@@ -168,6 +168,7 @@ bash_set(struct buf *b, const struct penv *env, size_t n)
 	}
 }
 
+/* Only what was saved: a bash started anew meanwhile (exit) saved nothing. */
 static void
 bash_restore(struct buf *b, const struct penv *env, size_t n)
 {
@@ -177,7 +178,9 @@ bash_restore(struct buf *b, const struct penv *env, size_t n)
 		const char *k = env[i].e_key.s;
 
 		snprintf(name, sizeof(name), "__sandcell_env_%zu", i);
-		puts_buf(b, "export -n ");
+		puts_buf(b, "if [[ -v ");
+		puts_buf(b, name);
+		puts_buf(b, " ]]; then export -n ");
 		puts_buf(b, k);
 		puts_buf(b, "; if [[ -n $");
 		puts_buf(b, name);
@@ -192,7 +195,7 @@ bash_restore(struct buf *b, const struct penv *env, size_t n)
 		puts_buf(b, k);
 		puts_buf(b, "; fi; unset ");
 		puts_buf(b, name);
-		puts_buf(b, "\n");
+		puts_buf(b, "; fi\n");
 	}
 	puts_buf(b, "unset __sandcell_env_t __sandcell_env_s\n");
 }

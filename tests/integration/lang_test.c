@@ -391,3 +391,22 @@ Test(lang, bash_specials_survive_env_vars, .timeout = 120)
 	json_decref(l);
 	free(id);
 }
+
+/* A request that ends its bash (exit) leaves the new bash's variables alone:
+ * nothing was saved there, so nothing is restored over them. */
+Test(lang, bash_exit_under_env_vars_keeps_the_new_bash_env, .timeout = 120)
+{
+	char *id = context_new(URL, "bash", "/tmp");
+	json_t *env, *l;
+
+	cr_assert_not_null(id);
+	env = json_pack("{s:s, s:s}", "PATH", "/nonexistent", "SC_GLOBAL", "req");
+	l = exec_with(id, "exit 3", env);
+	json_decref(env);
+	cr_expect_not_null(line_of(l, "error", 0), "exit gave no error");
+	json_decref(l);
+	l = run(URL, id, "echo \"${SC_GLOBAL-unset}\"; ls -d /");
+	expect_stdout(l, GLOBAL_VALUE "\n/\n", "after exit", "bash");
+	json_decref(l);
+	free(id);
+}
