@@ -326,24 +326,3 @@ envset_restore(const char *lang, const struct penv *env, size_t n)
 	le->restore(&b, env, n);
 	return finish(&b);
 }
-
-/*
- * What the kernel needs at start beyond its environment: Java also sees the
- * global variables as system properties, as in E2B. NULL: nothing.
- */
-char *
-envset_global(const char *lang, const struct penv *genv, size_t ngenv)
-{
-	struct buf b = {0};
-
-	if (strcmp(lang, "java") || ngenv == 0)
-		return NULL;
-	for (size_t i = 0; i < ngenv; i++) {
-		puts_buf(&b, "System.setProperty(");
-		json_quote(&b, genv[i].e_key.s);
-		puts_buf(&b, ", ");
-		json_quote(&b, genv[i].e_val.s);
-		puts_buf(&b, ");\n");
-	}
-	return finish(&b);
-}

@@ -138,6 +138,18 @@ build_env(struct proxy *px, const char *home)
 		env_put(&v, &n, &cap, xstrdup("LANG=C.UTF-8"));
 	for (size_t i = 0; i < px->px_ngenv; i++)
 		env_put(&v, &n, &cap, xasprintf("%s=%s", px->px_genv[i].e_key.s, px->px_genv[i].e_val.s));
+	if (px->px_ngenv && !strcmp(px->px_ks->ks_lang, "java")) {
+		/* their names: the Java kernel sets them as system properties too */
+		struct buf names = {0};
+		buf_append(&names, "SANDCELL_GLOBAL_ENV=", 20);
+		for (size_t i = 0; i < px->px_ngenv; i++) {
+			if (i)
+				buf_append(&names, ",", 1);
+			buf_append(&names, px->px_genv[i].e_key.s, px->px_genv[i].e_key.len);
+		}
+		buf_append(&names, "", 1);
+		env_put(&v, &n, &cap, names.b_data);
+	}
 	v[n] = NULL;
 	return v;
 }
@@ -442,8 +454,6 @@ kernel_interrupt(struct proxy *px)
 static void
 set_ready(struct proxy *px)
 {
-	char *g;
-
 	if (px->px_kstate != KS_STARTING || !px->px_kinfo_reply || !px->px_iopub_seen)
 		return;
 	px->px_kstate = KS_IDLE;
@@ -451,13 +461,6 @@ set_ready(struct proxy *px)
 	log_info("context %s: kernel %s ready in %llu ms", px->px_id, px->px_ks->ks_name,
 		 (unsigned long long)(now_ms() - px->px_kstarted_at));
 	proxy_state(px, NULL);
-	if ((g = envset_global(px->px_ks->ks_lang, px->px_genv, px->px_ngenv))) {
-		/* the shell channel is ordered: every unit runs after this */
-		if (kernel_execute(px, g, true, NULL) < 0)
-			log_warn("context %s: could not set the global variables as properties",
-				 px->px_id);
-		free(g);
-	}
 	if (px->px_restart_pending) {
 		struct msg m;
 		msg_init(&m, MSG_OK);

@@ -181,7 +181,6 @@ bool output_iopub(struct buf *b, const char *type, json_t *content, bool display
 /* envset.c */
 char *envset_set(const char *lang, const struct penv *env, size_t n);
 char *envset_restore(const char *lang, const struct penv *env, size_t n);
-char *envset_global(const char *lang, const struct penv *genv, size_t ngenv);
 char *envset_chdir(const char *lang, const char *dir);
 bool envset_supported(const char *lang);
 

@@ -353,6 +353,13 @@ Test(lang, java_env_vars_are_system_properties, .timeout = 120)
 	l = run(URL, id, print);
 	expect_stdout(l, "unset|mine|" GLOBAL_VALUE "\n", "after", "java");
 	json_decref(l);
+
+	/* a JVM started anew (System.exit) has the global ones as properties too */
+	json_decref(run(URL, id, "System.exit(0);"));
+	l = run(URL, id, "System.out.println(System.getProperty(\"SC_GLOBAL\") + \"|\" + "
+			 "System.getenv(\"SANDCELL_GLOBAL_ENV\"))");
+	expect_stdout(l, GLOBAL_VALUE "|null\n", "after System.exit", "java");
+	json_decref(l);
 	free(id);
 }
 
