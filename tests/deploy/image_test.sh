@@ -1,13 +1,15 @@
 #!/bin/sh
 # make test-image: runs the image sandcell:latest with podman as a pod would run
-# it (read-only root, a writable /home/user and /tmp, the image's own user,
-# no capabilities, no privilege escalation)
-# and checks it from outside: the E2B SDK test against it, one execution per
-# language, /ready before and during a drain, and `podman stop` ending it
-# within the grace with exit status 0. Prints "N passed, M failed".
+# it (its own network namespace, the address moved by SANDCELL_LISTEN, a
+# read-only root with a writable /home/user and /tmp, the image's own user, no
+# capabilities, no privilege escalation) and checks it from outside: one
+# execution per language, the E2B SDK test against it, /ready before and
+# during a drain, and `podman stop` ending it within the grace with exit
+# status 0. Prints "N passed, M failed".
+#   PODMAN_RUN_FLAGS  default: Debian's runc, ulimits at or below the host's
 set -u
 cd "$(dirname "$0")/../.."
-: "${PODMAN_FLAGS=--runtime runc --network host --ulimit nofile=1024:1024 --ulimit nproc=4096:4096}"
+: "${PODMAN_RUN_FLAGS=--runtime runc --ulimit nofile=1024:1024 --ulimit nproc=4096:4096}"
 image=${SANDCELL_IMAGE:-localhost/sandcell:latest}
 grace=5
 name=sandcell-test-$$
@@ -39,14 +41,22 @@ wait_status() {
 	return 1
 }
 
-# shellcheck disable=SC2086 # PODMAN_FLAGS is a list of flags
-podman run -d --name "$name" $PODMAN_FLAGS --read-only --cap-drop ALL \
-	--security-opt no-new-privileges \
-	--tmpfs /home/user:rw,mode=0755,U \
-	-e SANDCELL_LISTEN="127.0.0.1:$port" "$image" --grace "$grace" --listen "127.0.0.1:$port" >/dev/null ||
-	{ notok "podman run $image"; echo "$passed passed, $failed failed"; exit 1; }
-check "the container answers /health" wait_status /health 200 60
+# shellcheck disable=SC2086 # PODMAN_RUN_FLAGS is a list of flags
+podman run -d --name "$name" $PODMAN_RUN_FLAGS --read-only --cap-drop ALL \
+	--security-opt no-new-privileges --tmpfs /home/user:rw,mode=0755,U \
+	-p "127.0.0.1:$port:5000" -e SANDCELL_LISTEN=0.0.0.0:5000 "$image" --grace "$grace" \
+	>/dev/null || { notok "podman run $image"; echo "$passed passed, $failed failed"; exit 1; }
+if wait_status /health 200 60; then
+	ok "the container answers /health"
+else
+	notok "the container answers /health on SANDCELL_LISTEN's port"
+	podman logs --tail 20 "$name" 2>&1
+	echo "$passed passed, $failed failed"
+	exit 1
+fi
 check "/ready is 200 once the default contexts answer" wait_status /ready 200 120
+check "SANDCELL_LISTEN moved the address" \
+	sh -c "podman logs '$name' 2>&1 | grep -q 'listening on http://0.0.0.0:5000 '"
 check "runs as the unprivileged user (uid 1000)" \
 	[ "$(podman exec "$name" id -u)" = 1000 ]
 check "PID 1 is tini" [ "$(podman exec "$name" cat /proc/1/comm)" = tini ]
