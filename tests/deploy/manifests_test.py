@@ -20,8 +20,8 @@ import jsonschema
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CRDS = os.environ.get("SANDCELL_K8S_CRDS",
-                      os.path.join(ROOT, "..", "shared", "k8s", "agent-sandbox-crds"))
+CRDS = os.environ.get("SANDCELL_K8S_CRDS", os.path.normpath(
+    os.path.join(ROOT, "..", "shared", "k8s", "agent-sandbox-crds")))
 results = {"passed": 0, "failed": 0}
 
 
@@ -117,7 +117,9 @@ def main():
             continue
         c = spec["containers"][0]
         args = c.get("args", [])
-        grace = int(args[args.index("--grace") + 1]) if "--grace" in args else 30
+        env = {e["name"]: e.get("value") for e in c.get("env", [])}
+        grace = int(args[args.index("--grace") + 1] if "--grace" in args
+                    else env.get("SANDCELL_GRACE", 30))
         check(f"{rel}: readiness is /ready, liveness /health",
               c.get("readinessProbe", {}).get("httpGet", {}).get("path") == "/ready" and
               c.get("livenessProbe", {}).get("httpGet", {}).get("path") == "/health")
