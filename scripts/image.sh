@@ -3,9 +3,9 @@
 # podman from deploy/Containerfile. The binaries are those just built on this
 # (Debian 12) host, staged by `make install` with the kernelspecs, the start-up
 # profile and Deno (from `make deps`) as the build context.
-#   SANDCELL_IMAGE_BASE  the base image (default debian:bookworm-slim when
-#                        podman has it, else one built from the host's apt
-#                        sources by scripts/image-base.sh)
+#   SANDCELL_IMAGE_BASE  the base image (default debian:bookworm-slim, pulled
+#                        if need be; when no registry answers, the same base
+#                        built from the host's apt sources by image-base.sh)
 #   PODMAN_FLAGS         flags for podman build and run (default: Debian's
 #                        runc, the host network, ulimits at or below the host's)
 set -eu
@@ -15,9 +15,9 @@ sh scripts/image-deps.sh
 version=$(sed -n 's/^#define SANDCELL_VERSION "\(.*\)"$/\1/p' proto/proto.h)
 base=${SANDCELL_IMAGE_BASE:-}
 if [ -z "$base" ]; then
-	if podman image exists debian:bookworm-slim; then
-		base=debian:bookworm-slim
-	else
+	base=docker.io/library/debian:bookworm-slim
+	if ! podman image exists "$base" && ! timeout 300 podman pull -q "$base" >/dev/null; then
+		echo "image: no registry answers; building the base from this machine's apt sources"
 		base=localhost/sandcell-base:bookworm
 		sh scripts/image-base.sh "$base" build/image
 	fi
