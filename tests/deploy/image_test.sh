@@ -49,7 +49,7 @@ podman run -d --name "$name" $PODMAN_RUN_FLAGS --read-only --cap-drop ALL \
 if wait_status /health 200 60; then
 	ok "the container answers /health"
 else
-	notok "the container answers /health on SANDCELL_LISTEN's port"
+	notok "the container answers /health on SANDCELL_LISTEN's port 5000 (the broker says: $(podman logs "$name" 2>&1 | grep -m 1 -o 'listening on [^ ]*'))"
 	podman logs --tail 20 "$name" 2>&1
 	echo "$passed passed, $failed failed"
 	exit 1
