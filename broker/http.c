@@ -445,9 +445,10 @@ do_ready(struct request *rq)
 	if (sv.sv_draining)
 		return respond(rq, 503, http_text("not ready: draining"));
 	TAILQ_FOREACH(c, &sv.sv_contexts, c_link) {
+		if (!c->c_default || !context_listed(c))
+			continue;
 		const char *state = context_state(c);
-		if (c->c_default && context_listed(c) &&
-		    (!c->c_ready || (strcmp(state, "idle") && strcmp(state, "busy"))))
+		if (!c->c_ready || (strcmp(state, "idle") && strcmp(state, "busy")))
 			return respond(rq, 503, http_text("not ready: the default %s context is %s",
 							 c->c_lang, state));
 	}
