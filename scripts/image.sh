@@ -11,6 +11,10 @@
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/image-deps.sh
+# The binaries are built here and run on the image's Debian 12 libraries.
+. /etc/os-release
+[ "${VERSION_CODENAME:-}" = bookworm ] ||
+	{ echo "image: build on Debian 12 (bookworm), not ${PRETTY_NAME:-this system}" >&2; exit 1; }
 
 version=$(sed -n 's/^#define SANDCELL_VERSION "\(.*\)"$/\1/p' proto/proto.h)
 base=${SANDCELL_IMAGE_BASE:-}
@@ -39,5 +43,10 @@ echo "image: building sandcell:$version from $base"
 podman build $PODMAN_FLAGS --build-arg BASE="$base" --build-arg VERSION="$version" \
 	-t "localhost/sandcell:$version" -t localhost/sandcell:latest \
 	-f deploy/Containerfile "$ctx"
+# every library the binaries link is in the image
+# shellcheck disable=SC2086
+missing=$(podman run --rm $PODMAN_FLAGS --entrypoint sh "localhost/sandcell:$version" -c \
+	'ldd /usr/local/bin/sandcell-* | grep "not found"' || true)
+[ -z "$missing" ] || { echo "image: libraries missing in the image:" >&2; echo "$missing" >&2; exit 1; }
 podman image inspect --format 'image: {{index .RepoTags 0}}, {{.Size}} bytes' \
 	"localhost/sandcell:$version"
