@@ -126,9 +126,16 @@ def main():
         check(f"{rel}: terminationGracePeriodSeconds covers --grace {grace}",
               spec.get("terminationGracePeriodSeconds", 30) > grace,
               f"{spec.get('terminationGracePeriodSeconds', 30)} s")
-        check(f"{rel}: runs as non-root with a seccomp profile",
-              spec.get("securityContext", {}).get("runAsNonRoot") is True and
-              "seccompProfile" in spec.get("securityContext", {}))
+        sc = spec.get("securityContext", {})
+        check(f"{rel}: unprivileged on the node (non-root, or root of the pod's own user "
+              "namespace) with a seccomp profile",
+              (sc.get("runAsNonRoot") is True or spec.get("hostUsers") is False) and
+              "seccompProfile" in sc)
+        csc = c.get("securityContext", {})
+        check(f"{rel}: no privilege escalation, read-only root, capabilities dropped",
+              csc.get("allowPrivilegeEscalation") is False and
+              csc.get("readOnlyRootFilesystem") is True and
+              csc.get("capabilities", {}).get("drop") == ["ALL"])
 
     for rel, doc in docs:
         ref = (doc.get("spec", {}).get("sandboxTemplateRef") or {}).get("name")
