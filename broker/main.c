@@ -31,6 +31,8 @@
 
 struct server sv;
 
+#define MAX_WAIT_S (7u * 24 * 3600) /* longest timeout or grace a flag may set */
+
 void
 server_watch(int fd, uint32_t events, struct evsrc *ev)
 {
@@ -110,8 +112,9 @@ pool_parse(const char *arg)
 		char *eq = strchr(tok, '=');
 		if (!strcmp(tok, "0") || !strcmp(tok, "none"))
 			continue;
+		uint64_t size;
 		if (!eq || sv.sv_npool == sizeof(sv.sv_pool) / sizeof(sv.sv_pool[0]) ||
-		    atoi(eq + 1) < 0 || atoi(eq + 1) > 64) {
+		    parse_count(eq + 1, 0, 64, &size) < 0) {
 			free(copy);
 			return -1;
 		}
@@ -121,7 +124,7 @@ pool_parse(const char *arg)
 			free(copy);
 			return -1;
 		}
-		ps->ps_size = atoi(eq + 1);
+		ps->ps_size = size;
 	}
 	free(copy);
 	return 0;
@@ -455,8 +458,10 @@ main(int argc, char **argv)
 		{NULL, 0, NULL, 0},
 	};
 	sigset_t mask;
-	int c, level = LOG_INFO;
+	int c, li, level = LOG_INFO;
 	char err[512];
+	struct optenv oe;
+	uint64_t v;
 
 	sv.sv_listen = "127.0.0.1:49999";
 	sv.sv_max_body = 16u << 20;
@@ -472,32 +477,72 @@ main(int argc, char **argv)
 	sv.sv_spill_dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/var/tmp";
 	sv.sv_header_timeout = 30;
 	TAILQ_INIT(&sv.sv_conns);
-	if (getenv("SANDCELL_ACCESS_TOKEN")) {
-		token_set(getenv("SANDCELL_ACCESS_TOKEN"));
-		unsetenv("SANDCELL_ACCESS_TOKEN"); /* kernels must not inherit it */
-	}
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	/* SANDCELL_<FLAG> for every flag; the command line comes after, so it wins */
+	if (optenv_build(&oe, "SANDCELL", opts, argc, argv) < 0)
+		exit(2);
+	unsetenv("SANDCELL_ACCESS_TOKEN"); /* kernels must not inherit it */
+	while ((li = -1, c = getopt_long(oe.oe_argc, oe.oe_argv, "h", opts, &li)) != -1) {
+		const char *origin = c == '?' ? NULL : optenv_origin(&oe, opts, li, optind);
+		int rc = 0;
 		switch (c) {
 		case 'l': sv.sv_listen = optarg; break;
 		case 'r': sv.sv_run_dir = optarg; break;
 		case 'c': sv.sv_cwd = optarg; break;
 		case 'e':
-			if (env_put(optarg, "--env") < 0)
+			if (env_put(optarg, origin) < 0)
 				exit(2);
 			break;
 		case 'E':
 			if (env_file_read(optarg) < 0)
 				exit(2);
 			break;
-		case 'b': sv.sv_max_body = strtoull(optarg, NULL, 10); break;
-		case 'q': sv.sv_max_queue = atoi(optarg); break;
-		case 'm': sv.sv_max_contexts = atoi(optarg); break;
-		case 't': sv.sv_conn_timeout = atoi(optarg); break;
+		case 'b':
+			if ((rc = parse_size(optarg, PROTO_MAX_BIG, &v)) < 0 || (rc = v ? 0 : -ERANGE))
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a size from 1 to 64M, such as 16M");
+			sv.sv_max_body = v;
+			break;
+		case 'q':
+			if ((rc = parse_count(optarg, 0, 1000000, &v)) < 0)
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a count from 0 to 1000000");
+			sv.sv_max_queue = v;
+			break;
+		case 'm':
+			if ((rc = parse_count(optarg, 1, 1000000, &v)) < 0)
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a count from 1 to 1000000");
+			sv.sv_max_contexts = v;
+			break;
+		case 't':
+			if ((rc = parse_seconds(optarg, MAX_WAIT_S, &v)) < 0)
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a duration such as 120, 90s or 2m, at most 7 days");
+			sv.sv_conn_timeout = v;
+			break;
 		case 'n': sv.sv_no_default = true; break;
 		case 'k': sv.sv_keep_contexts = true; break;
-		case 'g': sv.sv_grace = atoi(optarg); break;
-		case 'M': sv.sv_kernel_memory = optarg; break;
-		case 'C': sv.sv_kernel_cpu = optarg; break;
+		case 'g':
+			if ((rc = parse_seconds(optarg, MAX_WAIT_S, &v)) < 0)
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a duration such as 30, 30s or 5m, at most 7 days");
+			sv.sv_grace = v;
+			break;
+		case 'M':
+			/* below a few MiB no interpreter starts: a missing unit, surely */
+			if ((rc = parse_size(optarg, UINT64_MAX, &v)) < 0 ||
+			    (rc = v >= (16u << 20) ? 0 : -ERANGE))
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a size of at least 16M, such as 4G or 512M");
+			sv.sv_kernel_memory = xasprintf("%llu", (unsigned long long)v);
+			break;
+		case 'C':
+			if ((rc = parse_seconds(optarg, UINT32_MAX, &v)) < 0 ||
+			    (rc = v ? 0 : -ERANGE))
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a CPU time of at least 1s, such as 600 or 2h");
+			sv.sv_kernel_cpu = xasprintf("%llu", (unsigned long long)v);
+			break;
 		case 'G': sv.sv_kernel_cgroup = optarg; break;
 		case 'S': sv.sv_python_startup = optarg; break;
 		case 'T':
@@ -508,28 +553,49 @@ main(int argc, char **argv)
 			if (token_file(optarg) < 0)
 				exit(2);
 			break;
-		case 'x': sv.sv_max_conns = atoi(optarg); break;
-		case 'H': sv.sv_header_timeout = atoi(optarg); break;
+		case 'x':
+			if ((rc = parse_count(optarg, 1, 1000000, &v)) < 0)
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a count from 1 to 1000000");
+			sv.sv_max_conns = v;
+			break;
+		case 'H':
+			if ((rc = parse_seconds(optarg, MAX_WAIT_S, &v)) < 0 ||
+			    (rc = v ? 0 : -ERANGE))
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a duration such as 30, 30s or 1m, from 1s to 7 days");
+			sv.sv_header_timeout = v;
+			break;
 		case 'U': sv.sv_kernel_user = optarg; break;
-		case 'X': sv.sv_stream_cap = strtoull(optarg, NULL, 10); break;
+		case 'X':
+			if ((rc = parse_size(optarg, UINT64_MAX, &v)) < 0 || (rc = v ? 0 : -ERANGE))
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a size such as 1G or 256M");
+			sv.sv_stream_cap = v;
+			break;
 		case 'D': sv.sv_spill_dir = optarg; break;
 		case 'W':
-			if (pool_parse(optarg) < 0)
-				usage();
+			if (pool_parse(optarg) < 0) {
+				fprintf(stderr, "sandcell-broker: %s '%s': expected LANG=N[,...] "
+						"with N from 0 to 64, or 0\n",
+					origin, optarg);
+				exit(2);
+			}
 			break;
 		case 'p': sv.sv_proxy_bin = optarg; break;
 		case 'v':
-			if ((level = parse_level(optarg)) < 0)
-				usage();
+			if ((level = parse_level(optarg)) < 0) {
+				fprintf(stderr, "sandcell-broker: %s '%s': expected error, warn, "
+						"info or debug\n",
+					origin, optarg);
+				exit(2);
+			}
 			sv.sv_log_level = optarg;
 			break;
 		default: usage();
 		}
 	}
-	if (sv.sv_max_body > PROTO_MAX_BIG) /* a body must fit one IPC frame */
-		sv.sv_max_body = PROTO_MAX_BIG;
-	if (optind != argc || sv.sv_max_body == 0 || sv.sv_max_queue < 0 ||
-	    sv.sv_max_contexts <= 0)
+	if (optind != oe.oe_argc)
 		usage();
 	log_init("sandcell-broker", level);
 	if (sodium_init() < 0)

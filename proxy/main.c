@@ -446,6 +446,7 @@ main(int argc, char **argv)
 	char lang[128];
 	sigset_t mask;
 	int c, level = LOG_INFO;
+	uint64_t v;
 
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
@@ -459,8 +460,17 @@ main(int argc, char **argv)
 		case 'P': px.px_py_startup = optarg; break;
 		case 'u': kuser = optarg; break;
 		case 'o': px.px_pooled = true; break;
-		case 'M': px.px_mem_limit = strtoull(optarg, NULL, 10); break;
-		case 'C': px.px_cpu_limit = strtoull(optarg, NULL, 10); break;
+		case 'M':
+			if ((c = parse_size(optarg, UINT64_MAX, &v)) < 0)
+				parse_fail("sandcell-proxy", "--memory", optarg, c, "a size such as 4G");
+			px.px_mem_limit = v;
+			break;
+		case 'C':
+			if ((c = parse_seconds(optarg, UINT32_MAX, &v)) < 0)
+				parse_fail("sandcell-proxy", "--cpu", optarg, c,
+					   "a CPU time such as 600 or 2h");
+			px.px_cpu_limit = v;
+			break;
 		case 'G': px.px_cgroup_parent = optarg; break;
 		case 'v':
 			if ((level = parse_level(optarg)) < 0)
