@@ -519,10 +519,12 @@ static int
 run_bad(const char *prog, const char *var, const char *args, char *out, size_t outsz)
 {
 	const char *bin = getenv("SANDCELL_BIN");
-	char cmd[1024];
+	char cmd[1200];
 
-	snprintf(cmd, sizeof(cmd), "env %s %s/%s --run-dir /tmp/sandcell-never %s 2>&1",
-		 var ? var : "", bin ? bin : "bin", prog, args);
+	/* a binary that wrongly takes the value runs, cheaply, until timeout(1) stops it */
+	snprintf(cmd, sizeof(cmd), "timeout -k 5 10 env %s %s/%s --run-dir /tmp/sandcell-bad-%d %s %s 2>&1",
+		 var ? var : "", bin ? bin : "bin", prog, (int)getpid(),
+		 strcmp(prog, "sandcell-broker") ? "" : "--no-default-context --pool 0", args);
 	FILE *p = popen(cmd, "r");
 	size_t n = fread(out, 1, outsz - 1, p);
 	out[n] = '\0';
@@ -566,6 +568,9 @@ Test(startup, bad_numbers_exit_2_naming_the_flag_or_variable, .timeout = 30)
 			  cases[i].prog, cases[i].args, cases[i].named, out);
 		cr_expect(strchr(out, '\n') == out + strlen(out) - 1, "not one line: %s", out);
 	}
+	snprintf(out, sizeof(out), "rm -rf /tmp/sandcell-bad-%d", (int)getpid());
+	if (system(out) != 0)
+		fprintf(stderr, "could not clean up: %s\n", out);
 }
 
 Test(startup, sizes_and_durations_take_units, .timeout = 60, .fini = own_stop)
