@@ -480,6 +480,10 @@ own_stop(void)
 {
 	broker_stop(&own);
 	if (bare_pid > 0) {
+		/* SIGTERM first: a broker stops its contexts on its way out */
+		kill(bare_pid, SIGTERM);
+		for (int i = 0; i < 100 && waitpid(bare_pid, NULL, WNOHANG) != bare_pid; i++)
+			usleep(50000);
 		kill(bare_pid, SIGKILL);
 		waitpid(bare_pid, NULL, 0);
 	}
@@ -522,9 +526,11 @@ run_bad(const char *prog, const char *var, const char *args, char *out, size_t o
 	char cmd[1200];
 
 	/* a binary that wrongly takes the value runs, cheaply, until timeout(1) stops it */
-	snprintf(cmd, sizeof(cmd), "timeout -k 5 10 env %s %s/%s --run-dir /tmp/sandcell-bad-%d %s %s 2>&1",
+	snprintf(cmd, sizeof(cmd), "timeout -k 2 3 env %s %s/%s --run-dir /tmp/sandcell-bad-%d %s %s 2>&1",
 		 var ? var : "", bin ? bin : "bin", prog, (int)getpid(),
-		 strcmp(prog, "sandcell-broker") ? "" : "--no-default-context --pool 0", args);
+		 strcmp(prog, "sandcell-broker") ? ""
+						  : "--listen 127.0.0.1:0 --no-default-context --pool 0",
+		 args);
 	FILE *p = popen(cmd, "r");
 	size_t n = fread(out, 1, outsz - 1, p);
 	out[n] = '\0';
@@ -532,7 +538,7 @@ run_bad(const char *prog, const char *var, const char *args, char *out, size_t o
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-Test(startup, bad_numbers_exit_2_naming_the_flag_or_variable, .timeout = 30)
+Test(startup, bad_numbers_exit_2_naming_the_flag_or_variable, .timeout = 120)
 {
 	static const struct {
 		const char *prog, *var, *args, *named;
@@ -582,8 +588,12 @@ Test(startup, sizes_and_durations_take_units, .timeout = 60, .fini = own_stop)
 
 	cr_assert_eq(broker_start(&own, args), 0);
 	/* 2K is 2048 bytes, not 2 */
-	cr_assert_eq(http(own.b_url, "POST", "/contexts", "{}", &r, 60), 0);
-	cr_assert_eq(r.r_status, 200, "a small body under '2K': %ld %s", r.r_status, r.r_body);
+	memset(body, ' ', 1000);
+	memcpy(body, "{\"language\":\"python\"", 20);
+	memcpy(body + 998, "}", 2);
+	cr_assert_eq(http(own.b_url, "POST", "/contexts", body, &r, 60), 0);
+	cr_assert_eq(r.r_status, 200, "1000 bytes under --max-body 2K: %ld %s", r.r_status,
+		     r.r_body);
 	resp_free(&r);
 	memset(body, ' ', 3000);
 	memcpy(body, "{\"code\":\"1\"", 11);
