@@ -165,11 +165,11 @@ status_json(void)
 			queued += c->c_nstreams - 1;
 		}
 	}
-	return json_pack("{s:s, s:f, s:i, s:i, s:i, s:i, s:b, s:s, s:s}", "version",
+	return json_pack("{s:s, s:f, s:i, s:i, s:i, s:i, s:b, s:b, s:s, s:s}", "version",
 			 SANDCELL_VERSION, "uptime_seconds", (now_ms() - sv.sv_started) / 1000.0,
 			 "contexts", nctx, "warm_pool", pooled, "executions_running", running,
-			 "executions_queued", queued, "draining", sv.sv_draining, "listen",
-			 sv.sv_listen, "run_dir", sv.sv_run_dir);
+			 "executions_queued", queued, "draining", sv.sv_draining, "keep_contexts",
+			 sv.sv_keep_contexts, "listen", sv.sv_listen, "run_dir", sv.sv_run_dir);
 }
 
 /*
@@ -291,6 +291,20 @@ handle(nng_pipe p, struct msg *m)
 		log_info("%s by the operator", sv.sv_draining ? "draining" : "accepting again");
 		control_event(json_pack("{s:s}", "event", sv.sv_draining ? "drain" : "undrain"));
 		done(p, m->m_req, MSG_OK, NULL, sv.sv_draining ? "draining" : "accepting");
+		return;
+	case CTL_STOP_ENDS:
+	case CTL_STOP_KEEPS:
+		/*
+		 * What the next stop (SIGTERM) does with the contexts, whatever
+		 * --keep-contexts said: the unit's ExecStop tells a stop from a restart.
+		 */
+		sv.sv_keep_contexts = m->m_type == CTL_STOP_KEEPS;
+		log_info("the operator says: stopping %s", sv.sv_keep_contexts
+								? "keeps the contexts running"
+								: "ends every context");
+		done(p, m->m_req, MSG_OK, NULL,
+		     sv.sv_keep_contexts ? "a stop keeps the contexts running"
+					 : "a stop ends every context");
 		return;
 	case CTL_WATCH:
 		if (sv.sv_watchers.n == sizeof(sv.sv_watchers.w) / sizeof(sv.sv_watchers.w[0])) {

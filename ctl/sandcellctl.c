@@ -34,6 +34,8 @@ static const struct {
 	{"undrain", CTL_UNDRAIN, 0, "", "accept executions again"},
 	{"watch", CTL_WATCH, 0, "", "print live events until Ctrl-C"},
 	{"run", CTL_RUN, 2, "CTX CODE", "execute CODE in CTX and print its output"},
+	{"stop-ends-contexts", CTL_STOP_ENDS, 0, "", "the broker's stop (SIGTERM) ends every context"},
+	{"stop-keeps-contexts", CTL_STOP_KEEPS, 0, "", "contexts outlive the broker's stop"},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -44,7 +46,7 @@ usage(void)
 {
 	fprintf(stderr, "usage: sandcellctl [--run-dir DIR] [--json] COMMAND [ARGS]\n\n");
 	for (size_t i = 0; i < N_COMMANDS; i++)
-		fprintf(stderr, "  %-10s %-9s %s\n", commands[i].name, commands[i].args,
+		fprintf(stderr, "  %-19s %-9s %s\n", commands[i].name, commands[i].args,
 			commands[i].help);
 	exit(2);
 }

@@ -73,5 +73,30 @@ for l in $want; do
 		sh -c "echo '$langs' | grep -q '\"language\":\"$l\"'"
 done
 
+# The unit's ExecStop, run as systemd would (a fake systemctl names the job):
+# a restart leaves keep_contexts alone, a stop turns it off.
+fake=$dest.fakebin
+mkdir -p "$fake"
+exec_stop() { # JOB_TYPE
+	printf '#!/bin/sh\necho "42 sandcell.service %s running"\n' "$1" >"$fake/systemctl"
+	chmod 755 "$fake/systemctl"
+	python3 - "$unit" "$dest" <<'PY' >"$fake/exec-stop"
+import shlex, sys
+text = open(sys.argv[1]).read().replace("\\\n", " ")
+line = next(l for l in text.splitlines() if l.startswith("ExecStop="))
+argv = shlex.split(line[len("ExecStop="):].replace("$$", "$"))
+argv[-1] = argv[-1].replace("%s/" % "/opt/sc", "%s/opt/sc/" % sys.argv[2])
+print(" ".join(shlex.quote(a) for a in argv))
+PY
+	PATH="$fake:$PATH" RUNTIME_DIRECTORY=$run_dir sh "$fake/exec-stop" >/dev/null
+}
+keep() { "$dest$prefix/bin/sandcellctl" --run-dir "$run_dir" --json status | grep -o '"keep_contexts": [a-z]*'; }
+"$dest$prefix/bin/sandcellctl" --run-dir "$run_dir" stop-keeps-contexts >/dev/null
+exec_stop restart
+check "ExecStop on systemctl restart keeps contexts ($(keep))" [ "$(keep)" = '"keep_contexts": true' ]
+exec_stop stop
+check "ExecStop on systemctl stop ends contexts ($(keep))" [ "$(keep)" = '"keep_contexts": false' ]
+rm -rf "$fake"
+
 echo "install: $pass passed, $fail failed"
 [ $fail -eq 0 ]

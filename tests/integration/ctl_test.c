@@ -6,6 +6,8 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -299,6 +301,96 @@ Test(ctl, no_broker_is_a_clear_failure, .timeout = 30)
 	int st = pclose(p);
 	cr_assert_eq(WEXITSTATUS(st), 1);
 	cr_assert(strstr(out, "no broker"), "%s", out);
+}
+
+/* ---- stop ends contexts, restart keeps them (the unit's ExecStop) ---- */
+
+static struct broker kept; /* a --keep-contexts broker, stopped by .fini */
+
+static void
+kept_stop(void)
+{
+	broker_stop(&kept);
+}
+
+/* Alive and not a zombie (an orphan's parent may be slow to reap it). */
+static bool
+alive(pid_t pid)
+{
+	char path[64], st[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return false;
+	bool ok = fgets(st, sizeof(st), f) && strrchr(st, ')') && strrchr(st, ')')[2] != 'Z';
+	fclose(f);
+	return ok;
+}
+
+static bool
+gone_within(pid_t pid, int ms)
+{
+	for (int i = 0; i < ms / 50 && alive(pid); i++)
+		usleep(50000);
+	return !alive(pid);
+}
+
+/* sandcellctl against the private broker's run dir; its exit status. */
+static int
+kept_ctl(const char *args, char *out, size_t outsz)
+{
+	const char *bin = getenv("SANDCELL_BIN");
+	char cmd[512];
+
+	snprintf(cmd, sizeof(cmd), "%s/sandcellctl --run-dir '%s' %s 2>&1", bin ? bin : "bin",
+		 kept.b_run_dir, args);
+	FILE *p = popen(cmd, "r");
+	size_t n = fread(out, 1, outsz - 1, p);
+	out[n] = '\0';
+	int st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void
+sigterm_and_wait(pid_t *pid)
+{
+	kill(*pid, SIGTERM);
+	cr_assert_eq(waitpid(*pid, NULL, 0), *pid);
+	*pid = 0;
+}
+
+Test(ctl, stop_ends_every_context_and_restart_keeps_them, .timeout = 120, .fini = kept_stop)
+{
+	const char *args[] = {"--keep-contexts", "--no-default-context", "--pool", "0", NULL};
+	char out[4096];
+
+	cr_assert_eq(broker_start(&kept, args), 0);
+	char *id = context_new(kept.b_url, "python", NULL);
+	cr_assert_not_null(id);
+	json_t *l = run(kept.b_url, id, "x = 41");
+	json_decref(l);
+	pid_t proxy = context_pid(kept.b_url, id, "proxy_pid");
+	pid_t kernel = context_pid(kept.b_url, id, "kernel_pid");
+	cr_assert(proxy > 0 && kernel > 0);
+
+	/* restart: ExecStop says nothing, SIGTERM; the next broker re-attaches */
+	cr_assert_eq(kept_ctl("stop-keeps-contexts", out, sizeof(out)), 0, "%s", out);
+	sigterm_and_wait(&kept.b_pid);
+	cr_assert(alive(proxy) && alive(kernel), "a restart's stop ended the context");
+	cr_assert_eq(broker_restart(&kept, args), 0);
+	l = run(kept.b_url, id, "x + 1");
+	cr_assert_str_eq(result_text(l), "42", "the context lost its state across a restart");
+	json_decref(l);
+
+	/* stop: ExecStop's stop-ends-contexts, then SIGTERM ends them after the drain */
+	cr_assert_eq(kept_ctl("stop-ends-contexts", out, sizeof(out)), 0, "%s", out);
+	cr_assert_eq(kept_ctl("--json status", out, sizeof(out)), 0, "%s", out);
+	cr_assert(strstr(out, "\"keep_contexts\": false"), "%s", out);
+	sigterm_and_wait(&kept.b_pid);
+	cr_expect(gone_within(proxy, 10000), "proxy %d outlived systemctl stop", (int)proxy);
+	cr_expect(gone_within(kernel, 10000), "kernel %d outlived systemctl stop", (int)kernel);
+	free(id);
 }
 
 static char *
