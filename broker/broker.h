@@ -104,7 +104,10 @@ struct stream {
 };
 TAILQ_HEAD(streamq, stream);
 
-/* An HTTP request in progress (MHD's con_cls). */
+/*
+ * A request of either transport: an HTTP one (MHD's con_cls) or a
+ * sandcellctl one (rq_ctl). Who frees it: see request.c.
+ */
 struct request {
 	TAILQ_ENTRY(request) rq_link; /* a context's waiters */
 	struct MHD_Connection *rq_conn;
@@ -121,7 +124,7 @@ struct request {
 	unsigned rq_code;        /* the status answered, for the metrics */
 	const char *rq_endpoint; /* path template, for the metrics */
 	const char *rq_method;
-	bool rq_ctl;             /* from sandcellctl: answer on rq_pipe, then free */
+	bool rq_ctl;             /* from sandcellctl: answered on rq_pipe */
 	nng_pipe rq_pipe;
 	uint64_t rq_ctl_req;
 };
@@ -246,9 +249,20 @@ void metrics_execution(struct stream *s, const char *outcome, uint64_t wait_ms,
 void metrics_count(enum metric m, uint64_t n);
 char *metrics_render(size_t *len);
 
-/* http.c */
+/* request.c */
+int request_opt_string(json_t *body, const char *key, const char **out, char *err,
+		       size_t errsz);
+int request_validate_execute(json_t *body, struct msg *m, const char **ctx_id, char *lang,
+			     size_t langsz, char *err, size_t errsz);
+void request_execute(struct request *rq, json_t *body);
+void request_create(struct request *rq, const char *language, const char *cwd);
+void request_context(struct request *rq, const char *id, int op);
+void request_drain(struct request *rq, bool drain);
 void request_done(struct request *rq, unsigned status, json_t *json, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+void request_free(struct request *rq);
+
+/* http.c */
 int http_start(void);
 void http_stop(void);
 void http_tick(uint64_t now);

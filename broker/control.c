@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <nng/nng.h>
@@ -108,12 +107,11 @@ done(nng_pipe p, uint64_t req, enum msg_type t, json_t *data, const char *text)
 	json_decref(data);
 }
 
-/* A waited-for request of a ctl client completed (see request_done). */
+/* A request of a ctl client completed (request_done, which then frees it). */
 void
 control_reply(struct request *rq, unsigned status, json_t *json, const char *text)
 {
 	done(rq->rq_pipe, rq->rq_ctl_req, status < 300 ? MSG_OK : MSG_FAIL, json, text);
-	free(rq);
 }
 
 /* Output of a sandcellctl run; the end says whether it failed. */
@@ -214,13 +212,10 @@ ctl_request(nng_pipe p, uint64_t req)
 static void
 handle(nng_pipe p, struct msg *m)
 {
-	struct context *c = NULL;
-	char err[512], lang[MAX_LANG + 1];
+	const char *id = m->m_has & FB(F_ID) ? m->m_id.s : "";
+	struct context *c;
 	struct stream *s;
-	struct stat st;
 
-	if (m->m_has & FB(F_ID))
-		c = context_find(m->m_id.s);
 	switch (m->m_type) {
 	case CTL_STATUS:
 		done(p, m->m_req, MSG_OK, status_json(), NULL);
@@ -246,51 +241,20 @@ handle(nng_pipe p, struct msg *m)
 		done(p, m->m_req, MSG_OK, NULL, "cancelled");
 		return;
 	case CTL_INTERRUPT:
+		request_context(ctl_request(p, m->m_req), id, OP_INTERRUPT);
+		return;
 	case CTL_RESTART:
+		request_context(ctl_request(p, m->m_req), id, OP_RESTART);
+		return;
 	case CTL_DELETE:
-		if (!c) {
-			done(p, m->m_req, MSG_FAIL, NULL, "no such context");
-			return;
-		}
-		if (m->m_type == CTL_RESTART && context_restart_from_pool(c)) {
-			done(p, m->m_req, MSG_OK, NULL, "restarted with a warm kernel");
-			return;
-		}
-		context_request(c, ctl_request(p, m->m_req),
-				m->m_type == CTL_INTERRUPT ? MSG_INTERRUPT
-				: m->m_type == CTL_RESTART ? MSG_RESTART
-							   : MSG_SHUTDOWN,
-				m->m_type == CTL_INTERRUPT ? OP_INTERRUPT
-				: m->m_type == CTL_RESTART ? OP_RESTART
-							   : OP_DELETE);
+		request_context(ctl_request(p, m->m_req), id, OP_DELETE);
 		return;
-	case CTL_CREATE: {
-		const char *cwd = m->m_cwd.s ? m->m_cwd.s : sv.sv_cwd;
-		if (cwd[0] != '/' || stat(cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
-			done(p, m->m_req, MSG_FAIL, NULL, "cwd is not an existing absolute directory");
-			return;
-		}
-		if (lang_normalise(m->m_lang.s, lang, sizeof(lang)) < 0) {
-			done(p, m->m_req, MSG_FAIL, NULL, "not a language name");
-			return;
-		}
-		if (context_create(lang, cwd, false, &c, err, sizeof(err)) < 0) {
-			done(p, m->m_req, MSG_FAIL, NULL, err);
-			return;
-		}
-		context_wait_ready(c, ctl_request(p, m->m_req));
+	case CTL_CREATE:
+		request_create(ctl_request(p, m->m_req), m->m_lang.s, m->m_cwd.s);
 		return;
-	}
 	case CTL_DRAIN:
 	case CTL_UNDRAIN:
-		if (m->m_type == CTL_UNDRAIN && sv.sv_stopping) {
-			done(p, m->m_req, MSG_FAIL, NULL, "the server is stopping");
-			return;
-		}
-		sv.sv_draining = m->m_type == CTL_DRAIN;
-		log_info("%s by the operator", sv.sv_draining ? "draining" : "accepting again");
-		control_event(json_pack("{s:s}", "event", sv.sv_draining ? "drain" : "undrain"));
-		done(p, m->m_req, MSG_OK, NULL, sv.sv_draining ? "draining" : "accepting");
+		request_drain(ctl_request(p, m->m_req), m->m_type == CTL_DRAIN);
 		return;
 	case CTL_WATCH:
 		if (sv.sv_watchers.n == sizeof(sv.sv_watchers.w) / sizeof(sv.sv_watchers.w[0])) {
@@ -302,24 +266,22 @@ handle(nng_pipe p, struct msg *m)
 		control_event(json_pack("{s:s}", "event", "watching"));
 		return;
 	case CTL_RUN: {
-		struct msg ex;
-		if (!c) {
-			done(p, m->m_req, MSG_FAIL, NULL, "no such context");
-			return;
-		}
-		json_t *utf8 = json_stringn(m->m_code.s, m->m_code.len); /* checks UTF-8 */
-		if (!utf8) {
+		/* the same body an HTTP client would send, through the same checks */
+		json_t *code = json_stringn(m->m_code.s, m->m_code.len); /* checks UTF-8 */
+		json_t *body;
+		if (!code) {
 			done(p, m->m_req, MSG_FAIL, NULL, "code is not valid UTF-8");
 			return;
 		}
-		json_decref(utf8);
-		s = stream_open_ctl(c, p, m->m_req, m->m_code.s);
-		msg_init(&ex, MSG_EXECUTE);
-		msg_set_u64(&ex, F_STREAM, s->st_id);
-		msg_set_str(&ex, F_CODE, m->m_code.s, m->m_code.len);
-		msg_set_u64(&ex, F_POLICY, POLICY_INTERRUPT);
-		context_send(c, &ex);
-		msg_free(&ex);
+		body = json_pack("{s:o}", "code", code);
+		if ((m->m_has & FB(F_ID)) &&
+		    json_object_set_new(body, "context_id", json_stringn(id, m->m_id.len)) < 0) {
+			json_decref(body);
+			done(p, m->m_req, MSG_FAIL, NULL, "the context id is not valid UTF-8");
+			return;
+		}
+		request_execute(ctl_request(p, m->m_req), body);
+		json_decref(body);
 		return;
 	}
 	default:

@@ -18,35 +18,8 @@ HARNESS_SHARED_BROKER("--log-level", "info");
 
 #define URL test_url()
 
-/* Runs sandcellctl against the shared broker; returns its exit status. */
-static int
-ctl(char **out, const char *fmt, ...)
-{
-	char args[4096], cmd[4500];
-	va_list ap;
-	const char *bin = getenv("SANDCELL_BIN");
-
-	va_start(ap, fmt);
-	vsnprintf(args, sizeof(args), fmt, ap);
-	va_end(ap);
-	snprintf(cmd, sizeof(cmd), "%s/sandcellctl --run-dir '%s' %s 2>&1", bin ? bin : "bin",
-		 test_run_dir(), args);
-	FILE *p = popen(cmd, "r");
-	size_t cap = 1 << 16, len = 0, n;
-	char *buf = malloc(cap);
-	while ((n = fread(buf + len, 1, cap - len - 1, p)) > 0) {
-		len += n;
-		if (len + 1 == cap)
-			buf = realloc(buf, cap *= 2);
-	}
-	buf[len] = '\0';
-	int st = pclose(p);
-	if (out)
-		*out = buf;
-	else
-		free(buf);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+/* sandcellctl against the shared broker; its exit status. */
+#define ctl(out, ...) ctl_run(NULL, out, __VA_ARGS__)
 
 static json_t *
 ctl_json(const char *what)
@@ -202,7 +175,7 @@ Test(ctl, interrupt_restart_create_delete, .timeout = 90)
 	cr_assert_null(find_context(a, id));
 	json_decref(a);
 	cr_assert_eq(ctl(&out, "delete %s", id), 1, "deleting twice fails");
-	cr_assert(strstr(out, "no such context"), "%s", out);
+	cr_assert(strstr(out, "not found"), "%s", out);
 	free(out);
 	cr_assert_eq(ctl(&out, "create klingon"), 1);
 	cr_assert(strstr(out, "available"), "%s", out);
@@ -226,7 +199,14 @@ Test(ctl, run_prints_the_stream_and_fails_on_error, .timeout = 60)
 	free(id);
 }
 
-Test(ctl, drain_refuses_executions_until_undrain, .timeout = 60)
+/* A drain test that fails leaves the shared broker accepting for the next. */
+static void
+undrain(void)
+{
+	ctl(NULL, "undrain");
+}
+
+Test(ctl, drain_refuses_executions_until_undrain, .fini = undrain, .timeout = 60)
 {
 	char *out;
 	long st;
@@ -243,6 +223,77 @@ Test(ctl, drain_refuses_executions_until_undrain, .timeout = 60)
 	json_t *l = execute(URL, "{\"code\":\"print('back')\"}", &st, 30000);
 	cr_assert_not_null(l, "status %ld", st);
 	json_decref(l);
+}
+
+Test(ctl, run_on_a_draining_broker_fails_like_execute, .fini = undrain, .timeout = 60)
+{
+	char *id = context_new(URL, "python", NULL), *out;
+	char path[] = "/tmp/sandcell-drained-XXXXXX";
+	long st;
+	int fd = mkstemp(path);
+
+	cr_assert_not_null(id);
+	close(fd);
+	unlink(path);
+	cr_assert_eq(ctl(&out, "drain"), 0, "%s", out);
+	free(out);
+	cr_assert_null(execute(URL, "{\"code\":\"1\"}", &st, 5000));
+	cr_assert_eq(st, 503);
+	cr_assert_eq(ctl(&out, "run %s \"open('%s', 'w')\"", id, path), 1,
+		     "run on a draining broker: %s", out);
+	cr_assert(strstr(out, "draining"), "%s", out);
+	free(out);
+	cr_assert_eq(ctl(&out, "undrain"), 0, "%s", out);
+	free(out);
+	json_t *l = run(URL, id, "print('back')"); /* whatever was sent would have run first */
+	json_decref(l);
+	cr_assert_neq(access(path, F_OK), 0, "the refused run never ran");
+	free(id);
+}
+
+/* A private broker of this file's own, stopped even when an assertion fails. */
+static struct broker priv;
+
+static void
+priv_stop(void)
+{
+	broker_stop(&priv);
+}
+
+static void
+priv_queue_of_one(void)
+{
+	static const char *const args[] = {"--no-default-context", "--pool", "0",
+					   "--max-queue", "1", NULL};
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+}
+
+Test(ctl, run_obeys_max_queue, .init = priv_queue_of_one, .fini = priv_stop, .timeout = 90)
+{
+	char *id = context_new(priv.b_url, "python", NULL), *out;
+	struct bg a = {.base = priv.b_url, .ctx = id, .code = "import time\ntime.sleep(30)"};
+	struct bg q = {.base = priv.b_url, .ctx = id, .code = "print('queued')"};
+
+	cr_assert_not_null(id);
+	bg_start(&a);
+	cr_assert_eq(wait_context_int(priv.b_url, id, "queue", 1, 10000), 0);
+	bg_start(&q);
+	cr_assert_eq(wait_context_int(priv.b_url, id, "queue", 2, 10000), 0);
+	cr_assert_eq(ctl_run(priv.b_run_dir, &out, "run %s 'print(1)'", id), 1,
+		     "a run over --max-queue: %s", out);
+	cr_assert(strstr(out, "executions waiting (limit 1)"), "%s", out);
+	free(out);
+	cr_assert_eq(ctl_executions(priv.b_run_dir, id, NULL), 2, "the refused run is not queued");
+	cr_assert_eq(context_post(priv.b_url, id, "interrupt", 10), 200);
+	bg_join(&a);
+	bg_join(&q);
+	char *s = stdout_of(q.lines);
+	cr_assert_str_eq(s, "queued\n");
+	free(s);
+	json_decref(a.lines);
+	json_decref(q.lines);
+	free(id);
 }
 
 Test(ctl, watch_prints_live_events, .timeout = 60)
