@@ -229,8 +229,8 @@ struct server {
 		size_t n;
 	} sv_watchers; /* sandcellctl watch clients */
 	struct {
-		uint32_t ids[64];
-		size_t n;
+		uint32_t *ids;
+		size_t n, cap;
 	} sv_ctl_gone; /* ctl pipes closed on nng's threads (control.c's lock) */
 	json_t *sv_genv; /* global env vars */
 };
@@ -320,6 +320,7 @@ const char *context_state(struct context *c);
 int control_start(void);
 void control_recv(void);
 void control_stop(void);
+void control_pipe_gone(uint32_t id);
 void control_pipe_events(void);
 void control_reply(struct request *rq, unsigned status, json_t *json, const char *text);
 void control_stream_output(struct stream *s, const char *data, size_t len, bool final);

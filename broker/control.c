@@ -20,6 +20,23 @@
 /* Pipes closed on nng's threads, handed to the loop. */
 static pthread_mutex_t gone_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/*
+ * A ctl pipe closed (on nng's thread): its id is kept for the loop, however
+ * many close before the loop gets to them, so no watch or run is left behind.
+ */
+void
+control_pipe_gone(uint32_t id)
+{
+	pthread_mutex_lock(&gone_lock);
+	if (sv.sv_ctl_gone.n == sv.sv_ctl_gone.cap) {
+		sv.sv_ctl_gone.cap = sv.sv_ctl_gone.cap ? 2 * sv.sv_ctl_gone.cap : 64;
+		sv.sv_ctl_gone.ids = xrealloc(sv.sv_ctl_gone.ids,
+					      sv.sv_ctl_gone.cap * sizeof(sv.sv_ctl_gone.ids[0]));
+	}
+	sv.sv_ctl_gone.ids[sv.sv_ctl_gone.n++] = id;
+	pthread_mutex_unlock(&gone_lock);
+}
+
 static void
 pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
@@ -33,10 +50,7 @@ pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 			nng_pipe_close(p);
 		return;
 	}
-	pthread_mutex_lock(&gone_lock);
-	if (sv.sv_ctl_gone.n < sizeof(sv.sv_ctl_gone.ids) / sizeof(sv.sv_ctl_gone.ids[0]))
-		sv.sv_ctl_gone.ids[sv.sv_ctl_gone.n++] = nng_pipe_id(p);
-	pthread_mutex_unlock(&gone_lock);
+	control_pipe_gone(nng_pipe_id(p));
 	if (write(sv.sv_wakefd, &one, sizeof(one)) < 0)
 		log_warn("eventfd: %s", strerror(errno));
 }
@@ -321,13 +335,14 @@ control_recv(void)
 void
 control_pipe_events(void)
 {
-	uint32_t ids[64];
+	uint32_t *ids;
 	size_t n;
 
 	pthread_mutex_lock(&gone_lock);
+	ids = sv.sv_ctl_gone.ids;
 	n = sv.sv_ctl_gone.n;
-	memcpy(ids, sv.sv_ctl_gone.ids, n * sizeof(ids[0]));
-	sv.sv_ctl_gone.n = 0;
+	sv.sv_ctl_gone.ids = NULL;
+	sv.sv_ctl_gone.n = sv.sv_ctl_gone.cap = 0;
 	pthread_mutex_unlock(&gone_lock);
 	for (size_t k = 0; k < n; k++) {
 		struct stream *s, *next;
@@ -342,6 +357,7 @@ control_pipe_events(void)
 				stream_closed(s);
 		}
 	}
+	free(ids);
 }
 
 void
