@@ -283,6 +283,7 @@ long stream_park_wait(uint64_t now); /* ms until the next is due, or -1 */
 void stream_output(struct stream *s, const char *data, size_t len, struct msg *final);
 void stream_fail(struct stream *s, const char *name, const char *value, const char *outcome);
 void stream_cancel(struct stream *s, const char *why);
+void stream_detach(struct stream *s);
 struct stream *stream_by_id(uint64_t id);
 void stream_hangup(struct stream *s);
 void stream_closed(struct stream *s);

@@ -284,12 +284,12 @@ context_free(struct context *c)
 	struct request *rq;
 
 	while ((s = TAILQ_FIRST(&c->c_streams))) {
-		bool ctl = s->st_ctl;
+		if (s->st_gone) { /* its client left: nothing to tell it */
+			stream_detach(s);
+			continue;
+		}
+		/* ends it, which takes it off c's list (and frees a ctl one) */
 		stream_fail(s, "ContextDeleted", "the context was deleted", "deleted");
-		if (ctl)
-			continue; /* a ctl stream is freed once it ends */
-		TAILQ_REMOVE(&c->c_streams, s, st_ctx_link);
-		s->st_ctx = NULL;
 	}
 	while ((rq = TAILQ_FIRST(&c->c_waiters))) {
 		context_forget_waiter(rq);

@@ -198,6 +198,8 @@ executions_json(void)
 	TAILQ_FOREACH(s, &sv.sv_streams, st_link) {
 		struct context *c = s->st_ctx;
 		bool running = c && TAILQ_FIRST(&c->c_streams) == s;
+		if (s->st_final)
+			continue; /* ended: only its delivery to a slow client remains */
 		const char *client = s->st_cancel_sent ? "cancelled"
 				     : s->st_gone      ? "gone"
 				     : s->st_ctl       ? "sandcellctl"

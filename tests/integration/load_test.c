@@ -178,6 +178,50 @@ Test(load, slow_reader_gets_everything_and_the_broker_stays_small, .timeout = 18
 	free(id);
 }
 
+/*
+ * An execution that has ended while its client still reads its output is
+ * over: it holds no queue slot, is not the context's running execution, and
+ * the context is idle.
+ */
+Test(load, ended_stream_still_sent_to_a_slow_reader_holds_no_queue_slot, .timeout = 90)
+{
+	char *id = context_new(URL, "python", NULL), req[1024], body[512];
+	int fd = tcp_connect(URL);
+
+	cr_assert_not_null(id);
+	cr_assert(fd >= 0);
+	/* 32 MiB of output: more than the socket buffers hold, the client reads none */
+	snprintf(body, sizeof(body),
+		 "{\"context_id\":\"%s\",\"code\":\"import sys\\nfor i in range(32):\\n"
+		 "    sys.stdout.write('x' * (1 << 20) + '\\\\n')\\n"
+		 "    sys.stdout.flush()\"}",
+		 id);
+	snprintf(req, sizeof(req),
+		 "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+		 "Content-Length: %zu\r\n\r\n%s",
+		 strlen(body), body);
+	cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+	/* the execution has ended (it is counted) while its output still waits */
+	cr_assert_eq(wait_context_int(URL, id, "executions", 1, 60000), 0,
+		     "the execution never ended");
+	json_t *c = context_get(URL, id);
+	cr_assert_eq(json_integer_value(json_object_get(c, "queue")), 0,
+		     "an ended execution still holds a queue slot");
+	cr_assert_str_eq(json_string_value(json_object_get(c, "state")), "idle");
+	json_decref(c);
+	/* the next execution is the running one, not queued behind a finished one */
+	struct bg next = {.ctx = id, .code = "import time\ntime.sleep(1)"};
+	bg_start(&next);
+	cr_assert_eq(wait_context_int(URL, id, "queue", 1, 10000), 0);
+	cr_assert_eq(ctl_executions(NULL, id, "running"), 1);
+	cr_assert_eq(ctl_executions(NULL, id, "queued"), 0);
+	bg_join(&next);
+	cr_assert_not_null(line_of(next.lines, "end_of_execution", 0));
+	json_decref(next.lines);
+	close(fd);
+	free(id);
+}
+
 Test(load, the_warm_pool_hands_out_fresh_kernels, .timeout = 90)
 {
 	/* a pooled kernel has run nothing: no user variable, execution count 1 */
