@@ -330,8 +330,13 @@ write_state_file(struct proxy *p)
 			      p->px_lang, "kernel", p->px_ks->ks_name, "cwd", p->px_cwd, "pid",
 			      (int)getpid(), "default", p->px_default);
 
-	if (json_dump_file(o, tmp, JSON_COMPACT) == 0)
-		rename(tmp, path);
+	/* without it a restarted broker cannot re-attach this proxy: say so */
+	if (json_dump_file(o, tmp, JSON_COMPACT) < 0)
+		log_err("state file %s: write failed", tmp);
+	else if (rename(tmp, path) < 0) {
+		log_err("state file: rename %s to %s: %s", tmp, path, strerror(errno));
+		unlink(tmp);
+	}
 	json_decref(o);
 	free(tmp);
 	free(path);
