@@ -207,6 +207,7 @@ struct server {
 	const char *sv_spill_dir;
 	struct connq sv_conns;
 	unsigned sv_grace;      /* seconds running executions get on SIGTERM */
+	char sv_interrupt_retry[24], sv_interrupt_grace[24]; /* ms, for the proxies; "" = default */
 	bool sv_draining;       /* new executions get 503 */
 	bool sv_stopping;       /* SIGTERM: stop once drained */
 	uint64_t sv_drain_until;

@@ -177,8 +177,25 @@ usage(void)
 		"  --pool LANG=N[,...]     warm kernels kept ready per language, taken by\n"
 		"                          POST /contexts and restart (default python=1;\n"
 		"                          0 for none)\n"
+		"  --interrupt-retry S     an interrupt the kernel has not acted on is sent\n"
+		"                          again after S seconds (default 1)\n"
+		"  --interrupt-grace S     a kernel still running S seconds after the first\n"
+		"                          interrupt is restarted (default 3)\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n");
 	exit(2);
+}
+
+/* A number of seconds (fractions allowed, > 0) as milliseconds in text. */
+static int
+seconds_to_ms(const char *arg, char out[24])
+{
+	char *end;
+	double s = strtod(arg, &end);
+
+	if (end == arg || *end || !(s > 0) || s > 86400)
+		return -1;
+	snprintf(out, 24, "%llu", (unsigned long long)(s * 1000 + 0.5) ? (unsigned long long)(s * 1000 + 0.5) : 1ull);
+	return 0;
 }
 
 static int
@@ -447,6 +464,8 @@ main(int argc, char **argv)
 		{"header-timeout", required_argument, NULL, 'H'},
 		{"kernel-user", required_argument, NULL, 'U'},
 		{"pool", required_argument, NULL, 'W'},
+		{"interrupt-retry", required_argument, NULL, 'I'},
+		{"interrupt-grace", required_argument, NULL, 'J'},
 		{"stream-cap", required_argument, NULL, 'X'},
 		{"spill-dir", required_argument, NULL, 'D'},
 		{"proxy", required_argument, NULL, 'p'},
@@ -513,6 +532,12 @@ main(int argc, char **argv)
 		case 'U': sv.sv_kernel_user = optarg; break;
 		case 'X': sv.sv_stream_cap = strtoull(optarg, NULL, 10); break;
 		case 'D': sv.sv_spill_dir = optarg; break;
+		case 'I':
+		case 'J':
+			if (seconds_to_ms(optarg, c == 'I' ? sv.sv_interrupt_retry
+							   : sv.sv_interrupt_grace) < 0)
+				usage();
+			break;
 		case 'W':
 			if (pool_parse(optarg) < 0)
 				usage();

@@ -378,7 +378,8 @@ usage(void)
 	fprintf(stderr, "usage: sandcell-proxy --run-dir DIR --id UUID --language LANG "
 			"--cwd DIR [--kernel NAME] [--env-file FILE] [--memory BYTES]\n"
 			"       [--cpu SECONDS] [--cgroup DIR] [--python-startup FILE] [--default]\n"
-			"       [--kernel-user USER] [--pooled]\n"
+			"       [--kernel-user USER] [--pooled] [--interrupt-retry MS]\n"
+			"       [--interrupt-grace MS]\n"
 			"       [--log-level LEVEL]\n");
 	exit(2);
 }
@@ -445,6 +446,8 @@ main(int argc, char **argv)
 		{"memory", required_argument, NULL, 'M'},
 		{"cpu", required_argument, NULL, 'C'},
 		{"cgroup", required_argument, NULL, 'G'},
+		{"interrupt-retry", required_argument, NULL, 'R'},
+		{"interrupt-grace", required_argument, NULL, 'A'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *env_file = NULL, *kernel = NULL, *kuser = NULL;
@@ -452,6 +455,8 @@ main(int argc, char **argv)
 	sigset_t mask;
 	int c, level = LOG_INFO;
 
+	px.px_interrupt_retry_ms = INTERRUPT_RETRY_MS;
+	px.px_interrupt_grace_ms = INTERRUPT_GRACE_MS;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case 'r': px.px_run_dir = optarg; break;
@@ -467,6 +472,8 @@ main(int argc, char **argv)
 		case 'M': px.px_mem_limit = strtoull(optarg, NULL, 10); break;
 		case 'C': px.px_cpu_limit = strtoull(optarg, NULL, 10); break;
 		case 'G': px.px_cgroup_parent = optarg; break;
+		case 'R': px.px_interrupt_retry_ms = strtoull(optarg, NULL, 10); break;
+		case 'A': px.px_interrupt_grace_ms = strtoull(optarg, NULL, 10); break;
 		case 'v':
 			if ((level = parse_level(optarg)) < 0)
 				usage();
