@@ -167,19 +167,21 @@ static json_t *
 status_json(void)
 {
 	struct context *c;
-	int nctx = 0, running = 0, queued = 0, pooled = 0;
+	int nctx = 0, running = 0, queued = 0, pooled = 0, warm = 0;
 
 	TAILQ_FOREACH(c, &sv.sv_contexts, c_link) {
 		nctx += context_listed(c);
 		pooled += c->c_pooled && !c->c_deleting;
+		warm += c->c_pooled && !c->c_deleting && c->c_ready;
 		if (!c->c_deleting && c->c_nstreams) {
 			running++;
 			queued += c->c_nstreams - 1;
 		}
 	}
-	return json_pack("{s:s, s:f, s:i, s:i, s:i, s:i, s:b, s:s, s:s}", "version",
+	return json_pack("{s:s, s:f, s:i, s:i, s:i, s:i, s:i, s:b, s:s, s:s}", "version",
 			 SANDCELL_VERSION, "uptime_seconds", (now_ms() - sv.sv_started) / 1000.0,
-			 "contexts", nctx, "warm_pool", pooled, "executions_running", running,
+			 "contexts", nctx, "warm_pool", pooled, "warm_pool_ready", warm,
+			 "executions_running", running,
 			 "executions_queued", queued, "draining", sv.sv_draining, "listen",
 			 sv.sv_listen, "run_dir", sv.sv_run_dir);
 }

@@ -99,9 +99,9 @@ Test(ctl, executions_lists_running_and_queued_and_cancel_ends_one, .timeout = 60
 	struct bg q = {.ctx = id, .code = "print('queued one')"};
 
 	bg_start(&a);
-	usleep(400000);
+	cr_assert_eq(wait_context_int(URL, id, "queue", 1, 10000), 0);
 	bg_start(&q);
-	usleep(300000);
+	cr_assert_eq(wait_context_int(URL, id, "queue", 2, 10000), 0);
 	json_t *ex = ctl_json("executions"), *e;
 	size_t i;
 	json_int_t queued = 0;
@@ -153,7 +153,8 @@ Test(ctl, interrupt_restart_create_delete, .timeout = 90)
 
 	struct bg b = {.ctx = id, .code = "import time\ntime.sleep(30)"};
 	bg_start(&b);
-	usleep(700000);
+	/* the proxy holds an interrupt until the code has started */
+	cr_assert_eq(wait_context_int(URL, id, "queue", 1, 10000), 0);
 	cr_assert_eq(ctl(&out, "interrupt %s", id), 0, "%s", out);
 	free(out);
 	bg_join(&b);
@@ -257,7 +258,7 @@ static struct broker priv;
 static void
 priv_stop(void)
 {
-	broker_stop(&priv);
+	cr_expect_eq(broker_stop(&priv), 0, "sanitizer report in the broker log");
 }
 
 static void
@@ -312,16 +313,15 @@ Test(ctl, watch_prints_live_events, .timeout = 60)
 		_exit(127);
 	}
 	close(fds[1]);
-	usleep(300000);
+	FILE *f = fdopen(fds[0], "r");
+	/* its first event says it is watching */
+	cr_assert_not_null(fgets(line, sizeof(line), f));
+	cr_assert(strstr(line, "\"watching\""), "%s", line);
 	char *id = context_new(URL, "python", NULL);
 	json_decref(run(URL, id, "1"));
-	usleep(200000);
-	kill(pid, SIGINT);
-	waitpid(pid, NULL, 0);
-	FILE *f = fdopen(fds[0], "r");
 	bool created = false, started = false, ended = false;
-	/* --json watch: one JSON event per line */
-	while (fgets(line, sizeof(line), f)) {
+	/* --json watch: one JSON event per line; read until the execution's end */
+	while (!(created && started && ended) && fgets(line, sizeof(line), f)) {
 		json_t *ev = json_loads(line, 0, NULL);
 		const char *name = json_string_value(json_object_get(ev, "event"));
 		cr_assert_not_null(name, "not an event: %s", line);
@@ -330,6 +330,8 @@ Test(ctl, watch_prints_live_events, .timeout = 60)
 		ended |= !strcmp(name, "execution_ended");
 		json_decref(ev);
 	}
+	kill(pid, SIGINT);
+	waitpid(pid, NULL, 0);
 	fclose(f);
 	cr_assert(created && started && ended, "created %d started %d ended %d", created,
 		  started, ended);
@@ -410,8 +412,9 @@ Test(metrics, counters_move_with_their_events, .timeout = 90)
 	json_decref(execute(URL, body, &st, 30000));
 	snprintf(body, sizeof(body), "{\"code\":\"import time\\ntime.sleep(5)\",\"context_id\":\"%s\"}",
 		 id);
+	double cancels = metric(before, "sandcell_cancels_total");
 	json_decref(execute(URL, body, &st, 500)); /* a client that leaves */
-	usleep(300000);
+	cr_assert_eq(wait_metric(URL, "sandcell_cancels_total", cancels + 1, 5000), 0);
 	json_decref(run(URL, id, "import os\nos._exit(1)")); /* kernel dies */
 	json_decref(run(URL, id, "1"));
 	char *after = scrape();
@@ -446,7 +449,9 @@ Test(metrics, proxy_restarts_are_counted, .timeout = 60)
 	pid_t proxy = context_pid(URL, id, "proxy_pid");
 	cr_assert(proxy > 0);
 	kill(proxy, SIGKILL);
-	usleep(500000);
+	cr_assert_eq(wait_metric(URL, "sandcell_proxy_restarts_total",
+				 metric(before, "sandcell_proxy_restarts_total") + 1, 10000),
+		     0);
 	json_decref(run(URL, id, "1"));
 	char *after = scrape();
 	cr_assert(metric(after, "sandcell_proxy_restarts_total") >

@@ -726,3 +726,64 @@ ctl_executions(const char *run_dir, const char *ctx, const char *state)
 	free(out);
 	return n;
 }
+
+struct pool_cond {
+	const char *run_dir;
+	int min;
+};
+
+static bool
+pool_ready(void *arg)
+{
+	struct pool_cond *pc = arg;
+	char *out;
+	json_t *j = NULL;
+	bool ok = false;
+
+	if (ctl_run(pc->run_dir, &out, "--json status") == 0 && (j = json_loads(out, 0, NULL)))
+		ok = json_integer_value(json_object_get(j, "warm_pool_ready")) >= pc->min;
+	json_decref(j);
+	free(out);
+	return ok;
+}
+
+int
+wait_pool_ready(const char *run_dir, int min, long timeout_ms)
+{
+	struct pool_cond pc = {run_dir, min};
+
+	return wait_until(pool_ready, &pc, timeout_ms);
+}
+
+double
+proc_started_s(pid_t pid)
+{
+	char path[64], buf[2048], *p;
+	unsigned long long start = 0;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return -1;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	/* field 22, counted after the command name's closing parenthesis */
+	if (!(p = strrchr(buf, ')')))
+		return -1;
+	for (int field = 2; field < 22 && p; field++)
+		p = strchr(p + 1, ' ');
+	if (!p || sscanf(p + 1, "%llu", &start) != 1)
+		return -1;
+	return (double)start / sysconf(_SC_CLK_TCK);
+}
+
+double
+boot_now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}

@@ -121,6 +121,13 @@ int ctl_run(const char *run_dir, char **out, const char *fmt, ...)
  * ("running", "queued"; NULL for any); -1 when sandcellctl failed. */
 int ctl_executions(const char *run_dir, const char *ctx, const char *state);
 
+/* Warm kernels of the pool that are ready to be taken (sandcellctl status). */
+int wait_pool_ready(const char *run_dir, int min, long timeout_ms);
+/* When a process started, and now, in seconds since boot: a kernel that
+ * started before a request was not started for it (it came from the pool). */
+double proc_started_s(pid_t pid);
+double boot_now_s(void);
+
 double ms_since(double t0);
 double ms_now(void);
 int free_port(void);

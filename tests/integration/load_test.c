@@ -222,14 +222,28 @@ Test(load, ended_stream_still_sent_to_a_slow_reader_holds_no_queue_slot, .timeou
 	free(id);
 }
 
+/* Its kernel was started before t (seconds since boot), so not for the request. */
+static void
+assert_warm(const char *id, double t)
+{
+	pid_t kpid = context_pid(URL, id, "kernel_pid");
+	double started = proc_started_s(kpid);
+
+	cr_assert(kpid > 0 && started > 0, "no kernel pid for %s", id);
+	cr_assert(started < t - 0.1,
+		  "the kernel started %.2f s after the request: not from the pool", started - t);
+}
+
 Test(load, the_warm_pool_hands_out_fresh_kernels, .timeout = 90)
 {
 	/* a pooled kernel has run nothing: no user variable, execution count 1 */
 	for (int i = 0; i < 3; i++) {
-		double t0 = ms_now();
+		cr_assert_eq(wait_pool_ready(NULL, 1, 30000), 0, "the pool never refilled");
+		double t0 = ms_now(), asked = boot_now_s();
 		char *id = context_new(URL, "python", "/tmp");
 		double took = ms_since(t0);
 		cr_assert_not_null(id);
+		assert_warm(id, asked);
 		json_t *l = run(URL, id, "import os\nprint(os.getcwd(), 'leak' in globals())\nleak = 1");
 		char *out = stdout_of(l);
 		cr_assert_str_eq(out, "/tmp False\n");
@@ -240,7 +254,6 @@ Test(load, the_warm_pool_hands_out_fresh_kernels, .timeout = 90)
 		json_decref(l);
 		cr_log_info("context %d created in %.1f ms", i, took);
 		free(id);
-		usleep(1500000); /* the pool refills in the background */
 	}
 }
 
@@ -248,9 +261,12 @@ Test(load, restart_from_the_pool_clears_state_and_keeps_id_and_cwd, .timeout = 9
 {
 	char *id = context_new(URL, "python", "/tmp");
 
-	usleep(1500000);
+	cr_assert_not_null(id);
 	json_decref(run(URL, id, "before = 1"));
+	cr_assert_eq(wait_pool_ready(NULL, 1, 30000), 0, "the pool never refilled");
+	double asked = boot_now_s();
 	cr_assert_eq(context_post(URL, id, "restart", 60), 200);
+	assert_warm(id, asked);
 	json_t *l = run(URL, id, "import os\nprint(os.getcwd(), 'before' in globals())");
 	char *out = stdout_of(l);
 	cr_assert_str_eq(out, "/tmp False\n");
