@@ -14,7 +14,8 @@
 
 #include "harness.h"
 
-HARNESS_SHARED_BROKER("--log-level", "info");
+/* a queue of one per context: run_obeys_max_queue needs no broker of its own */
+HARNESS_SHARED_BROKER("--log-level", "info", "--max-queue", "1");
 
 #define URL test_url()
 
@@ -252,41 +253,23 @@ Test(ctl, run_on_a_draining_broker_fails_like_execute, .fini = undrain, .timeout
 	free(id);
 }
 
-/* A private broker of this file's own, stopped even when an assertion fails. */
-static struct broker priv;
-
-static void
-priv_stop(void)
+Test(ctl, run_obeys_max_queue, .timeout = 90)
 {
-	cr_expect_eq(broker_stop(&priv), 0, "sanitizer report in the broker log");
-}
-
-static void
-priv_queue_of_one(void)
-{
-	static const char *const args[] = {"--no-default-context", "--pool", "0",
-					   "--max-queue", "1", NULL};
-
-	cr_assert_eq(broker_start(&priv, args), 0);
-}
-
-Test(ctl, run_obeys_max_queue, .init = priv_queue_of_one, .fini = priv_stop, .timeout = 90)
-{
-	char *id = context_new(priv.b_url, "python", NULL), *out;
-	struct bg a = {.base = priv.b_url, .ctx = id, .code = "import time\ntime.sleep(30)"};
-	struct bg q = {.base = priv.b_url, .ctx = id, .code = "print('queued')"};
+	char *id = context_new(URL, "python", NULL), *out;
+	struct bg a = {.ctx = id, .code = "import time\ntime.sleep(30)"};
+	struct bg q = {.ctx = id, .code = "print('queued')"};
 
 	cr_assert_not_null(id);
 	bg_start(&a);
-	cr_assert_eq(wait_context_int(priv.b_url, id, "queue", 1, 10000), 0);
+	cr_assert_eq(wait_context_int(URL, id, "queue", 1, 10000), 0);
 	bg_start(&q);
-	cr_assert_eq(wait_context_int(priv.b_url, id, "queue", 2, 10000), 0);
-	cr_assert_eq(ctl_run(priv.b_run_dir, &out, "run %s 'print(1)'", id), 1,
+	cr_assert_eq(wait_context_int(URL, id, "queue", 2, 10000), 0);
+	cr_assert_eq(ctl(&out, "run %s 'print(1)'", id), 1,
 		     "a run over --max-queue: %s", out);
 	cr_assert(strstr(out, "executions waiting (limit 1)"), "%s", out);
 	free(out);
-	cr_assert_eq(ctl_executions(priv.b_run_dir, id, NULL), 2, "the refused run is not queued");
-	cr_assert_eq(context_post(priv.b_url, id, "interrupt", 10), 200);
+	cr_assert_eq(ctl_executions(NULL, id, NULL), 2, "the refused run is not queued");
+	cr_assert_eq(context_post(URL, id, "interrupt", 10), 200);
 	bg_join(&a);
 	bg_join(&q);
 	char *s = stdout_of(q.lines);
