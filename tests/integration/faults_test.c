@@ -30,16 +30,13 @@ priv_stop(void)
 	cr_expect_eq(broker_stop(&priv), 0, "sanitizer report in the broker log");
 }
 
-/* Code that creates a file once it runs: the test waits for the file, not a while. */
+/* Code that prints once it runs: the test waits for that line, not a while. */
 static const char *
-started_code(char *path, size_t pathsz, const char *then)
+started_code(const char *then)
 {
 	static char code[1024];
-	static int n;
 
-	snprintf(path, pathsz, "/tmp/sandcell-faults-%d-%d", (int)getpid(), n++);
-	unlink(path);
-	snprintf(code, sizeof(code), "open('%s', 'w').close()\n%s", path, then);
+	snprintf(code, sizeof(code), "print('started', flush=True)\n%s", then);
 	return code;
 }
 
@@ -68,18 +65,17 @@ error_value(json_t *l)
 static char *
 kernel_fault_mid_execution(int sig, const char *code, const char *why, double max_ms)
 {
-	char *id = context_new(URL, "python", "/tmp"), path[128];
+	char *id = context_new(URL, "python", "/tmp");
 	struct bg b = {.base = URL};
 
 	cr_assert_not_null(id);
 	b.ctx = id;
-	b.code = started_code(path, sizeof(path), code);
+	b.code = started_code(code);
 	json_decref(run(URL, id, "x = 1"));
 	pid_t kpid = context_pid(URL, id, "kernel_pid");
 	cr_assert(kpid > 0);
 	bg_start(&b);
-	cr_assert_eq(wait_file(path, 10000), 0, "the code never started");
-	unlink(path);
+	cr_assert_eq(bg_wait_stdout(&b, 10000), 0, "the code never started");
 	double t0 = ms_now();
 	kill(kpid, sig);
 	bg_join(&b);
@@ -157,21 +153,19 @@ Test(faults, queued_units_fail_with_the_kernel, .timeout = 60)
 Test(faults, proxy_killed_while_another_context_streams, .timeout = 90)
 {
 	char *victim = context_new(URL, "python", NULL), *other = context_new(URL, "python", NULL);
-	char path[128];
 	struct bg v = {.base = URL, .ctx = victim};
 	struct bg o = {.base = URL,
 		       .ctx = other,
 		       .code = "import time\nfor i in range(20):\n    print(i, flush=True)\n    "
 			       "time.sleep(0.1)"};
 
-	v.code = started_code(path, sizeof(path), "import time\ntime.sleep(30)");
+	v.code = started_code("import time\ntime.sleep(30)");
 	json_decref(run(URL, victim, "lost = 1"));
 	pid_t ppid = context_pid(URL, victim, "proxy_pid");
 	cr_assert(ppid > 0);
 	bg_start(&v);
 	bg_start(&o);
-	cr_assert_eq(wait_file(path, 10000), 0, "the victim's code never started");
-	unlink(path);
+	cr_assert_eq(bg_wait_stdout(&v, 10000), 0, "the victim's code never started");
 	cr_assert_eq(wait_context_int(URL, other, "queue", 1, 10000), 0);
 	double t0 = ms_now();
 	kill(ppid, SIGKILL);
@@ -207,7 +201,6 @@ Test(faults, broker_restart_keeps_contexts_and_state, .fini = priv_stop, .timeou
 {
 	struct broker *b = &priv;
 	const char *args[] = {"--no-default-context", NULL};
-	char path[128];
 
 	cr_assert_eq(broker_start(b, args), 0);
 	char *id = context_new(b->b_url, "python", "/tmp");
@@ -217,10 +210,9 @@ Test(faults, broker_restart_keeps_contexts_and_state, .fini = priv_stop, .timeou
 
 	/* a stream open at the moment of the crash ends on the client side */
 	struct bg open = {.base = b->b_url, .ctx = id};
-	open.code = started_code(path, sizeof(path), "import time\ntime.sleep(2)");
+	open.code = started_code("import time\ntime.sleep(2)");
 	bg_start(&open);
-	cr_assert_eq(wait_file(path, 10000), 0, "the code never started");
-	unlink(path);
+	cr_assert_eq(bg_wait_stdout(&open, 10000), 0, "the code never started");
 	kill(b->b_pid, SIGKILL);
 	waitpid(b->b_pid, NULL, 0);
 	bg_join(&open);
@@ -273,14 +265,12 @@ Test(faults, sigterm_drains_running_executions, .fini = priv_stop, .timeout = 90
 {
 	struct broker *b = &priv;
 	const char *args[] = {"--grace", "10", NULL};
-	char path[128];
 
 	cr_assert_eq(broker_start(b, args), 0);
 	struct bg run1 = {.base = b->b_url};
-	run1.code = started_code(path, sizeof(path), "import time\ntime.sleep(2)\nprint('finished')");
+	run1.code = started_code("import time\ntime.sleep(2)\nprint('finished')");
 	bg_start(&run1);
-	cr_assert_eq(wait_file(path, 10000), 0, "the code never started");
-	unlink(path);
+	cr_assert_eq(bg_wait_stdout(&run1, 10000), 0, "the code never started");
 	kill(b->b_pid, SIGTERM);
 	cr_assert_eq(wait_metric(b->b_url, "sandcell_draining", 1, 5000), 0, "never draining");
 	long st;
@@ -289,7 +279,7 @@ Test(faults, sigterm_drains_running_executions, .fini = priv_stop, .timeout = 90
 	cr_assert_eq(st, 503, "new executions are refused while draining");
 	bg_join(&run1);
 	char *out = stdout_of(run1.lines);
-	cr_assert_str_eq(out, "finished\n", "the running execution completed");
+	cr_assert_str_eq(out, "started\nfinished\n", "the running execution completed");
 	free(out);
 	json_decref(run1.lines);
 	cr_assert_eq(wait_pid_gone(b->b_pid, 5000), 0, "the broker stopped once drained");
@@ -371,15 +361,13 @@ Test(faults, memory_limit_in_a_cgroup_kills_the_kernel_alone, .fini = cgroup_sto
 
 Test(faults, kernel_ignoring_sigint_is_stopped_by_restart, .timeout = 90)
 {
-	char *id = context_new(URL, "python", NULL), path[128];
+	char *id = context_new(URL, "python", NULL);
 	struct bg b = {.base = URL, .ctx = id};
 
-	b.code = started_code(path, sizeof(path),
-			      "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+	b.code = started_code("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
 			      "time.sleep(60)");
 	bg_start(&b);
-	cr_assert_eq(wait_file(path, 10000), 0, "the code never started");
-	unlink(path);
+	cr_assert_eq(bg_wait_stdout(&b, 10000), 0, "the code never started");
 	double t0 = ms_now();
 	cr_assert_eq(context_post(URL, id, "restart", 30), 200);
 	bg_join(&b);
@@ -396,15 +384,13 @@ Test(faults, kernel_ignoring_sigint_is_stopped_by_restart, .timeout = 90)
 
 Test(faults, interrupt_of_a_kernel_ignoring_sigint_falls_back_to_restart, .timeout = 90)
 {
-	char *id = context_new(URL, "python", NULL), path[128];
+	char *id = context_new(URL, "python", NULL);
 	struct bg b = {.base = URL, .ctx = id};
 
-	b.code = started_code(path, sizeof(path),
-			      "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+	b.code = started_code("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
 			      "time.sleep(60)");
 	bg_start(&b);
-	cr_assert_eq(wait_file(path, 10000), 0, "the code never started");
-	unlink(path);
+	cr_assert_eq(bg_wait_stdout(&b, 10000), 0, "the code never started");
 	cr_assert(context_post(URL, id, "interrupt", 30) > 0);
 	bg_join(&b);
 	cr_assert(b.took < 10000, "took %.0f ms", b.took);

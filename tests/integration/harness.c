@@ -137,6 +137,7 @@ struct ndjson {
 	size_t plen;
 	json_t *lines;
 	double t0;
+	int *stdout_seen; /* stdout lines so far, read by another thread; or NULL */
 };
 
 static size_t
@@ -160,6 +161,8 @@ ndjson_write(char *p, size_t sz, size_t n, void *arg)
 			json_decref(j);
 		} else {
 			json_object_set_new(j, "_ms", json_real(ms_since(nd->t0)));
+			if (nd->stdout_seen && t && !strcmp(t, "stdout"))
+				__atomic_add_fetch(nd->stdout_seen, 1, __ATOMIC_SEQ_CST);
 			json_array_append_new(nd->lines, j);
 		}
 		start = nl + 1;
@@ -169,12 +172,13 @@ ndjson_write(char *p, size_t sz, size_t n, void *arg)
 	return len;
 }
 
-json_t *
-execute(const char *base, const char *body_json, long *status, long timeout_ms)
+static json_t *
+execute_counted(const char *base, const char *body_json, long *status, long timeout_ms,
+		int *stdout_seen)
 {
 	CURL *c = curl_easy_init();
 	struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-	struct ndjson nd = {.lines = json_array(), .t0 = ms_now()};
+	struct ndjson nd = {.lines = json_array(), .t0 = ms_now(), .stdout_seen = stdout_seen};
 	char url[512];
 	long st = 0;
 
@@ -206,8 +210,14 @@ execute(const char *base, const char *body_json, long *status, long timeout_ms)
 }
 
 json_t *
-execute_code(const char *base, const char *ctx, const char *code, const char *extra_json,
-	     long timeout_ms, long *status)
+execute(const char *base, const char *body_json, long *status, long timeout_ms)
+{
+	return execute_counted(base, body_json, status, timeout_ms, NULL);
+}
+
+static json_t *
+execute_code_counted(const char *base, const char *ctx, const char *code,
+		     const char *extra_json, long timeout_ms, long *status, int *stdout_seen)
 {
 	json_t *body = json_pack("{s:s}", "code", code);
 	char *s;
@@ -221,10 +231,17 @@ execute_code(const char *base, const char *ctx, const char *code, const char *ex
 		json_decref(x);
 	}
 	s = json_dumps(body, 0);
-	lines = execute(base, s, status, timeout_ms);
+	lines = execute_counted(base, s, status, timeout_ms, stdout_seen);
 	free(s);
 	json_decref(body);
 	return lines;
+}
+
+json_t *
+execute_code(const char *base, const char *ctx, const char *code, const char *extra_json,
+	     long timeout_ms, long *status)
+{
+	return execute_code_counted(base, ctx, code, extra_json, timeout_ms, status, NULL);
 }
 
 json_t *
@@ -239,8 +256,9 @@ bg_main(void *arg)
 	struct bg *b = arg;
 	double t0 = ms_now();
 
-	b->lines = execute_code(b->base ? b->base : test_url(), b->ctx, b->code, b->extra,
-				b->timeout_ms ? b->timeout_ms : 60000, NULL);
+	b->lines = execute_code_counted(b->base ? b->base : test_url(), b->ctx, b->code, b->extra,
+					b->timeout_ms ? b->timeout_ms : 60000, NULL,
+					&b->stdout_seen);
 	b->took = ms_since(t0);
 	return NULL;
 }
@@ -255,6 +273,18 @@ void
 bg_join(struct bg *b)
 {
 	pthread_join(b->t, NULL);
+}
+
+static bool
+bg_has_stdout(void *arg)
+{
+	return __atomic_load_n(&((struct bg *)arg)->stdout_seen, __ATOMIC_SEQ_CST) > 0;
+}
+
+int
+bg_wait_stdout(struct bg *b, long timeout_ms)
+{
+	return wait_until(bg_has_stdout, b, timeout_ms);
 }
 
 pid_t
@@ -644,18 +674,6 @@ wait_metric(const char *base, const char *series, double min, long timeout_ms)
 	struct metric_cond mc = {base, series, min};
 
 	return wait_until(metric_reached, &mc, timeout_ms);
-}
-
-static bool
-file_exists(void *arg)
-{
-	return access(arg, F_OK) == 0;
-}
-
-int
-wait_file(const char *path, long timeout_ms)
-{
-	return wait_until(file_exists, (void *)path, timeout_ms);
 }
 
 static bool

@@ -74,10 +74,13 @@ struct bg {
 	long timeout_ms;  /* 0: 60 s */
 	json_t *lines;
 	double took;      /* ms from start to the end of the stream */
+	int stdout_seen;  /* stdout lines arrived so far (while it runs) */
 	pthread_t t;
 };
 void bg_start(struct bg *b);
 void bg_join(struct bg *b);
+/* Its first stdout line has arrived: code that prints when it starts has started. */
+int bg_wait_stdout(struct bg *b, long timeout_ms);
 
 /* "kernel_pid" or "proxy_pid" of a context, from GET /contexts/{id}; 0 if none. */
 pid_t context_pid(const char *base, const char *id, const char *which);
@@ -109,8 +112,6 @@ int wait_context_str(const char *base, const char *id, const char *key, const ch
 double metric_value(const char *base, const char *series);
 /* That series reaches at least min. */
 int wait_metric(const char *base, const char *series, double min, long timeout_ms);
-/* A file exists (code under test creates it when it has started). */
-int wait_file(const char *path, long timeout_ms);
 /* A process is gone (not even a zombie of ours). */
 int wait_pid_gone(pid_t pid, long timeout_ms);
 /* sandcellctl against a run dir (NULL: the shared broker's); its exit status,
