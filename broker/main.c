@@ -181,6 +181,10 @@ usage(void)
 		"  --pool LANG=N[,...]     warm kernels kept ready per language, taken by\n"
 		"                          POST /contexts and restart (default python=1;\n"
 		"                          0 for none)\n"
+		"  --interrupt-retry DURATION  an interrupt the kernel has not acted on\n"
+		"                          is sent again after DURATION (default 1s)\n"
+		"  --interrupt-grace DURATION  a kernel still running DURATION after the\n"
+		"                          first interrupt is restarted (default 3s)\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n");
 	exit(2);
 }
@@ -451,6 +455,8 @@ main(int argc, char **argv)
 		{"header-timeout", required_argument, NULL, 'H'},
 		{"kernel-user", required_argument, NULL, 'U'},
 		{"pool", required_argument, NULL, 'W'},
+		{"interrupt-retry", required_argument, NULL, 'I'},
+		{"interrupt-grace", required_argument, NULL, 'J'},
 		{"stream-cap", required_argument, NULL, 'X'},
 		{"spill-dir", required_argument, NULL, 'D'},
 		{"proxy", required_argument, NULL, 'p'},
@@ -575,6 +581,14 @@ main(int argc, char **argv)
 			sv.sv_stream_cap = v;
 			break;
 		case 'D': sv.sv_spill_dir = optarg; break;
+		case 'I':
+		case 'J':
+			if ((rc = parse_duration(optarg, 86400000, &v)) < 0 || (rc = v ? 0 : -ERANGE))
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a duration such as 1, 1.5s or 500ms, at most 24h");
+			snprintf(c == 'I' ? sv.sv_interrupt_retry : sv.sv_interrupt_grace,
+				 sizeof(sv.sv_interrupt_retry), "%llu", (unsigned long long)v);
+			break;
 		case 'W':
 			if (pool_parse(optarg) < 0) {
 				fprintf(stderr, "sandcell-broker: %s '%s': expected LANG=N[,...] "

@@ -66,7 +66,10 @@ parse_size(const char *s, uint64_t max, uint64_t *out)
 	return -EINVAL;
 }
 
-/* N (seconds), Nms, Ns, Nm, Nh; the result in milliseconds. */
+/*
+ * N (seconds), Nms, Ns, Nm, Nh, with a decimal fraction if it comes to whole
+ * milliseconds (1.5s, 0.25); the result in milliseconds.
+ */
 int
 parse_duration(const char *s, uint64_t max_ms, uint64_t *out_ms)
 {
@@ -77,14 +80,35 @@ parse_duration(const char *s, uint64_t max_ms, uint64_t *out_ms)
 	    {"", 1000}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000},
 	};
 	const char *rest;
-	uint64_t v;
+	uint64_t v, frac = 0, scale = 1, whole;
 	int rc;
 
 	if ((rc = digits(s, &v, &rest)) < 0)
 		return rc;
-	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
-		if (!strcmp(rest, units[i].u))
-			return scaled(v, units[i].ms, max_ms, out_ms);
+	if (*rest == '.') {
+		const char *f = rest + 1;
+		if (!isdigit((unsigned char)*f))
+			return -EINVAL;
+		for (; isdigit((unsigned char)*f); f++) {
+			if (scale == 1000000000ull) /* a nanosecond is not ours to count */
+				return -EINVAL;
+			frac = frac * 10 + (*f - '0');
+			scale *= 10;
+		}
+		rest = f;
+	}
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		if (strcmp(rest, units[i].u))
+			continue;
+		if ((frac * units[i].ms) % scale)
+			return -EINVAL; /* a fraction of a millisecond */
+		if ((rc = scaled(v, units[i].ms, max_ms, &whole)) < 0)
+			return rc;
+		if (whole + frac * units[i].ms / scale > max_ms)
+			return -ERANGE;
+		*out_ms = whole + frac * units[i].ms / scale;
+		return 0;
+	}
 	return -EINVAL;
 }
 

@@ -408,17 +408,52 @@ Test(core, unknown_paths_and_methods, .timeout = 30)
 	resp_free(&r);
 }
 
+/* The ids of the listed contexts of a language. */
+static json_t *
+contexts_of(const char *language)
+{
+	struct resp r;
+	json_t *all, *c, *ids = json_array();
+	size_t i;
+
+	cr_assert_eq(http(URL, "GET", "/contexts", NULL, &r, 5), 0);
+	all = json_loads(r.r_body, 0, NULL);
+	cr_assert_not_null(all, "%s", r.r_body);
+	json_array_foreach(all, i, c)
+		if (!strcmp(json_string_value(json_object_get(c, "language")), language))
+			json_array_append(ids, json_object_get(c, "id"));
+	json_decref(all);
+	resp_free(&r);
+	return ids;
+}
+
+/* bash has no default context at start-up (python and javascript do). */
 Test(core, language_gets_a_default_context_on_first_use, .timeout = 60)
 {
 	long st;
-	json_t *l = execute(URL, "{\"code\":\"lang_default = 5\",\"language\":\" PYTHON\"}",
-			    &st, 30000);
+	json_t *before = contexts_of("bash");
 
+	cr_assert_eq(json_array_size(before), 0, "a bash context exists before its first use");
+	json_decref(before);
+	json_t *l = execute(URL, "{\"code\":\"lang_default=5\",\"language\":\" BASH\"}", &st,
+			    60000);
 	cr_assert_not_null(l, "status %ld", st);
+	cr_assert_null(line_of(l, "error", 0));
 	json_decref(l);
-	l = execute(URL, "{\"code\":\"lang_default\",\"language\":\"python\"}", &st, 30000);
-	cr_assert_str_eq(result_text(l), "5", "same default context for the language");
+	json_t *after = contexts_of("bash");
+	cr_assert_eq(json_array_size(after), 1, "the first use created one bash context");
+	json_t *c = context_get(URL, json_string_value(json_array_get(after, 0)));
+	cr_assert(json_is_true(json_object_get(c, "default")), "it is the default one");
+	json_decref(c);
+	l = execute(URL, "{\"code\":\"echo $lang_default\",\"language\":\"bash\"}", &st, 30000);
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "5\n", "the same default context for the language");
+	free(out);
 	json_decref(l);
+	json_t *again = contexts_of("bash");
+	cr_assert(json_equal(again, after), "the second use created no other context");
+	json_decref(again);
+	json_decref(after);
 }
 
 Test(core, kernelspec_name_and_language_share_the_default_context, .timeout = 60)
@@ -633,6 +668,8 @@ Test(startup, bad_numbers_exit_2_naming_the_flag_or_variable, .timeout = 120)
 	    {"sandcell-broker", NULL, "--stream-cap 1Gb/s", "--stream-cap"},
 	    {"sandcell-broker", NULL, "--kernel-cpu 1.5", "--kernel-cpu"},
 	    {"sandcell-broker", NULL, "--pool python=lots", "--pool"},
+	    {"sandcell-broker", NULL, "--interrupt-retry 1.5x", "--interrupt-retry"},
+	    {"sandcell-broker", NULL, "--interrupt-grace 0", "--interrupt-grace"},
 	    {"sandcell-broker", "SANDCELL_MAX_BODY=16Q", "", "SANDCELL_MAX_BODY"},
 	    {"sandcell-broker", "SANDCELL_GRACE=-1", "", "SANDCELL_GRACE"},
 	    {"sandcell-broker", "SANDCELL_KEEP_CONTEXTS=maybe", "", "SANDCELL_KEEP_CONTEXTS"},

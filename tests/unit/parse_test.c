@@ -74,9 +74,9 @@ Test(parse, durations_take_time_units_and_bare_numbers_are_seconds)
 		const char *in;
 		uint64_t ms;
 	} ok[] = {{"30", 30000}, {"30s", 30000}, {"250ms", 250}, {"2m", 120000},
-		  {"1h", 3600000}, {"0", 0}};
-	static const char *const bad[] = {"", "-5", "5x", "5S", "5 s", "1.5s", "s", "5sec",
-					  "5ms5"};
+		  {"1h", 3600000}, {"0", 0}, {"1.5s", 1500}, {"0.25", 250}, {"0.5h", 1800000}};
+	static const char *const bad[] = {"", "-5", "5x", "5S", "5 s", "s", "5sec", "5ms5",
+					  "1.", ".5", "0.0001s", "1.5ms", "1e3", "1.2.3"};
 	uint64_t v;
 
 	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
@@ -100,6 +100,7 @@ Test(parse, seconds_refuse_a_fraction_rather_than_round_it)
 	cr_expect_eq(parse_seconds("3000ms", 3600, &v), 0);
 	cr_expect_eq(v, 3);
 	cr_expect_eq(parse_seconds("1500ms", 3600, &v), -EDOM);
+	cr_expect_eq(parse_seconds("1.5", 3600, &v), -EDOM);
 	cr_expect_eq(parse_seconds("2h", 3600, &v), -ERANGE);
 }
 
