@@ -20,9 +20,14 @@ version=$(sed -n 's/^#define SANDCELL_VERSION "\(.*\)"$/\1/p' proto/proto.h)
 base=${SANDCELL_IMAGE_BASE:-}
 if [ -z "$base" ]; then
 	base=docker.io/library/debian:bookworm-slim
-	if ! podman image exists "$base" && ! timeout 300 podman pull -q "$base" >/dev/null; then
+	local_base=localhost/sandcell-base:bookworm
+	if podman image exists "$base"; then
+		:
+	elif podman image exists "$local_base"; then
+		base=$local_base # built here before: no registry answered then
+	elif ! timeout 300 podman pull -q "$base" >/dev/null; then
 		echo "image: no registry answers; building the base from this machine's apt sources"
-		base=localhost/sandcell-base:bookworm
+		base=$local_base
 		sh scripts/image-base.sh "$base" build/image
 	fi
 fi
