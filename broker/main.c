@@ -166,7 +166,7 @@ usage(void)
 		"                          for rich data results; '' for none)\n"
 		"  --access-token TOKEN    require this token (X-Access-Token or\n"
 		"                          Authorization: Bearer) on every endpoint but\n"
-		"                          /health\n"
+		"                          /health and /ready\n"
 		"  --access-token-file F   the token is the first line of F\n"
 		"  --max-connections N     concurrent HTTP connections (default 4096)\n"
 		"  --header-timeout DURATION  a connection must send a request head\n"
