@@ -190,6 +190,7 @@ struct server {
 	const char *sv_kernel_memory, *sv_kernel_cpu, *sv_kernel_cgroup;
 	const char *sv_python_startup;
 	const char *sv_kernel_user;
+	const char *sv_heartbeat_timeout; /* seconds, passed to each proxy */
 	struct kspec **sv_kspecs; /* kernelspecs as last read (kspec_cached) */
 	size_t sv_nkspecs;
 	uint64_t sv_kspecs_at;

@@ -141,7 +141,7 @@ pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 static int
 spawn(struct context *c)
 {
-	char *argv[32];
+	char *argv[40];
 	int n = 0;
 	sigset_t none;
 	pid_t pid;
@@ -184,6 +184,10 @@ spawn(struct context *c)
 	if (sv.sv_kernel_user) {
 		argv[n++] = "--kernel-user";
 		argv[n++] = (char *)sv.sv_kernel_user;
+	}
+	if (sv.sv_heartbeat_timeout) {
+		argv[n++] = "--heartbeat-timeout";
+		argv[n++] = (char *)sv.sv_heartbeat_timeout;
 	}
 	argv[n] = NULL;
 	sigemptyset(&none);

@@ -169,6 +169,9 @@ usage(void)
 		"                          S seconds of connecting or of its last response\n"
 		"                          (default 30)\n"
 		"  --kernel-user USER      run kernels as USER (the broker may stay root)\n"
+		"  --heartbeat-timeout S   an idle kernel that answers no heartbeat for S\n"
+		"                          seconds is restarted (default 20; a busy one\n"
+		"                          is dead only when its process is)\n"
 		"  --stream-cap BYTES      output a stream may hold for a client that reads\n"
 		"                          slowly; past it the execution is cancelled and\n"
 		"                          the stream says so (default 1 GiB)\n"
@@ -447,6 +450,7 @@ main(int argc, char **argv)
 		{"header-timeout", required_argument, NULL, 'H'},
 		{"kernel-user", required_argument, NULL, 'U'},
 		{"pool", required_argument, NULL, 'W'},
+		{"heartbeat-timeout", required_argument, NULL, 'B'},
 		{"stream-cap", required_argument, NULL, 'X'},
 		{"spill-dir", required_argument, NULL, 'D'},
 		{"proxy", required_argument, NULL, 'p'},
@@ -513,6 +517,14 @@ main(int argc, char **argv)
 		case 'U': sv.sv_kernel_user = optarg; break;
 		case 'X': sv.sv_stream_cap = strtoull(optarg, NULL, 10); break;
 		case 'D': sv.sv_spill_dir = optarg; break;
+		case 'B': {
+			char *end;
+			double v = strtod(optarg, &end);
+			if (!*optarg || *end || !(v > 0 && v < 1e6))
+				usage();
+			sv.sv_heartbeat_timeout = optarg;
+			break;
+		}
 		case 'W':
 			if (pool_parse(optarg) < 0)
 				usage();

@@ -208,8 +208,10 @@ drain_ipc(struct proxy *p)
 
 /* Reads what a kernel socket holds; stops if handling closed the socket. */
 static void
-drain_kernel(struct proxy *p, void **sockp, bool iopub)
+drain_kernel(struct proxy *p, void **sockp, const char *name)
 {
+	bool iopub = !strcmp(name, "iopub");
+
 	void *sock = *sockp;
 
 	for (int i = 0; i < 256 && sock && *sockp == sock; i++) {
@@ -220,13 +222,14 @@ drain_kernel(struct proxy *p, void **sockp, bool iopub)
 		if (iopub)
 			p->px_iopub_at = now_ms();
 		if (e < 0) {
-			log_warn("context %s: %s message from kernel dropped: %s", p->px_id,
-				 iopub ? "iopub" : "shell",
+			log_warn("context %s: %s message from kernel dropped: %s", p->px_id, name,
 				 e == -EPERM ? "bad signature" : strerror(-e));
 			continue;
 		}
 		if (iopub)
 			kernel_on_iopub(p, &jm);
+		else if (sockp == &p->px_stdin)
+			kernel_on_stdin(p, &jm);
 		else
 			kernel_on_shell(p, &jm);
 		jmsg_free(&jm);
@@ -367,13 +370,23 @@ ipc_listen(struct proxy *p)
 	free(url);
 }
 
+/* "2.5" seconds as milliseconds; 0 when not a positive number. */
+static uint64_t
+seconds_ms(const char *s)
+{
+	char *end;
+	double v = strtod(s, &end);
+
+	return *s && !*end && v > 0 && v < 1e9 ? (uint64_t)(v * 1000 + 0.5) : 0;
+}
+
 static void
 usage(void)
 {
 	fprintf(stderr, "usage: sandcell-proxy --run-dir DIR --id UUID --language LANG "
 			"--cwd DIR [--kernel NAME] [--env-file FILE] [--memory BYTES]\n"
 			"       [--cpu SECONDS] [--cgroup DIR] [--python-startup FILE] [--default]\n"
-			"       [--kernel-user USER] [--pooled]\n"
+			"       [--kernel-user USER] [--pooled] [--heartbeat-timeout SECONDS]\n"
 			"       [--log-level LEVEL]\n");
 	exit(2);
 }
@@ -382,8 +395,8 @@ static void
 loop(struct proxy *p)
 {
 	while (!p->px_quit) {
-		zmq_pollitem_t it[6];
-		int n = 0, i_shell = -1, i_iopub = -1;
+		zmq_pollitem_t it[7];
+		int n = 0, i_shell = -1, i_iopub = -1, i_stdin = -1;
 		uint64_t now = now_ms();
 		long wait = admit_wait(p, now), kw = p->px_kstate == KS_STARTING ? 50 : 500;
 
@@ -399,6 +412,8 @@ loop(struct proxy *p)
 			it[n++] = (zmq_pollitem_t){p->px_shell, 0, ZMQ_POLLIN, 0};
 			i_iopub = n;
 			it[n++] = (zmq_pollitem_t){p->px_iopub, 0, ZMQ_POLLIN, 0};
+			i_stdin = n;
+			it[n++] = (zmq_pollitem_t){p->px_stdin, 0, ZMQ_POLLIN, 0};
 		}
 		if (zmq_poll(it, n, wait) < 0 && errno != EINTR)
 			fatal("zmq_poll: %s", zmq_strerror(errno));
@@ -408,9 +423,11 @@ loop(struct proxy *p)
 			reap(p);
 		/* iopub before shell: a reply must not overtake its output */
 		if (i_iopub >= 0 && it[i_iopub].revents)
-			drain_kernel(p, &p->px_iopub, true);
+			drain_kernel(p, &p->px_iopub, "iopub");
 		if (i_shell >= 0 && it[i_shell].revents)
-			drain_kernel(p, &p->px_shell, false);
+			drain_kernel(p, &p->px_shell, "shell");
+		if (i_stdin >= 0 && it[i_stdin].revents)
+			drain_kernel(p, &p->px_stdin, "stdin");
 		if (it[0].revents)
 			drain_ipc(p);
 		now = now_ms();
@@ -440,6 +457,7 @@ main(int argc, char **argv)
 		{"memory", required_argument, NULL, 'M'},
 		{"cpu", required_argument, NULL, 'C'},
 		{"cgroup", required_argument, NULL, 'G'},
+		{"heartbeat-timeout", required_argument, NULL, 'H'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *env_file = NULL, *kernel = NULL, *kuser = NULL;
@@ -447,6 +465,7 @@ main(int argc, char **argv)
 	sigset_t mask;
 	int c, level = LOG_INFO;
 
+	px.px_hb_dead_ms = 20000;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case 'r': px.px_run_dir = optarg; break;
@@ -462,6 +481,10 @@ main(int argc, char **argv)
 		case 'M': px.px_mem_limit = strtoull(optarg, NULL, 10); break;
 		case 'C': px.px_cpu_limit = strtoull(optarg, NULL, 10); break;
 		case 'G': px.px_cgroup_parent = optarg; break;
+		case 'H':
+			if ((px.px_hb_dead_ms = seconds_ms(optarg)) == 0)
+				usage();
+			break;
 		case 'v':
 			if ((level = parse_level(optarg)) < 0)
 				usage();

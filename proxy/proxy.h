@@ -99,7 +99,7 @@ struct proxy {
 	struct msgq px_outq;
 
 	void *px_zctx;
-	void *px_shell, *px_control, *px_iopub, *px_hb;
+	void *px_shell, *px_control, *px_iopub, *px_hb, *px_stdin;
 	char px_key[65];
 	char px_session[37];
 	char px_kinfo_id[40];
@@ -108,6 +108,7 @@ struct proxy {
 	enum kstate px_kstate;
 	uint64_t px_kstarted_at, px_kinfo_at;
 	uint64_t px_hb_sent, px_hb_ok;
+	uint64_t px_hb_dead_ms; /* --heartbeat-timeout: an idle kernel silent this long is dead */
 	uint64_t px_iopub_at; /* last message of any kind on iopub */
 	char *px_iopub_ep;    /* to connect iopub again after libzmq dropped it */
 	int px_start_failures;
@@ -142,6 +143,7 @@ void kernel_reaped(struct proxy *px, int status);
 void kernel_tick(struct proxy *px, uint64_t now);
 void kernel_on_shell(struct proxy *px, struct jmsg *jm);
 void kernel_on_iopub(struct proxy *px, struct jmsg *jm);
+void kernel_on_stdin(struct proxy *px, struct jmsg *jm);
 int kernel_execute(struct proxy *px, const char *code, bool silent, char msgid[40]);
 int kernel_probe(struct proxy *px, char msgid[40]); /* a kernel_info_request on shell */
 

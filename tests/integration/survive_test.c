@@ -1,0 +1,204 @@
+/*
+ * survive_test.c — work and state outlive what is not a fault: an execution
+ * longer than the heartbeat timeout in a kernel that does not answer
+ * heartbeats while busy (IRkernel), an interrupt a few ms after the start, a
+ * kernel asking for input. The shared broker uses a short heartbeat timeout
+ * so that the cases that used to kill a kernel after 20 s take seconds.
+ */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+HARNESS_SHARED_BROKER("--no-default-context", "--pool", "0", "--heartbeat-timeout", "3");
+
+#define URL test_url()
+
+static const char *
+error_name(json_t *l)
+{
+	json_t *e = line_of(l, "error", 0);
+
+	return e ? json_string_value(json_object_get(e, "name")) : "(none)";
+}
+
+static const char *
+error_value(json_t *l)
+{
+	json_t *e = line_of(l, "error", 0);
+
+	return e ? json_string_value(json_object_get(e, "value")) : "";
+}
+
+/* An R context holding x = 42; its kernel's pid in *kpid. */
+static char *
+r_context(pid_t *kpid)
+{
+	char *id = context_new(URL, "r", "/tmp");
+
+	cr_assert_not_null(id, "no R context");
+	json_decref(run(URL, id, "x <- 42"));
+	*kpid = context_pid(URL, id, "kernel_pid");
+	cr_assert(*kpid > 0);
+	return id;
+}
+
+/* x is still 42 and the kernel is the same process: nothing was lost. */
+static void
+expect_state_kept(const char *id, pid_t kpid, const char *after)
+{
+	json_t *l = run(URL, id, "cat(x, '\\n', sep = '')");
+	char *out = stdout_of(l);
+
+	cr_expect_str_eq(out, "42\n", "%s: state lost (error %s: %s)", after, error_name(l),
+			 error_value(l));
+	cr_expect_eq(context_pid(URL, id, "kernel_pid"), kpid, "%s: the kernel was replaced",
+		     after);
+	free(out);
+	json_decref(l);
+}
+
+/* Sends an /execute on a raw connection (closed by the server at the end). */
+static int
+raw_execute(const char *id, const char *code)
+{
+	json_t *body = json_pack("{s:s, s:s}", "code", code, "context_id", id);
+	char *js = json_dumps(body, JSON_COMPACT), req[1024];
+	int fd;
+
+	snprintf(req, sizeof(req),
+		 "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+		 "Connection: close\r\nContent-Length: %zu\r\n\r\n%s",
+		 strlen(js), js);
+	free(js);
+	json_decref(body);
+	cr_assert((fd = tcp_connect(URL)) >= 0);
+	cr_assert(write(fd, req, strlen(req)) == (ssize_t)strlen(req));
+	return fd;
+}
+
+/* Reads a raw response to its end (at most 20 s); caller frees. */
+static char *
+raw_read_all(int fd)
+{
+	struct timeval tv = {.tv_sec = 20};
+	size_t n = 0, cap = 1 << 16;
+	char *p = malloc(cap);
+	ssize_t r;
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	while ((r = read(fd, p + n, cap - n - 1)) > 0)
+		if ((n += r) + 1 == cap)
+			p = realloc(p, cap *= 2);
+	p[n] = '\0';
+	close(fd);
+	return p;
+}
+
+Test(survive, r_execution_longer_than_the_heartbeat_timeout_keeps_its_state, .timeout = 90)
+{
+	pid_t kpid;
+	char *id = r_context(&kpid);
+
+	/* 5 s asleep, then 5 s of busy loop: IRkernel answers no heartbeat meanwhile */
+	json_t *l = run(URL, id, "Sys.sleep(5); x");
+	cr_assert_eq(count_of(l, "error"), 0, "%s: %s", error_name(l), error_value(l));
+	cr_assert_str_eq(result_text(l), "[1] 42");
+	json_decref(l);
+	l = run(URL, id, "t <- Sys.time(); while (Sys.time() - t < 5) {}; cat('done\\n')");
+	cr_assert_eq(count_of(l, "error"), 0, "%s: %s", error_name(l), error_value(l));
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "done\n");
+	free(out);
+	json_decref(l);
+	/* idle again past the timeout: it answers heartbeats, nothing is replaced */
+	sleep(4);
+	expect_state_kept(id, kpid, "idle after a long execution");
+	free(id);
+}
+
+/* IRkernel's readline() ignores allow_stdin: it gets an empty line at once. */
+Test(survive, r_readline_gets_an_empty_line_at_once, .timeout = 60)
+{
+	pid_t kpid;
+	char *id = r_context(&kpid);
+	double t0 = ms_now();
+	json_t *l = run(URL, id, "a <- readline('name? '); cat('[', a, ']\\n', sep = '')");
+	char *out = stdout_of(l);
+
+	cr_assert_str_eq(out, "[]\n", "error %s: %s", error_name(l), error_value(l));
+	cr_assert(ms_since(t0) < 3000, "readline took %.0f ms", ms_since(t0));
+	free(out);
+	json_decref(l);
+	expect_state_kept(id, kpid, "readline");
+	free(id);
+}
+
+/*
+ * A SIGINT that reaches IRkernel between execute_input and its evaluation
+ * (or while it replies) is handled by no one, and a non-interactive R halts.
+ * Clients gone, and interrupts sent, 0-10 ms after the start keep the kernel.
+ */
+Test(survive, r_interrupt_within_ms_of_the_start_keeps_the_kernel, .timeout = 120)
+{
+	pid_t kpid;
+	char *id = r_context(&kpid);
+	const int delays_us[] = {0, 2000, 4000, 6000, 8000, 10000};
+	char what[64];
+
+	for (size_t i = 0; i < sizeof(delays_us) / sizeof(delays_us[0]); i++) {
+		int fd = raw_execute(id, "Sys.sleep(5)");
+		usleep(delays_us[i]);
+		close(fd); /* the client is gone: the proxy interrupts */
+		snprintf(what, sizeof(what), "client gone after %d ms", delays_us[i] / 1000);
+		expect_state_kept(id, kpid, what);
+	}
+	for (size_t i = 0; i < sizeof(delays_us) / sizeof(delays_us[0]); i++) {
+		int fd = raw_execute(id, "Sys.sleep(5)");
+		usleep(delays_us[i]);
+		cr_expect_eq(context_post(URL, id, "interrupt", 10), 200);
+		char *resp = raw_read_all(fd);
+		snprintf(what, sizeof(what), "interrupt after %d ms", delays_us[i] / 1000);
+		cr_expect(strstr(resp, "{\"type\":\"end_of_execution\"}"), "%s: %s", what, resp);
+		cr_expect(!strstr(resp, "KernelDied"), "%s: %s", what, resp);
+		free(resp);
+		expect_state_kept(id, kpid, what);
+	}
+	free(id);
+}
+
+/* The heartbeat still finds a kernel that cannot run: stopped, idle or busy. */
+Test(survive, stopped_r_kernel_is_replaced_idle_or_busy, .timeout = 90)
+{
+	pid_t kpid;
+	char *id = r_context(&kpid);
+
+	kill(kpid, SIGSTOP);
+	double t0 = ms_now();
+	pid_t now = kpid;
+	while ((now = context_pid(URL, id, "kernel_pid")) == kpid || now == 0) {
+		cr_assert(ms_since(t0) < 20000, "a stopped idle kernel is kept");
+		usleep(100000);
+	}
+	cr_assert(kill(kpid, 0) < 0, "the stopped kernel %d was left behind", (int)kpid);
+
+	json_decref(run(URL, id, "x <- 42")); /* the fresh kernel */
+	kpid = context_pid(URL, id, "kernel_pid");
+	struct bg b = {.ctx = id, .code = "cat('start\\n'); Sys.sleep(60)"};
+	bg_start(&b);
+	usleep(1500000);
+	kill(kpid, SIGSTOP);
+	bg_join(&b);
+	cr_assert_str_eq(error_name(b.lines), "KernelDied");
+	cr_assert(strstr(error_value(b.lines), "heartbeat"), "%s", error_value(b.lines));
+	cr_assert(b.took < 20000, "a stopped busy kernel was noticed after %.0f ms", b.took);
+	json_decref(b.lines);
+	for (t0 = ms_now(); kill(kpid, 0) == 0; usleep(20000)) /* the stream ends first */
+		cr_assert(ms_since(t0) < 5000, "the stopped kernel %d was left behind", (int)kpid);
+	free(id);
+}
