@@ -102,6 +102,7 @@ def _install(ip):
     disp.formatters["application/json"].for_type(dict, plain_json)
 
     ip.set_custom_exc((KeyboardInterrupt,), _interrupted)
+    _capture_fds()
 
     sys.meta_path.insert(
         0,
@@ -127,6 +128,59 @@ def _interrupted(shell, etype, value, tb, tb_offset=None):
     stb = [s.rstrip("\n") for s in traceback.format_exception(etype, value, tb)]
     shell._showtraceback(etype, value, stb)
     return stb
+
+
+def _capture_fds():
+    """Output written to fds 1 and 2 (os.write, subprocesses) reaches the
+    streams through a pipe of ours. ipykernel's own reader thread decodes
+    each 1000-byte read as strict UTF-8, so one undecodable byte (or a
+    character cut by the read) kills it: later fd output is lost and a writer
+    of more than a pipe's worth blocks for good. Ours decodes incrementally,
+    replacing what is not UTF-8 with U+FFFD, and never stops draining.
+    ipykernel's thread is left blocked on its old pipe, which nobody writes.
+
+    A str that cannot be encoded (a lone surrogate) is refused at write(), as
+    a UTF-8 terminal refuses it, instead of failing later in the kernel's
+    sending thread with a long internal traceback and the output lost."""
+    import threading
+
+    from ipykernel.iostream import OutStream
+
+    for fd, stream in ((1, sys.stdout), (2, sys.stderr)):
+        if not isinstance(stream, OutStream) or not hasattr(stream, "watch_fd_thread"):
+            continue
+        r, w = os.pipe()
+        os.dup2(w, fd)  # fd stays inheritable: subprocesses write to it
+        os.close(w)
+        threading.Thread(
+            target=_pump, args=(r, stream), name="sandcell-fd%d" % fd, daemon=True
+        ).start()
+
+    write = OutStream.write
+
+    def strict_write(self, string):
+        if isinstance(string, str) and not string.isascii():
+            string.encode("utf-8")  # UnicodeEncodeError: surrogates not allowed
+        return write(self, string)
+
+    OutStream.write = strict_write
+
+
+def _pump(fd, stream):
+    import codecs
+
+    decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            return
+        if not data:
+            return
+        try:
+            stream.write(decode(data))
+        except Exception:  # a closed stream at shutdown: keep draining
+            pass
 
 
 def _quietly(fallback):
