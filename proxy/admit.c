@@ -407,13 +407,17 @@ admit_tick(struct proxy *px, uint64_t now)
 		 * the size limit makes libzmq drop the connection, and what the kernel
 		 * published meanwhile is gone): end the unit rather than wait forever.
 		 */
-		log_warn("context %s: stream %llu: iopub silent since the reply; ending it",
-			 px->px_id, (unsigned long long)u->u_stream);
-		if (!u->u_detached)
-			output_error(&u->u_out, "OutputLost",
-				     "the kernel's output channel went silent after its reply; "
-				     "some output may be missing",
-				     "");
+		log_warn("context %s: stream %llu: iopub silent since the reply (a kernel "
+			 "message over %lld MiB is dropped whole); ending it",
+			 px->px_id, (unsigned long long)u->u_stream, WIRE_MAX_FRAME >> 20);
+		if (!u->u_detached) {
+			char *v = xasprintf("the kernel's output channel went silent after its "
+					    "reply: output is missing (a single kernel message "
+					    "over %lld MiB is dropped whole)",
+					    WIRE_MAX_FRAME >> 20);
+			output_error(&u->u_out, "OutputLost", v, "");
+			free(v);
+		}
 		u->u_errored = true;
 		u->u_idle = u->u_fenced = true;
 		kernel_iopub_reconnect(px);

@@ -47,6 +47,18 @@ free_port(void)
 	return port;
 }
 
+/* ipykernel with the start-up profile, which sets NODROP on its iopub. */
+static bool
+iopub_flow_controlled(struct proxy *px)
+{
+	if (!px->px_py_startup || strcmp(px->px_ks->ks_lang, "python"))
+		return false;
+	for (char **a = px->px_ks->ks_argv; *a; a++)
+		if (strstr(*a, "ipykernel"))
+			return true;
+	return false;
+}
+
 static void *
 zsock(struct proxy *px, int type, const char *endpoint)
 {
@@ -57,8 +69,13 @@ zsock(struct proxy *px, int type, const char *endpoint)
 	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
 	zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
 	zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof(max));
-	/* no high-water mark on our side: output is never dropped here */
-	zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof(zero));
+	/*
+	 * No high-water mark on our side (a kernel's PUB would drop what we
+	 * cannot take), except for ipykernel under sandcell's profile: it sets
+	 * NODROP, so a full queue here makes the kernel wait instead.
+	 */
+	int hwm = type == ZMQ_SUB && iopub_flow_controlled(px) ? IOPUB_HWM : 0;
+	zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof(hwm));
 	if (type == ZMQ_SUB)
 		zmq_setsockopt(s, ZMQ_SUBSCRIBE, "", 0);
 	if (type == ZMQ_DEALER) /* one identity: the kernel's input_request, sent to

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,6 +234,13 @@ drain_kernel(struct proxy *p, void **sockp, const char *name)
 		else
 			kernel_on_shell(p, &jm);
 		jmsg_free(&jm);
+		/*
+		 * Hand output on as it fills chunks, the message freed first: a
+		 * flood never piles up here, and a big message is held at most
+		 * twice (its NDJSON and the chunks made of it).
+		 */
+		if (iopub && p->px_run && buf_pending(&p->px_run->u_out) >= OUTPUT_CHUNK)
+			admit_flush(p);
 	}
 }
 
@@ -544,6 +552,12 @@ main(int argc, char **argv)
 			fatal("chown %s: %s", px.px_mplcache, strerror(errno));
 	}
 
+	/*
+	 * Output passes through in buffers of about a MiB: mapped, not taken from
+	 * the heap, so a flood's memory goes back to the system when it has
+	 * passed (glibc's adaptive threshold would keep up to 32 MiB ones).
+	 */
+	mallopt(M_MMAP_THRESHOLD, 256 << 10);
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGCHLD);

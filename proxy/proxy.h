@@ -19,6 +19,7 @@
 #define INTERRUPT_GRACE_MS 3000
 #define MAX_RESUBMIT 3
 #define OUTPUT_CHUNK (1u << 20) /* most NDJSON bytes in one OUTPUT message */
+#define OUTPUT_LINE_TEXT (1u << 20) /* most bytes of stream text in one NDJSON line */
 #define IOPUB_QUIET_MS 5000 /* reply in, idle missing, iopub silent: output lost */
 /*
  * Output of a unit's first milliseconds is held (up to OUTPUT_CHUNK) so that
@@ -26,7 +27,8 @@
  * response; after that, output is handed on as it comes.
  */
 #define OUTPUT_HOLD_MS 10
-#define WIRE_MAX_FRAME (256LL << 20) /* larger kernel frames are dropped by libzmq */
+#define IOPUB_HWM 16 /* kernel messages queued here, for kernels that wait (NODROP) */
+#define WIRE_MAX_FRAME (64LL << 20) /* larger kernel frames are dropped by libzmq */
 
 /* One execution unit: [set env] + code + [restore env]. */
 struct unit {

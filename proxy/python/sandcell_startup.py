@@ -39,6 +39,8 @@ import sys
 # A DataFrame with more cells than this gets no `e2b/data` (its text and HTML
 # still come): the JSON would be large enough to stall or exceed a message.
 MAX_DATA_CELLS = 1_000_000
+# Characters of stdout or stderr in one kernel message, at most (about).
+FLUSH_AT = 1 << 20
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 UNKNOWN = {"type": "unknown", "title": "", "elements": []}
 
@@ -103,6 +105,7 @@ def _install(ip):
 
     ip.set_custom_exc((KeyboardInterrupt,), _interrupted)
     _capture_fds()
+    _iopub_flow_control(ip)
 
     sys.meta_path.insert(
         0,
@@ -141,7 +144,9 @@ def _capture_fds():
 
     A str that cannot be encoded (a lone surrogate) is refused at write(), as
     a UTF-8 terminal refuses it, instead of failing later in the kernel's
-    sending thread with a long internal traceback and the output lost."""
+    sending thread with a long internal traceback and the output lost. And
+    the stream is flushed each FLUSH_AT characters, so no kernel message
+    grows with the output (ipykernel sends what 0.2 s gathered as one)."""
     import threading
 
     from ipykernel.iostream import OutStream
@@ -158,12 +163,34 @@ def _capture_fds():
 
     write = OutStream.write
 
-    def strict_write(self, string):
+    def bounded_write(self, string):
         if isinstance(string, str) and not string.isascii():
             string.encode("utf-8")  # UnicodeEncodeError: surrogates not allowed
-        return write(self, string)
+        if len(string) <= FLUSH_AT:
+            n = write(self, string)
+            if self._buffer.tell() >= FLUSH_AT:
+                self.flush()
+            return n
+        for i in range(0, len(string), FLUSH_AT):
+            write(self, string[i : i + FLUSH_AT])
+            self.flush()
+        return len(string)
 
-    OutStream.write = strict_write
+    OutStream.write = bounded_write
+
+
+def _iopub_flow_control(ip):
+    """A PUB socket drops what its subscriber cannot take yet; with NODROP
+    the kernel's sending thread waits instead. sandcell's proxy then bounds
+    what it queues (it sets a receive high-water mark for kernels that run
+    this profile), and a flood of output slows the code that makes it rather
+    than filling the proxy's memory. Set on the socket's own thread."""
+    import zmq
+
+    thread = getattr(getattr(ip, "kernel", None), "iopub_thread", None)
+    sock = getattr(thread, "socket", None)
+    if sock is not None:
+        thread.schedule(lambda: sock.setsockopt(zmq.XPUB_NODROP, 1))
 
 
 def _pump(fd, stream):

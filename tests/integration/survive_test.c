@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -200,5 +201,76 @@ Test(survive, stopped_r_kernel_is_replaced_idle_or_busy, .timeout = 90)
 	json_decref(b.lines);
 	for (t0 = ms_now(); kill(kpid, 0) == 0; usleep(20000)) /* the stream ends first */
 		cr_assert(ms_since(t0) < 5000, "the stopped kernel %d was left behind", (int)kpid);
+	free(id);
+}
+
+/* VmHWM or VmRSS of a process, in KiB; -1 if unknown. */
+static long
+proc_kib(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	long kib = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, strlen(field)) && line[strlen(field)] == ':')
+			kib = atol(line + strlen(field) + 1);
+	fclose(f);
+	return kib;
+}
+
+/* Stream text bytes in total; fails if a line holds more than max bytes. */
+static size_t
+stream_bytes(json_t *l, const char *type, size_t max)
+{
+	size_t n = 0;
+	json_t *o;
+
+	for (int i = 0; (o = line_of(l, type, i)); i++) {
+		size_t len = json_string_length(json_object_get(o, "text"));
+		cr_expect_leq(len, max, "a %s line of %zu bytes", type, len);
+		n += len;
+	}
+	return n;
+}
+
+/*
+ * 40 MB printed at once: it arrives whole, in lines of at most 1 MiB of
+ * text, and the proxy relays it without holding it (ipykernel's iopub waits
+ * for the proxy instead of filling its memory).
+ */
+Test(survive, python_flood_arrives_in_bounded_lines_and_the_proxy_stays_small, .timeout = 120)
+{
+	char *id = context_new(URL, "python", NULL);
+	cr_assert_not_null(id);
+	pid_t proxy = context_pid(URL, id, "proxy_pid");
+	json_t *l = run(URL, id, "print('x' * 40_000_000)");
+
+	cr_assert_eq(count_of(l, "error"), 0, "%s: %s", error_name(l), error_value(l));
+	cr_assert_eq(stream_bytes(l, "stdout", 1 << 20), 40000001);
+	cr_assert_geq(count_of(l, "stdout"), 39);
+	json_decref(l);
+	long hwm = proc_kib(proxy, "VmHWM"), rss = proc_kib(proxy, "VmRSS");
+	cr_assert(hwm > 0 && hwm < 48 * 1024, "the proxy peaked at %ld KiB", hwm);
+	cr_assert(rss > 0 && rss < 24 * 1024, "the proxy holds %ld KiB after", rss);
+	free(id);
+}
+
+/* IRkernel sends one message for one cat(): the proxy cuts it into lines. */
+Test(survive, r_huge_message_arrives_in_bounded_lines, .timeout = 120)
+{
+	pid_t kpid;
+	char *id = r_context(&kpid);
+	pid_t proxy = context_pid(URL, id, "proxy_pid");
+	json_t *l = run(URL, id, "cat(strrep('x', 2e7))");
+
+	cr_assert_eq(count_of(l, "error"), 0, "%s: %s", error_name(l), error_value(l));
+	cr_assert_eq(stream_bytes(l, "stdout", 1 << 20), 20000000);
+	json_decref(l);
+	long rss = proc_kib(proxy, "VmRSS");
+	cr_assert(rss > 0 && rss < 24 * 1024, "the proxy holds %ld KiB after", rss);
 	free(id);
 }
