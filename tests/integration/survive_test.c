@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -273,4 +275,118 @@ Test(survive, r_huge_message_arrives_in_bounded_lines, .timeout = 120)
 	long rss = proc_kib(proxy, "VmRSS");
 	cr_assert(rss > 0 && rss < 24 * 1024, "the proxy holds %ld KiB after", rss);
 	free(id);
+}
+
+/* A private broker whose --spill-dir is a 1 MiB tmpfs (torn down in fini). */
+static struct broker spill_broker;
+static char spill_dir[64];
+
+static void
+tiny_spill_dir_start(const char *cap)
+{
+	snprintf(spill_dir, sizeof(spill_dir), "/tmp/sandcell-spill.XXXXXX");
+	cr_assert_not_null(mkdtemp(spill_dir));
+	cr_assert_eq(mount("tmpfs", spill_dir, "tmpfs", 0, "size=1m"), 0, "mount tmpfs: %s",
+		     strerror(errno));
+	const char *args[] = {"--no-default-context", "--pool", "0", "--spill-dir", spill_dir,
+			      "--stream-cap", cap, NULL};
+	cr_assert_eq(broker_start(&spill_broker, args), 0);
+}
+
+static void
+tiny_spill_dir_init(void)
+{
+	tiny_spill_dir_start("1073741824");
+}
+
+static void
+tiny_spill_dir_small_cap_init(void)
+{
+	tiny_spill_dir_start("600000"); /* reached before the disk is full */
+}
+
+static void
+tiny_spill_dir_fini(void)
+{
+	if (spill_broker.b_pid > 0)
+		broker_stop(&spill_broker);
+	umount2(spill_dir, MNT_DETACH);
+	rmdir(spill_dir);
+}
+
+/*
+ * A client that reads nothing while 32 MB are printed, then reads it all.
+ * Every line must be whole JSON and the last end_of_execution; returns the
+ * error line (the caller frees it).
+ */
+static json_t *
+slow_client_error(const char *base)
+{
+	char *id = context_new(base, "python", NULL);
+	json_t *body = json_pack("{s:s, s:s}", "code", "print('x' * 32_000_000)\nprint('after')",
+				 "context_id", id);
+	char *js = json_dumps(body, JSON_COMPACT), req[512], path[128];
+	struct resp r = {0};
+	int fd;
+
+	cr_assert_not_null(id);
+	snprintf(req, sizeof(req),
+		 "POST /execute HTTP/1.0\r\nContent-Type: application/json\r\n"
+		 "Content-Length: %zu\r\n\r\n%s",
+		 strlen(js), js);
+	cr_assert((fd = tcp_connect(base)) >= 0);
+	cr_assert(write(fd, req, strlen(req)) == (ssize_t)strlen(req));
+	snprintf(path, sizeof(path), "/contexts/%s", id);
+	double t0 = ms_now();
+	do { /* until the kernel is done with it */
+		cr_assert(ms_since(t0) < 60000, "the execution never ended");
+		usleep(200000);
+		resp_free(&r);
+		cr_assert_eq(http(base, "GET", path, NULL, &r, 5), 0);
+	} while (!strstr(r.r_body, "\"state\":\"idle\"") || strstr(r.r_body, "\"queue\":1"));
+	resp_free(&r);
+
+	char *all = raw_read_all(fd), *lines = strstr(all, "\r\n\r\n"), last[64] = "";
+	json_t *err = NULL;
+	int n = 0;
+	cr_assert_not_null(lines, "no response head: %.200s", all);
+	for (char *save = NULL, *l = strtok_r(lines + 4, "\n", &save); l;
+	     l = strtok_r(NULL, "\n", &save), n++) {
+		json_t *o = json_loads(l, 0, NULL);
+		cr_assert_not_null(o, "line %d is not JSON: %.80s", n, l);
+		snprintf(last, sizeof(last), "%s", json_string_value(json_object_get(o, "type")));
+		if (!strcmp(last, "error"))
+			err = json_incref(o);
+		json_decref(o);
+	}
+	cr_assert_str_eq(last, "end_of_execution");
+	cr_assert_not_null(err, "no error line in %d lines", n);
+	free(all);
+	free(js);
+	json_decref(body);
+	free(id);
+	return err;
+}
+
+/* The backlog spills past 256 KiB into a spill dir that fills up. */
+Test(survive, full_spill_dir_is_named_as_the_cause, .timeout = 120, .init = tiny_spill_dir_init,
+     .fini = tiny_spill_dir_fini)
+{
+	json_t *err = slow_client_error(spill_broker.b_url);
+	const char *v = json_string_value(json_object_get(err, "value"));
+
+	cr_assert_str_eq(json_string_value(json_object_get(err, "name")), "OutputSpillFailed");
+	cr_assert(strstr(v, "No space left on device") && strstr(v, spill_dir), "%s", v);
+	json_decref(err);
+}
+
+Test(survive, stream_cap_ends_the_stream_after_whole_lines, .timeout = 120,
+     .init = tiny_spill_dir_small_cap_init, .fini = tiny_spill_dir_fini)
+{
+	json_t *err = slow_client_error(spill_broker.b_url);
+	const char *v = json_string_value(json_object_get(err, "value"));
+
+	cr_assert_str_eq(json_string_value(json_object_get(err, "name")), "OutputLimitExceeded");
+	cr_assert(strstr(v, "over 600000 bytes"), "%s", v);
+	json_decref(err);
 }
