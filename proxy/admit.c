@@ -361,6 +361,18 @@ admit_detach_all(struct proxy *px)
 		admit_cancel(px, px->px_run->u_stream);
 }
 
+static void
+fail_queued(struct proxy *px, const char *name, const char *value)
+{
+	struct unit *u;
+
+	while ((u = TAILQ_FIRST(&px->px_queue))) {
+		TAILQ_REMOVE(&px->px_queue, u, u_link);
+		unit_end(px, u, name, value);
+		unit_free(u);
+	}
+}
+
 void
 admit_fail_all(struct proxy *px, const char *name, const char *value)
 {
@@ -371,11 +383,7 @@ admit_fail_all(struct proxy *px, const char *name, const char *value)
 		unit_free(u);
 		px->px_run = NULL;
 	}
-	while ((u = TAILQ_FIRST(&px->px_queue))) {
-		TAILQ_REMOVE(&px->px_queue, u, u_link);
-		unit_end(px, u, name, value);
-		unit_free(u);
-	}
+	fail_queued(px, name, value);
 }
 
 void
@@ -435,6 +443,14 @@ admit_tick(struct proxy *px, uint64_t now)
 		return;
 	/* compare forwards: the interrupt may carry a later time than now */
 	if (now >= u->u_interrupt_at + INTERRUPT_GRACE_MS) {
+		/* the queue goes with the state; its clients learn whose code caused it */
+		char *v = xasprintf("the kernel was restarted before this code ran: the "
+				    "execution ahead of it (stream %llu) did not stop after an "
+				    "interrupt; this code did not run and the context's state is "
+				    "lost",
+				    (unsigned long long)u->u_stream);
+		fail_queued(px, "ContextRestarted", v);
+		free(v);
 		kernel_restart(px, "the kernel did not stop after an interrupt; it was "
 				   "restarted and its state is lost");
 		return;

@@ -390,3 +390,58 @@ Test(survive, stream_cap_ends_the_stream_after_whole_lines, .timeout = 120,
 	cr_assert(strstr(v, "over 600000 bytes"), "%s", v);
 	json_decref(err);
 }
+
+/* GET /contexts/{id} holds needle (polled until it does, at most 20 s). */
+static void
+wait_context(const char *id, const char *needle)
+{
+	char path[128];
+	double t0 = ms_now();
+	struct resp r = {0};
+
+	snprintf(path, sizeof(path), "/contexts/%s", id);
+	for (;;) {
+		cr_assert_eq(http(URL, "GET", path, NULL, &r, 5), 0);
+		if (strstr(r.r_body, needle))
+			break;
+		cr_assert(ms_since(t0) < 20000, "never %s: %s", needle, r.r_body);
+		resp_free(&r);
+		usleep(50000);
+	}
+	resp_free(&r);
+}
+
+/*
+ * An execution that ignores its interrupt gets the kernel restarted; the
+ * executions queued behind it go with the state, and say why precisely.
+ */
+Test(survive, queued_executions_learn_whose_ignored_interrupt_restarted_the_kernel,
+     .timeout = 90)
+{
+	char *id = context_new(URL, "python", NULL);
+	struct bg a = {.ctx = id,
+		       .code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+			       "print('a', flush=True)\ntime.sleep(60)"};
+	struct bg q = {.ctx = id, .code = "print('queued')"};
+
+	cr_assert_not_null(id);
+	bg_start(&a);
+	wait_context(id, "\"state\":\"busy\"");
+	bg_start(&q);
+	wait_context(id, "\"queue\":2");
+	cr_assert_eq(context_post(URL, id, "interrupt", 10), 200);
+	bg_join(&a);
+	bg_join(&q);
+	cr_assert_str_eq(error_name(a.lines), "ContextRestarted");
+	cr_assert(strstr(error_value(a.lines), "did not stop after an interrupt"), "%s",
+		  error_value(a.lines));
+	cr_assert_str_eq(error_name(q.lines), "ContextRestarted");
+	const char *v = error_value(q.lines);
+	cr_assert(strstr(v, "this code did not run") && strstr(v, "(stream ") &&
+		      strstr(v, "did not stop after an interrupt"),
+		  "%s", v);
+	cr_assert_eq(count_of(q.lines, "stdout"), 0, "the queued code ran");
+	json_decref(a.lines);
+	json_decref(q.lines);
+	free(id);
+}
