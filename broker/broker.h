@@ -35,6 +35,7 @@
  * client costs. */
 #define HTTP_CONN_MEMORY (12u << 10)
 #define TICK_MS 250
+#define POOL_BACKOFF_MS 10000 /* no pool refill after a warm kernel failed to start */
 #define MAX_LANG 64
 
 /* What an epoll event belongs to. */
@@ -196,7 +197,7 @@ struct server {
 	const char *sv_kernel_memory, *sv_kernel_cpu, *sv_kernel_cgroup;
 	const char *sv_python_startup;
 	const char *sv_kernel_user;
-	struct kspec **sv_kspecs; /* kernelspecs as last read (kspec_cached) */
+	struct kspec **sv_kspecs; /* kernelspecs as last read (kcache_find) */
 	size_t sv_nkspecs;
 	uint64_t sv_kspecs_at;
 	struct pool_spec sv_pool[8];
@@ -241,7 +242,7 @@ struct server {
 };
 extern struct server sv;
 
-/* main.c */
+/* server.c */
 void server_watch(int fd, uint32_t events, struct evsrc *ev);
 void server_unwatch(int fd);
 void server_notify(const char *state);
@@ -297,30 +298,50 @@ void stream_fail_all(const char *name, const char *value, const char *outcome);
 struct stream *stream_find(struct context *c, uint64_t id);
 
 /* context.c */
+const char *kstate_name(enum kstate s);
+const char *context_state(struct context *c);
 struct context *context_find(const char *id);
 bool context_listed(struct context *c);
 struct context *context_default(const char *lang);
+json_t *context_json(struct context *c, bool live);
+struct context *context_new(const char *id, const char *lang, const char *kernel,
+			    const char *cwd, bool is_default);
 int context_create(const char *lang, const char *cwd, bool is_default, struct context **out,
 		   char *err, size_t errsz);
-void context_send(struct context *c, struct msg *m);
-void context_request(struct context *c, struct request *rq, enum msg_type t, int op);
-void context_recv(struct context *c);
-void context_flush(struct context *c);
-void context_reaped(pid_t pid, int status);
-void context_pipe_events(void);
-void context_wait_ready(struct context *c, struct request *rq);
-void context_forget_waiter(struct request *rq);
-void context_shutdown_all(void);
-void context_tick(uint64_t now);
-void context_adopt_all(void);
-void context_pidfd(struct context *c);
-void pool_fill(void);
-const struct kspec *kspec_cached(const char *want);
-bool context_restart_from_pool(struct context *c);
+void context_delete(struct context *c);
+void context_free(struct context *c);
 void context_detach_all(void);
-json_t *context_json(struct context *c, bool live);
-const char *kstate_name(enum kstate s);
-const char *context_state(struct context *c);
+
+/* link.c */
+int link_open(struct context *c, const char *slot);
+void link_close(struct proxy_link *pl);
+void link_send(struct context *c, struct msg *m);
+void link_flush(struct context *c);
+void link_recv(struct context *c);
+void link_pipe_events(void);
+
+/* supervise.c */
+int supervise_spawn(struct context *c);
+void supervise_reaped(pid_t pid, int status);
+void supervise_pidfd(struct context *c);
+void supervise_shutdown_all(void);
+void supervise_adopt_all(void);
+
+/* pool.c */
+struct context *pool_use(const char *kernel, const char *cwd, bool is_default);
+bool pool_restart(struct context *c);
+void pool_fill(void);
+
+/* waiter.c */
+void waiter_wait_ready(struct context *c, struct request *rq);
+void waiter_request(struct context *c, struct request *rq, enum msg_type t, int op);
+void waiter_answer_ready(struct context *c);
+void waiter_reply(struct context *c, struct msg *m);
+void waiter_forget(struct request *rq);
+void waiter_tick(uint64_t now);
+
+/* kcache.c */
+const struct kspec *kcache_find(const char *want);
 
 /* control.c */
 int control_start(void);

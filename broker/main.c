@@ -29,47 +29,7 @@
 
 #include "broker.h"
 
-struct server sv;
-
 #define MAX_WAIT_S (7u * 24 * 3600) /* longest timeout or grace a flag may set */
-
-void
-server_watch(int fd, uint32_t events, struct evsrc *ev)
-{
-	struct epoll_event e = {.events = events, .data.ptr = ev};
-
-	if (epoll_ctl(sv.sv_epfd, EPOLL_CTL_ADD, fd, &e) < 0 &&
-	    (errno != EEXIST || epoll_ctl(sv.sv_epfd, EPOLL_CTL_MOD, fd, &e) < 0))
-		log_warn("epoll_ctl add fd %d: %s", fd, strerror(errno));
-}
-
-void
-server_unwatch(int fd)
-{
-	epoll_ctl(sv.sv_epfd, EPOLL_CTL_DEL, fd, NULL);
-}
-
-/* sd_notify(3) without libsystemd: one datagram to $NOTIFY_SOCKET. */
-void
-server_notify(const char *state)
-{
-	const char *path = getenv("NOTIFY_SOCKET");
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	size_t n;
-	int fd;
-
-	if (!path || (path[0] != '/' && path[0] != '@') || (n = strlen(path)) >= sizeof(sa.sun_path))
-		return;
-	memcpy(sa.sun_path, path, n);
-	if (sa.sun_path[0] == '@')
-		sa.sun_path[0] = '\0'; /* abstract namespace */
-	if ((fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)
-		return;
-	if (sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&sa,
-		   offsetof(struct sockaddr_un, sun_path) + n) < 0)
-		log_warn("sd_notify %s: %s", state, strerror(errno));
-	close(fd);
-}
 
 /* Only a hash of the token is kept; comparing hashes is constant-time. */
 static void
@@ -352,7 +312,7 @@ handle_signals(void)
 		}
 	}
 	while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
-		context_reaped(pid, status);
+		supervise_reaped(pid, status);
 }
 
 static void
@@ -362,7 +322,7 @@ wake_drain(void)
 
 	if (read(sv.sv_wakefd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 		log_warn("eventfd: %s", strerror(errno));
-	context_pipe_events();
+	link_pipe_events();
 	control_pipe_events();
 }
 
@@ -393,9 +353,9 @@ loop(void)
 			case EV_MHD: break; /* MHD_run below */
 			case EV_SIGNAL: handle_signals(); break;
 			case EV_WAKE: wake_drain(); break;
-			case EV_CTX_RECV: context_recv(ev->ev_obj); break;
-			case EV_CTX_SEND: context_flush(ev->ev_obj); break;
-			case EV_CTX_PIDFD: context_pidfd(ev->ev_obj); break;
+			case EV_CTX_RECV: link_recv(ev->ev_obj); break;
+			case EV_CTX_SEND: link_flush(ev->ev_obj); break;
+			case EV_CTX_PIDFD: supervise_pidfd(ev->ev_obj); break;
 			case EV_HANGUP: stream_hangup(ev->ev_obj); break;
 			case EV_CTL: control_recv(); break;
 			}
@@ -412,7 +372,7 @@ loop(void)
 		now = now_ms();
 		if (now >= next_tick) {
 			stream_tick(now);
-			context_tick(now);
+			waiter_tick(now);
 			http_tick(now);
 			if (!sv.sv_draining)
 				pool_fill();
@@ -674,12 +634,12 @@ main(int argc, char **argv)
 		exit(1);
 	if (http_start() < 0)
 		exit(1);
-	context_adopt_all();
+	supervise_adopt_all();
 	/* python always, javascript when Deno is installed, as E2B does */
 	for (int i = 0; i < 2 && !sv.sv_no_default; i++) {
 		const char *lang = i ? "javascript" : "python";
 		struct context *ctx;
-		if (context_default(lang) || !kspec_cached(lang))
+		if (context_default(lang) || !kcache_find(lang))
 			continue;
 		if (context_create(lang, sv.sv_cwd, true, &ctx, err, sizeof(err)) < 0)
 			log_err("default %s context: %s", lang, err);
@@ -703,7 +663,7 @@ main(int argc, char **argv)
 	if (sv.sv_keep_contexts)
 		context_detach_all();
 	else
-		context_shutdown_all();
+		supervise_shutdown_all();
 	control_stop();
 	if (!sv.sv_keep_contexts)
 		unlink(sv.sv_env_file);

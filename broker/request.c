@@ -40,7 +40,7 @@ request_opt_string(json_t *body, const char *key, const char **out, char *err, s
 static int
 language_check(const char *in, char *lang, size_t langsz, char *err, size_t errsz)
 {
-	if (lang_normalise(in, lang, langsz) < 0 || !kspec_cached(lang)) {
+	if (lang_normalise(in, lang, langsz) < 0 || !kcache_find(lang)) {
 		char *avail = kspec_languages();
 		snprintf(err, errsz, "unknown language '%.64s'; available: %s", in, avail);
 		free(avail);
@@ -143,7 +143,7 @@ bad:
 void
 request_free(struct request *rq)
 {
-	context_forget_waiter(rq);
+	waiter_forget(rq);
 	if (rq->rq_resp)
 		MHD_destroy_response(rq->rq_resp);
 	buf_free(&rq->rq_body);
@@ -161,7 +161,7 @@ request_done(struct request *rq, unsigned status, json_t *json, const char *fmt,
 	char *text = NULL;
 	va_list ap;
 
-	context_forget_waiter(rq);
+	waiter_forget(rq);
 	if (!json && fmt) {
 		va_start(ap, fmt);
 		if (vasprintf(&text, fmt, ap) < 0)
@@ -208,7 +208,7 @@ execute_context(const char *ctx_id, char *lang, size_t langsz, struct context **
 	}
 	if (!lang[0])
 		snprintf(lang, langsz, "python");
-	if ((ks = kspec_cached(lang))) /* the default is per language */
+	if ((ks = kcache_find(lang))) /* the default is per language */
 		snprintf(lang, langsz, "%s", ks->ks_lang);
 	if (!(*out = context_default(lang)) &&
 	    (rc = context_create(lang, sv.sv_cwd, true, out, err, errsz)) < 0)
@@ -256,7 +256,7 @@ request_execute(struct request *rq, json_t *body)
 	s = rq->rq_ctl ? stream_open_ctl(c, rq->rq_pipe, rq->rq_ctl_req, m.m_code.s)
 		       : stream_open(c, rq->rq_conn, m.m_code.s);
 	msg_set_u64(&m, F_STREAM, s->st_id);
-	context_send(c, &m);
+	link_send(c, &m);
 	msg_free(&m);
 	if (rq->rq_ctl) {
 		request_free(rq); /* the stream answers the ctl client when it ends */
@@ -298,7 +298,7 @@ request_create(struct request *rq, const char *language, const char *cwd)
 		return;
 	}
 	request_wait(rq);
-	context_wait_ready(c, rq);
+	waiter_wait_ready(c, rq);
 }
 
 /* Restart, interrupt or delete (OP_*) of the context named id. */
@@ -311,12 +311,12 @@ request_context(struct request *rq, const char *id, int op)
 		request_done(rq, 404, NULL, "context '%.64s' not found", id);
 		return;
 	}
-	if (op == OP_RESTART && context_restart_from_pool(c)) {
+	if (op == OP_RESTART && pool_restart(c)) {
 		request_done(rq, 200, json_null(), NULL);
 		return;
 	}
 	request_wait(rq);
-	context_request(c, rq,
+	waiter_request(c, rq,
 			op == OP_INTERRUPT ? MSG_INTERRUPT
 			: op == OP_RESTART ? MSG_RESTART
 					   : MSG_SHUTDOWN,

@@ -165,7 +165,7 @@ cancel(struct stream *s)
 	s->st_cancel_sent = true;
 	msg_init(&m, MSG_CANCEL);
 	msg_set_u64(&m, F_STREAM, s->st_id);
-	context_send(s->st_ctx, &m);
+	link_send(s->st_ctx, &m);
 	msg_free(&m);
 	metrics_count(M_CANCEL, 1);
 	record(s, "cancelled", 0, now_ms() - s->st_started);

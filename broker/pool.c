@@ -1,0 +1,148 @@
+/*
+ * pool.c — the warm pool (--pool): proxies whose kernels are started and have
+ * run nothing, handed to a new context or to a restart at once.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker.h"
+
+/* A ready warm proxy of this kernelspec, or NULL. */
+static struct context *
+pool_take(const char *kernel)
+{
+	struct context *c;
+
+	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+		if (c->c_pooled && c->c_ready && !c->c_deleting && c->c_pl->pl_pid > 0 &&
+		    c->c_pl->pl_state == KS_IDLE && !strcmp(c->c_kernel, kernel))
+			return c;
+	return NULL;
+}
+
+/* Tells a proxy which context it now is: id, cwd (applied in its kernel), default. */
+static void
+pool_claim(struct context *c)
+{
+	struct msg m;
+
+	msg_init(&m, MSG_CLAIM);
+	msg_set_u64(&m, F_REQ, sv.sv_next_req++);
+	msg_set_str(&m, F_ID, c->c_id, strlen(c->c_id));
+	msg_set_str(&m, F_CWD, c->c_cwd, strlen(c->c_cwd));
+	msg_set_u64(&m, F_FLAGS, c->c_default ? FLAG_DEFAULT : 0);
+	link_send(c, &m);
+	msg_free(&m);
+}
+
+
+/*
+ * A warm kernel of this kernelspec becomes a new context at once, listed as
+ * the newest; NULL when the pool has none.
+ */
+struct context *
+pool_use(const char *kernel, const char *cwd, bool is_default)
+{
+	struct context *c = pool_take(kernel);
+
+	if (!c)
+		return NULL;
+	c->c_pooled = false;
+	TAILQ_REMOVE(&sv.sv_contexts, c, c_link);
+	TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
+	c->c_default = is_default;
+	c->c_created = now_ms();
+	free(c->c_cwd);
+	c->c_cwd = xstrdup(cwd);
+	pool_claim(c);
+	log_info("context %s: created from the warm pool (%s, cwd %s%s)", c->c_id, c->c_lang,
+		 cwd, is_default ? ", default" : "");
+	control_event(json_pack("{s:s, s:s, s:s, s:s, s:b}", "event", "context_created",
+				"context", c->c_id, "language", c->c_lang, "cwd", cwd, "pooled", 1));
+	sv.sv_pool_kick = true;
+	return c;
+}
+
+/*
+ * Keeps the warm pool full: per --pool entry, that many proxies whose kernels
+ * are started and have run nothing. A kernelspec whose pooled proxies keep
+ * failing is left alone for a while.
+ */
+void
+pool_fill(void)
+{
+	uint64_t now = now_ms();
+
+	if (now < sv.sv_pool_backoff)
+		return;
+	for (size_t i = 0; i < sv.sv_npool; i++) {
+		struct pool_spec *ps = &sv.sv_pool[i];
+		const struct kspec *ks;
+		struct context *c;
+		int have = 0;
+
+		if (now < ps->ps_retry_at || !(ks = kcache_find(ps->ps_want)))
+			continue;
+		TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+			have += c->c_pooled && !c->c_deleting && !strcmp(c->c_kernel, ks->ks_name);
+		for (; have < ps->ps_size; have++) {
+			c = context_new(NULL, ks->ks_lang, ks->ks_name, sv.sv_cwd, false);
+			c->c_pooled = true;
+			TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
+			if (link_open(c, c->c_id) < 0 || supervise_spawn(c) < 0) {
+				context_free(c);
+				ps->ps_retry_at = now + 10000;
+				break;
+			}
+			log_debug("pool: warming a %s kernel (proxy %d)", ks->ks_name,
+				  (int)c->c_pl->pl_pid);
+		}
+	}
+}
+
+/*
+ * Restart from the pool: the context keeps its id, cwd and default-ness and
+ * takes a warm proxy; its old proxy and kernel are stopped. Returns false when
+ * the pool has none for its kernelspec.
+ */
+bool
+pool_restart(struct context *x)
+{
+	struct context *p = pool_take(x->c_kernel);
+	struct stream *s, *next;
+	struct request *rq;
+
+	if (!p)
+		return false;
+	for (s = TAILQ_FIRST(&x->c_streams); s; s = next) {
+		next = TAILQ_NEXT(s, st_ctx_link);
+		stream_fail(s, "ContextRestarted", "the context was restarted", "restarted");
+	}
+	while ((rq = TAILQ_FIRST(&x->c_waiters))) {
+		waiter_forget(rq);
+		request_done(rq, 409, NULL, "context %s was restarted meanwhile", x->c_id);
+	}
+	if (x->c_pl->pl_pid > 0)
+		kill(x->c_pl->pl_pid, SIGTERM); /* stops its kernel, removes its dir */
+	link_close(x->c_pl);
+	x->c_pl = p->c_pl;
+	p->c_pl = NULL;
+	x->c_pl->pl_ev_recv.ev_obj = x->c_pl->pl_ev_send.ev_obj = x->c_pl->pl_ev_pidfd.ev_obj = x;
+	x->c_ready = true;
+	TAILQ_REMOVE(&sv.sv_contexts, p, c_link);
+	free(p->c_lang);
+	free(p->c_kernel);
+	free(p->c_cwd);
+	free(p->c_error);
+	free(p);
+	pool_claim(x);
+	metrics_count(M_KERNEL_RESTART, 1);
+	log_info("context %s: restarted with a warm kernel (proxy %d)", x->c_id,
+		 (int)x->c_pl->pl_pid);
+	control_event(json_pack("{s:s, s:s, s:s}", "event", "kernel_restarted", "context",
+				x->c_id, "why", "restart requested (warm pool)"));
+	sv.sv_pool_kick = true;
+	return true;
+}

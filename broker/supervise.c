@@ -1,0 +1,302 @@
+/*
+ * supervise.c — the proxy processes: spawn one per context, respawn it when it
+ * dies (failing what it held), stop them all on shutdown, and adopt the live
+ * proxies a previous broker left in the run directory.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "broker.h"
+
+#define RESPAWN_WINDOW_MS 60000
+#define RESPAWN_MAX 5
+
+int
+supervise_spawn(struct context *c)
+{
+	char *argv[48];
+	int n = 0;
+	sigset_t none;
+	pid_t pid;
+
+	argv[n++] = (char *)sv.sv_proxy_bin;
+	argv[n++] = "--run-dir";
+	argv[n++] = (char *)sv.sv_run_dir;
+	argv[n++] = "--id";
+	argv[n++] = c->c_pl->pl_slot;
+	argv[n++] = "--language";
+	argv[n++] = c->c_lang;
+	argv[n++] = "--kernel";
+	argv[n++] = c->c_kernel;
+	argv[n++] = "--cwd";
+	argv[n++] = c->c_cwd;
+	argv[n++] = "--env-file";
+	argv[n++] = sv.sv_env_file;
+	argv[n++] = "--log-level";
+	argv[n++] = (char *)sv.sv_log_level;
+	if (c->c_default)
+		argv[n++] = "--default";
+	if (c->c_pooled)
+		argv[n++] = "--pooled";
+	if (sv.sv_kernel_memory) {
+		argv[n++] = "--memory";
+		argv[n++] = (char *)sv.sv_kernel_memory;
+	}
+	if (sv.sv_kernel_cpu) {
+		argv[n++] = "--cpu";
+		argv[n++] = (char *)sv.sv_kernel_cpu;
+	}
+	if (sv.sv_kernel_cgroup) {
+		argv[n++] = "--cgroup";
+		argv[n++] = (char *)sv.sv_kernel_cgroup;
+	}
+	if (sv.sv_python_startup) {
+		argv[n++] = "--python-startup";
+		argv[n++] = (char *)sv.sv_python_startup;
+	}
+	if (sv.sv_kernel_user) {
+		argv[n++] = "--kernel-user";
+		argv[n++] = (char *)sv.sv_kernel_user;
+	}
+	if (sv.sv_interrupt_retry[0]) {
+		argv[n++] = "--interrupt-retry";
+		argv[n++] = sv.sv_interrupt_retry;
+	}
+	if (sv.sv_interrupt_grace[0]) {
+		argv[n++] = "--interrupt-grace";
+		argv[n++] = sv.sv_interrupt_grace;
+	}
+	if (sv.sv_heartbeat_timeout[0]) {
+		argv[n++] = "--heartbeat-timeout";
+		argv[n++] = sv.sv_heartbeat_timeout;
+	}
+	argv[n] = NULL;
+	sigemptyset(&none);
+	if ((pid = fork()) < 0) {
+		log_err("context %s: fork: %s", c->c_id, strerror(errno));
+		return -errno;
+	}
+	if (pid == 0) {
+		/* own session: a terminal's Ctrl-C reaches the broker, which stops us */
+		setsid();
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		execv(sv.sv_proxy_bin, argv);
+		_exit(127);
+	}
+	c->c_pl->pl_pid = pid;
+	c->c_pl->pl_child = true;
+	c->c_pl->pl_state = KS_STARTING;
+	return 0;
+}
+
+/* The proxy is gone: fail what it held and start a fresh one, same id. */
+static void
+supervise_lost(struct context *c, const char *why)
+{
+	struct stream *s, *next;
+	struct request *rq;
+	uint64_t now = now_ms();
+	char *value = xasprintf("the context's proxy %s; the context was restarted and "
+				"its state is lost",
+				why);
+
+	log_warn("context %s: proxy %d %s", c->c_id, (int)c->c_pl->pl_pid, why);
+	if (!c->c_ready && c->c_pooled) /* no respawn storm of warm kernels */
+		sv.sv_pool_backoff = now + POOL_BACKOFF_MS;
+	if (!c->c_ready) {
+		free(c->c_error);
+		c->c_error = xasprintf("its proxy %s before the kernel was ready", why);
+		waiter_answer_ready(c);
+		context_free(c);
+		free(value);
+		return;
+	}
+	for (s = TAILQ_FIRST(&c->c_streams); s; s = next) {
+		next = TAILQ_NEXT(s, st_ctx_link);
+		stream_fail(s, "ContextLost", value, "context_lost"); /* may free it */
+	}
+	metrics_count(M_PROXY_RESTART, 1);
+	control_event(json_pack("{s:s, s:s, s:s}", "event", "supervise_lost", "context", c->c_id,
+				"why", why));
+	while ((rq = TAILQ_FIRST(&c->c_waiters))) {
+		waiter_forget(rq);
+		request_done(rq, 500, NULL, "%s", value);
+	}
+	free(value);
+	msgq_clear(&c->c_pl->pl_outq);
+	c->c_pl->pl_pid = 0;
+	c->c_pl->pl_kpid = 0;
+	if (c->c_pl->pl_pidfd >= 0) {
+		server_unwatch(c->c_pl->pl_pidfd);
+		close(c->c_pl->pl_pidfd);
+		c->c_pl->pl_pidfd = -1;
+	}
+	if (now > c->c_respawn_window + RESPAWN_WINDOW_MS) {
+		c->c_respawn_window = now;
+		c->c_respawns = 0;
+	}
+	if (++c->c_respawns > RESPAWN_MAX || supervise_spawn(c) < 0) {
+		c->c_pl->pl_state = KS_DEAD;
+		free(c->c_error);
+		c->c_error = xstrdup("the context's proxy keeps dying; not restarted");
+		log_err("context %s: %s", c->c_id, c->c_error);
+		return;
+	}
+	log_info("context %s: proxy respawned, pid %d", c->c_id, (int)c->c_pl->pl_pid);
+}
+
+void
+supervise_reaped(pid_t pid, int status)
+{
+	struct context *c;
+	char why[128];
+
+	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+		if (c->c_pl->pl_child && c->c_pl->pl_pid == pid)
+			break;
+	if (!c)
+		return;
+	if (c->c_deleting || sv.sv_quit) {
+		c->c_pl->pl_pid = 0;
+		context_free(c);
+		return;
+	}
+	if (WIFSIGNALED(status))
+		snprintf(why, sizeof(why), "was killed by signal %d", WTERMSIG(status));
+	else
+		snprintf(why, sizeof(why), "exited with status %d", WEXITSTATUS(status));
+	supervise_lost(c, why);
+}
+
+/* An adopted proxy (not our child) exited: its pidfd became readable. */
+void
+supervise_pidfd(struct context *c)
+{
+	if (c->c_deleting) {
+		context_free(c);
+		return;
+	}
+	supervise_lost(c, "exited");
+}
+
+void
+supervise_shutdown_all(void)
+{
+	struct context *c;
+	uint64_t until = now_ms() + 3000;
+	int left;
+
+	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+		if (c->c_pl->pl_pid > 0)
+			kill(c->c_pl->pl_pid, SIGTERM);
+	do {
+		left = 0;
+		TAILQ_FOREACH(c, &sv.sv_contexts, c_link) {
+			if (c->c_pl->pl_pid <= 0)
+				continue;
+			if (c->c_pl->pl_child ? waitpid(c->c_pl->pl_pid, NULL, WNOHANG) == c->c_pl->pl_pid
+				       : kill(c->c_pl->pl_pid, 0) < 0)
+				c->c_pl->pl_pid = 0;
+			else
+				left++;
+		}
+		if (left)
+			usleep(10000);
+	} while (left && now_ms() < until);
+	while ((c = TAILQ_FIRST(&sv.sv_contexts))) {
+		if (c->c_pl->pl_pid > 0) {
+			log_warn("context %s: proxy %d did not stop; killed", c->c_id,
+				 (int)c->c_pl->pl_pid);
+			kill(c->c_pl->pl_pid, SIGKILL);
+			if (c->c_pl->pl_child)
+				waitpid(c->c_pl->pl_pid, NULL, 0);
+		}
+		context_free(c);
+	}
+}
+
+/*
+ * Adopts the proxies a previous broker left running: each context dir with a
+ * state file whose proxy is alive is re-attached under the same id; anything
+ * else there is stale and removed.
+ */
+void
+supervise_adopt_all(void)
+{
+	char *dir = xasprintf("%s/ctx", sv.sv_run_dir);
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		char *cdir = xasprintf("%s/%s", dir, de->d_name);
+		char *state = xasprintf("%s/state.json", cdir);
+		json_t *j = json_load_file(state, 0, NULL);
+		const char *id = json_string_value(json_object_get(j, "id"));
+		const char *slot = json_string_value(json_object_get(j, "slot"));
+		bool pooled = json_is_null(json_object_get(j, "id"));
+		const char *lang = json_string_value(json_object_get(j, "language"));
+		const char *kernel = json_string_value(json_object_get(j, "kernel"));
+		const char *cwd = json_string_value(json_object_get(j, "cwd"));
+		json_int_t pid = json_integer_value(json_object_get(j, "pid"));
+		bool is_default = json_is_true(json_object_get(j, "default"));
+		char exe[PATH_MAX] = "", *link = xasprintf("/proc/%lld/exe", (long long)pid);
+		ssize_t el = readlink(link, exe, sizeof(exe) - 1);
+
+		if (el > 0)
+			exe[el] = '\0';
+		free(link);
+		const char *base = strrchr(exe, '/');
+		/* the proxy lives in ctx/<slot>; a pooled one serves no context yet */
+		if (pooled)
+			id = slot;
+		if (id && slot && lang && kernel && cwd && pid > 1 && !strcmp(slot, de->d_name) &&
+		    uuid_valid(id) && base && !strncmp(base + 1, "sandcell-proxy", 14) &&
+		    !context_find(id)) {
+			struct context *c = context_new(id, lang, kernel, cwd, is_default);
+			c->c_pooled = pooled;
+			TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
+			if (link_open(c, slot) < 0) {
+				context_free(c);
+			} else {
+				c->c_pl->pl_pid = pid;
+				c->c_pl->pl_child = false;
+				/* not our child: a pidfd tells us when it exits */
+				c->c_pl->pl_pidfd = syscall(SYS_pidfd_open, (pid_t)pid, 0);
+				if (c->c_pl->pl_pidfd >= 0) {
+					c->c_pl->pl_ev_pidfd = (struct evsrc){EV_CTX_PIDFD, c};
+					server_watch(c->c_pl->pl_pidfd, EPOLLIN,
+						     &c->c_pl->pl_ev_pidfd);
+				}
+				c->c_ready = true; /* it was ready for the previous broker */
+				n += !pooled;
+			}
+		} else {
+			log_info("run dir: removing stale context dir %s", cdir);
+			rm_rf(cdir);
+			char *kdir = xasprintf("%s.kernels/%s", sv.sv_run_dir, de->d_name);
+			rm_rf(kdir);
+			free(kdir);
+		}
+		json_decref(j);
+		free(state);
+		free(cdir);
+	}
+	if (d)
+		closedir(d);
+	free(dir);
+	if (n)
+		log_info("re-attached %d live context%s from %s", n, n == 1 ? "" : "s",
+			 sv.sv_run_dir);
+}

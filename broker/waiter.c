@@ -1,0 +1,123 @@
+/*
+ * waiter.c — requests waiting on a context: for its kernel to be ready
+ * (create) or for the proxy's reply (restart, interrupt, delete), each with a
+ * deadline after which it is answered 504.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker.h"
+
+#define WAIT_REPLY_MS 10000
+#define WAIT_START_MS 90000
+
+static void
+waiter_add(struct context *c, struct request *rq, uint64_t req, int op, uint64_t wait_ms)
+{
+	rq->rq_ctx = c;
+	rq->rq_req = req;
+	rq->rq_op = op;
+	rq->rq_deadline = now_ms() + wait_ms;
+	TAILQ_INSERT_TAIL(&c->c_waiters, rq, rq_link);
+}
+
+void
+waiter_forget(struct request *rq)
+{
+	if (!rq->rq_ctx)
+		return;
+	TAILQ_REMOVE(&rq->rq_ctx->c_waiters, rq, rq_link);
+	rq->rq_ctx = NULL;
+}
+
+void
+waiter_wait_ready(struct context *c, struct request *rq)
+{
+	if (c->c_ready) {
+		request_done(rq, 200, context_json(c, false), NULL);
+		return;
+	}
+	waiter_add(c, rq, 0, OP_CREATE, WAIT_START_MS);
+}
+
+void
+waiter_request(struct context *c, struct request *rq, enum msg_type t, int op)
+{
+	struct msg m;
+	uint64_t req = sv.sv_next_req++;
+
+	if (op == OP_DELETE)
+		log_info("context %s: delete requested", c->c_id);
+	waiter_add(c, rq, req, op, op == OP_RESTART ? WAIT_START_MS : WAIT_REPLY_MS);
+	msg_init(&m, t);
+	msg_set_u64(&m, F_REQ, req);
+	link_send(c, &m);
+	msg_free(&m);
+}
+
+void
+waiter_answer_ready(struct context *c)
+{
+	struct request *rq, *next;
+
+	for (rq = TAILQ_FIRST(&c->c_waiters); rq; rq = next) {
+		next = TAILQ_NEXT(rq, rq_link);
+		if (rq->rq_op != OP_CREATE)
+			continue;
+		waiter_forget(rq);
+		if (c->c_ready)
+			request_done(rq, 200, context_json(c, false), NULL);
+		else
+			request_done(rq, 500, NULL, "context %s could not start: %s", c->c_id,
+				     c->c_error ? c->c_error : "unknown error");
+	}
+}
+
+void
+waiter_reply(struct context *c, struct msg *m)
+{
+	struct request *rq;
+
+	TAILQ_FOREACH(rq, &c->c_waiters, rq_link)
+		if (rq->rq_req == m->m_req)
+			break;
+	if (!rq)
+		return; /* its client left */
+	waiter_forget(rq);
+	if (m->m_type == MSG_FAIL) {
+		request_done(rq, 500, NULL, "%s", m->m_text.s);
+		return;
+	}
+	switch (rq->rq_op) {
+	case OP_RESTART:
+		log_info("context %s: restarted", c->c_id);
+		request_done(rq, 200, json_null(), NULL);
+		break;
+	case OP_INTERRUPT:
+		request_done(rq, 200, json_null(), NULL);
+		break;
+	case OP_DELETE:
+		request_done(rq, 200, json_null(), NULL);
+		context_delete(c);
+		break;
+	}
+}
+
+/* Requests whose proxy never answered. */
+void
+waiter_tick(uint64_t now)
+{
+	struct context *c;
+	struct request *rq, *next;
+
+	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+		for (rq = TAILQ_FIRST(&c->c_waiters); rq; rq = next) {
+			next = TAILQ_NEXT(rq, rq_link);
+			if (now < rq->rq_deadline)
+				continue;
+			waiter_forget(rq);
+			request_done(rq, 504, NULL, "context %s did not answer in time", c->c_id);
+		}
+}
