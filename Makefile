@@ -56,10 +56,16 @@ $(BIN)/sandcellctl: $(BUILD)/ctl/sandcellctl.o $(PROTO_OBJ)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_PROTO)
 
-# Unit tests link the modules they test; integration tests drive the binaries.
-$(BUILD)/tests/%: tests/unit/%.c $(PROXY_OBJ) $(BROKER_OBJ) $(PROTO_OBJ)
+# Unit tests link proto/ and lib/, plus the daemon modules they test (neither
+# main.c); integration tests drive the binaries.
+$(BUILD)/tests/%: tests/unit/%.c $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS_PROXY) -lmicrohttpd $(LDLIBS_TEST)
+
+$(BUILD)/tests/control_test $(BUILD)/tests/http_test: $(BROKER_OBJ)
+$(BUILD)/tests/output_test: $(BUILD)/proxy/output.o
+$(BUILD)/tests/wire_test: $(BUILD)/proxy/wire.o
+$(BUILD)/tests/fuzz_replay_test: $(BROKER_OBJ) $(BUILD)/proxy/wire.o $(BUILD)/proxy/output.o
 
 $(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.c tests/integration/hooks.c $(PROTO_OBJ)
 	@mkdir -p $(dir $@)

@@ -48,7 +48,7 @@ unit_send(struct proxy *px, struct unit *u, const char *outcome)
 		msg_init(&m, MSG_OUTPUT);
 		msg_set_u64(&m, F_STREAM, u->u_stream);
 		msg_set_str(&m, F_DATA, buf_head(&u->u_out), OUTPUT_CHUNK);
-		proxy_send(px, &m);
+		ipc_send(px, &m);
 		msg_free(&m);
 		buf_consume(&u->u_out, OUTPUT_CHUNK);
 	}
@@ -64,7 +64,7 @@ unit_send(struct proxy *px, struct unit *u, const char *outcome)
 		msg_set_u64(&m, F_WAIT, start - u->u_queued_at);
 		msg_set_u64(&m, F_RUN, now - start);
 	}
-	proxy_send(px, &m);
+	ipc_send(px, &m);
 	msg_free(&m);
 	buf_consume(&u->u_out, buf_pending(&u->u_out));
 }

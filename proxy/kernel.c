@@ -500,12 +500,12 @@ set_ready(struct proxy *px)
 		log_warn("context %s: could not send R's interrupt guard", px->px_id);
 	log_info("context %s: kernel %s ready in %llu ms", px->px_id, px->px_ks->ks_name,
 		 (unsigned long long)(now_ms() - px->px_kstarted_at));
-	proxy_state(px, NULL);
+	ipc_state(px, NULL);
 	if (px->px_restart_pending) {
 		struct msg m;
 		msg_init(&m, MSG_OK);
 		msg_set_u64(&m, F_REQ, px->px_restart_req);
-		proxy_send(px, &m);
+		ipc_send(px, &m);
 		px->px_restart_pending = false;
 	}
 	admit_next(px);
@@ -597,15 +597,15 @@ respawn(struct proxy *px, const char *why)
 		free(px->px_dead_reason);
 		px->px_dead_reason = xasprintf("kernel failed to start: %s", why);
 		log_err("context %s: %s", px->px_id, px->px_dead_reason);
-		proxy_state(px, px->px_dead_reason);
+		ipc_state(px, px->px_dead_reason);
 		return;
 	}
 	if (kernel_start(px) < 0) {
 		px->px_kstate = KS_DEAD;
-		proxy_state(px, "kernel could not be started");
+		ipc_state(px, "kernel could not be started");
 		return;
 	}
-	proxy_state(px, why);
+	ipc_state(px, why);
 }
 
 void
@@ -740,8 +740,8 @@ kernel_restart(struct proxy *px, const char *why)
 	px->px_start_failures = 0;
 	if (kernel_start(px) < 0) {
 		px->px_kstate = KS_DEAD;
-		proxy_state(px, "kernel could not be started");
+		ipc_state(px, "kernel could not be started");
 		return;
 	}
-	proxy_state(px, why);
+	ipc_state(px, why);
 }

@@ -1,7 +1,7 @@
 /*
- * main.c — sandcell-proxy: start-up, the broker connection (nng pair over ipc,
- * peer uid checked) and the event loop over the kernel's ZeroMQ sockets, the
- * IPC socket, a signalfd and the nng pipe-event fd.
+ * main.c — sandcell-proxy: start-up, the dispatch of the broker's requests
+ * (whose link is ipc.c's), and the event loop over the kernel's ZeroMQ
+ * sockets, the IPC socket, a signalfd and the nng pipe-event fd.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,85 +31,6 @@ static struct proxy px;
 
 static void write_state_file(struct proxy *p);
 
-static void
-outq_flush(struct proxy *p)
-{
-	int e = msgq_flush(&p->px_outq, p->px_ipc);
-
-	if (e)
-		log_warn("context %s: send to broker: %s", p->px_id, nng_strerror(e));
-}
-
-/* Queues a message for the broker; order is kept, nothing blocks. */
-void
-proxy_send(struct proxy *p, struct msg *m)
-{
-	nng_msg *nm;
-
-	if (msg_pack(m, &nm)) {
-		log_err("context %s: cannot encode %s", p->px_id, msg_type_name(m->m_type));
-		return;
-	}
-	msgq_push(&p->px_outq, nm);
-	outq_flush(p);
-}
-
-static void
-fill_state(struct proxy *p, struct msg *m)
-{
-	msg_set_u64(m, F_STATE, p->px_kstate);
-	msg_set_u64(m, F_KPID, p->px_kpid > 0 ? (uint64_t)p->px_kpid : 0);
-	msg_set_u64(m, F_QUEUE, admit_depth(p));
-	msg_set_u64(m, F_COUNT, p->px_count);
-}
-
-void
-proxy_state(struct proxy *p, const char *text)
-{
-	struct msg m;
-
-	msg_init(&m, MSG_STATE);
-	fill_state(p, &m);
-	if (text)
-		msg_set_str(&m, F_TEXT, text, strlen(text));
-	proxy_send(p, &m);
-	msg_free(&m);
-}
-
-static void
-send_hello(struct proxy *p)
-{
-	struct msg m;
-
-	msg_init(&m, MSG_HELLO);
-	msg_set_str(&m, F_ID, p->px_ctx, strlen(p->px_ctx));
-	msg_set_str(&m, F_LANG, p->px_lang, strlen(p->px_lang));
-	msg_set_str(&m, F_CWD, p->px_cwd, strlen(p->px_cwd));
-	msg_set_u64(&m, F_PID, getpid());
-	fill_state(p, &m);
-	if (p->px_dead_reason)
-		msg_set_str(&m, F_TEXT, p->px_dead_reason, strlen(p->px_dead_reason));
-	proxy_send(p, &m);
-	msg_free(&m);
-}
-
-static void
-reply(struct proxy *p, enum msg_type t, uint64_t req, const char *text)
-{
-	struct msg m;
-
-	msg_init(&m, t);
-	msg_set_u64(&m, F_REQ, req);
-	if (text)
-		msg_set_str(&m, F_TEXT, text, strlen(text));
-	if (t == MSG_OK) {
-		fill_state(p, &m);
-		msg_set_u64(&m, F_PID, getpid());
-	}
-	proxy_send(p, &m);
-	msg_free(&m);
-}
-
 /*
  * A pooled proxy becomes a context (or a live one is renamed after a restart
  * took this proxy from the pool): new id, cwd applied in the kernel, state
@@ -121,7 +42,7 @@ claim(struct proxy *p, struct msg *m)
 	bool moved = strcmp(m->m_cwd.s, p->px_cwd) != 0;
 
 	if (!uuid_valid(m->m_id.s) || m->m_cwd.s[0] != '/') {
-		reply(p, MSG_FAIL, m->m_req, "bad claim");
+		ipc_reply(p, MSG_FAIL, m->m_req, "bad claim");
 		return;
 	}
 	free(p->px_ctx);
@@ -139,7 +60,7 @@ claim(struct proxy *p, struct msg *m)
 	}
 	write_state_file(p);
 	log_info("proxy %s now serves context %s (cwd %s)", p->px_id, p->px_ctx, p->px_cwd);
-	reply(p, MSG_OK, m->m_req, NULL);
+	ipc_reply(p, MSG_OK, m->m_req, NULL);
 }
 
 static void
@@ -154,27 +75,27 @@ handle_ipc(struct proxy *p, struct msg *m)
 		break;
 	case MSG_INTERRUPT:
 		admit_interrupt(p);
-		reply(p, MSG_OK, m->m_req, p->px_run ? "interrupted" : "nothing running");
+		ipc_reply(p, MSG_OK, m->m_req, p->px_run ? "interrupted" : "nothing running");
 		break;
 	case MSG_RESTART:
 		if (p->px_restart_pending)
-			reply(p, MSG_OK, p->px_restart_req, "superseded by a later restart");
+			ipc_reply(p, MSG_OK, p->px_restart_req, "superseded by a later restart");
 		p->px_restart_req = m->m_req;
 		p->px_restart_pending = true;
 		free(p->px_dead_reason);
 		p->px_dead_reason = NULL;
 		kernel_restart(p, "restart requested");
 		if (p->px_kstate == KS_DEAD) {
-			reply(p, MSG_FAIL, m->m_req, "kernel could not be started");
+			ipc_reply(p, MSG_FAIL, m->m_req, "kernel could not be started");
 			p->px_restart_pending = false;
 		}
 		break;
 	case MSG_SHUTDOWN:
-		reply(p, MSG_OK, m->m_req, "shutting down");
+		ipc_reply(p, MSG_OK, m->m_req, "shutting down");
 		p->px_quit = true;
 		break;
 	case MSG_INFO:
-		reply(p, MSG_OK, m->m_req, NULL);
+		ipc_reply(p, MSG_OK, m->m_req, NULL);
 		break;
 	case MSG_CLAIM:
 		claim(p, m);
@@ -261,49 +182,6 @@ reap(struct proxy *p)
 			kernel_reaped(p, status);
 }
 
-/* nng pipe callbacks run on nng's threads: they only flag and wake the loop. */
-static void
-pipe_event(nng_pipe pipe, nng_pipe_ev ev, void *arg)
-{
-	struct proxy *p = arg;
-	uint64_t one = 1;
-
-	if (ev == NNG_PIPE_EV_ADD_PRE) {
-		uint64_t uid;
-		if (nng_pipe_get_uint64(pipe, NNG_OPT_IPC_PEER_UID, &uid) != 0 ||
-		    uid != (uint64_t)geteuid()) {
-			log_warn("context %s: refused ipc peer with uid %llu", p->px_id,
-				 (unsigned long long)uid);
-			nng_pipe_close(pipe);
-		}
-		return;
-	}
-	if (ev == NNG_PIPE_EV_ADD_POST)
-		p->px_pipe_added = 1;
-	else
-		p->px_pipe_removed = 1;
-	if (write(p->px_evfd, &one, sizeof(one)) < 0)
-		log_warn("context %s: eventfd: %s", p->px_id, strerror(errno));
-}
-
-static void
-pipe_events(struct proxy *p)
-{
-	uint64_t v;
-
-	if (read(p->px_evfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-		log_warn("context %s: eventfd: %s", p->px_id, strerror(errno));
-	if (__atomic_exchange_n(&p->px_pipe_removed, 0, __ATOMIC_SEQ_CST)) {
-		log_info("context %s: broker disconnected; its streams are dropped", p->px_id);
-		msgq_clear(&p->px_outq);
-		admit_detach_all(p);
-	}
-	if (__atomic_exchange_n(&p->px_pipe_added, 0, __ATOMIC_SEQ_CST)) {
-		log_info("context %s: broker connected", p->px_id);
-		send_hello(p);
-	}
-}
-
 static int
 load_env_file(struct proxy *p, const char *path)
 {
@@ -354,36 +232,6 @@ write_state_file(struct proxy *p)
 }
 
 static void
-ipc_listen(struct proxy *p)
-{
-	nng_listener l;
-	char *url = xasprintf("ipc://%s/proxy.sock", p->px_dir);
-	char *path = url + strlen("ipc://");
-	int e, fd;
-
-	if ((e = nng_pair0_open(&p->px_ipc)))
-		fatal("nng_pair0_open: %s", nng_strerror(e));
-	nng_socket_set_size(p->px_ipc, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME);
-	nng_socket_set_int(p->px_ipc, NNG_OPT_SENDBUF, 1024);
-	nng_socket_set_int(p->px_ipc, NNG_OPT_RECVBUF, 1024);
-	nng_pipe_notify(p->px_ipc, NNG_PIPE_EV_ADD_PRE, pipe_event, p);
-	nng_pipe_notify(p->px_ipc, NNG_PIPE_EV_ADD_POST, pipe_event, p);
-	nng_pipe_notify(p->px_ipc, NNG_PIPE_EV_REM_POST, pipe_event, p);
-	unlink(path); /* a stale socket of a dead proxy of this id */
-	if ((e = nng_listener_create(&l, p->px_ipc, url)) ||
-	    (e = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600)) ||
-	    (e = nng_listener_start(l, 0)))
-		fatal("context %s: listen %s: %s", p->px_id, url, nng_strerror(e));
-	if ((e = nng_socket_get_int(p->px_ipc, NNG_OPT_RECVFD, &fd)))
-		fatal("nng recv fd: %s", nng_strerror(e));
-	p->px_ipc_fd = fd;
-	if ((e = nng_socket_get_int(p->px_ipc, NNG_OPT_SENDFD, &fd)))
-		fatal("nng send fd: %s", nng_strerror(e));
-	p->px_ipc_sendfd = fd;
-	free(url);
-}
-
-static void
 usage(void)
 {
 	fprintf(stderr, "usage: sandcell-proxy --run-dir DIR --id UUID --language LANG "
@@ -422,7 +270,7 @@ loop(struct proxy *p)
 		if (zmq_poll(it, n, wait) < 0 && errno != EINTR)
 			fatal("zmq_poll: %s", zmq_strerror(errno));
 		if (it[2].revents)
-			pipe_events(p);
+			ipc_pipe_events(p);
 		if (it[1].revents)
 			reap(p);
 		/* iopub before shell: a reply must not overtake its output */
@@ -439,7 +287,7 @@ loop(struct proxy *p)
 		kernel_tick(p, now);
 		admit_flush(p);
 		if (p->px_outq.mq_n)
-			outq_flush(p);
+			ipc_flush(p);
 	}
 }
 
@@ -601,7 +449,7 @@ main(int argc, char **argv)
 	loop(&px);
 
 	admit_fail_all(&px, "ContextDeleted", "the context was shut down");
-	outq_flush(&px);
+	ipc_flush(&px);
 	kernel_stop(&px);
 	limits_cleanup(&px);
 	nng_msleep(20); /* let the last replies leave */

@@ -129,9 +129,13 @@ struct proxy {
 	bool px_quit;
 };
 
-/* main.c */
-void proxy_send(struct proxy *px, struct msg *m);
-void proxy_state(struct proxy *px, const char *text);
+/* ipc.c */
+void ipc_listen(struct proxy *px);
+void ipc_send(struct proxy *px, struct msg *m);
+void ipc_flush(struct proxy *px);
+void ipc_state(struct proxy *px, const char *text);
+void ipc_reply(struct proxy *px, enum msg_type t, uint64_t req, const char *text);
+void ipc_pipe_events(struct proxy *px);
 
 /* limits.c */
 int limits_prepare(struct proxy *px);

@@ -5,8 +5,6 @@
  */
 #include "targets.h"
 
-#include "../unit/unit_stubs.h"
-
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

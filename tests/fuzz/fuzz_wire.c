@@ -5,8 +5,6 @@
  */
 #include "targets.h"
 
-#include "../unit/unit_stubs.h"
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int

@@ -14,8 +14,6 @@
 
 #include "targets.h"
 
-#include "../unit/unit_stubs.h"
-
 static const char *out_dir;
 static int nfiles;
 

@@ -5,7 +5,7 @@
  */
 #include <criterion/criterion.h>
 
-#include "unit_stubs.h"
+#include "../../broker/broker.h"
 
 static void
 streams_init(void)

@@ -19,8 +19,6 @@
 
 #include <criterion/criterion.h>
 
-#include "unit_stubs.h"
-
 #include "../fuzz/targets.h"
 
 typedef int (*fuzz_fn)(const uint8_t *data, size_t size);

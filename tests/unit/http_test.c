@@ -16,7 +16,7 @@
 
 #include <criterion/criterion.h>
 
-#include "unit_stubs.h"
+#include "../../broker/broker.h"
 
 #define LANGSZ (MAX_LANG + 1) /* what request_execute passes */
 

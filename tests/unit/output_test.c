@@ -13,7 +13,7 @@
 
 #include <criterion/criterion.h>
 
-#include "unit_stubs.h"
+#include "../../proxy/proxy.h"
 
 /* ---- helpers ---- */
 

@@ -7,7 +7,7 @@
 
 #include <criterion/criterion.h>
 
-#include "unit_stubs.h"
+#include "../../proto/proto.h"
 
 static int appends_left = -1; /* -1: never fail */
 

@@ -9,7 +9,7 @@
 
 #include <criterion/criterion.h>
 
-#include "unit_stubs.h"
+#include "../../proto/proto.h"
 
 static const struct {
 	const char *in;

@@ -20,7 +20,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/pair0/pair.h>
 
-#include "unit_stubs.h"
+#include "../../proto/proto.h"
 
 /* ---- the schema as the tests expect it (mirrors the table in proto.c) ---- */
 

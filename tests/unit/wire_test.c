@@ -13,7 +13,7 @@
 #include <criterion/criterion.h>
 #include <zmq.h>
 
-#include "unit_stubs.h"
+#include "../../proxy/proxy.h"
 
 #define DELIM "<IDS|MSG>"
 #define KEY "sandcell-test-key"
