@@ -6,6 +6,7 @@
 #ifndef SANDCELL_PROXY_H
 #define SANDCELL_PROXY_H
 
+#include <limits.h>
 #include <sys/queue.h>
 #include <sys/types.h>
 
@@ -142,6 +143,16 @@ int limits_prepare(struct proxy *px);
 void limits_apply_child(struct proxy *px, const char *procs_path);
 bool limits_oom_killed(struct proxy *px);
 void limits_cleanup(struct proxy *px);
+
+/* launch.c */
+#define EP_MAX (PATH_MAX + 32) /* a ZeroMQ endpoint: ipc:// and a path */
+char **launch_env(struct proxy *px, const char *home);
+void launch_free_strv(char **v);
+char *launch_subst(const char *arg, const char *conn, const char *resdir);
+char *launch_which(const char *prog);
+void launch_ipython_profile(struct proxy *px, const char *home);
+int launch_connection_file(struct proxy *px, const char *path, int ports[5],
+			   char ep[5][EP_MAX]);
 
 /* kernel.c */
 int kernel_start(struct proxy *px);
