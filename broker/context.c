@@ -115,6 +115,9 @@ context_json(struct context *c, bool live)
 	json_object_set_new(j, "proxy_rss_bytes", json_integer(rss_of(c->c_pl->pl_pid)));
 	json_object_set_new(j, "kernel_rss_bytes", json_integer(rss_of((pid_t)c->c_pl->pl_kpid)));
 	json_object_set_new(j, "age_seconds", json_real((now_ms() - c->c_created) / 1000.0));
+	json_t *box = box_json(c->c_pl->pl_slot);
+	if (box)
+		json_object_set_new(j, "sandbox", box);
 	if (c->c_error)
 		json_object_set_new(j, "error", json_string(c->c_error));
 	return j;
@@ -141,12 +144,12 @@ pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 static int
 spawn(struct context *c)
 {
-	char *argv[32];
+	const char *argv[48];
 	int n = 0;
 	sigset_t none;
 	pid_t pid;
 
-	argv[n++] = (char *)sv.sv_proxy_bin;
+	argv[n++] = sv.sv_proxy_bin;
 	argv[n++] = "--run-dir";
 	argv[n++] = (char *)sv.sv_run_dir;
 	argv[n++] = "--id";
@@ -185,6 +188,7 @@ spawn(struct context *c)
 		argv[n++] = "--kernel-user";
 		argv[n++] = (char *)sv.sv_kernel_user;
 	}
+	box_args(argv, &n);
 	argv[n] = NULL;
 	sigemptyset(&none);
 	if ((pid = fork()) < 0) {
@@ -195,7 +199,7 @@ spawn(struct context *c)
 		/* own session: a terminal's Ctrl-C reaches the broker, which stops us */
 		setsid();
 		sigprocmask(SIG_SETMASK, &none, NULL);
-		execv(sv.sv_proxy_bin, argv);
+		execv(sv.sv_proxy_bin, (char *const *)argv);
 		_exit(127);
 	}
 	c->c_pl->pl_pid = pid;

@@ -169,6 +169,16 @@ usage(void)
 		"                          S seconds of connecting or of its last response\n"
 		"                          (default 30)\n"
 		"  --kernel-user USER      run kernels as USER (the broker may stay root)\n"
+		"  --no-sandbox            run kernels unboxed, with the broker's view of the\n"
+		"                          machine (default: a sandbox per context)\n"
+		"  --kernel-uid-range A-B  uids the sandbox runs kernels as (default\n"
+		"                          61184-65519; shared isolation uses A)\n"
+		"  --isolation MODE        shared (default: one uid, one workspace) or\n"
+		"                          context (a uid and a workspace per context)\n"
+		"  --kernel-network MODE   host (default) or none (loopback only)\n"
+		"  --kernel-pids N         processes per context (default 1024; 0: none)\n"
+		"  --kernel-tmp-size BYTES size of each context's private /tmp (default\n"
+		"                          536870912)\n"
 		"  --stream-cap BYTES      output a stream may hold for a client that reads\n"
 		"                          slowly; past it the execution is cancelled and\n"
 		"                          the stream says so (default 1 GiB)\n"
@@ -446,6 +456,12 @@ main(int argc, char **argv)
 		{"max-connections", required_argument, NULL, 'x'},
 		{"header-timeout", required_argument, NULL, 'H'},
 		{"kernel-user", required_argument, NULL, 'U'},
+		{"no-sandbox", no_argument, NULL, 'B'},
+		{"kernel-uid-range", required_argument, NULL, 'Y'},
+		{"isolation", required_argument, NULL, 'I'},
+		{"kernel-network", required_argument, NULL, 'N'},
+		{"kernel-pids", required_argument, NULL, 'P'},
+		{"kernel-tmp-size", required_argument, NULL, 'Z'},
 		{"pool", required_argument, NULL, 'W'},
 		{"stream-cap", required_argument, NULL, 'X'},
 		{"spill-dir", required_argument, NULL, 'D'},
@@ -472,8 +488,16 @@ main(int argc, char **argv)
 	sv.sv_spill_dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/var/tmp";
 	sv.sv_header_timeout = 30;
 	TAILQ_INIT(&sv.sv_conns);
-	if (getenv("SANDCELL_ACCESS_TOKEN")) {
-		token_set(getenv("SANDCELL_ACCESS_TOKEN"));
+	sv.sv_sandbox = true;
+	sv.sv_uid_range = "61184-65519";
+	sv.sv_kernel_network = "host";
+	sv.sv_kernel_pids = "1024";
+	sv.sv_kernel_tmp = "536870912";
+	char *env_token = getenv("SANDCELL_ACCESS_TOKEN");
+	if (env_token) {
+		token_set(env_token);
+		/* /proc/PID/environ shows the block itself: clear it, then unset */
+		explicit_bzero(env_token, strlen(env_token));
 		unsetenv("SANDCELL_ACCESS_TOKEN"); /* kernels must not inherit it */
 	}
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -511,6 +535,32 @@ main(int argc, char **argv)
 		case 'x': sv.sv_max_conns = atoi(optarg); break;
 		case 'H': sv.sv_header_timeout = atoi(optarg); break;
 		case 'U': sv.sv_kernel_user = optarg; break;
+		case 'B': sv.sv_sandbox = false; break;
+		case 'Y': {
+			unsigned a, b;
+			if (sscanf(optarg, "%u-%u", &a, &b) != 2 || a == 0 || a > b) {
+				log_err("--kernel-uid-range %s: not A-B with 0 < A <= B", optarg);
+				exit(2);
+			}
+			sv.sv_uid_range = optarg;
+			break;
+		}
+		case 'I':
+			if (strcmp(optarg, "shared") && strcmp(optarg, "context")) {
+				log_err("--isolation %s: shared or context", optarg);
+				exit(2);
+			}
+			sv.sv_isolated = !strcmp(optarg, "context");
+			break;
+		case 'N':
+			if (strcmp(optarg, "host") && strcmp(optarg, "none")) {
+				log_err("--kernel-network %s: host or none", optarg);
+				exit(2);
+			}
+			sv.sv_kernel_network = optarg;
+			break;
+		case 'P': sv.sv_kernel_pids = optarg; break;
+		case 'Z': sv.sv_kernel_tmp = optarg; break;
 		case 'X': sv.sv_stream_cap = strtoull(optarg, NULL, 10); break;
 		case 'D': sv.sv_spill_dir = optarg; break;
 		case 'W':
@@ -544,8 +594,25 @@ main(int argc, char **argv)
 	}
 	if (!sv.sv_run_dir)
 		sv.sv_run_dir = default_run_dir();
+	if (sv.sv_sandbox) {
+		if (box_check(err, sizeof(err)) < 0)
+			fatal("sandbox: %s", err);
+		struct passwd *ku = sv.sv_kernel_user ? getpwnam(sv.sv_kernel_user) : NULL;
+		if (ku && (ku->pw_uid == 0 || ku->pw_uid == geteuid()))
+			fatal("--kernel-user %s: kernels never run as root or as the broker's uid",
+			      sv.sv_kernel_user);
+		log_info("sandbox: on (uid %s%s, isolation %s, network %s, pids %s, tmp %s "
+			 "bytes, memory %s)",
+			 ku ? sv.sv_kernel_user : sv.sv_uid_range,
+			 ku || sv.sv_isolated ? "" : " first", sv.sv_isolated ? "context" : "shared",
+			 sv.sv_kernel_network, sv.sv_kernel_pids, sv.sv_kernel_tmp,
+			 sv.sv_kernel_memory ? sv.sv_kernel_memory : "no limit");
+	} else {
+		log_warn("sandbox: off (--no-sandbox): kernels run with the broker's privileges "
+			 "and see the whole machine");
+	}
 	if (!sv.sv_cwd)
-		sv.sv_cwd = default_cwd();
+		sv.sv_cwd = sv.sv_sandbox ? box_workspace() : default_cwd();
 	if (!sv.sv_proxy_bin)
 		sv.sv_proxy_bin = default_proxy_bin();
 	if (!sv.sv_python_startup)

@@ -123,7 +123,9 @@ build_env(struct proxy *px, const char *home)
 		xstrdup("PYDEVD_DISABLE_FILE_VALIDATION=1"),
 		/* one font cache for every kernel, built once, not per context */
 		xasprintf("MPLCONFIGDIR=%s", px->px_mplcache),
-		xasprintf("JPY_PARENT_PID=%d", (int)getpid()),
+		/* in a box the kernel's parent is its init, PID 1: "1" turns
+		 * ipykernel's parent poller off (PR_SET_PDEATHSIG does its job) */
+		xasprintf("JPY_PARENT_PID=%d", px->px_sandbox ? 1 : (int)getpid()),
 		NULL,
 	};
 
@@ -341,7 +343,16 @@ kernel_start(struct proxy *px)
 	exe = which(argv[0]);
 	envp = build_env(px, home);
 	sigemptyset(&none);
-	limits_prepare(px);
+	if ((rc = limits_prepare(px)) < 0) {
+		log_err("kernel %s: not started without its cgroup", px->px_ks->ks_name);
+		goto err;
+	}
+	if (px->px_sandbox) {
+		if ((rc = sandbox_spawn(px, exe, argv, envp)) < 0)
+			goto err;
+		pid = px->px_kpid;
+		goto started;
+	}
 	procs = px->px_cgroup ? xasprintf("%s/cgroup.procs", px->px_cgroup) : NULL;
 
 	pid = fork();
@@ -352,11 +363,12 @@ kernel_start(struct proxy *px)
 	}
 	if (pid == 0) {
 		/* child: async-signal-safe calls only */
-		int fd = open("/dev/null", O_RDONLY);
+		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 		setsid();
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
 			_exit(127);
+		signal(SIGPIPE, SIG_DFL); /* ignored in the proxy, not in kernels */
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		limits_apply_child(px, procs);
 		/* --kernel-user: drop to it for good (groups were looked up before fork) */
@@ -373,6 +385,7 @@ kernel_start(struct proxy *px)
 		_exit(127);
 	}
 	px->px_kpid = pid;
+started:
 	px->px_kstate = KS_STARTING;
 	px->px_kstarted_at = now_ms();
 	px->px_kinfo_reply = px->px_iopub_seen = false;
@@ -380,7 +393,7 @@ kernel_start(struct proxy *px)
 	rc = kernel_probe(px, px->px_kinfo_id);
 	px->px_kinfo_at = now_ms();
 	log_info("context %s: kernel %s started, pid %d", px->px_id, px->px_ks->ks_name,
-		 (int)pid);
+		 (int)(px->px_kshown ? px->px_kshown : pid));
 	rc = 0;
 	goto out;
 err:
@@ -404,6 +417,7 @@ kernel_stop(struct proxy *px)
 		waitpid(px->px_kpid, NULL, 0);
 		px->px_kpid = 0;
 	}
+	sandbox_reaped(px);
 	close_sockets(px);
 	char *conn = xasprintf("%s/kernel.json", px->px_kdir);
 	unlink(conn);
@@ -433,7 +447,7 @@ kernel_interrupt(struct proxy *px)
 	if (px->px_ks->ks_interrupt_msg)
 		wire_send(px->px_control, px->px_key, px->px_session, "interrupt_request",
 			  json_object(), NULL);
-	else if (killpg(px->px_kpid, SIGINT) < 0)
+	else if (killpg(px->px_kpid, SIGINT) < 0) /* the box's init ignores it */
 		kill(px->px_kpid, SIGINT);
 	log_info("context %s: interrupt sent (%s)", px->px_id,
 		 px->px_ks->ks_interrupt_msg ? "message" : "SIGINT");
@@ -540,8 +554,9 @@ respawn(struct proxy *px, const char *why)
 void
 kernel_reaped(struct proxy *px, int status)
 {
-	char *why = describe_status(px, status);
+	char *why = describe_status(px, sandbox_status(px, status));
 
+	sandbox_reaped(px);
 	log_warn("context %s: %s", px->px_id, why);
 	px->px_kpid = 0;
 	respawn(px, why);

@@ -57,7 +57,8 @@ static void
 fill_state(struct proxy *p, struct msg *m)
 {
 	msg_set_u64(m, F_STATE, p->px_kstate);
-	msg_set_u64(m, F_KPID, p->px_kpid > 0 ? (uint64_t)p->px_kpid : 0);
+	msg_set_u64(m, F_KPID, p->px_kshown > 0 ? (uint64_t)p->px_kshown
+				: p->px_kpid > 0 ? (uint64_t)p->px_kpid : 0);
 	msg_set_u64(m, F_QUEUE, admit_depth(p));
 	msg_set_u64(m, F_COUNT, p->px_count);
 }
@@ -325,13 +326,15 @@ write_state_file(struct proxy *p)
 {
 	char *path = xasprintf("%s/state.json", p->px_dir);
 	char *tmp = xasprintf("%s.tmp", path);
-	json_t *o = json_pack("{s:s?, s:s, s:s, s:s, s:s, s:i, s:b}", "id",
+	json_t *o = json_pack("{s:s?, s:s, s:s, s:s, s:s, s:i, s:b, s:o}", "id",
 			      p->px_pooled ? NULL : p->px_ctx, "slot", p->px_id, "language",
 			      p->px_lang, "kernel", p->px_ks->ks_name, "cwd", p->px_cwd, "pid",
-			      (int)getpid(), "default", p->px_default);
+			      (int)getpid(), "default", p->px_default, "sandbox",
+			      sandbox_json(p));
 
-	if (json_dump_file(o, tmp, JSON_COMPACT) == 0)
-		rename(tmp, path);
+	/* the broker reads it (re-attach, GET /contexts/{id}): never half-written */
+	if (json_dump_file(o, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0)
+		log_warn("context %s: write %s: %s", p->px_id, path, strerror(errno));
 	json_decref(o);
 	free(tmp);
 	free(path);
@@ -373,7 +376,9 @@ usage(void)
 	fprintf(stderr, "usage: sandcell-proxy --run-dir DIR --id UUID --language LANG "
 			"--cwd DIR [--kernel NAME] [--env-file FILE] [--memory BYTES]\n"
 			"       [--cpu SECONDS] [--cgroup DIR] [--python-startup FILE] [--default]\n"
-			"       [--kernel-user USER] [--pooled]\n"
+			"       [--kernel-user USER] [--pooled] [--sandbox [--uid-range A-B]\n"
+			"       [--isolation shared|context] [--network host|none] [--pids N]\n"
+			"       [--tmp-size BYTES]]\n"
 			"       [--log-level LEVEL]\n");
 	exit(2);
 }
@@ -440,6 +445,12 @@ main(int argc, char **argv)
 		{"memory", required_argument, NULL, 'M'},
 		{"cpu", required_argument, NULL, 'C'},
 		{"cgroup", required_argument, NULL, 'G'},
+		{"sandbox", no_argument, NULL, 'S'},
+		{"uid-range", required_argument, NULL, 'R'},
+		{"isolation", required_argument, NULL, 'I'},
+		{"network", required_argument, NULL, 'N'},
+		{"pids", required_argument, NULL, 'p'},
+		{"tmp-size", required_argument, NULL, 'T'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *env_file = NULL, *kernel = NULL, *kuser = NULL;
@@ -462,6 +473,27 @@ main(int argc, char **argv)
 		case 'M': px.px_mem_limit = strtoull(optarg, NULL, 10); break;
 		case 'C': px.px_cpu_limit = strtoull(optarg, NULL, 10); break;
 		case 'G': px.px_cgroup_parent = optarg; break;
+		case 'S': px.px_sandbox = true; break;
+		case 'R': {
+			unsigned a, b;
+			if (sscanf(optarg, "%u-%u", &a, &b) != 2 || !a || a > b)
+				usage();
+			px.px_sb_uid_first = a;
+			px.px_sb_uid_last = b;
+			break;
+		}
+		case 'I':
+			if (strcmp(optarg, "shared") && strcmp(optarg, "context"))
+				usage();
+			px.px_sb_isolated = !strcmp(optarg, "context");
+			break;
+		case 'N':
+			if (strcmp(optarg, "host") && strcmp(optarg, "none"))
+				usage();
+			px.px_sb_net_none = !strcmp(optarg, "none");
+			break;
+		case 'p': px.px_sb_pids = strtoull(optarg, NULL, 10); break;
+		case 'T': px.px_sb_tmp_size = strtoull(optarg, NULL, 10); break;
 		case 'v':
 			if ((level = parse_level(optarg)) < 0)
 				usage();
@@ -491,10 +523,6 @@ main(int argc, char **argv)
 		fatal("mkdir %s: %s", px.px_dir, strerror(-c));
 	px.px_kuid = (uid_t)-1;
 	if (kuser) {
-		/*
-		 * The kernel runs as another user: its files live outside the run dir
-		 * (0700, ours) in a dir of its own under <run dir>.kernels (0711).
-		 */
 		struct passwd *pw = getpwnam(kuser);
 		if (!pw)
 			fatal("--kernel-user %s: no such user", kuser);
@@ -503,11 +531,24 @@ main(int argc, char **argv)
 		px.px_kngroups = sizeof(px.px_kgroups) / sizeof(px.px_kgroups[0]);
 		if (getgrouplist(kuser, pw->pw_gid, px.px_kgroups, &px.px_kngroups) < 0)
 			px.px_kngroups = 0;
+	}
+	if ((c = sandbox_init(&px)) < 0)
+		fatal("context %s: cannot build the sandbox: %s", px.px_id, strerror(-c));
+	if (px.px_sandbox) {
+		/* the box sees this dir (bound into its hidden run dir), nothing else of ours */
+		px.px_kdir = xasprintf("%s/kernel", px.px_dir);
+		px.px_mplcache = xasprintf("%s/cache/matplotlib-%u", px.px_run_dir,
+					   (unsigned)px.px_kuid);
+	} else if (kuser) {
+		/*
+		 * The kernel runs as another user: its files live outside the run dir
+		 * (0700, ours) in a dir of its own under <run dir>.kernels (0711).
+		 */
 		char *root = xasprintf("%s.kernels", px.px_run_dir);
 		mkdir_p(root, 0711);
 		chmod(root, 0711);
 		px.px_kdir = xasprintf("%s/%s", root, px.px_id);
-		px.px_mplcache = xasprintf("%s/cache-%u", root, (unsigned)pw->pw_uid);
+		px.px_mplcache = xasprintf("%s/cache-%u", root, (unsigned)px.px_kuid);
 		free(root);
 	} else {
 		px.px_kdir = xstrdup(px.px_dir);
@@ -545,6 +586,7 @@ main(int argc, char **argv)
 	outq_flush(&px);
 	kernel_stop(&px);
 	limits_cleanup(&px);
+	sandbox_cleanup(&px);
 	nng_msleep(20); /* let the last replies leave */
 	nng_close(px.px_ipc);
 	zmq_ctx_term(px.px_zctx);

@@ -8,6 +8,7 @@
 
 #include <sys/queue.h>
 #include <sys/types.h>
+#include <linux/filter.h>
 
 #include <jansson.h>
 
@@ -92,6 +93,22 @@ struct proxy {
 	char *px_cgroup_parent; /* --cgroup: where to create it */
 	unsigned long long px_oom_seen;
 
+	/* the sandbox (sandbox.c); px_kpid is then the box's init */
+	bool px_sandbox;
+	bool px_sb_isolated;    /* --isolation context: a uid of its own */
+	bool px_sb_net_none;    /* own network namespace, loopback only */
+	uid_t px_sb_uid_first, px_sb_uid_last;
+	uint64_t px_sb_pids;    /* pids.max; 0 = no limit */
+	uint64_t px_sb_tmp_size;
+	char *px_sb_tmp_opts;
+	char *px_sb_pids_cg;    /* the box's pids cgroup dir, or NULL */
+	char *px_sb_cover[8], *px_sb_keep[8]; /* hidden paths; paths shown again */
+	int px_sb_ncover, px_sb_nkeep;
+	struct sock_fprog px_sb_prog;
+	int px_sb_sock;         /* the init's status reports; -1 = none */
+	int px_sb_uidlock;
+	pid_t px_kshown;        /* the kernel process itself (operators, signals) */
+
 	nng_socket px_ipc;
 	int px_ipc_fd, px_ipc_sendfd;
 	int px_evfd;         /* nng pipe events land here */
@@ -131,6 +148,14 @@ int limits_prepare(struct proxy *px);
 void limits_apply_child(struct proxy *px, const char *procs_path);
 bool limits_oom_killed(struct proxy *px);
 void limits_cleanup(struct proxy *px);
+
+/* sandbox.c */
+int sandbox_init(struct proxy *px);
+int sandbox_spawn(struct proxy *px, const char *exe, char **argv, char **envp);
+int sandbox_status(struct proxy *px, int status);
+void sandbox_reaped(struct proxy *px);
+void sandbox_cleanup(struct proxy *px);
+json_t *sandbox_json(struct proxy *px);
 
 /* kernel.c */
 int kernel_start(struct proxy *px);
