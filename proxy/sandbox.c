@@ -340,10 +340,10 @@ sb_mkdirs(const char *path)
 	for (char *p = tmp + 1; *p; p++)
 		if (*p == '/') {
 			*p = '\0';
-			mkdir(tmp, 0755);
+			mkdir(tmp, 0711);
 			*p = '/';
 		}
-	mkdir(tmp, 0755);
+	mkdir(tmp, 0711);
 }
 
 static void
@@ -405,7 +405,7 @@ sb_mounts(struct proxy *px)
 	for (int i = 0; i < px->px_sb_ncover; i++)
 		if (stat(px->px_sb_cover[i], &a) == 0 &&
 		    mount("tmpfs", px->px_sb_cover[i], "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-			  "mode=0755,size=64k") < 0)
+			  "mode=0711,size=64k") < 0)
 			return -1;
 	/* the kernel's own paths, wherever a cover or /tmp hid them */
 	for (int i = 0; i < px->px_sb_nkeep; i++) {
@@ -486,6 +486,12 @@ sb_init(struct proxy *px, int go, int sock, const char *exe, char **argv, char *
 	limits_apply_child(px, NULL);
 	if (sb_drop(px) < 0)
 		_exit(122);
+	/* the uid change cleared PR_SET_PDEATHSIG: set it again, then make sure
+	 * the proxy did not die in between (its end of sock would be closed) */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	struct pollfd pf = {sock, POLLRDHUP, 0};
+	if (poll(&pf, 1, 0) != 0)
+		_exit(127);
 	/* the proxy's own descriptors stay out of the box */
 	if (dup2(sock, 3) < 0)
 		_exit(122);
