@@ -105,17 +105,65 @@ box_workspace(void)
 		fatal("workspace %s: %s", dir, strerror(-rc));
 	if (!sv.sv_isolated && !sv.sv_kernel_user && chown(dir, box_uid(), box_uid()) < 0)
 		fatal("workspace %s: chown: %s", dir, strerror(errno));
-	if (sv.sv_isolated && chmod(dir, 01777) < 0)
+	if (sv.sv_isolated && chmod(dir, 0711) < 0)
 		fatal("workspace %s: chmod: %s", dir, strerror(errno));
 	return dir;
 }
 
+/*
+ * --isolation context: a uid of the range no live context holds and, when the
+ * context was given no cwd, a workspace of its own (<workspace>/<id>, 0700,
+ * its uid's). The workspace root is 0711: no context lists the others.
+ */
+int
+box_isolate(struct context *c, char *err, size_t errsz)
+{
+	unsigned a = 0, b = 0, uid;
+	struct context *o;
+	bool used = true;
+
+	if (!sv.sv_sandbox || !sv.sv_isolated || sv.sv_kernel_user)
+		return 0;
+	sscanf(sv.sv_uid_range, "%u-%u", &a, &b);
+	for (uid = a; uid <= b && used; uid += used) {
+		used = false;
+		TAILQ_FOREACH(o, &sv.sv_contexts, c_link)
+			used |= o != c && o->c_uid == uid;
+	}
+	if (used) {
+		snprintf(err, errsz, "no free uid in --kernel-uid-range %s", sv.sv_uid_range);
+		return -EAGAIN;
+	}
+	c->c_uid = uid;
+	if (strcmp(c->c_cwd, sv.sv_cwd))
+		return 0;
+	char *ws = xasprintf("%s/%s", sv.sv_cwd, c->c_id);
+	if (mkdir(ws, 0700) < 0 || chown(ws, uid, uid) < 0) {
+		snprintf(err, errsz, "workspace %s: %s", ws, strerror(errno));
+		free(ws);
+		return -EIO;
+	}
+	free(c->c_cwd);
+	c->c_cwd = ws;
+	c->c_own_ws = true;
+	return 0;
+}
+
 /* The proxy's sandbox flags, appended to argv at *n. */
 void
-box_args(const char **argv, int *n)
+box_args(struct context *c, const char **argv, int *n)
 {
+	static char uid[16];
+
 	if (!sv.sv_sandbox)
 		return;
+	if (c->c_uid) {
+		snprintf(uid, sizeof(uid), "%u", c->c_uid); /* execv copies it at once */
+		argv[(*n)++] = "--uid";
+		argv[(*n)++] = uid;
+	}
+	if (c->c_own_ws)
+		argv[(*n)++] = "--own-workspace";
 	argv[(*n)++] = "--sandbox";
 	argv[(*n)++] = "--uid-range";
 	argv[(*n)++] = sv.sv_uid_range;

@@ -164,6 +164,8 @@ struct context {
 	struct streamq c_streams;
 	int c_nstreams;
 	struct requestq c_waiters;
+	unsigned c_uid;       /* --isolation context: its kernels' uid; 0 = shared */
+	bool c_own_ws;        /* c_cwd is its own workspace (removed with it) */
 };
 TAILQ_HEAD(contextq, context);
 
@@ -318,7 +320,8 @@ void control_event(json_t *ev);
 int box_check(char *err, size_t errsz);
 unsigned box_uid(void);
 const char *box_workspace(void);
-void box_args(const char **argv, int *n);
+int box_isolate(struct context *c, char *err, size_t errsz);
+void box_args(struct context *c, const char **argv, int *n);
 json_t *box_json(const char *slot);
 
 #endif

@@ -188,7 +188,7 @@ spawn(struct context *c)
 		argv[n++] = "--kernel-user";
 		argv[n++] = (char *)sv.sv_kernel_user;
 	}
-	box_args(argv, &n);
+	box_args(c, argv, &n);
 	argv[n] = NULL;
 	sigemptyset(&none);
 	if ((pid = fork()) < 0) {
@@ -490,6 +490,11 @@ context_create(const char *want, const char *cwd, bool is_default, struct contex
 	}
 	c = context_new(NULL, ks->ks_lang, ks->ks_name, cwd, is_default);
 	TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
+	if (box_isolate(c, err, errsz) < 0) {
+		context_free(c);
+		return -EAGAIN;
+	}
+	cwd = c->c_cwd;
 	if (connect_proxy(c, c->c_id) < 0 || spawn(c) < 0) {
 		snprintf(err, errsz, "could not start a proxy for the context");
 		context_free(c);
@@ -925,7 +930,11 @@ context_adopt_all(void)
 		    uuid_valid(id) && base && !strncmp(base + 1, "sandcell-proxy", 14) &&
 		    !context_find(id)) {
 			struct context *c = context_new(id, lang, kernel, cwd, is_default);
+			json_t *box = json_object_get(j, "sandbox");
+			const char *iso = json_string_value(json_object_get(box, "isolation"));
 			c->c_pooled = pooled;
+			if (iso && !strcmp(iso, "context")) /* its uid stays taken */
+				c->c_uid = json_integer_value(json_object_get(box, "uid"));
 			TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
 			if (connect_proxy(c, slot) < 0) {
 				context_free(c);

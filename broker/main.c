@@ -607,6 +607,11 @@ main(int argc, char **argv)
 			 ku || sv.sv_isolated ? "" : " first", sv.sv_isolated ? "context" : "shared",
 			 sv.sv_kernel_network, sv.sv_kernel_pids, sv.sv_kernel_tmp,
 			 sv.sv_kernel_memory ? sv.sv_kernel_memory : "no limit");
+		if (sv.sv_isolated && sv.sv_npool) {
+			/* a warm kernel has a uid and workspace before it has a context */
+			log_info("sandbox: no warm pool with --isolation context");
+			sv.sv_npool = 0;
+		}
 	} else {
 		log_warn("sandbox: off (--no-sandbox): kernels run with the broker's privileges "
 			 "and see the whole machine");

@@ -171,7 +171,7 @@ handle_ipc(struct proxy *p, struct msg *m)
 		break;
 	case MSG_SHUTDOWN:
 		reply(p, MSG_OK, m->m_req, "shutting down");
-		p->px_quit = true;
+		p->px_quit = p->px_shutdown = true;
 		break;
 	case MSG_INFO:
 		reply(p, MSG_OK, m->m_req, NULL);
@@ -378,7 +378,7 @@ usage(void)
 			"       [--cpu SECONDS] [--cgroup DIR] [--python-startup FILE] [--default]\n"
 			"       [--kernel-user USER] [--pooled] [--sandbox [--uid-range A-B]\n"
 			"       [--isolation shared|context] [--network host|none] [--pids N]\n"
-			"       [--tmp-size BYTES]]\n"
+			"       [--tmp-size BYTES] [--uid UID] [--own-workspace]]\n"
 			"       [--log-level LEVEL]\n");
 	exit(2);
 }
@@ -451,9 +451,12 @@ main(int argc, char **argv)
 		{"network", required_argument, NULL, 'N'},
 		{"pids", required_argument, NULL, 'p'},
 		{"tmp-size", required_argument, NULL, 'T'},
+		{"uid", required_argument, NULL, 'U'},
+		{"own-workspace", no_argument, NULL, 'W'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *env_file = NULL, *kernel = NULL, *kuser = NULL;
+	unsigned long uid_arg = 0;
 	char lang[128];
 	sigset_t mask;
 	int c, level = LOG_INFO;
@@ -494,6 +497,8 @@ main(int argc, char **argv)
 			break;
 		case 'p': px.px_sb_pids = strtoull(optarg, NULL, 10); break;
 		case 'T': px.px_sb_tmp_size = strtoull(optarg, NULL, 10); break;
+		case 'U': uid_arg = strtoul(optarg, NULL, 10); break;
+		case 'W': px.px_sb_own_ws = true; break;
 		case 'v':
 			if ((level = parse_level(optarg)) < 0)
 				usage();
@@ -508,6 +513,8 @@ main(int argc, char **argv)
 	px.px_cwd = xstrdup(px.px_cwd);
 	if (sodium_init() < 0)
 		fatal("sodium_init failed");
+	if (sandbox_network(&px) < 0) /* while no thread exists */
+		exit(1);
 	if (lang_normalise(kernel ? kernel : px.px_lang, lang, sizeof(lang)) < 0 ||
 	    kspec_find(lang, &px.px_ks) < 0)
 		fatal("context %s: no kernelspec '%s'", px.px_id, kernel ? kernel : px.px_lang);
@@ -531,6 +538,10 @@ main(int argc, char **argv)
 		px.px_kngroups = sizeof(px.px_kgroups) / sizeof(px.px_kgroups[0]);
 		if (getgrouplist(kuser, pw->pw_gid, px.px_kgroups, &px.px_kngroups) < 0)
 			px.px_kngroups = 0;
+	}
+	if (uid_arg && !kuser) { /* a uid of its own, from the broker */
+		px.px_kuid = px.px_kgid = uid_arg;
+		px.px_kngroups = 0;
 	}
 	if ((c = sandbox_init(&px)) < 0)
 		fatal("context %s: cannot build the sandbox: %s", px.px_id, strerror(-c));

@@ -106,7 +106,8 @@ struct proxy {
 	int px_sb_ncover, px_sb_nkeep;
 	struct sock_fprog px_sb_prog;
 	int px_sb_sock;         /* the init's status reports; -1 = none */
-	int px_sb_uidlock;
+	bool px_sb_own_ws;      /* px_cwd is this context's own workspace */
+	bool px_shutdown;       /* the broker ended the context (SHUTDOWN) */
 	pid_t px_kshown;        /* the kernel process itself (operators, signals) */
 
 	nng_socket px_ipc;
@@ -151,6 +152,7 @@ void limits_cleanup(struct proxy *px);
 
 /* sandbox.c */
 int sandbox_init(struct proxy *px);
+int sandbox_network(struct proxy *px);
 int sandbox_spawn(struct proxy *px, const char *exe, char **argv, char **envp);
 int sandbox_status(struct proxy *px, int status);
 void sandbox_reaped(struct proxy *px);

@@ -166,37 +166,6 @@ cgroup_base(const char *controller)
 	return base;
 }
 
-/*
- * --isolation context: a uid of the range no other live proxy holds, kept by
- * an flock on <run dir>/uids/<uid> for the proxy's life.
- */
-static int
-pick_uid(struct proxy *px, uid_t *uid)
-{
-	uint32_t span = px->px_sb_uid_last - px->px_sb_uid_first + 1, h = 2166136261u;
-	char *dir = xasprintf("%s/uids", px->px_run_dir);
-	int rc = -EAGAIN;
-
-	mkdir_p(dir, 0700);
-	for (const char *p = px->px_id; *p; p++)
-		h = (h ^ (unsigned char)*p) * 16777619u;
-	for (uint32_t i = 0; i < span && rc < 0; i++) {
-		uid_t u = px->px_sb_uid_first + (h + i) % span;
-		char *path = xasprintf("%s/%u", dir, (unsigned)u);
-		int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-		if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) {
-			px->px_sb_uidlock = fd;
-			*uid = u;
-			rc = 0;
-		} else if (fd >= 0) {
-			close(fd);
-		}
-		free(path);
-	}
-	free(dir);
-	return rc;
-}
-
 static void
 add_path(char **v, int *n, const char *p)
 {
@@ -248,7 +217,7 @@ sandbox_init(struct proxy *px)
 {
 	int rc;
 
-	px->px_sb_uidlock = px->px_sb_sock = -1;
+	px->px_sb_sock = -1;
 	if (!px->px_sandbox)
 		return 0;
 	if (geteuid() != 0) {
@@ -260,15 +229,8 @@ sandbox_init(struct proxy *px)
 			px->px_sb_uid_first = SB_UID_DEFAULT_FIRST;
 		if (!px->px_sb_uid_last)
 			px->px_sb_uid_last = SB_UID_DEFAULT_LAST;
-		if (px->px_sb_isolated) {
-			if ((rc = pick_uid(px, &px->px_kuid)) < 0) {
-				log_err("context %s: no free uid in %u-%u", px->px_id,
-					(unsigned)px->px_sb_uid_first, (unsigned)px->px_sb_uid_last);
-				return rc;
-			}
-		} else {
-			px->px_kuid = px->px_sb_uid_first;
-		}
+		/* the broker gives a uid of its own to each context (--isolation context) */
+		px->px_kuid = px->px_sb_uid_first;
 		px->px_kgid = px->px_kuid;
 		px->px_kngroups = 0;
 	}
@@ -366,7 +328,7 @@ sb_fdpath(char out[32], int fd)
 
 /* Loopback up in a fresh network namespace (its only interface). */
 static int
-sb_loopback_up(void)
+loopback_up(void)
 {
 	struct ifreq ifr = {0};
 	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), rc = -1;
@@ -380,6 +342,27 @@ sb_loopback_up(void)
 	}
 	close(s);
 	return rc;
+}
+
+/*
+ * --network none: the proxy itself moves to a network namespace of its own
+ * with only loopback, before any thread exists; its kernels inherit it. The
+ * broker link is a Unix socket by path (not scoped by network namespaces),
+ * and the proxy reaches TCP kernels (Deno) on that loopback, which nothing
+ * outside the box's namespace can reach.
+ */
+int
+sandbox_network(struct proxy *px)
+{
+	if (!px->px_sandbox || !px->px_sb_net_none)
+		return 0;
+	if (unshare(CLONE_NEWNET) < 0 || loopback_up() < 0) {
+		int rc = -errno;
+		log_err("context %s: a network namespace of its own: %s", px->px_id,
+			strerror(errno));
+		return rc;
+	}
+	return 0;
 }
 
 /* Mounts of the box, in its init: private /tmp, run dir hidden, own /proc. */
@@ -462,7 +445,7 @@ sb_drop(struct proxy *px)
 
 /*
  * The box's init (PID 1 inside). Exit codes before the kernel runs: 120
- * mounts, 121 network, 122 privileges, 123 fork.
+ * mounts, 122 privileges, 123 fork.
  */
 static void __attribute__((noreturn))
 sb_init(struct proxy *px, int go, int sock, const char *exe, char **argv, char **envp)
@@ -481,8 +464,6 @@ sb_init(struct proxy *px, int go, int sock, const char *exe, char **argv, char *
 	if (sb_mounts(px) < 0)
 		_exit(120);
 	syscall(SYS_sethostname, "sandcell", 8);
-	if (px->px_sb_net_none && sb_loopback_up() < 0)
-		_exit(121);
 	limits_apply_child(px, NULL);
 	if (sb_drop(px) < 0)
 		_exit(122);
@@ -581,9 +562,8 @@ sandbox_spawn(struct proxy *px, const char *exe, char **argv, char **envp)
 	}
 	setsockopt(sv[0], SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
 	pid = syscall(SYS_clone,
-		      SIGCHLD | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS |
-			  (px->px_sb_net_none ? CLONE_NEWNET : 0),
-		      0, 0, 0, 0);
+		      SIGCHLD | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS, 0, 0, 0,
+		      0);
 	if (pid == 0) {
 		close(go[1]);
 		close(sv[0]);
@@ -671,8 +651,9 @@ sandbox_cleanup(struct proxy *px)
 	if (px->px_sb_pids_cg && rmdir(px->px_sb_pids_cg) < 0 && errno != ENOENT)
 		log_warn("context %s: rmdir %s: %s", px->px_id, px->px_sb_pids_cg,
 			 strerror(errno));
-	if (px->px_sb_uidlock >= 0) /* the file stays: unlinking races a new locker */
-		close(px->px_sb_uidlock);
+	/* an own workspace (--isolation context) ends with its context */
+	if (px->px_sb_own_ws && px->px_shutdown && rm_rf(px->px_cwd) < 0)
+		log_warn("context %s: remove workspace %s", px->px_id, px->px_cwd);
 }
 
 /* What GET /contexts/{id} shows of the box (state.json). */
