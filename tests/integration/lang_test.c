@@ -12,7 +12,10 @@
 
 #include "harness.h"
 
-HARNESS_SHARED_BROKER("--no-default-context");
+#ifndef LANG_BROKER_ARGS /* lang_isolated_test.c runs these again with its own */
+#define LANG_BROKER_ARGS "--no-default-context"
+#endif
+HARNESS_SHARED_BROKER(LANG_BROKER_ARGS);
 
 #define URL test_url()
 

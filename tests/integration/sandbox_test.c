@@ -416,6 +416,13 @@ Test(sandbox, no_network_with_kernel_network_none, .timeout = 120)
 	cr_assert_str_eq(out, "loopback works\n");
 	free(out);
 	free(id);
+	/* Deno speaks TCP to its proxy: inside the namespace they share */
+	id = context_new(b.b_url, "javascript", NULL);
+	cr_assert_not_null(id);
+	out = out_of(b.b_url, id, "console.log(6 * 7)");
+	cr_assert_str_eq(out, "42\n");
+	free(out);
+	free(id);
 	cr_assert_eq(broker_stop(&b), 0);
 }
 
@@ -458,4 +465,63 @@ Test(sandbox, a_killed_proxy_takes_its_box_along, .timeout = 60)
 		usleep(20000);
 	cr_assert(kill(kpid, 0) < 0, "the kernel %d outlived its proxy", (int)kpid);
 	free(id);
+}
+
+static char *
+cwd_of(const char *base, const char *id)
+{
+	char path[128];
+	struct resp r;
+	char *cwd = NULL;
+
+	snprintf(path, sizeof(path), "/contexts/%s", id);
+	if (http(base, "GET", path, NULL, &r, 5) == 0 && r.r_status == 200) {
+		json_t *j = json_loads(r.r_body, 0, NULL);
+		const char *s = json_string_value(json_object_get(j, "cwd"));
+		cwd = s ? strdup(s) : NULL;
+		json_decref(j);
+	}
+	resp_free(&r);
+	return cwd;
+}
+
+Test(sandbox, isolation_context_hides_a_neighbours_workspace, .timeout = 180)
+{
+	struct broker b;
+	const char *args[] = {"--no-default-context", "--isolation", "context", NULL};
+	char code[1024], ws[600];
+	struct stat st;
+
+	cr_assert_eq(broker_start(&b, args), 0);
+	char *a = context_new(b.b_url, "python", NULL), *v = context_new(b.b_url, "bash", NULL);
+	cr_assert(a && v);
+	char *acwd = cwd_of(b.b_url, a), *vcwd = cwd_of(b.b_url, v);
+	cr_assert(acwd && vcwd && strcmp(acwd, vcwd), "one workspace for two contexts");
+	char *out = out_of(b.b_url, v, "echo private > mine.txt && cat mine.txt && id -u");
+	unsigned vuid = 0;
+	cr_assert_eq(sscanf(out, "private\n%u", &vuid), 1, "%s", out);
+	free(out);
+	snprintf(ws, sizeof(ws), "%s/mine.txt", vcwd);
+	cr_assert_eq(stat(ws, &st), 0, "the file is not in the workspace %s", vcwd);
+	snprintf(code, sizeof(code),
+		 "import os\nprint(os.getuid() != %u)\n"
+		 "def t(f):\n    try:\n        f()\n        print('read')\n"
+		 "    except OSError:\n        print('refused')\n"
+		 "t(lambda: open('%s').read())\n"
+		 "t(lambda: os.listdir('%s'))\n"
+		 "t(lambda: os.listdir(os.path.dirname('%s')))",
+		 vuid, ws, vcwd, vcwd);
+	out = out_of(b.b_url, a, code);
+	cr_assert_str_eq(out, "True\nrefused\nrefused\nrefused\n", "%s", out);
+	free(out);
+	context_delete(b.b_url, v);
+	double t0 = ms_now();
+	while (stat(vcwd, &st) == 0 && ms_since(t0) < 10000)
+		usleep(20000);
+	cr_assert(stat(vcwd, &st) < 0, "a deleted context's workspace %s is left", vcwd);
+	free(acwd);
+	free(vcwd);
+	free(a);
+	free(v);
+	cr_assert_eq(broker_stop(&b), 0);
 }
