@@ -269,13 +269,15 @@ sandbox_init(struct proxy *px)
 			return rc;
 		}
 	}
+	/* systemd-run cannot run inside the box: the sandbox's cgroups do its job */
+	if (px->px_cgroup_parent && !strcmp(px->px_cgroup_parent, "systemd"))
+		px->px_cgroup_parent = NULL;
 	/* memory: a cgroup of its own (RLIMIT_DATA kills V8 at start-up) */
 	if (px->px_mem_limit && !px->px_cgroup_parent) {
-		if (!(px->px_cgroup_parent = cgroup_base("memory"))) {
-			log_err("context %s: no memory cgroup controller for the memory limit",
-				px->px_id);
-			return -ENOTSUP;
-		}
+		if (!(px->px_cgroup_parent = cgroup_base("memory")))
+			log_warn("context %s: no memory cgroup controller: the memory limit is "
+				 "RLIMIT_DATA (Deno cannot start under it)",
+				 px->px_id);
 	}
 	if (!px->px_sb_tmp_size)
 		px->px_sb_tmp_size = 512ull << 20;

@@ -102,9 +102,14 @@ Test(ctl, contexts_show_live_state, .timeout = 60)
 	cr_assert(json_integer_value(json_object_get(c, "kernel_pid")) > 0);
 	cr_assert(json_integer_value(json_object_get(c, "proxy_pid")) > 0);
 	cr_assert(json_integer_value(json_object_get(c, "kernel_rss_bytes")) > 1 << 20);
+	json_t *box = json_object_get(c, "sandbox");
+	cr_assert(json_is_true(json_object_get(box, "enabled")), "no sandbox shown");
+	char uid[32];
+	snprintf(uid, sizeof(uid), "  %lld  ", (long long)json_integer_value(json_object_get(box, "uid")));
 	json_decref(a);
 	cr_assert_eq(ctl(&out, "contexts"), 0);
 	cr_assert(strstr(out, id) && strstr(out, "LANGUAGE"), "%s", out);
+	cr_assert(strstr(out, "shared") && strstr(out, uid), "no box in: %s", out);
 	free(out);
 	/* the same live state over HTTP */
 	char path[128];

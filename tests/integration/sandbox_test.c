@@ -525,3 +525,20 @@ Test(sandbox, isolation_context_hides_a_neighbours_workspace, .timeout = 180)
 	free(v);
 	cr_assert_eq(broker_stop(&b), 0);
 }
+
+/* The memory limit is the box's memory cgroup: V8 reserves address space at
+ * start, which RLIMIT_DATA refused (SIGTRAP at start-up). */
+Test(sandbox, deno_starts_under_a_memory_limit, .timeout = 120)
+{
+	struct broker b;
+	const char *args[] = {"--no-default-context", "--kernel-memory", "1000000000", NULL};
+
+	cr_assert_eq(broker_start(&b, args), 0);
+	char *id = context_new(b.b_url, "javascript", NULL);
+	cr_assert_not_null(id, "no javascript context under --kernel-memory");
+	char *out = out_of(b.b_url, id, "console.log(6 * 7)");
+	cr_assert_str_eq(out, "42\n");
+	free(out);
+	free(id);
+	cr_assert_eq(broker_stop(&b), 0);
+}
