@@ -542,3 +542,18 @@ Test(sandbox, deno_starts_under_a_memory_limit, .timeout = 120)
 	free(id);
 	cr_assert_eq(broker_stop(&b), 0);
 }
+
+/* Kernels start clean: no stray descriptor of the proxy's, SIGPIPE not ignored. */
+Test(sandbox, kernels_inherit_no_stray_fd_and_default_sigpipe, .timeout = 60)
+{
+	char *id = context_new(URL, "bash", NULL);
+
+	cr_assert_not_null(id);
+	char *out = out_of(URL, id,
+			   "m=$(awk '/SigIgn/{print $2}' /proc/self/status)\n"
+			   "echo sigpipe-ignored=$(( 0x$m >> 12 & 1 ))\n"
+			   "echo devnull-fds=$(ls -l /proc/$$/fd | grep -c /dev/null)");
+	cr_assert_str_eq(out, "sigpipe-ignored=0\ndevnull-fds=1\n", "%s", out);
+	free(out);
+	free(id);
+}
