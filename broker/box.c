@@ -105,8 +105,9 @@ box_workspace(void)
 		fatal("workspace %s: %s", dir, strerror(-rc));
 	if (!sv.sv_isolated && !sv.sv_kernel_user && chown(dir, box_uid(), box_uid()) < 0)
 		fatal("workspace %s: chown: %s", dir, strerror(errno));
-	if (sv.sv_isolated && chmod(dir, 0711) < 0)
-		fatal("workspace %s: chmod: %s", dir, strerror(errno));
+	/* isolated: root's, or the context holding the first uid could rename the others' */
+	if (sv.sv_isolated && (chown(dir, 0, 0) < 0 || chmod(dir, 0711) < 0))
+		fatal("workspace %s: chown/chmod: %s", dir, strerror(errno));
 	return dir;
 }
 

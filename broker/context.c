@@ -935,8 +935,12 @@ context_adopt_all(void)
 			json_t *box = json_object_get(j, "sandbox");
 			const char *iso = json_string_value(json_object_get(box, "isolation"));
 			c->c_pooled = pooled;
-			if (iso && !strcmp(iso, "context")) /* its uid stays taken */
+			if (iso && !strcmp(iso, "context")) { /* its uid stays taken */
+				char *own = xasprintf("%s/%s", sv.sv_cwd, id);
 				c->c_uid = json_integer_value(json_object_get(box, "uid"));
+				c->c_own_ws = !strcmp(cwd, own);
+				free(own);
+			}
 			TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
 			if (connect_proxy(c, slot) < 0) {
 				context_free(c);
