@@ -65,9 +65,6 @@ $(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.c tests/integr
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS_PROTO) $(LDLIBS_TEST)
 
-# lang_isolated_test is lang_test again (#include), with --isolation context.
-$(BUILD)/tests/lang_isolated_test: tests/integration/lang_test.c
-
 # The benchmarks include a raw Jupyter client (the baseline) built on proxy/wire.c.
 $(BUILD)/bench: $(wildcard tests/bench/*.c) tests/integration/harness.c $(BUILD)/proxy/wire.o \
 		$(PROTO_OBJ)
