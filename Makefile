@@ -61,9 +61,11 @@ $(BUILD)/tests/%: tests/unit/%.c $(PROXY_OBJ) $(BROKER_OBJ) $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS_PROXY) -lmicrohttpd $(LDLIBS_TEST)
 
+# (only these sources: a test's .d may name a .c it includes, as lang_isolated_test does)
 $(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.c tests/integration/hooks.c $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS_PROTO) $(LDLIBS_TEST)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< tests/integration/harness.c tests/integration/hooks.c \
+	  $(PROTO_OBJ) $(LDLIBS_PROTO) $(LDLIBS_TEST)
 
 # The benchmarks include a raw Jupyter client (the baseline) built on proxy/wire.c.
 $(BUILD)/bench: $(wildcard tests/bench/*.c) tests/integration/harness.c $(BUILD)/proxy/wire.o \
