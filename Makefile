@@ -67,6 +67,9 @@ $(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.c tests/integr
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< tests/integration/harness.c tests/integration/hooks.c \
 	  $(PROTO_OBJ) $(LDLIBS_PROTO) $(LDLIBS_TEST)
 
+# The language tests again, with --isolation context (it #includes lang_test.c).
+$(BUILD)/tests/lang_isolated_test: tests/integration/lang_test.c
+
 # The benchmarks include a raw Jupyter client (the baseline) built on proxy/wire.c.
 $(BUILD)/bench: $(wildcard tests/bench/*.c) tests/integration/harness.c $(BUILD)/proxy/wire.o \
 		$(PROTO_OBJ)
