@@ -12,9 +12,9 @@
 
 #include "bench.h"
 
-#define BOX_CREATES 6
+#define BOX_CREATES 10
 #define BOX_REFILL_MS 2500
-#define BOX_LAT_RUNS 200
+#define BOX_LAT_RUNS 300
 #define BOX_TP_CLIENTS 4
 #define BOX_TP_MS 3000
 
@@ -75,7 +75,8 @@ box_creation(const char *what, const char *pool, int pause_ms)
 	if (pause_ms)
 		usleep(pause_ms * 1000 * 2); /* both pools full */
 	for (int i = 0; i < BOX_CREATES; i++)
-		for (int m = 0; m < 2; m++) {
+		for (int k = 0; k < 2; k++) {
+			int m = (i + k) % 2; /* who goes first alternates: drift cancels */
 			double ms = box_create(b[m].b_url, &ids[m][i]);
 			if (ms >= 0)
 				v[m][n[m]++] = ms;
@@ -160,7 +161,8 @@ box_execution(void)
 			hc_exec(&h[m], body[m], NULL);
 	}
 	for (int i = 0; i < BOX_LAT_RUNS; i++)
-		for (int m = 0; m < 2; m++) {
+		for (int k = 0; k < 2; k++) {
+			int m = (i + k) % 2;
 			double ms;
 			if (hc_exec(&h[m], body[m], &ms) == 0)
 				lat[m][n[m]++] = ms;
