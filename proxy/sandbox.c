@@ -184,6 +184,15 @@ dir_of(const char *path)
 	return s && s != path ? xstrndup(path, s - path) : xstrdup("/");
 }
 
+/* Whether path is dir or below it. */
+static bool
+inside(const char *path, const char *dir)
+{
+	size_t n = strlen(dir);
+
+	return !strncmp(path, dir, n) && (path[n] == '\0' || path[n] == '/');
+}
+
 /*
  * What the box hides (the run dir: sockets, connection files, state) and what
  * it shows again at the same paths (the kernel's own files, its kernelspec,
@@ -209,9 +218,17 @@ sb_paths(struct proxy *px)
 		add_path(px->px_sb_keep, &px->px_sb_nkeep, d);
 		free(d);
 	}
-	/* a cwd of /tmp is the box's own /tmp; any other is shown as it is */
-	if (strcmp(px->px_cwd, "/tmp"))
-		add_path(px->px_sb_keep, &px->px_sb_nkeep, px->px_cwd);
+	/*
+	 * A cwd of /tmp is the box's own /tmp; any other is shown as it is, unless
+	 * that would show the run dir again (a cwd in it, or above it in /tmp).
+	 */
+	const char *cwd = px->px_cwd;
+	bool in_run = inside(cwd, px->px_sb_cover[0]) || inside(cwd, px->px_sb_cover[1]);
+	if (in_run)
+		log_warn("context %s: cwd %s is in the run dir: not shown in the box", px->px_id,
+			 cwd);
+	else if (strcmp(cwd, "/tmp") && !inside(px->px_sb_cover[0], cwd))
+		add_path(px->px_sb_keep, &px->px_sb_nkeep, cwd);
 }
 
 int

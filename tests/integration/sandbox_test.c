@@ -564,3 +564,25 @@ Test(sandbox, kernels_inherit_no_stray_fd_and_default_sigpipe, .timeout = 90)
 	free(out);
 	free(r);
 }
+
+/* A client's cwd in the run dir (or above it) does not bring the run dir back. */
+Test(sandbox, a_cwd_in_the_run_dir_does_not_show_it, .timeout = 120)
+{
+	char body[700], path[600];
+	struct resp r;
+
+	snprintf(path, sizeof(path), "%s/ctx", test_run_dir());
+	snprintf(body, sizeof(body), "{\"cwd\":\"%s\"}", path);
+	cr_assert_eq(http(URL, "POST", "/contexts", body, &r, 90), 0);
+	json_t *j = r.r_status == 200 ? json_loads(r.r_body, 0, NULL) : NULL;
+	resp_free(&r);
+	if (!j)
+		return; /* refused: the kernel could not start there */
+	const char *id = json_string_value(json_object_get(j, "id"));
+	char *out = out_of(URL, id,
+			   "import os\ntry:\n    print(len(os.listdir('.')) > 0)\n"
+			   "except OSError:\n    print('refused')");
+	cr_assert_neq(strcmp(out, "True\n"), 0, "the run dir is listed: %s", out);
+	free(out);
+	json_decref(j);
+}
