@@ -144,7 +144,7 @@ pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 static int
 spawn(struct context *c)
 {
-	const char *argv[48];
+	const char *argv[64];
 	int n = 0;
 	sigset_t none;
 	pid_t pid;
@@ -189,6 +189,14 @@ spawn(struct context *c)
 		argv[n++] = (char *)sv.sv_kernel_user;
 	}
 	box_args(c, argv, &n);
+	if (sv.sv_interrupt_retry[0]) {
+		argv[n++] = "--interrupt-retry";
+		argv[n++] = sv.sv_interrupt_retry;
+	}
+	if (sv.sv_interrupt_grace[0]) {
+		argv[n++] = "--interrupt-grace";
+		argv[n++] = sv.sv_interrupt_grace;
+	}
 	argv[n] = NULL;
 	sigemptyset(&none);
 	if ((pid = fork()) < 0) {
@@ -288,12 +296,12 @@ context_free(struct context *c)
 	struct request *rq;
 
 	while ((s = TAILQ_FIRST(&c->c_streams))) {
-		bool ctl = s->st_ctl;
+		if (s->st_gone) { /* its client left: nothing to tell it */
+			stream_detach(s);
+			continue;
+		}
+		/* ends it, which takes it off c's list (and frees a ctl one) */
 		stream_fail(s, "ContextDeleted", "the context was deleted", "deleted");
-		if (ctl)
-			continue; /* a ctl stream is freed once it ends */
-		TAILQ_REMOVE(&c->c_streams, s, st_ctx_link);
-		s->st_ctx = NULL;
 	}
 	while ((rq = TAILQ_FIRST(&c->c_waiters))) {
 		context_forget_waiter(rq);

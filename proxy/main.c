@@ -332,9 +332,13 @@ write_state_file(struct proxy *p)
 			      (int)getpid(), "default", p->px_default, "sandbox",
 			      sandbox_json(p));
 
-	/* the broker reads it (re-attach, GET /contexts/{id}): never half-written */
-	if (json_dump_file(o, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0)
-		log_warn("context %s: write %s: %s", p->px_id, path, strerror(errno));
+	/* without it a restarted broker cannot re-attach this proxy: say so */
+	if (json_dump_file(o, tmp, JSON_COMPACT) < 0)
+		log_err("state file %s: write failed", tmp);
+	else if (rename(tmp, path) < 0) {
+		log_err("state file: rename %s to %s: %s", tmp, path, strerror(errno));
+		unlink(tmp);
+	}
 	json_decref(o);
 	free(tmp);
 	free(path);
@@ -376,7 +380,8 @@ usage(void)
 	fprintf(stderr, "usage: sandcell-proxy --run-dir DIR --id UUID --language LANG "
 			"--cwd DIR [--kernel NAME] [--env-file FILE] [--memory BYTES]\n"
 			"       [--cpu SECONDS] [--cgroup DIR] [--python-startup FILE] [--default]\n"
-			"       [--kernel-user USER] [--pooled] [--sandbox [--uid-range A-B]\n"
+			"       [--kernel-user USER] [--pooled] [--interrupt-retry MS]\n"
+			"       [--interrupt-grace MS] [--sandbox [--uid-range A-B]\n"
 			"       [--isolation shared|context] [--network host|none] [--pids N]\n"
 			"       [--tmp-size BYTES] [--uid UID] [--own-workspace]]\n"
 			"       [--log-level LEVEL]\n");
@@ -446,13 +451,15 @@ main(int argc, char **argv)
 		{"cpu", required_argument, NULL, 'C'},
 		{"cgroup", required_argument, NULL, 'G'},
 		{"sandbox", no_argument, NULL, 'S'},
-		{"uid-range", required_argument, NULL, 'R'},
+		{"uid-range", required_argument, NULL, 'Q'},
 		{"isolation", required_argument, NULL, 'I'},
 		{"network", required_argument, NULL, 'N'},
 		{"pids", required_argument, NULL, 'p'},
 		{"tmp-size", required_argument, NULL, 'T'},
 		{"uid", required_argument, NULL, 'U'},
 		{"own-workspace", no_argument, NULL, 'W'},
+		{"interrupt-retry", required_argument, NULL, 'R'},
+		{"interrupt-grace", required_argument, NULL, 'A'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *env_file = NULL, *kernel = NULL, *kuser = NULL;
@@ -460,7 +467,10 @@ main(int argc, char **argv)
 	char lang[128];
 	sigset_t mask;
 	int c, level = LOG_INFO;
+	uint64_t v;
 
+	px.px_interrupt_retry_ms = INTERRUPT_RETRY_MS;
+	px.px_interrupt_grace_ms = INTERRUPT_GRACE_MS;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case 'r': px.px_run_dir = optarg; break;
@@ -473,11 +483,20 @@ main(int argc, char **argv)
 		case 'P': px.px_py_startup = optarg; break;
 		case 'u': kuser = optarg; break;
 		case 'o': px.px_pooled = true; break;
-		case 'M': px.px_mem_limit = strtoull(optarg, NULL, 10); break;
-		case 'C': px.px_cpu_limit = strtoull(optarg, NULL, 10); break;
+		case 'M':
+			if ((c = parse_size(optarg, UINT64_MAX, &v)) < 0)
+				parse_fail("sandcell-proxy", "--memory", optarg, c, "a size such as 4G");
+			px.px_mem_limit = v;
+			break;
+		case 'C':
+			if ((c = parse_seconds(optarg, UINT32_MAX, &v)) < 0)
+				parse_fail("sandcell-proxy", "--cpu", optarg, c,
+					   "a CPU time such as 600 or 2h");
+			px.px_cpu_limit = v;
+			break;
 		case 'G': px.px_cgroup_parent = optarg; break;
 		case 'S': px.px_sandbox = true; break;
-		case 'R': {
+		case 'Q': {
 			unsigned a, b;
 			if (sscanf(optarg, "%u-%u", &a, &b) != 2 || !a || a > b)
 				usage();
@@ -499,6 +518,17 @@ main(int argc, char **argv)
 		case 'T': px.px_sb_tmp_size = strtoull(optarg, NULL, 10); break;
 		case 'U': uid_arg = strtoul(optarg, NULL, 10); break;
 		case 'W': px.px_sb_own_ws = true; break;
+		case 'R':
+		case 'A': {
+			bool retry = c == 'R';
+			/* milliseconds, from the broker */
+			if ((c = parse_count(optarg, 1, 86400000, &v)) < 0)
+				parse_fail("sandcell-proxy",
+					   retry ? "--interrupt-retry" : "--interrupt-grace", optarg, c,
+					   "milliseconds from 1 to 86400000");
+			*(retry ? &px.px_interrupt_retry_ms : &px.px_interrupt_grace_ms) = v;
+			break;
+		}
 		case 'v':
 			if ((level = parse_level(optarg)) < 0)
 				usage();

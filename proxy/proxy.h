@@ -16,6 +16,7 @@
 
 #define KINFO_RESEND_MS 100
 #define KERNEL_START_MS 60000
+/* defaults of --interrupt-retry and --interrupt-grace */
 #define INTERRUPT_RETRY_MS 1000
 #define INTERRUPT_GRACE_MS 3000
 #define MAX_RESUBMIT 3
@@ -91,6 +92,8 @@ struct proxy {
 	uint64_t px_cpu_limit;  /* seconds of CPU per kernel; 0 = none */
 	char *px_cgroup;        /* the kernel's own cgroup dir, or NULL */
 	char *px_cgroup_parent; /* --cgroup: where to create it */
+	uint64_t px_interrupt_retry_ms; /* an interrupt unanswered this long is sent again */
+	uint64_t px_interrupt_grace_ms; /* ... and this long after the first, a restart */
 	unsigned long long px_oom_seen;
 
 	/* the sandbox (sandbox.c); px_kpid is then the box's init */
