@@ -36,7 +36,7 @@ UNIT_TESTS = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.
 INTEG_TESTS = $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/*_test.c))
 
 .PHONY: all bench deps fuzz install run soak test test-install test-systemd test-unit test-integration test-sdk test-asan clean \
-        check-deps format
+        check-deps format image test-deploy test-image
 
 all: $(PROGS)
 
@@ -102,7 +102,7 @@ run: deps all
 	exec $(BIN)/sandcell-broker --listen $(LISTEN) $(RUN_ARGS)
 
 test: deps all
-	@$(MAKE) --no-print-directory test-unit test-integration test-sdk test-systemd test-install
+	@$(MAKE) --no-print-directory test-unit test-integration test-sdk test-systemd test-install test-deploy
 
 test-unit: $(UNIT_TESTS)
 	@set -e; for t in $(UNIT_TESTS); do echo "== $$t"; $$t --jobs 1; done
@@ -128,6 +128,19 @@ test-systemd: all
 	  systemd-analyze verify $$d/sandcell.service $$d/sandcell.slice; rc=$$?; rm -rf $$d; \
 	  [ $$rc -eq 0 ] && echo "systemd units: 1 passed, 0 failed" || \
 	  { echo "systemd units: 0 passed, 1 failed"; exit 1; }
+
+# The Kubernetes manifests against agent-sandbox's CRD schemas, and yamllint.
+test-deploy:
+	@/usr/bin/python3 tests/deploy/manifests_test.py
+
+# The OCI image sandcell:VERSION and sandcell:latest (podman; not in make test).
+image: deps all
+	@sh scripts/image.sh
+
+# Builds the image, runs it with podman: the E2B SDK test against it, /ready
+# before and during a drain, podman stop within the grace with exit status 0.
+test-image: image
+	@sh tests/deploy/image_test.sh
 
 # Everything goes under $(DESTDIR): binaries, kernelspecs and the start-up
 # profile under $(PREFIX), the units in $(UNITDIR), naming $(PREFIX)'s paths.

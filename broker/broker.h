@@ -97,7 +97,10 @@ struct stream {
 	bool st_errored;      /* ctl run: an error line went by */
 	int st_spill_fd;      /* a slow client's backlog, in an unlinked file; or -1 */
 	uint64_t st_spill_w, st_spill_r;
-	bool st_overflow;     /* over --stream-cap: ended with an error line */
+	bool st_overflow;     /* over --stream-cap or spill failed: output no longer taken */
+	bool st_midline;      /* what is queued ends inside a line */
+	char *st_end;         /* error and end lines, queued once the line is complete */
+	struct buf st_tail;   /* bytes queued after the spill file's (when it is open) */
 	struct request *st_rq; /* parked before its response: see stream_park() */
 	uint64_t st_park_until;
 	TAILQ_ENTRY(stream) st_park_link; /* sv_parked, while st_rq is set */
@@ -213,6 +216,7 @@ struct server {
 	struct connq sv_conns;
 	unsigned sv_grace;      /* seconds running executions get on SIGTERM */
 	char sv_interrupt_retry[24], sv_interrupt_grace[24]; /* ms, for the proxies; "" = default */
+	char sv_heartbeat_timeout[24]; /* ms, for the proxies; "" = default */
 	bool sv_draining;       /* new executions get 503 */
 	bool sv_stopping;       /* SIGTERM: stop once drained */
 	uint64_t sv_drain_until;

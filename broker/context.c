@@ -197,6 +197,10 @@ spawn(struct context *c)
 		argv[n++] = "--interrupt-grace";
 		argv[n++] = sv.sv_interrupt_grace;
 	}
+	if (sv.sv_heartbeat_timeout[0]) {
+		argv[n++] = "--heartbeat-timeout";
+		argv[n++] = sv.sv_heartbeat_timeout;
+	}
 	argv[n] = NULL;
 	sigemptyset(&none);
 	if ((pid = fork()) < 0) {

@@ -166,7 +166,7 @@ usage(void)
 		"                          for rich data results; '' for none)\n"
 		"  --access-token TOKEN    require this token (X-Access-Token or\n"
 		"                          Authorization: Bearer) on every endpoint but\n"
-		"                          /health\n"
+		"                          /health and /ready\n"
 		"  --access-token-file F   the token is the first line of F\n"
 		"  --max-connections N     concurrent HTTP connections (default 4096)\n"
 		"  --header-timeout DURATION  a connection must send a request head\n"
@@ -183,6 +183,9 @@ usage(void)
 		"  --kernel-pids N         processes per context (default 1024; 0: none)\n"
 		"  --kernel-tmp-size SIZE  size of each context's private /tmp (default\n"
 		"                          512M)\n"
+		"  --heartbeat-timeout DURATION  an idle kernel that answers no heartbeat\n"
+		"                          for DURATION is restarted (default 20; a busy\n"
+		"                          one is dead only when its process is stopped)\n"
 		"  --stream-cap SIZE       output a stream may hold for a client that reads\n"
 		"                          slowly; past it the execution is cancelled and\n"
 		"                          the stream says so (default 1 GiB)\n"
@@ -473,6 +476,7 @@ main(int argc, char **argv)
 		{"pool", required_argument, NULL, 'W'},
 		{"interrupt-retry", required_argument, NULL, 'I'},
 		{"interrupt-grace", required_argument, NULL, 'J'},
+		{"heartbeat-timeout", required_argument, NULL, 'B'},
 		{"stream-cap", required_argument, NULL, 'X'},
 		{"spill-dir", required_argument, NULL, 'D'},
 		{"proxy", required_argument, NULL, 'p'},
@@ -646,10 +650,13 @@ main(int argc, char **argv)
 		case 'D': sv.sv_spill_dir = optarg; break;
 		case 'I':
 		case 'J':
+		case 'B':
 			if ((rc = parse_duration(optarg, 86400000, &v)) < 0 || (rc = v ? 0 : -ERANGE))
 				parse_fail("sandcell-broker", origin, optarg, rc,
 					   "a duration such as 1, 1.5s or 500ms, at most 24h");
-			snprintf(c == 'I' ? sv.sv_interrupt_retry : sv.sv_interrupt_grace,
+			snprintf(c == 'I' ? sv.sv_interrupt_retry
+				 : c == 'J' ? sv.sv_interrupt_grace
+					    : sv.sv_heartbeat_timeout,
 				 sizeof(sv.sv_interrupt_retry), "%llu", (unsigned long long)v);
 			break;
 		case 'W':

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,8 +210,10 @@ drain_ipc(struct proxy *p)
 
 /* Reads what a kernel socket holds; stops if handling closed the socket. */
 static void
-drain_kernel(struct proxy *p, void **sockp, bool iopub)
+drain_kernel(struct proxy *p, void **sockp, const char *name)
 {
+	bool iopub = !strcmp(name, "iopub");
+
 	void *sock = *sockp;
 
 	for (int i = 0; i < 256 && sock && *sockp == sock; i++) {
@@ -221,16 +224,24 @@ drain_kernel(struct proxy *p, void **sockp, bool iopub)
 		if (iopub)
 			p->px_iopub_at = now_ms();
 		if (e < 0) {
-			log_warn("context %s: %s message from kernel dropped: %s", p->px_id,
-				 iopub ? "iopub" : "shell",
+			log_warn("context %s: %s message from kernel dropped: %s", p->px_id, name,
 				 e == -EPERM ? "bad signature" : strerror(-e));
 			continue;
 		}
 		if (iopub)
 			kernel_on_iopub(p, &jm);
+		else if (sockp == &p->px_stdin)
+			kernel_on_stdin(p, &jm);
 		else
 			kernel_on_shell(p, &jm);
 		jmsg_free(&jm);
+		/*
+		 * Hand output on as it fills chunks, the message freed first: a
+		 * flood never piles up here, and a big message is held at most
+		 * twice (its NDJSON and the chunks made of it).
+		 */
+		if (iopub && p->px_run && buf_pending(&p->px_run->u_out) >= OUTPUT_CHUNK)
+			admit_flush(p);
 	}
 }
 
@@ -381,9 +392,9 @@ usage(void)
 			"--cwd DIR [--kernel NAME] [--env-file FILE] [--memory BYTES]\n"
 			"       [--cpu SECONDS] [--cgroup DIR] [--python-startup FILE] [--default]\n"
 			"       [--kernel-user USER] [--pooled] [--interrupt-retry MS]\n"
-			"       [--interrupt-grace MS] [--sandbox [--uid-range A-B]\n"
-			"       [--isolation shared|context] [--network host|none] [--pids N]\n"
-			"       [--tmp-size BYTES] [--uid UID] [--own-workspace]]\n"
+			"       [--interrupt-grace MS] [--heartbeat-timeout MS] [--sandbox\n"
+			"       [--uid-range A-B] [--isolation shared|context] [--network host|none]\n"
+			"       [--pids N] [--tmp-size BYTES] [--uid UID] [--own-workspace]]\n"
 			"       [--log-level LEVEL]\n");
 	exit(2);
 }
@@ -392,8 +403,8 @@ static void
 loop(struct proxy *p)
 {
 	while (!p->px_quit) {
-		zmq_pollitem_t it[6];
-		int n = 0, i_shell = -1, i_iopub = -1;
+		zmq_pollitem_t it[7];
+		int n = 0, i_shell = -1, i_iopub = -1, i_stdin = -1;
 		uint64_t now = now_ms();
 		long wait = admit_wait(p, now), kw = p->px_kstate == KS_STARTING ? 50 : 500;
 
@@ -409,6 +420,8 @@ loop(struct proxy *p)
 			it[n++] = (zmq_pollitem_t){p->px_shell, 0, ZMQ_POLLIN, 0};
 			i_iopub = n;
 			it[n++] = (zmq_pollitem_t){p->px_iopub, 0, ZMQ_POLLIN, 0};
+			i_stdin = n;
+			it[n++] = (zmq_pollitem_t){p->px_stdin, 0, ZMQ_POLLIN, 0};
 		}
 		if (zmq_poll(it, n, wait) < 0 && errno != EINTR)
 			fatal("zmq_poll: %s", zmq_strerror(errno));
@@ -418,9 +431,11 @@ loop(struct proxy *p)
 			reap(p);
 		/* iopub before shell: a reply must not overtake its output */
 		if (i_iopub >= 0 && it[i_iopub].revents)
-			drain_kernel(p, &p->px_iopub, true);
+			drain_kernel(p, &p->px_iopub, "iopub");
 		if (i_shell >= 0 && it[i_shell].revents)
-			drain_kernel(p, &p->px_shell, false);
+			drain_kernel(p, &p->px_shell, "shell");
+		if (i_stdin >= 0 && it[i_stdin].revents)
+			drain_kernel(p, &p->px_stdin, "stdin");
 		if (it[0].revents)
 			drain_ipc(p);
 		now = now_ms();
@@ -460,6 +475,7 @@ main(int argc, char **argv)
 		{"own-workspace", no_argument, NULL, 'W'},
 		{"interrupt-retry", required_argument, NULL, 'R'},
 		{"interrupt-grace", required_argument, NULL, 'A'},
+		{"heartbeat-timeout", required_argument, NULL, 'H'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *env_file = NULL, *kernel = NULL, *kuser = NULL;
@@ -471,6 +487,7 @@ main(int argc, char **argv)
 
 	px.px_interrupt_retry_ms = INTERRUPT_RETRY_MS;
 	px.px_interrupt_grace_ms = INTERRUPT_GRACE_MS;
+	px.px_hb_dead_ms = HB_DEAD_MS;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case 'r': px.px_run_dir = optarg; break;
@@ -519,14 +536,19 @@ main(int argc, char **argv)
 		case 'U': uid_arg = strtoul(optarg, NULL, 10); break;
 		case 'W': px.px_sb_own_ws = true; break;
 		case 'R':
-		case 'A': {
-			bool retry = c == 'R';
+		case 'A':
+		case 'H': {
+			const char *flag = c == 'R' ? "--interrupt-retry"
+					   : c == 'A' ? "--interrupt-grace"
+						      : "--heartbeat-timeout";
+			uint64_t *to = c == 'R' ? &px.px_interrupt_retry_ms
+				       : c == 'A' ? &px.px_interrupt_grace_ms
+						  : &px.px_hb_dead_ms;
 			/* milliseconds, from the broker */
 			if ((c = parse_count(optarg, 1, 86400000, &v)) < 0)
-				parse_fail("sandcell-proxy",
-					   retry ? "--interrupt-retry" : "--interrupt-grace", optarg, c,
+				parse_fail("sandcell-proxy", flag, optarg, c,
 					   "milliseconds from 1 to 86400000");
-			*(retry ? &px.px_interrupt_retry_ms : &px.px_interrupt_grace_ms) = v;
+			*to = v;
 			break;
 		}
 		case 'v':
@@ -603,6 +625,12 @@ main(int argc, char **argv)
 			fatal("chown %s: %s", px.px_mplcache, strerror(errno));
 	}
 
+	/*
+	 * Output passes through in buffers of about a MiB: mapped, not taken from
+	 * the heap, so a flood's memory goes back to the system when it has
+	 * passed (glibc's adaptive threshold would keep up to 32 MiB ones).
+	 */
+	mallopt(M_MMAP_THRESHOLD, 256 << 10);
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGCHLD);

@@ -18,9 +18,11 @@
 #define KERNEL_START_MS 60000
 /* defaults of --interrupt-retry and --interrupt-grace */
 #define INTERRUPT_RETRY_MS 1000
+#define HB_DEAD_MS 20000 /* an idle kernel silent on its heartbeat this long is dead */
 #define INTERRUPT_GRACE_MS 3000
 #define MAX_RESUBMIT 3
 #define OUTPUT_CHUNK (1u << 20) /* most NDJSON bytes in one OUTPUT message */
+#define OUTPUT_LINE_TEXT (1u << 20) /* most bytes of stream text in one NDJSON line */
 #define IOPUB_QUIET_MS 5000 /* reply in, idle missing, iopub silent: output lost */
 /*
  * Output of a unit's first milliseconds is held (up to OUTPUT_CHUNK) so that
@@ -28,7 +30,8 @@
  * response; after that, output is handed on as it comes.
  */
 #define OUTPUT_HOLD_MS 10
-#define WIRE_MAX_FRAME (256LL << 20) /* larger kernel frames are dropped by libzmq */
+#define IOPUB_HWM 16 /* kernel messages queued here, for kernels that wait (NODROP) */
+#define WIRE_MAX_FRAME (64LL << 20) /* larger kernel frames are dropped by libzmq */
 
 /* One execution unit: [set env] + code + [restore env]. */
 struct unit {
@@ -120,7 +123,7 @@ struct proxy {
 	struct msgq px_outq;
 
 	void *px_zctx;
-	void *px_shell, *px_control, *px_iopub, *px_hb;
+	void *px_shell, *px_control, *px_iopub, *px_hb, *px_stdin;
 	char px_key[65];
 	char px_session[37];
 	char px_kinfo_id[40];
@@ -129,6 +132,7 @@ struct proxy {
 	enum kstate px_kstate;
 	uint64_t px_kstarted_at, px_kinfo_at;
 	uint64_t px_hb_sent, px_hb_ok;
+	uint64_t px_hb_dead_ms; /* --heartbeat-timeout: an idle kernel silent this long is dead */
 	uint64_t px_iopub_at; /* last message of any kind on iopub */
 	char *px_iopub_ep;    /* to connect iopub again after libzmq dropped it */
 	int px_start_failures;
@@ -172,6 +176,7 @@ void kernel_reaped(struct proxy *px, int status);
 void kernel_tick(struct proxy *px, uint64_t now);
 void kernel_on_shell(struct proxy *px, struct jmsg *jm);
 void kernel_on_iopub(struct proxy *px, struct jmsg *jm);
+void kernel_on_stdin(struct proxy *px, struct jmsg *jm);
 int kernel_execute(struct proxy *px, const char *code, bool silent, char msgid[40]);
 int kernel_probe(struct proxy *px, char msgid[40]); /* a kernel_info_request on shell */
 

@@ -260,6 +260,59 @@ Test(ctl, run_on_a_draining_broker_fails_like_execute, .fini = undrain, .timeout
 	free(id);
 }
 
+/* GET /ready answers *arg (an HTTP status). */
+static bool
+ready_is(void *arg)
+{
+	struct resp r = {0};
+	bool ok = http(URL, "GET", "/ready", NULL, &r, 5) == 0 && r.r_status == *(long *)arg;
+
+	resp_free(&r);
+	return ok;
+}
+
+static int
+wait_ready(long status, long timeout_ms)
+{
+	return wait_until(ready_is, &status, timeout_ms);
+}
+
+Test(ctl, ready_is_503_while_draining_and_200_after_undrain, .fini = undrain, .timeout = 90)
+{
+	struct resp r;
+	char *out;
+
+	/* the default contexts (python; javascript with Deno) answer */
+	cr_assert_eq(wait_ready(200, 30000), 0, "ready once the default contexts answer");
+	cr_assert_eq(ctl(&out, "drain"), 0, "%s", out);
+	free(out);
+	cr_assert_eq(http(URL, "GET", "/ready", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 503, "not ready while draining: %s", r.r_body);
+	cr_assert(strstr(r.r_body, "draining"), "%s", r.r_body);
+	resp_free(&r);
+	cr_assert_eq(http(URL, "GET", "/health", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 200, "still alive while draining");
+	resp_free(&r);
+	cr_assert_eq(ctl(&out, "undrain"), 0, "%s", out);
+	free(out);
+	cr_assert_eq(http(URL, "GET", "/ready", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 200, "ready again after undrain: %s", r.r_body);
+	resp_free(&r);
+}
+
+Test(ctl, ready_is_503_while_the_default_kernel_restarts, .timeout = 90)
+{
+	cr_assert_eq(wait_ready(200, 30000), 0);
+	json_t *l = run(URL, NULL, "import os; print(os.getpid())");
+	char *pid = stdout_of(l);
+	json_decref(l);
+	cr_assert_eq(kill(atoi(pid), SIGKILL), 0, "kill the default kernel %s", pid);
+	free(pid);
+	/* the restart takes ~0.5 s: readiness goes down, then comes back */
+	cr_assert_eq(wait_ready(503, 10000), 0, "not ready while the default kernel restarts");
+	cr_assert_eq(wait_ready(200, 30000), 0, "ready once the new kernel answers");
+}
+
 Test(ctl, run_obeys_max_queue, .timeout = 90)
 {
 	char *id = context_new(URL, "python", NULL), *out;

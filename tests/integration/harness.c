@@ -692,6 +692,27 @@ wait_pid_gone(pid_t pid, long timeout_ms)
 	return wait_until(pid_gone, &pid, timeout_ms);
 }
 
+struct pid_exit {
+	pid_t pe_pid;
+	int *pe_status;
+};
+
+static bool
+pid_exited(void *arg)
+{
+	struct pid_exit *pe = arg;
+
+	return waitpid(pe->pe_pid, pe->pe_status, WNOHANG) == pe->pe_pid;
+}
+
+int
+wait_pid_exit(pid_t pid, int *status, long timeout_ms)
+{
+	struct pid_exit pe = {pid, status};
+
+	return wait_until(pid_exited, &pe, timeout_ms);
+}
+
 int
 ctl_run(const char *run_dir, char **out, const char *fmt, ...)
 {
