@@ -467,7 +467,7 @@ main(int argc, char **argv)
 		{"max-connections", required_argument, NULL, 'x'},
 		{"header-timeout", required_argument, NULL, 'H'},
 		{"kernel-user", required_argument, NULL, 'U'},
-		{"no-sandbox", no_argument, NULL, 'B'},
+		{"no-sandbox", no_argument, NULL, 'O'},
 		{"kernel-uid-range", required_argument, NULL, 'Y'},
 		{"isolation", required_argument, NULL, 'i'},
 		{"kernel-network", required_argument, NULL, 'N'},
@@ -604,7 +604,7 @@ main(int argc, char **argv)
 			sv.sv_header_timeout = v;
 			break;
 		case 'U': sv.sv_kernel_user = optarg; break;
-		case 'B': sv.sv_sandbox = false; break;
+		case 'O': sv.sv_sandbox = false; break;
 		case 'Y': {
 			unsigned a, b;
 			if (sscanf(optarg, "%u-%u", &a, &b) != 2 || a == 0 || a > b) {
