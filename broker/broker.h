@@ -171,6 +171,8 @@ struct context {
 	struct streamq c_streams;
 	int c_nstreams;
 	struct requestq c_waiters;
+	unsigned c_uid;       /* --isolation context: its kernels' uid; 0 = shared */
+	bool c_own_ws;        /* c_cwd is its own workspace (removed with it) */
 };
 TAILQ_HEAD(contextq, context);
 
@@ -197,6 +199,9 @@ struct server {
 	const char *sv_kernel_memory, *sv_kernel_cpu, *sv_kernel_cgroup;
 	const char *sv_python_startup;
 	const char *sv_kernel_user;
+	bool sv_sandbox;        /* kernels in boxes (off: --no-sandbox) */
+	bool sv_isolated;       /* --isolation context */
+	const char *sv_uid_range, *sv_kernel_network, *sv_kernel_pids, *sv_kernel_tmp;
 	struct kspec **sv_kspecs; /* kernelspecs as last read (kcache_find) */
 	size_t sv_nkspecs;
 	uint64_t sv_kspecs_at;
@@ -352,5 +357,13 @@ void control_pipe_events(void);
 void control_reply(struct request *rq, unsigned status, json_t *json, const char *text);
 void control_stream_output(struct stream *s, const char *data, size_t len, bool final);
 void control_event(json_t *ev);
+
+/* box.c */
+int box_check(char *err, size_t errsz);
+unsigned box_uid(void);
+const char *box_workspace(void);
+int box_isolate(struct context *c, char *err, size_t errsz);
+void box_args(struct context *c, const char **argv, int *n);
+json_t *box_json(const char *slot);
 
 #endif

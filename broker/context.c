@@ -100,6 +100,9 @@ context_json(struct context *c, bool live)
 	json_object_set_new(j, "proxy_rss_bytes", json_integer(rss_of(c->c_pl->pl_pid)));
 	json_object_set_new(j, "kernel_rss_bytes", json_integer(rss_of((pid_t)c->c_pl->pl_kpid)));
 	json_object_set_new(j, "age_seconds", json_real((now_ms() - c->c_created) / 1000.0));
+	json_t *box = box_json(c->c_pl->pl_slot);
+	if (box)
+		json_object_set_new(j, "sandbox", box);
 	if (c->c_error)
 		json_object_set_new(j, "error", json_string(c->c_error));
 	return j;
@@ -184,6 +187,11 @@ context_create(const char *want, const char *cwd, bool is_default, struct contex
 	}
 	c = context_new(NULL, ks->ks_lang, ks->ks_name, cwd, is_default);
 	TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
+	if (box_isolate(c, err, errsz) < 0) {
+		context_free(c);
+		return -EAGAIN;
+	}
+	cwd = c->c_cwd;
 	if (link_open(c, c->c_id) < 0 || supervise_spawn(c) < 0) {
 		snprintf(err, errsz, "could not start a proxy for the context");
 		context_free(c);

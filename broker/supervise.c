@@ -23,12 +23,12 @@
 int
 supervise_spawn(struct context *c)
 {
-	char *argv[48];
+	const char *argv[64];
 	int n = 0;
 	sigset_t none;
 	pid_t pid;
 
-	argv[n++] = (char *)sv.sv_proxy_bin;
+	argv[n++] = sv.sv_proxy_bin;
 	argv[n++] = "--run-dir";
 	argv[n++] = (char *)sv.sv_run_dir;
 	argv[n++] = "--id";
@@ -67,6 +67,7 @@ supervise_spawn(struct context *c)
 		argv[n++] = "--kernel-user";
 		argv[n++] = (char *)sv.sv_kernel_user;
 	}
+	box_args(c, argv, &n);
 	if (sv.sv_interrupt_retry[0]) {
 		argv[n++] = "--interrupt-retry";
 		argv[n++] = sv.sv_interrupt_retry;
@@ -89,7 +90,7 @@ supervise_spawn(struct context *c)
 		/* own session: a terminal's Ctrl-C reaches the broker, which stops us */
 		setsid();
 		sigprocmask(SIG_SETMASK, &none, NULL);
-		execv(sv.sv_proxy_bin, argv);
+		execv(sv.sv_proxy_bin, (char *const *)argv);
 		_exit(127);
 	}
 	c->c_pl->pl_pid = pid;
@@ -265,7 +266,15 @@ supervise_adopt_all(void)
 		    uuid_valid(id) && base && !strncmp(base + 1, "sandcell-proxy", 14) &&
 		    !context_find(id)) {
 			struct context *c = context_new(id, lang, kernel, cwd, is_default);
+			json_t *box = json_object_get(j, "sandbox");
+			const char *iso = json_string_value(json_object_get(box, "isolation"));
 			c->c_pooled = pooled;
+			if (iso && !strcmp(iso, "context")) { /* its uid stays taken */
+				char *own = xasprintf("%s/%s", sv.sv_cwd, id);
+				c->c_uid = json_integer_value(json_object_get(box, "uid"));
+				c->c_own_ws = !strcmp(cwd, own);
+				free(own);
+			}
 			TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
 			if (link_open(c, slot) < 0) {
 				context_free(c);

@@ -41,7 +41,8 @@ static void
 ipc_fill_state(struct proxy *p, struct msg *m)
 {
 	msg_set_u64(m, F_STATE, p->px_kstate);
-	msg_set_u64(m, F_KPID, p->px_kpid > 0 ? (uint64_t)p->px_kpid : 0);
+	msg_set_u64(m, F_KPID, p->px_kshown > 0 ? (uint64_t)p->px_kshown
+				: p->px_kpid > 0 ? (uint64_t)p->px_kpid : 0);
 	msg_set_u64(m, F_QUEUE, admit_depth(p));
 	msg_set_u64(m, F_COUNT, p->px_count);
 }

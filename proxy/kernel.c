@@ -159,7 +159,16 @@ kernel_start(struct proxy *px)
 	exe = launch_which(argv[0]);
 	envp = launch_env(px, home);
 	sigemptyset(&none);
-	limits_prepare(px);
+	if ((rc = limits_prepare(px)) < 0) {
+		log_err("kernel %s: not started without its cgroup", px->px_ks->ks_name);
+		goto err;
+	}
+	if (px->px_sandbox) {
+		if ((rc = sandbox_spawn(px, exe, argv, envp)) < 0)
+			goto err;
+		pid = px->px_kpid;
+		goto started;
+	}
 	procs = px->px_cgroup ? xasprintf("%s/cgroup.procs", px->px_cgroup) : NULL;
 
 	pid = fork();
@@ -170,11 +179,12 @@ kernel_start(struct proxy *px)
 	}
 	if (pid == 0) {
 		/* child: async-signal-safe calls only */
-		int fd = open("/dev/null", O_RDONLY);
+		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 		setsid();
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
 			_exit(127);
+		signal(SIGPIPE, SIG_DFL); /* ignored in the proxy, not in kernels */
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		limits_apply_child(px, procs);
 		/* --kernel-user: drop to it for good (groups were looked up before fork) */
@@ -191,12 +201,13 @@ kernel_start(struct proxy *px)
 		_exit(127);
 	}
 	px->px_kpid = pid;
+started:
 	px->px_kstate = KS_STARTING;
 	px->px_kstarted_at = now_ms();
 	px->px_kinfo_reply = px->px_iopub_seen = false;
 	px->px_hb_sent = px->px_hb_ok = px->px_kstarted_at;
 	log_info("context %s: kernel %s started, pid %d", px->px_id, px->px_ks->ks_name,
-		 (int)pid);
+		 (int)(px->px_kshown ? px->px_kshown : pid));
 	if ((rc = kernel_probe(px, px->px_kinfo_id)) < 0) {
 		/* without it the kernel is never found ready */
 		log_err("kernel %s: send kernel_info_request: %s", px->px_ks->ks_name,
@@ -227,6 +238,7 @@ kernel_stop(struct proxy *px)
 		waitpid(px->px_kpid, NULL, 0);
 		px->px_kpid = 0;
 	}
+	sandbox_reaped(px);
 	close_sockets(px);
 	char *conn = xasprintf("%s/kernel.json", px->px_kdir);
 	unlink(conn);
@@ -256,7 +268,7 @@ kernel_interrupt(struct proxy *px)
 	if (px->px_ks->ks_interrupt_msg)
 		wire_send(px->px_control, px->px_key, px->px_session, "interrupt_request",
 			  json_object(), NULL);
-	else if (killpg(px->px_kpid, SIGINT) < 0)
+	else if (killpg(px->px_kpid, SIGINT) < 0) /* the box's init ignores it */
 		kill(px->px_kpid, SIGINT);
 	log_info("context %s: interrupt sent (%s)", px->px_id,
 		 px->px_ks->ks_interrupt_msg ? "message" : "SIGINT");
@@ -396,8 +408,9 @@ respawn(struct proxy *px, const char *why)
 void
 kernel_reaped(struct proxy *px, int status)
 {
-	char *why = describe_status(px, status);
+	char *why = describe_status(px, sandbox_status(px, status));
 
+	sandbox_reaped(px);
 	log_warn("context %s: %s", px->px_id, why);
 	px->px_kpid = 0;
 	respawn(px, why);
@@ -471,7 +484,8 @@ kernel_tick(struct proxy *px, uint64_t now)
 	while (wire_recv(px->px_control, px->px_key, &jm) != -EAGAIN)
 		jmsg_free(&jm);
 	if (now > px->px_hb_ok + px->px_hb_dead_ms) {
-		char state = proc_state(px->px_kpid);
+		/* the kernel itself, not its box's init */
+		char state = proc_state(px->px_kshown ? px->px_kshown : px->px_kpid);
 		if (px->px_run && state && !strchr("TtZX", state)) {
 			/*
 			 * Busy and its process runs: IRkernel answers heartbeats only

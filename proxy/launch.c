@@ -66,7 +66,9 @@ launch_env(struct proxy *px, const char *home)
 		xstrdup("PYDEVD_DISABLE_FILE_VALIDATION=1"),
 		/* one font cache for every kernel, built once, not per context */
 		xasprintf("MPLCONFIGDIR=%s", px->px_mplcache),
-		xasprintf("JPY_PARENT_PID=%d", (int)getpid()),
+		/* in a box the kernel's parent is its init, PID 1: "1" turns
+		 * ipykernel's parent poller off (PR_SET_PDEATHSIG does its job) */
+		xasprintf("JPY_PARENT_PID=%d", px->px_sandbox ? 1 : (int)getpid()),
 		NULL,
 	};
 

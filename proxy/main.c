@@ -92,7 +92,7 @@ handle_ipc(struct proxy *p, struct msg *m)
 		break;
 	case MSG_SHUTDOWN:
 		ipc_reply(p, MSG_OK, m->m_req, "shutting down");
-		p->px_quit = true;
+		p->px_quit = p->px_shutdown = true;
 		break;
 	case MSG_INFO:
 		ipc_reply(p, MSG_OK, m->m_req, NULL);
@@ -214,10 +214,11 @@ write_state_file(struct proxy *p)
 {
 	char *path = xasprintf("%s/state.json", p->px_dir);
 	char *tmp = xasprintf("%s.tmp", path);
-	json_t *o = json_pack("{s:s?, s:s, s:s, s:s, s:s, s:i, s:b}", "id",
+	json_t *o = json_pack("{s:s?, s:s, s:s, s:s, s:s, s:i, s:b, s:o}", "id",
 			      p->px_pooled ? NULL : p->px_ctx, "slot", p->px_id, "language",
 			      p->px_lang, "kernel", p->px_ks->ks_name, "cwd", p->px_cwd, "pid",
-			      (int)getpid(), "default", p->px_default);
+			      (int)getpid(), "default", p->px_default, "sandbox",
+			      sandbox_json(p));
 
 	/* without it a restarted broker cannot re-attach this proxy: say so */
 	if (json_dump_file(o, tmp, JSON_COMPACT) < 0)
@@ -238,7 +239,9 @@ usage(void)
 			"--cwd DIR [--kernel NAME] [--env-file FILE] [--memory BYTES]\n"
 			"       [--cpu SECONDS] [--cgroup DIR] [--python-startup FILE] [--default]\n"
 			"       [--kernel-user USER] [--pooled] [--interrupt-retry MS]\n"
-			"       [--interrupt-grace MS] [--heartbeat-timeout MS]\n"
+			"       [--interrupt-grace MS] [--heartbeat-timeout MS] [--sandbox\n"
+			"       [--uid-range A-B] [--isolation shared|context] [--network host|none]\n"
+			"       [--pids N] [--tmp-size BYTES] [--uid UID] [--own-workspace]]\n"
 			"       [--log-level LEVEL]\n");
 	exit(2);
 }
@@ -309,12 +312,21 @@ main(int argc, char **argv)
 		{"memory", required_argument, NULL, 'M'},
 		{"cpu", required_argument, NULL, 'C'},
 		{"cgroup", required_argument, NULL, 'G'},
+		{"sandbox", no_argument, NULL, 'S'},
+		{"uid-range", required_argument, NULL, 'Q'},
+		{"isolation", required_argument, NULL, 'I'},
+		{"network", required_argument, NULL, 'N'},
+		{"pids", required_argument, NULL, 'p'},
+		{"tmp-size", required_argument, NULL, 'T'},
+		{"uid", required_argument, NULL, 'U'},
+		{"own-workspace", no_argument, NULL, 'W'},
 		{"interrupt-retry", required_argument, NULL, 'R'},
 		{"interrupt-grace", required_argument, NULL, 'A'},
 		{"heartbeat-timeout", required_argument, NULL, 'H'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *env_file = NULL, *kernel = NULL, *kuser = NULL;
+	unsigned long uid_arg = 0;
 	char lang[128];
 	sigset_t mask;
 	int c, level = LOG_INFO;
@@ -347,6 +359,29 @@ main(int argc, char **argv)
 			px.px_cpu_limit = v;
 			break;
 		case 'G': px.px_cgroup_parent = optarg; break;
+		case 'S': px.px_sandbox = true; break;
+		case 'Q': {
+			unsigned a, b;
+			if (sscanf(optarg, "%u-%u", &a, &b) != 2 || !a || a > b)
+				usage();
+			px.px_sb_uid_first = a;
+			px.px_sb_uid_last = b;
+			break;
+		}
+		case 'I':
+			if (strcmp(optarg, "shared") && strcmp(optarg, "context"))
+				usage();
+			px.px_sb_isolated = !strcmp(optarg, "context");
+			break;
+		case 'N':
+			if (strcmp(optarg, "host") && strcmp(optarg, "none"))
+				usage();
+			px.px_sb_net_none = !strcmp(optarg, "none");
+			break;
+		case 'p': px.px_sb_pids = strtoull(optarg, NULL, 10); break;
+		case 'T': px.px_sb_tmp_size = strtoull(optarg, NULL, 10); break;
+		case 'U': uid_arg = strtoul(optarg, NULL, 10); break;
+		case 'W': px.px_sb_own_ws = true; break;
 		case 'R':
 		case 'A':
 		case 'H': {
@@ -377,6 +412,8 @@ main(int argc, char **argv)
 	px.px_cwd = xstrdup(px.px_cwd);
 	if (sodium_init() < 0)
 		fatal("sodium_init failed");
+	if (sandbox_network(&px) < 0) /* while no thread exists */
+		exit(1);
 	if (lang_normalise(kernel ? kernel : px.px_lang, lang, sizeof(lang)) < 0 ||
 	    kspec_find(lang, &px.px_ks) < 0)
 		fatal("context %s: no kernelspec '%s'", px.px_id, kernel ? kernel : px.px_lang);
@@ -392,10 +429,6 @@ main(int argc, char **argv)
 		fatal("mkdir %s: %s", px.px_dir, strerror(-c));
 	px.px_kuid = (uid_t)-1;
 	if (kuser) {
-		/*
-		 * The kernel runs as another user: its files live outside the run dir
-		 * (0700, ours) in a dir of its own under <run dir>.kernels (0711).
-		 */
 		struct passwd *pw = getpwnam(kuser);
 		if (!pw)
 			fatal("--kernel-user %s: no such user", kuser);
@@ -404,11 +437,28 @@ main(int argc, char **argv)
 		px.px_kngroups = sizeof(px.px_kgroups) / sizeof(px.px_kgroups[0]);
 		if (getgrouplist(kuser, pw->pw_gid, px.px_kgroups, &px.px_kngroups) < 0)
 			px.px_kngroups = 0;
+	}
+	if (uid_arg && !kuser) { /* a uid of its own, from the broker */
+		px.px_kuid = px.px_kgid = uid_arg;
+		px.px_kngroups = 0;
+	}
+	if ((c = sandbox_init(&px)) < 0)
+		fatal("context %s: cannot build the sandbox: %s", px.px_id, strerror(-c));
+	if (px.px_sandbox) {
+		/* the box sees this dir (bound into its hidden run dir), nothing else of ours */
+		px.px_kdir = xasprintf("%s/kernel", px.px_dir);
+		px.px_mplcache = xasprintf("%s/cache/matplotlib-%u", px.px_run_dir,
+					   (unsigned)px.px_kuid);
+	} else if (kuser) {
+		/*
+		 * The kernel runs as another user: its files live outside the run dir
+		 * (0700, ours) in a dir of its own under <run dir>.kernels (0711).
+		 */
 		char *root = xasprintf("%s.kernels", px.px_run_dir);
 		mkdir_p(root, 0711);
 		chmod(root, 0711);
 		px.px_kdir = xasprintf("%s/%s", root, px.px_id);
-		px.px_mplcache = xasprintf("%s/cache-%u", root, (unsigned)pw->pw_uid);
+		px.px_mplcache = xasprintf("%s/cache-%u", root, (unsigned)px.px_kuid);
 		free(root);
 	} else {
 		px.px_kdir = xstrdup(px.px_dir);
@@ -452,6 +502,7 @@ main(int argc, char **argv)
 	ipc_flush(&px);
 	kernel_stop(&px);
 	limits_cleanup(&px);
+	sandbox_cleanup(&px);
 	nng_msleep(20); /* let the last replies leave */
 	nng_close(px.px_ipc);
 	zmq_ctx_term(px.px_zctx);

@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <sys/queue.h>
 #include <sys/types.h>
+#include <linux/filter.h>
 
 #include <jansson.h>
 
@@ -99,6 +100,23 @@ struct proxy {
 	uint64_t px_interrupt_grace_ms; /* ... and this long after the first, a restart */
 	unsigned long long px_oom_seen;
 
+	/* the sandbox (sandbox.c); px_kpid is then the box's init */
+	bool px_sandbox;
+	bool px_sb_isolated;    /* --isolation context: a uid of its own */
+	bool px_sb_net_none;    /* own network namespace, loopback only */
+	uid_t px_sb_uid_first, px_sb_uid_last;
+	uint64_t px_sb_pids;    /* pids.max; 0 = no limit */
+	uint64_t px_sb_tmp_size;
+	char *px_sb_tmp_opts;
+	char *px_sb_pids_cg;    /* the box's pids cgroup dir, or NULL */
+	char *px_sb_cover[8], *px_sb_keep[8]; /* hidden paths; paths shown again */
+	int px_sb_ncover, px_sb_nkeep;
+	struct sock_fprog px_sb_prog;
+	int px_sb_sock;         /* the init's status reports; -1 = none */
+	bool px_sb_own_ws;      /* px_cwd is this context's own workspace */
+	bool px_shutdown;       /* the broker ended the context (SHUTDOWN) */
+	pid_t px_kshown;        /* the kernel process itself (operators, signals) */
+
 	nng_socket px_ipc;
 	int px_ipc_fd, px_ipc_sendfd;
 	int px_evfd;         /* nng pipe events land here */
@@ -153,6 +171,15 @@ char *launch_which(const char *prog);
 void launch_ipython_profile(struct proxy *px, const char *home);
 int launch_connection_file(struct proxy *px, const char *path, int ports[5],
 			   char ep[5][EP_MAX]);
+
+/* sandbox.c */
+int sandbox_init(struct proxy *px);
+int sandbox_network(struct proxy *px);
+int sandbox_spawn(struct proxy *px, const char *exe, char **argv, char **envp);
+int sandbox_status(struct proxy *px, int status);
+void sandbox_reaped(struct proxy *px);
+void sandbox_cleanup(struct proxy *px);
+json_t *sandbox_json(struct proxy *px);
 
 /* kernel.c */
 int kernel_start(struct proxy *px);

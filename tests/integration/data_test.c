@@ -395,9 +395,9 @@ Test(data, unserialisable_dict_gives_no_json, .timeout = 30)
 
 Test(data, pil_save_writes_the_file_and_displays_it, .timeout = 90)
 {
-	char path[128], code[512];
+	char path[512], code[1024]; /* in the workspace: seen from here too */
 
-	snprintf(path, sizeof(path), "/tmp/sandcell-data-test-%d.png", (int)getpid());
+	snprintf(path, sizeof(path), "%s.work/sandcell-data-test-%d.png", test_run_dir(), (int)getpid());
 	unlink(path);
 	snprintf(code, sizeof(code),
 		 "from PIL import Image\nImage.new('RGB', (8, 8), 'red').save('%s')", path);

@@ -530,7 +530,8 @@ broker_stop(struct broker *b)
 		broker_kill_proxies(b->b_run_dir); /* whatever a test left running */
 	if (b->b_run_dir[0]) {
 		char cmd[300];
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", b->b_run_dir);
+		/* and the sandbox's default workspace beside it */
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s.work'", b->b_run_dir, b->b_run_dir);
 		if (system(cmd) != 0)
 			fprintf(stderr, "could not remove %s\n", b->b_run_dir);
 		if (sanitizer_reports(b->b_log)) {
