@@ -252,6 +252,17 @@ void server_watch(int fd, uint32_t events, struct evsrc *ev);
 void server_unwatch(int fd);
 void server_notify(const char *state);
 
+/* config.c */
+void config_token_set(const char *token);
+int config_token_file(const char *path);
+int config_pool_parse(const char *arg);
+int config_env_put(const char *kv, const char *origin);
+int config_env_file(const char *path);
+void config_run_dir(void);
+const char *config_default_cwd(void);
+const char *config_python_startup(void);
+const char *config_proxy_bin(void);
+
 /* metrics.c */
 enum metric { M_DISCONNECT, M_CANCEL, M_KERNEL_RESTART, M_PROXY_RESTART, M_BYTES };
 void metrics_http(const char *endpoint, const char *method, unsigned status);

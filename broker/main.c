@@ -1,8 +1,9 @@
 /*
- * main.c — sandcell-broker: options, run directory, and the one event loop
- * (epoll) that drives libmicrohttpd, every proxy's IPC socket, client hang-up
- * watches, signals and timers. Everything runs on this thread; nng's own
- * threads only wake it through an eventfd.
+ * main.c — sandcell-broker: options (config.c does what needs more than a
+ * field set, and prepares the run directory) and the one event loop (epoll)
+ * that drives libmicrohttpd, every proxy's IPC socket, client hang-up watches,
+ * signals and timers. Everything runs on this thread; nng's own threads only
+ * wake it through an eventfd.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -30,65 +31,6 @@
 #include "broker.h"
 
 #define MAX_WAIT_S (7u * 24 * 3600) /* longest timeout or grace a flag may set */
-
-/* Only a hash of the token is kept; comparing hashes is constant-time. */
-static void
-token_set(const char *token)
-{
-	if (!*token)
-		fatal("the access token is empty");
-	crypto_generichash(sv.sv_token_hash, sizeof(sv.sv_token_hash),
-			   (const unsigned char *)token, strlen(token), NULL, 0);
-	sv.sv_token = true;
-}
-
-static int
-token_file(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char line[4096];
-
-	if (!f || !fgets(line, sizeof(line), f)) {
-		log_err("access token file %s: %s", path, f ? "empty" : strerror(errno));
-		if (f)
-			fclose(f);
-		return -1;
-	}
-	fclose(f);
-	line[strcspn(line, "\r\n")] = '\0';
-	token_set(line);
-	sodium_memzero(line, sizeof(line));
-	return 0;
-}
-
-/* --pool python=2,javascript=1; 0 or none for no pool. */
-static int
-pool_parse(const char *arg)
-{
-	char *copy = xstrdup(arg), *save, *tok;
-
-	sv.sv_npool = 0;
-	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		char *eq = strchr(tok, '=');
-		if (!strcmp(tok, "0") || !strcmp(tok, "none"))
-			continue;
-		uint64_t size;
-		if (!eq || sv.sv_npool == sizeof(sv.sv_pool) / sizeof(sv.sv_pool[0]) ||
-		    parse_count(eq + 1, 0, 64, &size) < 0) {
-			free(copy);
-			return -1;
-		}
-		*eq = '\0';
-		struct pool_spec *ps = &sv.sv_pool[sv.sv_npool++];
-		if (lang_normalise(tok, ps->ps_want, sizeof(ps->ps_want)) < 0) {
-			free(copy);
-			return -1;
-		}
-		ps->ps_size = size;
-	}
-	free(copy);
-	return 0;
-}
 
 static void
 usage(void)
@@ -160,146 +102,6 @@ usage(void)
 		"                          first interrupt is restarted (default 3s)\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n");
 	exit(2);
-}
-
-static int
-env_put(const char *kv, const char *origin)
-{
-	const char *eq = strchr(kv, '=');
-	char *k;
-
-	if (!eq) {
-		log_err("%s: '%s' is not KEY=VALUE", origin, kv);
-		return -1;
-	}
-	k = xstrndup(kv, eq - kv);
-	if (!env_key_valid(k)) {
-		log_err("%s: '%s' is not a valid variable name", origin, k);
-		free(k);
-		return -1;
-	}
-	json_object_set_new(sv.sv_genv, k, json_string(eq + 1));
-	free(k);
-	return 0;
-}
-
-static int
-env_file_read(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *line = NULL;
-	size_t cap = 0;
-	ssize_t n;
-	int rc = 0;
-
-	if (!f) {
-		log_err("env file %s: %s", path, strerror(errno));
-		return -1;
-	}
-	while ((n = getline(&line, &cap, f)) > 0) {
-		while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-			line[--n] = '\0';
-		char *p = line;
-		while (*p == ' ' || *p == '\t')
-			p++;
-		if (*p == '\0' || *p == '#')
-			continue;
-		if (!strncmp(p, "export ", 7))
-			p += 7;
-		if (env_put(p, path) < 0)
-			rc = -1;
-	}
-	free(line);
-	fclose(f);
-	return rc;
-}
-
-/* The run dir is ours alone: 0700, owned by us, one broker at a time. */
-static void
-run_dir_prepare(void)
-{
-	struct stat st;
-	char *lock, *ctx;
-	int fd, rc;
-
-	if ((rc = mkdir_p(sv.sv_run_dir, 0700)) < 0)
-		fatal("run dir %s: %s", sv.sv_run_dir, strerror(-rc));
-	if (lstat(sv.sv_run_dir, &st) < 0 || !S_ISDIR(st.st_mode))
-		fatal("run dir %s: not a directory", sv.sv_run_dir);
-	if (st.st_uid != geteuid())
-		fatal("run dir %s: owned by uid %u, not us", sv.sv_run_dir, st.st_uid);
-	if ((st.st_mode & 0777) != 0700 && chmod(sv.sv_run_dir, 0700) < 0)
-		fatal("chmod 0700 %s: %s", sv.sv_run_dir, strerror(errno));
-	lock = xasprintf("%s/broker.lock", sv.sv_run_dir);
-	fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
-		fatal("run dir %s is in use by another broker (%s)", sv.sv_run_dir,
-		      strerror(errno));
-	free(lock); /* fd stays open: the lock lives as long as we do */
-	ctx = xasprintf("%s/ctx", sv.sv_run_dir);
-	if ((rc = mkdir_p(ctx, 0700)) < 0)
-		fatal("mkdir %s: %s", ctx, strerror(-rc));
-	free(ctx);
-
-	sv.sv_env_file = xasprintf("%s/global-env.json", sv.sv_run_dir);
-	char *tmp = xasprintf("%s.tmp", sv.sv_env_file);
-	unlink(tmp);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (fd < 0 || json_dumpfd(sv.sv_genv, fd, JSON_COMPACT) < 0 ||
-	    rename(tmp, sv.sv_env_file) < 0)
-		fatal("write %s: %s", sv.sv_env_file, strerror(errno));
-	close(fd);
-	free(tmp);
-}
-
-static const char *
-default_cwd(void)
-{
-	struct stat st;
-	const char *home = getenv("HOME");
-
-	if (stat("/home/user", &st) == 0 && S_ISDIR(st.st_mode))
-		return "/home/user";
-	return home && *home == '/' ? home : "/";
-}
-
-/* sandcell's IPython start-up profile: in the source tree, or installed. */
-static const char *
-default_python_startup(void)
-{
-	static char path[PATH_MAX];
-	const char *rel[] = {"../proxy/python/sandcell_startup.py",
-			     "../share/sandcell/sandcell_startup.py"};
-	char exe[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-
-	if (n <= 0)
-		return NULL;
-	exe[n] = '\0';
-	*strrchr(exe, '/') = '\0';
-	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-		char *p = xasprintf("%s/%s", exe, rel[i]);
-		if (realpath(p, path) && access(path, R_OK) == 0) {
-			free(p);
-			return path;
-		}
-		free(p);
-	}
-	return NULL;
-}
-
-static const char *
-default_proxy_bin(void)
-{
-	static char path[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 32);
-
-	if (n <= 0)
-		return "sandcell-proxy";
-	path[n] = '\0';
-	char *slash = strrchr(path, '/');
-	strcpy(slash + 1, "sandcell-proxy");
-	return path;
 }
 
 static void
@@ -458,7 +260,7 @@ main(int argc, char **argv)
 	sv.sv_genv = json_object();
 	sv.sv_log_level = "info";
 	sv.sv_grace = 30;
-	pool_parse("python=1");
+	config_pool_parse("python=1");
 	sv.sv_max_conns = 4096;
 	sv.sv_stream_cap = 1ull << 30;
 	sv.sv_spill_dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/var/tmp";
@@ -486,11 +288,11 @@ main(int argc, char **argv)
 		case 'r': sv.sv_run_dir = optarg; break;
 		case 'c': sv.sv_cwd = optarg; break;
 		case 'e':
-			if (env_put(optarg, origin) < 0)
+			if (config_env_put(optarg, origin) < 0)
 				exit(2);
 			break;
 		case 'E':
-			if (env_file_read(optarg) < 0)
+			if (config_env_file(optarg) < 0)
 				exit(2);
 			break;
 		case 'b':
@@ -543,11 +345,11 @@ main(int argc, char **argv)
 		case 'G': sv.sv_kernel_cgroup = optarg; break;
 		case 'S': sv.sv_python_startup = optarg; break;
 		case 'T':
-			token_set(optarg);
+			config_token_set(optarg);
 			memset(optarg, 'x', strlen(optarg)); /* not in ps output */
 			break;
 		case 'F':
-			if (token_file(optarg) < 0)
+			if (config_token_file(optarg) < 0)
 				exit(2);
 			break;
 		case 'x':
@@ -620,7 +422,7 @@ main(int argc, char **argv)
 				 sizeof(sv.sv_interrupt_retry), "%llu", (unsigned long long)v);
 			break;
 		case 'W':
-			if (pool_parse(optarg) < 0) {
+			if (config_pool_parse(optarg) < 0) {
 				fprintf(stderr, "sandcell-broker: %s '%s': expected LANG=N[,...] "
 						"with N from 0 to 64, or 0\n",
 					origin, optarg);
@@ -678,13 +480,13 @@ main(int argc, char **argv)
 			 "and see the whole machine");
 	}
 	if (!sv.sv_cwd)
-		sv.sv_cwd = sv.sv_sandbox ? box_workspace() : default_cwd();
+		sv.sv_cwd = sv.sv_sandbox ? box_workspace() : config_default_cwd();
 	if (!sv.sv_proxy_bin)
-		sv.sv_proxy_bin = default_proxy_bin();
+		sv.sv_proxy_bin = config_proxy_bin();
 	if (!sv.sv_python_startup)
 		sv.sv_python_startup = getenv("SANDCELL_PYTHON_STARTUP");
 	if (!sv.sv_python_startup)
-		sv.sv_python_startup = default_python_startup();
+		sv.sv_python_startup = config_python_startup();
 	else if (!*sv.sv_python_startup)
 		sv.sv_python_startup = NULL; /* --python-startup '': none */
 	if (access(sv.sv_proxy_bin, X_OK) < 0)
@@ -696,7 +498,7 @@ main(int argc, char **argv)
 	/* stream ids never repeat across broker restarts: proxies outlive us */
 	sv.sv_next_stream = (uint64_t)time(NULL) << 20;
 	sv.sv_next_req = 1;
-	run_dir_prepare();
+	config_run_dir();
 
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&mask);
