@@ -68,11 +68,11 @@ box_check(char *err, size_t errsz)
 			 pid > 0 && WIFEXITED(status) ? strerror(WEXITSTATUS(status)) : "failed");
 		return -ENOTSUP;
 	}
-	if (sv.sv_kernel_pids && strcmp(sv.sv_kernel_pids, "0") && !has_controller("pids")) {
+	if (sv.sv_cf.cf_kernel_pids && strcmp(sv.sv_cf.cf_kernel_pids, "0") && !has_controller("pids")) {
 		log_warn("sandbox: no pids cgroup controller: no process limit per context");
-		sv.sv_kernel_pids = "0";
+		sv.sv_cf.cf_kernel_pids = "0";
 	}
-	if (sv.sv_kernel_memory && !sv.sv_kernel_cgroup && !has_controller("memory"))
+	if (sv.sv_cf.cf_kernel_memory && !sv.sv_cf.cf_kernel_cgroup && !has_controller("memory"))
 		log_warn("sandbox: no memory cgroup controller: --kernel-memory is RLIMIT_DATA "
 			 "(Deno cannot start under it)");
 	return 0;
@@ -84,7 +84,7 @@ box_uid(void)
 {
 	unsigned a = 0, b = 0;
 
-	sscanf(sv.sv_uid_range, "%u-%u", &a, &b);
+	sscanf(sv.sv_cf.cf_uid_range, "%u-%u", &a, &b);
 	return a;
 }
 
@@ -100,13 +100,13 @@ box_workspace(void)
 
 	if (dir)
 		return dir;
-	dir = xasprintf("%s.work", sv.sv_run_dir);
+	dir = xasprintf("%s.work", sv.sv_cf.cf_run_dir);
 	if ((rc = mkdir_p(dir, 0755)) < 0)
 		fatal("workspace %s: %s", dir, strerror(-rc));
-	if (!sv.sv_isolated && !sv.sv_kernel_user && chown(dir, box_uid(), box_uid()) < 0)
+	if (!sv.sv_cf.cf_isolated && !sv.sv_cf.cf_kernel_user && chown(dir, box_uid(), box_uid()) < 0)
 		fatal("workspace %s: chown: %s", dir, strerror(errno));
 	/* isolated: root's, or the context holding the first uid could rename the others' */
-	if (sv.sv_isolated && (chown(dir, 0, 0) < 0 || chmod(dir, 0711) < 0))
+	if (sv.sv_cf.cf_isolated && (chown(dir, 0, 0) < 0 || chmod(dir, 0711) < 0))
 		fatal("workspace %s: chown/chmod: %s", dir, strerror(errno));
 	return dir;
 }
@@ -123,22 +123,22 @@ box_isolate(struct context *c, char *err, size_t errsz)
 	struct context *o;
 	bool used = true;
 
-	if (!sv.sv_sandbox || !sv.sv_isolated || sv.sv_kernel_user)
+	if (!sv.sv_cf.cf_sandbox || !sv.sv_cf.cf_isolated || sv.sv_cf.cf_kernel_user)
 		return 0;
-	sscanf(sv.sv_uid_range, "%u-%u", &a, &b);
+	sscanf(sv.sv_cf.cf_uid_range, "%u-%u", &a, &b);
 	for (uid = a; uid <= b && used; uid += used) {
 		used = false;
-		TAILQ_FOREACH(o, &sv.sv_contexts, c_link)
+		TAILQ_FOREACH(o, &sv.sv_tb.tb_contexts, c_link)
 			used |= o != c && o->c_uid == uid;
 	}
 	if (used) {
-		snprintf(err, errsz, "no free uid in --kernel-uid-range %s", sv.sv_uid_range);
+		snprintf(err, errsz, "no free uid in --kernel-uid-range %s", sv.sv_cf.cf_uid_range);
 		return -EAGAIN;
 	}
 	c->c_uid = uid;
-	if (strcmp(c->c_cwd, sv.sv_cwd))
+	if (strcmp(c->c_cwd, sv.sv_cf.cf_cwd))
 		return 0;
-	char *ws = xasprintf("%s/%s", sv.sv_cwd, c->c_id);
+	char *ws = xasprintf("%s/%s", sv.sv_cf.cf_cwd, c->c_id);
 	if (mkdir(ws, 0700) < 0 || chown(ws, uid, uid) < 0) {
 		snprintf(err, errsz, "workspace %s: %s", ws, strerror(errno));
 		free(ws);
@@ -156,7 +156,7 @@ box_args(struct context *c, const char **argv, int *n)
 {
 	static char uid[16];
 
-	if (!sv.sv_sandbox)
+	if (!sv.sv_cf.cf_sandbox)
 		return;
 	if (c->c_uid) {
 		snprintf(uid, sizeof(uid), "%u", c->c_uid); /* execv copies it at once */
@@ -167,22 +167,22 @@ box_args(struct context *c, const char **argv, int *n)
 		argv[(*n)++] = "--own-workspace";
 	argv[(*n)++] = "--sandbox";
 	argv[(*n)++] = "--uid-range";
-	argv[(*n)++] = sv.sv_uid_range;
+	argv[(*n)++] = sv.sv_cf.cf_uid_range;
 	argv[(*n)++] = "--isolation";
-	argv[(*n)++] = sv.sv_isolated ? "context" : "shared";
+	argv[(*n)++] = sv.sv_cf.cf_isolated ? "context" : "shared";
 	argv[(*n)++] = "--network";
-	argv[(*n)++] = sv.sv_kernel_network;
+	argv[(*n)++] = sv.sv_cf.cf_kernel_network;
 	argv[(*n)++] = "--pids";
-	argv[(*n)++] = sv.sv_kernel_pids;
+	argv[(*n)++] = sv.sv_cf.cf_kernel_pids;
 	argv[(*n)++] = "--tmp-size";
-	argv[(*n)++] = sv.sv_kernel_tmp;
+	argv[(*n)++] = sv.sv_cf.cf_kernel_tmp;
 }
 
 /* What the proxy of slot wrote of its box in its state file; NULL if nothing. */
 json_t *
 box_json(const char *slot)
 {
-	char *path = xasprintf("%s/ctx/%s/state.json", sv.sv_run_dir, slot);
+	char *path = xasprintf("%s/ctx/%s/state.json", sv.sv_cf.cf_run_dir, slot);
 	json_t *st = json_load_file(path, 0, NULL), *box = NULL;
 
 	free(path);

@@ -104,7 +104,7 @@ struct stream {
 	struct buf st_tail;   /* bytes queued after the spill file's (when it is open) */
 	struct request *st_rq; /* parked before its response: see stream_park() */
 	uint64_t st_park_until;
-	TAILQ_ENTRY(stream) st_park_link; /* sv_parked, while st_rq is set */
+	TAILQ_ENTRY(stream) st_park_link; /* tb_parked, while st_rq is set */
 };
 TAILQ_HEAD(streamq, stream);
 
@@ -183,67 +183,98 @@ struct pool_spec {
 	uint64_t ps_retry_at; /* back off after a pooled proxy failed */
 };
 
-struct server {
-	struct MHD_Daemon *sv_mhd;
-	int sv_epfd, sv_sigfd, sv_wakefd;
-	struct evsrc sv_ev_mhd, sv_ev_sig, sv_ev_wake, sv_ev_ctl;
-	const char *sv_listen, *sv_run_dir, *sv_cwd, *sv_proxy_bin;
-	char *sv_env_file;
-	const char *sv_log_level;
-	size_t sv_max_body;
-	int sv_max_queue;
-	int sv_max_contexts;
-	unsigned sv_conn_timeout;
-	bool sv_no_default;
-	bool sv_keep_contexts;  /* proxies outlive a stop (restart path) */
-	const char *sv_kernel_memory, *sv_kernel_cpu, *sv_kernel_cgroup;
-	const char *sv_python_startup;
-	const char *sv_kernel_user;
-	bool sv_sandbox;        /* kernels in boxes (off: --no-sandbox) */
-	bool sv_isolated;       /* --isolation context */
-	const char *sv_uid_range, *sv_kernel_network, *sv_kernel_pids, *sv_kernel_tmp;
-	struct kspec **sv_kspecs; /* kernelspecs as last read (kcache_find) */
-	size_t sv_nkspecs;
-	uint64_t sv_kspecs_at;
-	struct pool_spec sv_pool[8];
-	size_t sv_npool;
-	uint64_t sv_pool_backoff; /* no refill before this (a warm kernel failed) */
-	unsigned char sv_token_hash[32]; /* BLAKE2b of the access token */
-	bool sv_token;
-	unsigned sv_max_conns, sv_nconns;
-	unsigned sv_header_timeout; /* s a connection gets to send a request head */
-	uint64_t sv_stream_cap;     /* bytes a stream may hold for a slow client */
-	const char *sv_spill_dir;
-	struct connq sv_conns;
-	unsigned sv_grace;      /* seconds running executions get on SIGTERM */
-	char sv_interrupt_retry[24], sv_interrupt_grace[24]; /* ms, for the proxies; "" = default */
-	char sv_heartbeat_timeout[24]; /* ms, for the proxies; "" = default */
-	bool sv_draining;       /* new executions get 503 */
-	bool sv_stopping;       /* SIGTERM: stop once drained */
-	uint64_t sv_drain_until;
-	uint64_t sv_watchdog_ms; /* systemd watchdog interval / 2; 0 = none */
-	uint64_t sv_watchdog_at;
-	struct contextq sv_contexts;
-	struct streamq sv_streams;
-	struct streamq sv_parked; /* by st_park_until: PARK_MS after each request */
-	uint64_t sv_next_stream, sv_next_req;
-	bool sv_mhd_kick, sv_quit;
-	bool sv_pool_kick; /* refill the pool once this round's responses are out */
-	uint64_t sv_started;
-	nng_socket sv_ctl;
-	int sv_ctl_fd;
+/* Settings: from flags and the environment at start-up, read-only after. */
+struct server_config {
+	const char *cf_listen, *cf_run_dir, *cf_cwd, *cf_proxy_bin;
+	char *cf_env_file;
+	const char *cf_log_level;
+	size_t cf_max_body;
+	int cf_max_queue;
+	int cf_max_contexts;
+	unsigned cf_conn_timeout;
+	bool cf_no_default;
+	bool cf_keep_contexts;  /* proxies outlive a stop (restart path) */
+	const char *cf_kernel_memory, *cf_kernel_cpu, *cf_kernel_cgroup;
+	const char *cf_python_startup;
+	const char *cf_kernel_user;
+	bool cf_sandbox;        /* kernels in boxes (off: --no-sandbox) */
+	bool cf_isolated;       /* --isolation context */
+	const char *cf_uid_range, *cf_kernel_network, *cf_kernel_pids, *cf_kernel_tmp;
+	struct pool_spec cf_pool[8]; /* --pool (each one's ps_retry_at is pool.c's) */
+	size_t cf_npool;
+	unsigned char cf_token_hash[32]; /* BLAKE2b of the access token */
+	bool cf_token;
+	unsigned cf_max_conns;
+	unsigned cf_header_timeout; /* s a connection gets to send a request head */
+	uint64_t cf_stream_cap;     /* bytes a stream may hold for a slow client */
+	const char *cf_spill_dir;
+	unsigned cf_grace;      /* seconds running executions get on SIGTERM */
+	char cf_interrupt_retry[24], cf_interrupt_grace[24]; /* ms, for the proxies; "" = default */
+	char cf_heartbeat_timeout[24]; /* ms, for the proxies; "" = default */
+	uint64_t cf_watchdog_ms; /* systemd watchdog interval / 2; 0 = none */
+	json_t *cf_genv;        /* global env vars */
+};
+
+/* What the event loop watches: its fds and their event sources. */
+struct server_handles {
+	struct MHD_Daemon *io_mhd;
+	int io_epfd, io_sigfd, io_wakefd;
+	struct evsrc io_ev_mhd, io_ev_sig, io_ev_wake, io_ev_ctl;
+	nng_socket io_ctl;
+	int io_ctl_fd;
+};
+
+/* What the broker holds; the loop's thread alone touches them. */
+struct server_tables {
+	struct contextq tb_contexts;
+	struct streamq tb_streams;
+	struct streamq tb_parked; /* by st_park_until: PARK_MS after each request */
+	struct connq tb_conns;
+	unsigned tb_nconns;
+	uint64_t tb_next_stream, tb_next_req;
+	struct kspec **tb_kspecs; /* kernelspecs as last read (kcache_find) */
+	size_t tb_nkspecs;
+	uint64_t tb_kspecs_at;
 	struct {
 		struct {
 			nng_pipe pipe;
 			uint64_t req;
 		} w[32];
 		size_t n;
-	} sv_watchers; /* sandcellctl watch clients */
+	} tb_watchers; /* sandcellctl watch clients */
+};
+
+/* The warm pool's state (its sizes are cf_pool). */
+struct server_pool {
+	uint64_t po_backoff; /* no refill before this (a warm kernel failed) */
+	bool po_kick;        /* refill the pool once this round's responses are out */
+};
+
+/* Where the broker is in its life. */
+struct server_lifecycle {
+	bool lc_draining;       /* new executions get 503 */
+	bool lc_stopping;       /* SIGTERM: stop once drained */
+	uint64_t lc_drain_until;
+	uint64_t lc_watchdog_at;
+	bool lc_mhd_kick, lc_quit;
+	uint64_t lc_started;
+};
+
+/* Written on nng's threads, read on the loop's: under control.c's lock. */
+struct server_mailbox {
 	struct {
 		uint32_t *ids;
 		size_t n, cap;
-	} sv_ctl_gone; /* ctl pipes closed on nng's threads (control.c's lock) */
-	json_t *sv_genv; /* global env vars */
+	} mb_ctl_gone; /* ctl pipes closed */
+};
+
+struct server {
+	struct server_config sv_cf;
+	struct server_handles sv_io;
+	struct server_tables sv_tb;
+	struct server_pool sv_po;
+	struct server_lifecycle sv_lc;
+	struct server_mailbox sv_mb;
 };
 extern struct server sv;
 

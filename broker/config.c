@@ -23,9 +23,9 @@ config_token_set(const char *token)
 {
 	if (!*token)
 		fatal("the access token is empty");
-	crypto_generichash(sv.sv_token_hash, sizeof(sv.sv_token_hash),
+	crypto_generichash(sv.sv_cf.cf_token_hash, sizeof(sv.sv_cf.cf_token_hash),
 			   (const unsigned char *)token, strlen(token), NULL, 0);
-	sv.sv_token = true;
+	sv.sv_cf.cf_token = true;
 }
 
 int
@@ -53,19 +53,19 @@ config_pool_parse(const char *arg)
 {
 	char *copy = xstrdup(arg), *save, *tok;
 
-	sv.sv_npool = 0;
+	sv.sv_cf.cf_npool = 0;
 	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		char *eq = strchr(tok, '=');
 		if (!strcmp(tok, "0") || !strcmp(tok, "none"))
 			continue;
 		uint64_t size;
-		if (!eq || sv.sv_npool == sizeof(sv.sv_pool) / sizeof(sv.sv_pool[0]) ||
+		if (!eq || sv.sv_cf.cf_npool == sizeof(sv.sv_cf.cf_pool) / sizeof(sv.sv_cf.cf_pool[0]) ||
 		    parse_count(eq + 1, 0, 64, &size) < 0) {
 			free(copy);
 			return -1;
 		}
 		*eq = '\0';
-		struct pool_spec *ps = &sv.sv_pool[sv.sv_npool++];
+		struct pool_spec *ps = &sv.sv_cf.cf_pool[sv.sv_cf.cf_npool++];
 		if (lang_normalise(tok, ps->ps_want, sizeof(ps->ps_want)) < 0) {
 			free(copy);
 			return -1;
@@ -92,7 +92,7 @@ config_env_put(const char *kv, const char *origin)
 		free(k);
 		return -1;
 	}
-	json_object_set_new(sv.sv_genv, k, json_string(eq + 1));
+	json_object_set_new(sv.sv_cf.cf_genv, k, json_string(eq + 1));
 	free(k);
 	return 0;
 }
@@ -136,32 +136,32 @@ config_run_dir(void)
 	char *lock, *ctx;
 	int fd, rc;
 
-	if ((rc = mkdir_p(sv.sv_run_dir, 0700)) < 0)
-		fatal("run dir %s: %s", sv.sv_run_dir, strerror(-rc));
-	if (lstat(sv.sv_run_dir, &st) < 0 || !S_ISDIR(st.st_mode))
-		fatal("run dir %s: not a directory", sv.sv_run_dir);
+	if ((rc = mkdir_p(sv.sv_cf.cf_run_dir, 0700)) < 0)
+		fatal("run dir %s: %s", sv.sv_cf.cf_run_dir, strerror(-rc));
+	if (lstat(sv.sv_cf.cf_run_dir, &st) < 0 || !S_ISDIR(st.st_mode))
+		fatal("run dir %s: not a directory", sv.sv_cf.cf_run_dir);
 	if (st.st_uid != geteuid())
-		fatal("run dir %s: owned by uid %u, not us", sv.sv_run_dir, st.st_uid);
-	if ((st.st_mode & 0777) != 0700 && chmod(sv.sv_run_dir, 0700) < 0)
-		fatal("chmod 0700 %s: %s", sv.sv_run_dir, strerror(errno));
-	lock = xasprintf("%s/broker.lock", sv.sv_run_dir);
+		fatal("run dir %s: owned by uid %u, not us", sv.sv_cf.cf_run_dir, st.st_uid);
+	if ((st.st_mode & 0777) != 0700 && chmod(sv.sv_cf.cf_run_dir, 0700) < 0)
+		fatal("chmod 0700 %s: %s", sv.sv_cf.cf_run_dir, strerror(errno));
+	lock = xasprintf("%s/broker.lock", sv.sv_cf.cf_run_dir);
 	fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
-		fatal("run dir %s is in use by another broker (%s)", sv.sv_run_dir,
+		fatal("run dir %s is in use by another broker (%s)", sv.sv_cf.cf_run_dir,
 		      strerror(errno));
 	free(lock); /* fd stays open: the lock lives as long as we do */
-	ctx = xasprintf("%s/ctx", sv.sv_run_dir);
+	ctx = xasprintf("%s/ctx", sv.sv_cf.cf_run_dir);
 	if ((rc = mkdir_p(ctx, 0700)) < 0)
 		fatal("mkdir %s: %s", ctx, strerror(-rc));
 	free(ctx);
 
-	sv.sv_env_file = xasprintf("%s/global-env.json", sv.sv_run_dir);
-	char *tmp = xasprintf("%s.tmp", sv.sv_env_file);
+	sv.sv_cf.cf_env_file = xasprintf("%s/global-env.json", sv.sv_cf.cf_run_dir);
+	char *tmp = xasprintf("%s.tmp", sv.sv_cf.cf_env_file);
 	unlink(tmp);
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (fd < 0 || json_dumpfd(sv.sv_genv, fd, JSON_COMPACT) < 0 ||
-	    rename(tmp, sv.sv_env_file) < 0)
-		fatal("write %s: %s", sv.sv_env_file, strerror(errno));
+	if (fd < 0 || json_dumpfd(sv.sv_cf.cf_genv, fd, JSON_COMPACT) < 0 ||
+	    rename(tmp, sv.sv_cf.cf_env_file) < 0)
+		fatal("write %s: %s", sv.sv_cf.cf_env_file, strerror(errno));
 	close(fd);
 	free(tmp);
 }

@@ -58,7 +58,7 @@ context_find(const char *id)
 
 	if (!uuid_valid(id))
 		return NULL;
-	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
 		if (context_listed(c) && !strcmp(c->c_id, id))
 			return c;
 	return NULL;
@@ -76,7 +76,7 @@ context_default(const char *lang)
 {
 	struct context *c;
 
-	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
 		if (c->c_default && context_listed(c) && !strcmp(c->c_lang, lang))
 			return c;
 	return NULL;
@@ -147,7 +147,7 @@ context_free(struct context *c)
 		request_done(rq, 404, NULL, "context %s was deleted", c->c_id);
 	}
 	link_close(c->c_pl);
-	TAILQ_REMOVE(&sv.sv_contexts, c, c_link);
+	TAILQ_REMOVE(&sv.sv_tb.tb_contexts, c, c_link);
 	free(c->c_lang);
 	free(c->c_kernel);
 	free(c->c_cwd);
@@ -168,11 +168,11 @@ context_create(const char *want, const char *cwd, bool is_default, struct contex
 	const struct kspec *ks;
 	int n = 0;
 
-	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
 		n += !c->c_pooled && !c->c_deleting;
-	if (n >= sv.sv_max_contexts) {
+	if (n >= sv.sv_cf.cf_max_contexts) {
 		snprintf(err, errsz, "too many contexts (limit %d); delete one first",
-			 sv.sv_max_contexts);
+			 sv.sv_cf.cf_max_contexts);
 		return -EAGAIN;
 	}
 	if (!(ks = kcache_find(want))) {
@@ -186,7 +186,7 @@ context_create(const char *want, const char *cwd, bool is_default, struct contex
 		return 0;
 	}
 	c = context_new(NULL, ks->ks_lang, ks->ks_name, cwd, is_default);
-	TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
+	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_contexts, c, c_link);
 	if (box_isolate(c, err, errsz) < 0) {
 		context_free(c);
 		return -EAGAIN;
@@ -224,6 +224,6 @@ context_detach_all(void)
 {
 	struct context *c;
 
-	while ((c = TAILQ_FIRST(&sv.sv_contexts)))
+	while ((c = TAILQ_FIRST(&sv.sv_tb.tb_contexts)))
 		context_free(c);
 }

@@ -28,12 +28,12 @@ void
 control_pipe_gone(uint32_t id)
 {
 	pthread_mutex_lock(&gone_lock);
-	if (sv.sv_ctl_gone.n == sv.sv_ctl_gone.cap) {
-		sv.sv_ctl_gone.cap = sv.sv_ctl_gone.cap ? 2 * sv.sv_ctl_gone.cap : 64;
-		sv.sv_ctl_gone.ids = xrealloc(sv.sv_ctl_gone.ids,
-					      sv.sv_ctl_gone.cap * sizeof(sv.sv_ctl_gone.ids[0]));
+	if (sv.sv_mb.mb_ctl_gone.n == sv.sv_mb.mb_ctl_gone.cap) {
+		sv.sv_mb.mb_ctl_gone.cap = sv.sv_mb.mb_ctl_gone.cap ? 2 * sv.sv_mb.mb_ctl_gone.cap : 64;
+		sv.sv_mb.mb_ctl_gone.ids = xrealloc(sv.sv_mb.mb_ctl_gone.ids,
+					      sv.sv_mb.mb_ctl_gone.cap * sizeof(sv.sv_mb.mb_ctl_gone.ids[0]));
 	}
-	sv.sv_ctl_gone.ids[sv.sv_ctl_gone.n++] = id;
+	sv.sv_mb.mb_ctl_gone.ids[sv.sv_mb.mb_ctl_gone.n++] = id;
 	pthread_mutex_unlock(&gone_lock);
 }
 
@@ -51,34 +51,34 @@ pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 		return;
 	}
 	control_pipe_gone(nng_pipe_id(p));
-	if (write(sv.sv_wakefd, &one, sizeof(one)) < 0)
+	if (write(sv.sv_io.io_wakefd, &one, sizeof(one)) < 0)
 		log_warn("eventfd: %s", strerror(errno));
 }
 
 int
 control_start(void)
 {
-	char *url = xasprintf("ipc://%s/ctl.sock", sv.sv_run_dir);
+	char *url = xasprintf("ipc://%s/ctl.sock", sv.sv_cf.cf_run_dir);
 	nng_listener l;
 	int e;
 
 	unlink(url + 6);
-	if ((e = nng_pair1_open_poly(&sv.sv_ctl)) ||
-	    (e = nng_socket_set_size(sv.sv_ctl, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME)) ||
-	    (e = nng_socket_set_int(sv.sv_ctl, NNG_OPT_SENDBUF, 1024)) ||
-	    (e = nng_pipe_notify(sv.sv_ctl, NNG_PIPE_EV_ADD_PRE, pipe_event, NULL)) ||
-	    (e = nng_pipe_notify(sv.sv_ctl, NNG_PIPE_EV_REM_POST, pipe_event, NULL)) ||
-	    (e = nng_listener_create(&l, sv.sv_ctl, url)) ||
+	if ((e = nng_pair1_open_poly(&sv.sv_io.io_ctl)) ||
+	    (e = nng_socket_set_size(sv.sv_io.io_ctl, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME)) ||
+	    (e = nng_socket_set_int(sv.sv_io.io_ctl, NNG_OPT_SENDBUF, 1024)) ||
+	    (e = nng_pipe_notify(sv.sv_io.io_ctl, NNG_PIPE_EV_ADD_PRE, pipe_event, NULL)) ||
+	    (e = nng_pipe_notify(sv.sv_io.io_ctl, NNG_PIPE_EV_REM_POST, pipe_event, NULL)) ||
+	    (e = nng_listener_create(&l, sv.sv_io.io_ctl, url)) ||
 	    (e = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600)) ||
 	    (e = nng_listener_start(l, 0)) ||
-	    (e = nng_socket_get_int(sv.sv_ctl, NNG_OPT_RECVFD, &sv.sv_ctl_fd))) {
+	    (e = nng_socket_get_int(sv.sv_io.io_ctl, NNG_OPT_RECVFD, &sv.sv_io.io_ctl_fd))) {
 		log_err("control socket %s: %s", url, nng_strerror(e));
 		free(url);
 		return -1;
 	}
 	free(url);
-	sv.sv_ev_ctl = (struct evsrc){EV_CTL, NULL};
-	server_watch(sv.sv_ctl_fd, EPOLLIN, &sv.sv_ev_ctl);
+	sv.sv_io.io_ev_ctl = (struct evsrc){EV_CTL, NULL};
+	server_watch(sv.sv_io.io_ctl_fd, EPOLLIN, &sv.sv_io.io_ev_ctl);
 	return 0;
 }
 
@@ -91,7 +91,7 @@ send_to(nng_pipe p, struct msg *m)
 		fatal("control: cannot encode %s", msg_type_name(m->m_type));
 	nng_msg_set_pipe(nm, p);
 	/* a client that does not read loses messages, never stalls the broker */
-	if (nng_sendmsg(sv.sv_ctl, nm, NNG_FLAG_NONBLOCK))
+	if (nng_sendmsg(sv.sv_io.io_ctl, nm, NNG_FLAG_NONBLOCK))
 		nng_msg_free(nm);
 }
 
@@ -152,14 +152,14 @@ control_event(json_t *ev)
 {
 	char t[64];
 
-	if (!ev || !sv.sv_watchers.n) {
+	if (!ev || !sv.sv_tb.tb_watchers.n) {
 		json_decref(ev);
 		return;
 	}
 	iso_time(t);
 	json_object_set_new(ev, "time", json_string(t));
-	for (size_t i = 0; i < sv.sv_watchers.n; i++)
-		send_reply(sv.sv_watchers.w[i].pipe, MSG_OK, sv.sv_watchers.w[i].req, ev, NULL);
+	for (size_t i = 0; i < sv.sv_tb.tb_watchers.n; i++)
+		send_reply(sv.sv_tb.tb_watchers.w[i].pipe, MSG_OK, sv.sv_tb.tb_watchers.w[i].req, ev, NULL);
 	json_decref(ev);
 }
 
@@ -169,7 +169,7 @@ status_json(void)
 	struct context *c;
 	int nctx = 0, running = 0, queued = 0, pooled = 0, warm = 0;
 
-	TAILQ_FOREACH(c, &sv.sv_contexts, c_link) {
+	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link) {
 		nctx += context_listed(c);
 		pooled += c->c_pooled && !c->c_deleting;
 		warm += c->c_pooled && !c->c_deleting && c->c_ready;
@@ -179,11 +179,11 @@ status_json(void)
 		}
 	}
 	return json_pack("{s:s, s:f, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:s, s:s}", "version",
-			 SANDCELL_VERSION, "uptime_seconds", (now_ms() - sv.sv_started) / 1000.0,
+			 SANDCELL_VERSION, "uptime_seconds", (now_ms() - sv.sv_lc.lc_started) / 1000.0,
 			 "contexts", nctx, "warm_pool", pooled, "warm_pool_ready", warm,
 			 "executions_running", running, "executions_queued", queued, "draining",
-			 sv.sv_draining, "keep_contexts", sv.sv_keep_contexts, "listen", sv.sv_listen,
-			 "run_dir", sv.sv_run_dir);
+			 sv.sv_lc.lc_draining, "keep_contexts", sv.sv_cf.cf_keep_contexts, "listen", sv.sv_cf.cf_listen,
+			 "run_dir", sv.sv_cf.cf_run_dir);
 }
 
 /*
@@ -197,7 +197,7 @@ executions_json(void)
 	struct stream *s;
 	uint64_t now = now_ms();
 
-	TAILQ_FOREACH(s, &sv.sv_streams, st_link) {
+	TAILQ_FOREACH(s, &sv.sv_tb.tb_streams, st_link) {
 		struct context *c = s->st_ctx;
 		bool running = c && TAILQ_FIRST(&c->c_streams) == s;
 		if (s->st_final)
@@ -240,7 +240,7 @@ handle(nng_pipe p, struct msg *m)
 		return;
 	case CTL_CONTEXTS: {
 		json_t *a = json_array();
-		TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+		TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
 			if (!c->c_deleting)
 				json_array_append_new(a, context_json(c, true));
 		done(p, m->m_req, MSG_OK, a, NULL);
@@ -280,21 +280,21 @@ handle(nng_pipe p, struct msg *m)
 		 * What the next stop (SIGTERM) does with the contexts, whatever
 		 * --keep-contexts said: the unit's ExecStop tells a stop from a restart.
 		 */
-		sv.sv_keep_contexts = m->m_type == CTL_STOP_KEEPS;
-		log_info("the operator says: stopping %s", sv.sv_keep_contexts
+		sv.sv_cf.cf_keep_contexts = m->m_type == CTL_STOP_KEEPS;
+		log_info("the operator says: stopping %s", sv.sv_cf.cf_keep_contexts
 								? "keeps the contexts running"
 								: "ends every context");
 		done(p, m->m_req, MSG_OK, NULL,
-		     sv.sv_keep_contexts ? "a stop keeps the contexts running"
+		     sv.sv_cf.cf_keep_contexts ? "a stop keeps the contexts running"
 					 : "a stop ends every context");
 		return;
 	case CTL_WATCH:
-		if (sv.sv_watchers.n == sizeof(sv.sv_watchers.w) / sizeof(sv.sv_watchers.w[0])) {
+		if (sv.sv_tb.tb_watchers.n == sizeof(sv.sv_tb.tb_watchers.w) / sizeof(sv.sv_tb.tb_watchers.w[0])) {
 			done(p, m->m_req, MSG_FAIL, NULL, "too many watchers");
 			return;
 		}
-		sv.sv_watchers.w[sv.sv_watchers.n].pipe = p;
-		sv.sv_watchers.w[sv.sv_watchers.n++].req = m->m_req;
+		sv.sv_tb.tb_watchers.w[sv.sv_tb.tb_watchers.n].pipe = p;
+		sv.sv_tb.tb_watchers.w[sv.sv_tb.tb_watchers.n++].req = m->m_req;
 		control_event(json_pack("{s:s}", "event", "watching"));
 		return;
 	case CTL_RUN: {
@@ -327,7 +327,7 @@ control_recv(void)
 	for (int i = 0; i < 64; i++) {
 		nng_msg *nm;
 		struct msg m;
-		int e = nng_recvmsg(sv.sv_ctl, &nm, NNG_FLAG_NONBLOCK);
+		int e = nng_recvmsg(sv.sv_io.io_ctl, &nm, NNG_FLAG_NONBLOCK);
 
 		if (e)
 			return;
@@ -357,19 +357,19 @@ control_pipe_events(void)
 	size_t n;
 
 	pthread_mutex_lock(&gone_lock);
-	ids = sv.sv_ctl_gone.ids;
-	n = sv.sv_ctl_gone.n;
-	sv.sv_ctl_gone.ids = NULL;
-	sv.sv_ctl_gone.n = sv.sv_ctl_gone.cap = 0;
+	ids = sv.sv_mb.mb_ctl_gone.ids;
+	n = sv.sv_mb.mb_ctl_gone.n;
+	sv.sv_mb.mb_ctl_gone.ids = NULL;
+	sv.sv_mb.mb_ctl_gone.n = sv.sv_mb.mb_ctl_gone.cap = 0;
 	pthread_mutex_unlock(&gone_lock);
 	for (size_t k = 0; k < n; k++) {
 		struct stream *s, *next;
-		for (size_t i = 0; i < sv.sv_watchers.n;)
-			if ((uint32_t)nng_pipe_id(sv.sv_watchers.w[i].pipe) == ids[k])
-				sv.sv_watchers.w[i] = sv.sv_watchers.w[--sv.sv_watchers.n];
+		for (size_t i = 0; i < sv.sv_tb.tb_watchers.n;)
+			if ((uint32_t)nng_pipe_id(sv.sv_tb.tb_watchers.w[i].pipe) == ids[k])
+				sv.sv_tb.tb_watchers.w[i] = sv.sv_tb.tb_watchers.w[--sv.sv_tb.tb_watchers.n];
 			else
 				i++;
-		for (s = TAILQ_FIRST(&sv.sv_streams); s; s = next) {
+		for (s = TAILQ_FIRST(&sv.sv_tb.tb_streams); s; s = next) {
 			next = TAILQ_NEXT(s, st_link);
 			if (s->st_ctl && (uint32_t)nng_pipe_id(s->st_pipe) == ids[k])
 				stream_closed(s);
@@ -381,9 +381,9 @@ control_pipe_events(void)
 void
 control_stop(void)
 {
-	char *path = xasprintf("%s/ctl.sock", sv.sv_run_dir);
+	char *path = xasprintf("%s/ctl.sock", sv.sv_cf.cf_run_dir);
 
-	nng_close(sv.sv_ctl);
+	nng_close(sv.sv_io.io_ctl);
 	unlink(path);
 	free(path);
 }

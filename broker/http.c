@@ -76,7 +76,7 @@ http_complete(struct request *rq, unsigned status, struct MHD_Response *resp)
 	rq->rq_status = status;
 	rq->rq_suspended = false;
 	MHD_resume_connection(rq->rq_conn);
-	sv.sv_mhd_kick = true;
+	sv.sv_lc.lc_mhd_kick = true;
 }
 
 static json_t *
@@ -164,7 +164,7 @@ do_list(struct request *rq)
 	json_t *a = json_array();
 	struct context *c;
 
-	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
 		if (context_listed(c))
 			json_array_append_new(a, context_json(c, false));
 	return respond(rq, 200, http_json(a));
@@ -228,9 +228,9 @@ do_ready(struct request *rq)
 {
 	struct context *c;
 
-	if (sv.sv_draining)
+	if (sv.sv_lc.lc_draining)
 		return respond(rq, 503, http_text("not ready: draining"));
-	TAILQ_FOREACH(c, &sv.sv_contexts, c_link) {
+	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link) {
 		if (!c->c_default || !context_listed(c))
 			continue;
 		const char *state = context_state(c);
@@ -328,7 +328,7 @@ token_refusal(struct MHD_Connection *conn)
 	if (!t || !*t)
 		return "missing access token: send X-Access-Token or Authorization: Bearer";
 	crypto_generichash(h, sizeof(h), (const unsigned char *)t, strlen(t), NULL, 0);
-	return sodium_memcmp(h, sv.sv_token_hash, sizeof(h)) ? "invalid access token" : NULL;
+	return sodium_memcmp(h, sv.sv_cf.cf_token_hash, sizeof(h)) ? "invalid access token" : NULL;
 }
 
 static struct conn *
@@ -360,19 +360,19 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		*con_cls = rq;
 		if (cn)
 			cn->cn_in_request = true;
-		if (sv.sv_nconns > sv.sv_max_conns)
+		if (sv.sv_tb.tb_nconns > sv.sv_cf.cf_max_conns)
 			return respond(rq, 503,
 				       http_text("too many connections (limit %u); try again",
-						 sv.sv_max_conns));
+						 sv.sv_cf.cf_max_conns));
 		/* probes carry no token: /health and /ready say nothing else */
-		if (sv.sv_token && strcmp(rq->rq_endpoint, "/health") &&
+		if (sv.sv_cf.cf_token && strcmp(rq->rq_endpoint, "/health") &&
 		    strcmp(rq->rq_endpoint, "/ready") &&
 		    (refused = token_refusal(conn)))
 			return respond(rq, 401, http_text("%s", refused));
-		if (cl && strtoull(cl, NULL, 10) > sv.sv_max_body)
+		if (cl && strtoull(cl, NULL, 10) > sv.sv_cf.cf_max_body)
 			return respond(rq, 413,
 				       http_text("request body over the limit of %zu bytes",
-						 sv.sv_max_body));
+						 sv.sv_cf.cf_max_body));
 		return MHD_YES;
 	}
 	if (rq->rq_resp) {
@@ -381,7 +381,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		return respond(rq, rq->rq_status, r);
 	}
 	if (*upload_size) {
-		if (rq->rq_body.b_len + *upload_size > sv.sv_max_body)
+		if (rq->rq_body.b_len + *upload_size > sv.sv_cf.cf_max_body)
 			rq->rq_too_big = true;
 		else
 			buf_append(&rq->rq_body, upload, *upload_size);
@@ -392,7 +392,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		return MHD_YES;
 	if (rq->rq_too_big)
 		return respond(rq, 413, http_text("request body over the limit of %zu bytes",
-						    sv.sv_max_body));
+						    sv.sv_cf.cf_max_body));
 	return route(rq, url, method);
 }
 
@@ -432,12 +432,12 @@ on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
 		cn = xcalloc(1, sizeof(*cn));
 		cn->cn_fd = ci ? ci->connect_fd : -1;
 		cn->cn_since = now_ms();
-		TAILQ_INSERT_TAIL(&sv.sv_conns, cn, cn_link);
-		sv.sv_nconns++;
+		TAILQ_INSERT_TAIL(&sv.sv_tb.tb_conns, cn, cn_link);
+		sv.sv_tb.tb_nconns++;
 		*socket_context = cn;
 	} else if (cn) {
-		TAILQ_REMOVE(&sv.sv_conns, cn, cn_link);
-		sv.sv_nconns--;
+		TAILQ_REMOVE(&sv.sv_tb.tb_conns, cn, cn_link);
+		sv.sv_tb.tb_nconns--;
 		free(cn);
 		*socket_context = NULL;
 	}
@@ -452,9 +452,9 @@ http_tick(uint64_t now)
 {
 	struct conn *cn;
 
-	TAILQ_FOREACH(cn, &sv.sv_conns, cn_link)
+	TAILQ_FOREACH(cn, &sv.sv_tb.tb_conns, cn_link)
 		if (!cn->cn_in_request && cn->cn_fd >= 0 &&
-		    now > cn->cn_since + sv.sv_header_timeout * 1000ull) {
+		    now > cn->cn_since + sv.sv_cf.cf_header_timeout * 1000ull) {
 			shutdown(cn->cn_fd, SHUT_RDWR);
 			cn->cn_fd = -1; /* once */
 		}
@@ -475,52 +475,52 @@ int
 http_start(void)
 {
 	char host[256];
-	const char *colon = strrchr(sv.sv_listen, ':');
+	const char *colon = strrchr(sv.sv_cf.cf_listen, ':');
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
 	struct addrinfo *ai;
 	unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
 			 MHD_USE_TURBO;
 	int e;
 
-	if (!colon || colon == sv.sv_listen || (size_t)(colon - sv.sv_listen) >= sizeof(host)) {
-		log_err("--listen %s: expected HOST:PORT", sv.sv_listen);
+	if (!colon || colon == sv.sv_cf.cf_listen || (size_t)(colon - sv.sv_cf.cf_listen) >= sizeof(host)) {
+		log_err("--listen %s: expected HOST:PORT", sv.sv_cf.cf_listen);
 		return -1;
 	}
-	snprintf(host, sizeof(host), "%.*s", (int)(colon - sv.sv_listen), sv.sv_listen);
+	snprintf(host, sizeof(host), "%.*s", (int)(colon - sv.sv_cf.cf_listen), sv.sv_cf.cf_listen);
 	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
 		memmove(host, host + 1, strlen(host));
 		host[strlen(host) - 1] = '\0';
 	}
 	if ((e = getaddrinfo(host, colon + 1, &hints, &ai))) {
-		log_err("--listen %s: %s", sv.sv_listen, gai_strerror(e));
+		log_err("--listen %s: %s", sv.sv_cf.cf_listen, gai_strerror(e));
 		return -1;
 	}
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
-	sv.sv_mhd = MHD_start_daemon(
+	sv.sv_io.io_mhd = MHD_start_daemon(
 		flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
 		MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
-		MHD_OPTION_CONNECTION_TIMEOUT, sv.sv_conn_timeout,
+		MHD_OPTION_CONNECTION_TIMEOUT, sv.sv_cf.cf_conn_timeout,
 		/* headroom over our own limit, so that those over it hear why (503) */
-		MHD_OPTION_CONNECTION_LIMIT, sv.sv_max_conns + 64,
+		MHD_OPTION_CONNECTION_LIMIT, sv.sv_cf.cf_max_conns + 64,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
 		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
 	freeaddrinfo(ai);
-	if (!sv.sv_mhd) {
-		log_err("listen on %s failed (address in use or not available)", sv.sv_listen);
+	if (!sv.sv_io.io_mhd) {
+		log_err("listen on %s failed (address in use or not available)", sv.sv_cf.cf_listen);
 		return -1;
 	}
-	const union MHD_DaemonInfo *di = MHD_get_daemon_info(sv.sv_mhd, MHD_DAEMON_INFO_EPOLL_FD);
-	sv.sv_ev_mhd = (struct evsrc){EV_MHD, NULL};
-	server_watch(di->epoll_fd, EPOLLIN, &sv.sv_ev_mhd);
+	const union MHD_DaemonInfo *di = MHD_get_daemon_info(sv.sv_io.io_mhd, MHD_DAEMON_INFO_EPOLL_FD);
+	sv.sv_io.io_ev_mhd = (struct evsrc){EV_MHD, NULL};
+	server_watch(di->epoll_fd, EPOLLIN, &sv.sv_io.io_ev_mhd);
 	return 0;
 }
 
 void
 http_stop(void)
 {
-	if (sv.sv_mhd)
-		MHD_stop_daemon(sv.sv_mhd);
-	sv.sv_mhd = NULL;
+	if (sv.sv_io.io_mhd)
+		MHD_stop_daemon(sv.sv_io.io_mhd);
+	sv.sv_io.io_mhd = NULL;
 }

@@ -18,14 +18,14 @@ kcache_find(const char *want)
 	uint64_t now = now_ms();
 	int i = -1;
 
-	if (sv.sv_kspecs_at && now < sv.sv_kspecs_at + KSPEC_TTL_MS &&
-	    (i = kspec_index(sv.sv_kspecs, sv.sv_nkspecs, want)) >= 0)
-		return sv.sv_kspecs[i];
-	if (!sv.sv_kspecs_at || now >= sv.sv_kspecs_at + 1000) {
-		kspec_list_free(sv.sv_kspecs, sv.sv_nkspecs);
-		kspec_list(&sv.sv_kspecs, &sv.sv_nkspecs);
-		sv.sv_kspecs_at = now;
-		i = kspec_index(sv.sv_kspecs, sv.sv_nkspecs, want);
+	if (sv.sv_tb.tb_kspecs_at && now < sv.sv_tb.tb_kspecs_at + KSPEC_TTL_MS &&
+	    (i = kspec_index(sv.sv_tb.tb_kspecs, sv.sv_tb.tb_nkspecs, want)) >= 0)
+		return sv.sv_tb.tb_kspecs[i];
+	if (!sv.sv_tb.tb_kspecs_at || now >= sv.sv_tb.tb_kspecs_at + 1000) {
+		kspec_list_free(sv.sv_tb.tb_kspecs, sv.sv_tb.tb_nkspecs);
+		kspec_list(&sv.sv_tb.tb_kspecs, &sv.sv_tb.tb_nkspecs);
+		sv.sv_tb.tb_kspecs_at = now;
+		i = kspec_index(sv.sv_tb.tb_kspecs, sv.sv_tb.tb_nkspecs, want);
 	}
-	return i >= 0 ? sv.sv_kspecs[i] : NULL;
+	return i >= 0 ? sv.sv_tb.tb_kspecs[i] : NULL;
 }

@@ -29,7 +29,7 @@ link_pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 		return;
 	}
 	__atomic_store_n(&pl->pl_pipe_lost, 1, __ATOMIC_SEQ_CST);
-	if (write(sv.sv_wakefd, &one, sizeof(one)) < 0)
+	if (write(sv.sv_io.io_wakefd, &one, sizeof(one)) < 0)
 		log_warn("eventfd: %s", strerror(errno));
 }
 
@@ -37,7 +37,7 @@ link_pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 int
 link_open(struct context *c, const char *slot)
 {
-	char *url = xasprintf("ipc://%s/ctx/%s/proxy.sock", sv.sv_run_dir, slot);
+	char *url = xasprintf("ipc://%s/ctx/%s/proxy.sock", sv.sv_cf.cf_run_dir, slot);
 	int e;
 
 	c->c_pl = xcalloc(1, sizeof(*c->c_pl));
@@ -145,12 +145,12 @@ link_on_state(struct context *c, struct msg *m)
 		waiter_answer_ready(c);
 	} else if (!c->c_ready && c->c_pl->pl_state == KS_DEAD) {
 		if (c->c_pooled)
-			sv.sv_pool_backoff = now_ms() + POOL_BACKOFF_MS;
+			sv.sv_po.po_backoff = now_ms() + POOL_BACKOFF_MS;
 		waiter_answer_ready(c);
 		c->c_deleting = true; /* a context that never started is not kept */
 		struct msg sd;
 		msg_init(&sd, MSG_SHUTDOWN);
-		msg_set_u64(&sd, F_REQ, sv.sv_next_req++);
+		msg_set_u64(&sd, F_REQ, sv.sv_tb.tb_next_req++);
 		link_send(c, &sd);
 		msg_free(&sd);
 	}
@@ -201,7 +201,7 @@ link_pipe_events(void)
 {
 	struct context *c, *next;
 
-	for (c = TAILQ_FIRST(&sv.sv_contexts); c; c = next) {
+	for (c = TAILQ_FIRST(&sv.sv_tb.tb_contexts); c; c = next) {
 		next = TAILQ_NEXT(c, c_link);
 		if (__atomic_exchange_n(&c->c_pl->pl_pipe_lost, 0, __ATOMIC_SEQ_CST) &&
 		    c->c_deleting && !c->c_pl->pl_child && c->c_pl->pl_pidfd < 0)

@@ -111,16 +111,16 @@ handle_signals(void)
 	int status;
 	pid_t pid;
 
-	while (read(sv.sv_sigfd, &si, sizeof(si)) == sizeof(si)) {
-		if (si.ssi_signo == SIGTERM && !sv.sv_stopping && sv.sv_grace) {
+	while (read(sv.sv_io.io_sigfd, &si, sizeof(si)) == sizeof(si)) {
+		if (si.ssi_signo == SIGTERM && !sv.sv_lc.lc_stopping && sv.sv_cf.cf_grace) {
 			/* drain: no new executions, running ones get the grace period */
-			sv.sv_draining = sv.sv_stopping = true;
-			sv.sv_drain_until = now_ms() + sv.sv_grace * 1000ull;
+			sv.sv_lc.lc_draining = sv.sv_lc.lc_stopping = true;
+			sv.sv_lc.lc_drain_until = now_ms() + sv.sv_cf.cf_grace * 1000ull;
 			server_notify("STOPPING=1");
-			log_info("SIGTERM: draining; stopping within %u s", sv.sv_grace);
+			log_info("SIGTERM: draining; stopping within %u s", sv.sv_cf.cf_grace);
 		} else if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
 			log_info("signal %d: stopping", si.ssi_signo);
-			sv.sv_quit = true;
+			sv.sv_lc.lc_quit = true;
 		}
 	}
 	while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
@@ -132,7 +132,7 @@ wake_drain(void)
 {
 	uint64_t v;
 
-	if (read(sv.sv_wakefd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+	if (read(sv.sv_io.io_wakefd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 		log_warn("eventfd: %s", strerror(errno));
 	link_pipe_events();
 	control_pipe_events();
@@ -144,19 +144,19 @@ loop(void)
 	struct epoll_event evs[64];
 	uint64_t next_tick = now_ms() + TICK_MS;
 
-	while (!sv.sv_quit) {
+	while (!sv.sv_lc.lc_quit) {
 		MHD_UNSIGNED_LONG_LONG mt;
 		uint64_t now = now_ms();
 		long wait = next_tick > now ? (long)(next_tick - now) : 0;
 
-		if (MHD_get_timeout(sv.sv_mhd, &mt) == MHD_YES && (long long)mt < wait)
+		if (MHD_get_timeout(sv.sv_io.io_mhd, &mt) == MHD_YES && (long long)mt < wait)
 			wait = (long)mt;
 		long pw = stream_park_wait(now);
 		if (pw >= 0 && pw < wait)
 			wait = pw;
-		if (sv.sv_mhd_kick)
+		if (sv.sv_lc.lc_mhd_kick)
 			wait = 0;
-		int n = epoll_wait(sv.sv_epfd, evs, 64, (int)wait);
+		int n = epoll_wait(sv.sv_io.io_epfd, evs, 64, (int)wait);
 		if (n < 0 && errno != EINTR)
 			fatal("epoll_wait: %s", strerror(errno));
 		for (int i = 0; i < n; i++) {
@@ -173,12 +173,12 @@ loop(void)
 			}
 		}
 		stream_park_due(now_ms());
-		sv.sv_mhd_kick = false;
-		MHD_run(sv.sv_mhd);
-		if (sv.sv_pool_kick) {
+		sv.sv_lc.lc_mhd_kick = false;
+		MHD_run(sv.sv_io.io_mhd);
+		if (sv.sv_po.po_kick) {
 			/* after MHD_run: a claimed kernel's answer leaves before the fork */
-			sv.sv_pool_kick = false;
-			if (!sv.sv_draining)
+			sv.sv_po.po_kick = false;
+			if (!sv.sv_lc.lc_draining)
 				pool_fill();
 		}
 		now = now_ms();
@@ -186,19 +186,19 @@ loop(void)
 			stream_tick(now);
 			waiter_tick(now);
 			http_tick(now);
-			if (!sv.sv_draining)
+			if (!sv.sv_lc.lc_draining)
 				pool_fill();
 			next_tick = now + TICK_MS;
-			if (sv.sv_watchdog_ms && now >= sv.sv_watchdog_at) {
+			if (sv.sv_cf.cf_watchdog_ms && now >= sv.sv_lc.lc_watchdog_at) {
 				server_notify("WATCHDOG=1");
-				sv.sv_watchdog_at = now + sv.sv_watchdog_ms;
+				sv.sv_lc.lc_watchdog_at = now + sv.sv_cf.cf_watchdog_ms;
 			}
-			if (sv.sv_stopping &&
-			    (TAILQ_EMPTY(&sv.sv_streams) || now >= sv.sv_drain_until)) {
-				log_info("drained: %s", TAILQ_EMPTY(&sv.sv_streams)
+			if (sv.sv_lc.lc_stopping &&
+			    (TAILQ_EMPTY(&sv.sv_tb.tb_streams) || now >= sv.sv_lc.lc_drain_until)) {
+				log_info("drained: %s", TAILQ_EMPTY(&sv.sv_tb.tb_streams)
 								 ? "no execution left"
 								 : "grace period over");
-				sv.sv_quit = true;
+				sv.sv_lc.lc_quit = true;
 			}
 		}
 	}
@@ -252,25 +252,25 @@ main(int argc, char **argv)
 	struct optenv oe;
 	uint64_t v;
 
-	sv.sv_listen = "127.0.0.1:49999";
-	sv.sv_max_body = 16u << 20;
-	sv.sv_max_queue = 64;
-	sv.sv_max_contexts = 256;
-	sv.sv_conn_timeout = 120;
-	sv.sv_genv = json_object();
-	sv.sv_log_level = "info";
-	sv.sv_grace = 30;
+	sv.sv_cf.cf_listen = "127.0.0.1:49999";
+	sv.sv_cf.cf_max_body = 16u << 20;
+	sv.sv_cf.cf_max_queue = 64;
+	sv.sv_cf.cf_max_contexts = 256;
+	sv.sv_cf.cf_conn_timeout = 120;
+	sv.sv_cf.cf_genv = json_object();
+	sv.sv_cf.cf_log_level = "info";
+	sv.sv_cf.cf_grace = 30;
 	config_pool_parse("python=1");
-	sv.sv_max_conns = 4096;
-	sv.sv_stream_cap = 1ull << 30;
-	sv.sv_spill_dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/var/tmp";
-	sv.sv_header_timeout = 30;
-	TAILQ_INIT(&sv.sv_conns);
-	sv.sv_sandbox = true;
-	sv.sv_uid_range = "61184-65519";
-	sv.sv_kernel_network = "host";
-	sv.sv_kernel_pids = "1024";
-	sv.sv_kernel_tmp = "536870912";
+	sv.sv_cf.cf_max_conns = 4096;
+	sv.sv_cf.cf_stream_cap = 1ull << 30;
+	sv.sv_cf.cf_spill_dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/var/tmp";
+	sv.sv_cf.cf_header_timeout = 30;
+	TAILQ_INIT(&sv.sv_tb.tb_conns);
+	sv.sv_cf.cf_sandbox = true;
+	sv.sv_cf.cf_uid_range = "61184-65519";
+	sv.sv_cf.cf_kernel_network = "host";
+	sv.sv_cf.cf_kernel_pids = "1024";
+	sv.sv_cf.cf_kernel_tmp = "536870912";
 	/* SANDCELL_<FLAG> for every flag; the command line comes after, so it wins */
 	if (optenv_build(&oe, "SANDCELL", opts, argc, argv) < 0)
 		exit(2);
@@ -284,9 +284,9 @@ main(int argc, char **argv)
 		const char *origin = c == '?' ? NULL : optenv_origin(&oe, opts, li, optind);
 		int rc = 0;
 		switch (c) {
-		case 'l': sv.sv_listen = optarg; break;
-		case 'r': sv.sv_run_dir = optarg; break;
-		case 'c': sv.sv_cwd = optarg; break;
+		case 'l': sv.sv_cf.cf_listen = optarg; break;
+		case 'r': sv.sv_cf.cf_run_dir = optarg; break;
+		case 'c': sv.sv_cf.cf_cwd = optarg; break;
 		case 'e':
 			if (config_env_put(optarg, origin) < 0)
 				exit(2);
@@ -299,33 +299,33 @@ main(int argc, char **argv)
 			if ((rc = parse_size(optarg, PROTO_MAX_BIG, &v)) < 0 || (rc = v ? 0 : -ERANGE))
 				parse_fail("sandcell-broker", origin, optarg, rc,
 					   "a size from 1 to 64M, such as 16M");
-			sv.sv_max_body = v;
+			sv.sv_cf.cf_max_body = v;
 			break;
 		case 'q':
 			if ((rc = parse_count(optarg, 0, 1000000, &v)) < 0)
 				parse_fail("sandcell-broker", origin, optarg, rc,
 					   "a count from 0 to 1000000");
-			sv.sv_max_queue = v;
+			sv.sv_cf.cf_max_queue = v;
 			break;
 		case 'm':
 			if ((rc = parse_count(optarg, 1, 1000000, &v)) < 0)
 				parse_fail("sandcell-broker", origin, optarg, rc,
 					   "a count from 1 to 1000000");
-			sv.sv_max_contexts = v;
+			sv.sv_cf.cf_max_contexts = v;
 			break;
 		case 't':
 			if ((rc = parse_seconds(optarg, MAX_WAIT_S, &v)) < 0)
 				parse_fail("sandcell-broker", origin, optarg, rc,
 					   "a duration such as 120, 90s or 2m, at most 7 days");
-			sv.sv_conn_timeout = v;
+			sv.sv_cf.cf_conn_timeout = v;
 			break;
-		case 'n': sv.sv_no_default = true; break;
-		case 'k': sv.sv_keep_contexts = true; break;
+		case 'n': sv.sv_cf.cf_no_default = true; break;
+		case 'k': sv.sv_cf.cf_keep_contexts = true; break;
 		case 'g':
 			if ((rc = parse_seconds(optarg, MAX_WAIT_S, &v)) < 0)
 				parse_fail("sandcell-broker", origin, optarg, rc,
 					   "a duration such as 30, 30s or 5m, at most 7 days");
-			sv.sv_grace = v;
+			sv.sv_cf.cf_grace = v;
 			break;
 		case 'M':
 			/* below a few MiB no interpreter starts: a missing unit, surely */
@@ -333,17 +333,17 @@ main(int argc, char **argv)
 			    (rc = v >= (16u << 20) ? 0 : -ERANGE))
 				parse_fail("sandcell-broker", origin, optarg, rc,
 					   "a size of at least 16M, such as 4G or 512M");
-			sv.sv_kernel_memory = xasprintf("%llu", (unsigned long long)v);
+			sv.sv_cf.cf_kernel_memory = xasprintf("%llu", (unsigned long long)v);
 			break;
 		case 'C':
 			if ((rc = parse_seconds(optarg, UINT32_MAX, &v)) < 0 ||
 			    (rc = v ? 0 : -ERANGE))
 				parse_fail("sandcell-broker", origin, optarg, rc,
 					   "a CPU time of at least 1s, such as 600 or 2h");
-			sv.sv_kernel_cpu = xasprintf("%llu", (unsigned long long)v);
+			sv.sv_cf.cf_kernel_cpu = xasprintf("%llu", (unsigned long long)v);
 			break;
-		case 'G': sv.sv_kernel_cgroup = optarg; break;
-		case 'S': sv.sv_python_startup = optarg; break;
+		case 'G': sv.sv_cf.cf_kernel_cgroup = optarg; break;
+		case 'S': sv.sv_cf.cf_python_startup = optarg; break;
 		case 'T':
 			config_token_set(optarg);
 			memset(optarg, 'x', strlen(optarg)); /* not in ps output */
@@ -356,24 +356,24 @@ main(int argc, char **argv)
 			if ((rc = parse_count(optarg, 1, 1000000, &v)) < 0)
 				parse_fail("sandcell-broker", origin, optarg, rc,
 					   "a count from 1 to 1000000");
-			sv.sv_max_conns = v;
+			sv.sv_cf.cf_max_conns = v;
 			break;
 		case 'H':
 			if ((rc = parse_seconds(optarg, MAX_WAIT_S, &v)) < 0 ||
 			    (rc = v ? 0 : -ERANGE))
 				parse_fail("sandcell-broker", origin, optarg, rc,
 					   "a duration such as 30, 30s or 1m, from 1s to 7 days");
-			sv.sv_header_timeout = v;
+			sv.sv_cf.cf_header_timeout = v;
 			break;
-		case 'U': sv.sv_kernel_user = optarg; break;
-		case 'O': sv.sv_sandbox = false; break;
+		case 'U': sv.sv_cf.cf_kernel_user = optarg; break;
+		case 'O': sv.sv_cf.cf_sandbox = false; break;
 		case 'Y': {
 			unsigned a, b;
 			if (sscanf(optarg, "%u-%u", &a, &b) != 2 || a == 0 || a > b) {
 				log_err("--kernel-uid-range %s: not A-B with 0 < A <= B", optarg);
 				exit(2);
 			}
-			sv.sv_uid_range = optarg;
+			sv.sv_cf.cf_uid_range = optarg;
 			break;
 		}
 		case 'i':
@@ -381,45 +381,45 @@ main(int argc, char **argv)
 				log_err("--isolation %s: shared or context", optarg);
 				exit(2);
 			}
-			sv.sv_isolated = !strcmp(optarg, "context");
+			sv.sv_cf.cf_isolated = !strcmp(optarg, "context");
 			break;
 		case 'N':
 			if (strcmp(optarg, "host") && strcmp(optarg, "none")) {
 				log_err("--kernel-network %s: host or none", optarg);
 				exit(2);
 			}
-			sv.sv_kernel_network = optarg;
+			sv.sv_cf.cf_kernel_network = optarg;
 			break;
 		case 'P':
 			if ((rc = parse_size(optarg, 1u << 22, &v)) < 0)
 				parse_fail("sandcell-broker", origin, optarg, rc,
 					   "a number of processes, 0 for no limit");
-			sv.sv_kernel_pids = xasprintf("%llu", (unsigned long long)v);
+			sv.sv_cf.cf_kernel_pids = xasprintf("%llu", (unsigned long long)v);
 			break;
 		case 'Z':
 			if ((rc = parse_size(optarg, UINT64_MAX, &v)) < 0 ||
 			    (rc = v >= (1u << 20) ? 0 : -ERANGE))
 				parse_fail("sandcell-broker", origin, optarg, rc,
 					   "a size of at least 1M, such as 512M or 2G");
-			sv.sv_kernel_tmp = xasprintf("%llu", (unsigned long long)v);
+			sv.sv_cf.cf_kernel_tmp = xasprintf("%llu", (unsigned long long)v);
 			break;
 		case 'X':
 			if ((rc = parse_size(optarg, UINT64_MAX, &v)) < 0 || (rc = v ? 0 : -ERANGE))
 				parse_fail("sandcell-broker", origin, optarg, rc,
 					   "a size such as 1G or 256M");
-			sv.sv_stream_cap = v;
+			sv.sv_cf.cf_stream_cap = v;
 			break;
-		case 'D': sv.sv_spill_dir = optarg; break;
+		case 'D': sv.sv_cf.cf_spill_dir = optarg; break;
 		case 'I':
 		case 'J':
 		case 'B':
 			if ((rc = parse_duration(optarg, 86400000, &v)) < 0 || (rc = v ? 0 : -ERANGE))
 				parse_fail("sandcell-broker", origin, optarg, rc,
 					   "a duration such as 1, 1.5s or 500ms, at most 24h");
-			snprintf(c == 'I' ? sv.sv_interrupt_retry
-				 : c == 'J' ? sv.sv_interrupt_grace
-					    : sv.sv_heartbeat_timeout,
-				 sizeof(sv.sv_interrupt_retry), "%llu", (unsigned long long)v);
+			snprintf(c == 'I' ? sv.sv_cf.cf_interrupt_retry
+				 : c == 'J' ? sv.sv_cf.cf_interrupt_grace
+					    : sv.sv_cf.cf_heartbeat_timeout,
+				 sizeof(sv.sv_cf.cf_interrupt_retry), "%llu", (unsigned long long)v);
 			break;
 		case 'W':
 			if (config_pool_parse(optarg) < 0) {
@@ -429,7 +429,7 @@ main(int argc, char **argv)
 				exit(2);
 			}
 			break;
-		case 'p': sv.sv_proxy_bin = optarg; break;
+		case 'p': sv.sv_cf.cf_proxy_bin = optarg; break;
 		case 'v':
 			if ((level = parse_level(optarg)) < 0) {
 				fprintf(stderr, "sandcell-broker: %s '%s': expected error, warn, "
@@ -437,7 +437,7 @@ main(int argc, char **argv)
 					origin, optarg);
 				exit(2);
 			}
-			sv.sv_log_level = optarg;
+			sv.sv_cf.cf_log_level = optarg;
 			break;
 		default: usage();
 		}
@@ -447,57 +447,57 @@ main(int argc, char **argv)
 	log_init("sandcell-broker", level);
 	if (sodium_init() < 0)
 		fatal("sodium_init failed");
-	if (sv.sv_kernel_user && !getpwnam(sv.sv_kernel_user))
-		fatal("--kernel-user %s: no such user", sv.sv_kernel_user);
+	if (sv.sv_cf.cf_kernel_user && !getpwnam(sv.sv_cf.cf_kernel_user))
+		fatal("--kernel-user %s: no such user", sv.sv_cf.cf_kernel_user);
 	/* one descriptor per connection: take what the hard limit allows */
 	struct rlimit nofile;
 	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
 		nofile.rlim_cur = nofile.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &nofile);
 	}
-	if (!sv.sv_run_dir)
-		sv.sv_run_dir = default_run_dir();
-	if (sv.sv_sandbox) {
+	if (!sv.sv_cf.cf_run_dir)
+		sv.sv_cf.cf_run_dir = default_run_dir();
+	if (sv.sv_cf.cf_sandbox) {
 		if (box_check(err, sizeof(err)) < 0)
 			fatal("sandbox: %s", err);
-		struct passwd *ku = sv.sv_kernel_user ? getpwnam(sv.sv_kernel_user) : NULL;
+		struct passwd *ku = sv.sv_cf.cf_kernel_user ? getpwnam(sv.sv_cf.cf_kernel_user) : NULL;
 		if (ku && (ku->pw_uid == 0 || ku->pw_uid == geteuid()))
 			fatal("--kernel-user %s: kernels never run as root or as the broker's uid",
-			      sv.sv_kernel_user);
+			      sv.sv_cf.cf_kernel_user);
 		log_info("sandbox: on (uid %s%s, isolation %s, network %s, pids %s, tmp %s "
 			 "bytes, memory %s)",
-			 ku ? sv.sv_kernel_user : sv.sv_uid_range,
-			 ku || sv.sv_isolated ? "" : " first", sv.sv_isolated ? "context" : "shared",
-			 sv.sv_kernel_network, sv.sv_kernel_pids, sv.sv_kernel_tmp,
-			 sv.sv_kernel_memory ? sv.sv_kernel_memory : "no limit");
-		if (sv.sv_isolated && sv.sv_npool) {
+			 ku ? sv.sv_cf.cf_kernel_user : sv.sv_cf.cf_uid_range,
+			 ku || sv.sv_cf.cf_isolated ? "" : " first", sv.sv_cf.cf_isolated ? "context" : "shared",
+			 sv.sv_cf.cf_kernel_network, sv.sv_cf.cf_kernel_pids, sv.sv_cf.cf_kernel_tmp,
+			 sv.sv_cf.cf_kernel_memory ? sv.sv_cf.cf_kernel_memory : "no limit");
+		if (sv.sv_cf.cf_isolated && sv.sv_cf.cf_npool) {
 			/* a warm kernel has a uid and workspace before it has a context */
 			log_info("sandbox: no warm pool with --isolation context");
-			sv.sv_npool = 0;
+			sv.sv_cf.cf_npool = 0;
 		}
 	} else {
 		log_warn("sandbox: off (--no-sandbox): kernels run with the broker's privileges "
 			 "and see the whole machine");
 	}
-	if (!sv.sv_cwd)
-		sv.sv_cwd = sv.sv_sandbox ? box_workspace() : config_default_cwd();
-	if (!sv.sv_proxy_bin)
-		sv.sv_proxy_bin = config_proxy_bin();
-	if (!sv.sv_python_startup)
-		sv.sv_python_startup = getenv("SANDCELL_PYTHON_STARTUP");
-	if (!sv.sv_python_startup)
-		sv.sv_python_startup = config_python_startup();
-	else if (!*sv.sv_python_startup)
-		sv.sv_python_startup = NULL; /* --python-startup '': none */
-	if (access(sv.sv_proxy_bin, X_OK) < 0)
-		fatal("proxy binary %s: %s", sv.sv_proxy_bin, strerror(errno));
-	TAILQ_INIT(&sv.sv_contexts);
-	TAILQ_INIT(&sv.sv_streams);
-	TAILQ_INIT(&sv.sv_parked);
-	sv.sv_started = now_ms();
+	if (!sv.sv_cf.cf_cwd)
+		sv.sv_cf.cf_cwd = sv.sv_cf.cf_sandbox ? box_workspace() : config_default_cwd();
+	if (!sv.sv_cf.cf_proxy_bin)
+		sv.sv_cf.cf_proxy_bin = config_proxy_bin();
+	if (!sv.sv_cf.cf_python_startup)
+		sv.sv_cf.cf_python_startup = getenv("SANDCELL_PYTHON_STARTUP");
+	if (!sv.sv_cf.cf_python_startup)
+		sv.sv_cf.cf_python_startup = config_python_startup();
+	else if (!*sv.sv_cf.cf_python_startup)
+		sv.sv_cf.cf_python_startup = NULL; /* --python-startup '': none */
+	if (access(sv.sv_cf.cf_proxy_bin, X_OK) < 0)
+		fatal("proxy binary %s: %s", sv.sv_cf.cf_proxy_bin, strerror(errno));
+	TAILQ_INIT(&sv.sv_tb.tb_contexts);
+	TAILQ_INIT(&sv.sv_tb.tb_streams);
+	TAILQ_INIT(&sv.sv_tb.tb_parked);
+	sv.sv_lc.lc_started = now_ms();
 	/* stream ids never repeat across broker restarts: proxies outlive us */
-	sv.sv_next_stream = (uint64_t)time(NULL) << 20;
-	sv.sv_next_req = 1;
+	sv.sv_tb.tb_next_stream = (uint64_t)time(NULL) << 20;
+	sv.sv_tb.tb_next_req = 1;
 	config_run_dir();
 
 	signal(SIGPIPE, SIG_IGN);
@@ -506,16 +506,16 @@ main(int argc, char **argv)
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGINT);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
-	if ((sv.sv_epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
+	if ((sv.sv_io.io_epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
 		fatal("epoll_create1: %s", strerror(errno));
-	if ((sv.sv_sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
+	if ((sv.sv_io.io_sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
 		fatal("signalfd: %s", strerror(errno));
-	if ((sv.sv_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+	if ((sv.sv_io.io_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
 		fatal("eventfd: %s", strerror(errno));
-	sv.sv_ev_sig = (struct evsrc){EV_SIGNAL, NULL};
-	sv.sv_ev_wake = (struct evsrc){EV_WAKE, NULL};
-	server_watch(sv.sv_sigfd, EPOLLIN, &sv.sv_ev_sig);
-	server_watch(sv.sv_wakefd, EPOLLIN, &sv.sv_ev_wake);
+	sv.sv_io.io_ev_sig = (struct evsrc){EV_SIGNAL, NULL};
+	sv.sv_io.io_ev_wake = (struct evsrc){EV_WAKE, NULL};
+	server_watch(sv.sv_io.io_sigfd, EPOLLIN, &sv.sv_io.io_ev_sig);
+	server_watch(sv.sv_io.io_wakefd, EPOLLIN, &sv.sv_io.io_ev_wake);
 
 	if (control_start() < 0)
 		exit(1);
@@ -523,37 +523,37 @@ main(int argc, char **argv)
 		exit(1);
 	supervise_adopt_all();
 	/* python always, javascript when Deno is installed, as E2B does */
-	for (int i = 0; i < 2 && !sv.sv_no_default; i++) {
+	for (int i = 0; i < 2 && !sv.sv_cf.cf_no_default; i++) {
 		const char *lang = i ? "javascript" : "python";
 		struct context *ctx;
 		if (context_default(lang) || !kcache_find(lang))
 			continue;
-		if (context_create(lang, sv.sv_cwd, true, &ctx, err, sizeof(err)) < 0)
+		if (context_create(lang, sv.sv_cf.cf_cwd, true, &ctx, err, sizeof(err)) < 0)
 			log_err("default %s context: %s", lang, err);
 	}
-	log_info("listening on http://%s (run dir %s, version %s)", sv.sv_listen,
-		 sv.sv_run_dir, SANDCELL_VERSION);
+	log_info("listening on http://%s (run dir %s, version %s)", sv.sv_cf.cf_listen,
+		 sv.sv_cf.cf_run_dir, SANDCELL_VERSION);
 	const char *wd = getenv("WATCHDOG_USEC");
 	if (wd && strtoull(wd, NULL, 10) >= 2000)
-		sv.sv_watchdog_ms = strtoull(wd, NULL, 10) / 2000;
+		sv.sv_cf.cf_watchdog_ms = strtoull(wd, NULL, 10) / 2000;
 	server_notify("READY=1");
 	loop();
 
 	server_notify("STOPPING=1");
 	/* what is still streaming ends with an error line the client can read */
 	stream_fail_all("ServerStopping", "the server is stopping", "server_stopping");
-	for (uint64_t until = now_ms() + 500; !TAILQ_EMPTY(&sv.sv_streams) && now_ms() < until;) {
-		MHD_run(sv.sv_mhd);
+	for (uint64_t until = now_ms() + 500; !TAILQ_EMPTY(&sv.sv_tb.tb_streams) && now_ms() < until;) {
+		MHD_run(sv.sv_io.io_mhd);
 		usleep(5000);
 	}
 	http_stop();
-	if (sv.sv_keep_contexts)
+	if (sv.sv_cf.cf_keep_contexts)
 		context_detach_all();
 	else
 		supervise_shutdown_all();
 	control_stop();
-	if (!sv.sv_keep_contexts)
-		unlink(sv.sv_env_file);
-	log_info("stopped%s", sv.sv_keep_contexts ? "; contexts kept running" : "");
+	if (!sv.sv_cf.cf_keep_contexts)
+		unlink(sv.sv_cf.cf_env_file);
+	log_info("stopped%s", sv.sv_cf.cf_keep_contexts ? "; contexts kept running" : "");
 	return 0;
 }

@@ -156,9 +156,9 @@ metrics_render(size_t *len)
 	header(&b, "sandcell_build_info", "gauge", "Version of this sandcell broker.");
 	put(&b, "sandcell_build_info{version=\"%s\"} 1\n", SANDCELL_VERSION);
 	header(&b, "sandcell_uptime_seconds", "gauge", "Seconds since the broker started.");
-	put(&b, "sandcell_uptime_seconds %.3f\n", (now_ms() - sv.sv_started) / 1000.0);
+	put(&b, "sandcell_uptime_seconds %.3f\n", (now_ms() - sv.sv_lc.lc_started) / 1000.0);
 	header(&b, "sandcell_draining", "gauge", "1 while new executions are refused.");
-	put(&b, "sandcell_draining %d\n", sv.sv_draining ? 1 : 0);
+	put(&b, "sandcell_draining %d\n", sv.sv_lc.lc_draining ? 1 : 0);
 
 	header(&b, "sandcell_http_requests_total", "counter",
 	       "HTTP requests by endpoint, method and status.");
@@ -176,7 +176,7 @@ metrics_render(size_t *len)
 	histogram(&b, "sandcell_execution_queue_wait_seconds",
 		  "Time executions waited for their context.", &mx.wait);
 
-	TAILQ_FOREACH(s, &sv.sv_streams, st_link)
+	TAILQ_FOREACH(s, &sv.sv_tb.tb_streams, st_link)
 		open_streams++;
 	header(&b, "sandcell_streams_open", "gauge", "Executions in flight or queued.");
 	put(&b, "sandcell_streams_open %llu\n", (unsigned long long)open_streams);
@@ -187,7 +187,7 @@ metrics_render(size_t *len)
 		int n;
 	} cs[64];
 	size_t ncs = 0;
-	TAILQ_FOREACH(c, &sv.sv_contexts, c_link) {
+	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link) {
 		const char *st = context_state(c);
 		size_t i;
 		if (c->c_deleting)

@@ -15,7 +15,7 @@ pool_take(const char *kernel)
 {
 	struct context *c;
 
-	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
 		if (c->c_pooled && c->c_ready && !c->c_deleting && c->c_pl->pl_pid > 0 &&
 		    c->c_pl->pl_state == KS_IDLE && !strcmp(c->c_kernel, kernel))
 			return c;
@@ -29,7 +29,7 @@ pool_claim(struct context *c)
 	struct msg m;
 
 	msg_init(&m, MSG_CLAIM);
-	msg_set_u64(&m, F_REQ, sv.sv_next_req++);
+	msg_set_u64(&m, F_REQ, sv.sv_tb.tb_next_req++);
 	msg_set_str(&m, F_ID, c->c_id, strlen(c->c_id));
 	msg_set_str(&m, F_CWD, c->c_cwd, strlen(c->c_cwd));
 	msg_set_u64(&m, F_FLAGS, c->c_default ? FLAG_DEFAULT : 0);
@@ -50,8 +50,8 @@ pool_use(const char *kernel, const char *cwd, bool is_default)
 	if (!c)
 		return NULL;
 	c->c_pooled = false;
-	TAILQ_REMOVE(&sv.sv_contexts, c, c_link);
-	TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
+	TAILQ_REMOVE(&sv.sv_tb.tb_contexts, c, c_link);
+	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_contexts, c, c_link);
 	c->c_default = is_default;
 	c->c_created = now_ms();
 	free(c->c_cwd);
@@ -61,7 +61,7 @@ pool_use(const char *kernel, const char *cwd, bool is_default)
 		 cwd, is_default ? ", default" : "");
 	control_event(json_pack("{s:s, s:s, s:s, s:s, s:b}", "event", "context_created",
 				"context", c->c_id, "language", c->c_lang, "cwd", cwd, "pooled", 1));
-	sv.sv_pool_kick = true;
+	sv.sv_po.po_kick = true;
 	return c;
 }
 
@@ -75,22 +75,22 @@ pool_fill(void)
 {
 	uint64_t now = now_ms();
 
-	if (now < sv.sv_pool_backoff)
+	if (now < sv.sv_po.po_backoff)
 		return;
-	for (size_t i = 0; i < sv.sv_npool; i++) {
-		struct pool_spec *ps = &sv.sv_pool[i];
+	for (size_t i = 0; i < sv.sv_cf.cf_npool; i++) {
+		struct pool_spec *ps = &sv.sv_cf.cf_pool[i];
 		const struct kspec *ks;
 		struct context *c;
 		int have = 0;
 
 		if (now < ps->ps_retry_at || !(ks = kcache_find(ps->ps_want)))
 			continue;
-		TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+		TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
 			have += c->c_pooled && !c->c_deleting && !strcmp(c->c_kernel, ks->ks_name);
 		for (; have < ps->ps_size; have++) {
-			c = context_new(NULL, ks->ks_lang, ks->ks_name, sv.sv_cwd, false);
+			c = context_new(NULL, ks->ks_lang, ks->ks_name, sv.sv_cf.cf_cwd, false);
 			c->c_pooled = true;
-			TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
+			TAILQ_INSERT_TAIL(&sv.sv_tb.tb_contexts, c, c_link);
 			if (link_open(c, c->c_id) < 0 || supervise_spawn(c) < 0) {
 				context_free(c);
 				ps->ps_retry_at = now + 10000;
@@ -131,7 +131,7 @@ pool_restart(struct context *x)
 	p->c_pl = NULL;
 	x->c_pl->pl_ev_recv.ev_obj = x->c_pl->pl_ev_send.ev_obj = x->c_pl->pl_ev_pidfd.ev_obj = x;
 	x->c_ready = true;
-	TAILQ_REMOVE(&sv.sv_contexts, p, c_link);
+	TAILQ_REMOVE(&sv.sv_tb.tb_contexts, p, c_link);
 	free(p->c_lang);
 	free(p->c_kernel);
 	free(p->c_cwd);
@@ -143,6 +143,6 @@ pool_restart(struct context *x)
 		 (int)x->c_pl->pl_pid);
 	control_event(json_pack("{s:s, s:s, s:s}", "event", "kernel_restarted", "context",
 				x->c_id, "why", "restart requested (warm pool)"));
-	sv.sv_pool_kick = true;
+	sv.sv_po.po_kick = true;
 	return true;
 }

@@ -211,7 +211,7 @@ execute_context(const char *ctx_id, char *lang, size_t langsz, struct context **
 	if ((ks = kcache_find(lang))) /* the default is per language */
 		snprintf(lang, langsz, "%s", ks->ks_lang);
 	if (!(*out = context_default(lang)) &&
-	    (rc = context_create(lang, sv.sv_cwd, true, out, err, errsz)) < 0)
+	    (rc = context_create(lang, sv.sv_cf.cf_cwd, true, out, err, errsz)) < 0)
 		return create_status(rc);
 	return 0;
 }
@@ -232,7 +232,7 @@ request_execute(struct request *rq, json_t *body)
 	struct msg m;
 	int st;
 
-	if (sv.sv_draining) {
+	if (sv.sv_lc.lc_draining) {
 		request_done(rq, 503, NULL,
 			     "the server is draining before a stop; not accepting new executions");
 		return;
@@ -247,10 +247,10 @@ request_execute(struct request *rq, json_t *body)
 		request_done(rq, st, NULL, "%s", err);
 		return;
 	}
-	if (c->c_nstreams > sv.sv_max_queue) {
+	if (c->c_nstreams > sv.sv_cf.cf_max_queue) {
 		msg_free(&m);
 		request_done(rq, 429, NULL, "context %s has %d executions waiting (limit %d)",
-			     c->c_id, c->c_nstreams - 1, sv.sv_max_queue);
+			     c->c_id, c->c_nstreams - 1, sv.sv_cf.cf_max_queue);
 		return;
 	}
 	s = rq->rq_ctl ? stream_open_ctl(c, rq->rq_pipe, rq->rq_ctl_req, m.m_code.s)
@@ -275,7 +275,7 @@ request_create(struct request *rq, const char *language, const char *cwd)
 	struct stat st;
 	int rc;
 
-	if (sv.sv_draining) {
+	if (sv.sv_lc.lc_draining) {
 		request_done(rq, 503, NULL,
 			     "the server is draining before a stop; not creating contexts");
 		return;
@@ -286,7 +286,7 @@ request_create(struct request *rq, const char *language, const char *cwd)
 		return;
 	}
 	if (!cwd)
-		cwd = sv.sv_cwd;
+		cwd = sv.sv_cf.cf_cwd;
 	if (cwd[0] != '/' || strlen(cwd) >= PROTO_MAX_NAME || stat(cwd, &st) < 0 ||
 	    !S_ISDIR(st.st_mode)) {
 		request_done(rq, 400, NULL, "cwd '%.256s' is not an existing absolute directory",
@@ -327,11 +327,11 @@ request_context(struct request *rq, const char *id, int op)
 void
 request_drain(struct request *rq, bool drain)
 {
-	if (!drain && sv.sv_stopping) {
+	if (!drain && sv.sv_lc.lc_stopping) {
 		request_done(rq, 409, NULL, "the server is stopping");
 		return;
 	}
-	sv.sv_draining = drain;
+	sv.sv_lc.lc_draining = drain;
 	log_info("%s by the operator", drain ? "draining" : "accepting again");
 	control_event(json_pack("{s:s}", "event", drain ? "drain" : "undrain"));
 	request_done(rq, 200, NULL, "%s", drain ? "draining" : "accepting");

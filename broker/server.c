@@ -21,15 +21,15 @@ server_watch(int fd, uint32_t events, struct evsrc *ev)
 {
 	struct epoll_event e = {.events = events, .data.ptr = ev};
 
-	if (epoll_ctl(sv.sv_epfd, EPOLL_CTL_ADD, fd, &e) < 0 &&
-	    (errno != EEXIST || epoll_ctl(sv.sv_epfd, EPOLL_CTL_MOD, fd, &e) < 0))
+	if (epoll_ctl(sv.sv_io.io_epfd, EPOLL_CTL_ADD, fd, &e) < 0 &&
+	    (errno != EEXIST || epoll_ctl(sv.sv_io.io_epfd, EPOLL_CTL_MOD, fd, &e) < 0))
 		log_warn("epoll_ctl add fd %d: %s", fd, strerror(errno));
 }
 
 void
 server_unwatch(int fd)
 {
-	epoll_ctl(sv.sv_epfd, EPOLL_CTL_DEL, fd, NULL);
+	epoll_ctl(sv.sv_io.io_epfd, EPOLL_CTL_DEL, fd, NULL);
 }
 
 /* sd_notify(3) without libsystemd: one datagram to $NOTIFY_SOCKET. */

@@ -25,14 +25,14 @@ stream_new(struct context *c, const char *code)
 	struct stream *s = xcalloc(1, sizeof(*s));
 	size_t n = strcspn(code, "\n");
 
-	s->st_id = sv.sv_next_stream++;
+	s->st_id = sv.sv_tb.tb_next_stream++;
 	s->st_ctx = c;
 	s->st_fd = -1;
 	s->st_spill_fd = -1;
 	s->st_ev = (struct evsrc){EV_HANGUP, s};
 	s->st_started = s->st_last_out = now_ms();
 	snprintf(s->st_code_head, sizeof(s->st_code_head), "%.*s", (int)(n < 80 ? n : 80), code);
-	TAILQ_INSERT_TAIL(&sv.sv_streams, s, st_link);
+	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_streams, s, st_link);
 	TAILQ_INSERT_TAIL(&c->c_streams, s, st_ctx_link);
 	c->c_nstreams++;
 	control_event(json_pack("{s:s, s:I, s:s}", "event", "execution_started", "stream",
@@ -68,7 +68,7 @@ stream_by_id(uint64_t id)
 {
 	struct stream *s;
 
-	TAILQ_FOREACH(s, &sv.sv_streams, st_link)
+	TAILQ_FOREACH(s, &sv.sv_tb.tb_streams, st_link)
 		if (s->st_id == id)
 			return s;
 	return NULL;
@@ -93,14 +93,14 @@ unwatch(struct stream *s)
 	if (s->st_rq) {
 		struct request *rq = s->st_rq;
 		s->st_rq = NULL;
-		TAILQ_REMOVE(&sv.sv_parked, s, st_park_link);
+		TAILQ_REMOVE(&sv.sv_tb.tb_parked, s, st_park_link);
 		http_complete(rq, 200,
 			      s->st_final && !s->st_gone && s->st_spill_fd < 0 ? stream_whole(s)
 									  : stream_response(s));
 		return;
 	}
 	MHD_resume_connection(s->st_conn);
-	sv.sv_mhd_kick = true;
+	sv.sv_lc.lc_mhd_kick = true;
 }
 
 /*
@@ -117,7 +117,7 @@ stream_park(struct stream *s, struct request *rq)
 	}
 	s->st_rq = rq;
 	s->st_park_until = now_ms() + PARK_MS;
-	TAILQ_INSERT_TAIL(&sv.sv_parked, s, st_park_link);
+	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_parked, s, st_park_link);
 	http_suspend(rq);
 	s->st_suspended = true;
 	if (s->st_fd >= 0)
@@ -204,7 +204,7 @@ queue_bytes(struct stream *s, const char *data, size_t len, const char **what)
 		return 0;
 	}
 	if (s->st_spill_fd < 0) {
-		s->st_spill_fd = open(sv.sv_spill_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+		s->st_spill_fd = open(sv.sv_cf.cf_spill_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 		if (s->st_spill_fd < 0) {
 			*what = "create a file in";
 			return -errno;
@@ -320,9 +320,9 @@ stream_whole(struct stream *s)
 static void
 stream_free(struct stream *s)
 {
-	TAILQ_REMOVE(&sv.sv_streams, s, st_link);
+	TAILQ_REMOVE(&sv.sv_tb.tb_streams, s, st_link);
 	if (s->st_rq)
-		TAILQ_REMOVE(&sv.sv_parked, s, st_park_link);
+		TAILQ_REMOVE(&sv.sv_tb.tb_parked, s, st_park_link);
 	if (s->st_ctx) {
 		TAILQ_REMOVE(&s->st_ctx->c_streams, s, st_ctx_link);
 		s->st_ctx->c_nstreams--;
@@ -412,17 +412,17 @@ stream_output(struct stream *s, const char *data, size_t len, struct msg *final)
 			stream_free(s);
 		return;
 	}
-	if (backlog(s) + len > sv.sv_stream_cap) {
+	if (backlog(s) + len > sv.sv_cf.cf_stream_cap) {
 		snprintf(why, sizeof(why),
 			 "the client read too slowly: over %llu bytes of output were waiting",
-			 (unsigned long long)sv.sv_stream_cap);
+			 (unsigned long long)sv.sv_cf.cf_stream_cap);
 		s->st_final = false;
 		stop(s, "OutputLimitExceeded", why);
 	} else if ((e = queue_bytes(s, data, len, &what)) < 0) {
 		snprintf(why, sizeof(why),
 			 "the client read too slowly and its backlog of %llu bytes could not "
 			 "be kept: %s the spill dir %s: %s",
-			 (unsigned long long)(backlog(s) + len), what, sv.sv_spill_dir,
+			 (unsigned long long)(backlog(s) + len), what, sv.sv_cf.cf_spill_dir,
 			 strerror(-e));
 		s->st_final = false;
 		stop(s, "OutputSpillFailed", why);
@@ -467,7 +467,7 @@ stream_fail_all(const char *name, const char *value, const char *outcome)
 {
 	struct stream *s, *next;
 
-	for (s = TAILQ_FIRST(&sv.sv_streams); s; s = next) {
+	for (s = TAILQ_FIRST(&sv.sv_tb.tb_streams); s; s = next) {
 		next = TAILQ_NEXT(s, st_link);
 		stream_fail(s, name, value, outcome); /* may free a ctl stream */
 	}
@@ -523,7 +523,7 @@ stream_tick(uint64_t now)
 {
 	struct stream *s;
 
-	TAILQ_FOREACH(s, &sv.sv_streams, st_link)
+	TAILQ_FOREACH(s, &sv.sv_tb.tb_streams, st_link)
 		if (!s->st_ctl && !s->st_final && !s->st_gone &&
 		    now >= s->st_last_out + KEEPALIVE_MS && backlog(s) == 0) {
 			s->st_last_out = now;
@@ -538,14 +538,14 @@ stream_park_due(uint64_t now)
 {
 	struct stream *s;
 
-	while ((s = TAILQ_FIRST(&sv.sv_parked)) && now >= s->st_park_until)
+	while ((s = TAILQ_FIRST(&sv.sv_tb.tb_parked)) && now >= s->st_park_until)
 		unwatch(s);
 }
 
 long
 stream_park_wait(uint64_t now)
 {
-	struct stream *s = TAILQ_FIRST(&sv.sv_parked);
+	struct stream *s = TAILQ_FIRST(&sv.sv_tb.tb_parked);
 
 	if (!s)
 		return -1;

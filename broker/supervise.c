@@ -28,9 +28,9 @@ supervise_spawn(struct context *c)
 	sigset_t none;
 	pid_t pid;
 
-	argv[n++] = sv.sv_proxy_bin;
+	argv[n++] = sv.sv_cf.cf_proxy_bin;
 	argv[n++] = "--run-dir";
-	argv[n++] = (char *)sv.sv_run_dir;
+	argv[n++] = (char *)sv.sv_cf.cf_run_dir;
 	argv[n++] = "--id";
 	argv[n++] = c->c_pl->pl_slot;
 	argv[n++] = "--language";
@@ -40,45 +40,45 @@ supervise_spawn(struct context *c)
 	argv[n++] = "--cwd";
 	argv[n++] = c->c_cwd;
 	argv[n++] = "--env-file";
-	argv[n++] = sv.sv_env_file;
+	argv[n++] = sv.sv_cf.cf_env_file;
 	argv[n++] = "--log-level";
-	argv[n++] = (char *)sv.sv_log_level;
+	argv[n++] = (char *)sv.sv_cf.cf_log_level;
 	if (c->c_default)
 		argv[n++] = "--default";
 	if (c->c_pooled)
 		argv[n++] = "--pooled";
-	if (sv.sv_kernel_memory) {
+	if (sv.sv_cf.cf_kernel_memory) {
 		argv[n++] = "--memory";
-		argv[n++] = (char *)sv.sv_kernel_memory;
+		argv[n++] = (char *)sv.sv_cf.cf_kernel_memory;
 	}
-	if (sv.sv_kernel_cpu) {
+	if (sv.sv_cf.cf_kernel_cpu) {
 		argv[n++] = "--cpu";
-		argv[n++] = (char *)sv.sv_kernel_cpu;
+		argv[n++] = (char *)sv.sv_cf.cf_kernel_cpu;
 	}
-	if (sv.sv_kernel_cgroup) {
+	if (sv.sv_cf.cf_kernel_cgroup) {
 		argv[n++] = "--cgroup";
-		argv[n++] = (char *)sv.sv_kernel_cgroup;
+		argv[n++] = (char *)sv.sv_cf.cf_kernel_cgroup;
 	}
-	if (sv.sv_python_startup) {
+	if (sv.sv_cf.cf_python_startup) {
 		argv[n++] = "--python-startup";
-		argv[n++] = (char *)sv.sv_python_startup;
+		argv[n++] = (char *)sv.sv_cf.cf_python_startup;
 	}
-	if (sv.sv_kernel_user) {
+	if (sv.sv_cf.cf_kernel_user) {
 		argv[n++] = "--kernel-user";
-		argv[n++] = (char *)sv.sv_kernel_user;
+		argv[n++] = (char *)sv.sv_cf.cf_kernel_user;
 	}
 	box_args(c, argv, &n);
-	if (sv.sv_interrupt_retry[0]) {
+	if (sv.sv_cf.cf_interrupt_retry[0]) {
 		argv[n++] = "--interrupt-retry";
-		argv[n++] = sv.sv_interrupt_retry;
+		argv[n++] = sv.sv_cf.cf_interrupt_retry;
 	}
-	if (sv.sv_interrupt_grace[0]) {
+	if (sv.sv_cf.cf_interrupt_grace[0]) {
 		argv[n++] = "--interrupt-grace";
-		argv[n++] = sv.sv_interrupt_grace;
+		argv[n++] = sv.sv_cf.cf_interrupt_grace;
 	}
-	if (sv.sv_heartbeat_timeout[0]) {
+	if (sv.sv_cf.cf_heartbeat_timeout[0]) {
 		argv[n++] = "--heartbeat-timeout";
-		argv[n++] = sv.sv_heartbeat_timeout;
+		argv[n++] = sv.sv_cf.cf_heartbeat_timeout;
 	}
 	argv[n] = NULL;
 	sigemptyset(&none);
@@ -90,7 +90,7 @@ supervise_spawn(struct context *c)
 		/* own session: a terminal's Ctrl-C reaches the broker, which stops us */
 		setsid();
 		sigprocmask(SIG_SETMASK, &none, NULL);
-		execv(sv.sv_proxy_bin, (char *const *)argv);
+		execv(sv.sv_cf.cf_proxy_bin, (char *const *)argv);
 		_exit(127);
 	}
 	c->c_pl->pl_pid = pid;
@@ -112,7 +112,7 @@ supervise_lost(struct context *c, const char *why)
 
 	log_warn("context %s: proxy %d %s", c->c_id, (int)c->c_pl->pl_pid, why);
 	if (!c->c_ready && c->c_pooled) /* no respawn storm of warm kernels */
-		sv.sv_pool_backoff = now + POOL_BACKOFF_MS;
+		sv.sv_po.po_backoff = now + POOL_BACKOFF_MS;
 	if (!c->c_ready) {
 		free(c->c_error);
 		c->c_error = xasprintf("its proxy %s before the kernel was ready", why);
@@ -161,12 +161,12 @@ supervise_reaped(pid_t pid, int status)
 	struct context *c;
 	char why[128];
 
-	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
 		if (c->c_pl->pl_child && c->c_pl->pl_pid == pid)
 			break;
 	if (!c)
 		return;
-	if (c->c_deleting || sv.sv_quit) {
+	if (c->c_deleting || sv.sv_lc.lc_quit) {
 		c->c_pl->pl_pid = 0;
 		context_free(c);
 		return;
@@ -196,12 +196,12 @@ supervise_shutdown_all(void)
 	uint64_t until = now_ms() + 3000;
 	int left;
 
-	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
 		if (c->c_pl->pl_pid > 0)
 			kill(c->c_pl->pl_pid, SIGTERM);
 	do {
 		left = 0;
-		TAILQ_FOREACH(c, &sv.sv_contexts, c_link) {
+		TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link) {
 			if (c->c_pl->pl_pid <= 0)
 				continue;
 			if (c->c_pl->pl_child ? waitpid(c->c_pl->pl_pid, NULL, WNOHANG) == c->c_pl->pl_pid
@@ -213,7 +213,7 @@ supervise_shutdown_all(void)
 		if (left)
 			usleep(10000);
 	} while (left && now_ms() < until);
-	while ((c = TAILQ_FIRST(&sv.sv_contexts))) {
+	while ((c = TAILQ_FIRST(&sv.sv_tb.tb_contexts))) {
 		if (c->c_pl->pl_pid > 0) {
 			log_warn("context %s: proxy %d did not stop; killed", c->c_id,
 				 (int)c->c_pl->pl_pid);
@@ -233,7 +233,7 @@ supervise_shutdown_all(void)
 void
 supervise_adopt_all(void)
 {
-	char *dir = xasprintf("%s/ctx", sv.sv_run_dir);
+	char *dir = xasprintf("%s/ctx", sv.sv_cf.cf_run_dir);
 	DIR *d = opendir(dir);
 	struct dirent *de;
 	int n = 0;
@@ -270,12 +270,12 @@ supervise_adopt_all(void)
 			const char *iso = json_string_value(json_object_get(box, "isolation"));
 			c->c_pooled = pooled;
 			if (iso && !strcmp(iso, "context")) { /* its uid stays taken */
-				char *own = xasprintf("%s/%s", sv.sv_cwd, id);
+				char *own = xasprintf("%s/%s", sv.sv_cf.cf_cwd, id);
 				c->c_uid = json_integer_value(json_object_get(box, "uid"));
 				c->c_own_ws = !strcmp(cwd, own);
 				free(own);
 			}
-			TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
+			TAILQ_INSERT_TAIL(&sv.sv_tb.tb_contexts, c, c_link);
 			if (link_open(c, slot) < 0) {
 				context_free(c);
 			} else {
@@ -294,7 +294,7 @@ supervise_adopt_all(void)
 		} else {
 			log_info("run dir: removing stale context dir %s", cdir);
 			rm_rf(cdir);
-			char *kdir = xasprintf("%s.kernels/%s", sv.sv_run_dir, de->d_name);
+			char *kdir = xasprintf("%s.kernels/%s", sv.sv_cf.cf_run_dir, de->d_name);
 			rm_rf(kdir);
 			free(kdir);
 		}
@@ -307,5 +307,5 @@ supervise_adopt_all(void)
 	free(dir);
 	if (n)
 		log_info("re-attached %d live context%s from %s", n, n == 1 ? "" : "s",
-			 sv.sv_run_dir);
+			 sv.sv_cf.cf_run_dir);
 }

@@ -46,7 +46,7 @@ void
 waiter_request(struct context *c, struct request *rq, enum msg_type t, int op)
 {
 	struct msg m;
-	uint64_t req = sv.sv_next_req++;
+	uint64_t req = sv.sv_tb.tb_next_req++;
 
 	if (op == OP_DELETE)
 		log_info("context %s: delete requested", c->c_id);
@@ -112,7 +112,7 @@ waiter_tick(uint64_t now)
 	struct context *c;
 	struct request *rq, *next;
 
-	TAILQ_FOREACH(c, &sv.sv_contexts, c_link)
+	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
 		for (rq = TAILQ_FIRST(&c->c_waiters); rq; rq = next) {
 			next = TAILQ_NEXT(rq, rq_link);
 			if (now < rq->rq_deadline)

@@ -10,9 +10,9 @@
 static void
 streams_init(void)
 {
-	TAILQ_INIT(&sv.sv_streams);
-	TAILQ_INIT(&sv.sv_contexts);
-	TAILQ_INIT(&sv.sv_parked);
+	TAILQ_INIT(&sv.sv_tb.tb_streams);
+	TAILQ_INIT(&sv.sv_tb.tb_contexts);
+	TAILQ_INIT(&sv.sv_tb.tb_parked);
 	log_init("control_test", LOG_ERR);
 }
 
@@ -25,7 +25,7 @@ ctl_run_on(uint32_t id)
 	s->st_ctl = true;
 	s->st_pipe.id = id;
 	s->st_fd = s->st_spill_fd = -1;
-	TAILQ_INSERT_TAIL(&sv.sv_streams, s, st_link);
+	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_streams, s, st_link);
 }
 
 Test(control, every_client_gone_in_one_turn_has_its_runs_ended, .init = streams_init)
@@ -39,7 +39,7 @@ Test(control, every_client_gone_in_one_turn_has_its_runs_ended, .init = streams_
 	control_pipe_events();
 	int left = 0;
 	struct stream *s;
-	TAILQ_FOREACH(s, &sv.sv_streams, st_link)
+	TAILQ_FOREACH(s, &sv.sv_tb.tb_streams, st_link)
 		left++;
 	cr_assert_eq(left, 0, "%d of %d runs of departed clients are still open", left, N);
 }
@@ -47,13 +47,13 @@ Test(control, every_client_gone_in_one_turn_has_its_runs_ended, .init = streams_
 Test(control, watchers_of_departed_clients_are_removed, .init = streams_init)
 {
 	for (uint32_t id = 1; id <= 20; id++) {
-		sv.sv_watchers.w[sv.sv_watchers.n].pipe.id = id;
-		sv.sv_watchers.w[sv.sv_watchers.n++].req = id;
+		sv.sv_tb.tb_watchers.w[sv.sv_tb.tb_watchers.n].pipe.id = id;
+		sv.sv_tb.tb_watchers.w[sv.sv_tb.tb_watchers.n++].req = id;
 	}
 	for (uint32_t id = 100; id < 200; id++)
 		control_pipe_gone(id); /* others first: the watchers' ids come past 64 */
 	for (uint32_t id = 1; id <= 20; id++)
 		control_pipe_gone(id);
 	control_pipe_events();
-	cr_assert_eq(sv.sv_watchers.n, 0, "%zu watcher slots leaked", sv.sv_watchers.n);
+	cr_assert_eq(sv.sv_tb.tb_watchers.n, 0, "%zu watcher slots leaked", sv.sv_tb.tb_watchers.n);
 }
