@@ -229,3 +229,18 @@ Test(lang, deno_output_after_idle_stays_with_its_execution, .timeout = 60)
 	}
 	free(id);
 }
+
+Test(lang, bash_last_argument_is_the_users, .timeout = 60)
+{
+	char *id = context_new(URL, "bash", NULL);
+	json_t *l;
+
+	cr_assert_not_null(id);
+	json_decref(run(URL, id, "echo hi"));
+	l = run(URL, id, "echo \"$_\"");
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "hi\n", "$_ after echo hi");
+	free(out);
+	json_decref(l);
+	free(id);
+}
