@@ -102,6 +102,7 @@ def _install(ip):
     disp.formatters["application/json"].for_type(dict, plain_json)
 
     ip.set_custom_exc((KeyboardInterrupt,), _interrupted)
+    _own_thread_output(ip)
 
     sys.meta_path.insert(
         0,
@@ -113,6 +114,71 @@ def _install(ip):
             }
         ),
     )
+
+
+def _own_thread_output(ip):
+    """Output of a thread (or asyncio task) carries the parent header of the
+    execution that started it, as newer ipykernel does; this ipykernel
+    stamps it with whichever request is current, so a thread still printing
+    after its execution ended would print into the next one. The owner is a
+    context variable: set at each execution, inherited by the tasks it
+    creates, and handed to a thread when it starts."""
+    import contextvars
+    import threading
+
+    from ipykernel.iostream import OutStream
+    from jupyter_client.session import extract_header
+
+    kernel = getattr(ip, "kernel", None)
+    if kernel is None or getattr(OutStream.write, "_sandcell", False):
+        return
+    owner = contextvars.ContextVar("sandcell_owner", default=None)
+
+    def pre_execute():
+        owner.set(extract_header(kernel.get_parent("shell")))
+
+    ip.events.register("pre_execute", pre_execute)
+
+    write = OutStream.write
+
+    def owned_write(self, string):
+        parent = owner.get()
+        if (
+            parent
+            and isinstance(string, str)
+            and self.pub_thread is not None
+            and parent.get("msg_id") != self.parent_header.get("msg_id")
+            and self._is_master_process()
+        ):
+            if string:
+                self.session.send(
+                    self.pub_thread,
+                    "stream",
+                    content={"name": self.name, "text": string},
+                    parent=parent,
+                    ident=self.topic,
+                )
+            return len(string)
+        return write(self, string)
+
+    owned_write._sandcell = True
+    OutStream.write = owned_write
+
+    start = threading.Thread.start
+
+    def owned_start(self):
+        parent = owner.get()
+        if parent:
+            run = self.run
+
+            def owned_run():
+                owner.set(parent)
+                return run()
+
+            self.run = owned_run
+        return start(self)
+
+    threading.Thread.start = owned_start
 
 
 def _interrupted(shell, etype, value, tb, tb_offset=None):

@@ -7,6 +7,7 @@
 #include <criterion/parameterized.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -109,6 +110,8 @@ ParameterizedTest(int *ci, lang, behaves, .timeout = 120)
 
 	l = run(URL, id, c->hello);
 	expect_stdout(l, "hi\n", "stdout", c->lang);
+	cr_expect_eq(count_of(l, "number_of_executions"), 1, "%s: %d number_of_executions lines",
+		     c->lang, count_of(l, "number_of_executions"));
 	json_decref(l);
 
 	l = run(URL, id, c->fail);
@@ -242,5 +245,107 @@ Test(lang, bash_last_argument_is_the_users, .timeout = 60)
 	cr_assert_str_eq(out, "hi\n", "$_ after echo hi");
 	free(out);
 	json_decref(l);
+	free(id);
+}
+
+/* The value of a counter in /metrics, or -1. */
+static double
+metric(const char *name)
+{
+	struct resp r;
+	double v = -1;
+	size_t n = strlen(name);
+
+	if (http(URL, "GET", "/metrics", NULL, &r, 5) != 0)
+		return -1;
+	for (const char *p = r.r_body; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+		if (!strncmp(p, name, n) && p[n] == ' ')
+			v = atof(p + n + 1);
+	resp_free(&r);
+	return v;
+}
+
+/*
+ * Output a thread or timer makes after its execution ended belongs to no
+ * later execution: neither one that is running when it comes, nor quick
+ * ones in a row. It is dropped and counted.
+ */
+struct late_case {
+	const char *lang;
+	const char *start; /* prints "started"; prints "late i" at 0.5 s, 1 s, ... 3 s */
+	const char *wait;  /* waits 3.5 s, then prints "next" */
+	const char *next;  /* prints "next" */
+};
+
+static const struct late_case late_cases[] = {
+	{"python",
+	 "import threading, time\n"
+	 "def spam():\n"
+	 "    for i in range(6):\n"
+	 "        time.sleep(0.5)\n"
+	 "        print('late', i)\n"
+	 "threading.Thread(target=spam, daemon=True).start()\n"
+	 "print('started')",
+	 "import time\ntime.sleep(3.5)\nprint('next')", "print('next')"},
+	{"javascript",
+	 "for (let i = 0; i < 6; i++) setTimeout(() => console.log('late', i), 500 * (i + 1));\n"
+	 "console.log('started')",
+	 "await new Promise((r) => setTimeout(r, 3500)); console.log('next')",
+	 "console.log('next')"},
+	{"typescript",
+	 "for (let i: number = 0; i < 6; i++) setTimeout(() => console.log('late', i), 500 * (i + 1));\n"
+	 "console.log('started')",
+	 "await new Promise((r) => setTimeout(r, 3500)); console.log('next')",
+	 "console.log('next')"},
+};
+
+static int late_index[] = {0, 1, 2};
+
+ParameterizedTestParameters(lang, late_output_goes_to_no_later_execution)
+{
+	return cr_make_param_array(int, late_index, sizeof(late_cases) / sizeof(late_cases[0]));
+}
+
+static void
+expect_only_next(json_t *l, const char *lang, const char *what)
+{
+	char *out = stdout_of(l);
+	cr_expect_str_eq(out, "next\n", "%s: %s: got '%s'", lang, what, out);
+	free(out);
+}
+
+ParameterizedTest(int *ci, lang, late_output_goes_to_no_later_execution, .timeout = 120)
+{
+	const struct late_case *c = &late_cases[*ci];
+	char *id = context_new(URL, c->lang, NULL);
+	json_t *l;
+
+	cr_assert_not_null(id, "%s: no context", c->lang);
+	double dropped = metric("sandcell_output_dropped_total");
+	cr_assert(dropped >= 0, "no sandcell_output_dropped_total in /metrics");
+
+	/* the late lines come while the next execution runs */
+	l = run(URL, id, c->start);
+	char *out = stdout_of(l);
+	cr_expect_str_eq(out, "started\n", "%s: got '%s'", c->lang, out);
+	free(out);
+	json_decref(l);
+	l = run(URL, id, c->wait);
+	expect_only_next(l, c->lang, "an execution running when they come");
+	json_decref(l);
+
+	/* ... and between and during short ones */
+	json_decref(run(URL, id, c->start));
+	double t0 = ms_now();
+	for (int i = 0; ms_since(t0) < 3500; i++) {
+		l = run(URL, id, c->next);
+		expect_only_next(l, c->lang, "short executions in a row");
+		json_decref(l);
+	}
+
+	double deadline = ms_now() + 10000, now = dropped;
+	while ((now = metric("sandcell_output_dropped_total")) <= dropped && ms_now() < deadline)
+		usleep(50000);
+	cr_expect(now > dropped, "%s: sandcell_output_dropped_total stayed at %.0f", c->lang, now);
 	free(id);
 }
