@@ -15,6 +15,37 @@
 
 #include "lib.h"
 
+/*
+ * Deno's fence. Deno stamps all output with the last request it received, so
+ * a timer or promise of a finished execution would print into the next one.
+ * The fence numbers executions: it sets the next one's number as the
+ * AsyncLocalStorage store (top-level code runs in it, timers and promises
+ * inherit it), and console output of callbacks whose number is neither the
+ * current execution's nor, during the fence, the one just ended is published
+ * marked "sandcell_late" in its metadata, which the proxy drops and counts.
+ */
+#define KSPEC_DENO_FENCE                                                                  \
+	"(globalThis[Symbol.for('sandcell')] ?" "?= (() => {\n"                              \
+	"  const { AsyncLocalStorage } = process.getBuiltinModule('node:async_hooks');\n"    \
+	"  const s = { gen: 0, grace: 0, als: new AsyncLocalStorage() };\n"                  \
+	"  const streams = { log: 'stdout', info: 'stdout', debug: 'stdout', dir: 'stdout',\n" \
+	"    table: 'stdout', warn: 'stderr', error: 'stderr', trace: 'stderr' };\n"          \
+	"  for (const [name, stream] of Object.entries(streams)) {\n"                         \
+	"    const print = console[name];\n"                                                  \
+	"    console[name] = function (...args) {\n"                                          \
+	"      const g = s.als.getStore() ?? 0;\n"                                            \
+	"      if (g === s.gen || g === s.grace) return print.apply(this, args);\n"           \
+	"      const text = args.map((a) => typeof a === 'string' ? a : Deno.inspect(a));\n" \
+	"      Deno.jupyter.broadcast('stream', { name: stream, text: text.join(' ') + '\\n' },\n" \
+	"        { metadata: { sandcell_late: true } }).catch(() => {});\n"                   \
+	"    };\n"                                                                            \
+	"  }\n"                                                                               \
+	"  s.next = () => { s.grace = s.gen; s.als.enterWith(++s.gen); };\n"                  \
+	"  return s;\n"                                                                       \
+	"})()).next();\n"                                                                     \
+	"await new Promise((r) => setTimeout(r, 0));\n"                                       \
+	"globalThis[Symbol.for('sandcell')].grace = -1;"
+
 #define MAX_DIRS 32
 
 /* Normalise a language name as E2B does; rejects names unfit for a path. */
@@ -149,7 +180,7 @@ kspec_load(const char *dir, const char *name)
 	if (fence)
 		ks->ks_fence = xstrdup(fence);
 	else if (!strcmp(base ? base + 1 : ks->ks_argv[0], "deno"))
-		ks->ks_fence = xstrdup("await new Promise((r) => setTimeout(r, 0));");
+		ks->ks_fence = xstrdup(KSPEC_DENO_FENCE);
 	json_decref(root);
 	return ks;
 }

@@ -302,7 +302,9 @@ admit_on_iopub(struct proxy *px, struct jmsg *jm)
 	struct unit *u = px->px_run;
 
 	bool fence = u && u->u_fence[0] && !strcmp(jm->jm_parent_id, u->u_fence);
-	if (!u || (!fence && strcmp(jm->jm_parent_id, u->u_msgid))) {
+	/* the kernel says it is an earlier execution's, whatever its header (Deno's fence) */
+	bool late = json_is_true(json_object_get(jm->jm_meta, "sandcell_late"));
+	if (!u || late || (!fence && strcmp(jm->jm_parent_id, u->u_msgid))) {
 		drop_output(px, jm); /* kernel_info, env snippets, or a finished unit's */
 		return;
 	}
