@@ -164,6 +164,17 @@ def _own_thread_output(ip):
     owned_write._sandcell = True
     OutStream.write = owned_write
 
+    set_parent = OutStream.set_parent
+
+    def flushing_set_parent(self, parent):
+        # what was written under the old parent is sent under it, not
+        # flushed later under the new one
+        if self._buffer.tell():
+            self.flush()
+        set_parent(self, parent)
+
+    OutStream.set_parent = flushing_set_parent
+
     start = threading.Thread.start
 
     def owned_start(self):
