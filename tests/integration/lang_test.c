@@ -349,3 +349,29 @@ ParameterizedTest(int *ci, lang, late_output_goes_to_no_later_execution, .timeou
 	cr_expect(now > dropped, "%s: sandcell_output_dropped_total stayed at %.0f", c->lang, now);
 	free(id);
 }
+
+Test(lang, bash_background_output_goes_to_no_later_execution, .timeout = 60)
+{
+	char *id = context_new(URL, "bash", NULL);
+	json_t *l;
+
+	cr_assert_not_null(id);
+	double dropped = metric("sandcell_output_dropped_total");
+	l = run(URL, id, "(sleep 0.3; echo late; echo late-err >&2) & echo started");
+	char *out = stdout_of(l);
+	cr_expect_str_eq(out, "started\n");
+	free(out);
+	json_decref(l);
+	usleep(1000000); /* the background job prints while no execution runs */
+	l = run(URL, id, "echo next");
+	out = stdout_of(l);
+	cr_expect_str_eq(out, "next\n", "got '%s'", out);
+	cr_expect_null(line_of(l, "stderr", 0), "the late stderr came with the next execution");
+	free(out);
+	json_decref(l);
+	double deadline = ms_now() + 10000, now = dropped;
+	while ((now = metric("sandcell_output_dropped_total")) <= dropped && ms_now() < deadline)
+		usleep(50000);
+	cr_expect(now > dropped, "sandcell_output_dropped_total stayed at %.0f", now);
+	free(id);
+}

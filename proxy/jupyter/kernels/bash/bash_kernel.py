@@ -21,6 +21,7 @@ reports KeyboardInterrupt.
 import atexit
 import codecs
 import os
+import select
 import selectors
 import shutil
 import signal
@@ -90,9 +91,24 @@ class BashKernel(Kernel):
         self._interrupted = False
         self.saved_sigint_handler = signal.signal(signal.SIGINT, self._on_sigint)
 
-    def _publish(self, name, text, silent):
+    def _publish(self, name, text, silent, late=False):
         if text and not silent:
-            self.send_response(self.iopub_socket, "stream", {"name": name, "text": text})
+            self.send_response(self.iopub_socket, "stream", {"name": name, "text": text},
+                               metadata={"sandcell_late": True} if late else None)
+
+    def _drain_late(self):
+        """Output that came while no request ran (a background job of an
+        earlier one) is not this request's: it is published marked late,
+        which sandcell drops and counts (also before a silent request)."""
+        for pipe, name in ((self.bash.stdout, "stdout"), (self.bash.stderr, "stderr")):
+            data = b""
+            while True:
+                ready = select.select([pipe], [], [], 0)[0]
+                chunk = os.read(pipe.fileno(), 65536) if ready else b""
+                if not chunk:
+                    break
+                data += chunk
+            self._publish(name, data.decode("utf-8", "replace"), False, late=True)
 
     def _error(self, ename, evalue, silent):
         content = {"ename": ename, "evalue": evalue, "traceback": [f"{ename}: {evalue}"]}
@@ -103,6 +119,7 @@ class BashKernel(Kernel):
     def do_execute(self, code, silent, store_history=True, user_expressions=None,
                    allow_stdin=False, **kwargs):
         status = 0
+        self._drain_late()
         if not self._interrupted:  # an interrupt before the code was sent: it never runs
             with open(self._script, "w", encoding="utf-8") as f:
                 # on the code's own first line, so that line numbers stay the user's
