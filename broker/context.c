@@ -468,8 +468,10 @@ context_create(const char *want, const char *cwd, bool is_default, struct contex
 		return -ENOENT;
 	}
 	if ((c = pool_take(ks->ks_name))) {
-		/* a warm kernel: it becomes this context at once */
+		/* a warm kernel: it becomes this context at once, listed as the newest */
 		c->c_pooled = false;
+		TAILQ_REMOVE(&sv.sv_contexts, c, c_link);
+		TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
 		c->c_default = is_default;
 		c->c_created = now_ms();
 		free(c->c_cwd);

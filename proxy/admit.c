@@ -199,8 +199,7 @@ maybe_complete(struct proxy *px, struct unit *u)
 		/* the kernel stopped without saying why (Deno): say it */
 		output_error(&u->u_out, "KeyboardInterrupt", "execution interrupted", "");
 	if (u->u_nenv) {
-		char *restore = envset_restore(px->px_ks->ks_lang, u->u_env, u->u_nenv, px->px_genv,
-					       px->px_ngenv);
+		char *restore = envset_restore(px->px_ks->ks_lang, u->u_env, u->u_nenv);
 		if (restore)
 			kernel_execute(px, restore, true, NULL);
 		free(restore);

@@ -81,7 +81,7 @@ struct proxy {
 	gid_t px_kgroups[64];
 	int px_kngroups;
 	struct kspec *px_ks;
-	struct penv *px_genv; /* global env: applied at spawn, restored to */
+	struct penv *px_genv; /* global env: applied at spawn */
 	size_t px_ngenv;
 	bool px_default; /* the broker's default context for its language */
 	const char *px_py_startup; /* run in every IPython kernel at start */
@@ -181,8 +181,7 @@ bool output_iopub(struct buf *b, const char *type, json_t *content, bool display
 
 /* envset.c */
 char *envset_set(const char *lang, const struct penv *env, size_t n);
-char *envset_restore(const char *lang, const struct penv *env, size_t n,
-		     const struct penv *genv, size_t ngenv);
+char *envset_restore(const char *lang, const struct penv *env, size_t n);
 char *envset_chdir(const char *lang, const char *dir);
 bool envset_supported(const char *lang);
 

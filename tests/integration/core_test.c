@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 
@@ -198,6 +199,83 @@ Test(core, list_contexts_shows_created_ones, .timeout = 60)
 	json_decref(a);
 	resp_free(&r);
 	free(id);
+}
+
+/* How many lines of the file at path contain needle. */
+static int
+lines_with(const char *path, const char *needle)
+{
+	FILE *f = fopen(path, "r");
+	char line[4096];
+	int n = 0;
+
+	while (f && fgets(line, sizeof(line), f))
+		n += strstr(line, needle) != NULL;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/* Waits until the log holds n lines with needle (a warm kernel), or 60 s. */
+static bool
+log_reaches(const char *path, const char *needle, int n)
+{
+	for (int i = 0; i < 600; i++) {
+		if (lines_with(path, needle) >= n)
+			return true;
+		usleep(100000);
+	}
+	return false;
+}
+
+static struct broker order_broker; /* stopped by fini, even when an assertion fails */
+
+static void
+order_broker_stop(void)
+{
+	if (order_broker.b_pid > 0)
+		broker_stop(&order_broker);
+}
+
+/*
+ * GET /contexts lists contexts in the order they were handed out, as E2B
+ * does: one claimed from the warm pool is listed as new, not where its kernel
+ * was started (A pooled, R cold, B pooled: A, R, B; not A, B, R).
+ */
+Test(core, contexts_are_listed_in_the_order_they_were_created, .timeout = 120,
+     .fini = order_broker_stop)
+{
+	static const char warm[] = "pool: a python3 kernel is warm";
+	const char *args[] = {"--no-default-context", "--pool", "python=1", "--log-level", "info",
+			      NULL};
+	struct broker *b = &order_broker;
+	char *ids[3], created[128];
+	struct resp r;
+
+	cr_assert_eq(broker_start(b, args), 0);
+	cr_assert(log_reaches(b->b_log, warm, 1), "no warm kernel");
+	ids[0] = context_new(b->b_url, "python", NULL);
+	cr_assert(log_reaches(b->b_log, warm, 2), "the pool was not refilled");
+	ids[1] = context_new(b->b_url, "bash", NULL); /* never pooled */
+	ids[2] = context_new(b->b_url, "python", NULL);
+	for (int i = 0; i < 3; i++)
+		cr_assert_not_null(ids[i]);
+	for (int i = 0; i < 3; i += 2) {
+		snprintf(created, sizeof(created), "context %s: created from the warm pool", ids[i]);
+		cr_assert_eq(lines_with(b->b_log, created), 1, "%s was not pooled", ids[i]);
+	}
+
+	cr_assert_eq(http(b->b_url, "GET", "/contexts", NULL, &r, 5), 0);
+	json_t *a = json_loads(r.r_body, 0, NULL);
+	cr_assert_eq(json_array_size(a), 3, "%s", r.r_body);
+	for (size_t i = 0; i < 3; i++)
+		cr_expect_str_eq(json_string_value(json_object_get(json_array_get(a, i), "id")),
+				 ids[i], "position %zu: %s", i, r.r_body);
+	json_decref(a);
+	resp_free(&r);
+	for (int i = 0; i < 3; i++)
+		free(ids[i]);
+	cr_assert_eq(broker_stop(b), 0, "sanitizer report in the broker log");
 }
 
 Test(core, restart_clears_state_keeps_id_and_cwd, .timeout = 90)
