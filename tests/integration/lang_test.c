@@ -385,6 +385,9 @@ Test(lang, bash_background_output_goes_to_no_later_execution, .timeout = 60)
 	while ((now = metric("sandcell_output_dropped_total")) <= dropped && ms_now() < deadline)
 		usleep(50000);
 	cr_expect(now > dropped, "sandcell_output_dropped_total stayed at %.0f", now);
+	free(id);
+}
+
 /*
  * env_vars override what was there, whatever set it: the kernel's environment
  * (PATH, HOME), --env (SC_GLOBAL), user code (W); afterwards each is exactly
