@@ -257,6 +257,13 @@ Test(lang, bash_last_argument_is_the_users, .timeout = 60)
 	cr_assert_str_eq(out, "hi\n", "$_ after echo hi");
 	free(out);
 	json_decref(l);
+	/* the env set and restore around a request leave it alone */
+	json_decref(exec_env(id, "echo there", "V", "x"));
+	l = run(URL, id, "echo \"$_\"");
+	out = stdout_of(l);
+	cr_assert_str_eq(out, "there\n", "$_ after echo there with env_vars");
+	free(out);
+	json_decref(l);
 	free(id);
 }
 

@@ -152,8 +152,12 @@ class BashKernel(Kernel):
 
     def _run(self, silent):
         """Sources the script; returns its status, or None if bash died."""
-        self._send(f"source {_quote(self._script)} </dev/null; "
-                   f"printf '\\036SANDCELL-END %d\\036' $?; "
+        source = f"source {_quote(self._script)} </dev/null; __sandcell_st=$?; "
+        if silent:  # sandcell's own snippets (env vars) leave $_ as the user's code left it
+            source = (f"__sandcell_keep=${{__sandcell_last-}}; {source}"
+                      "__sandcell_last=$__sandcell_keep; ")
+        self._send(f"{source}"
+                   f"printf '\\036SANDCELL-END %d\\036' $__sandcell_st; "
                    f"printf '\\036SANDCELL-END\\036' >&2\n".encode())
         sel = selectors.DefaultSelector()
         streams = {self.bash.stdout.fileno(): "stdout", self.bash.stderr.fileno(): "stderr"}
