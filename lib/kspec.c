@@ -24,26 +24,29 @@
  * current execution's nor, during the fence, the one just ended is published
  * marked "sandcell_late" in its metadata, which the proxy drops and counts.
  */
-#define KSPEC_DENO_FENCE                                                                  \
-	"(globalThis[Symbol.for('sandcell')] ?" "?= (() => {\n"                              \
-	"  const { AsyncLocalStorage } = process.getBuiltinModule('node:async_hooks');\n"    \
-	"  const s = { gen: 0, grace: 0, als: new AsyncLocalStorage() };\n"                  \
-	"  const streams = { log: 'stdout', info: 'stdout', debug: 'stdout', dir: 'stdout',\n" \
-	"    table: 'stdout', warn: 'stderr', error: 'stderr', trace: 'stderr' };\n"          \
-	"  for (const [name, stream] of Object.entries(streams)) {\n"                         \
-	"    const print = console[name];\n"                                                  \
-	"    console[name] = function (...args) {\n"                                          \
-	"      const g = s.als.getStore() ?? 0;\n"                                            \
-	"      if (g === s.gen || g === s.grace) return print.apply(this, args);\n"           \
-	"      const text = args.map((a) => typeof a === 'string' ? a : Deno.inspect(a));\n" \
-	"      Deno.jupyter.broadcast('stream', { name: stream, text: text.join(' ') + '\\n' },\n" \
-	"        { metadata: { sandcell_late: true } }).catch(() => {});\n"                   \
-	"    };\n"                                                                            \
-	"  }\n"                                                                               \
-	"  s.next = () => { s.grace = s.gen; s.als.enterWith(++s.gen); };\n"                  \
-	"  return s;\n"                                                                       \
-	"})()).next();\n"                                                                     \
-	"await new Promise((r) => setTimeout(r, 0));\n"                                       \
+#define KSPEC_DENO_FENCE \
+	"(globalThis[Symbol.for('sandcell')] ?" "?= (() => {\n" \
+	"  const s = { gen: 0, grace: 0, next() {} };\n" \
+	"  try {\n" \
+	"    const { AsyncLocalStorage } = process.getBuiltinModule('node:async_hooks');\n" \
+	"    const als = new AsyncLocalStorage();\n" \
+	"    const streams = { log: 'stdout', info: 'stdout', debug: 'stdout', dir: 'stdout',\n" \
+	"      table: 'stdout', warn: 'stderr', error: 'stderr', trace: 'stderr' };\n" \
+	"    for (const [name, stream] of Object.entries(streams)) {\n" \
+	"      const print = console[name];\n" \
+	"      console[name] = function (...args) {\n" \
+	"        const g = als.getStore() ?? 0;\n" \
+	"        if (g === s.gen || g === s.grace) return print.apply(this, args);\n" \
+	"        const text = args.map((a) => typeof a === 'string' ? a : Deno.inspect(a));\n" \
+	"        Deno.jupyter.broadcast('stream', { name: stream, text: text.join(' ') + '\\n' },\n" \
+	"          { metadata: { sandcell_late: true } }).catch(() => {});\n" \
+	"      };\n" \
+	"    }\n" \
+	"    s.next = () => { s.grace = s.gen; als.enterWith(++s.gen); };\n" \
+	"  } catch { /* no async context here: output stays unmarked */ }\n" \
+	"  return s;\n" \
+	"})()).next();\n" \
+	"await new Promise((r) => setTimeout(r, 0));\n" \
 	"globalThis[Symbol.for('sandcell')].grace = -1;"
 
 #define MAX_DIRS 32
