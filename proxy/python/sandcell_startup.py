@@ -175,6 +175,32 @@ def _own_thread_output(ip):
 
     OutStream.set_parent = flushing_set_parent
 
+    # display() from a thread: the message is built under the owner's parent
+    from ipykernel.zmqshell import ZMQDisplayPublisher
+    from jupyter_client.session import Session
+
+    building = contextvars.ContextVar("sandcell_display_parent", default=None)
+    make_msg = Session.msg
+
+    def owned_msg(self, msg_type, content=None, parent=None, *args, **kwargs):
+        override = building.get()
+        return make_msg(self, msg_type, content, override or parent, *args, **kwargs)
+
+    Session.msg = owned_msg
+    publish = ZMQDisplayPublisher.publish
+
+    def owned_publish(self, *args, **kwargs):
+        parent = owner.get()
+        if not parent or parent.get("msg_id") == (self.parent_header or {}).get("msg_id"):
+            return publish(self, *args, **kwargs)
+        token = building.set(parent)
+        try:
+            return publish(self, *args, **kwargs)
+        finally:
+            building.reset(token)
+
+    ZMQDisplayPublisher.publish = owned_publish
+
     start = threading.Thread.start
 
     def owned_start(self):

@@ -570,3 +570,26 @@ Test(lang, bash_exit_under_env_vars_keeps_the_new_bash_env, .timeout = 120)
 	json_decref(l);
 	free(id);
 }
+
+Test(lang, python_thread_display_goes_to_no_later_execution, .timeout = 60)
+{
+	char *id = context_new(URL, "python", NULL);
+	json_t *l;
+
+	cr_assert_not_null(id);
+	json_decref(run(URL, id,
+			"import threading, time\n"
+			"from IPython.display import display\n"
+			"def show():\n"
+			"    time.sleep(0.5)\n"
+			"    display({'late': 1}, raw=True)\n"
+			"    display('late')\n"
+			"threading.Thread(target=show, daemon=True).start()"));
+	l = run(URL, id, "import time\ntime.sleep(1.5)\nprint('next')");
+	char *out = stdout_of(l);
+	cr_expect_str_eq(out, "next\n");
+	cr_expect_null(line_of(l, "result", 0), "the thread's display came with the next execution");
+	free(out);
+	json_decref(l);
+	free(id);
+}
