@@ -20,29 +20,35 @@
  * a timer or promise of a finished execution would print into the next one.
  * The fence numbers executions: it sets the next one's number as the
  * AsyncLocalStorage store (top-level code runs in it, timers and promises
- * inherit it), and console output of callbacks whose number is neither the
- * current execution's nor, during the fence, the one just ended is published
- * marked "sandcell_late" in its metadata, which the proxy drops and counts.
+ * inherit it). Console output of a callback whose number is neither the
+ * current execution's nor, during the fence, the one just ended is not
+ * printed but counted; the next fence reports the count in a message marked
+ * "sandcell_late" (the proxy drops it and adds the count to its metric).
+ * Deno.jupyter.broadcast from a callback outside a request hangs the kernel,
+ * hence the report from the fence.
  */
 #define KSPEC_DENO_FENCE \
 	"(globalThis[Symbol.for('sandcell')] ?" "?= (() => {\n" \
-	"  const s = { gen: 0, grace: 0, next() {} };\n" \
+	"  const s = { gen: 0, grace: 0, dropped: 0, next() {} };\n" \
 	"  try {\n" \
 	"    const { AsyncLocalStorage } = process.getBuiltinModule('node:async_hooks');\n" \
 	"    const als = new AsyncLocalStorage();\n" \
-	"    const streams = { log: 'stdout', info: 'stdout', debug: 'stdout', dir: 'stdout',\n" \
-	"      table: 'stdout', warn: 'stderr', error: 'stderr', trace: 'stderr' };\n" \
-	"    for (const [name, stream] of Object.entries(streams)) {\n" \
+	"    for (const name of ['log', 'info', 'debug', 'dir', 'table', 'warn', 'error', 'trace']) {\n" \
 	"      const print = console[name];\n" \
 	"      console[name] = function (...args) {\n" \
 	"        const g = als.getStore() ?? 0;\n" \
 	"        if (g === s.gen || g === s.grace) return print.apply(this, args);\n" \
-	"        const text = args.map((a) => typeof a === 'string' ? a : Deno.inspect(a));\n" \
-	"        Deno.jupyter.broadcast('stream', { name: stream, text: text.join(' ') + '\\n' },\n" \
-	"          { metadata: { sandcell_late: true } }).catch(() => {});\n" \
+	"        s.dropped++;\n" \
 	"      };\n" \
 	"    }\n" \
-	"    s.next = () => { s.grace = s.gen; als.enterWith(++s.gen); };\n" \
+	"    s.next = () => {\n" \
+	"      const dropped = s.dropped;\n" \
+	"      s.dropped = 0;\n" \
+	"      s.grace = s.gen;\n" \
+	"      als.enterWith(++s.gen);\n" \
+	"      if (dropped) Promise.resolve(Deno.jupyter.broadcast('stream', { name: 'stdout', text: '' },\n" \
+	"        { metadata: { sandcell_late: true, sandcell_dropped: dropped } })).catch(() => {});\n" \
+	"    };\n" \
 	"  } catch { /* no async context here: output stays unmarked */ }\n" \
 	"  return s;\n" \
 	"})()).next();\n" \

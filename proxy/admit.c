@@ -278,17 +278,20 @@ admit_on_probe(struct proxy *px, struct jmsg *jm)
 /*
  * Output is routed by its parent header only: output a kernel stamps with a
  * request no running unit sent (a thread or timer of a finished execution,
- * or no parent at all) belongs to no client, and is dropped and counted.
+ * or no parent at all) belongs to no client, and is dropped and counted. A
+ * kernel that drops late output itself reports how much in "sandcell_dropped"
+ * (Deno's fence).
  */
 static void
 drop_output(struct proxy *px, struct jmsg *jm)
 {
 	static const char *const output[] = {"stream", "display_data", "update_display_data",
 					     "execute_result", "error"};
+	json_int_t n = json_integer_value(json_object_get(jm->jm_meta, "sandcell_dropped"));
 
 	for (size_t i = 0; i < sizeof(output) / sizeof(output[0]); i++)
 		if (!strcmp(jm->jm_type, output[i])) {
-			px->px_dropped++;
+			px->px_dropped += n > 0 && n < INT32_MAX ? (uint64_t)n : 1;
 			log_debug("context %s: %s for request '%s' dropped: no execution owns it",
 				  px->px_id, jm->jm_type, jm->jm_parent_id);
 			return;
