@@ -97,14 +97,20 @@ struct stream {
 	bool st_errored;      /* ctl run: an error line went by */
 	int st_spill_fd;      /* a slow client's backlog, in an unlinked file; or -1 */
 	uint64_t st_spill_w, st_spill_r;
-	bool st_overflow;     /* over --stream-cap: ended with an error line */
+	bool st_overflow;     /* over --stream-cap or spill failed: output no longer taken */
+	bool st_midline;      /* what is queued ends inside a line */
+	char *st_end;         /* error and end lines, queued once the line is complete */
+	struct buf st_tail;   /* bytes queued after the spill file's (when it is open) */
 	struct request *st_rq; /* parked before its response: see stream_park() */
 	uint64_t st_park_until;
 	TAILQ_ENTRY(stream) st_park_link; /* sv_parked, while st_rq is set */
 };
 TAILQ_HEAD(streamq, stream);
 
-/* An HTTP request in progress (MHD's con_cls). */
+/*
+ * A request of either transport: an HTTP one (MHD's con_cls) or a
+ * sandcellctl one (rq_ctl). Who frees it: see request.c.
+ */
 struct request {
 	TAILQ_ENTRY(request) rq_link; /* a context's waiters */
 	struct MHD_Connection *rq_conn;
@@ -121,7 +127,7 @@ struct request {
 	unsigned rq_code;        /* the status answered, for the metrics */
 	const char *rq_endpoint; /* path template, for the metrics */
 	const char *rq_method;
-	bool rq_ctl;             /* from sandcellctl: answer on rq_pipe, then free */
+	bool rq_ctl;             /* from sandcellctl: answered on rq_pipe */
 	nng_pipe rq_pipe;
 	uint64_t rq_ctl_req;
 };
@@ -164,6 +170,8 @@ struct context {
 	struct streamq c_streams;
 	int c_nstreams;
 	struct requestq c_waiters;
+	unsigned c_uid;       /* --isolation context: its kernels' uid; 0 = shared */
+	bool c_own_ws;        /* c_cwd is its own workspace (removed with it) */
 };
 TAILQ_HEAD(contextq, context);
 
@@ -190,6 +198,9 @@ struct server {
 	const char *sv_kernel_memory, *sv_kernel_cpu, *sv_kernel_cgroup;
 	const char *sv_python_startup;
 	const char *sv_kernel_user;
+	bool sv_sandbox;        /* kernels in boxes (off: --no-sandbox) */
+	bool sv_isolated;       /* --isolation context */
+	const char *sv_uid_range, *sv_kernel_network, *sv_kernel_pids, *sv_kernel_tmp;
 	struct kspec **sv_kspecs; /* kernelspecs as last read (kspec_cached) */
 	size_t sv_nkspecs;
 	uint64_t sv_kspecs_at;
@@ -204,6 +215,8 @@ struct server {
 	const char *sv_spill_dir;
 	struct connq sv_conns;
 	unsigned sv_grace;      /* seconds running executions get on SIGTERM */
+	char sv_interrupt_retry[24], sv_interrupt_grace[24]; /* ms, for the proxies; "" = default */
+	char sv_heartbeat_timeout[24]; /* ms, for the proxies; "" = default */
 	bool sv_draining;       /* new executions get 503 */
 	bool sv_stopping;       /* SIGTERM: stop once drained */
 	uint64_t sv_drain_until;
@@ -226,8 +239,8 @@ struct server {
 		size_t n;
 	} sv_watchers; /* sandcellctl watch clients */
 	struct {
-		uint32_t ids[64];
-		size_t n;
+		uint32_t *ids;
+		size_t n, cap;
 	} sv_ctl_gone; /* ctl pipes closed on nng's threads (control.c's lock) */
 	json_t *sv_genv; /* global env vars */
 };
@@ -253,9 +266,20 @@ void metrics_execution(struct stream *s, const char *outcome, uint64_t wait_ms,
 void metrics_count(enum metric m, uint64_t n);
 char *metrics_render(size_t *len);
 
-/* http.c */
+/* request.c */
+int request_opt_string(json_t *body, const char *key, const char **out, char *err,
+		       size_t errsz);
+int request_validate_execute(json_t *body, struct msg *m, const char **ctx_id, char *lang,
+			     size_t langsz, char *err, size_t errsz);
+void request_execute(struct request *rq, json_t *body);
+void request_create(struct request *rq, const char *language, const char *cwd);
+void request_context(struct request *rq, const char *id, int op);
+void request_drain(struct request *rq, bool drain);
 void request_done(struct request *rq, unsigned status, json_t *json, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+void request_free(struct request *rq);
+
+/* http.c */
 int http_start(void);
 void http_stop(void);
 void http_tick(uint64_t now);
@@ -276,6 +300,7 @@ long stream_park_wait(uint64_t now); /* ms until the next is due, or -1 */
 void stream_output(struct stream *s, const char *data, size_t len, struct msg *final);
 void stream_fail(struct stream *s, const char *name, const char *value, const char *outcome);
 void stream_cancel(struct stream *s, const char *why);
+void stream_detach(struct stream *s);
 struct stream *stream_by_id(uint64_t id);
 void stream_hangup(struct stream *s);
 void stream_closed(struct stream *s);
@@ -313,9 +338,18 @@ const char *context_state(struct context *c);
 int control_start(void);
 void control_recv(void);
 void control_stop(void);
+void control_pipe_gone(uint32_t id);
 void control_pipe_events(void);
 void control_reply(struct request *rq, unsigned status, json_t *json, const char *text);
 void control_stream_output(struct stream *s, const char *data, size_t len, bool final);
 void control_event(json_t *ev);
+
+/* box.c */
+int box_check(char *err, size_t errsz);
+unsigned box_uid(void);
+const char *box_workspace(void);
+int box_isolate(struct context *c, char *err, size_t errsz);
+void box_args(struct context *c, const char **argv, int *n);
+json_t *box_json(const char *slot);
 
 #endif

@@ -31,6 +31,8 @@
 
 struct server sv;
 
+#define MAX_WAIT_S (7u * 24 * 3600) /* longest timeout or grace a flag may set */
+
 void
 server_watch(int fd, uint32_t events, struct evsrc *ev)
 {
@@ -110,8 +112,9 @@ pool_parse(const char *arg)
 		char *eq = strchr(tok, '=');
 		if (!strcmp(tok, "0") || !strcmp(tok, "none"))
 			continue;
+		uint64_t size;
 		if (!eq || sv.sv_npool == sizeof(sv.sv_pool) / sizeof(sv.sv_pool[0]) ||
-		    atoi(eq + 1) < 0 || atoi(eq + 1) > 64) {
+		    parse_count(eq + 1, 0, 64, &size) < 0) {
 			free(copy);
 			return -1;
 		}
@@ -121,7 +124,7 @@ pool_parse(const char *arg)
 			free(copy);
 			return -1;
 		}
-		ps->ps_size = atoi(eq + 1);
+		ps->ps_size = size;
 	}
 	free(copy);
 	return 0;
@@ -132,6 +135,8 @@ usage(void)
 {
 	fprintf(stderr,
 		"usage: sandcell-broker [options]\n"
+		"  each option can also be set as SANDCELL_<OPTION> (SANDCELL_MAX_BODY=32M);\n"
+		"  the command line wins. SIZE: 16M, 4G...; DURATION: 30 (s), 500ms, 2m, 1h\n"
 		"  --listen HOST:PORT      HTTP address (default 127.0.0.1:49999)\n"
 		"  --run-dir DIR           sockets and state (default $XDG_RUNTIME_DIR/sandcell\n"
 		"                          or /tmp/sandcell-$UID)\n"
@@ -139,19 +144,18 @@ usage(void)
 		"                          (default /home/user if it exists, else $HOME)\n"
 		"  --env KEY=VALUE         global env var for every context (repeatable)\n"
 		"  --env-file FILE         global env vars, KEY=VALUE lines\n"
-		"  --max-body BYTES        largest request body (default 16777216, at\n"
-		"                          most 67108864)\n"
+		"  --max-body SIZE         largest request body (default 16M, at most 64M)\n"
 		"  --max-queue N           queued executions per context (default 64)\n"
 		"  --max-contexts N        contexts in total (default 256)\n"
-		"  --conn-timeout SECONDS  idle HTTP connection timeout (default 120)\n"
+		"  --conn-timeout DURATION idle HTTP connection timeout (default 2m)\n"
 		"  --no-default-context    do not start the default contexts at start-up\n"
 		"  --keep-contexts         proxies and kernels outlive a stop; the next\n"
 		"                          broker on the same run dir re-attaches them\n"
-		"  --grace SECONDS         on SIGTERM, running executions get this long to\n"
+		"  --grace DURATION        on SIGTERM, running executions get this long to\n"
 		"                          finish while new ones get 503 (default 30)\n"
-		"  --kernel-memory BYTES   memory limit of each kernel (RLIMIT_DATA, and\n"
+		"  --kernel-memory SIZE    memory limit of each kernel (RLIMIT_DATA, and\n"
 		"                          the cgroup's limit with --kernel-cgroup)\n"
-		"  --kernel-cpu SECONDS    CPU-time limit of each kernel (RLIMIT_CPU)\n"
+		"  --kernel-cpu DURATION   CPU-time limit of each kernel (RLIMIT_CPU)\n"
 		"  --kernel-cgroup DIR     give each kernel its own cgroup under DIR\n"
 		"                          (v2, or v1 memory), so that a kernel over its\n"
 		"                          memory limit is killed alone; 'systemd': a\n"
@@ -162,14 +166,27 @@ usage(void)
 		"                          for rich data results; '' for none)\n"
 		"  --access-token TOKEN    require this token (X-Access-Token or\n"
 		"                          Authorization: Bearer) on every endpoint but\n"
-		"                          /health; also $SANDCELL_ACCESS_TOKEN\n"
+		"                          /health and /ready\n"
 		"  --access-token-file F   the token is the first line of F\n"
 		"  --max-connections N     concurrent HTTP connections (default 4096)\n"
-		"  --header-timeout S      a connection must send a request head within\n"
-		"                          S seconds of connecting or of its last response\n"
+		"  --header-timeout DURATION  a connection must send a request head\n"
+		"                          within DURATION of connecting or of its last response\n"
 		"                          (default 30)\n"
 		"  --kernel-user USER      run kernels as USER (the broker may stay root)\n"
-		"  --stream-cap BYTES      output a stream may hold for a client that reads\n"
+		"  --no-sandbox            run kernels unboxed, with the broker's view of the\n"
+		"                          machine (default: a sandbox per context)\n"
+		"  --kernel-uid-range A-B  uids the sandbox runs kernels as (default\n"
+		"                          61184-65519; shared isolation uses A)\n"
+		"  --isolation MODE        shared (default: one uid, one workspace) or\n"
+		"                          context (a uid and a workspace per context)\n"
+		"  --kernel-network MODE   host (default) or none (loopback only)\n"
+		"  --kernel-pids N         processes per context (default 1024; 0: none)\n"
+		"  --kernel-tmp-size SIZE  size of each context's private /tmp (default\n"
+		"                          512M)\n"
+		"  --heartbeat-timeout DURATION  an idle kernel that answers no heartbeat\n"
+		"                          for DURATION is restarted (default 20; a busy\n"
+		"                          one is dead only when its process is stopped)\n"
+		"  --stream-cap SIZE       output a stream may hold for a client that reads\n"
 		"                          slowly; past it the execution is cancelled and\n"
 		"                          the stream says so (default 1 GiB)\n"
 		"  --spill-dir DIR         where that backlog goes past 256 KiB per stream\n"
@@ -177,6 +194,10 @@ usage(void)
 		"  --pool LANG=N[,...]     warm kernels kept ready per language, taken by\n"
 		"                          POST /contexts and restart (default python=1;\n"
 		"                          0 for none)\n"
+		"  --interrupt-retry DURATION  an interrupt the kernel has not acted on\n"
+		"                          is sent again after DURATION (default 1s)\n"
+		"  --interrupt-grace DURATION  a kernel still running DURATION after the\n"
+		"                          first interrupt is restarted (default 3s)\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n");
 	exit(2);
 }
@@ -446,7 +467,16 @@ main(int argc, char **argv)
 		{"max-connections", required_argument, NULL, 'x'},
 		{"header-timeout", required_argument, NULL, 'H'},
 		{"kernel-user", required_argument, NULL, 'U'},
+		{"no-sandbox", no_argument, NULL, 'O'},
+		{"kernel-uid-range", required_argument, NULL, 'Y'},
+		{"isolation", required_argument, NULL, 'i'},
+		{"kernel-network", required_argument, NULL, 'N'},
+		{"kernel-pids", required_argument, NULL, 'P'},
+		{"kernel-tmp-size", required_argument, NULL, 'Z'},
 		{"pool", required_argument, NULL, 'W'},
+		{"interrupt-retry", required_argument, NULL, 'I'},
+		{"interrupt-grace", required_argument, NULL, 'J'},
+		{"heartbeat-timeout", required_argument, NULL, 'B'},
 		{"stream-cap", required_argument, NULL, 'X'},
 		{"spill-dir", required_argument, NULL, 'D'},
 		{"proxy", required_argument, NULL, 'p'},
@@ -455,8 +485,10 @@ main(int argc, char **argv)
 		{NULL, 0, NULL, 0},
 	};
 	sigset_t mask;
-	int c, level = LOG_INFO;
+	int c, li, level = LOG_INFO;
 	char err[512];
+	struct optenv oe;
+	uint64_t v;
 
 	sv.sv_listen = "127.0.0.1:49999";
 	sv.sv_max_body = 16u << 20;
@@ -472,32 +504,82 @@ main(int argc, char **argv)
 	sv.sv_spill_dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/var/tmp";
 	sv.sv_header_timeout = 30;
 	TAILQ_INIT(&sv.sv_conns);
-	if (getenv("SANDCELL_ACCESS_TOKEN")) {
-		token_set(getenv("SANDCELL_ACCESS_TOKEN"));
-		unsetenv("SANDCELL_ACCESS_TOKEN"); /* kernels must not inherit it */
-	}
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	sv.sv_sandbox = true;
+	sv.sv_uid_range = "61184-65519";
+	sv.sv_kernel_network = "host";
+	sv.sv_kernel_pids = "1024";
+	sv.sv_kernel_tmp = "536870912";
+	/* SANDCELL_<FLAG> for every flag; the command line comes after, so it wins */
+	if (optenv_build(&oe, "SANDCELL", opts, argc, argv) < 0)
+		exit(2);
+	/* /proc/PID/environ shows the block itself: clear the token there (optenv
+	 * holds a copy), then unset it so kernels do not inherit it */
+	char *env_token = getenv("SANDCELL_ACCESS_TOKEN");
+	if (env_token)
+		explicit_bzero(env_token, strlen(env_token));
+	unsetenv("SANDCELL_ACCESS_TOKEN");
+	while ((li = -1, c = getopt_long(oe.oe_argc, oe.oe_argv, "h", opts, &li)) != -1) {
+		const char *origin = c == '?' ? NULL : optenv_origin(&oe, opts, li, optind);
+		int rc = 0;
 		switch (c) {
 		case 'l': sv.sv_listen = optarg; break;
 		case 'r': sv.sv_run_dir = optarg; break;
 		case 'c': sv.sv_cwd = optarg; break;
 		case 'e':
-			if (env_put(optarg, "--env") < 0)
+			if (env_put(optarg, origin) < 0)
 				exit(2);
 			break;
 		case 'E':
 			if (env_file_read(optarg) < 0)
 				exit(2);
 			break;
-		case 'b': sv.sv_max_body = strtoull(optarg, NULL, 10); break;
-		case 'q': sv.sv_max_queue = atoi(optarg); break;
-		case 'm': sv.sv_max_contexts = atoi(optarg); break;
-		case 't': sv.sv_conn_timeout = atoi(optarg); break;
+		case 'b':
+			if ((rc = parse_size(optarg, PROTO_MAX_BIG, &v)) < 0 || (rc = v ? 0 : -ERANGE))
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a size from 1 to 64M, such as 16M");
+			sv.sv_max_body = v;
+			break;
+		case 'q':
+			if ((rc = parse_count(optarg, 0, 1000000, &v)) < 0)
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a count from 0 to 1000000");
+			sv.sv_max_queue = v;
+			break;
+		case 'm':
+			if ((rc = parse_count(optarg, 1, 1000000, &v)) < 0)
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a count from 1 to 1000000");
+			sv.sv_max_contexts = v;
+			break;
+		case 't':
+			if ((rc = parse_seconds(optarg, MAX_WAIT_S, &v)) < 0)
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a duration such as 120, 90s or 2m, at most 7 days");
+			sv.sv_conn_timeout = v;
+			break;
 		case 'n': sv.sv_no_default = true; break;
 		case 'k': sv.sv_keep_contexts = true; break;
-		case 'g': sv.sv_grace = atoi(optarg); break;
-		case 'M': sv.sv_kernel_memory = optarg; break;
-		case 'C': sv.sv_kernel_cpu = optarg; break;
+		case 'g':
+			if ((rc = parse_seconds(optarg, MAX_WAIT_S, &v)) < 0)
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a duration such as 30, 30s or 5m, at most 7 days");
+			sv.sv_grace = v;
+			break;
+		case 'M':
+			/* below a few MiB no interpreter starts: a missing unit, surely */
+			if ((rc = parse_size(optarg, UINT64_MAX, &v)) < 0 ||
+			    (rc = v >= (16u << 20) ? 0 : -ERANGE))
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a size of at least 16M, such as 4G or 512M");
+			sv.sv_kernel_memory = xasprintf("%llu", (unsigned long long)v);
+			break;
+		case 'C':
+			if ((rc = parse_seconds(optarg, UINT32_MAX, &v)) < 0 ||
+			    (rc = v ? 0 : -ERANGE))
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a CPU time of at least 1s, such as 600 or 2h");
+			sv.sv_kernel_cpu = xasprintf("%llu", (unsigned long long)v);
+			break;
 		case 'G': sv.sv_kernel_cgroup = optarg; break;
 		case 'S': sv.sv_python_startup = optarg; break;
 		case 'T':
@@ -508,28 +590,97 @@ main(int argc, char **argv)
 			if (token_file(optarg) < 0)
 				exit(2);
 			break;
-		case 'x': sv.sv_max_conns = atoi(optarg); break;
-		case 'H': sv.sv_header_timeout = atoi(optarg); break;
+		case 'x':
+			if ((rc = parse_count(optarg, 1, 1000000, &v)) < 0)
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a count from 1 to 1000000");
+			sv.sv_max_conns = v;
+			break;
+		case 'H':
+			if ((rc = parse_seconds(optarg, MAX_WAIT_S, &v)) < 0 ||
+			    (rc = v ? 0 : -ERANGE))
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a duration such as 30, 30s or 1m, from 1s to 7 days");
+			sv.sv_header_timeout = v;
+			break;
 		case 'U': sv.sv_kernel_user = optarg; break;
-		case 'X': sv.sv_stream_cap = strtoull(optarg, NULL, 10); break;
+		case 'O': sv.sv_sandbox = false; break;
+		case 'Y': {
+			unsigned a, b;
+			if (sscanf(optarg, "%u-%u", &a, &b) != 2 || a == 0 || a > b) {
+				log_err("--kernel-uid-range %s: not A-B with 0 < A <= B", optarg);
+				exit(2);
+			}
+			sv.sv_uid_range = optarg;
+			break;
+		}
+		case 'i':
+			if (strcmp(optarg, "shared") && strcmp(optarg, "context")) {
+				log_err("--isolation %s: shared or context", optarg);
+				exit(2);
+			}
+			sv.sv_isolated = !strcmp(optarg, "context");
+			break;
+		case 'N':
+			if (strcmp(optarg, "host") && strcmp(optarg, "none")) {
+				log_err("--kernel-network %s: host or none", optarg);
+				exit(2);
+			}
+			sv.sv_kernel_network = optarg;
+			break;
+		case 'P':
+			if ((rc = parse_size(optarg, 1u << 22, &v)) < 0)
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a number of processes, 0 for no limit");
+			sv.sv_kernel_pids = xasprintf("%llu", (unsigned long long)v);
+			break;
+		case 'Z':
+			if ((rc = parse_size(optarg, UINT64_MAX, &v)) < 0 ||
+			    (rc = v >= (1u << 20) ? 0 : -ERANGE))
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a size of at least 1M, such as 512M or 2G");
+			sv.sv_kernel_tmp = xasprintf("%llu", (unsigned long long)v);
+			break;
+		case 'X':
+			if ((rc = parse_size(optarg, UINT64_MAX, &v)) < 0 || (rc = v ? 0 : -ERANGE))
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a size such as 1G or 256M");
+			sv.sv_stream_cap = v;
+			break;
 		case 'D': sv.sv_spill_dir = optarg; break;
+		case 'I':
+		case 'J':
+		case 'B':
+			if ((rc = parse_duration(optarg, 86400000, &v)) < 0 || (rc = v ? 0 : -ERANGE))
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a duration such as 1, 1.5s or 500ms, at most 24h");
+			snprintf(c == 'I' ? sv.sv_interrupt_retry
+				 : c == 'J' ? sv.sv_interrupt_grace
+					    : sv.sv_heartbeat_timeout,
+				 sizeof(sv.sv_interrupt_retry), "%llu", (unsigned long long)v);
+			break;
 		case 'W':
-			if (pool_parse(optarg) < 0)
-				usage();
+			if (pool_parse(optarg) < 0) {
+				fprintf(stderr, "sandcell-broker: %s '%s': expected LANG=N[,...] "
+						"with N from 0 to 64, or 0\n",
+					origin, optarg);
+				exit(2);
+			}
 			break;
 		case 'p': sv.sv_proxy_bin = optarg; break;
 		case 'v':
-			if ((level = parse_level(optarg)) < 0)
-				usage();
+			if ((level = parse_level(optarg)) < 0) {
+				fprintf(stderr, "sandcell-broker: %s '%s': expected error, warn, "
+						"info or debug\n",
+					origin, optarg);
+				exit(2);
+			}
 			sv.sv_log_level = optarg;
 			break;
 		default: usage();
 		}
 	}
-	if (sv.sv_max_body > PROTO_MAX_BIG) /* a body must fit one IPC frame */
-		sv.sv_max_body = PROTO_MAX_BIG;
-	if (optind != argc || sv.sv_max_body == 0 || sv.sv_max_queue < 0 ||
-	    sv.sv_max_contexts <= 0)
+	if (optind != oe.oe_argc)
 		usage();
 	log_init("sandcell-broker", level);
 	if (sodium_init() < 0)
@@ -544,8 +695,30 @@ main(int argc, char **argv)
 	}
 	if (!sv.sv_run_dir)
 		sv.sv_run_dir = default_run_dir();
+	if (sv.sv_sandbox) {
+		if (box_check(err, sizeof(err)) < 0)
+			fatal("sandbox: %s", err);
+		struct passwd *ku = sv.sv_kernel_user ? getpwnam(sv.sv_kernel_user) : NULL;
+		if (ku && (ku->pw_uid == 0 || ku->pw_uid == geteuid()))
+			fatal("--kernel-user %s: kernels never run as root or as the broker's uid",
+			      sv.sv_kernel_user);
+		log_info("sandbox: on (uid %s%s, isolation %s, network %s, pids %s, tmp %s "
+			 "bytes, memory %s)",
+			 ku ? sv.sv_kernel_user : sv.sv_uid_range,
+			 ku || sv.sv_isolated ? "" : " first", sv.sv_isolated ? "context" : "shared",
+			 sv.sv_kernel_network, sv.sv_kernel_pids, sv.sv_kernel_tmp,
+			 sv.sv_kernel_memory ? sv.sv_kernel_memory : "no limit");
+		if (sv.sv_isolated && sv.sv_npool) {
+			/* a warm kernel has a uid and workspace before it has a context */
+			log_info("sandbox: no warm pool with --isolation context");
+			sv.sv_npool = 0;
+		}
+	} else {
+		log_warn("sandbox: off (--no-sandbox): kernels run with the broker's privileges "
+			 "and see the whole machine");
+	}
 	if (!sv.sv_cwd)
-		sv.sv_cwd = default_cwd();
+		sv.sv_cwd = sv.sv_sandbox ? box_workspace() : default_cwd();
 	if (!sv.sv_proxy_bin)
 		sv.sv_proxy_bin = default_proxy_bin();
 	if (!sv.sv_python_startup)

@@ -14,7 +14,10 @@
 #include "harness.h"
 
 #define GLOBAL_VALUE "g l\"o'b$al \xc3\xa9"
-HARNESS_SHARED_BROKER("--no-default-context", "--env", "SC_GLOBAL=" GLOBAL_VALUE);
+#ifndef LANG_BROKER_ARGS /* lang_isolated_test.c runs these again with its own */
+#define LANG_BROKER_ARGS "--no-default-context"
+#endif
+HARNESS_SHARED_BROKER(LANG_BROKER_ARGS, "--env", "SC_GLOBAL=" GLOBAL_VALUE);
 
 #define URL test_url()
 
@@ -267,23 +270,6 @@ Test(lang, bash_last_argument_is_the_users, .timeout = 60)
 	free(id);
 }
 
-/* The value of a counter in /metrics, or -1. */
-static double
-metric(const char *name)
-{
-	struct resp r;
-	double v = -1;
-	size_t n = strlen(name);
-
-	if (http(URL, "GET", "/metrics", NULL, &r, 5) != 0)
-		return -1;
-	for (const char *p = r.r_body; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
-		if (!strncmp(p, name, n) && p[n] == ' ')
-			v = atof(p + n + 1);
-	resp_free(&r);
-	return v;
-}
-
 /*
  * Output a thread or timer makes after its execution ended belongs to no
  * later execution: neither one that is running when it comes, nor quick
@@ -340,7 +326,7 @@ ParameterizedTest(int *ci, lang, late_output_goes_to_no_later_execution, .timeou
 	json_t *l;
 
 	cr_assert_not_null(id, "%s: no context", c->lang);
-	double dropped = metric("sandcell_output_dropped_total");
+	double dropped = metric_value(URL, "sandcell_output_dropped_total");
 	cr_assert(dropped >= 0, "no sandcell_output_dropped_total in /metrics");
 
 	/* the late lines come while the next execution runs */
@@ -362,9 +348,8 @@ ParameterizedTest(int *ci, lang, late_output_goes_to_no_later_execution, .timeou
 		json_decref(l);
 	}
 
-	double deadline = ms_now() + 10000, now = dropped;
-	while ((now = metric("sandcell_output_dropped_total")) <= dropped && ms_now() < deadline)
-		usleep(50000);
+	wait_metric(URL, "sandcell_output_dropped_total", dropped + 1, 10000);
+	double now = metric_value(URL, "sandcell_output_dropped_total");
 	cr_expect(now > dropped, "%s: sandcell_output_dropped_total stayed at %.0f", c->lang, now);
 	free(id);
 }
@@ -375,7 +360,7 @@ Test(lang, bash_background_output_goes_to_no_later_execution, .timeout = 60)
 	json_t *l;
 
 	cr_assert_not_null(id);
-	double dropped = metric("sandcell_output_dropped_total");
+	double dropped = metric_value(URL, "sandcell_output_dropped_total");
 	l = run(URL, id, "(sleep 0.3; echo late; echo late-err >&2) & echo started");
 	char *out = stdout_of(l);
 	cr_expect_str_eq(out, "started\n");
@@ -388,9 +373,8 @@ Test(lang, bash_background_output_goes_to_no_later_execution, .timeout = 60)
 	cr_expect_null(line_of(l, "stderr", 0), "the late stderr came with the next execution");
 	free(out);
 	json_decref(l);
-	double deadline = ms_now() + 10000, now = dropped;
-	while ((now = metric("sandcell_output_dropped_total")) <= dropped && ms_now() < deadline)
-		usleep(50000);
+	wait_metric(URL, "sandcell_output_dropped_total", dropped + 1, 10000);
+	double now = metric_value(URL, "sandcell_output_dropped_total");
 	cr_expect(now > dropped, "sandcell_output_dropped_total stayed at %.0f", now);
 	free(id);
 }
