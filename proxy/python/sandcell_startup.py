@@ -104,9 +104,9 @@ def _install(ip):
     disp.formatters["application/json"].for_type(dict, plain_json)
 
     ip.set_custom_exc((KeyboardInterrupt,), _interrupted)
+    _own_thread_output(ip)  # first: _capture_fds's write check stays the outer frame
     _capture_fds()
     _iopub_flow_control(ip)
-    _own_thread_output(ip)
 
     sys.meta_path.insert(
         0,
@@ -126,7 +126,8 @@ def _own_thread_output(ip):
     stamps it with whichever request is current, so a thread still printing
     after its execution ended would print into the next one. The owner is a
     context variable: set at each execution, inherited by the tasks it
-    creates, and handed to a thread when it starts."""
+    creates, and handed to a thread when it starts. It is set where the
+    kernel sets the streams' parent, before anything of the request runs."""
     import contextvars
     import threading
 
@@ -137,11 +138,6 @@ def _own_thread_output(ip):
     if kernel is None or getattr(OutStream.write, "_sandcell", False):
         return
     owner = contextvars.ContextVar("sandcell_owner", default=None)
-
-    def pre_execute():
-        owner.set(extract_header(kernel.get_parent("shell")))
-
-    ip.events.register("pre_execute", pre_execute)
 
     write = OutStream.write
 
@@ -154,13 +150,11 @@ def _own_thread_output(ip):
             and parent.get("msg_id") != self.parent_header.get("msg_id")
             and self._is_master_process()
         ):
-            if not string.isascii():
-                string.encode("utf-8")  # as bounded_write: surrogates refused here
-            for i in range(0, len(string), FLUSH_AT):
+            if string:
                 self.session.send(
                     self.pub_thread,
                     "stream",
-                    content={"name": self.name, "text": string[i : i + FLUSH_AT]},
+                    content={"name": self.name, "text": string},
                     parent=parent,
                     ident=self.topic,
                 )
@@ -178,6 +172,8 @@ def _own_thread_output(ip):
         if self._buffer.tell():
             self.flush()
         set_parent(self, parent)
+        # the kernel's main flow (and what it starts) now works for this request
+        owner.set(extract_header(parent))
 
     OutStream.set_parent = flushing_set_parent
 
