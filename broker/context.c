@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include <nng/nng.h>
-#include <nng/protocol/pair0/pair.h>
+#include <nng/protocol/pair1/pair.h>
 
 #include "broker.h"
 
@@ -215,9 +215,9 @@ connect_proxy(struct context *c, const char *slot)
 	snprintf(c->c_pl->pl_slot, sizeof(c->c_pl->pl_slot), "%s", slot);
 	c->c_pl->pl_pidfd = c->c_pl->pl_rfd = c->c_pl->pl_sfd = -1;
 	c->c_pl->pl_state = KS_STARTING;
-	if ((e = nng_pair0_open(&c->c_pl->pl_sock)))
+	if ((e = nng_pair1_open(&c->c_pl->pl_sock)))
 		goto out;
-	nng_socket_set_size(c->c_pl->pl_sock, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME);
+	nng_socket_set_size(c->c_pl->pl_sock, NNG_OPT_RECVMAXSZ, PROTO_MAX_WIRE);
 	nng_socket_set_int(c->c_pl->pl_sock, NNG_OPT_SENDBUF, 1024);
 	nng_socket_set_int(c->c_pl->pl_sock, NNG_OPT_RECVBUF, 1024);
 	nng_socket_set_ms(c->c_pl->pl_sock, NNG_OPT_RECONNMINT, 5);

@@ -95,5 +95,8 @@ double ms_since(double t0);
 double ms_now(void);
 int free_port(void);
 int tcp_connect(const char *url); /* a plain TCP connection to the broker, or -1 */
+/* Open file descriptors and resident memory (KiB) of a process, or -1. */
+int proc_fd_count(pid_t pid);
+long proc_rss_kb(pid_t pid);
 
 #endif

@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <nng/nng.h>
-#include <nng/protocol/pair0/pair.h>
 #include <nng/protocol/pair1/pair.h>
 #include <pwd.h>
 #include <signal.h>
@@ -383,8 +382,8 @@ Test(hostile, garbage_on_the_proxy_socket, .timeout = 90)
 		_exit(127);
 	}
 	snprintf(url, sizeof(url), "ipc://%s/ctx/%s/proxy.sock", run_dir, id);
-	cr_assert_eq(nng_pair0_open(&s), 0);
-	nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME);
+	cr_assert_eq(nng_pair1_open(&s), 0);
+	nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, PROTO_MAX_WIRE);
 	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 30000);
 	nng_socket_set_ms(s, NNG_OPT_RECONNMINT, 10);
 	cr_assert_eq(nng_dial(s, url, NULL, NNG_FLAG_NONBLOCK), 0);
@@ -473,6 +472,52 @@ Test(hostile, misbehaving_kernel_messages_are_dropped, .timeout = 120)
 	free(evil);
 	free(good);
 	cr_assert_eq(broker_stop(&b), 0);
+}
+
+/* A private broker of one test, stopped by .fini whatever the test's outcome. */
+static struct broker own;
+
+static void
+own_stop(void)
+{
+	broker_stop(&own);
+}
+
+/* The broker's open fds fall to at most limit before ms pass; the last count. */
+static int
+fds_settle(pid_t pid, int limit, int ms)
+{
+	double t0 = ms_now();
+	int n;
+
+	while ((n = proc_fd_count(pid)) > limit && ms_since(t0) < ms)
+		usleep(50000);
+	return n;
+}
+
+/* Each context costs the broker some fds while it lives, none after. */
+Test(hostile, create_delete_cycles_leave_the_fd_count_flat, .fini = own_stop, .timeout = 180)
+{
+	const char *args[] = {"--no-default-context", "--pool", "0", NULL};
+	struct resp r;
+	char path[128];
+
+	cr_assert_eq(broker_start(&own, args), 0);
+	int base = proc_fd_count(own.b_pid);
+	cr_assert(base > 0);
+	for (int i = 0; i < 10; i++) {
+		char *id = context_new(own.b_url, "python", NULL);
+		cr_assert_not_null(id, "cycle %d: create", i);
+		snprintf(path, sizeof(path), "/contexts/%s", id);
+		cr_assert_eq(http(own.b_url, "DELETE", path, NULL, &r, 30), 0);
+		cr_assert_eq(r.r_status, 200, "cycle %d: delete: %s", i, r.r_body);
+		resp_free(&r);
+		free(id);
+	}
+	/* a deleted context is freed once its proxy has exited */
+	int n = fds_settle(own.b_pid, base + 4, 20000);
+	cr_assert_leq(n, base + 4, "10 create/delete cycles took the broker from %d to %d fds",
+		      base, n);
 }
 
 Test(hostile, kernels_run_as_an_unprivileged_user, .timeout = 90)
