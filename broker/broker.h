@@ -238,6 +238,9 @@ void server_watch(int fd, uint32_t events, struct evsrc *ev);
 void server_unwatch(int fd);
 void server_notify(const char *state);
 
+/* cwd.c */
+int cwd_check(const char *dir, char *err, size_t errsz);
+
 /* metrics.c */
 enum metric { M_DISCONNECT, M_CANCEL, M_KERNEL_RESTART, M_PROXY_RESTART, M_BYTES };
 void metrics_http(const char *endpoint, const char *method, unsigned status);

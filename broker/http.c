@@ -315,11 +315,10 @@ do_execute(struct request *rq)
 static enum MHD_Result
 do_create(struct request *rq)
 {
-	char err[1024], lang[MAX_LANG + 1];
+	char err[1024], why[256], lang[MAX_LANG + 1];
 	const char *language = NULL, *cwd = NULL;
 	struct context *c;
 	json_t *body = NULL;
-	struct stat st;
 	int rc;
 
 	if (sv.sv_draining)
@@ -336,13 +335,15 @@ do_create(struct request *rq)
 	if (language_check(language ? language : "python", lang, sizeof(lang), err,
 			   sizeof(err)) < 0)
 		goto bad;
-	if (!cwd)
-		cwd = sv.sv_cwd;
-	if (cwd[0] != '/' || strlen(cwd) >= PROTO_MAX_NAME || stat(cwd, &st) < 0 ||
-	    !S_ISDIR(st.st_mode)) {
-		snprintf(err, sizeof(err), "cwd '%.256s' is not an existing absolute directory",
-			 cwd);
+	if (cwd && cwd_check(cwd, why, sizeof(why)) < 0) {
+		snprintf(err, sizeof(err), "cwd '%.256s' cannot be used: %s", cwd, why);
 		goto bad;
+	}
+	if (!cwd && cwd_check((cwd = sv.sv_cwd), why, sizeof(why)) < 0) {
+		/* checked at start; gone or closed since: not the client's fault */
+		json_decref(body);
+		return respond(rq, 500, http_text("the server's default cwd '%.256s' (--cwd) "
+						  "cannot be used: %s", cwd, why));
 	}
 	rc = context_create(lang, cwd, false, &c, err, sizeof(err));
 	json_decref(body);

@@ -135,7 +135,8 @@ usage(void)
 		"  --listen HOST:PORT      HTTP address (default 127.0.0.1:49999)\n"
 		"  --run-dir DIR           sockets and state (default $XDG_RUNTIME_DIR/sandcell\n"
 		"                          or /tmp/sandcell-$UID)\n"
-		"  --cwd DIR               default working directory of contexts\n"
+		"  --cwd DIR               default working directory of contexts, one the\n"
+		"                          kernel user can enter\n"
 		"                          (default /home/user if it exists, else $HOME)\n"
 		"  --env KEY=VALUE         global env var for every context (repeatable)\n"
 		"  --env-file FILE         global env vars, KEY=VALUE lines\n"
@@ -544,8 +545,15 @@ main(int argc, char **argv)
 	}
 	if (!sv.sv_run_dir)
 		sv.sv_run_dir = default_run_dir();
+	/* every kernel would fail to start there (status 126): refuse now */
+	bool cwd_given = sv.sv_cwd;
 	if (!sv.sv_cwd)
 		sv.sv_cwd = default_cwd();
+	if (cwd_check(sv.sv_cwd, err, sizeof(err)) < 0) {
+		log_err("%s %s: %s%s", cwd_given ? "--cwd" : "default cwd", sv.sv_cwd, err,
+			cwd_given ? "" : "; give one with --cwd DIR");
+		exit(2);
+	}
 	if (!sv.sv_proxy_bin)
 		sv.sv_proxy_bin = default_proxy_bin();
 	if (!sv.sv_python_startup)

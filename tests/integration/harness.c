@@ -422,6 +422,7 @@ broker_restart(struct broker *b, const char *const *extra)
 
 	snprintf(exe, sizeof(exe), "%s/sandcell-broker", bin ? bin : "bin");
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", b->b_port);
+	b->b_exit = -1;
 	argv[n++] = exe;
 	argv[n++] = "--listen";
 	argv[n++] = listen;
@@ -449,7 +450,9 @@ broker_restart(struct broker *b, const char *const *extra)
 		resp_free(&r);
 		if (ok)
 			break;
-		if (waitpid(b->b_pid, NULL, WNOHANG) == b->b_pid) {
+		int st;
+		if (waitpid(b->b_pid, &st, WNOHANG) == b->b_pid) {
+			b->b_exit = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 			fprintf(stderr, "broker exited at start-up; log in %s\n", b->b_log);
 			b->b_pid = 0;
 			return -1;

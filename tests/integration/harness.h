@@ -20,6 +20,7 @@ struct broker {
 	char b_url[64];
 	char b_run_dir[128];
 	char b_log[160];
+	int b_exit; /* its exit status if it exited at start-up, else -1 */
 };
 
 /* Starts a broker with extra arguments (NULL-terminated); waits for /health

@@ -520,10 +520,96 @@ Test(hostile, create_delete_cycles_leave_the_fd_count_flat, .fini = own_stop, .t
 		      base, n);
 }
 
+/* The broker's log so far (caller frees). */
+static char *
+log_of(const struct broker *b)
+{
+	FILE *f = fopen(b->b_log, "r");
+	char *s = calloc(1, 1 << 16);
+	size_t n = f ? fread(s, 1, (1 << 16) - 1, f) : 0;
+
+	s[n] = '\0';
+	if (f)
+		fclose(f);
+	return s;
+}
+
+/* A broker given args must exit with status 2 and a log line holding want. */
+static void
+refused_at_start(const char *const *args, const char *want)
+{
+	cr_assert_eq(broker_start(&own, args), -1, "the broker started");
+	char *log = log_of(&own);
+	cr_expect_eq(own.b_exit, 2, "exit status %d; log: %s", own.b_exit, log);
+	cr_expect(strstr(log, want), "the log does not say '%s': %s", want, log);
+	free(log);
+	broker_stop(&own);
+}
+
+/* Every kernel would fail to start there (status 126): the broker refuses at once. */
+Test(hostile, a_cwd_kernels_cannot_enter_is_refused_at_start, .fini = own_stop,
+     .timeout = 60)
+{
+	const char *none[] = {"--no-default-context", "--cwd", "/nonexistent-sandcell", NULL};
+	char closed[] = "/tmp/sandcell-closed-XXXXXX", want[128];
+
+	refused_at_start(none, "--cwd /nonexistent-sandcell: No such file or directory");
+	if (geteuid() != 0 || !getpwnam("nobody"))
+		return; /* the rest needs root and a 'nobody' user */
+	cr_assert_not_null(mkdtemp(closed)); /* 0700, root's */
+	const char *user[] = {"--no-default-context", "--kernel-user", "nobody", "--cwd", closed,
+			      NULL};
+	snprintf(want, sizeof(want), "--cwd %s: user nobody cannot enter it", closed);
+	refused_at_start(user, want);
+	/* the default cwd ($HOME when there is no /home/user) is checked too */
+	struct stat st;
+	if (stat("/home/user", &st) == 0) {
+		rmdir(closed);
+		return;
+	}
+	setenv("HOME", closed, 1);
+	const char *dflt[] = {"--no-default-context", "--kernel-user", "nobody", NULL};
+	snprintf(want, sizeof(want), "default cwd %s: user nobody cannot enter it", closed);
+	refused_at_start(dflt, want);
+	rmdir(closed);
+}
+
+/* A request's bad cwd is named; a default cwd gone since start is not blamed on it. */
+Test(hostile, a_bad_cwd_is_named_only_when_the_client_sent_it, .fini = own_stop,
+     .timeout = 60)
+{
+	char dflt[] = "/tmp/sandcell-cwd-XXXXXX", closed[] = "/tmp/sandcell-closed-XXXXXX";
+	bool root = geteuid() == 0 && getpwnam("nobody");
+	const char *args[] = {"--no-default-context", "--pool", "0", "--cwd", dflt,
+			      root ? "--kernel-user" : NULL, "nobody", NULL};
+	char body[128];
+	struct resp r;
+
+	cr_assert_not_null(mkdtemp(dflt));
+	cr_assert_eq(chmod(dflt, 0755), 0);
+	cr_assert_eq(broker_start(&own, args), 0);
+	if (root) {
+		cr_assert_not_null(mkdtemp(closed));
+		snprintf(body, sizeof(body), "{\"cwd\":\"%s\"}", closed);
+		cr_assert_eq(http(own.b_url, "POST", "/contexts", body, &r, 60), 0);
+		cr_expect_eq(r.r_status, 400, "%ld %s", r.r_status, r.r_body);
+		cr_expect(strstr(r.r_body, closed) && strstr(r.r_body, "user nobody cannot enter"),
+			  "%s", r.r_body);
+		resp_free(&r);
+		rmdir(closed);
+	}
+	cr_assert_eq(rmdir(dflt), 0);
+	cr_assert_eq(http(own.b_url, "POST", "/contexts", "{}", &r, 60), 0);
+	cr_expect_eq(r.r_status, 500, "%ld %s", r.r_status, r.r_body);
+	cr_expect(strstr(r.r_body, "default cwd") && strstr(r.r_body, dflt), "%s", r.r_body);
+	resp_free(&r);
+}
+
 Test(hostile, kernels_run_as_an_unprivileged_user, .timeout = 90)
 {
 	struct broker b;
-	const char *args[] = {"--no-default-context", "--kernel-user", "nobody", NULL};
+	const char *args[] = {"--no-default-context", "--kernel-user", "nobody", "--cwd", "/tmp",
+			      NULL};
 	struct passwd *pw = getpwnam("nobody");
 
 	if (geteuid() != 0 || !pw)
