@@ -282,10 +282,17 @@ context_free(struct context *c)
 {
 	struct stream *s;
 	struct request *rq;
+	/* one that never started says why, not that someone deleted it */
+	char *why = !c->c_ready && c->c_error
+			    ? xasprintf("the context could not start: %s", c->c_error)
+			    : NULL;
 
 	while ((s = TAILQ_FIRST(&c->c_streams))) {
 		bool ctl = s->st_ctl;
-		stream_fail(s, "ContextDeleted", "the context was deleted", "deleted");
+		if (why)
+			stream_fail(s, "ContextLost", why, "context_lost");
+		else
+			stream_fail(s, "ContextDeleted", "the context was deleted", "deleted");
 		if (ctl)
 			continue; /* a ctl stream is freed once it ends */
 		TAILQ_REMOVE(&c->c_streams, s, st_ctx_link);
@@ -295,6 +302,7 @@ context_free(struct context *c)
 		context_forget_waiter(rq);
 		request_done(rq, 404, NULL, "context %s was deleted", c->c_id);
 	}
+	free(why);
 	link_close(c->c_pl);
 	TAILQ_REMOVE(&sv.sv_contexts, c, c_link);
 	free(c->c_lang);

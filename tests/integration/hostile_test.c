@@ -15,6 +15,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -603,6 +605,63 @@ Test(hostile, a_bad_cwd_is_named_only_when_the_client_sent_it, .fini = own_stop,
 	cr_expect_eq(r.r_status, 500, "%ld %s", r.r_status, r.r_body);
 	cr_expect(strstr(r.r_body, "default cwd") && strstr(r.r_body, dflt), "%s", r.r_body);
 	resp_free(&r);
+}
+
+static char full_dir[] = "/tmp/sandcell-full-XXXXXX";
+
+static void
+full_fini(void)
+{
+	char run[64];
+
+	broker_stop(&own);
+	snprintf(run, sizeof(run), "%s/run", full_dir);
+	broker_kill_proxies(run);
+	umount2(full_dir, MNT_DETACH);
+	rmdir(full_dir);
+}
+
+/* No space left in the run dir: the log, the HTTP answer and the stream say so. */
+Test(hostile, a_full_run_dir_is_reported_as_such, .fini = full_fini, .timeout = 60)
+{
+	char run[64], *fill;
+	struct resp r;
+	long st;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to mount a tmpfs");
+	cr_assert_not_null(mkdtemp(full_dir));
+	if (mount("tmpfs", full_dir, "tmpfs", 0, "size=1m,mode=0700") < 0)
+		cr_skip_test("cannot mount a tmpfs: %s", strerror(errno));
+	snprintf(run, sizeof(run), "%s/run", full_dir);
+	const char *args[] = {"--no-default-context", "--pool", "0", "--run-dir", run, NULL};
+	cr_assert_eq(broker_start(&own, args), 0);
+	fill = malloc(strlen(full_dir) + 8);
+	sprintf(fill, "%s/fill", full_dir);
+	int fd = open(fill, O_WRONLY | O_CREAT, 0600);
+	static char block[4096];
+	while (write(fd, block, sizeof(block)) > 0)
+		;
+	cr_assert_eq(errno, ENOSPC);
+	close(fd);
+	free(fill);
+
+	cr_assert_eq(http(own.b_url, "POST", "/contexts", "{}", &r, 60), 0);
+	cr_expect_eq(r.r_status, 500, "%ld %s", r.r_status, r.r_body);
+	cr_expect(strstr(r.r_body, "No space left on device"), "%s", r.r_body);
+	resp_free(&r);
+	json_t *l = execute_code(own.b_url, NULL, "print(1)", NULL, 60000, &st);
+	cr_assert_not_null(l, "status %ld", st);
+	json_t *err = line_of(l, "error", 0);
+	cr_assert_not_null(err);
+	const char *v = json_string_value(json_object_get(err, "value"));
+	cr_expect(v && strstr(v, "No space left on device"), "%s: %s",
+		  json_string_value(json_object_get(err, "name")), v);
+	json_decref(l);
+	char *log = log_of(&own);
+	cr_expect(strstr(log, "No space left on device"), "%s", log);
+	cr_expect(!strstr(log, "Input/output error"), "%s", log);
+	free(log);
 }
 
 Test(hostile, kernels_run_as_an_unprivileged_user, .timeout = 90)
