@@ -63,6 +63,7 @@ struct conn {
 	int cn_fd;
 	bool cn_in_request; /* its request head has arrived; MHD's timeout rules */
 	uint64_t cn_since;  /* connected, or its last response ended */
+	const char *cn_bad_at; /* the string of this request that had %2F or %00 */
 };
 TAILQ_HEAD(connq, conn);
 
@@ -257,6 +258,8 @@ void http_stop(void);
 void http_tick(uint64_t now);
 struct MHD_Response *http_text(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 struct MHD_Response *http_json(json_t *j);
+size_t http_unescape(char *s, bool *bad);
+const char *http_quote(const char *s, char *out, size_t outsz);
 void http_complete(struct request *rq, unsigned status, struct MHD_Response *resp);
 void http_suspend(struct request *rq);
 int http_validate_execute(json_t *body, struct msg *m, const char **ctx_id,

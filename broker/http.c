@@ -42,7 +42,9 @@ http_text(const char *fmt, ...)
 struct MHD_Response *
 http_json(json_t *j)
 {
-	char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
+	/* 12 digits: 46.979, not 46.978999999999999 */
+	char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_ENSURE_ASCII |
+				       JSON_REAL_PRECISION(12));
 	struct MHD_Response *r;
 
 	json_decref(j);
@@ -432,12 +434,92 @@ do_metrics(struct request *rq)
 	return respond(rq, 200, r);
 }
 
+/*
+ * A client's string as it may be echoed in an answer: printable ASCII, other
+ * bytes as \xHH, cut with "..." to fit out. Returns out.
+ */
+const char *
+http_quote(const char *s, char *out, size_t outsz)
+{
+	size_t n = 0;
+
+	for (; *s && n + 4 < outsz; s++) {
+		unsigned char ch = *s;
+		if (ch >= 0x20 && ch < 0x7f && ch != '\\')
+			out[n++] = ch;
+		else
+			n += snprintf(out + n, outsz - n, "\\x%02x", ch);
+	}
+	if (*s && outsz >= 4)
+		strcpy(out + (n + 4 <= outsz ? n : outsz - 4), "...");
+	else if (outsz)
+		out[n < outsz ? n : outsz - 1] = '\0';
+	return out;
+}
+
+static int
+hexval(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'f')
+		return (ch | 0x20) - 'a' + 10;
+	return -1;
+}
+
+/*
+ * Decodes %HH once, in place; returns the new length. An encoded '/' or NUL
+ * stays encoded (it would split or cut an id) and sets *bad.
+ */
+size_t
+http_unescape(char *s, bool *bad)
+{
+	char *r = s, *w = s;
+
+	*bad = false;
+	while (*r) {
+		int hi, lo;
+		if (r[0] != '%' || (hi = hexval(r[1])) < 0 || (lo = hexval(r[2])) < 0) {
+			*w++ = *r++;
+			continue;
+		}
+		char ch = (char)(hi << 4 | lo);
+		if (ch == '/' || ch == '\0') {
+			*bad = true;
+			memmove(w, r, 3);
+			w += 3;
+		} else {
+			*w++ = ch;
+		}
+		r += 3;
+	}
+	*w = '\0';
+	return w - s;
+}
+
+static struct conn *conn_of(struct MHD_Connection *c);
+
+/* MHD's unescaper for the path and query arguments: see http_unescape. */
+static size_t
+unescape(void *cls, struct MHD_Connection *c, char *s)
+{
+	struct conn *cn = conn_of(c);
+	bool bad;
+	size_t n = http_unescape(s, &bad);
+
+	(void)cls;
+	if (bad && cn)
+		cn->cn_bad_at = s; /* refused in on_request if s is the path */
+	return n;
+}
+
 static enum MHD_Result
 route(struct request *rq, const char *url, const char *method)
 {
-	bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
-	bool del = !strcmp(method, "DELETE");
-	char id[64];
+	/* HEAD is GET without the body (MHD leaves it out) */
+	bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+	bool post = !strcmp(method, "POST"), del = !strcmp(method, "DELETE");
+	char id[64], quoted[96];
 	const char *rest;
 	struct context *c;
 
@@ -472,10 +554,13 @@ route(struct request *rq, const char *url, const char *method)
 		return respond(rq, 404, http_text("no such endpoint: %.128s", url));
 	rest = url + 10;
 	size_t idlen = strcspn(rest, "/");
-	if (idlen >= sizeof(id) || !(snprintf(id, sizeof(id), "%.*s", (int)idlen, rest),
-				     c = context_find(id)))
-		return respond(rq, 404,
-			       http_text("context '%.64s' not found", idlen < 64 ? id : "?"));
+	if (idlen >= sizeof(id))
+		return respond(rq, 404, http_text("no such context: its id is %zu bytes long; "
+						  "ids are 36 characters", idlen));
+	snprintf(id, sizeof(id), "%.*s", (int)idlen, rest);
+	if (!(c = context_find(id)))
+		return respond(rq, 404, http_text("context '%s' not found",
+						  http_quote(id, quoted, sizeof(quoted))));
 	rest += idlen;
 	if (!*rest) {
 		if (get)
@@ -560,6 +645,9 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		if (sv.sv_token && strcmp(rq->rq_endpoint, "/health") &&
 		    (refused = token_refusal(conn)))
 			return respond(rq, 401, http_text("%s", refused));
+		if (cn && cn->cn_bad_at == url)
+			return respond(rq, 400, http_text("the path has an encoded '/' or NUL "
+							  "(%%2F, %%00): not allowed"));
 		if (cl && strtoull(cl, NULL, 10) > sv.sv_max_body)
 			return respond(rq, 413,
 				       http_text("request body over the limit of %zu bytes",
@@ -601,6 +689,7 @@ on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	if (cn) { /* the next request head must come within the header timeout */
 		cn->cn_in_request = false;
 		cn->cn_since = now_ms();
+		cn->cn_bad_at = NULL;
 	}
 	if (rq->rq_code)
 		metrics_http(rq->rq_endpoint, rq->rq_method, rq->rq_code);
@@ -700,7 +789,8 @@ http_start(void)
 		/* headroom over our own limit, so that those over it hear why (503) */
 		MHD_OPTION_CONNECTION_LIMIT, sv.sv_max_conns + 64,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
-		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+		MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (!sv.sv_mhd) {
 		log_err("listen on %s failed (address in use or not available)", sv.sv_listen);

@@ -287,6 +287,137 @@ Test(hostile, hostile_bodies_and_paths, .timeout = 120)
 	free(id);
 }
 
+/*
+ * Sends req on a new connection and reads until the server closes it or ms
+ * pass; what came back in out. Returns the ms it took, or -1 on timeout.
+ */
+static double
+raw_request(const char *base, const char *req, size_t reqlen, char *out, size_t outsz, int ms)
+{
+	int fd = tcp_connect(base);
+	double t0 = ms_now();
+	struct timeval tv = {0, 100000};
+	size_t n = 0;
+
+	cr_assert(fd >= 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	cr_assert_eq(write(fd, req, reqlen), (ssize_t)reqlen);
+	out[0] = '\0';
+	while (ms_since(t0) < ms) {
+		ssize_t k = read(fd, out + n, outsz - 1 - n);
+		if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+			break;
+		if (k > 0) {
+			n += k;
+			out[n] = '\0';
+		}
+	}
+	double took = ms_since(t0);
+	close(fd);
+	return took < ms ? took : -1;
+}
+
+Test(hostile, head_health_is_200_with_no_body, .timeout = 30)
+{
+	static const char req[] = "HEAD /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+	char out[2048];
+
+	cr_assert_geq(raw_request(URL, req, sizeof(req) - 1, out, sizeof(out), 5000), 0,
+		      "not closed: %s", out);
+	cr_assert(!strncmp(out, "HTTP/1.1 200", 12), "%s", out);
+	char *end = strstr(out, "\r\n\r\n");
+	cr_assert_not_null(end, "%s", out);
+	cr_assert_str_eq(end + 4, "", "a body came with HEAD: %s", out);
+}
+
+/* A request line that cannot be HTTP: a 400 that says so, and the connection closed. */
+Test(hostile, garbage_request_lines_get_400_and_are_closed_at_once, .timeout = 60)
+{
+	static const struct {
+		const char *name, *req;
+		size_t len;
+	} cases[] = {
+		{"one word", "GARBAGE\r\n\r\n", 0},
+		{"leading space", " / HTTP/1.1\r\n\r\n", 0},
+		{"NUL bytes", "\0\0\0\r\n\r\n", 7},
+		{"TLS hello", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11},
+		{"control bytes", "\x01\x02\x03 zz\r\n\r\n", 0},
+		{"no target", "GET\r\n\r\n", 0},
+	};
+	char out[2048];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t len = cases[i].len ? cases[i].len : strlen(cases[i].req);
+		double took = raw_request(URL, cases[i].req, len, out, sizeof(out), 5000);
+		cr_expect(took >= 0 && took < 1500, "%s: held open %.0f ms (header timeout is 2 s here)",
+			  cases[i].name, took);
+		cr_expect(!strncmp(out, "HTTP/1.1 400", 12), "%s: answered '%.80s'", cases[i].name,
+			  out);
+	}
+}
+
+/* An id is one path segment: %2F does not split it, %00 does not cut it. */
+Test(hostile, encoded_slash_or_nul_in_a_path_is_400, .timeout = 60)
+{
+	char *id = keeper(URL), path[256];
+	struct resp r;
+
+	static const char *const forms[] = {"/contexts/%s%%2frestart", "/contexts/%s%%2Frestart",
+					    "/contexts/%s%%00/restart", "/contexts/%s%%00"};
+	for (size_t i = 0; i < sizeof(forms) / sizeof(forms[0]); i++) {
+		snprintf(path, sizeof(path), forms[i], id);
+		cr_assert_eq(http(URL, i < 3 ? "POST" : "DELETE", path, NULL, &r, 30), 0);
+		cr_expect_eq(r.r_status, 400, "%s: %ld %s", path, r.r_status, r.r_body);
+		cr_expect(strstr(r.r_body, "encoded"), "%s: %s", path, r.r_body);
+		resp_free(&r);
+	}
+	/* %25 decodes once: "%2f" is then text of an id that does not exist */
+	snprintf(path, sizeof(path), "/contexts/%s%%252f", id);
+	cr_assert_eq(http(URL, "GET", path, NULL, &r, 10), 0);
+	cr_expect_eq(r.r_status, 404, "%s: %ld %s", path, r.r_status, r.r_body);
+	resp_free(&r);
+	check_keeper(URL, id); /* neither restarted nor deleted */
+	free(id);
+}
+
+/* What a 404 echoes of an id is bounded and printable, and a long one says so. */
+Test(hostile, unknown_ids_are_echoed_safely, .timeout = 30)
+{
+	char path[700];
+	struct resp r;
+
+	snprintf(path, sizeof(path), "/contexts/");
+	memset(path + 10, 'a', 600);
+	path[610] = '\0';
+	cr_assert_eq(http(URL, "GET", path, NULL, &r, 10), 0);
+	cr_expect_eq(r.r_status, 404);
+	cr_expect(strstr(r.r_body, "600 bytes") && !strstr(r.r_body, "'?'"), "%s", r.r_body);
+	cr_expect_lt(r.r_len, 200, "%s", r.r_body);
+	resp_free(&r);
+	cr_assert_eq(http(URL, "GET", "/contexts/ab%01%FFcd", NULL, &r, 10), 0);
+	cr_expect_eq(r.r_status, 404);
+	cr_expect(strstr(r.r_body, "'ab\\x01\\xffcd'"), "%s", r.r_body);
+	resp_free(&r);
+}
+
+/* Seconds in JSON have millisecond precision, not 46.978999999999999. */
+Test(hostile, seconds_in_json_are_printed_to_the_millisecond, .timeout = 30)
+{
+	char *id = keeper(URL), path[128];
+	struct resp r;
+
+	snprintf(path, sizeof(path), "/contexts/%s", id);
+	cr_assert_eq(http(URL, "GET", path, NULL, &r, 10), 0);
+	const char *age = strstr(r.r_body, "\"age_seconds\":");
+	cr_assert_not_null(age, "%s", r.r_body);
+	age += strlen("\"age_seconds\":");
+	size_t len = strspn(age, "0123456789.e+-");
+	const char *dot = memchr(age, '.', len);
+	cr_expect(!dot || age + len - dot - 1 <= 3, "age_seconds %.*s", (int)len, age);
+	resp_free(&r);
+	free(id);
+}
+
 Test(hostile, ten_megabytes_of_code_run, .timeout = 120)
 {
 	size_t n = 10u << 20;
