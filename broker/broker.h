@@ -46,7 +46,9 @@ enum ev_kind {
 	EV_CTX_SEND,
 	EV_CTX_PIDFD,
 	EV_HANGUP,
-	EV_CTL
+	EV_CTL,
+	EV_LISTEN,
+	EV_PENDING
 };
 
 struct evsrc {
@@ -56,6 +58,8 @@ struct evsrc {
 
 struct context;
 struct request;
+struct pending; /* a connection not yet handed to MHD: accept.c */
+TAILQ_HEAD(pendq, pending);
 
 /* An HTTP connection, for the connection limit and the header timeout. */
 struct conn {
@@ -204,6 +208,12 @@ struct server {
 	uint64_t sv_stream_cap;     /* bytes a stream may hold for a slow client */
 	const char *sv_spill_dir;
 	struct connq sv_conns;
+	int sv_listen_fd;           /* ours: MHD gets connections from accept.c */
+	struct evsrc sv_ev_listen;
+	struct pendq sv_pending;    /* accepted, request line not yet seen */
+	unsigned sv_npending;
+	uint64_t sv_mhd_log_at;     /* rate limit of MHD's messages at warn level */
+	unsigned sv_mhd_log_n;
 	unsigned sv_grace;      /* seconds running executions get on SIGTERM */
 	bool sv_draining;       /* new executions get 503 */
 	bool sv_stopping;       /* SIGTERM: stop once drained */
@@ -238,6 +248,14 @@ extern struct server sv;
 void server_watch(int fd, uint32_t events, struct evsrc *ev);
 void server_unwatch(int fd);
 void server_notify(const char *state);
+
+/* accept.c */
+int accept_classify(const char *b, size_t n);
+int accept_listen(const char *where);
+void accept_ready(void);
+void accept_sniff(struct pending *pd, uint32_t events);
+void accept_tick(uint64_t now);
+void accept_stop(void);
 
 /* cwd.c */
 int cwd_check(const char *dir, char *err, size_t errsz);

@@ -638,7 +638,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		*con_cls = rq;
 		if (cn)
 			cn->cn_in_request = true;
-		if (sv.sv_nconns > sv.sv_max_conns)
+		if (sv.sv_nconns + sv.sv_npending > sv.sv_max_conns)
 			return respond(rq, 503,
 				       http_text("too many connections (limit %u); try again",
 						 sv.sv_max_conns));
@@ -736,6 +736,7 @@ http_tick(uint64_t now)
 {
 	struct conn *cn;
 
+	accept_tick(now);
 	TAILQ_FOREACH(cn, &sv.sv_conns, cn_link)
 		if (!cn->cn_in_request && cn->cn_fd >= 0 &&
 		    now > cn->cn_since + sv.sv_header_timeout * 1000ull) {
@@ -744,45 +745,45 @@ http_tick(uint64_t now)
 		}
 }
 
+/*
+ * MHD's messages are its errors: at start-up they are ours (error); later at
+ * warn, at most 20 a minute so that a flood of bad clients cannot flood the
+ * log, the rest at debug.
+ */
 static void
 mhd_log(void *cls, const char *fmt, va_list ap)
 {
 	char line[512];
+	uint64_t now = now_ms();
 
 	(void)cls;
 	vsnprintf(line, sizeof(line), fmt, ap);
 	line[strcspn(line, "\n")] = '\0';
-	log_debug("http: %s", line);
+	if (!sv.sv_mhd) {
+		log_err("http: %s", line);
+		return;
+	}
+	if (now >= sv.sv_mhd_log_at + 60000) {
+		sv.sv_mhd_log_at = now;
+		sv.sv_mhd_log_n = 0;
+	}
+	if (++sv.sv_mhd_log_n <= 20)
+		log_warn("http: %s%s", line,
+			 sv.sv_mhd_log_n == 20 ? " (more this minute at debug level)" : "");
+	else
+		log_debug("http: %s", line);
 }
 
 int
 http_start(void)
 {
-	char host[256];
-	const char *colon = strrchr(sv.sv_listen, ':');
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
-	struct addrinfo *ai;
 	unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
-			 MHD_USE_TURBO;
-	int e;
+			 MHD_USE_TURBO | MHD_USE_NO_LISTEN_SOCKET;
 
-	if (!colon || colon == sv.sv_listen || (size_t)(colon - sv.sv_listen) >= sizeof(host)) {
-		log_err("--listen %s: expected HOST:PORT", sv.sv_listen);
+	if (accept_listen(sv.sv_listen) < 0)
 		return -1;
-	}
-	snprintf(host, sizeof(host), "%.*s", (int)(colon - sv.sv_listen), sv.sv_listen);
-	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
-		memmove(host, host + 1, strlen(host));
-		host[strlen(host) - 1] = '\0';
-	}
-	if ((e = getaddrinfo(host, colon + 1, &hints, &ai))) {
-		log_err("--listen %s: %s", sv.sv_listen, gai_strerror(e));
-		return -1;
-	}
-	if (ai->ai_family == AF_INET6)
-		flags |= MHD_USE_IPv6;
 	sv.sv_mhd = MHD_start_daemon(
-		flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+		flags, 0, NULL, NULL, on_request, NULL,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
 		MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
 		MHD_OPTION_CONNECTION_TIMEOUT, sv.sv_conn_timeout,
@@ -791,9 +792,8 @@ http_start(void)
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
 		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 		MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
-	freeaddrinfo(ai);
 	if (!sv.sv_mhd) {
-		log_err("listen on %s failed (address in use or not available)", sv.sv_listen);
+		log_err("http: the HTTP library did not start (see its messages above)");
 		return -1;
 	}
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(sv.sv_mhd, MHD_DAEMON_INFO_EPOLL_FD);
@@ -805,6 +805,7 @@ http_start(void)
 void
 http_stop(void)
 {
+	accept_stop();
 	if (sv.sv_mhd)
 		MHD_stop_daemon(sv.sv_mhd);
 	sv.sv_mhd = NULL;

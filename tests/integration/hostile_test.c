@@ -795,6 +795,23 @@ Test(hostile, a_full_run_dir_is_reported_as_such, .fini = full_fini, .timeout = 
 	free(log);
 }
 
+/* A port in use: the second broker stops at once and says which address failed. */
+Test(hostile, a_second_broker_on_the_same_port_says_which_address_failed, .fini = own_stop,
+     .timeout = 30)
+{
+	char listen[64], want[128];
+	const char *port = strrchr(URL, ':') + 1;
+
+	snprintf(listen, sizeof(listen), "127.0.0.1:%s", port);
+	const char *args[] = {"--no-default-context", "--listen", listen, NULL};
+	cr_assert_eq(broker_start(&own, args), -1, "a second broker started on %s", listen);
+	char *log = log_of(&own);
+	cr_expect_neq(own.b_exit, 0);
+	snprintf(want, sizeof(want), "listen on %s: Address already in use", listen);
+	cr_expect(strstr(log, want), "the log does not say '%s': %s", want, log);
+	free(log);
+}
+
 Test(hostile, kernels_run_as_an_unprivileged_user, .timeout = 90)
 {
 	struct broker b;

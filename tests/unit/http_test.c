@@ -694,6 +694,47 @@ Test(http_quote, echoes_printable_ascii_escapes_the_rest_and_stays_bounded)
 	}
 }
 
+/* ---- accept_classify: what may start an HTTP request line ---- */
+
+Test(accept_classify, a_method_a_space_and_a_target_start_a_request_line)
+{
+	static const struct {
+		const char *b;
+		size_t n; /* 0: strlen */
+		int want;
+	} cases[] = {
+	    {"GET /health HTTP/1.1\r\n", 0, 1},
+	    {"POST /execute", 0, 1},
+	    {"M-SEARCH *", 0, 1},
+	    {"hello there\n", 0, 1}, /* MHD answers that one 400 itself */
+	    {"\r\nGET /", 0, 1},     /* an empty line first is allowed */
+	    {"", 0, 0},
+	    {"G", 0, 0},
+	    {"GET", 0, 0},
+	    {"GET ", 0, 0},
+	    {"\r\n", 0, 0},
+	    {"GARBAGE\r\n\r\n", 0, -1},
+	    {"GET\r\n", 0, -1},
+	    {" / HTTP/1.1", 0, -1},
+	    {"GET  /", 0, -1},
+	    {"GET \x01", 0, -1},
+	    {"GET \xff", 0, -1},
+	    {"\0\0\0\r\n", 5, -1},
+	    {"\x16\x03\x01\x02\x00", 5, -1}, /* TLS */
+	    {"\x01\x02\x03 zz", 0, -1},
+	    {"GET\t/", 0, -1},
+	    {"\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n", 0, -1},
+	    {"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", 0, -1}, /* 33: no method is that long */
+	    {"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", 0, 0},   /* 32 */
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t n = cases[i].n ? cases[i].n : strlen(cases[i].b);
+		cr_expect_eq(accept_classify(cases[i].b, n), cases[i].want, "case %zu '%.*s'", i,
+		             (int)n, cases[i].b);
+	}
+}
+
 /* ---- env_key_valid and uuid_valid ---- */
 
 Test(env_key_valid, portable_names_only)
