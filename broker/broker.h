@@ -90,6 +90,7 @@ struct stream {
 	bool st_final;        /* the proxy ended the stream */
 	bool st_suspended;
 	bool st_gone;         /* the client went away */
+	bool st_halfclosed;   /* the client shut its write side: maybe still reading */
 	bool st_cancel_sent;
 	bool st_recorded;     /* counted in the metrics and logged */
 	uint64_t st_last_out; /* ms of the last byte handed to MHD */
@@ -294,7 +295,7 @@ void stream_output(struct stream *s, const char *data, size_t len, struct msg *f
 void stream_fail(struct stream *s, const char *name, const char *value, const char *outcome);
 void stream_cancel(struct stream *s, const char *why);
 struct stream *stream_by_id(uint64_t id);
-void stream_hangup(struct stream *s);
+void stream_hangup(struct stream *s, uint32_t events);
 void stream_closed(struct stream *s);
 void stream_tick(uint64_t now);
 void stream_fail_all(const char *name, const char *value, const char *outcome);

@@ -386,7 +386,7 @@ loop(void)
 			case EV_CTX_RECV: context_recv(ev->ev_obj); break;
 			case EV_CTX_SEND: context_flush(ev->ev_obj); break;
 			case EV_CTX_PIDFD: context_pidfd(ev->ev_obj); break;
-			case EV_HANGUP: stream_hangup(ev->ev_obj); break;
+			case EV_HANGUP: stream_hangup(ev->ev_obj, evs[i].events); break;
 			case EV_CTL: control_recv(); break;
 			case EV_LISTEN: accept_ready(); break;
 			case EV_PENDING: accept_sniff(ev->ev_obj, evs[i].events); break;
