@@ -194,8 +194,14 @@ accept_sniff(struct pending *pd, uint32_t events)
 	sv.sv_npending--;
 	/* MHD owns the socket from here, and closes it if it cannot take it */
 	if (MHD_add_connection(sv.sv_mhd, pd->pd_fd, (struct sockaddr *)&pd->pd_addr,
-			       pd->pd_addrlen) != MHD_YES)
+			       pd->pd_addrlen) != MHD_YES) {
 		log_warn("http: could not take a connection: %s", strerror(errno));
+	} else {
+		/* its header timeout runs from the accept, not from the hand-over */
+		struct conn *cn = TAILQ_LAST(&sv.sv_conns, connq);
+		if (cn && cn->cn_fd == pd->pd_fd)
+			cn->cn_since = pd->pd_since;
+	}
 	sv.sv_mhd_kick = true;
 	free(pd);
 }
