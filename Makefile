@@ -35,7 +35,7 @@ PROGS = $(BIN)/sandcell-broker $(BIN)/sandcell-proxy $(BIN)/sandcellctl
 UNIT_TESTS = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
 INTEG_TESTS = $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/*_test.c))
 
-.PHONY: all bench deps fuzz install run soak test test-systemd test-unit test-integration test-sdk test-asan clean \
+.PHONY: all bench deps fuzz install run soak test test-install test-systemd test-unit test-integration test-sdk test-asan clean \
         check-deps format
 
 all: $(PROGS)
@@ -97,7 +97,7 @@ run: deps all
 	exec $(BIN)/sandcell-broker --listen $(LISTEN) $(RUN_ARGS)
 
 test: deps all
-	@$(MAKE) --no-print-directory test-unit test-integration test-sdk test-systemd
+	@$(MAKE) --no-print-directory test-unit test-integration test-sdk test-systemd test-install
 
 test-unit: $(UNIT_TESTS)
 	@set -e; for t in $(UNIT_TESTS); do echo "== $$t"; $$t --jobs 1; done
@@ -124,10 +124,13 @@ test-systemd: all
 	  [ $$rc -eq 0 ] && echo "systemd units: 1 passed, 0 failed" || \
 	  { echo "systemd units: 0 passed, 1 failed"; exit 1; }
 
-PREFIX ?= /usr/local
+# Everything goes under $(DESTDIR): binaries, kernelspecs and the start-up
+# profile under $(PREFIX), the units in $(UNITDIR), naming $(PREFIX)'s paths.
+PREFIX  ?= /usr/local
+UNITDIR ?= /etc/systemd/system
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/sandcell/jupyter/kernels \
-	  $(DESTDIR)$(PREFIX)/lib/sandcell /etc/systemd/system
+	  $(DESTDIR)$(PREFIX)/lib/sandcell $(DESTDIR)$(UNITDIR)
 	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
 	cp -r proxy/jupyter/kernels/bash proxy/jupyter/kernels/java \
 	  $(DESTDIR)$(PREFIX)/share/sandcell/jupyter/kernels/
@@ -137,7 +140,14 @@ install: all
 	    $(DESTDIR)$(PREFIX)/lib/sandcell/deno && \
 	  sh proxy/jupyter/deno-kernelspecs.sh $(PREFIX)/lib/sandcell/deno \
 	    $(DESTDIR)$(PREFIX)/share/sandcell/jupyter; fi
-	install -m 644 systemd/sandcell.service systemd/sandcell.slice $(DESTDIR)/etc/systemd/system/
+	sed 's#/usr/local#$(PREFIX)#g' systemd/sandcell.service >$(DESTDIR)$(UNITDIR)/sandcell.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/sandcell.service
+	install -m 644 systemd/sandcell.slice $(DESTDIR)$(UNITDIR)/
+
+# make install into a scratch DESTDIR with another PREFIX: nothing lands
+# outside it, the unit names PREFIX's paths, the installed broker finds its kernels.
+test-install: all
+	@sh tests/install/run.sh $(abspath $(BIN))
 
 clean:
 	rm -rf $(BUILD) $(BIN)

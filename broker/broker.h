@@ -110,7 +110,10 @@ struct stream {
 };
 TAILQ_HEAD(streamq, stream);
 
-/* An HTTP request in progress (MHD's con_cls). */
+/*
+ * A request of either transport: an HTTP one (MHD's con_cls) or a
+ * sandcellctl one (rq_ctl). Who frees it: see request.c.
+ */
 struct request {
 	TAILQ_ENTRY(request) rq_link; /* a context's waiters */
 	struct MHD_Connection *rq_conn;
@@ -127,7 +130,7 @@ struct request {
 	unsigned rq_code;        /* the status answered, for the metrics */
 	const char *rq_endpoint; /* path template, for the metrics */
 	const char *rq_method;
-	bool rq_ctl;             /* from sandcellctl: answer on rq_pipe, then free */
+	bool rq_ctl;             /* from sandcellctl: answered on rq_pipe */
 	nng_pipe rq_pipe;
 	uint64_t rq_ctl_req;
 };
@@ -216,6 +219,7 @@ struct server {
 	uint64_t sv_mhd_log_at;     /* rate limit of MHD's messages at warn level */
 	unsigned sv_mhd_log_n;
 	unsigned sv_grace;      /* seconds running executions get on SIGTERM */
+	char sv_interrupt_retry[24], sv_interrupt_grace[24]; /* ms, for the proxies; "" = default */
 	bool sv_draining;       /* new executions get 503 */
 	bool sv_stopping;       /* SIGTERM: stop once drained */
 	uint64_t sv_drain_until;
@@ -238,8 +242,8 @@ struct server {
 		size_t n;
 	} sv_watchers; /* sandcellctl watch clients */
 	struct {
-		uint32_t ids[64];
-		size_t n;
+		uint32_t *ids;
+		size_t n, cap;
 	} sv_ctl_gone; /* ctl pipes closed on nng's threads (control.c's lock) */
 	json_t *sv_genv; /* global env vars */
 };
@@ -269,9 +273,20 @@ void metrics_execution(struct stream *s, const char *outcome, uint64_t wait_ms,
 void metrics_count(enum metric m, uint64_t n);
 char *metrics_render(size_t *len);
 
-/* http.c */
+/* request.c */
+int request_opt_string(json_t *body, const char *key, const char **out, char *err,
+		       size_t errsz);
+int request_validate_execute(json_t *body, struct msg *m, const char **ctx_id, char *lang,
+			     size_t langsz, char *err, size_t errsz);
+void request_execute(struct request *rq, json_t *body);
+void request_create(struct request *rq, const char *language, const char *cwd);
+void request_context(struct request *rq, const char *id, int op);
+void request_drain(struct request *rq, bool drain);
 void request_done(struct request *rq, unsigned status, json_t *json, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+void request_free(struct request *rq);
+
+/* http.c */
 int http_start(void);
 void http_stop(void);
 void http_tick(uint64_t now);
@@ -294,6 +309,7 @@ long stream_park_wait(uint64_t now); /* ms until the next is due, or -1 */
 void stream_output(struct stream *s, const char *data, size_t len, struct msg *final);
 void stream_fail(struct stream *s, const char *name, const char *value, const char *outcome);
 void stream_cancel(struct stream *s, const char *why);
+void stream_detach(struct stream *s);
 struct stream *stream_by_id(uint64_t id);
 void stream_hangup(struct stream *s, uint32_t events);
 void stream_closed(struct stream *s);
@@ -331,6 +347,7 @@ const char *context_state(struct context *c);
 int control_start(void);
 void control_recv(void);
 void control_stop(void);
+void control_pipe_gone(uint32_t id);
 void control_pipe_events(void);
 void control_reply(struct request *rq, unsigned status, json_t *json, const char *text);
 void control_stream_output(struct stream *s, const char *data, size_t len, bool final);

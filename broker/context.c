@@ -141,7 +141,7 @@ pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 static int
 spawn(struct context *c)
 {
-	char *argv[32];
+	char *argv[48];
 	int n = 0;
 	sigset_t none;
 	pid_t pid;
@@ -184,6 +184,14 @@ spawn(struct context *c)
 	if (sv.sv_kernel_user) {
 		argv[n++] = "--kernel-user";
 		argv[n++] = (char *)sv.sv_kernel_user;
+	}
+	if (sv.sv_interrupt_retry[0]) {
+		argv[n++] = "--interrupt-retry";
+		argv[n++] = sv.sv_interrupt_retry;
+	}
+	if (sv.sv_interrupt_grace[0]) {
+		argv[n++] = "--interrupt-grace";
+		argv[n++] = sv.sv_interrupt_grace;
 	}
 	argv[n] = NULL;
 	sigemptyset(&none);
@@ -288,15 +296,15 @@ context_free(struct context *c)
 			    : NULL;
 
 	while ((s = TAILQ_FIRST(&c->c_streams))) {
-		bool ctl = s->st_ctl;
+		if (s->st_gone) { /* its client left: nothing to tell it */
+			stream_detach(s);
+			continue;
+		}
+		/* ends it, which takes it off c's list (and frees a ctl one) */
 		if (why)
 			stream_fail(s, "ContextLost", why, "context_lost");
 		else
 			stream_fail(s, "ContextDeleted", "the context was deleted", "deleted");
-		if (ctl)
-			continue; /* a ctl stream is freed once it ends */
-		TAILQ_REMOVE(&c->c_streams, s, st_ctx_link);
-		s->st_ctx = NULL;
 	}
 	while ((rq = TAILQ_FIRST(&c->c_waiters))) {
 		context_forget_waiter(rq);
@@ -476,8 +484,10 @@ context_create(const char *want, const char *cwd, bool is_default, struct contex
 		return -ENOENT;
 	}
 	if ((c = pool_take(ks->ks_name))) {
-		/* a warm kernel: it becomes this context at once */
+		/* a warm kernel: it becomes this context at once, listed as the newest */
 		c->c_pooled = false;
+		TAILQ_REMOVE(&sv.sv_contexts, c, c_link);
+		TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
 		c->c_default = is_default;
 		c->c_created = now_ms();
 		free(c->c_cwd);

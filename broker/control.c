@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <nng/nng.h>
@@ -20,6 +19,23 @@
 
 /* Pipes closed on nng's threads, handed to the loop. */
 static pthread_mutex_t gone_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/*
+ * A ctl pipe closed (on nng's thread): its id is kept for the loop, however
+ * many close before the loop gets to them, so no watch or run is left behind.
+ */
+void
+control_pipe_gone(uint32_t id)
+{
+	pthread_mutex_lock(&gone_lock);
+	if (sv.sv_ctl_gone.n == sv.sv_ctl_gone.cap) {
+		sv.sv_ctl_gone.cap = sv.sv_ctl_gone.cap ? 2 * sv.sv_ctl_gone.cap : 64;
+		sv.sv_ctl_gone.ids = xrealloc(sv.sv_ctl_gone.ids,
+					      sv.sv_ctl_gone.cap * sizeof(sv.sv_ctl_gone.ids[0]));
+	}
+	sv.sv_ctl_gone.ids[sv.sv_ctl_gone.n++] = id;
+	pthread_mutex_unlock(&gone_lock);
+}
 
 static void
 pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
@@ -34,10 +50,7 @@ pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 			nng_pipe_close(p);
 		return;
 	}
-	pthread_mutex_lock(&gone_lock);
-	if (sv.sv_ctl_gone.n < sizeof(sv.sv_ctl_gone.ids) / sizeof(sv.sv_ctl_gone.ids[0]))
-		sv.sv_ctl_gone.ids[sv.sv_ctl_gone.n++] = nng_pipe_id(p);
-	pthread_mutex_unlock(&gone_lock);
+	control_pipe_gone(nng_pipe_id(p));
 	if (write(sv.sv_wakefd, &one, sizeof(one)) < 0)
 		log_warn("eventfd: %s", strerror(errno));
 }
@@ -108,12 +121,11 @@ done(nng_pipe p, uint64_t req, enum msg_type t, json_t *data, const char *text)
 	json_decref(data);
 }
 
-/* A waited-for request of a ctl client completed (see request_done). */
+/* A request of a ctl client completed (request_done, which then frees it). */
 void
 control_reply(struct request *rq, unsigned status, json_t *json, const char *text)
 {
 	done(rq->rq_pipe, rq->rq_ctl_req, status < 300 ? MSG_OK : MSG_FAIL, json, text);
-	free(rq);
 }
 
 /* Output of a sandcellctl run; the end says whether it failed. */
@@ -155,21 +167,23 @@ static json_t *
 status_json(void)
 {
 	struct context *c;
-	int nctx = 0, running = 0, queued = 0, pooled = 0;
+	int nctx = 0, running = 0, queued = 0, pooled = 0, warm = 0;
 
 	TAILQ_FOREACH(c, &sv.sv_contexts, c_link) {
 		nctx += context_listed(c);
 		pooled += c->c_pooled && !c->c_deleting;
+		warm += c->c_pooled && !c->c_deleting && c->c_ready;
 		if (!c->c_deleting && c->c_nstreams) {
 			running++;
 			queued += c->c_nstreams - 1;
 		}
 	}
-	return json_pack("{s:s, s:f, s:i, s:i, s:i, s:i, s:b, s:s, s:s}", "version",
+	return json_pack("{s:s, s:f, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:s, s:s}", "version",
 			 SANDCELL_VERSION, "uptime_seconds", (now_ms() - sv.sv_started) / 1000.0,
-			 "contexts", nctx, "warm_pool", pooled, "executions_running", running,
-			 "executions_queued", queued, "draining", sv.sv_draining, "listen",
-			 sv.sv_listen, "run_dir", sv.sv_run_dir);
+			 "contexts", nctx, "warm_pool", pooled, "warm_pool_ready", warm,
+			 "executions_running", running, "executions_queued", queued, "draining",
+			 sv.sv_draining, "keep_contexts", sv.sv_keep_contexts, "listen", sv.sv_listen,
+			 "run_dir", sv.sv_run_dir);
 }
 
 /*
@@ -186,6 +200,8 @@ executions_json(void)
 	TAILQ_FOREACH(s, &sv.sv_streams, st_link) {
 		struct context *c = s->st_ctx;
 		bool running = c && TAILQ_FIRST(&c->c_streams) == s;
+		if (s->st_final)
+			continue; /* ended: only its delivery to a slow client remains */
 		const char *client = s->st_cancel_sent ? "cancelled"
 				     : s->st_gone      ? "gone"
 				     : s->st_ctl       ? "sandcellctl"
@@ -214,13 +230,10 @@ ctl_request(nng_pipe p, uint64_t req)
 static void
 handle(nng_pipe p, struct msg *m)
 {
-	struct context *c = NULL;
-	char err[512], lang[MAX_LANG + 1];
+	const char *id = m->m_has & FB(F_ID) ? m->m_id.s : "";
+	struct context *c;
 	struct stream *s;
-	struct stat st;
 
-	if (m->m_has & FB(F_ID))
-		c = context_find(m->m_id.s);
 	switch (m->m_type) {
 	case CTL_STATUS:
 		done(p, m->m_req, MSG_OK, status_json(), NULL);
@@ -246,51 +259,34 @@ handle(nng_pipe p, struct msg *m)
 		done(p, m->m_req, MSG_OK, NULL, "cancelled");
 		return;
 	case CTL_INTERRUPT:
+		request_context(ctl_request(p, m->m_req), id, OP_INTERRUPT);
+		return;
 	case CTL_RESTART:
+		request_context(ctl_request(p, m->m_req), id, OP_RESTART);
+		return;
 	case CTL_DELETE:
-		if (!c) {
-			done(p, m->m_req, MSG_FAIL, NULL, "no such context");
-			return;
-		}
-		if (m->m_type == CTL_RESTART && context_restart_from_pool(c)) {
-			done(p, m->m_req, MSG_OK, NULL, "restarted with a warm kernel");
-			return;
-		}
-		context_request(c, ctl_request(p, m->m_req),
-				m->m_type == CTL_INTERRUPT ? MSG_INTERRUPT
-				: m->m_type == CTL_RESTART ? MSG_RESTART
-							   : MSG_SHUTDOWN,
-				m->m_type == CTL_INTERRUPT ? OP_INTERRUPT
-				: m->m_type == CTL_RESTART ? OP_RESTART
-							   : OP_DELETE);
+		request_context(ctl_request(p, m->m_req), id, OP_DELETE);
 		return;
-	case CTL_CREATE: {
-		const char *cwd = m->m_cwd.s ? m->m_cwd.s : sv.sv_cwd;
-		if (cwd[0] != '/' || stat(cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
-			done(p, m->m_req, MSG_FAIL, NULL, "cwd is not an existing absolute directory");
-			return;
-		}
-		if (lang_normalise(m->m_lang.s, lang, sizeof(lang)) < 0) {
-			done(p, m->m_req, MSG_FAIL, NULL, "not a language name");
-			return;
-		}
-		if (context_create(lang, cwd, false, &c, err, sizeof(err)) < 0) {
-			done(p, m->m_req, MSG_FAIL, NULL, err);
-			return;
-		}
-		context_wait_ready(c, ctl_request(p, m->m_req));
+	case CTL_CREATE:
+		request_create(ctl_request(p, m->m_req), m->m_lang.s, m->m_cwd.s);
 		return;
-	}
 	case CTL_DRAIN:
 	case CTL_UNDRAIN:
-		if (m->m_type == CTL_UNDRAIN && sv.sv_stopping) {
-			done(p, m->m_req, MSG_FAIL, NULL, "the server is stopping");
-			return;
-		}
-		sv.sv_draining = m->m_type == CTL_DRAIN;
-		log_info("%s by the operator", sv.sv_draining ? "draining" : "accepting again");
-		control_event(json_pack("{s:s}", "event", sv.sv_draining ? "drain" : "undrain"));
-		done(p, m->m_req, MSG_OK, NULL, sv.sv_draining ? "draining" : "accepting");
+		request_drain(ctl_request(p, m->m_req), m->m_type == CTL_DRAIN);
+		return;
+	case CTL_STOP_ENDS:
+	case CTL_STOP_KEEPS:
+		/*
+		 * What the next stop (SIGTERM) does with the contexts, whatever
+		 * --keep-contexts said: the unit's ExecStop tells a stop from a restart.
+		 */
+		sv.sv_keep_contexts = m->m_type == CTL_STOP_KEEPS;
+		log_info("the operator says: stopping %s", sv.sv_keep_contexts
+								? "keeps the contexts running"
+								: "ends every context");
+		done(p, m->m_req, MSG_OK, NULL,
+		     sv.sv_keep_contexts ? "a stop keeps the contexts running"
+					 : "a stop ends every context");
 		return;
 	case CTL_WATCH:
 		if (sv.sv_watchers.n == sizeof(sv.sv_watchers.w) / sizeof(sv.sv_watchers.w[0])) {
@@ -302,24 +298,22 @@ handle(nng_pipe p, struct msg *m)
 		control_event(json_pack("{s:s}", "event", "watching"));
 		return;
 	case CTL_RUN: {
-		struct msg ex;
-		if (!c) {
-			done(p, m->m_req, MSG_FAIL, NULL, "no such context");
-			return;
-		}
-		json_t *utf8 = json_stringn(m->m_code.s, m->m_code.len); /* checks UTF-8 */
-		if (!utf8) {
+		/* the same body an HTTP client would send, through the same checks */
+		json_t *code = json_stringn(m->m_code.s, m->m_code.len); /* checks UTF-8 */
+		json_t *body;
+		if (!code) {
 			done(p, m->m_req, MSG_FAIL, NULL, "code is not valid UTF-8");
 			return;
 		}
-		json_decref(utf8);
-		s = stream_open_ctl(c, p, m->m_req, m->m_code.s);
-		msg_init(&ex, MSG_EXECUTE);
-		msg_set_u64(&ex, F_STREAM, s->st_id);
-		msg_set_str(&ex, F_CODE, m->m_code.s, m->m_code.len);
-		msg_set_u64(&ex, F_POLICY, POLICY_INTERRUPT);
-		context_send(c, &ex);
-		msg_free(&ex);
+		body = json_pack("{s:o}", "code", code);
+		if ((m->m_has & FB(F_ID)) &&
+		    json_object_set_new(body, "context_id", json_stringn(id, m->m_id.len)) < 0) {
+			json_decref(body);
+			done(p, m->m_req, MSG_FAIL, NULL, "the context id is not valid UTF-8");
+			return;
+		}
+		request_execute(ctl_request(p, m->m_req), body);
+		json_decref(body);
 		return;
 	}
 	default:
@@ -359,13 +353,14 @@ control_recv(void)
 void
 control_pipe_events(void)
 {
-	uint32_t ids[64];
+	uint32_t *ids;
 	size_t n;
 
 	pthread_mutex_lock(&gone_lock);
+	ids = sv.sv_ctl_gone.ids;
 	n = sv.sv_ctl_gone.n;
-	memcpy(ids, sv.sv_ctl_gone.ids, n * sizeof(ids[0]));
-	sv.sv_ctl_gone.n = 0;
+	sv.sv_ctl_gone.ids = NULL;
+	sv.sv_ctl_gone.n = sv.sv_ctl_gone.cap = 0;
 	pthread_mutex_unlock(&gone_lock);
 	for (size_t k = 0; k < n; k++) {
 		struct stream *s, *next;
@@ -380,6 +375,7 @@ control_pipe_events(void)
 				stream_closed(s);
 		}
 	}
+	free(ids);
 }
 
 void

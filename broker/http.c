@@ -1,8 +1,8 @@
 /*
- * http.c — the HTTP API on libmicrohttpd: routing, body limits, validation of
- * every request body, and responses. MHD runs in external-epoll mode inside the
- * broker's loop; requests that wait (context start, restart, delete) are
- * suspended and answered with http_complete().
+ * http.c — the HTTP transport on libmicrohttpd: routing, body limits, JSON
+ * parsing, auth and responses; what a request does is request.c's. MHD runs in
+ * external-epoll mode inside the broker's loop; requests that wait (context
+ * start, restart, delete) are suspended and answered with http_complete().
  */
 #include <errno.h>
 #include <netdb.h>
@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/stat.h>
 
 #include <sodium.h>
 
@@ -82,149 +81,6 @@ http_complete(struct request *rq, unsigned status, struct MHD_Response *resp)
 	sv.sv_mhd_kick = true;
 }
 
-/*
- * Completes a request that waited on a context: an HTTP one gets a JSON or
- * plain-text response, a sandcellctl one an OK/FAIL reply.
- */
-void
-request_done(struct request *rq, unsigned status, json_t *json, const char *fmt, ...)
-{
-	char *text = NULL;
-	va_list ap;
-
-	if (!json && fmt) {
-		va_start(ap, fmt);
-		if (vasprintf(&text, fmt, ap) < 0)
-			fatal("out of memory");
-		va_end(ap);
-	}
-	if (rq->rq_ctl)
-		control_reply(rq, status, json, text);
-	else
-		http_complete(rq, status, json ? http_json(json) : http_text("%s", text ? text : ""));
-	free(text);
-}
-
-/* Optional string member: absent and null are the same. */
-static int
-opt_string(json_t *body, const char *key, const char **out, char *err, size_t errsz)
-{
-	json_t *v = json_object_get(body, key);
-
-	*out = NULL;
-	if (!v || json_is_null(v))
-		return 0;
-	if (!json_is_string(v)) {
-		snprintf(err, errsz, "'%s' must be a string", key);
-		return -1;
-	}
-	*out = json_string_value(v);
-	return 0;
-}
-
-static int
-language_check(const char *in, char *lang, size_t langsz, char *err, size_t errsz)
-{
-	if (lang_normalise(in, lang, langsz) < 0 || !kspec_cached(lang)) {
-		char *avail = kspec_languages();
-		snprintf(err, errsz, "unknown language '%.64s'; available: %s", in, avail);
-		free(avail);
-		return -1;
-	}
-	return 0;
-}
-
-/*
- * Validates a /execute body into an EXECUTE message. Returns 0, or an HTTP
- * status with err set. A language is checked against installed kernelspecs.
- */
-int
-http_validate_execute(json_t *body, struct msg *m, const char **ctx_id, char *lang,
-		      size_t langsz, char *err, size_t errsz)
-{
-	json_t *code = json_object_get(body, "code"), *env, *to, *v;
-	const char *language, *policy, *k;
-
-	msg_init(m, MSG_EXECUTE);
-	lang[0] = '\0';
-	if (!json_is_object(body))
-		return snprintf(err, errsz, "the body must be a JSON object"), 400;
-	if (!code)
-		return snprintf(err, errsz, "'code' is required"), 400;
-	if (!json_is_string(code))
-		return snprintf(err, errsz, "'code' must be a string"), 400;
-	if (json_string_length(code) > PROTO_MAX_BIG)
-		return snprintf(err, errsz, "'code' is too long"), 413;
-	if (opt_string(body, "context_id", ctx_id, err, errsz) < 0 ||
-	    opt_string(body, "language", &language, err, errsz) < 0 ||
-	    opt_string(body, "on_disconnect", &policy, err, errsz) < 0)
-		return 400;
-	if (*ctx_id && language)
-		return snprintf(err, errsz, "'context_id' and 'language' cannot both be set"),
-		       400;
-	if (policy && strcmp(policy, "interrupt") && strcmp(policy, "continue"))
-		return snprintf(err, errsz,
-				"'on_disconnect' must be \"interrupt\" or \"continue\""),
-		       400;
-	to = json_object_get(body, "timeout");
-	if (to && !json_is_null(to)) {
-		double t = json_number_value(to);
-		if (!json_is_number(to) || !(t > 0))
-			return snprintf(err, errsz,
-					"'timeout' must be a number of seconds, > 0"),
-			       400;
-		if (t > 604800)
-			return snprintf(err, errsz,
-					"'timeout' must be at most 604800 seconds (7 days)"),
-			       400;
-		msg_set_u64(m, F_TIMEOUT, (uint64_t)(t * 1000 + 0.5) ? (uint64_t)(t * 1000 + 0.5) : 1);
-	}
-	/* everything must fit one IPC frame to the proxy */
-	size_t total = json_string_length(code);
-	env = json_object_get(body, "env_vars");
-	if (env && !json_is_null(env)) {
-		if (!json_is_object(env))
-			return snprintf(err, errsz, "'env_vars' must be an object of strings"),
-			       400;
-		if (json_object_size(env) > PROTO_MAX_ENV)
-			return snprintf(err, errsz, "'env_vars' has too many entries"), 400;
-		json_object_foreach(env, k, v)
-		{
-			if (!env_key_valid(k)) {
-				snprintf(err, errsz, "env var name '%.64s' is not valid", k);
-				goto bad;
-			}
-			if (!json_is_string(v)) {
-				snprintf(err, errsz, "env var '%s' must be a string", k);
-				goto bad;
-			}
-			if (strlen(json_string_value(v)) != json_string_length(v) ||
-			    json_string_length(v) > PROTO_MAX_ENVVAL) {
-				snprintf(err, errsz, "env var '%s' has a NUL byte or is too long",
-					 k);
-				goto bad;
-			}
-			msg_add_env(m, k, json_string_value(v));
-			total += strlen(k) + json_string_length(v) + 16;
-		}
-	}
-	if (total > PROTO_MAX_BIG) {
-		snprintf(err, errsz, "code and env_vars together are over %u bytes",
-			 PROTO_MAX_BIG);
-		msg_free(m);
-		return 413;
-	}
-	if (language && language_check(language, lang, langsz, err, errsz) < 0)
-		goto bad;
-	msg_set_str(m, F_CODE, json_string_value(code), json_string_length(code));
-	msg_set_u64(m, F_POLICY,
-		    policy && !strcmp(policy, "continue") ? POLICY_CONTINUE : POLICY_INTERRUPT);
-	return 0;
-bad:
-	msg_free(m);
-	return 400;
-}
-
 static json_t *
 parse_body(struct request *rq, char *err, size_t errsz)
 {
@@ -258,106 +114,35 @@ http_suspend(struct request *rq)
 static enum MHD_Result
 do_execute(struct request *rq)
 {
-	char err[1024], lang[MAX_LANG + 1];
-	const char *ctx_id = NULL;
-	struct context *c;
-	struct msg m;
+	char err[1024];
 	json_t *body;
-	int st;
 
-	if (sv.sv_draining)
-		return respond(rq, 503,
-			       http_text("the server is draining before a stop; not accepting "
-					 "new executions"));
 	if (!(body = parse_body(rq, err, sizeof(err))))
 		return respond(rq, 400, http_text("%s", err));
-	st = http_validate_execute(body, &m, &ctx_id, lang, sizeof(lang), err, sizeof(err));
-	if (st) {
-		json_decref(body);
-		return respond(rq, st, http_text("%s", err));
-	}
-	if (ctx_id) {
-		if (!(c = context_find(ctx_id))) {
-			msg_free(&m);
-			enum MHD_Result r = respond(rq, 404,
-						    http_text("context '%.64s' not found", ctx_id));
-			json_decref(body);
-			return r;
-		}
-	} else {
-		const struct kspec *ks;
-		if (!lang[0])
-			snprintf(lang, sizeof(lang), "python");
-		if ((ks = kspec_cached(lang))) /* the default is per language */
-			snprintf(lang, sizeof(lang), "%s", ks->ks_lang);
-		if (!(c = context_default(lang)) &&
-		    (st = context_create(lang, sv.sv_cwd, true, &c, err, sizeof(err))) < 0) {
-			msg_free(&m);
-			json_decref(body);
-			return respond(rq,
-				       st == -EAGAIN ? 429 : st == -ENOENT ? 400 : 500,
-				       http_text("%s", err));
-		}
-	}
+	request_execute(rq, body);
 	json_decref(body);
-	if (c->c_nstreams > sv.sv_max_queue) {
-		msg_free(&m);
-		return respond(rq, 429,
-			       http_text("context %s has %d executions waiting (limit %d)",
-					 c->c_id, c->c_nstreams - 1, sv.sv_max_queue));
-	}
-	rq->rq_stream = stream_open(c, rq->rq_conn, m.m_code.s);
-	msg_set_u64(&m, F_STREAM, rq->rq_stream->st_id);
-	context_send(c, &m);
-	msg_free(&m);
-	stream_park(rq->rq_stream, rq);
 	return MHD_YES;
 }
 
 static enum MHD_Result
 do_create(struct request *rq)
 {
-	char err[1024], why[256], lang[MAX_LANG + 1];
+	char err[1024];
 	const char *language = NULL, *cwd = NULL;
-	struct context *c;
 	json_t *body = NULL;
-	int rc;
 
-	if (sv.sv_draining)
-		return respond(rq, 503,
-			       http_text("the server is draining before a stop; not creating "
-					 "contexts"));
 	if (rq->rq_body.b_len) {
 		if (!(body = parse_body(rq, err, sizeof(err))))
 			return respond(rq, 400, http_text("%s", err));
-		if (opt_string(body, "language", &language, err, sizeof(err)) < 0 ||
-		    opt_string(body, "cwd", &cwd, err, sizeof(err)) < 0)
-			goto bad;
+		if (request_opt_string(body, "language", &language, err, sizeof(err)) < 0 ||
+		    request_opt_string(body, "cwd", &cwd, err, sizeof(err)) < 0) {
+			json_decref(body);
+			return respond(rq, 400, http_text("%s", err));
+		}
 	}
-	if (language_check(language ? language : "python", lang, sizeof(lang), err,
-			   sizeof(err)) < 0)
-		goto bad;
-	if (cwd && cwd_check(cwd, why, sizeof(why)) < 0) {
-		snprintf(err, sizeof(err), "cwd '%.256s' cannot be used: %s", cwd, why);
-		goto bad;
-	}
-	if (!cwd && cwd_check((cwd = sv.sv_cwd), why, sizeof(why)) < 0) {
-		/* checked at start; gone or closed since: not the client's fault */
-		json_decref(body);
-		return respond(rq, 500, http_text("the server's default cwd '%.256s' (--cwd) "
-						  "cannot be used: %s", cwd, why));
-	}
-	rc = context_create(lang, cwd, false, &c, err, sizeof(err));
+	request_create(rq, language, cwd);
 	json_decref(body);
-	if (rc < 0)
-		return respond(rq, rc == -EAGAIN ? 429 : rc == -ENOENT ? 400 : 500,
-			       http_text("%s", err));
-	http_suspend(rq);
-	context_wait_ready(c, rq);
 	return MHD_YES;
-bad:
-	json_decref(body);
-	return respond(rq, 400, http_text("%s", err));
 }
 
 static enum MHD_Result
@@ -567,20 +352,13 @@ route(struct request *rq, const char *url, const char *method)
 			return respond(rq, 200, http_json(context_json(c, true)));
 		if (!del)
 			goto method;
-		http_suspend(rq);
-		context_request(c, rq, MSG_SHUTDOWN, OP_DELETE);
+		request_context(rq, id, OP_DELETE);
 		return MHD_YES;
 	}
 	if (!strcmp(rest, "/restart") || !strcmp(rest, "/interrupt")) {
 		if (!post)
 			goto method;
-		if (rest[1] == 'r' && context_restart_from_pool(c))
-			return respond(rq, 200, http_json(json_null()));
-		http_suspend(rq);
-		if (rest[1] == 'r')
-			context_request(c, rq, MSG_RESTART, OP_RESTART);
-		else
-			context_request(c, rq, MSG_INTERRUPT, OP_INTERRUPT);
+		request_context(rq, id, rest[1] == 'r' ? OP_RESTART : OP_INTERRUPT);
 		return MHD_YES;
 	}
 	return respond(rq, 404, http_text("no such endpoint: %.128s", url));
@@ -695,11 +473,7 @@ on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		metrics_http(rq->rq_endpoint, rq->rq_method, rq->rq_code);
 	if (rq->rq_stream)
 		stream_closed(rq->rq_stream);
-	context_forget_waiter(rq);
-	if (rq->rq_resp)
-		MHD_destroy_response(rq->rq_resp);
-	buf_free(&rq->rq_body);
-	free(rq);
+	request_free(rq);
 	*con_cls = NULL;
 }
 

@@ -31,6 +31,8 @@
 
 struct server sv;
 
+#define MAX_WAIT_S (7u * 24 * 3600) /* longest timeout or grace a flag may set */
+
 void
 server_watch(int fd, uint32_t events, struct evsrc *ev)
 {
@@ -110,8 +112,9 @@ pool_parse(const char *arg)
 		char *eq = strchr(tok, '=');
 		if (!strcmp(tok, "0") || !strcmp(tok, "none"))
 			continue;
+		uint64_t size;
 		if (!eq || sv.sv_npool == sizeof(sv.sv_pool) / sizeof(sv.sv_pool[0]) ||
-		    atoi(eq + 1) < 0 || atoi(eq + 1) > 64) {
+		    parse_count(eq + 1, 0, 64, &size) < 0) {
 			free(copy);
 			return -1;
 		}
@@ -121,7 +124,7 @@ pool_parse(const char *arg)
 			free(copy);
 			return -1;
 		}
-		ps->ps_size = atoi(eq + 1);
+		ps->ps_size = size;
 	}
 	free(copy);
 	return 0;
@@ -132,6 +135,8 @@ usage(void)
 {
 	fprintf(stderr,
 		"usage: sandcell-broker [options]\n"
+		"  each option can also be set as SANDCELL_<OPTION> (SANDCELL_MAX_BODY=32M);\n"
+		"  the command line wins. SIZE: 16M, 4G...; DURATION: 30 (s), 500ms, 2m, 1h\n"
 		"  --listen HOST:PORT      HTTP address (default 127.0.0.1:49999)\n"
 		"  --run-dir DIR           sockets and state (default $XDG_RUNTIME_DIR/sandcell\n"
 		"                          or /tmp/sandcell-$UID)\n"
@@ -140,19 +145,18 @@ usage(void)
 		"                          (default /home/user if it exists, else $HOME)\n"
 		"  --env KEY=VALUE         global env var for every context (repeatable)\n"
 		"  --env-file FILE         global env vars, KEY=VALUE lines\n"
-		"  --max-body BYTES        largest request body (default 16777216, at\n"
-		"                          most 67108864)\n"
+		"  --max-body SIZE         largest request body (default 16M, at most 64M)\n"
 		"  --max-queue N           queued executions per context (default 64)\n"
 		"  --max-contexts N        contexts in total (default 256)\n"
-		"  --conn-timeout SECONDS  idle HTTP connection timeout (default 120)\n"
+		"  --conn-timeout DURATION idle HTTP connection timeout (default 2m)\n"
 		"  --no-default-context    do not start the default contexts at start-up\n"
 		"  --keep-contexts         proxies and kernels outlive a stop; the next\n"
 		"                          broker on the same run dir re-attaches them\n"
-		"  --grace SECONDS         on SIGTERM, running executions get this long to\n"
+		"  --grace DURATION        on SIGTERM, running executions get this long to\n"
 		"                          finish while new ones get 503 (default 30)\n"
-		"  --kernel-memory BYTES   memory limit of each kernel (RLIMIT_DATA, and\n"
+		"  --kernel-memory SIZE    memory limit of each kernel (RLIMIT_DATA, and\n"
 		"                          the cgroup's limit with --kernel-cgroup)\n"
-		"  --kernel-cpu SECONDS    CPU-time limit of each kernel (RLIMIT_CPU)\n"
+		"  --kernel-cpu DURATION   CPU-time limit of each kernel (RLIMIT_CPU)\n"
 		"  --kernel-cgroup DIR     give each kernel its own cgroup under DIR\n"
 		"                          (v2, or v1 memory), so that a kernel over its\n"
 		"                          memory limit is killed alone; 'systemd': a\n"
@@ -163,14 +167,14 @@ usage(void)
 		"                          for rich data results; '' for none)\n"
 		"  --access-token TOKEN    require this token (X-Access-Token or\n"
 		"                          Authorization: Bearer) on every endpoint but\n"
-		"                          /health; also $SANDCELL_ACCESS_TOKEN\n"
+		"                          /health\n"
 		"  --access-token-file F   the token is the first line of F\n"
 		"  --max-connections N     concurrent HTTP connections (default 4096)\n"
-		"  --header-timeout S      a connection must send a request head within\n"
-		"                          S seconds of connecting or of its last response\n"
+		"  --header-timeout DURATION  a connection must send a request head\n"
+		"                          within DURATION of connecting or of its last response\n"
 		"                          (default 30)\n"
 		"  --kernel-user USER      run kernels as USER (the broker may stay root)\n"
-		"  --stream-cap BYTES      output a stream may hold for a client that reads\n"
+		"  --stream-cap SIZE       output a stream may hold for a client that reads\n"
 		"                          slowly; past it the execution is cancelled and\n"
 		"                          the stream says so (default 1 GiB)\n"
 		"  --spill-dir DIR         where that backlog goes past 256 KiB per stream\n"
@@ -178,6 +182,10 @@ usage(void)
 		"  --pool LANG=N[,...]     warm kernels kept ready per language, taken by\n"
 		"                          POST /contexts and restart (default python=1;\n"
 		"                          0 for none)\n"
+		"  --interrupt-retry DURATION  an interrupt the kernel has not acted on\n"
+		"                          is sent again after DURATION (default 1s)\n"
+		"  --interrupt-grace DURATION  a kernel still running DURATION after the\n"
+		"                          first interrupt is restarted (default 3s)\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n");
 	exit(2);
 }
@@ -450,6 +458,8 @@ main(int argc, char **argv)
 		{"header-timeout", required_argument, NULL, 'H'},
 		{"kernel-user", required_argument, NULL, 'U'},
 		{"pool", required_argument, NULL, 'W'},
+		{"interrupt-retry", required_argument, NULL, 'I'},
+		{"interrupt-grace", required_argument, NULL, 'J'},
 		{"stream-cap", required_argument, NULL, 'X'},
 		{"spill-dir", required_argument, NULL, 'D'},
 		{"proxy", required_argument, NULL, 'p'},
@@ -458,8 +468,10 @@ main(int argc, char **argv)
 		{NULL, 0, NULL, 0},
 	};
 	sigset_t mask;
-	int c, level = LOG_INFO;
+	int c, li, level = LOG_INFO;
 	char err[512];
+	struct optenv oe;
+	uint64_t v;
 
 	sv.sv_listen = "127.0.0.1:49999";
 	sv.sv_max_body = 16u << 20;
@@ -475,32 +487,72 @@ main(int argc, char **argv)
 	sv.sv_spill_dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/var/tmp";
 	sv.sv_header_timeout = 30;
 	TAILQ_INIT(&sv.sv_conns);
-	if (getenv("SANDCELL_ACCESS_TOKEN")) {
-		token_set(getenv("SANDCELL_ACCESS_TOKEN"));
-		unsetenv("SANDCELL_ACCESS_TOKEN"); /* kernels must not inherit it */
-	}
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	/* SANDCELL_<FLAG> for every flag; the command line comes after, so it wins */
+	if (optenv_build(&oe, "SANDCELL", opts, argc, argv) < 0)
+		exit(2);
+	unsetenv("SANDCELL_ACCESS_TOKEN"); /* kernels must not inherit it */
+	while ((li = -1, c = getopt_long(oe.oe_argc, oe.oe_argv, "h", opts, &li)) != -1) {
+		const char *origin = c == '?' ? NULL : optenv_origin(&oe, opts, li, optind);
+		int rc = 0;
 		switch (c) {
 		case 'l': sv.sv_listen = optarg; break;
 		case 'r': sv.sv_run_dir = optarg; break;
 		case 'c': sv.sv_cwd = optarg; break;
 		case 'e':
-			if (env_put(optarg, "--env") < 0)
+			if (env_put(optarg, origin) < 0)
 				exit(2);
 			break;
 		case 'E':
 			if (env_file_read(optarg) < 0)
 				exit(2);
 			break;
-		case 'b': sv.sv_max_body = strtoull(optarg, NULL, 10); break;
-		case 'q': sv.sv_max_queue = atoi(optarg); break;
-		case 'm': sv.sv_max_contexts = atoi(optarg); break;
-		case 't': sv.sv_conn_timeout = atoi(optarg); break;
+		case 'b':
+			if ((rc = parse_size(optarg, PROTO_MAX_BIG, &v)) < 0 || (rc = v ? 0 : -ERANGE))
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a size from 1 to 64M, such as 16M");
+			sv.sv_max_body = v;
+			break;
+		case 'q':
+			if ((rc = parse_count(optarg, 0, 1000000, &v)) < 0)
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a count from 0 to 1000000");
+			sv.sv_max_queue = v;
+			break;
+		case 'm':
+			if ((rc = parse_count(optarg, 1, 1000000, &v)) < 0)
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a count from 1 to 1000000");
+			sv.sv_max_contexts = v;
+			break;
+		case 't':
+			if ((rc = parse_seconds(optarg, MAX_WAIT_S, &v)) < 0)
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a duration such as 120, 90s or 2m, at most 7 days");
+			sv.sv_conn_timeout = v;
+			break;
 		case 'n': sv.sv_no_default = true; break;
 		case 'k': sv.sv_keep_contexts = true; break;
-		case 'g': sv.sv_grace = atoi(optarg); break;
-		case 'M': sv.sv_kernel_memory = optarg; break;
-		case 'C': sv.sv_kernel_cpu = optarg; break;
+		case 'g':
+			if ((rc = parse_seconds(optarg, MAX_WAIT_S, &v)) < 0)
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a duration such as 30, 30s or 5m, at most 7 days");
+			sv.sv_grace = v;
+			break;
+		case 'M':
+			/* below a few MiB no interpreter starts: a missing unit, surely */
+			if ((rc = parse_size(optarg, UINT64_MAX, &v)) < 0 ||
+			    (rc = v >= (16u << 20) ? 0 : -ERANGE))
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a size of at least 16M, such as 4G or 512M");
+			sv.sv_kernel_memory = xasprintf("%llu", (unsigned long long)v);
+			break;
+		case 'C':
+			if ((rc = parse_seconds(optarg, UINT32_MAX, &v)) < 0 ||
+			    (rc = v ? 0 : -ERANGE))
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a CPU time of at least 1s, such as 600 or 2h");
+			sv.sv_kernel_cpu = xasprintf("%llu", (unsigned long long)v);
+			break;
 		case 'G': sv.sv_kernel_cgroup = optarg; break;
 		case 'S': sv.sv_python_startup = optarg; break;
 		case 'T':
@@ -511,28 +563,57 @@ main(int argc, char **argv)
 			if (token_file(optarg) < 0)
 				exit(2);
 			break;
-		case 'x': sv.sv_max_conns = atoi(optarg); break;
-		case 'H': sv.sv_header_timeout = atoi(optarg); break;
+		case 'x':
+			if ((rc = parse_count(optarg, 1, 1000000, &v)) < 0)
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a count from 1 to 1000000");
+			sv.sv_max_conns = v;
+			break;
+		case 'H':
+			if ((rc = parse_seconds(optarg, MAX_WAIT_S, &v)) < 0 ||
+			    (rc = v ? 0 : -ERANGE))
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a duration such as 30, 30s or 1m, from 1s to 7 days");
+			sv.sv_header_timeout = v;
+			break;
 		case 'U': sv.sv_kernel_user = optarg; break;
-		case 'X': sv.sv_stream_cap = strtoull(optarg, NULL, 10); break;
+		case 'X':
+			if ((rc = parse_size(optarg, UINT64_MAX, &v)) < 0 || (rc = v ? 0 : -ERANGE))
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a size such as 1G or 256M");
+			sv.sv_stream_cap = v;
+			break;
 		case 'D': sv.sv_spill_dir = optarg; break;
+		case 'I':
+		case 'J':
+			if ((rc = parse_duration(optarg, 86400000, &v)) < 0 || (rc = v ? 0 : -ERANGE))
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a duration such as 1, 1.5s or 500ms, at most 24h");
+			snprintf(c == 'I' ? sv.sv_interrupt_retry : sv.sv_interrupt_grace,
+				 sizeof(sv.sv_interrupt_retry), "%llu", (unsigned long long)v);
+			break;
 		case 'W':
-			if (pool_parse(optarg) < 0)
-				usage();
+			if (pool_parse(optarg) < 0) {
+				fprintf(stderr, "sandcell-broker: %s '%s': expected LANG=N[,...] "
+						"with N from 0 to 64, or 0\n",
+					origin, optarg);
+				exit(2);
+			}
 			break;
 		case 'p': sv.sv_proxy_bin = optarg; break;
 		case 'v':
-			if ((level = parse_level(optarg)) < 0)
-				usage();
+			if ((level = parse_level(optarg)) < 0) {
+				fprintf(stderr, "sandcell-broker: %s '%s': expected error, warn, "
+						"info or debug\n",
+					origin, optarg);
+				exit(2);
+			}
 			sv.sv_log_level = optarg;
 			break;
 		default: usage();
 		}
 	}
-	if (sv.sv_max_body > PROTO_MAX_BIG) /* a body must fit one IPC frame */
-		sv.sv_max_body = PROTO_MAX_BIG;
-	if (optind != argc || sv.sv_max_body == 0 || sv.sv_max_queue < 0 ||
-	    sv.sv_max_contexts <= 0)
+	if (optind != oe.oe_argc)
 		usage();
 	log_init("sandcell-broker", level);
 	if (sodium_init() < 0)

@@ -132,6 +132,21 @@ stream_park(struct stream *s, struct request *rq)
 	watch_hangup(s);
 }
 
+/*
+ * The execution is over; only delivery to a slow client may remain. The
+ * stream leaves its context's list then, so it holds no queue slot, is not
+ * the context's "running" execution, and the next one can be answered whole.
+ */
+void
+stream_detach(struct stream *s)
+{
+	if (!s->st_ctx)
+		return;
+	TAILQ_REMOVE(&s->st_ctx->c_streams, s, st_ctx_link);
+	s->st_ctx->c_nstreams--;
+	s->st_ctx = NULL;
+}
+
 /* Counts and logs a stream once, however it ended. */
 static void
 record(struct stream *s, const char *outcome, uint64_t wait_ms, uint64_t run_ms)
@@ -341,6 +356,7 @@ stream_output(struct stream *s, const char *data, size_t len, struct msg *final)
 		s->st_final = true;
 		record(s, final->m_outcome.s ? final->m_outcome.s : "other", final->m_wait,
 		       final->m_run);
+		stream_detach(s);
 	}
 	if (s->st_ctl) {
 		control_stream_output(s, data, len, s->st_final);
@@ -375,6 +391,7 @@ append_end(struct stream *s, const char *name, const char *value)
 	}
 	free(line);
 	s->st_final = true;
+	stream_detach(s);
 	unwatch(s);
 }
 

@@ -3,6 +3,7 @@
  * broker's control socket, then replies until END; exit status 0 on OK, 1 on
  * FAIL or when no broker answers. Tables for people, --json for scripts.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -33,6 +34,8 @@ static const struct {
 	{"undrain", CTL_UNDRAIN, 0, "", "accept executions again"},
 	{"watch", CTL_WATCH, 0, "", "print live events until Ctrl-C"},
 	{"run", CTL_RUN, 2, "CTX CODE", "execute CODE in CTX and print its output"},
+	{"stop-ends-contexts", CTL_STOP_ENDS, 0, "", "the broker's stop (SIGTERM) ends every context"},
+	{"stop-keeps-contexts", CTL_STOP_KEEPS, 0, "", "contexts outlive the broker's stop"},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -43,7 +46,7 @@ usage(void)
 {
 	fprintf(stderr, "usage: sandcellctl [--run-dir DIR] [--json] COMMAND [ARGS]\n\n");
 	for (size_t i = 0; i < N_COMMANDS; i++)
-		fprintf(stderr, "  %-10s %-9s %s\n", commands[i].name, commands[i].args,
+		fprintf(stderr, "  %-19s %-9s %s\n", commands[i].name, commands[i].args,
 			commands[i].help);
 	exit(2);
 }
@@ -222,6 +225,7 @@ main(int argc, char **argv)
 	const char *run_dir = NULL, *cwd = NULL;
 	int c, e, rc = 1, timeout_s = 120;
 	size_t ci;
+	uint64_t v;
 	struct msg m;
 	nng_socket s;
 
@@ -230,7 +234,12 @@ main(int argc, char **argv)
 		case 'r': run_dir = optarg; break;
 		case 'j': as_json = true; break;
 		case 'c': cwd = optarg; break;
-		case 't': timeout_s = atoi(optarg); break;
+		case 't':
+			if ((e = parse_seconds(optarg, 7 * 24 * 3600, &v)) < 0 || (e = v ? 0 : -ERANGE))
+				parse_fail("sandcellctl", "--timeout", optarg, e,
+					   "a duration such as 120, 30s or 5m, from 1s to 7 days");
+			timeout_s = v;
+			break;
 		default: usage();
 		}
 	}
@@ -250,7 +259,9 @@ main(int argc, char **argv)
 	msg_set_u64(&m, F_REQ, 1);
 	switch (commands[ci].type) {
 	case CTL_CANCEL:
-		msg_set_u64(&m, F_STREAM, strtoull(arg[0], NULL, 10));
+		if ((e = parse_count(arg[0], 0, UINT64_MAX, &v)) < 0)
+			parse_fail("sandcellctl", "cancel", arg[0], e, "a stream number");
+		msg_set_u64(&m, F_STREAM, v);
 		break;
 	case CTL_CREATE:
 		msg_set_str(&m, F_LANG, arg[0], strlen(arg[0]));

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -52,6 +53,36 @@ lang_normalise(const char *in, char *out, size_t outsz)
 	return 0;
 }
 
+/*
+ * The kernelspecs sandcell ships (bash, java, Deno), wherever these binaries
+ * are: installed (PREFIX/bin beside PREFIX/share/sandcell/jupyter) or in the
+ * source tree (bin/ beside proxy/jupyter and .deps/jupyter). The broker and
+ * its proxies sit in one directory, so both resolve the same kernelspecs.
+ */
+static const char *const bundled[] = {"../share/sandcell/jupyter", "../proxy/jupyter",
+				      "../.deps/jupyter"};
+#define N_BUNDLED (sizeof(bundled) / sizeof(bundled[0]))
+
+static size_t
+bundled_dirs(char **dirs)
+{
+	char exe[PATH_MAX], real[PATH_MAX];
+	ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	size_t n = 0;
+
+	if (len <= 0)
+		return 0;
+	exe[len] = '\0';
+	*strrchr(exe, '/') = '\0';
+	for (size_t i = 0; i < N_BUNDLED; i++) {
+		char *p = xasprintf("%s/%s", exe, bundled[i]);
+		if (realpath(p, real))
+			dirs[n++] = xstrdup(real);
+		free(p);
+	}
+	return n;
+}
+
 static size_t
 data_dirs(char *dirs[MAX_DIRS])
 {
@@ -63,12 +94,14 @@ data_dirs(char *dirs[MAX_DIRS])
 
 	if (jp && *jp) {
 		char *copy = xstrdup(jp), *save, *tok;
-		for (tok = strtok_r(copy, ":", &save); tok && n < MAX_DIRS - 3;
+		for (tok = strtok_r(copy, ":", &save); tok && n < MAX_DIRS - 3 - N_BUNDLED;
 		     tok = strtok_r(NULL, ":", &save))
 			if (*tok)
 				dirs[n++] = xstrdup(tok);
 		free(copy);
 	}
+	/* after $JUPYTER_PATH, which can override them */
+	n += bundled_dirs(dirs + n);
 	if (jdd && *jdd)
 		dirs[n++] = xstrdup(jdd);
 	else if (xdg && *xdg)

@@ -5,6 +5,7 @@
 #ifndef SANDCELL_LIB_H
 #define SANDCELL_LIB_H
 
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -29,6 +30,27 @@ void kspec_free(struct kspec *ks);
 void kspec_list_free(struct kspec **v, size_t n);
 char *kspec_languages(void);
 int lang_normalise(const char *in, char *out, size_t outsz);
+
+/* optenv.c */
+struct optenv {
+	int oe_argc;
+	char **oe_argv;  /* from the environment first, then the command line */
+	int oe_nenv;     /* oe_argv[1..oe_nenv] came from the environment */
+	char **oe_vars;  /* their variables' names, same indices */
+	char *oe_flag;   /* optenv_origin's last "--name" */
+};
+int optenv_build(struct optenv *oe, const char *prefix, const struct option *opts, int argc,
+		 char **argv);
+const char *optenv_origin(struct optenv *oe, const struct option *opts, int idx, int optind_now);
+void optenv_free(struct optenv *oe);
+
+/* parse.c */
+int parse_size(const char *s, uint64_t max, uint64_t *out);
+int parse_duration(const char *s, uint64_t max_ms, uint64_t *out_ms);
+int parse_seconds(const char *s, uint64_t max_s, uint64_t *out_s);
+int parse_count(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+void parse_fail(const char *prog, const char *origin, const char *val, int rc,
+		const char *expect) __attribute__((noreturn));
 
 /* util.c */
 enum log_level { LOG_ERR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG };

@@ -80,6 +80,8 @@ static const struct {
 	[CTL_UNDRAIN] = {"CTL_UNDRAIN", FB(F_REQ), 0},
 	[CTL_WATCH] = {"CTL_WATCH", FB(F_REQ), 0},
 	[CTL_RUN] = {"CTL_RUN", FB(F_REQ) | FB(F_ID) | FB(F_CODE), 0},
+	[CTL_STOP_ENDS] = {"CTL_STOP_ENDS", FB(F_REQ), 0},
+	[CTL_STOP_KEEPS] = {"CTL_STOP_KEEPS", FB(F_REQ), 0},
 };
 
 const char *
@@ -160,11 +162,10 @@ msg_add_env(struct msg *m, const char *k, const char *v)
 	return 0;
 }
 
-static void
+static int
 pack_str(msgpack_packer *pk, const char *s, size_t len)
 {
-	msgpack_pack_str(pk, len);
-	msgpack_pack_str_body(pk, s, len);
+	return msgpack_pack_str(pk, len) || msgpack_pack_str_body(pk, s, len);
 }
 
 static int
@@ -179,39 +180,40 @@ pack_write_nng(void *data, const char *buf, size_t len)
 	return nng_msg_append(data, buf, len) ? -1 : 0;
 }
 
-static void
+/* Nonzero when a write failed (out of memory): the frame is then incomplete. */
+static int
 pack_msg(const struct msg *m, msgpack_packer *pk)
 {
 	unsigned n = 0;
+	int e;
 
 	for (int f = 0; f < F_FIELD_MAX; f++)
 		n += (m->m_has >> f) & 1;
-	msgpack_pack_array(pk, 2);
-	msgpack_pack_uint32(pk, m->m_type);
-	msgpack_pack_map(pk, n);
-	for (int f = 0; f < F_FIELD_MAX; f++) {
+	e = msgpack_pack_array(pk, 2) || msgpack_pack_uint32(pk, m->m_type) ||
+	    msgpack_pack_map(pk, n);
+	for (int f = 0; f < F_FIELD_MAX && !e; f++) {
 		if (!(m->m_has & FB(f)))
 			continue;
 		const char *p = (const char *)m + fields[f].off;
-		msgpack_pack_uint32(pk, f);
+		e = msgpack_pack_uint32(pk, f);
 		switch (fields[f].kind) {
 		case FK_U64:
-			msgpack_pack_uint64(pk, *(const uint64_t *)p);
+			e = e || msgpack_pack_uint64(pk, *(const uint64_t *)p);
 			break;
 		case FK_STR: {
 			const struct pstr *s = (const struct pstr *)p;
-			pack_str(pk, s->s ? s->s : "", s->len);
+			e = e || pack_str(pk, s->s ? s->s : "", s->len);
 			break;
 		}
 		case FK_ENV:
-			msgpack_pack_map(pk, m->m_nenv);
-			for (size_t i = 0; i < m->m_nenv; i++) {
-				pack_str(pk, m->m_env[i].e_key.s, m->m_env[i].e_key.len);
-				pack_str(pk, m->m_env[i].e_val.s, m->m_env[i].e_val.len);
-			}
+			e = e || msgpack_pack_map(pk, m->m_nenv);
+			for (size_t i = 0; i < m->m_nenv && !e; i++)
+				e = pack_str(pk, m->m_env[i].e_key.s, m->m_env[i].e_key.len) ||
+				    pack_str(pk, m->m_env[i].e_val.s, m->m_env[i].e_val.len);
 			break;
 		}
 	}
+	return e;
 }
 
 int
@@ -222,10 +224,15 @@ msg_encode(const struct msg *m, void **buf, size_t *len)
 
 	msgpack_sbuffer_init(&sb);
 	msgpack_packer_init(&pk, &sb, pack_write_sbuf);
-	pack_msg(m, &pk);
+	if (pack_msg(m, &pk) || !sb.data) {
+		msgpack_sbuffer_destroy(&sb);
+		*buf = NULL;
+		*len = 0;
+		return PROTO_ENOMEM;
+	}
 	*buf = sb.data; /* the caller frees it */
 	*len = sb.size;
-	return sb.data ? 0 : PROTO_ENOMEM;
+	return 0;
 }
 
 /* The decoder's cursor: every read checks the bytes that remain. */
@@ -452,7 +459,11 @@ msg_pack(const struct msg *m, nng_msg **out)
 	if ((e = nng_msg_alloc(out, 0)))
 		return e;
 	msgpack_packer_init(&pk, *out, pack_write_nng);
-	pack_msg(m, &pk);
+	if (pack_msg(m, &pk)) {
+		nng_msg_free(*out);
+		*out = NULL;
+		return NNG_ENOMEM;
+	}
 	return 0;
 }
 

@@ -55,6 +55,9 @@ enum msg_type {
 	/* broker -> proxy (new types go last: numbers never change, so a broker
 	 * can re-attach to proxies of an older version) */
 	MSG_CLAIM, /* req, id, cwd; flags: a pooled proxy becomes this context */
+	/* sandcellctl -> broker, later additions */
+	CTL_STOP_ENDS,  /* req: the broker's next stop ends every context */
+	CTL_STOP_KEEPS, /* req: contexts outlive the broker's next stop */
 	MSG_TYPE_MAX
 };
 

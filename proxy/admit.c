@@ -199,8 +199,7 @@ maybe_complete(struct proxy *px, struct unit *u)
 		/* the kernel stopped without saying why (Deno): say it */
 		output_error(&u->u_out, "KeyboardInterrupt", "execution interrupted", "");
 	if (u->u_nenv) {
-		char *restore = envset_restore(px->px_ks->ks_lang, u->u_env, u->u_nenv, px->px_genv,
-					       px->px_ngenv);
+		char *restore = envset_restore(px->px_ks->ks_lang, u->u_env, u->u_nenv);
 		if (restore)
 			kernel_execute(px, restore, true, NULL);
 		free(restore);
@@ -430,12 +429,12 @@ admit_tick(struct proxy *px, uint64_t now)
 	if (!u->u_interrupt_at)
 		return;
 	/* compare forwards: the interrupt may carry a later time than now */
-	if (now >= u->u_interrupt_at + INTERRUPT_GRACE_MS) {
+	if (now >= u->u_interrupt_at + px->px_interrupt_grace_ms) {
 		kernel_restart(px, "the kernel did not stop after an interrupt; it was "
 				   "restarted and its state is lost");
 		return;
 	}
-	if (now >= u->u_reinterrupt_at + INTERRUPT_RETRY_MS)
+	if (now >= u->u_reinterrupt_at + px->px_interrupt_retry_ms)
 		interrupt_unit(px, u);
 }
 
@@ -473,8 +472,10 @@ admit_wait(struct proxy *px, uint64_t now)
 	if ((u = px->px_run)) {
 		if (u->u_deadline && !u->u_detached)
 			wait_min(&w, u->u_deadline, now);
-		if (u->u_interrupt_at)
-			wait_min(&w, u->u_reinterrupt_at + INTERRUPT_RETRY_MS, now);
+		if (u->u_interrupt_at) {
+			wait_min(&w, u->u_reinterrupt_at + px->px_interrupt_retry_ms, now);
+			wait_min(&w, u->u_interrupt_at + px->px_interrupt_grace_ms, now);
+		}
 		if (u->u_replied)
 			wait_min(&w, u->u_replied_at + IOPUB_QUIET_MS, now);
 		if (buf_pending(&u->u_out) && !u->u_detached)

@@ -1,10 +1,13 @@
 /*
  * envset.c — per-request environment variables as code the kernel runs: a
- * snippet that sets them before a unit and one that restores the global values
- * (or removes the variable) after it. Values are quoted for each language so
- * they arrive byte-exact: JSON string literals for Python, JavaScript, R and
- * Java (all four read them back unchanged), ANSI-C $'...' quoting for bash.
+ * snippet that saves the current state of each variable (value or absence,
+ * whatever set it: the kernel's environment, --env, earlier user code) in the
+ * kernel and sets the request's value, and one that puts back exactly what it
+ * saved. Values are quoted for each language so they arrive byte-exact: JSON
+ * string literals for Python, JavaScript, R and Java (all four read them back
+ * unchanged), ANSI-C $'...' quoting for bash.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "proxy.h"
@@ -44,168 +47,207 @@ bash_quote(struct buf *b, const char *s)
 	puts_buf(b, "'");
 }
 
-/* The global value of key, or NULL. */
-static const char *
-global_value(const char *key, const struct penv *genv, size_t ngenv)
-{
-	for (size_t j = 0; j < ngenv; j++)
-		if (!strcmp(genv[j].e_key.s, key))
-			return genv[j].e_val.s;
-	return NULL;
-}
-
 /*
- * One language: how to set a list of pairs, and how to unset a list of keys.
- * restore = set(globals of the keys that have one) + unset(the others).
+ * One language: the snippet that saves and sets the pairs, and the one that
+ * restores what the first saved. The shell channel is ordered and a context
+ * runs one unit at a time, so one saved state per kernel is enough.
  */
 struct lang_env {
 	const char *lang;
-	void (*set)(struct buf *b, const char *const *k, const char *const *v, size_t n);
-	void (*unset)(struct buf *b, const char *const *k, size_t n);
+	void (*set)(struct buf *b, const struct penv *env, size_t n);
+	void (*restore)(struct buf *b, const struct penv *env, size_t n);
 };
 
+/* The saved state lives on the os module: nothing in the user's namespace. */
 static void
-python_set(struct buf *b, const char *const *k, const char *const *v, size_t n)
+python_set(struct buf *b, const struct penv *env, size_t n)
 {
-	puts_buf(b, "__import__('os').environ.update({");
+	puts_buf(b, "(lambda os, new: (setattr(os, '_sandcell_env', "
+		    "{k: os.environ.get(k) for k in new}), os.environ.update(new)))"
+		    "(__import__('os'), {");
 	for (size_t i = 0; i < n; i++) {
-		json_quote(b, k[i]);
+		json_quote(b, env[i].e_key.s);
 		puts_buf(b, ": ");
-		json_quote(b, v[i]);
+		json_quote(b, env[i].e_val.s);
 		puts_buf(b, ", ");
 	}
 	puts_buf(b, "})\n");
 }
 
 static void
-python_unset(struct buf *b, const char *const *k, size_t n)
+python_restore(struct buf *b, const struct penv *env, size_t n)
 {
-	for (size_t i = 0; i < n; i++) {
-		puts_buf(b, "__import__('os').environ.pop(");
-		json_quote(b, k[i]);
-		puts_buf(b, ", None)\n");
-	}
+	(void)env, (void)n;
+	puts_buf(b, "(lambda os: [os.environ.pop(k, None) if v is None else "
+		    "os.environ.__setitem__(k, v) for k, v in "
+		    "os.__dict__.pop('_sandcell_env', {}).items()])(__import__('os'))\n");
 }
 
+/* Deno: under a global symbol; Deno.env.get gives undefined for an absent one. */
 static void
-deno_set(struct buf *b, const char *const *k, const char *const *v, size_t n)
+deno_set(struct buf *b, const struct penv *env, size_t n)
 {
+	puts_buf(b, "(() => { const saved = new Map(); for (const [k, v] of [");
 	for (size_t i = 0; i < n; i++) {
-		puts_buf(b, "Deno.env.set(");
-		json_quote(b, k[i]);
+		puts_buf(b, "[");
+		json_quote(b, env[i].e_key.s);
 		puts_buf(b, ", ");
-		json_quote(b, v[i]);
-		puts_buf(b, ");\n");
+		json_quote(b, env[i].e_val.s);
+		puts_buf(b, "], ");
 	}
+	puts_buf(b, "]) { saved.set(k, Deno.env.get(k)); Deno.env.set(k, v); } "
+		    "Reflect.set(globalThis, Symbol.for(\"sandcell.env\"), saved); })();\n");
 }
 
 static void
-deno_unset(struct buf *b, const char *const *k, size_t n)
+deno_restore(struct buf *b, const struct penv *env, size_t n)
 {
-	for (size_t i = 0; i < n; i++) {
-		puts_buf(b, "Deno.env.delete(");
-		json_quote(b, k[i]);
-		puts_buf(b, ");\n");
-	}
-}
-
-/* R accepts string literals as argument names: Sys.setenv("K" = "v"). */
-static void
-r_set(struct buf *b, const char *const *k, const char *const *v, size_t n)
-{
-	puts_buf(b, "invisible(Sys.setenv(");
-	for (size_t i = 0; i < n; i++) {
-		json_quote(b, k[i]);
-		puts_buf(b, " = ");
-		json_quote(b, v[i]);
-		if (i + 1 < n)
-			puts_buf(b, ", ");
-	}
-	puts_buf(b, "))\n");
-}
-
-static void
-r_unset(struct buf *b, const char *const *k, size_t n)
-{
-	puts_buf(b, "invisible(Sys.unsetenv(c(");
-	for (size_t i = 0; i < n; i++) {
-		json_quote(b, k[i]);
-		if (i + 1 < n)
-			puts_buf(b, ", ");
-	}
-	puts_buf(b, ")))\n");
-}
-
-static void
-bash_set(struct buf *b, const char *const *k, const char *const *v, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		puts_buf(b, "export ");
-		puts_buf(b, k[i]); /* a valid name: checked by the broker */
-		puts_buf(b, "=");
-		bash_quote(b, v[i]);
-		puts_buf(b, "\n");
-	}
-}
-
-static void
-bash_unset(struct buf *b, const char *const *k, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		puts_buf(b, "unset ");
-		puts_buf(b, k[i]);
-		puts_buf(b, "\n");
-	}
+	(void)env, (void)n;
+	puts_buf(b, "(() => { const key = Symbol.for(\"sandcell.env\"); "
+		    "const saved = Reflect.get(globalThis, key); "
+		    "Reflect.deleteProperty(globalThis, key); "
+		    "if (saved) for (const [k, v] of saved) { "
+		    "if (v === undefined) Deno.env.delete(k); else Deno.env.set(k, v); } })();\n");
 }
 
 /*
- * Java's System.getenv() is an unmodifiable view of a map that is not: its
- * field "m" is reached by reflection (the JVM opens java.util for it). A JSON
- * string literal is a Java one too: jansson escapes only control characters as
- * \uXXXX, never newline or carriage return, which a Java literal cannot hold.
+ * R: in an option (NA for an absent variable). R accepts string literals as
+ * argument names: c("K" = "v").
  */
 static void
-java_env_begin(struct buf *b)
+r_set(struct buf *b, const struct penv *env, size_t n)
 {
-	puts_buf(b, "{ var f = Class.forName(\"java.util.Collections$UnmodifiableMap\")"
-		    ".getDeclaredField(\"m\"); f.setAccessible(true); "
-		    "@SuppressWarnings(\"unchecked\") "
-		    "var e = (java.util.Map<String, String>) f.get(System.getenv());");
+	puts_buf(b, "invisible(local({ new <- c(");
+	for (size_t i = 0; i < n; i++) {
+		json_quote(b, env[i].e_key.s);
+		puts_buf(b, " = ");
+		json_quote(b, env[i].e_val.s);
+		if (i + 1 < n)
+			puts_buf(b, ", ");
+	}
+	puts_buf(b, "); options(sandcell.env = Sys.getenv(names(new), unset = NA, names = TRUE)); "
+		    "do.call(Sys.setenv, as.list(new)) }))\n");
 }
 
 static void
-java_set(struct buf *b, const char *const *k, const char *const *v, size_t n)
+r_restore(struct buf *b, const struct penv *env, size_t n)
 {
-	java_env_begin(b);
+	(void)env, (void)n;
+	puts_buf(b, "invisible(local({ saved <- getOption(\"sandcell.env\"); "
+		    "options(sandcell.env = NULL); "
+		    "for (k in names(saved)) if (is.na(saved[[k]])) Sys.unsetenv(k) else "
+		    "do.call(Sys.setenv, structure(list(saved[[k]]), names = k)) }))\n");
+}
+
+/*
+ * bash: ${K[@]@A} is the declare command that recreates K (attributes,
+ * arrays, specials such as RANDOM with their magic), "" when K is unset. A
+ * special is never unset (that would end its magic): it is assigned back,
+ * SECONDS with the time the request took. Saved in __sandcell_env_<i>.
+ */
+static void
+bash_set(struct buf *b, const struct penv *env, size_t n)
+{
+	char name[48];
+
 	for (size_t i = 0; i < n; i++) {
-		puts_buf(b, " e.put(");
-		json_quote(b, k[i]);
+		snprintf(name, sizeof(name), "__sandcell_env_%zu=", i);
+		puts_buf(b, name);
+		puts_buf(b, "${");
+		puts_buf(b, env[i].e_key.s); /* a valid name: checked by the broker */
+		puts_buf(b, "[@]@A}\n");
+		if (!strcmp(env[i].e_key.s, "SECONDS"))
+			puts_buf(b, "__sandcell_env_t=$EPOCHSECONDS __sandcell_env_s=$SECONDS\n");
+	}
+	for (size_t i = 0; i < n; i++) {
+		puts_buf(b, "export ");
+		puts_buf(b, env[i].e_key.s);
+		puts_buf(b, "=");
+		bash_quote(b, env[i].e_val.s);
+		puts_buf(b, "\n");
+	}
+}
+
+/* Only what was saved: a bash started anew meanwhile (exit) saved nothing. */
+static void
+bash_restore(struct buf *b, const struct penv *env, size_t n)
+{
+	char name[48];
+
+	for (size_t i = 0; i < n; i++) {
+		const char *k = env[i].e_key.s;
+
+		snprintf(name, sizeof(name), "__sandcell_env_%zu", i);
+		puts_buf(b, "if [[ -v ");
+		puts_buf(b, name);
+		puts_buf(b, " ]]; then export -n ");
+		puts_buf(b, k);
+		puts_buf(b, "; if [[ -n $");
+		puts_buf(b, name);
+		puts_buf(b, " ]]; then eval \"${");
+		puts_buf(b, name);
+		puts_buf(b, "/#declare /declare -g }\"");
+		if (!strcmp(k, "SECONDS"))
+			puts_buf(b, "; SECONDS=$((__sandcell_env_s + EPOCHSECONDS - __sandcell_env_t))");
+		if (!strcmp(k, "PWD")) /* a cd during the request: PWD names where bash is */
+			puts_buf(b, "; [[ $PWD -ef . ]] || PWD=$(pwd -P)");
+		puts_buf(b, "; else unset ");
+		puts_buf(b, k);
+		puts_buf(b, "; fi; unset ");
+		puts_buf(b, name);
+		puts_buf(b, "; fi\n");
+	}
+	puts_buf(b, "unset __sandcell_env_t __sandcell_env_s\n");
+}
+
+/*
+ * Java: both System.getenv() and system properties (code written for E2B
+ * reads System.getProperty). getenv() is an unmodifiable view of a map that
+ * is not: its field "m" is reached by reflection (the JVM opens java.util for
+ * it). Map.put and System.setProperty return the previous value, kept in a
+ * JShell variable. A JSON string literal is a Java one too: jansson escapes
+ * only control characters as \uXXXX, never newline or carriage return, which
+ * a Java literal cannot hold.
+ */
+#define JAVA_ENV_MAP                                                                   \
+	"var f = Class.forName(\"java.util.Collections$UnmodifiableMap\")"                 \
+	".getDeclaredField(\"m\"); f.setAccessible(true); "                                \
+	"@SuppressWarnings(\"unchecked\") "                                                \
+	"var e = (java.util.Map<String, String>) f.get(System.getenv());"
+
+static void
+java_set(struct buf *b, const struct penv *env, size_t n)
+{
+	puts_buf(b, "String[][] $sandcellEnv = {");
+	for (size_t i = 0; i < n; i++) {
+		puts_buf(b, "{");
+		json_quote(b, env[i].e_key.s);
 		puts_buf(b, ", ");
-		json_quote(b, v[i]);
-		puts_buf(b, ");");
+		json_quote(b, env[i].e_val.s);
+		puts_buf(b, ", null, null}, ");
 	}
-	puts_buf(b, " }\n");
+	puts_buf(b, "};\n{ " JAVA_ENV_MAP " for (String[] s : $sandcellEnv) { "
+		    "s[2] = e.put(s[0], s[1]); s[3] = System.setProperty(s[0], s[1]); } }\n");
 }
 
 static void
-java_unset(struct buf *b, const char *const *k, size_t n)
+java_restore(struct buf *b, const struct penv *env, size_t n)
 {
-	java_env_begin(b);
-	for (size_t i = 0; i < n; i++) {
-		puts_buf(b, " e.remove(");
-		json_quote(b, k[i]);
-		puts_buf(b, ");");
-	}
-	puts_buf(b, " }\n");
+	(void)env, (void)n;
+	puts_buf(b, "{ " JAVA_ENV_MAP " for (String[] s : $sandcellEnv) { "
+		    "if (s[2] == null) e.remove(s[0]); else e.put(s[0], s[2]); "
+		    "if (s[3] == null) System.clearProperty(s[0]); "
+		    "else System.setProperty(s[0], s[3]); } }\n"
+		    "$sandcellEnv = null;\n");
 }
 
 static const struct lang_env langs[] = {
-	{"python", python_set, python_unset},
-	{"javascript", deno_set, deno_unset},
-	{"typescript", deno_set, deno_unset},
-	{"r", r_set, r_unset},
-	{"bash", bash_set, bash_unset},
-	{"java", java_set, java_unset},
+	{"python", python_set, python_restore},
+	{"javascript", deno_set, deno_restore},
+	{"typescript", deno_set, deno_restore},
+	{"r", r_set, r_restore},
+	{"bash", bash_set, bash_restore},
+	{"java", java_set, java_restore},
 };
 
 static const struct lang_env *
@@ -265,52 +307,22 @@ char *
 envset_set(const char *lang, const struct penv *env, size_t n)
 {
 	const struct lang_env *le = lang_find(lang);
-	const char **k, **v;
 	struct buf b = {0};
 
 	if (!le || n == 0)
 		return NULL;
-	k = xcalloc(n, sizeof(*k));
-	v = xcalloc(n, sizeof(*v));
-	for (size_t i = 0; i < n; i++) {
-		k[i] = env[i].e_key.s;
-		v[i] = env[i].e_val.s;
-	}
-	le->set(&b, k, v, n);
-	free(k);
-	free(v);
+	le->set(&b, env, n);
 	return finish(&b);
 }
 
 char *
-envset_restore(const char *lang, const struct penv *env, size_t n, const struct penv *genv,
-	       size_t ngenv)
+envset_restore(const char *lang, const struct penv *env, size_t n)
 {
 	const struct lang_env *le = lang_find(lang);
-	const char **sk, **sv, **uk;
-	size_t ns = 0, nu = 0;
 	struct buf b = {0};
 
 	if (!le || n == 0)
 		return NULL;
-	sk = xcalloc(n, sizeof(*sk));
-	sv = xcalloc(n, sizeof(*sv));
-	uk = xcalloc(n, sizeof(*uk));
-	for (size_t i = 0; i < n; i++) {
-		const char *g = global_value(env[i].e_key.s, genv, ngenv);
-		if (g) {
-			sk[ns] = env[i].e_key.s;
-			sv[ns++] = g;
-		} else {
-			uk[nu++] = env[i].e_key.s;
-		}
-	}
-	if (ns)
-		le->set(&b, sk, sv, ns);
-	if (nu)
-		le->unset(&b, uk, nu);
-	free(sk);
-	free(sv);
-	free(uk);
+	le->restore(&b, env, n);
 	return finish(&b);
 }

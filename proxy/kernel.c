@@ -139,6 +139,18 @@ build_env(struct proxy *px, const char *home)
 		env_put(&v, &n, &cap, xstrdup("LANG=C.UTF-8"));
 	for (size_t i = 0; i < px->px_ngenv; i++)
 		env_put(&v, &n, &cap, xasprintf("%s=%s", px->px_genv[i].e_key.s, px->px_genv[i].e_val.s));
+	if (px->px_ngenv && !strcmp(px->px_ks->ks_lang, "java")) {
+		/* their names: the Java kernel sets them as system properties too */
+		struct buf names = {0};
+		buf_append(&names, "SANDCELL_GLOBAL_ENV=", 20);
+		for (size_t i = 0; i < px->px_ngenv; i++) {
+			if (i)
+				buf_append(&names, ",", 1);
+			buf_append(&names, px->px_genv[i].e_key.s, px->px_genv[i].e_key.len);
+		}
+		buf_append(&names, "", 1);
+		env_put(&v, &n, &cap, names.b_data);
+	}
 	v[n] = NULL;
 	return v;
 }

@@ -331,8 +331,13 @@ write_state_file(struct proxy *p)
 			      p->px_lang, "kernel", p->px_ks->ks_name, "cwd", p->px_cwd, "pid",
 			      (int)getpid(), "default", p->px_default);
 
-	if (json_dump_file(o, tmp, JSON_COMPACT) == 0)
-		rename(tmp, path);
+	/* without it a restarted broker cannot re-attach this proxy: say so */
+	if (json_dump_file(o, tmp, JSON_COMPACT) < 0)
+		log_err("state file %s: write failed", tmp);
+	else if (rename(tmp, path) < 0) {
+		log_err("state file: rename %s to %s: %s", tmp, path, strerror(errno));
+		unlink(tmp);
+	}
 	json_decref(o);
 	free(tmp);
 	free(path);
@@ -374,7 +379,8 @@ usage(void)
 	fprintf(stderr, "usage: sandcell-proxy --run-dir DIR --id UUID --language LANG "
 			"--cwd DIR [--kernel NAME] [--env-file FILE] [--memory BYTES]\n"
 			"       [--cpu SECONDS] [--cgroup DIR] [--python-startup FILE] [--default]\n"
-			"       [--kernel-user USER] [--pooled]\n"
+			"       [--kernel-user USER] [--pooled] [--interrupt-retry MS]\n"
+			"       [--interrupt-grace MS]\n"
 			"       [--log-level LEVEL]\n");
 	exit(2);
 }
@@ -441,13 +447,18 @@ main(int argc, char **argv)
 		{"memory", required_argument, NULL, 'M'},
 		{"cpu", required_argument, NULL, 'C'},
 		{"cgroup", required_argument, NULL, 'G'},
+		{"interrupt-retry", required_argument, NULL, 'R'},
+		{"interrupt-grace", required_argument, NULL, 'A'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *env_file = NULL, *kernel = NULL, *kuser = NULL;
 	char lang[128];
 	sigset_t mask;
 	int c, level = LOG_INFO;
+	uint64_t v;
 
+	px.px_interrupt_retry_ms = INTERRUPT_RETRY_MS;
+	px.px_interrupt_grace_ms = INTERRUPT_GRACE_MS;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case 'r': px.px_run_dir = optarg; break;
@@ -460,9 +471,29 @@ main(int argc, char **argv)
 		case 'P': px.px_py_startup = optarg; break;
 		case 'u': kuser = optarg; break;
 		case 'o': px.px_pooled = true; break;
-		case 'M': px.px_mem_limit = strtoull(optarg, NULL, 10); break;
-		case 'C': px.px_cpu_limit = strtoull(optarg, NULL, 10); break;
+		case 'M':
+			if ((c = parse_size(optarg, UINT64_MAX, &v)) < 0)
+				parse_fail("sandcell-proxy", "--memory", optarg, c, "a size such as 4G");
+			px.px_mem_limit = v;
+			break;
+		case 'C':
+			if ((c = parse_seconds(optarg, UINT32_MAX, &v)) < 0)
+				parse_fail("sandcell-proxy", "--cpu", optarg, c,
+					   "a CPU time such as 600 or 2h");
+			px.px_cpu_limit = v;
+			break;
 		case 'G': px.px_cgroup_parent = optarg; break;
+		case 'R':
+		case 'A': {
+			bool retry = c == 'R';
+			/* milliseconds, from the broker */
+			if ((c = parse_count(optarg, 1, 86400000, &v)) < 0)
+				parse_fail("sandcell-proxy",
+					   retry ? "--interrupt-retry" : "--interrupt-grace", optarg, c,
+					   "milliseconds from 1 to 86400000");
+			*(retry ? &px.px_interrupt_retry_ms : &px.px_interrupt_grace_ms) = v;
+			break;
+		}
 		case 'v':
 			if ((level = parse_level(optarg)) < 0)
 				usage();

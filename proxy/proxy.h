@@ -15,6 +15,7 @@
 
 #define KINFO_RESEND_MS 100
 #define KERNEL_START_MS 60000
+/* defaults of --interrupt-retry and --interrupt-grace */
 #define INTERRUPT_RETRY_MS 1000
 #define INTERRUPT_GRACE_MS 3000
 #define MAX_RESUBMIT 3
@@ -81,7 +82,7 @@ struct proxy {
 	gid_t px_kgroups[64];
 	int px_kngroups;
 	struct kspec *px_ks;
-	struct penv *px_genv; /* global env: applied at spawn, restored to */
+	struct penv *px_genv; /* global env: applied at spawn */
 	size_t px_ngenv;
 	bool px_default; /* the broker's default context for its language */
 	const char *px_py_startup; /* run in every IPython kernel at start */
@@ -90,6 +91,8 @@ struct proxy {
 	uint64_t px_cpu_limit;  /* seconds of CPU per kernel; 0 = none */
 	char *px_cgroup;        /* the kernel's own cgroup dir, or NULL */
 	char *px_cgroup_parent; /* --cgroup: where to create it */
+	uint64_t px_interrupt_retry_ms; /* an interrupt unanswered this long is sent again */
+	uint64_t px_interrupt_grace_ms; /* ... and this long after the first, a restart */
 	unsigned long long px_oom_seen;
 
 	nng_socket px_ipc;
@@ -180,8 +183,7 @@ bool output_iopub(struct buf *b, const char *type, json_t *content, bool display
 
 /* envset.c */
 char *envset_set(const char *lang, const struct penv *env, size_t n);
-char *envset_restore(const char *lang, const struct penv *env, size_t n,
-		     const struct penv *genv, size_t ngenv);
+char *envset_restore(const char *lang, const struct penv *env, size_t n);
 char *envset_chdir(const char *lang, const char *dir);
 bool envset_supported(const char *lang);
 

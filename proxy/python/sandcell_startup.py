@@ -40,7 +40,7 @@ import sys
 # still come): the JSON would be large enough to stall or exceed a message.
 MAX_DATA_CELLS = 1_000_000
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
-UNKNOWN = {"type": "unknown", "title": "", "elements": []}
+UNKNOWN = {"type": "unknown", "title": None, "elements": []}
 
 
 def install():
@@ -288,7 +288,7 @@ def figure_chart(fig):
     if len(axes) == 1:
         chart = axes_chart(axes[0])
         if not chart.get("title"):
-            chart["title"] = suptitle
+            chart["title"] = suptitle or None
     else:
         chart = {
             "type": "superchart",
@@ -381,11 +381,13 @@ def _is_segment(line):
 
 
 def _title(ax):
+    """The Axes' title, or None (E2B sends no empty title or axis label;
+    a superchart's title is the figure's suptitle as it is, "" included)."""
     for loc in ("center", "left", "right"):
         t = ax.get_title(loc)
         if t:
             return t
-    return ""
+    return None
 
 
 class Axis:
@@ -540,7 +542,7 @@ def _chart_2d(kind, ax, swap=False):
         x, y = y, x
     chart = {"type": kind, "title": _title(ax)}
     for name, a in (("x", x), ("y", y)):
-        chart[name + "_label"] = a.label
+        chart[name + "_label"] = a.label or None
         chart[name + "_unit"] = a.unit
     for name, a in (("x", x), ("y", y)):
         chart[name + "_ticks"] = a.ticks()

@@ -7,6 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 
@@ -200,6 +204,83 @@ Test(core, list_contexts_shows_created_ones, .timeout = 60)
 	free(id);
 }
 
+/* How many lines of the file at path contain needle. */
+static int
+lines_with(const char *path, const char *needle)
+{
+	FILE *f = fopen(path, "r");
+	char line[4096];
+	int n = 0;
+
+	while (f && fgets(line, sizeof(line), f))
+		n += strstr(line, needle) != NULL;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/* Waits until the log holds n lines with needle (a warm kernel), or 60 s. */
+static bool
+log_reaches(const char *path, const char *needle, int n)
+{
+	for (int i = 0; i < 600; i++) {
+		if (lines_with(path, needle) >= n)
+			return true;
+		usleep(100000);
+	}
+	return false;
+}
+
+static struct broker order_broker; /* stopped by fini, even when an assertion fails */
+
+static void
+order_broker_stop(void)
+{
+	if (order_broker.b_pid > 0)
+		broker_stop(&order_broker);
+}
+
+/*
+ * GET /contexts lists contexts in the order they were handed out, as E2B
+ * does: one claimed from the warm pool is listed as new, not where its kernel
+ * was started (A pooled, R cold, B pooled: A, R, B; not A, B, R).
+ */
+Test(core, contexts_are_listed_in_the_order_they_were_created, .timeout = 120,
+     .fini = order_broker_stop)
+{
+	static const char warm[] = "pool: a python3 kernel is warm";
+	const char *args[] = {"--no-default-context", "--pool", "python=1", "--log-level", "info",
+			      NULL};
+	struct broker *b = &order_broker;
+	char *ids[3], created[128];
+	struct resp r;
+
+	cr_assert_eq(broker_start(b, args), 0);
+	cr_assert(log_reaches(b->b_log, warm, 1), "no warm kernel");
+	ids[0] = context_new(b->b_url, "python", NULL);
+	cr_assert(log_reaches(b->b_log, warm, 2), "the pool was not refilled");
+	ids[1] = context_new(b->b_url, "bash", NULL); /* never pooled */
+	ids[2] = context_new(b->b_url, "python", NULL);
+	for (int i = 0; i < 3; i++)
+		cr_assert_not_null(ids[i]);
+	for (int i = 0; i < 3; i += 2) {
+		snprintf(created, sizeof(created), "context %s: created from the warm pool", ids[i]);
+		cr_assert_eq(lines_with(b->b_log, created), 1, "%s was not pooled", ids[i]);
+	}
+
+	cr_assert_eq(http(b->b_url, "GET", "/contexts", NULL, &r, 5), 0);
+	json_t *a = json_loads(r.r_body, 0, NULL);
+	cr_assert_eq(json_array_size(a), 3, "%s", r.r_body);
+	for (size_t i = 0; i < 3; i++)
+		cr_expect_str_eq(json_string_value(json_object_get(json_array_get(a, i), "id")),
+				 ids[i], "position %zu: %s", i, r.r_body);
+	json_decref(a);
+	resp_free(&r);
+	for (int i = 0; i < 3; i++)
+		free(ids[i]);
+	cr_assert_eq(broker_stop(b), 0, "sanitizer report in the broker log");
+}
+
 Test(core, restart_clears_state_keeps_id_and_cwd, .timeout = 90)
 {
 	char *id = context_new(URL, "python", "/tmp");
@@ -327,17 +408,52 @@ Test(core, unknown_paths_and_methods, .timeout = 30)
 	resp_free(&r);
 }
 
+/* The ids of the listed contexts of a language. */
+static json_t *
+contexts_of(const char *language)
+{
+	struct resp r;
+	json_t *all, *c, *ids = json_array();
+	size_t i;
+
+	cr_assert_eq(http(URL, "GET", "/contexts", NULL, &r, 5), 0);
+	all = json_loads(r.r_body, 0, NULL);
+	cr_assert_not_null(all, "%s", r.r_body);
+	json_array_foreach(all, i, c)
+		if (!strcmp(json_string_value(json_object_get(c, "language")), language))
+			json_array_append(ids, json_object_get(c, "id"));
+	json_decref(all);
+	resp_free(&r);
+	return ids;
+}
+
+/* bash has no default context at start-up (python and javascript do). */
 Test(core, language_gets_a_default_context_on_first_use, .timeout = 60)
 {
 	long st;
-	json_t *l = execute(URL, "{\"code\":\"lang_default = 5\",\"language\":\" PYTHON\"}",
-			    &st, 30000);
+	json_t *before = contexts_of("bash");
 
+	cr_assert_eq(json_array_size(before), 0, "a bash context exists before its first use");
+	json_decref(before);
+	json_t *l = execute(URL, "{\"code\":\"lang_default=5\",\"language\":\" BASH\"}", &st,
+			    60000);
 	cr_assert_not_null(l, "status %ld", st);
+	cr_assert_null(line_of(l, "error", 0));
 	json_decref(l);
-	l = execute(URL, "{\"code\":\"lang_default\",\"language\":\"python\"}", &st, 30000);
-	cr_assert_str_eq(result_text(l), "5", "same default context for the language");
+	json_t *after = contexts_of("bash");
+	cr_assert_eq(json_array_size(after), 1, "the first use created one bash context");
+	json_t *c = context_get(URL, json_string_value(json_array_get(after, 0)));
+	cr_assert(json_is_true(json_object_get(c, "default")), "it is the default one");
+	json_decref(c);
+	l = execute(URL, "{\"code\":\"echo $lang_default\",\"language\":\"bash\"}", &st, 30000);
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "5\n", "the same default context for the language");
+	free(out);
 	json_decref(l);
+	json_t *again = contexts_of("bash");
+	cr_assert(json_equal(again, after), "the second use created no other context");
+	json_decref(again);
+	json_decref(after);
 }
 
 Test(core, kernelspec_name_and_language_share_the_default_context, .timeout = 60)
@@ -463,4 +579,195 @@ Test(core, short_execution_is_one_response_long_one_is_streamed, .timeout = 60)
 			cr_assert_eq(len, (curl_off_t)n, "one response of %zu bytes", n);
 		free(body);
 	}
+}
+
+/* ---- start-up: kernels found beside the binary, numbers, the environment ---- */
+
+static struct broker own; /* a test's private broker, stopped by its .fini */
+static pid_t bare_pid;    /* one started without --listen */
+static char bare_dir[64];
+
+static void
+own_stop(void)
+{
+	broker_stop(&own);
+	if (bare_pid > 0) {
+		/* SIGTERM first: a broker stops its contexts on its way out */
+		kill(bare_pid, SIGTERM);
+		for (int i = 0; i < 100 && waitpid(bare_pid, NULL, WNOHANG) != bare_pid; i++)
+			usleep(50000);
+		kill(bare_pid, SIGKILL);
+		waitpid(bare_pid, NULL, 0);
+	}
+	if (bare_dir[0]) {
+		char cmd[128];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", bare_dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "could not remove %s\n", bare_dir);
+	}
+}
+
+Test(startup, bundled_kernels_are_found_without_jupyter_path, .timeout = 90, .fini = own_stop)
+{
+	const char *args[] = {"--no-default-context", NULL};
+	struct resp r;
+
+	unsetenv("JUPYTER_PATH"); /* as a service manager starts it */
+	cr_assert_eq(broker_start(&own, args), 0);
+	cr_assert_eq(http(own.b_url, "GET", "/languages", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 200);
+	for (const char *const *l = (const char *const[]){"\"bash\"", "\"java\"", "\"javascript\"",
+							    NULL};
+	     *l; l++)
+		cr_expect(strstr(r.r_body, *l), "%s missing from %s", *l, r.r_body);
+	resp_free(&r);
+	json_t *lines = execute(own.b_url, "{\"code\":\"echo $((6*7))\",\"language\":\"bash\"}",
+				NULL, 60000);
+	char *out = stdout_of(lines);
+	cr_expect_str_eq(out, "42\n");
+	free(out);
+	json_decref(lines);
+}
+
+/* Runs PROG with ARGS (and VAR=VALUE in its environment when given); its
+ * exit status and what it said. */
+static int
+run_bad(const char *prog, const char *var, const char *args, char *out, size_t outsz)
+{
+	const char *bin = getenv("SANDCELL_BIN");
+	char cmd[1200];
+
+	/* a binary that wrongly takes the value runs, cheaply, until timeout(1) stops it */
+	snprintf(cmd, sizeof(cmd), "timeout -k 2 3 env %s %s/%s --run-dir /tmp/sandcell-bad-%d %s %s 2>&1",
+		 var ? var : "", bin ? bin : "bin", prog, (int)getpid(),
+		 strcmp(prog, "sandcell-broker") ? ""
+						  : "--listen 127.0.0.1:0 --no-default-context --pool 0",
+		 args);
+	FILE *p = popen(cmd, "r");
+	size_t n = fread(out, 1, outsz - 1, p);
+	out[n] = '\0';
+	int st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+Test(startup, bad_numbers_exit_2_naming_the_flag_or_variable, .timeout = 120)
+{
+	static const struct {
+		const char *prog, *var, *args, *named;
+	} cases[] = {
+	    {"sandcell-broker", NULL, "--max-body 16X", "--max-body"},
+	    {"sandcell-broker", NULL, "--max-body 128M", "--max-body"},
+	    {"sandcell-broker", NULL, "--kernel-memory 4", "--kernel-memory"},
+	    {"sandcell-broker", NULL, "--kernel-memory -4G", "--kernel-memory"},
+	    {"sandcell-broker", NULL, "--grace 10x", "--grace"},
+	    {"sandcell-broker", NULL, "--conn-timeout ''", "--conn-timeout"},
+	    {"sandcell-broker", NULL, "--header-timeout 99999999999999999999", "--header-timeout"},
+	    {"sandcell-broker", NULL, "--max-queue 5k", "--max-queue"},
+	    {"sandcell-broker", NULL, "--max-contexts 0", "--max-contexts"},
+	    {"sandcell-broker", NULL, "--max-connections 1e3", "--max-connections"},
+	    {"sandcell-broker", NULL, "--stream-cap 1Gb/s", "--stream-cap"},
+	    {"sandcell-broker", NULL, "--kernel-cpu 1.5", "--kernel-cpu"},
+	    {"sandcell-broker", NULL, "--pool python=lots", "--pool"},
+	    {"sandcell-broker", NULL, "--interrupt-retry 1.5x", "--interrupt-retry"},
+	    {"sandcell-broker", NULL, "--interrupt-grace 0", "--interrupt-grace"},
+	    {"sandcell-broker", "SANDCELL_MAX_BODY=16Q", "", "SANDCELL_MAX_BODY"},
+	    {"sandcell-broker", "SANDCELL_GRACE=-1", "", "SANDCELL_GRACE"},
+	    {"sandcell-broker", "SANDCELL_KEEP_CONTEXTS=maybe", "", "SANDCELL_KEEP_CONTEXTS"},
+	    {"sandcell-proxy", NULL, "--memory 4X", "--memory"},
+	    {"sandcell-proxy", NULL, "--cpu 10q", "--cpu"},
+	    {"sandcellctl", NULL, "--timeout 5x status", "--timeout"},
+	    {"sandcellctl", NULL, "cancel 12abc", "cancel"},
+	};
+	char out[1024];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int st = run_bad(cases[i].prog, cases[i].var, cases[i].args, out, sizeof(out));
+		cr_expect_eq(st, 2, "%s %s %s: exit %d, said: %s", cases[i].var ? cases[i].var : "",
+			     cases[i].prog, cases[i].args, st, out);
+		cr_expect(strstr(out, cases[i].named), "%s %s: '%s' not named in: %s",
+			  cases[i].prog, cases[i].args, cases[i].named, out);
+		cr_expect(strchr(out, '\n') == out + strlen(out) - 1, "not one line: %s", out);
+	}
+	snprintf(out, sizeof(out), "rm -rf /tmp/sandcell-bad-%d", (int)getpid());
+	if (system(out) != 0)
+		fprintf(stderr, "could not clean up: %s\n", out);
+}
+
+Test(startup, sizes_and_durations_take_units, .timeout = 60, .fini = own_stop)
+{
+	const char *args[] = {"--no-default-context", "--max-body", "2K", "--grace", "1m",
+			      "--conn-timeout", "2m", NULL};
+	char body[4096];
+	struct resp r;
+
+	cr_assert_eq(broker_start(&own, args), 0);
+	/* 2K is 2048 bytes, not 2 */
+	memset(body, ' ', 1000);
+	memcpy(body, "{\"language\":\"python\"", 20);
+	memcpy(body + 998, "}", 2);
+	cr_assert_eq(http(own.b_url, "POST", "/contexts", body, &r, 60), 0);
+	cr_assert_eq(r.r_status, 200, "1000 bytes under --max-body 2K: %ld %s", r.r_status,
+		     r.r_body);
+	resp_free(&r);
+	memset(body, ' ', 3000);
+	memcpy(body, "{\"code\":\"1\"", 11);
+	memcpy(body + 2998, "}", 2);
+	cr_assert_eq(http(own.b_url, "POST", "/execute", body, &r, 30), 0);
+	cr_assert_eq(r.r_status, 413, "3000 bytes under --max-body 2K: %ld", r.r_status);
+	resp_free(&r);
+}
+
+static int
+health_on(int port)
+{
+	char url[64];
+	struct resp r;
+	long st = -1;
+
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+	if (http(url, "GET", "/health", NULL, &r, 2) == 0)
+		st = r.r_status;
+	resp_free(&r);
+	return st;
+}
+
+Test(startup, listen_address_from_the_environment, .timeout = 60, .fini = own_stop)
+{
+	const char *bin = getenv("SANDCELL_BIN");
+	char exe[512], listen[64];
+	int port = free_port();
+
+	snprintf(exe, sizeof(exe), "%s/sandcell-broker", bin ? bin : "bin");
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+	snprintf(bare_dir, sizeof(bare_dir), "/tmp/sandcell-test.XXXXXX");
+	cr_assert_not_null(mkdtemp(bare_dir));
+	if ((bare_pid = fork()) == 0) {
+		setenv("SANDCELL_LISTEN", listen, 1);
+		setenv("SANDCELL_RUN_DIR", bare_dir, 1);
+		setenv("SANDCELL_NO_DEFAULT_CONTEXT", "yes", 1);
+		execl(exe, exe, (char *)NULL);
+		_exit(127);
+	}
+	int st = -1;
+	for (int i = 0; i < 200 && (st = health_on(port)) != 200; i++) {
+		cr_assert_neq(waitpid(bare_pid, NULL, WNOHANG), bare_pid, "the broker exited");
+		usleep(50000);
+	}
+	cr_assert_eq(st, 200, "nothing answers on SANDCELL_LISTEN=%s", listen);
+	struct stat sb;
+	char lock[128];
+	snprintf(lock, sizeof(lock), "%s/broker.lock", bare_dir);
+	cr_expect_eq(stat(lock, &sb), 0, "SANDCELL_RUN_DIR not used");
+}
+
+Test(startup, a_flag_beats_its_variable, .timeout = 60, .fini = own_stop)
+{
+	const char *args[] = {"--no-default-context", NULL};
+	char listen[64];
+	int port = free_port();
+
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+	setenv("SANDCELL_LISTEN", listen, 1); /* broker_start gives --listen too */
+	cr_assert_eq(broker_start(&own, args), 0); /* waits on its --listen port */
+	cr_expect_neq(health_on(port), 200, "the variable won over --listen");
 }

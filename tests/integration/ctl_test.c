@@ -6,6 +6,8 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,39 +16,13 @@
 
 #include "harness.h"
 
-HARNESS_SHARED_BROKER("--log-level", "info");
+/* a queue of one per context: run_obeys_max_queue needs no broker of its own */
+HARNESS_SHARED_BROKER("--log-level", "info", "--max-queue", "1");
 
 #define URL test_url()
 
-/* Runs sandcellctl against the shared broker; returns its exit status. */
-static int
-ctl(char **out, const char *fmt, ...)
-{
-	char args[4096], cmd[4500];
-	va_list ap;
-	const char *bin = getenv("SANDCELL_BIN");
-
-	va_start(ap, fmt);
-	vsnprintf(args, sizeof(args), fmt, ap);
-	va_end(ap);
-	snprintf(cmd, sizeof(cmd), "%s/sandcellctl --run-dir '%s' %s 2>&1", bin ? bin : "bin",
-		 test_run_dir(), args);
-	FILE *p = popen(cmd, "r");
-	size_t cap = 1 << 16, len = 0, n;
-	char *buf = malloc(cap);
-	while ((n = fread(buf + len, 1, cap - len - 1, p)) > 0) {
-		len += n;
-		if (len + 1 == cap)
-			buf = realloc(buf, cap *= 2);
-	}
-	buf[len] = '\0';
-	int st = pclose(p);
-	if (out)
-		*out = buf;
-	else
-		free(buf);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+/* sandcellctl against the shared broker; its exit status. */
+#define ctl(out, ...) ctl_run(NULL, out, __VA_ARGS__)
 
 static json_t *
 ctl_json(const char *what)
@@ -126,9 +102,9 @@ Test(ctl, executions_lists_running_and_queued_and_cancel_ends_one, .timeout = 60
 	struct bg q = {.ctx = id, .code = "print('queued one')"};
 
 	bg_start(&a);
-	usleep(400000);
+	cr_assert_eq(wait_context_int(URL, id, "queue", 1, 10000), 0);
 	bg_start(&q);
-	usleep(300000);
+	cr_assert_eq(wait_context_int(URL, id, "queue", 2, 10000), 0);
 	json_t *ex = ctl_json("executions"), *e;
 	size_t i;
 	json_int_t queued = 0;
@@ -180,7 +156,8 @@ Test(ctl, interrupt_restart_create_delete, .timeout = 90)
 
 	struct bg b = {.ctx = id, .code = "import time\ntime.sleep(30)"};
 	bg_start(&b);
-	usleep(700000);
+	/* the proxy holds an interrupt until the code has started */
+	cr_assert_eq(wait_context_int(URL, id, "queue", 1, 10000), 0);
 	cr_assert_eq(ctl(&out, "interrupt %s", id), 0, "%s", out);
 	free(out);
 	bg_join(&b);
@@ -202,7 +179,7 @@ Test(ctl, interrupt_restart_create_delete, .timeout = 90)
 	cr_assert_null(find_context(a, id));
 	json_decref(a);
 	cr_assert_eq(ctl(&out, "delete %s", id), 1, "deleting twice fails");
-	cr_assert(strstr(out, "no such context"), "%s", out);
+	cr_assert(strstr(out, "not found"), "%s", out);
 	free(out);
 	cr_assert_eq(ctl(&out, "create klingon"), 1);
 	cr_assert(strstr(out, "available"), "%s", out);
@@ -226,7 +203,14 @@ Test(ctl, run_prints_the_stream_and_fails_on_error, .timeout = 60)
 	free(id);
 }
 
-Test(ctl, drain_refuses_executions_until_undrain, .timeout = 60)
+/* A drain test that fails leaves the shared broker accepting for the next. */
+static void
+undrain(void)
+{
+	ctl(NULL, "undrain");
+}
+
+Test(ctl, drain_refuses_executions_until_undrain, .fini = undrain, .timeout = 60)
 {
 	char *out;
 	long st;
@@ -245,6 +229,59 @@ Test(ctl, drain_refuses_executions_until_undrain, .timeout = 60)
 	json_decref(l);
 }
 
+Test(ctl, run_on_a_draining_broker_fails_like_execute, .fini = undrain, .timeout = 60)
+{
+	char *id = context_new(URL, "python", NULL), *out;
+	char path[] = "/tmp/sandcell-drained-XXXXXX";
+	long st;
+	int fd = mkstemp(path);
+
+	cr_assert_not_null(id);
+	close(fd);
+	unlink(path);
+	cr_assert_eq(ctl(&out, "drain"), 0, "%s", out);
+	free(out);
+	cr_assert_null(execute(URL, "{\"code\":\"1\"}", &st, 5000));
+	cr_assert_eq(st, 503);
+	cr_assert_eq(ctl(&out, "run %s \"open('%s', 'w')\"", id, path), 1,
+		     "run on a draining broker: %s", out);
+	cr_assert(strstr(out, "draining"), "%s", out);
+	free(out);
+	cr_assert_eq(ctl(&out, "undrain"), 0, "%s", out);
+	free(out);
+	json_t *l = run(URL, id, "print('back')"); /* whatever was sent would have run first */
+	json_decref(l);
+	cr_assert_neq(access(path, F_OK), 0, "the refused run never ran");
+	free(id);
+}
+
+Test(ctl, run_obeys_max_queue, .timeout = 90)
+{
+	char *id = context_new(URL, "python", NULL), *out;
+	struct bg a = {.ctx = id, .code = "import time\ntime.sleep(30)"};
+	struct bg q = {.ctx = id, .code = "print('queued')"};
+
+	cr_assert_not_null(id);
+	bg_start(&a);
+	cr_assert_eq(wait_context_int(URL, id, "queue", 1, 10000), 0);
+	bg_start(&q);
+	cr_assert_eq(wait_context_int(URL, id, "queue", 2, 10000), 0);
+	cr_assert_eq(ctl(&out, "run %s 'print(1)'", id), 1,
+		     "a run over --max-queue: %s", out);
+	cr_assert(strstr(out, "executions waiting (limit 1)"), "%s", out);
+	free(out);
+	cr_assert_eq(ctl_executions(NULL, id, NULL), 2, "the refused run is not queued");
+	cr_assert_eq(context_post(URL, id, "interrupt", 10), 200);
+	bg_join(&a);
+	bg_join(&q);
+	char *s = stdout_of(q.lines);
+	cr_assert_str_eq(s, "queued\n");
+	free(s);
+	json_decref(a.lines);
+	json_decref(q.lines);
+	free(id);
+}
+
 Test(ctl, watch_prints_live_events, .timeout = 60)
 {
 	const char *bin = getenv("SANDCELL_BIN");
@@ -261,16 +298,15 @@ Test(ctl, watch_prints_live_events, .timeout = 60)
 		_exit(127);
 	}
 	close(fds[1]);
-	usleep(300000);
+	FILE *f = fdopen(fds[0], "r");
+	/* its first event says it is watching */
+	cr_assert_not_null(fgets(line, sizeof(line), f));
+	cr_assert(strstr(line, "\"watching\""), "%s", line);
 	char *id = context_new(URL, "python", NULL);
 	json_decref(run(URL, id, "1"));
-	usleep(200000);
-	kill(pid, SIGINT);
-	waitpid(pid, NULL, 0);
-	FILE *f = fdopen(fds[0], "r");
 	bool created = false, started = false, ended = false;
-	/* --json watch: one JSON event per line */
-	while (fgets(line, sizeof(line), f)) {
+	/* --json watch: one JSON event per line; read until the execution's end */
+	while (!(created && started && ended) && fgets(line, sizeof(line), f)) {
 		json_t *ev = json_loads(line, 0, NULL);
 		const char *name = json_string_value(json_object_get(ev, "event"));
 		cr_assert_not_null(name, "not an event: %s", line);
@@ -279,6 +315,8 @@ Test(ctl, watch_prints_live_events, .timeout = 60)
 		ended |= !strcmp(name, "execution_ended");
 		json_decref(ev);
 	}
+	kill(pid, SIGINT);
+	waitpid(pid, NULL, 0);
 	fclose(f);
 	cr_assert(created && started && ended, "created %d started %d ended %d", created,
 		  started, ended);
@@ -299,6 +337,96 @@ Test(ctl, no_broker_is_a_clear_failure, .timeout = 30)
 	int st = pclose(p);
 	cr_assert_eq(WEXITSTATUS(st), 1);
 	cr_assert(strstr(out, "no broker"), "%s", out);
+}
+
+/* ---- stop ends contexts, restart keeps them (the unit's ExecStop) ---- */
+
+static struct broker kept; /* a --keep-contexts broker, stopped by .fini */
+
+static void
+kept_stop(void)
+{
+	broker_stop(&kept);
+}
+
+/* Alive and not a zombie (an orphan's parent may be slow to reap it). */
+static bool
+alive(pid_t pid)
+{
+	char path[64], st[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return false;
+	bool ok = fgets(st, sizeof(st), f) && strrchr(st, ')') && strrchr(st, ')')[2] != 'Z';
+	fclose(f);
+	return ok;
+}
+
+static bool
+gone_within(pid_t pid, int ms)
+{
+	for (int i = 0; i < ms / 50 && alive(pid); i++)
+		usleep(50000);
+	return !alive(pid);
+}
+
+/* sandcellctl against the private broker's run dir; its exit status. */
+static int
+kept_ctl(const char *args, char *out, size_t outsz)
+{
+	const char *bin = getenv("SANDCELL_BIN");
+	char cmd[512];
+
+	snprintf(cmd, sizeof(cmd), "%s/sandcellctl --run-dir '%s' %s 2>&1", bin ? bin : "bin",
+		 kept.b_run_dir, args);
+	FILE *p = popen(cmd, "r");
+	size_t n = fread(out, 1, outsz - 1, p);
+	out[n] = '\0';
+	int st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void
+sigterm_and_wait(pid_t *pid)
+{
+	kill(*pid, SIGTERM);
+	cr_assert_eq(waitpid(*pid, NULL, 0), *pid);
+	*pid = 0;
+}
+
+Test(ctl, stop_ends_every_context_and_restart_keeps_them, .timeout = 120, .fini = kept_stop)
+{
+	const char *args[] = {"--keep-contexts", "--no-default-context", "--pool", "0", NULL};
+	char out[4096];
+
+	cr_assert_eq(broker_start(&kept, args), 0);
+	char *id = context_new(kept.b_url, "python", NULL);
+	cr_assert_not_null(id);
+	json_t *l = run(kept.b_url, id, "x = 41");
+	json_decref(l);
+	pid_t proxy = context_pid(kept.b_url, id, "proxy_pid");
+	pid_t kernel = context_pid(kept.b_url, id, "kernel_pid");
+	cr_assert(proxy > 0 && kernel > 0);
+
+	/* restart: ExecStop says nothing, SIGTERM; the next broker re-attaches */
+	cr_assert_eq(kept_ctl("stop-keeps-contexts", out, sizeof(out)), 0, "%s", out);
+	sigterm_and_wait(&kept.b_pid);
+	cr_assert(alive(proxy) && alive(kernel), "a restart's stop ended the context");
+	cr_assert_eq(broker_restart(&kept, args), 0);
+	l = run(kept.b_url, id, "x + 1");
+	cr_assert_str_eq(result_text(l), "42", "the context lost its state across a restart");
+	json_decref(l);
+
+	/* stop: ExecStop's stop-ends-contexts, then SIGTERM ends them after the drain */
+	cr_assert_eq(kept_ctl("stop-ends-contexts", out, sizeof(out)), 0, "%s", out);
+	cr_assert_eq(kept_ctl("--json status", out, sizeof(out)), 0, "%s", out);
+	cr_assert(strstr(out, "\"keep_contexts\": false"), "%s", out);
+	sigterm_and_wait(&kept.b_pid);
+	cr_expect(gone_within(proxy, 10000), "proxy %d outlived systemctl stop", (int)proxy);
+	cr_expect(gone_within(kernel, 10000), "kernel %d outlived systemctl stop", (int)kernel);
+	free(id);
 }
 
 static char *
@@ -359,8 +487,9 @@ Test(metrics, counters_move_with_their_events, .timeout = 90)
 	json_decref(execute(URL, body, &st, 30000));
 	snprintf(body, sizeof(body), "{\"code\":\"import time\\ntime.sleep(5)\",\"context_id\":\"%s\"}",
 		 id);
+	double cancels = metric(before, "sandcell_cancels_total");
 	json_decref(execute(URL, body, &st, 500)); /* a client that leaves */
-	usleep(300000);
+	cr_assert_eq(wait_metric(URL, "sandcell_cancels_total", cancels + 1, 5000), 0);
 	json_decref(run(URL, id, "import os\nos._exit(1)")); /* kernel dies */
 	json_decref(run(URL, id, "1"));
 	char *after = scrape();
@@ -395,7 +524,9 @@ Test(metrics, proxy_restarts_are_counted, .timeout = 60)
 	pid_t proxy = context_pid(URL, id, "proxy_pid");
 	cr_assert(proxy > 0);
 	kill(proxy, SIGKILL);
-	usleep(500000);
+	cr_assert_eq(wait_metric(URL, "sandcell_proxy_restarts_total",
+				 metric(before, "sandcell_proxy_restarts_total") + 1, 10000),
+		     0);
 	json_decref(run(URL, id, "1"));
 	char *after = scrape();
 	cr_assert(metric(after, "sandcell_proxy_restarts_total") >

@@ -307,6 +307,69 @@ Test(data, image_without_a_chart_kind_is_unknown, .timeout = 90)
 	json_decref(l);
 }
 
+/* key is there and null (E2B sends no empty title or axis label). */
+static void
+assert_null_at(json_t *o, const char *what, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+
+	cr_assert(v, "%s has no %s", what, key);
+	cr_assert(json_is_null(v), "%s %s is %s, expected null", what, key,
+		  json_is_string(v) ? json_string_value(v) : "not a string");
+}
+
+Test(data, empty_titles_and_axis_labels_are_null, .timeout = 90)
+{
+	static const char *const kinds[][2] = {
+		{"plt.scatter([1, 2], [3, 4])", "scatter"},
+		{"plt.plot([1, 2], [3, 4])", "line"},
+		{"plt.bar(['u', 'v'], [1, 2])", "bar"},
+		{"plt.boxplot([[1, 2, 3], [2, 3, 4]])", "box_and_whisker"},
+		{"plt.pie([1, 2])", "pie"},
+		{"plt.imshow([[0, 1], [1, 0]])", "unknown"},
+	};
+	char code[256];
+
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+		snprintf(code, sizeof(code),
+			 "import matplotlib.pyplot as plt\nplt.figure()\n%s\nplt.show()",
+			 kinds[i][0]);
+		json_t *l = run_quiet(NULL, code);
+		json_t *c = chart_of(l);
+
+		cr_assert_str_eq(str_at(c, "type"), kinds[i][1]);
+		assert_null_at(c, kinds[i][1], "title");
+		if (strcmp(kinds[i][1], "pie") && strcmp(kinds[i][1], "unknown")) {
+			assert_null_at(c, kinds[i][1], "x_label");
+			assert_null_at(c, kinds[i][1], "y_label");
+			assert_null_at(c, kinds[i][1], "x_unit");
+			assert_null_at(c, kinds[i][1], "y_unit");
+		}
+		json_decref(l);
+	}
+}
+
+/* A superchart's title is the suptitle as it is ("" without one), as in E2B;
+ * its charts' empty titles are null. */
+Test(data, superchart_without_titles_has_empty_title_and_null_chart_titles, .timeout = 90)
+{
+	json_t *l = run_quiet(NULL, "import matplotlib.pyplot as plt\n"
+				    "fig, (a, b) = plt.subplots(1, 2)\n"
+				    "a.plot([1, 2], [3, 4]); b.scatter([1], [2])\n"
+				    "plt.show()");
+	json_t *c = chart_of(l);
+
+	cr_assert_str_eq(str_at(c, "type"), "superchart");
+	cr_assert_str_eq(str_at(c, "title"), "");
+	json_t *els = json_object_get(c, "elements");
+	cr_assert_eq(json_array_size(els), 2);
+	for (size_t i = 0; i < 2; i++) {
+		assert_null_at(json_array_get(els, i), "element", "title");
+		assert_null_at(json_array_get(els, i), "element", "x_label");
+	}
+	json_decref(l);
+}
+
 Test(data, list_gives_json, .timeout = 30)
 {
 	json_t *l = run_quiet(NULL, "[1, 2, {\"a\": 3}]");

@@ -15,9 +15,30 @@
 #include "harness.h"
 
 /* no warm pool: restarts here go through the proxy, the path under test */
-HARNESS_SHARED_BROKER("--no-default-context", "--env", "SC_GLOBAL=g", "--pool", "0");
+/* short interrupt grace: a kernel that ignores SIGINT is restarted after 1 s */
+HARNESS_SHARED_BROKER("--no-default-context", "--env", "SC_GLOBAL=g", "--pool", "0",
+		      "--interrupt-grace", "1");
 
 #define URL test_url()
+
+/* A private broker of one test, stopped even when an assertion fails. */
+static struct broker priv;
+
+static void
+priv_stop(void)
+{
+	cr_expect_eq(broker_stop(&priv), 0, "sanitizer report in the broker log");
+}
+
+/* Code that prints once it runs: the test waits for that line, not a while. */
+static const char *
+started_code(const char *then)
+{
+	static char code[1024];
+
+	snprintf(code, sizeof(code), "print('started', flush=True)\n%s", then);
+	return code;
+}
 
 static const char *
 error_name(json_t *l)
@@ -45,15 +66,16 @@ static char *
 kernel_fault_mid_execution(int sig, const char *code, const char *why, double max_ms)
 {
 	char *id = context_new(URL, "python", "/tmp");
-	struct bg b = {.base = URL, .code = code};
+	struct bg b = {.base = URL};
 
 	cr_assert_not_null(id);
 	b.ctx = id;
+	b.code = started_code(code);
 	json_decref(run(URL, id, "x = 1"));
 	pid_t kpid = context_pid(URL, id, "kernel_pid");
 	cr_assert(kpid > 0);
 	bg_start(&b);
-	usleep(800000);
+	cr_assert_eq(bg_wait_stdout(&b, 10000), 0, "the code never started");
 	double t0 = ms_now();
 	kill(kpid, sig);
 	bg_join(&b);
@@ -114,9 +136,9 @@ Test(faults, queued_units_fail_with_the_kernel, .timeout = 60)
 	struct bg q = {.base = URL, .ctx = id, .code = "print('queued')"};
 
 	bg_start(&a);
-	usleep(500000);
+	cr_assert_eq(wait_context_int(URL, id, "queue", 1, 10000), 0);
 	bg_start(&q);
-	usleep(300000);
+	cr_assert_eq(wait_context_int(URL, id, "queue", 2, 10000), 0);
 	kill(context_pid(URL, id, "kernel_pid"), SIGKILL);
 	bg_join(&a);
 	bg_join(&q);
@@ -131,18 +153,20 @@ Test(faults, queued_units_fail_with_the_kernel, .timeout = 60)
 Test(faults, proxy_killed_while_another_context_streams, .timeout = 90)
 {
 	char *victim = context_new(URL, "python", NULL), *other = context_new(URL, "python", NULL);
-	struct bg v = {.base = URL, .ctx = victim, .code = "import time\ntime.sleep(30)"};
+	struct bg v = {.base = URL, .ctx = victim};
 	struct bg o = {.base = URL,
 		       .ctx = other,
 		       .code = "import time\nfor i in range(20):\n    print(i, flush=True)\n    "
 			       "time.sleep(0.1)"};
 
+	v.code = started_code("import time\ntime.sleep(30)");
 	json_decref(run(URL, victim, "lost = 1"));
 	pid_t ppid = context_pid(URL, victim, "proxy_pid");
 	cr_assert(ppid > 0);
 	bg_start(&v);
 	bg_start(&o);
-	usleep(700000);
+	cr_assert_eq(bg_wait_stdout(&v, 10000), 0, "the victim's code never started");
+	cr_assert_eq(wait_context_int(URL, other, "queue", 1, 10000), 0);
 	double t0 = ms_now();
 	kill(ppid, SIGKILL);
 	bg_join(&v);
@@ -173,172 +197,177 @@ Test(faults, proxy_killed_while_another_context_streams, .timeout = 90)
 	free(other);
 }
 
-Test(faults, broker_restart_keeps_contexts_and_state, .timeout = 120)
+Test(faults, broker_restart_keeps_contexts_and_state, .fini = priv_stop, .timeout = 120)
 {
-	struct broker b;
+	struct broker *b = &priv;
 	const char *args[] = {"--no-default-context", NULL};
 
-	cr_assert_eq(broker_start(&b, args), 0);
-	char *id = context_new(b.b_url, "python", "/tmp");
+	cr_assert_eq(broker_start(b, args), 0);
+	char *id = context_new(b->b_url, "python", "/tmp");
 	cr_assert_not_null(id);
-	json_decref(run(b.b_url, id, "survivor = 'still here'"));
-	pid_t kpid = context_pid(b.b_url, id, "kernel_pid");
+	json_decref(run(b->b_url, id, "survivor = 'still here'"));
+	pid_t kpid = context_pid(b->b_url, id, "kernel_pid");
 
 	/* a stream open at the moment of the crash ends on the client side */
-	struct bg open = {.base = b.b_url, .ctx = id, .code = "import time\ntime.sleep(2)"};
+	struct bg open = {.base = b->b_url, .ctx = id};
+	open.code = started_code("import time\ntime.sleep(2)");
 	bg_start(&open);
-	usleep(500000);
-	kill(b.b_pid, SIGKILL);
-	waitpid(b.b_pid, NULL, 0);
+	cr_assert_eq(bg_wait_stdout(&open, 10000), 0, "the code never started");
+	kill(b->b_pid, SIGKILL);
+	waitpid(b->b_pid, NULL, 0);
 	bg_join(&open);
 	cr_assert(open.took < 2000, "the open stream ended when the broker died");
 	json_decref(open.lines);
 
-	cr_assert_eq(broker_restart(&b, args), 0);
+	cr_assert_eq(broker_restart(b, args), 0);
 	struct resp r;
-	cr_assert_eq(http(b.b_url, "GET", "/contexts", NULL, &r, 5), 0);
+	cr_assert_eq(http(b->b_url, "GET", "/contexts", NULL, &r, 5), 0);
 	cr_assert(strstr(r.r_body, id), "context listed after restart: %s", r.r_body);
 	resp_free(&r);
-	json_t *l = run(b.b_url, id, "print(survivor)");
+	json_t *l = run(b->b_url, id, "print(survivor)");
 	char *out = stdout_of(l);
 	cr_assert_str_eq(out, "still here\n");
 	free(out);
 	json_decref(l);
-	cr_assert_eq(context_pid(b.b_url, id, "kernel_pid"), kpid, "the same kernel");
+	cr_assert_eq(context_pid(b->b_url, id, "kernel_pid"), kpid, "the same kernel");
 	free(id);
-	cr_assert_eq(broker_stop(&b), 0, "sanitizer report in the broker log");
 }
 
-Test(faults, stale_context_dir_is_cleaned_not_trusted, .timeout = 60)
+Test(faults, stale_context_dir_is_cleaned_not_trusted, .fini = priv_stop, .timeout = 60)
 {
-	struct broker b;
+	struct broker *b = &priv;
 	const char *args[] = {"--no-default-context", NULL};
-	char dir[256], state[300];
+	char dir[512], state[600];
 
-	cr_assert_eq(broker_start(&b, args), 0);
-	cr_assert_eq(broker_stop(&b), 0, "sanitizer report in the broker log");
+	cr_assert_eq(broker_start(b, args), 0);
+	cr_assert_eq(broker_stop(b), 0, "sanitizer report in the broker log");
 	/* a dead proxy's leftovers: a state file naming a pid that is not ours */
-	mkdir(b.b_run_dir, 0700);
-	snprintf(dir, sizeof(dir), "%s/ctx", b.b_run_dir);
+	mkdir(b->b_run_dir, 0700);
+	snprintf(dir, sizeof(dir), "%s/ctx", b->b_run_dir);
 	mkdir(dir, 0700);
-	snprintf(dir, sizeof(dir), "%s/ctx/0b5e3c7e-1d8a-4c0e-9f3a-2b6c4d8e0f1a", b.b_run_dir);
+	snprintf(dir, sizeof(dir), "%s/ctx/0b5e3c7e-1d8a-4c0e-9f3a-2b6c4d8e0f1a", b->b_run_dir);
 	mkdir(dir, 0700);
 	snprintf(state, sizeof(state), "%s/state.json", dir);
 	FILE *f = fopen(state, "w");
 	fprintf(f, "{\"id\":\"0b5e3c7e-1d8a-4c0e-9f3a-2b6c4d8e0f1a\",\"language\":\"python\","
 		   "\"cwd\":\"/\",\"pid\":1,\"default\":false}");
 	fclose(f);
-	cr_assert_eq(broker_restart(&b, args), 0);
+	cr_assert_eq(broker_restart(b, args), 0);
 	struct resp r;
-	cr_assert_eq(http(b.b_url, "GET", "/contexts", NULL, &r, 5), 0);
+	cr_assert_eq(http(b->b_url, "GET", "/contexts", NULL, &r, 5), 0);
 	cr_assert_str_eq(r.r_body, "[]");
 	resp_free(&r);
 	struct stat st;
 	cr_assert(stat(dir, &st) < 0, "stale dir removed");
-	cr_assert_eq(broker_stop(&b), 0, "sanitizer report in the broker log");
 }
 
-Test(faults, sigterm_drains_running_executions, .timeout = 90)
+Test(faults, sigterm_drains_running_executions, .fini = priv_stop, .timeout = 90)
 {
-	struct broker b;
+	struct broker *b = &priv;
 	const char *args[] = {"--grace", "10", NULL};
 
-	cr_assert_eq(broker_start(&b, args), 0);
-	struct bg run1 = {.base = b.b_url, .code = "import time\ntime.sleep(2)\nprint('finished')"};
+	cr_assert_eq(broker_start(b, args), 0);
+	struct bg run1 = {.base = b->b_url};
+	run1.code = started_code("import time\ntime.sleep(2)\nprint('finished')");
 	bg_start(&run1);
-	usleep(500000);
-	kill(b.b_pid, SIGTERM);
-	usleep(200000);
+	cr_assert_eq(bg_wait_stdout(&run1, 10000), 0, "the code never started");
+	kill(b->b_pid, SIGTERM);
+	cr_assert_eq(wait_metric(b->b_url, "sandcell_draining", 1, 5000), 0, "never draining");
 	long st;
-	json_t *refused = execute(b.b_url, "{\"code\":\"1\"}", &st, 5000);
+	json_t *refused = execute(b->b_url, "{\"code\":\"1\"}", &st, 5000);
 	cr_assert_null(refused);
 	cr_assert_eq(st, 503, "new executions are refused while draining");
 	bg_join(&run1);
 	char *out = stdout_of(run1.lines);
-	cr_assert_str_eq(out, "finished\n", "the running execution completed");
+	cr_assert_str_eq(out, "started\nfinished\n", "the running execution completed");
 	free(out);
 	json_decref(run1.lines);
-	int status;
-	for (int i = 0; i < 100 && waitpid(b.b_pid, &status, WNOHANG) != b.b_pid; i++)
-		usleep(50000);
-	cr_assert(kill(b.b_pid, 0) < 0, "the broker stopped once drained");
-	b.b_pid = 0;
-	cr_assert_eq(broker_stop(&b), 0, "sanitizer report in the broker log");
+	cr_assert_eq(wait_pid_gone(b->b_pid, 5000), 0, "the broker stopped once drained");
+	b->b_pid = 0;
 }
 
-Test(faults, memory_limit_kills_or_refuses_only_that_kernel, .timeout = 90)
+Test(faults, memory_limit_kills_or_refuses_only_that_kernel, .fini = priv_stop, .timeout = 90)
 {
-	struct broker b;
+	struct broker *b = &priv;
 	const char *args[] = {"--no-default-context", "--kernel-memory", "209715200", NULL};
 
-	cr_assert_eq(broker_start(&b, args), 0);
-	char *hog = context_new(b.b_url, "python", NULL);
-	char *quiet = context_new(b.b_url, "python", NULL);
+	cr_assert_eq(broker_start(b, args), 0);
+	char *hog = context_new(b->b_url, "python", NULL);
+	char *quiet = context_new(b->b_url, "python", NULL);
 	cr_assert(hog && quiet);
-	json_decref(run(b.b_url, quiet, "kept = 42"));
-	json_t *l = run(b.b_url, hog, "x = bytearray(500 * 1024 * 1024)");
+	json_decref(run(b->b_url, quiet, "kept = 42"));
+	json_t *l = run(b->b_url, hog, "x = bytearray(500 * 1024 * 1024)");
 	const char *name = error_name(l);
 	cr_assert(!strcmp(name, "MemoryError") || !strcmp(name, "KernelDied"),
 		  "over the limit: %s", name);
 	json_decref(l);
-	l = run(b.b_url, quiet, "print(kept)");
+	l = run(b->b_url, quiet, "print(kept)");
 	char *out = stdout_of(l);
 	cr_assert_str_eq(out, "42\n", "the neighbour is untouched");
 	free(out);
 	json_decref(l);
-	l = run(b.b_url, hog, "print('alive')");
+	l = run(b->b_url, hog, "print('alive')");
 	out = stdout_of(l);
 	cr_assert_str_eq(out, "alive\n");
 	free(out);
 	json_decref(l);
 	free(hog);
 	free(quiet);
-	cr_assert_eq(broker_stop(&b), 0, "sanitizer report in the broker log");
 }
 
 /* With a cgroup the kernel over its limit is OOM-killed, alone. */
-Test(faults, memory_limit_in_a_cgroup_kills_the_kernel_alone, .timeout = 90)
-{
-	struct broker b;
-	char cg[256];
+static char cgroup_dir[256];
 
-	snprintf(cg, sizeof(cg), "/sys/fs/cgroup/memory/sandcell-test-%d", (int)getpid());
+static void
+cgroup_stop(void)
+{
+	priv_stop();
+	if (cgroup_dir[0])
+		rmdir(cgroup_dir);
+}
+
+Test(faults, memory_limit_in_a_cgroup_kills_the_kernel_alone, .fini = cgroup_stop, .timeout = 90)
+{
+	struct broker *b = &priv;
+	char *cg = cgroup_dir;
+	size_t cgsz = sizeof(cgroup_dir);
+
+	snprintf(cg, cgsz, "/sys/fs/cgroup/memory/sandcell-test-%d", (int)getpid());
 	if (mkdir(cg, 0755) < 0) {
-		snprintf(cg, sizeof(cg), "/sys/fs/cgroup/sandcell-test-%d", (int)getpid());
-		if (mkdir(cg, 0755) < 0)
+		snprintf(cg, cgsz, "/sys/fs/cgroup/sandcell-test-%d", (int)getpid());
+		if (mkdir(cg, 0755) < 0) {
+			cg[0] = '\0';
 			cr_skip_test("no writable cgroup hierarchy here");
+		}
 	}
 	const char *args[] = {"--no-default-context", "--kernel-memory", "209715200",
 			      "--kernel-cgroup", cg, NULL};
-	cr_assert_eq(broker_start(&b, args), 0);
-	char *hog = context_new(b.b_url, "python", NULL);
+	cr_assert_eq(broker_start(b, args), 0);
+	char *hog = context_new(b->b_url, "python", NULL);
 	/* bypass RLIMIT_DATA's refusal: touch memory page by page via mmap */
-	json_t *l = run(b.b_url, hog,
+	json_t *l = run(b->b_url, hog,
 			"import mmap\nm = mmap.mmap(-1, 600 * 1024 * 1024)\n"
 			"for i in range(0, len(m), 4096): m[i] = 1");
 	cr_assert_str_eq(error_name(l), "KernelDied", "%s", error_value(l));
 	cr_assert(strstr(error_value(l), "out of memory"), "%s", error_value(l));
 	json_decref(l);
-	l = run(b.b_url, hog, "print('alive')");
+	l = run(b->b_url, hog, "print('alive')");
 	char *out = stdout_of(l);
 	cr_assert_str_eq(out, "alive\n");
 	free(out);
 	json_decref(l);
 	free(hog);
-	cr_assert_eq(broker_stop(&b), 0, "sanitizer report in the broker log");
-	rmdir(cg);
 }
 
 Test(faults, kernel_ignoring_sigint_is_stopped_by_restart, .timeout = 90)
 {
 	char *id = context_new(URL, "python", NULL);
-	struct bg b = {.base = URL,
-		       .ctx = id,
-		       .code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-			       "time.sleep(60)"};
+	struct bg b = {.base = URL, .ctx = id};
 
+	b.code = started_code("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+			      "time.sleep(60)");
 	bg_start(&b);
-	usleep(800000);
+	cr_assert_eq(bg_wait_stdout(&b, 10000), 0, "the code never started");
 	double t0 = ms_now();
 	cr_assert_eq(context_post(URL, id, "restart", 30), 200);
 	bg_join(&b);
@@ -356,13 +385,12 @@ Test(faults, kernel_ignoring_sigint_is_stopped_by_restart, .timeout = 90)
 Test(faults, interrupt_of_a_kernel_ignoring_sigint_falls_back_to_restart, .timeout = 90)
 {
 	char *id = context_new(URL, "python", NULL);
-	struct bg b = {.base = URL,
-		       .ctx = id,
-		       .code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-			       "time.sleep(60)"};
+	struct bg b = {.base = URL, .ctx = id};
 
+	b.code = started_code("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+			      "time.sleep(60)");
 	bg_start(&b);
-	usleep(800000);
+	cr_assert_eq(bg_wait_stdout(&b, 10000), 0, "the code never started");
 	cr_assert(context_post(URL, id, "interrupt", 30) > 0);
 	bg_join(&b);
 	cr_assert(b.took < 10000, "took %.0f ms", b.took);

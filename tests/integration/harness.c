@@ -6,9 +6,11 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -170,6 +172,7 @@ struct ndjson {
 	size_t plen;
 	json_t *lines;
 	double t0;
+	int *stdout_seen; /* stdout lines so far, read by another thread; or NULL */
 };
 
 static size_t
@@ -193,6 +196,8 @@ ndjson_write(char *p, size_t sz, size_t n, void *arg)
 			json_decref(j);
 		} else {
 			json_object_set_new(j, "_ms", json_real(ms_since(nd->t0)));
+			if (nd->stdout_seen && t && !strcmp(t, "stdout"))
+				__atomic_add_fetch(nd->stdout_seen, 1, __ATOMIC_SEQ_CST);
 			json_array_append_new(nd->lines, j);
 		}
 		start = nl + 1;
@@ -202,12 +207,13 @@ ndjson_write(char *p, size_t sz, size_t n, void *arg)
 	return len;
 }
 
-json_t *
-execute(const char *base, const char *body_json, long *status, long timeout_ms)
+static json_t *
+execute_counted(const char *base, const char *body_json, long *status, long timeout_ms,
+		int *stdout_seen)
 {
 	CURL *c = curl_easy_init();
 	struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-	struct ndjson nd = {.lines = json_array(), .t0 = ms_now()};
+	struct ndjson nd = {.lines = json_array(), .t0 = ms_now(), .stdout_seen = stdout_seen};
 	char url[512];
 	long st = 0;
 
@@ -239,8 +245,14 @@ execute(const char *base, const char *body_json, long *status, long timeout_ms)
 }
 
 json_t *
-execute_code(const char *base, const char *ctx, const char *code, const char *extra_json,
-	     long timeout_ms, long *status)
+execute(const char *base, const char *body_json, long *status, long timeout_ms)
+{
+	return execute_counted(base, body_json, status, timeout_ms, NULL);
+}
+
+static json_t *
+execute_code_counted(const char *base, const char *ctx, const char *code,
+		     const char *extra_json, long timeout_ms, long *status, int *stdout_seen)
 {
 	json_t *body = json_pack("{s:s}", "code", code);
 	char *s;
@@ -254,10 +266,17 @@ execute_code(const char *base, const char *ctx, const char *code, const char *ex
 		json_decref(x);
 	}
 	s = json_dumps(body, 0);
-	lines = execute(base, s, status, timeout_ms);
+	lines = execute_counted(base, s, status, timeout_ms, stdout_seen);
 	free(s);
 	json_decref(body);
 	return lines;
+}
+
+json_t *
+execute_code(const char *base, const char *ctx, const char *code, const char *extra_json,
+	     long timeout_ms, long *status)
+{
+	return execute_code_counted(base, ctx, code, extra_json, timeout_ms, status, NULL);
 }
 
 json_t *
@@ -272,8 +291,9 @@ bg_main(void *arg)
 	struct bg *b = arg;
 	double t0 = ms_now();
 
-	b->lines = execute_code(b->base ? b->base : test_url(), b->ctx, b->code, b->extra,
-				b->timeout_ms ? b->timeout_ms : 60000, NULL);
+	b->lines = execute_code_counted(b->base ? b->base : test_url(), b->ctx, b->code, b->extra,
+					b->timeout_ms ? b->timeout_ms : 60000, NULL,
+					&b->stdout_seen);
 	b->took = ms_since(t0);
 	return NULL;
 }
@@ -288,6 +308,18 @@ void
 bg_join(struct bg *b)
 {
 	pthread_join(b->t, NULL);
+}
+
+static bool
+bg_has_stdout(void *arg)
+{
+	return __atomic_load_n(&((struct bg *)arg)->stdout_seen, __ATOMIC_SEQ_CST) > 0;
+}
+
+int
+bg_wait_stdout(struct bg *b, long timeout_ms)
+{
+	return wait_until(bg_has_stdout, b, timeout_ms);
 }
 
 pid_t
@@ -437,18 +469,21 @@ broker_restart(struct broker *b, const char *const *extra)
 	fflush(NULL);
 	if ((b->b_pid = fork()) == 0) {
 		FILE *log = fopen(b->b_log, "a");
+		/* a test that dies (timeout, crash) takes its broker with it */
+		prctl(PR_SET_PDEATHSIG, SIGINT);
 		if (log)
 			dup2(fileno(log), 2);
 		execv(exe, (char *const *)argv);
 		_exit(127);
 	}
-	for (int i = 0; i < 300; i++) {
+	bool healthy = false;
+	for (double t0 = ms_now(); !healthy && ms_since(t0) < 30000;) {
 		struct resp r;
-		int ok = http(b->b_url, "GET", want_default ? "/contexts" : "/health", NULL, &r,
-			      2) == 0 &&
-			 r.r_status == 200 && (!want_default || strstr(r.r_body, "\"id\""));
+		healthy = http(b->b_url, "GET", want_default ? "/contexts" : "/health", NULL, &r,
+			       2) == 0 &&
+			  r.r_status == 200 && (!want_default || strstr(r.r_body, "\"id\""));
 		resp_free(&r);
-		if (ok)
+		if (healthy)
 			break;
 		int st;
 		if (waitpid(b->b_pid, &st, WNOHANG) == b->b_pid) {
@@ -457,12 +492,21 @@ broker_restart(struct broker *b, const char *const *extra)
 			b->b_pid = 0;
 			return -1;
 		}
-		usleep(50000);
+		usleep(20000);
 	}
-	if (want_default) {
+	if (healthy && want_default) {
 		/* the default context answers only once its kernel is up */
 		json_t *l = run(b->b_url, NULL, "1");
+		healthy = l && line_of(l, "end_of_execution", 0) && !line_of(l, "error", 0);
 		json_decref(l);
+	}
+	if (!healthy) {
+		fprintf(stderr, "broker on port %d never became healthy; log in %s\n", b->b_port,
+			b->b_log);
+		kill(b->b_pid, SIGKILL);
+		waitpid(b->b_pid, NULL, 0);
+		b->b_pid = 0;
+		return -1;
 	}
 	return 0;
 }
@@ -555,4 +599,247 @@ test_broker_pid(void)
 	const char *p = getenv("SANDCELL_TEST_PID");
 
 	return p ? atoi(p) : 0;
+}
+
+int
+wait_until(bool (*cond)(void *arg), void *arg, long timeout_ms)
+{
+	double t0 = ms_now();
+
+	for (;;) {
+		if (cond(arg))
+			return 0;
+		if (ms_since(t0) >= timeout_ms)
+			return -1;
+		usleep(20000);
+	}
+}
+
+json_t *
+context_get(const char *base, const char *id)
+{
+	char path[160];
+	struct resp r;
+	json_t *j = NULL;
+
+	snprintf(path, sizeof(path), "/contexts/%s", id);
+	if (http(base, "GET", path, NULL, &r, 5) == 0 && r.r_status == 200)
+		j = json_loads(r.r_body, 0, NULL);
+	resp_free(&r);
+	return j;
+}
+
+struct ctx_cond {
+	const char *base, *id, *key, *str;
+	long long min;
+};
+
+static bool
+ctx_int_reached(void *arg)
+{
+	struct ctx_cond *cc = arg;
+	json_t *j = context_get(cc->base, cc->id);
+	bool ok = j && json_integer_value(json_object_get(j, cc->key)) >= cc->min;
+
+	json_decref(j);
+	return ok;
+}
+
+static bool
+ctx_str_equal(void *arg)
+{
+	struct ctx_cond *cc = arg;
+	json_t *j = context_get(cc->base, cc->id);
+	const char *v = json_string_value(json_object_get(j, cc->key));
+	bool ok = v && !strcmp(v, cc->str);
+
+	json_decref(j);
+	return ok;
+}
+
+int
+wait_context_int(const char *base, const char *id, const char *key, long long min,
+		 long timeout_ms)
+{
+	struct ctx_cond cc = {.base = base, .id = id, .key = key, .min = min};
+
+	return wait_until(ctx_int_reached, &cc, timeout_ms);
+}
+
+int
+wait_context_str(const char *base, const char *id, const char *key, const char *value,
+		 long timeout_ms)
+{
+	struct ctx_cond cc = {.base = base, .id = id, .key = key, .str = value};
+
+	return wait_until(ctx_str_equal, &cc, timeout_ms);
+}
+
+double
+metric_value(const char *base, const char *series)
+{
+	struct resp r;
+	double v = -1;
+	size_t n = strlen(series);
+
+	if (http(base, "GET", "/metrics", NULL, &r, 5) == 0 && r.r_status == 200) {
+		for (const char *p = r.r_body; (p = strstr(p, series)); p += n)
+			if ((p == r.r_body || p[-1] == '\n') && p[n] == ' ') {
+				v = atof(p + n + 1);
+				break;
+			}
+	}
+	resp_free(&r);
+	return v;
+}
+
+struct metric_cond {
+	const char *base, *series;
+	double min;
+};
+
+static bool
+metric_reached(void *arg)
+{
+	struct metric_cond *mc = arg;
+
+	return metric_value(mc->base, mc->series) >= mc->min;
+}
+
+int
+wait_metric(const char *base, const char *series, double min, long timeout_ms)
+{
+	struct metric_cond mc = {base, series, min};
+
+	return wait_until(metric_reached, &mc, timeout_ms);
+}
+
+static bool
+pid_gone(void *arg)
+{
+	pid_t pid = *(pid_t *)arg;
+
+	waitpid(pid, NULL, WNOHANG); /* reaps it if it is ours */
+	return kill(pid, 0) < 0;
+}
+
+int
+wait_pid_gone(pid_t pid, long timeout_ms)
+{
+	return wait_until(pid_gone, &pid, timeout_ms);
+}
+
+int
+ctl_run(const char *run_dir, char **out, const char *fmt, ...)
+{
+	char args[4096], cmd[4600];
+	const char *bin = getenv("SANDCELL_BIN");
+	size_t cap = 1 << 16, len = 0, n;
+	char *buf = malloc(cap);
+	va_list ap;
+	FILE *p;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof(cmd), "%s/sandcellctl --run-dir '%s' %s 2>&1", bin ? bin : "bin",
+		 run_dir ? run_dir : test_run_dir(), args);
+	p = popen(cmd, "r");
+	while (p && (n = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+		len += n;
+		if (len + 1 == cap)
+			buf = realloc(buf, cap *= 2);
+	}
+	buf[len] = '\0';
+	st = p ? pclose(p) : -1;
+	if (out)
+		*out = buf;
+	else
+		free(buf);
+	return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int
+ctl_executions(const char *run_dir, const char *ctx, const char *state)
+{
+	char *out;
+	int n = -1;
+	json_t *a, *e;
+	size_t i;
+
+	if (ctl_run(run_dir, &out, "--json executions") == 0 &&
+	    (a = json_loads(out, 0, NULL))) {
+		n = 0;
+		json_array_foreach(a, i, e)
+		{
+			const char *c = json_string_value(json_object_get(e, "context"));
+			const char *st = json_string_value(json_object_get(e, "state"));
+			n += c && st && !strcmp(c, ctx) && (!state || !strcmp(st, state));
+		}
+		json_decref(a);
+	}
+	free(out);
+	return n;
+}
+
+struct pool_cond {
+	const char *run_dir;
+	int min;
+};
+
+static bool
+pool_ready(void *arg)
+{
+	struct pool_cond *pc = arg;
+	char *out;
+	json_t *j = NULL;
+	bool ok = false;
+
+	if (ctl_run(pc->run_dir, &out, "--json status") == 0 && (j = json_loads(out, 0, NULL)))
+		ok = json_integer_value(json_object_get(j, "warm_pool_ready")) >= pc->min;
+	json_decref(j);
+	free(out);
+	return ok;
+}
+
+int
+wait_pool_ready(const char *run_dir, int min, long timeout_ms)
+{
+	struct pool_cond pc = {run_dir, min};
+
+	return wait_until(pool_ready, &pc, timeout_ms);
+}
+
+double
+proc_started_s(pid_t pid)
+{
+	char path[64], buf[2048], *p;
+	unsigned long long start = 0;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return -1;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	/* field 22, counted after the command name's closing parenthesis */
+	if (!(p = strrchr(buf, ')')))
+		return -1;
+	for (int field = 2; field < 22 && p; field++)
+		p = strchr(p + 1, ' ');
+	if (!p || sscanf(p + 1, "%llu", &start) != 1)
+		return -1;
+	return (double)start / sysconf(_SC_CLK_TCK);
+}
+
+double
+boot_now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
 }

@@ -24,12 +24,13 @@ struct broker {
 };
 
 /* Starts a broker with extra arguments (NULL-terminated); waits for /health
- * and for the default python context to be ready unless --no-default-context. */
+ * and for the default python context to be ready unless --no-default-context.
+ * -1 (and nothing left running) when it never became healthy. */
 int broker_start(struct broker *b, const char *const *extra);
 /* Stops it and its proxies; -1 if its log holds a sanitizer report. */
 int broker_stop(struct broker *b);
 void broker_kill_proxies(const char *run_dir);
-/* Starts a broker on an existing run dir and port (a restart). */
+/* Starts a broker on an existing run dir and port (a restart); -1 as above. */
 int broker_restart(struct broker *b, const char *const *extra);
 /* The shared broker of this test binary. */
 const char *test_url(void);
@@ -74,10 +75,13 @@ struct bg {
 	long timeout_ms;  /* 0: 60 s */
 	json_t *lines;
 	double took;      /* ms from start to the end of the stream */
+	int stdout_seen;  /* stdout lines arrived so far (while it runs) */
 	pthread_t t;
 };
 void bg_start(struct bg *b);
 void bg_join(struct bg *b);
+/* Its first stdout line has arrived: code that prints when it starts has started. */
+int bg_wait_stdout(struct bg *b, long timeout_ms);
 
 /* "kernel_pid" or "proxy_pid" of a context, from GET /contexts/{id}; 0 if none. */
 pid_t context_pid(const char *base, const char *id, const char *which);
@@ -91,6 +95,40 @@ const char *result_text(json_t *lines);
 
 /* POST /contexts; returns the new id (caller frees) or NULL. */
 char *context_new(const char *base, const char *language, const char *cwd);
+
+/*
+ * Waiting on state instead of sleeping: each polls until its condition holds
+ * and returns 0, or returns -1 once timeout_ms has passed.
+ */
+int wait_until(bool (*cond)(void *arg), void *arg, long timeout_ms);
+/* GET /contexts/{id} as JSON (caller frees), or NULL when it is not 200. */
+json_t *context_get(const char *base, const char *id);
+/* An integer member of GET /contexts/{id} reaches at least min ("queue", "executions"). */
+int wait_context_int(const char *base, const char *id, const char *key, long long min,
+		     long timeout_ms);
+/* A string member of GET /contexts/{id} equals value ("state": "idle"). */
+int wait_context_str(const char *base, const char *id, const char *key, const char *value,
+		     long timeout_ms);
+/* The value of one series of GET /metrics ("name{labels}"), or -1 when absent. */
+double metric_value(const char *base, const char *series);
+/* That series reaches at least min. */
+int wait_metric(const char *base, const char *series, double min, long timeout_ms);
+/* A process is gone (not even a zombie of ours). */
+int wait_pid_gone(pid_t pid, long timeout_ms);
+/* sandcellctl against a run dir (NULL: the shared broker's); its exit status,
+ * its stdout and stderr in *out (caller frees) when out is not NULL. */
+int ctl_run(const char *run_dir, char **out, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* The executions sandcellctl lists for a context: how many are in state
+ * ("running", "queued"; NULL for any); -1 when sandcellctl failed. */
+int ctl_executions(const char *run_dir, const char *ctx, const char *state);
+
+/* Warm kernels of the pool that are ready to be taken (sandcellctl status). */
+int wait_pool_ready(const char *run_dir, int min, long timeout_ms);
+/* When a process started, and now, in seconds since boot: a kernel that
+ * started before a request was not started for it (it came from the pool). */
+double proc_started_s(pid_t pid);
+double boot_now_s(void);
 
 double ms_since(double t0);
 double ms_now(void);

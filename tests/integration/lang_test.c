@@ -12,7 +12,8 @@
 
 #include "harness.h"
 
-HARNESS_SHARED_BROKER("--no-default-context");
+#define GLOBAL_VALUE "g l\"o'b$al \xc3\xa9"
+HARNESS_SHARED_BROKER("--no-default-context", "--env", "SC_GLOBAL=" GLOBAL_VALUE);
 
 #define URL test_url()
 
@@ -67,17 +68,28 @@ ParameterizedTestParameters(lang, behaves)
 	return cr_make_param_array(int, case_index, sizeof(cases) / sizeof(cases[0]));
 }
 
+/* POST /execute with env_vars env (borrowed; NULL: none). */
 static json_t *
-exec_env(const char *ctx, const char *code, const char *k, const char *v)
+exec_with(const char *ctx, const char *code, json_t *env)
 {
 	json_t *body = json_pack("{s:s, s:s}", "code", code, "context_id", ctx);
-	if (k)
-		json_object_set_new(body, "env_vars", json_pack("{s:s}", k, v));
+	if (env)
+		json_object_set(body, "env_vars", env);
 	char *s = json_dumps(body, 0);
 	long st;
 	json_t *l = execute(URL, s, &st, 60000);
 	free(s);
 	json_decref(body);
+	return l;
+}
+
+static json_t *
+exec_env(const char *ctx, const char *code, const char *k, const char *v)
+{
+	json_t *env = k ? json_pack("{s:s}", k, v) : NULL;
+	json_t *l = exec_with(ctx, code, env);
+
+	json_decref(env);
 	return l;
 }
 
@@ -227,5 +239,181 @@ Test(lang, deno_output_after_idle_stays_with_its_execution, .timeout = 60)
 		free(out);
 		json_decref(l);
 	}
+	free(id);
+}
+
+/*
+ * env_vars override what was there, whatever set it: the kernel's environment
+ * (PATH, HOME), --env (SC_GLOBAL), user code (W); afterwards each is exactly
+ * as before, value or absence.
+ */
+struct env_case {
+	const char *lang;
+	const char *print; /* PATH|HOME|SC_GLOBAL|W, "unset" for an absent one */
+	const char *set_w; /* user code that sets W=mine (NULL: W stays absent) */
+};
+
+static const struct env_case env_cases[] = {
+	{"python",
+	 "import os; print('|'.join(os.environ.get(k, 'unset') for k in "
+	 "('PATH', 'HOME', 'SC_GLOBAL', 'W')))",
+	 "import os; os.environ['W'] = 'mine'"},
+	{"javascript",
+	 "console.log(['PATH', 'HOME', 'SC_GLOBAL', 'W'].map((k) => Deno.env.get(k) ?? "
+	 "'unset').join('|'))",
+	 "Deno.env.set('W', 'mine')"},
+	{"typescript",
+	 "const ks: string[] = ['PATH', 'HOME', 'SC_GLOBAL', 'W']; "
+	 "console.log(ks.map((k: string) => Deno.env.get(k) ?? 'unset').join('|'))",
+	 "Deno.env.set('W', 'mine')"},
+	{"r",
+	 "cat(paste(Sys.getenv(c('PATH', 'HOME', 'SC_GLOBAL', 'W'), unset = 'unset'), "
+	 "collapse = '|'), '\\n', sep = '')",
+	 "Sys.setenv(W = 'mine')"},
+	{"bash", "echo \"${PATH-unset}|${HOME-unset}|${SC_GLOBAL-unset}|${W-unset}\"",
+	 "W=mine"},
+	{"java",
+	 "System.out.println(String.join(\"|\", Stream.of(\"PATH\", \"HOME\", \"SC_GLOBAL\", "
+	 "\"W\").map(k -> Objects.toString(System.getenv(k), \"unset\")).toList()))",
+	 NULL},
+};
+
+ParameterizedTestParameters(lang, env_vars_leave_every_variable_as_it_was)
+{
+	static int idx[] = {0, 1, 2, 3, 4, 5};
+	return cr_make_param_array(int, idx, sizeof(env_cases) / sizeof(env_cases[0]));
+}
+
+ParameterizedTest(int *ci, lang, env_vars_leave_every_variable_as_it_was, .timeout = 120)
+{
+	const struct env_case *c = &env_cases[*ci];
+	char *id = context_new(URL, c->lang, "/tmp");
+	char *before, *during, *after, want[256];
+	json_t *env, *l;
+
+	cr_assert_not_null(id, "%s: no context", c->lang);
+	if (c->set_w)
+		json_decref(run(URL, id, c->set_w));
+	l = run(URL, id, c->print);
+	before = stdout_of(l);
+	json_decref(l);
+	cr_assert(strncmp(before, "unset|", 6) && !strstr(before, "|unset|"),
+		  "%s: PATH or HOME absent from the start: %s", c->lang, before);
+	snprintf(want, sizeof(want), "|%s|%s\n", GLOBAL_VALUE, c->set_w ? "mine" : "unset");
+	cr_assert(strstr(before, want), "%s: before: %s", c->lang, before);
+
+	env = json_pack("{s:s, s:s, s:s, s:s}", "PATH", "/usr/bin:/bin", "HOME", "/tmp",
+			"SC_GLOBAL", "req", "W", "req");
+	l = exec_with(id, c->print, env);
+	during = stdout_of(l);
+	cr_expect_str_eq(during, "/usr/bin:/bin|/tmp|req|req\n", "%s: during", c->lang);
+	json_decref(l);
+	json_decref(env);
+
+	l = run(URL, id, c->print);
+	after = stdout_of(l);
+	cr_expect_str_eq(after, before, "%s: after the request", c->lang);
+	json_decref(l);
+	free(before);
+	free(during);
+	free(after);
+	free(id);
+}
+
+/* E2B sets env vars in Java as system properties too: per request and global. */
+Test(lang, java_env_vars_are_system_properties, .timeout = 120)
+{
+	const char *value = "it's \"q\" \\ back\\slash\nnew line \xc3\xa9 \xe2\x98\xba";
+	const char *print = "System.out.println(Stream.of(\"V\", \"W\", \"SC_GLOBAL\")"
+			    ".map(k -> Objects.toString(System.getProperty(k), \"unset\"))"
+			    ".collect(Collectors.joining(\"|\")))";
+	char *id = context_new(URL, "java", "/tmp");
+	char *out, *want;
+	json_t *env, *l;
+
+	cr_assert_not_null(id);
+	json_decref(run(URL, id, "System.setProperty(\"W\", \"mine\");"));
+	l = run(URL, id, print);
+	expect_stdout(l, "unset|mine|" GLOBAL_VALUE "\n", "before", "java");
+	json_decref(l);
+
+	env = json_pack("{s:s, s:s}", "V", value, "W", "req");
+	l = exec_with(id, "System.out.println(System.getProperty(\"V\") + \"|\" + "
+			  "System.getProperty(\"W\") + \"|\" + System.getenv(\"V\"))",
+		      env);
+	json_decref(env);
+	out = stdout_of(l);
+	want = malloc(2 * strlen(value) + 16);
+	sprintf(want, "%s|req|%s\n", value, value);
+	cr_expect_str_eq(out, want, "during: %s", out);
+	free(want);
+	free(out);
+	json_decref(l);
+
+	l = run(URL, id, print);
+	expect_stdout(l, "unset|mine|" GLOBAL_VALUE "\n", "after", "java");
+	json_decref(l);
+
+	/* a JVM started anew (System.exit) has the global ones as properties too */
+	json_decref(run(URL, id, "System.exit(0);"));
+	l = run(URL, id, "System.out.println(System.getProperty(\"SC_GLOBAL\") + \"|\" + "
+			 "System.getenv(\"SANDCELL_GLOBAL_ENV\"))");
+	expect_stdout(l, GLOBAL_VALUE "|null\n", "after System.exit", "java");
+	json_decref(l);
+	free(id);
+}
+
+/*
+ * bash's specials keep their magic after a request overrode them: RANDOM
+ * random, SECONDS counting, LINENO the line, PWD where bash is; and a PATH
+ * override does not leave bash unable to find commands.
+ */
+Test(lang, bash_specials_survive_env_vars, .timeout = 120)
+{
+	char *id = context_new(URL, "bash", "/tmp");
+	json_t *env, *l;
+
+	cr_assert_not_null(id);
+	env = json_pack("{s:s, s:s, s:s, s:s, s:s}", "RANDOM", "7", "SECONDS", "100", "LINENO",
+			"5", "PWD", "/var", "PATH", "/nonexistent");
+	l = exec_with(id, "echo $SECONDS; cd /usr", env);
+	json_decref(env);
+	expect_stdout(l, "100\n", "SECONDS overridden", "bash");
+	json_decref(l);
+
+	l = run(URL, id, "declare -p RANDOM SECONDS LINENO | cut -c1-11; "
+			 "a=$RANDOM b=$RANDOM c=$RANDOM; "
+			 "[[ $a != \"$b\" || $b != \"$c\" ]] && echo random\n"
+			 "\n"
+			 "echo line $LINENO; echo \"$PWD\"; ls -d /");
+	expect_stdout(l,
+		      "declare -i \ndeclare -i \ndeclare -- \nrandom\nline 3\n/usr\n/\n",
+		      "after", "bash");
+	json_decref(l);
+
+	/* SECONDS counts on from its value before the request, not from 100 */
+	l = run(URL, id, "s=$SECONDS; (( s < 100 )) && echo small; sleep 1.2; "
+			 "echo $(( SECONDS - s >= 1 ))");
+	expect_stdout(l, "small\n1\n", "SECONDS counting", "bash");
+	json_decref(l);
+	free(id);
+}
+
+/* A request that ends its bash (exit) leaves the new bash's variables alone:
+ * nothing was saved there, so nothing is restored over them. */
+Test(lang, bash_exit_under_env_vars_keeps_the_new_bash_env, .timeout = 120)
+{
+	char *id = context_new(URL, "bash", "/tmp");
+	json_t *env, *l;
+
+	cr_assert_not_null(id);
+	env = json_pack("{s:s, s:s}", "PATH", "/nonexistent", "SC_GLOBAL", "req");
+	l = exec_with(id, "exit 3", env);
+	json_decref(env);
+	cr_expect_not_null(line_of(l, "error", 0), "exit gave no error");
+	json_decref(l);
+	l = run(URL, id, "echo \"${SC_GLOBAL-unset}\"; ls -d /");
+	expect_stdout(l, GLOBAL_VALUE "\n/\n", "after exit", "bash");
+	json_decref(l);
 	free(id);
 }

@@ -178,14 +178,72 @@ Test(load, slow_reader_gets_everything_and_the_broker_stays_small, .timeout = 18
 	free(id);
 }
 
+/*
+ * An execution that has ended while its client still reads its output is
+ * over: it holds no queue slot, is not the context's running execution, and
+ * the context is idle.
+ */
+Test(load, ended_stream_still_sent_to_a_slow_reader_holds_no_queue_slot, .timeout = 90)
+{
+	char *id = context_new(URL, "python", NULL), req[1024], body[512];
+	int fd = tcp_connect(URL);
+
+	cr_assert_not_null(id);
+	cr_assert(fd >= 0);
+	/* 32 MiB of output: more than the socket buffers hold, the client reads none */
+	snprintf(body, sizeof(body),
+		 "{\"context_id\":\"%s\",\"code\":\"import sys\\nfor i in range(32):\\n"
+		 "    sys.stdout.write('x' * (1 << 20) + '\\\\n')\\n"
+		 "    sys.stdout.flush()\"}",
+		 id);
+	snprintf(req, sizeof(req),
+		 "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+		 "Content-Length: %zu\r\n\r\n%s",
+		 strlen(body), body);
+	cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+	/* the execution has ended (it is counted) while its output still waits */
+	cr_assert_eq(wait_context_int(URL, id, "executions", 1, 60000), 0,
+		     "the execution never ended");
+	json_t *c = context_get(URL, id);
+	cr_assert_eq(json_integer_value(json_object_get(c, "queue")), 0,
+		     "an ended execution still holds a queue slot");
+	cr_assert_str_eq(json_string_value(json_object_get(c, "state")), "idle");
+	json_decref(c);
+	/* the next execution is the running one, not queued behind a finished one */
+	struct bg next = {.ctx = id, .code = "import time\ntime.sleep(1)"};
+	bg_start(&next);
+	cr_assert_eq(wait_context_int(URL, id, "queue", 1, 10000), 0);
+	cr_assert_eq(ctl_executions(NULL, id, "running"), 1);
+	cr_assert_eq(ctl_executions(NULL, id, "queued"), 0);
+	bg_join(&next);
+	cr_assert_not_null(line_of(next.lines, "end_of_execution", 0));
+	json_decref(next.lines);
+	close(fd);
+	free(id);
+}
+
+/* Its kernel was started before t (seconds since boot), so not for the request. */
+static void
+assert_warm(const char *id, double t)
+{
+	pid_t kpid = context_pid(URL, id, "kernel_pid");
+	double started = proc_started_s(kpid);
+
+	cr_assert(kpid > 0 && started > 0, "no kernel pid for %s", id);
+	cr_assert(started < t - 0.1,
+		  "the kernel started %.2f s after the request: not from the pool", started - t);
+}
+
 Test(load, the_warm_pool_hands_out_fresh_kernels, .timeout = 90)
 {
 	/* a pooled kernel has run nothing: no user variable, execution count 1 */
 	for (int i = 0; i < 3; i++) {
-		double t0 = ms_now();
+		cr_assert_eq(wait_pool_ready(NULL, 1, 30000), 0, "the pool never refilled");
+		double t0 = ms_now(), asked = boot_now_s();
 		char *id = context_new(URL, "python", "/tmp");
 		double took = ms_since(t0);
 		cr_assert_not_null(id);
+		assert_warm(id, asked);
 		json_t *l = run(URL, id, "import os\nprint(os.getcwd(), 'leak' in globals())\nleak = 1");
 		char *out = stdout_of(l);
 		cr_assert_str_eq(out, "/tmp False\n");
@@ -196,7 +254,6 @@ Test(load, the_warm_pool_hands_out_fresh_kernels, .timeout = 90)
 		json_decref(l);
 		cr_log_info("context %d created in %.1f ms", i, took);
 		free(id);
-		usleep(1500000); /* the pool refills in the background */
 	}
 }
 
@@ -204,9 +261,12 @@ Test(load, restart_from_the_pool_clears_state_and_keeps_id_and_cwd, .timeout = 9
 {
 	char *id = context_new(URL, "python", "/tmp");
 
-	usleep(1500000);
+	cr_assert_not_null(id);
 	json_decref(run(URL, id, "before = 1"));
+	cr_assert_eq(wait_pool_ready(NULL, 1, 30000), 0, "the pool never refilled");
+	double asked = boot_now_s();
 	cr_assert_eq(context_post(URL, id, "restart", 60), 200);
+	assert_warm(id, asked);
 	json_t *l = run(URL, id, "import os\nprint(os.getcwd(), 'before' in globals())");
 	char *out = stdout_of(l);
 	cr_assert_str_eq(out, "/tmp False\n");

@@ -227,6 +227,26 @@ async function main() {
     assert.ok(!ids.includes(ctx.id), `${ctx.id} still listed: ${JSON.stringify(ids)}`);
   });
 
+  await check('listCodeContexts lists contexts in the order they were created', async () => {
+    // A and B may come from the warm pool (R never does: its slow start gives
+    // the pool time to refill for B); the newest is last all the same.
+    const made = [];
+    try {
+      for (const language of ['python', 'r', 'python']) {
+        made.push(
+          await withTimeout(
+            sbx.createCodeContext({ language, requestTimeoutMs: CALL_TIMEOUT_MS }),
+            `createCodeContext(${language})`,
+          ),
+        );
+      }
+      const ids = await listIds();
+      assert.deepEqual(ids.slice(-3), made.map((c) => c.id), `listed: ${JSON.stringify(ids)}`);
+    } finally {
+      for (const c of made) await withTimeout(sbx.removeCodeContext(c.id), 'removeCodeContext');
+    }
+  });
+
   // Every installed language through runCode(code, {language}).
   const langs = [
     ['javascript', "console.log('hi'); 6*7", '42'],
@@ -243,6 +263,14 @@ async function main() {
       if (text) assert.equal(mainText(ex), text);
     });
   }
+
+  await check("runCode(code, {language: 'java', envs}) sets System.getProperty, then restores it", async () => {
+    const print = 'System.out.println(System.getProperty("SDK_P") + "|" + System.getenv("SDK_P"))';
+    const ex = await run(print, { language: 'java', envs: { SDK_P: 'p"1 \u00e9' } });
+    assert.equal(ex.logs.stdout.join(''), 'p"1 \u00e9|p"1 \u00e9\n', `stdout: ${describeExecution(ex)}`);
+    const after = await run(print, { language: 'java' });
+    assert.equal(after.logs.stdout.join(''), 'null|null\n', `after: ${describeExecution(after)}`);
+  });
 
   await check("runCode(code, {language: 'js', envs}) sees its env var", async () => {
     const ex = await run("console.log(Deno.env.get('SDK_V'))", { language: 'js', envs: { SDK_V: 'v"1' } });
@@ -275,6 +303,19 @@ async function main() {
     assert.equal(r.chart.title, 'Growth');
     assert.deepEqual(r.chart.elements[0].points, [[1, 4], [2, 1], [3, 9]]);
     assert.deepEqual(ex.logs.stderr, []);
+  });
+
+  await check('a chart without title or axis labels has them null', async () => {
+    const ex = await run(
+      'import matplotlib.pyplot as plt\nplt.figure()\nplt.scatter([1, 2], [3, 4])\nplt.show()',
+    );
+    assert.equal(ex.error, undefined, `unexpected error: ${describeExecution(ex)}`);
+    const chart = ex.results.find((x) => x.chart)?.chart;
+    assert.ok(chart, `no result with a chart: ${describeExecution(ex)}`);
+    assert.equal(chart.type, 'scatter');
+    assert.equal(chart.title, null);
+    assert.equal(chart.x_label, null);
+    assert.equal(chart.y_label, null);
   });
 
   await check('[1, 2, {"a": 3}] -> results[0].json', async () => {

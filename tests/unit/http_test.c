@@ -1,5 +1,5 @@
 /*
- * http_test.c — validation of /execute bodies (http_validate_execute) into an
+ * http_test.c — validation of /execute bodies (request_validate_execute) into an
  * EXECUTE message, with the status and an error that names the problem for
  * every rejection; and the name checks it relies on: lang_normalise,
  * env_key_valid, uuid_valid.
@@ -18,7 +18,7 @@
 
 #include "unit_stubs.h"
 
-#define LANGSZ (MAX_LANG + 1) /* what do_execute passes */
+#define LANGSZ (MAX_LANG + 1) /* what request_execute passes */
 
 struct verdict {
 	int status;
@@ -37,7 +37,7 @@ validate_json(struct verdict *v, json_t *body)
 	memset(v->lang, 'X', sizeof(v->lang));
 	v->ctx_id = "sentinel";
 	v->body = body;
-	v->status = http_validate_execute(body, &v->m, &v->ctx_id, v->lang,
+	v->status = request_validate_execute(body, &v->m, &v->ctx_id, v->lang,
 	                                  sizeof(v->lang), v->err, sizeof(v->err));
 }
 

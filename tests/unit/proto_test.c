@@ -88,6 +88,8 @@ static const struct {
     {CTL_WATCH, "CTL_WATCH", FB(F_REQ), 0},
     {CTL_RUN, "CTL_RUN", FB(F_REQ) | FB(F_ID) | FB(F_CODE), 0},
     {MSG_CLAIM, "CLAIM", FB(F_REQ) | FB(F_ID) | FB(F_CWD), FB(F_FLAGS)},
+    {CTL_STOP_ENDS, "CTL_STOP_ENDS", FB(F_REQ), 0},
+    {CTL_STOP_KEEPS, "CTL_STOP_KEEPS", FB(F_REQ), 0},
 };
 #define NTYPES (sizeof(types) / sizeof(types[0]))
 

@@ -86,6 +86,7 @@ public final class SandcellJShell {
     }
 
     private void serve(String requests) throws Exception {
+        globalEnvAsProperties();
         InputStream in = new FileInputStream(requests);
         System.setOut(out);
         System.setErr(err);
@@ -109,6 +110,19 @@ public final class SandcellJShell {
         end(ready);
         for (;;)
             run(cells.take());
+    }
+
+    /* The global (--env) variables are system properties too, as in E2B. */
+    private static void globalEnvAsProperties() {
+        String names = System.getProperty("sandcell.global.env");
+        if (names == null)
+            return;
+        System.clearProperty("sandcell.global.env");
+        for (String k : names.split(",")) {
+            String v = k.isEmpty() ? null : System.getenv(k);
+            if (v != null)
+                System.setProperty(k, v);
+        }
     }
 
     private static void daemon(String name, Runnable r) {

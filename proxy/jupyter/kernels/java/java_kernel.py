@@ -28,6 +28,9 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "SandcellJShell.java")
 END = b"\x1eSANDCELL-END"  # followed by " <json>\x1e" on stdout, "\x1e" on stderr
+# the names of the global (--env) variables, which the JVM also sets as system
+# properties, as in E2B; taken out of the environment code sees
+GLOBAL_ENV = os.environ.pop("SANDCELL_GLOBAL_ENV", "")
 
 
 def _jdk():
@@ -122,6 +125,8 @@ class Jvm:
             argv.append("--add-modules=jdk.incubator.foreign")
         if feature == 17 or feature >= 22:
             argv.append("--enable-native-access=ALL-UNNAMED")
+        if GLOBAL_ENV:
+            argv.append(f"-Dsandcell.global.env={GLOBAL_ENV}")
         rfd, self.req = os.pipe()
         argv += ["-cp", classes, "SandcellJShell"] if classes else [SOURCE]
         argv.append(f"/dev/fd/{rfd}")
