@@ -106,9 +106,14 @@ out:
 	return fd;
 }
 
+/* Closes it with a FIN: bytes left unread would make the close a reset. */
 static void
 pending_close(struct pending *pd)
 {
+	char junk[4096];
+
+	for (int i = 0; i < 16 && recv(pd->pd_fd, junk, sizeof(junk), MSG_DONTWAIT) > 0; i++)
+		;
 	server_unwatch(pd->pd_fd);
 	close(pd->pd_fd);
 	TAILQ_REMOVE(&sv.sv_pending, pd, pd_link);
@@ -116,20 +121,18 @@ pending_close(struct pending *pd)
 	free(pd);
 }
 
-/* Answers 400 and closes: what was sent is read first, so the close is no reset. */
+/* Answers 400 and closes. */
 static void
 refuse(struct pending *pd)
 {
 	static const char body[] = "not an HTTP request: expected a request line such as "
 				   "'GET /health HTTP/1.1'\n";
-	char head[256], junk[4096];
+	char head[256];
 	int n = snprintf(head, sizeof(head),
 			 "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n"
 			 "Content-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n\r\n%s",
 			 sizeof(body) - 1, body);
 
-	for (int i = 0; i < 16 && recv(pd->pd_fd, junk, sizeof(junk), MSG_DONTWAIT) > 0; i++)
-		;
 	if (send(pd->pd_fd, head, n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
 		log_debug("http: 400 to a malformed request: %s", strerror(errno));
 	shutdown(pd->pd_fd, SHUT_WR);
