@@ -12,12 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <nng/nng.h>
-#include <nng/protocol/pair1/pair.h>
+#include <nng/protocol/pair0/pair.h>
 
 #include "broker.h"
 
@@ -223,9 +224,9 @@ connect_proxy(struct context *c, const char *slot)
 	snprintf(c->c_pl->pl_slot, sizeof(c->c_pl->pl_slot), "%s", slot);
 	c->c_pl->pl_pidfd = c->c_pl->pl_rfd = c->c_pl->pl_sfd = -1;
 	c->c_pl->pl_state = KS_STARTING;
-	if ((e = nng_pair1_open(&c->c_pl->pl_sock)))
+	if ((e = nng_pair0_open(&c->c_pl->pl_sock)))
 		goto out;
-	nng_socket_set_size(c->c_pl->pl_sock, NNG_OPT_RECVMAXSZ, PROTO_MAX_WIRE);
+	nng_socket_set_size(c->c_pl->pl_sock, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME);
 	nng_socket_set_int(c->c_pl->pl_sock, NNG_OPT_SENDBUF, 1024);
 	nng_socket_set_int(c->c_pl->pl_sock, NNG_OPT_RECVBUF, 1024);
 	nng_socket_set_ms(c->c_pl->pl_sock, NNG_OPT_RECONNMINT, 5);
@@ -266,6 +267,44 @@ context_new(const char *id, const char *lang, const char *kernel, const char *cw
 	return c;
 }
 
+/*
+ * nng < 1.6 never closes the two pipes behind a pair0 socket's poll fds
+ * (NNG_OPT_RECVFD, _SENDFD; fixed by nng PR 1640): 4 fds per context. After
+ * nng_close nothing in nng uses them, so we close every fd on those pipes,
+ * found by inode (the write ends are nng's own).
+ */
+static void
+link_close_poll_pipes(int rfd, int sfd)
+{
+#if NNG_MAJOR_VERSION == 1 && NNG_MINOR_VERSION < 6
+	struct stat want[2], st;
+	int n = 0;
+	DIR *d;
+	struct dirent *de;
+
+	if (rfd >= 0 && fstat(rfd, &want[n]) == 0 && S_ISFIFO(want[n].st_mode))
+		n++;
+	if (sfd >= 0 && fstat(sfd, &want[n]) == 0 && S_ISFIFO(want[n].st_mode))
+		n++;
+	if (!n || !(d = opendir("/proc/self/fd")))
+		return;
+	while ((de = readdir(d))) {
+		int fd = atoi(de->d_name);
+		if (de->d_name[0] == '.' || fd == dirfd(d) || fstat(fd, &st) < 0)
+			continue;
+		for (int i = 0; i < n; i++)
+			if (st.st_ino == want[i].st_ino && st.st_dev == want[i].st_dev &&
+			    S_ISFIFO(st.st_mode))
+				close(fd);
+	}
+	closedir(d);
+#else
+	(void)rfd;
+	(void)sfd;
+#endif
+}
+
+/* Stops watching, closes the socket (and the poll pipes nng leaves), frees pl. */
 static void
 link_close(struct proxy_link *pl)
 {
@@ -280,6 +319,7 @@ link_close(struct proxy_link *pl)
 		close(pl->pl_pidfd);
 	}
 	nng_close(pl->pl_sock); /* waits for pipe callbacks: pl stays valid until here */
+	link_close_poll_pipes(pl->pl_rfd, pl->pl_sfd);
 	msgq_clear(&pl->pl_outq);
 	free(pl->pl_outq.mq_q);
 	free(pl);

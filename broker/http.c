@@ -558,13 +558,13 @@ http_start(void)
 		return -1;
 	sv.sv_mhd = MHD_start_daemon(
 		flags, 0, NULL, NULL, on_request, NULL,
+		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first: it logs from here on */
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
 		MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
 		MHD_OPTION_CONNECTION_TIMEOUT, sv.sv_conn_timeout,
 		/* headroom over our own limit, so that those over it hear why (503) */
 		MHD_OPTION_CONNECTION_LIMIT, sv.sv_max_conns + 64,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
-		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 		MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
 	if (!sv.sv_mhd) {
 		log_err("http: the HTTP library did not start (see its messages above)");

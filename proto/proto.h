@@ -106,12 +106,6 @@ enum policy { POLICY_INTERRUPT = 0, POLICY_CONTINUE = 1 };
 enum kstate { KS_STARTING = 0, KS_IDLE, KS_BUSY, KS_DEAD };
 
 #define PROTO_MAX_FRAME (80u << 20) /* whole frame */
-/*
- * The broker-proxy link is nng pair1 (pair0 of nng < 1.6 leaks its two poll
- * pipes on close: 4 fds per context). Its 4-byte header counts toward
- * NNG_OPT_RECVMAXSZ, so the socket takes a little more than a frame.
- */
-#define PROTO_MAX_WIRE (PROTO_MAX_FRAME + 64u)
 #define PROTO_MAX_BIG (64u << 20)   /* code, data */
 #define PROTO_MAX_TEXT (64u << 10)  /* error text */
 #define PROTO_MAX_NAME 4096u        /* id, lang, cwd */

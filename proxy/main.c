@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include <nng/nng.h>
-#include <nng/protocol/pair1/pair.h>
+#include <nng/protocol/pair0/pair.h>
 #include <nng/supplemental/util/platform.h>
 #include <sodium.h>
 #include <zmq.h>
@@ -351,9 +351,9 @@ ipc_listen(struct proxy *p)
 	char *path = url + strlen("ipc://");
 	int e, fd;
 
-	if ((e = nng_pair1_open(&p->px_ipc)))
-		fatal("nng_pair1_open: %s", nng_strerror(e));
-	nng_socket_set_size(p->px_ipc, NNG_OPT_RECVMAXSZ, PROTO_MAX_WIRE);
+	if ((e = nng_pair0_open(&p->px_ipc)))
+		fatal("nng_pair0_open: %s", nng_strerror(e));
+	nng_socket_set_size(p->px_ipc, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME);
 	nng_socket_set_int(p->px_ipc, NNG_OPT_SENDBUF, 1024);
 	nng_socket_set_int(p->px_ipc, NNG_OPT_RECVBUF, 1024);
 	nng_pipe_notify(p->px_ipc, NNG_PIPE_EV_ADD_PRE, pipe_event, p);

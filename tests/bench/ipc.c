@@ -1,7 +1,7 @@
 /*
  * ipc.c — (8) what one broker↔proxy hop costs: a message echoed between two
  * processes, each waiting in poll() the way the broker's and the proxy's
- * event loops do, over nng pair1 on ipc:// (sandcell's transport: nng's
+ * event loops do, over nng pair0 on ipc:// (sandcell's transport: nng's
  * notification fds, nonblocking nng_recvmsg/nng_sendmsg) and, for scale, over
  * a plain AF_UNIX SOCK_SEQPACKET pair. Wall time per round trip and the CPU
  * both processes spend on it, all threads counted.
@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include <nng/nng.h>
-#include <nng/protocol/pair1/pair.h>
+#include <nng/protocol/pair0/pair.h>
 
 #include "bench.h"
 
@@ -73,7 +73,7 @@ nng_end(struct end *e, const char *url, bool listen)
 	int fd;
 
 	e->e_fd = -1;
-	if (nng_pair1_open(&e->e_nng))
+	if (nng_pair0_open(&e->e_nng))
 		return -1;
 	nng_socket_set_int(e->e_nng, NNG_OPT_SENDBUF, 1024);
 	nng_socket_set_int(e->e_nng, NNG_OPT_RECVBUF, 1024);
@@ -167,8 +167,8 @@ out:
 void
 ipc_bench(void)
 {
-	progress("ipc: %d echoes over nng pair1 (ipc://) and over a SOCK_SEQPACKET pair",
+	progress("ipc: %d echoes over nng pair0 (ipc://) and over a SOCK_SEQPACKET pair",
 	         IPC_RUNS);
-	measure("nng pair1 over ipc://", true);
+	measure("nng pair0 over ipc://", true);
 	measure("AF_UNIX SOCK_SEQPACKET", false);
 }

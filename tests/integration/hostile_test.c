@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <nng/nng.h>
+#include <nng/protocol/pair0/pair.h>
 #include <nng/protocol/pair1/pair.h>
 #include <pwd.h>
 #include <signal.h>
@@ -540,8 +541,8 @@ Test(hostile, garbage_on_the_proxy_socket, .timeout = 90)
 		_exit(127);
 	}
 	snprintf(url, sizeof(url), "ipc://%s/ctx/%s/proxy.sock", run_dir, id);
-	cr_assert_eq(nng_pair1_open(&s), 0);
-	nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, PROTO_MAX_WIRE);
+	cr_assert_eq(nng_pair0_open(&s), 0);
+	nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME);
 	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 30000);
 	nng_socket_set_ms(s, NNG_OPT_RECONNMINT, 10);
 	cr_assert_eq(nng_dial(s, url, NULL, NNG_FLAG_NONBLOCK), 0);
