@@ -10,7 +10,7 @@ CFLAGS  ?= -O2 -g
 override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers \
            -D_GNU_SOURCE -MMD -MP
 LDLIBS_PROTO  = -lnng -lmsgpackc -ljansson -lpthread
-LDLIBS_PROXY  = $(LDLIBS_PROTO) -lzmq -lsodium
+LDLIBS_PROXY  = $(LDLIBS_PROTO) -lzmq -lsodium -lseccomp
 LDLIBS_BROKER = $(LDLIBS_PROTO) -lmicrohttpd -lsodium
 LDLIBS_TEST   = -lcriterion -lcurl
 
@@ -36,7 +36,7 @@ UNIT_TESTS = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.
 INTEG_TESTS = $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/*_test.c))
 
 .PHONY: all bench deps fuzz install run soak test test-install test-systemd test-unit test-integration test-sdk test-asan clean \
-        check-deps format
+        check-deps format image test-deploy test-image
 
 all: $(PROGS)
 
@@ -61,9 +61,14 @@ $(BUILD)/tests/%: tests/unit/%.c $(PROXY_OBJ) $(BROKER_OBJ) $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS_PROXY) -lmicrohttpd $(LDLIBS_TEST)
 
+# (only these sources: a test's .d may name a .c it includes, as lang_isolated_test does)
 $(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.c tests/integration/hooks.c $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS_PROTO) $(LDLIBS_TEST)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< tests/integration/harness.c tests/integration/hooks.c \
+	  $(PROTO_OBJ) $(LDLIBS_PROTO) $(LDLIBS_TEST)
+
+# The language tests again, with --isolation context (it #includes lang_test.c).
+$(BUILD)/tests/lang_isolated_test: tests/integration/lang_test.c
 
 # The benchmarks include a raw Jupyter client (the baseline) built on proxy/wire.c.
 $(BUILD)/bench: $(wildcard tests/bench/*.c) tests/integration/harness.c $(BUILD)/proxy/wire.o \
@@ -97,7 +102,7 @@ run: deps all
 	exec $(BIN)/sandcell-broker --listen $(LISTEN) $(RUN_ARGS)
 
 test: deps all
-	@$(MAKE) --no-print-directory test-unit test-integration test-sdk test-systemd test-install
+	@$(MAKE) --no-print-directory test-unit test-integration test-sdk test-systemd test-install test-deploy
 
 test-unit: $(UNIT_TESTS)
 	@set -e; for t in $(UNIT_TESTS); do echo "== $$t"; $$t --jobs 1; done
@@ -123,6 +128,19 @@ test-systemd: all
 	  systemd-analyze verify $$d/sandcell.service $$d/sandcell.slice; rc=$$?; rm -rf $$d; \
 	  [ $$rc -eq 0 ] && echo "systemd units: 1 passed, 0 failed" || \
 	  { echo "systemd units: 0 passed, 1 failed"; exit 1; }
+
+# The Kubernetes manifests against agent-sandbox's CRD schemas, and yamllint.
+test-deploy:
+	@/usr/bin/python3 tests/deploy/manifests_test.py
+
+# The OCI image sandcell:VERSION and sandcell:latest (podman; not in make test).
+image: deps all
+	@sh scripts/image.sh
+
+# Builds the image, runs it with podman: the E2B SDK test against it, /ready
+# before and during a drain, podman stop within the grace with exit status 0.
+test-image: image
+	@sh tests/deploy/image_test.sh
 
 # Everything goes under $(DESTDIR): binaries, kernelspecs and the start-up
 # profile under $(PREFIX), the units in $(UNITDIR), naming $(PREFIX)'s paths.

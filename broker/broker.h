@@ -103,7 +103,10 @@ struct stream {
 	bool st_errored;      /* ctl run: an error line went by */
 	int st_spill_fd;      /* a slow client's backlog, in an unlinked file; or -1 */
 	uint64_t st_spill_w, st_spill_r;
-	bool st_overflow;     /* over --stream-cap: ended with an error line */
+	bool st_overflow;     /* over --stream-cap or spill failed: output no longer taken */
+	bool st_midline;      /* what is queued ends inside a line */
+	char *st_end;         /* error and end lines, queued once the line is complete */
+	struct buf st_tail;   /* bytes queued after the spill file's (when it is open) */
 	struct request *st_rq; /* parked before its response: see stream_park() */
 	uint64_t st_park_until;
 	TAILQ_ENTRY(stream) st_park_link; /* sv_parked, while st_rq is set */
@@ -173,6 +176,8 @@ struct context {
 	struct streamq c_streams;
 	int c_nstreams;
 	struct requestq c_waiters;
+	unsigned c_uid;       /* --isolation context: its kernels' uid; 0 = shared */
+	bool c_own_ws;        /* c_cwd is its own workspace (removed with it) */
 };
 TAILQ_HEAD(contextq, context);
 
@@ -199,6 +204,9 @@ struct server {
 	const char *sv_kernel_memory, *sv_kernel_cpu, *sv_kernel_cgroup;
 	const char *sv_python_startup;
 	const char *sv_kernel_user;
+	bool sv_sandbox;        /* kernels in boxes (off: --no-sandbox) */
+	bool sv_isolated;       /* --isolation context */
+	const char *sv_uid_range, *sv_kernel_network, *sv_kernel_pids, *sv_kernel_tmp;
 	struct kspec **sv_kspecs; /* kernelspecs as last read (kspec_cached) */
 	size_t sv_nkspecs;
 	uint64_t sv_kspecs_at;
@@ -220,6 +228,7 @@ struct server {
 	unsigned sv_mhd_log_n;
 	unsigned sv_grace;      /* seconds running executions get on SIGTERM */
 	char sv_interrupt_retry[24], sv_interrupt_grace[24]; /* ms, for the proxies; "" = default */
+	char sv_heartbeat_timeout[24]; /* ms, for the proxies; "" = default */
 	bool sv_draining;       /* new executions get 503 */
 	bool sv_stopping;       /* SIGTERM: stop once drained */
 	uint64_t sv_drain_until;
@@ -352,5 +361,13 @@ void control_pipe_events(void);
 void control_reply(struct request *rq, unsigned status, json_t *json, const char *text);
 void control_stream_output(struct stream *s, const char *data, size_t len, bool final);
 void control_event(json_t *ev);
+
+/* box.c */
+int box_check(char *err, size_t errsz);
+unsigned box_uid(void);
+const char *box_workspace(void);
+int box_isolate(struct context *c, char *err, size_t errsz);
+void box_args(struct context *c, const char **argv, int *n);
+json_t *box_json(const char *slot);
 
 #endif

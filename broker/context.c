@@ -116,6 +116,9 @@ context_json(struct context *c, bool live)
 	json_object_set_new(j, "proxy_rss_bytes", json_integer(rss_of(c->c_pl->pl_pid)));
 	json_object_set_new(j, "kernel_rss_bytes", json_integer(rss_of((pid_t)c->c_pl->pl_kpid)));
 	json_object_set_new(j, "age_seconds", json_real((now_ms() - c->c_created) / 1000.0));
+	json_t *box = box_json(c->c_pl->pl_slot);
+	if (box)
+		json_object_set_new(j, "sandbox", box);
 	if (c->c_error)
 		json_object_set_new(j, "error", json_string(c->c_error));
 	return j;
@@ -142,12 +145,12 @@ pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 static int
 spawn(struct context *c)
 {
-	char *argv[48];
+	const char *argv[64];
 	int n = 0;
 	sigset_t none;
 	pid_t pid;
 
-	argv[n++] = (char *)sv.sv_proxy_bin;
+	argv[n++] = sv.sv_proxy_bin;
 	argv[n++] = "--run-dir";
 	argv[n++] = (char *)sv.sv_run_dir;
 	argv[n++] = "--id";
@@ -186,6 +189,7 @@ spawn(struct context *c)
 		argv[n++] = "--kernel-user";
 		argv[n++] = (char *)sv.sv_kernel_user;
 	}
+	box_args(c, argv, &n);
 	if (sv.sv_interrupt_retry[0]) {
 		argv[n++] = "--interrupt-retry";
 		argv[n++] = sv.sv_interrupt_retry;
@@ -193,6 +197,10 @@ spawn(struct context *c)
 	if (sv.sv_interrupt_grace[0]) {
 		argv[n++] = "--interrupt-grace";
 		argv[n++] = sv.sv_interrupt_grace;
+	}
+	if (sv.sv_heartbeat_timeout[0]) {
+		argv[n++] = "--heartbeat-timeout";
+		argv[n++] = sv.sv_heartbeat_timeout;
 	}
 	argv[n] = NULL;
 	sigemptyset(&none);
@@ -204,7 +212,7 @@ spawn(struct context *c)
 		/* own session: a terminal's Ctrl-C reaches the broker, which stops us */
 		setsid();
 		sigprocmask(SIG_SETMASK, &none, NULL);
-		execv(sv.sv_proxy_bin, argv);
+		execv(sv.sv_proxy_bin, (char *const *)argv);
 		_exit(127);
 	}
 	c->c_pl->pl_pid = pid;
@@ -544,6 +552,11 @@ context_create(const char *want, const char *cwd, bool is_default, struct contex
 	}
 	c = context_new(NULL, ks->ks_lang, ks->ks_name, cwd, is_default);
 	TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
+	if (box_isolate(c, err, errsz) < 0) {
+		context_free(c);
+		return -EAGAIN;
+	}
+	cwd = c->c_cwd;
 	if (connect_proxy(c, c->c_id) < 0 || spawn(c) < 0) {
 		snprintf(err, errsz, "could not start a proxy for the context");
 		context_free(c);
@@ -979,7 +992,15 @@ context_adopt_all(void)
 		    uuid_valid(id) && base && !strncmp(base + 1, "sandcell-proxy", 14) &&
 		    !context_find(id)) {
 			struct context *c = context_new(id, lang, kernel, cwd, is_default);
+			json_t *box = json_object_get(j, "sandbox");
+			const char *iso = json_string_value(json_object_get(box, "isolation"));
 			c->c_pooled = pooled;
+			if (iso && !strcmp(iso, "context")) { /* its uid stays taken */
+				char *own = xasprintf("%s/%s", sv.sv_cwd, id);
+				c->c_uid = json_integer_value(json_object_get(box, "uid"));
+				c->c_own_ws = !strcmp(cwd, own);
+				free(own);
+			}
 			TAILQ_INSERT_TAIL(&sv.sv_contexts, c, c_link);
 			if (connect_proxy(c, slot) < 0) {
 				context_free(c);

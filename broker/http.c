@@ -176,8 +176,8 @@ do_list(struct request *rq)
 static const char *
 endpoint_of(const char *url)
 {
-	static const char *const fixed[] = {"/health", "/execute", "/languages", "/metrics",
-					    "/contexts"};
+	static const char *const fixed[] = {"/health", "/ready", "/execute", "/languages",
+					    "/metrics", "/contexts"};
 	const char *rest;
 
 	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
@@ -298,6 +298,30 @@ unescape(void *cls, struct MHD_Connection *c, char *s)
 	return n;
 }
 
+/*
+ * Readiness, for a load balancer or a Kubernetes readiness probe: 503 while
+ * draining or while a default context's kernel is not answering (starting at
+ * start-up, restarting after a crash); 200 otherwise. A default context a
+ * client deleted does not hold it back: the next /execute starts it again.
+ */
+static enum MHD_Result
+do_ready(struct request *rq)
+{
+	struct context *c;
+
+	if (sv.sv_draining)
+		return respond(rq, 503, http_text("not ready: draining"));
+	TAILQ_FOREACH(c, &sv.sv_contexts, c_link) {
+		if (!c->c_default || !context_listed(c))
+			continue;
+		const char *state = context_state(c);
+		if (!c->c_ready || (strcmp(state, "idle") && strcmp(state, "busy")))
+			return respond(rq, 503, http_text("not ready: the default %s context is %s",
+							 c->c_lang, state));
+	}
+	return respond(rq, 200, http_json(json_string("OK")));
+}
+
 static enum MHD_Result
 route(struct request *rq, const char *url, const char *method)
 {
@@ -312,6 +336,11 @@ route(struct request *rq, const char *url, const char *method)
 		if (!get)
 			goto method;
 		return respond(rq, 200, http_json(json_string("OK")));
+	}
+	if (!strcmp(url, "/ready")) {
+		if (!get)
+			goto method;
+		return do_ready(rq);
 	}
 	if (!strcmp(url, "/execute")) {
 		if (!post)
@@ -420,7 +449,9 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 			return respond(rq, 503,
 				       http_text("too many connections (limit %u); try again",
 						 sv.sv_max_conns));
+		/* probes carry no token: /health and /ready say nothing else */
 		if (sv.sv_token && strcmp(rq->rq_endpoint, "/health") &&
+		    strcmp(rq->rq_endpoint, "/ready") &&
 		    (refused = token_refusal(conn)))
 			return respond(rq, 401, http_text("%s", refused));
 		if (cn && cn->cn_bad_at == url)

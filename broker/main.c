@@ -167,13 +167,26 @@ usage(void)
 		"                          for rich data results; '' for none)\n"
 		"  --access-token TOKEN    require this token (X-Access-Token or\n"
 		"                          Authorization: Bearer) on every endpoint but\n"
-		"                          /health\n"
+		"                          /health and /ready\n"
 		"  --access-token-file F   the token is the first line of F\n"
 		"  --max-connections N     concurrent HTTP connections (default 4096)\n"
 		"  --header-timeout DURATION  a connection must send a request head\n"
 		"                          within DURATION of connecting or of its last response\n"
 		"                          (default 30)\n"
 		"  --kernel-user USER      run kernels as USER (the broker may stay root)\n"
+		"  --no-sandbox            run kernels unboxed, with the broker's view of the\n"
+		"                          machine (default: a sandbox per context)\n"
+		"  --kernel-uid-range A-B  uids the sandbox runs kernels as (default\n"
+		"                          61184-65519; shared isolation uses A)\n"
+		"  --isolation MODE        shared (default: one uid, one workspace) or\n"
+		"                          context (a uid and a workspace per context)\n"
+		"  --kernel-network MODE   host (default) or none (loopback only)\n"
+		"  --kernel-pids N         processes per context (default 1024; 0: none)\n"
+		"  --kernel-tmp-size SIZE  size of each context's private /tmp (default\n"
+		"                          512M)\n"
+		"  --heartbeat-timeout DURATION  an idle kernel that answers no heartbeat\n"
+		"                          for DURATION is restarted (default 20; a busy\n"
+		"                          one is dead only when its process is stopped)\n"
 		"  --stream-cap SIZE       output a stream may hold for a client that reads\n"
 		"                          slowly; past it the execution is cancelled and\n"
 		"                          the stream says so (default 1 GiB)\n"
@@ -457,9 +470,16 @@ main(int argc, char **argv)
 		{"max-connections", required_argument, NULL, 'x'},
 		{"header-timeout", required_argument, NULL, 'H'},
 		{"kernel-user", required_argument, NULL, 'U'},
+		{"no-sandbox", no_argument, NULL, 'O'},
+		{"kernel-uid-range", required_argument, NULL, 'Y'},
+		{"isolation", required_argument, NULL, 'i'},
+		{"kernel-network", required_argument, NULL, 'N'},
+		{"kernel-pids", required_argument, NULL, 'P'},
+		{"kernel-tmp-size", required_argument, NULL, 'Z'},
 		{"pool", required_argument, NULL, 'W'},
 		{"interrupt-retry", required_argument, NULL, 'I'},
 		{"interrupt-grace", required_argument, NULL, 'J'},
+		{"heartbeat-timeout", required_argument, NULL, 'B'},
 		{"stream-cap", required_argument, NULL, 'X'},
 		{"spill-dir", required_argument, NULL, 'D'},
 		{"proxy", required_argument, NULL, 'p'},
@@ -487,10 +507,20 @@ main(int argc, char **argv)
 	sv.sv_spill_dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/var/tmp";
 	sv.sv_header_timeout = 30;
 	TAILQ_INIT(&sv.sv_conns);
+	sv.sv_sandbox = true;
+	sv.sv_uid_range = "61184-65519";
+	sv.sv_kernel_network = "host";
+	sv.sv_kernel_pids = "1024";
+	sv.sv_kernel_tmp = "536870912";
 	/* SANDCELL_<FLAG> for every flag; the command line comes after, so it wins */
 	if (optenv_build(&oe, "SANDCELL", opts, argc, argv) < 0)
 		exit(2);
-	unsetenv("SANDCELL_ACCESS_TOKEN"); /* kernels must not inherit it */
+	/* /proc/PID/environ shows the block itself: clear the token there (optenv
+	 * holds a copy), then unset it so kernels do not inherit it */
+	char *env_token = getenv("SANDCELL_ACCESS_TOKEN");
+	if (env_token)
+		explicit_bzero(env_token, strlen(env_token));
+	unsetenv("SANDCELL_ACCESS_TOKEN");
 	while ((li = -1, c = getopt_long(oe.oe_argc, oe.oe_argv, "h", opts, &li)) != -1) {
 		const char *origin = c == '?' ? NULL : optenv_origin(&oe, opts, li, optind);
 		int rc = 0;
@@ -577,6 +607,43 @@ main(int argc, char **argv)
 			sv.sv_header_timeout = v;
 			break;
 		case 'U': sv.sv_kernel_user = optarg; break;
+		case 'O': sv.sv_sandbox = false; break;
+		case 'Y': {
+			unsigned a, b;
+			if (sscanf(optarg, "%u-%u", &a, &b) != 2 || a == 0 || a > b) {
+				log_err("--kernel-uid-range %s: not A-B with 0 < A <= B", optarg);
+				exit(2);
+			}
+			sv.sv_uid_range = optarg;
+			break;
+		}
+		case 'i':
+			if (strcmp(optarg, "shared") && strcmp(optarg, "context")) {
+				log_err("--isolation %s: shared or context", optarg);
+				exit(2);
+			}
+			sv.sv_isolated = !strcmp(optarg, "context");
+			break;
+		case 'N':
+			if (strcmp(optarg, "host") && strcmp(optarg, "none")) {
+				log_err("--kernel-network %s: host or none", optarg);
+				exit(2);
+			}
+			sv.sv_kernel_network = optarg;
+			break;
+		case 'P':
+			if ((rc = parse_size(optarg, 1u << 22, &v)) < 0)
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a number of processes, 0 for no limit");
+			sv.sv_kernel_pids = xasprintf("%llu", (unsigned long long)v);
+			break;
+		case 'Z':
+			if ((rc = parse_size(optarg, UINT64_MAX, &v)) < 0 ||
+			    (rc = v >= (1u << 20) ? 0 : -ERANGE))
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a size of at least 1M, such as 512M or 2G");
+			sv.sv_kernel_tmp = xasprintf("%llu", (unsigned long long)v);
+			break;
 		case 'X':
 			if ((rc = parse_size(optarg, UINT64_MAX, &v)) < 0 || (rc = v ? 0 : -ERANGE))
 				parse_fail("sandcell-broker", origin, optarg, rc,
@@ -586,10 +653,13 @@ main(int argc, char **argv)
 		case 'D': sv.sv_spill_dir = optarg; break;
 		case 'I':
 		case 'J':
+		case 'B':
 			if ((rc = parse_duration(optarg, 86400000, &v)) < 0 || (rc = v ? 0 : -ERANGE))
 				parse_fail("sandcell-broker", origin, optarg, rc,
 					   "a duration such as 1, 1.5s or 500ms, at most 24h");
-			snprintf(c == 'I' ? sv.sv_interrupt_retry : sv.sv_interrupt_grace,
+			snprintf(c == 'I' ? sv.sv_interrupt_retry
+				 : c == 'J' ? sv.sv_interrupt_grace
+					    : sv.sv_heartbeat_timeout,
 				 sizeof(sv.sv_interrupt_retry), "%llu", (unsigned long long)v);
 			break;
 		case 'W':
@@ -628,10 +698,32 @@ main(int argc, char **argv)
 	}
 	if (!sv.sv_run_dir)
 		sv.sv_run_dir = default_run_dir();
+	if (sv.sv_sandbox) {
+		if (box_check(err, sizeof(err)) < 0)
+			fatal("sandbox: %s", err);
+		struct passwd *ku = sv.sv_kernel_user ? getpwnam(sv.sv_kernel_user) : NULL;
+		if (ku && (ku->pw_uid == 0 || ku->pw_uid == geteuid()))
+			fatal("--kernel-user %s: kernels never run as root or as the broker's uid",
+			      sv.sv_kernel_user);
+		log_info("sandbox: on (uid %s%s, isolation %s, network %s, pids %s, tmp %s "
+			 "bytes, memory %s)",
+			 ku ? sv.sv_kernel_user : sv.sv_uid_range,
+			 ku || sv.sv_isolated ? "" : " first", sv.sv_isolated ? "context" : "shared",
+			 sv.sv_kernel_network, sv.sv_kernel_pids, sv.sv_kernel_tmp,
+			 sv.sv_kernel_memory ? sv.sv_kernel_memory : "no limit");
+		if (sv.sv_isolated && sv.sv_npool) {
+			/* a warm kernel has a uid and workspace before it has a context */
+			log_info("sandbox: no warm pool with --isolation context");
+			sv.sv_npool = 0;
+		}
+	} else {
+		log_warn("sandbox: off (--no-sandbox): kernels run with the broker's privileges "
+			 "and see the whole machine");
+	}
 	/* every kernel would fail to start there (status 126): refuse now */
 	bool cwd_given = sv.sv_cwd;
 	if (!sv.sv_cwd)
-		sv.sv_cwd = default_cwd();
+		sv.sv_cwd = sv.sv_sandbox ? box_workspace() : default_cwd();
 	if (cwd_check(sv.sv_cwd, err, sizeof(err)) < 0) {
 		log_err("%s %s: %s%s", cwd_given ? "--cwd" : "default cwd", sv.sv_cwd, err,
 			cwd_given ? "" : "; give one with --cwd DIR");

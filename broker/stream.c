@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -199,11 +200,14 @@ spill_close(struct stream *s)
  * Queues bytes for the client. Up to STREAM_MEM_MAX stay in memory; past
  * that (a client reading slower than its code writes) they go to an unlinked
  * file, and keep going there until the file is drained, so order is kept and
- * the broker's memory does not grow with a slow reader.
+ * the broker's memory does not grow with a slow reader. Returns 0, or a
+ * negative errno with nothing of data queued (*what says what failed).
  */
 static int
-queue_bytes(struct stream *s, const char *data, size_t len)
+queue_bytes(struct stream *s, const char *data, size_t len, const char **what)
 {
+	uint64_t w = s->st_spill_w;
+
 	if (s->st_spill_fd < 0 && buf_pending(&s->st_buf) + len <= STREAM_MEM_MAX) {
 		buf_append(&s->st_buf, data, len);
 		return 0;
@@ -211,24 +215,23 @@ queue_bytes(struct stream *s, const char *data, size_t len)
 	if (s->st_spill_fd < 0) {
 		s->st_spill_fd = open(sv.sv_spill_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 		if (s->st_spill_fd < 0) {
-			log_err("stream %llu: spill file in %s: %s", (unsigned long long)s->st_id,
-				sv.sv_spill_dir, strerror(errno));
-			return -1;
+			*what = "create a file in";
+			return -errno;
 		}
 	}
 	while (len) {
-		ssize_t n = pwrite(s->st_spill_fd, data, len, s->st_spill_w);
+		ssize_t n = pwrite(s->st_spill_fd, data, len, w);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
-			log_err("stream %llu: spill write: %s", (unsigned long long)s->st_id,
-				strerror(errno));
-			return -1;
+			*what = "write to";
+			return n < 0 ? -errno : -ENOSPC;
 		}
-		s->st_spill_w += n;
+		w += n;
 		data += n;
 		len -= n;
 	}
+	s->st_spill_w = w;
 	return 0;
 }
 
@@ -239,15 +242,28 @@ unspill(struct stream *s)
 	char chunk[64 << 10];
 	ssize_t n;
 
-	if (s->st_spill_fd < 0 || buf_pending(&s->st_buf))
+	if (buf_pending(&s->st_buf))
 		return;
-	n = pread(s->st_spill_fd, chunk, sizeof(chunk), s->st_spill_r);
-	if (n > 0) {
-		buf_append(&s->st_buf, chunk, n);
-		s->st_spill_r += n;
+	if (s->st_spill_fd >= 0) {
+		n = pread(s->st_spill_fd, chunk, sizeof(chunk), s->st_spill_r);
+		if (n > 0) {
+			buf_append(&s->st_buf, chunk, n);
+			s->st_spill_r += n;
+		}
+		if (n <= 0 || s->st_spill_r == s->st_spill_w)
+			spill_close(s);
 	}
-	if (n <= 0 || s->st_spill_r == s->st_spill_w)
-		spill_close(s);
+	if (s->st_spill_fd < 0 && buf_pending(&s->st_tail)) {
+		buf_append(&s->st_buf, buf_head(&s->st_tail), buf_pending(&s->st_tail));
+		buf_free(&s->st_tail);
+	}
+}
+
+/* Where bytes go that must not wait on the disk: after the spill, if any. */
+static struct buf *
+tail_of(struct stream *s)
+{
+	return s->st_spill_fd >= 0 ? &s->st_tail : &s->st_buf;
 }
 
 static ssize_t
@@ -320,37 +336,77 @@ stream_free(struct stream *s)
 		s->st_ctx->c_nstreams--;
 	}
 	buf_free(&s->st_buf);
+	buf_free(&s->st_tail);
+	free(s->st_end);
 	spill_close(s);
 	free(s);
 }
 
-static void append_end(struct stream *s, const char *name, const char *value);
+/* The stream's end, queued in memory after everything before it. */
+static void
+end_now(struct stream *s)
+{
+	buf_append(tail_of(s), s->st_end, strlen(s->st_end));
+	s->st_final = true;
+	stream_detach(s);
+	unwatch(s);
+}
 
 /*
- * Past --stream-cap the client is too far behind: the execution is cancelled
- * (its on_disconnect policy applies) and the stream ends saying so.
+ * After a stop, the rest of the line in progress (the proxy sends a line's
+ * pieces together) is still queued, so the client gets whole lines only; the
+ * end follows it.
  */
 static void
-overflow(struct stream *s)
+finish_line(struct stream *s, const char *data, size_t len)
 {
-	char why[160];
+	const char *nl = memchr(data, '\n', len);
 
-	snprintf(why, sizeof(why),
-		 "the client read too slowly: over %llu bytes of output were waiting",
-		 (unsigned long long)sv.sv_stream_cap);
-	log_warn("stream %llu: %s", (unsigned long long)s->st_id, why);
+	buf_append(tail_of(s), data, nl ? (size_t)(nl - data) + 1 : len);
+	if (nl) {
+		s->st_midline = false;
+		end_now(s);
+	}
+}
+
+/*
+ * The client is too far behind (past --stream-cap), or its backlog could not
+ * be kept (the spill dir failed): the execution is cancelled (its
+ * on_disconnect policy applies) and the stream ends with name: value.
+ */
+static void
+stop(struct stream *s, const char *name, const char *value)
+{
+	json_t *e = json_pack("{s:s, s:s, s:s, s:s}", "type", "error", "name", name, "value",
+			      value, "traceback", "");
+	char *line = json_dumps(e, JSON_COMPACT | JSON_ENSURE_ASCII);
+
+	json_decref(e);
+	log_warn("stream %llu: %s: %s", (unsigned long long)s->st_id, name, value);
 	record(s, "output_limit", 0, now_ms() - s->st_started);
 	cancel(s);
 	s->st_overflow = true;
-	append_end(s, "OutputLimitExceeded", why);
+	s->st_end = xasprintf("%s\n{\"type\":\"end_of_execution\"}\n", line);
+	free(line);
+	if (!s->st_midline)
+		end_now(s);
 }
 
 /* Output from the proxy; final carries how the execution ended. */
 void
 stream_output(struct stream *s, const char *data, size_t len, struct msg *final)
 {
-	if (s->st_gone || s->st_overflow)
+	const char *what = NULL;
+	char why[PATH_MAX + 256];
+	int e;
+
+	if (s->st_gone)
 		return;
+	if (s->st_overflow) {
+		if (s->st_midline && len)
+			finish_line(s, data, len);
+		return;
+	}
 	s->st_bytes += len;
 	if (final) {
 		s->st_final = true;
@@ -364,35 +420,28 @@ stream_output(struct stream *s, const char *data, size_t len, struct msg *final)
 			stream_free(s);
 		return;
 	}
-	if (backlog(s) + len > sv.sv_stream_cap || queue_bytes(s, data, len) < 0) {
-		overflow(s);
+	if (backlog(s) + len > sv.sv_stream_cap) {
+		snprintf(why, sizeof(why),
+			 "the client read too slowly: over %llu bytes of output were waiting",
+			 (unsigned long long)sv.sv_stream_cap);
+		s->st_final = false;
+		stop(s, "OutputLimitExceeded", why);
+	} else if ((e = queue_bytes(s, data, len, &what)) < 0) {
+		snprintf(why, sizeof(why),
+			 "the client read too slowly and its backlog of %llu bytes could not "
+			 "be kept: %s the spill dir %s: %s",
+			 (unsigned long long)(backlog(s) + len), what, sv.sv_spill_dir,
+			 strerror(-e));
+		s->st_final = false;
+		stop(s, "OutputSpillFailed", why);
+	} else {
+		if (len)
+			s->st_midline = data[len - 1] != '\n';
+		unwatch(s);
 		return;
 	}
-	unwatch(s);
-}
-
-/* The error line and end_of_execution, past any cap (a few bytes). */
-static void
-append_end(struct stream *s, const char *name, const char *value)
-{
-	json_t *e = json_pack("{s:s, s:s, s:s, s:s}", "type", "error", "name", name, "value",
-			      value, "traceback", "");
-	char *line = json_dumps(e, JSON_COMPACT | JSON_ENSURE_ASCII);
-	static const char end[] = "{\"type\":\"end_of_execution\"}\n";
-
-	json_decref(e);
-	if (queue_bytes(s, line, strlen(line)) < 0 || queue_bytes(s, "\n", 1) < 0 ||
-	    queue_bytes(s, end, sizeof(end) - 1) < 0) {
-		/* the disk failed us: what fits in memory still ends the stream */
-		spill_close(s);
-		buf_append(&s->st_buf, line, strlen(line));
-		buf_append(&s->st_buf, "\n", 1);
-		buf_append(&s->st_buf, end, sizeof(end) - 1);
-	}
-	free(line);
-	s->st_final = true;
-	stream_detach(s);
-	unwatch(s);
+	if (s->st_midline && len)
+		finish_line(s, data, len);
 }
 
 /* Ends a stream from the broker's side (its proxy is lost, the server stops). */

@@ -76,8 +76,9 @@ print_contexts(json_t *a)
 	size_t i;
 	json_t *c;
 
-	printf("%-36s  %-10s  %-8s  %5s  %5s  %7s  %7s  %6s  %6s  %7s  %s\n", "ID", "LANGUAGE",
-	       "STATE", "QUEUE", "RUNS", "KPID", "PID", "KRSS", "PRSS", "AGE", "CWD");
+	printf("%-36s  %-10s  %-8s  %5s  %5s  %7s  %7s  %6s  %6s  %7s  %-7s  %5s  %s\n", "ID",
+	       "LANGUAGE", "STATE", "QUEUE", "RUNS", "KPID", "PID", "KRSS", "PRSS", "AGE", "BOX",
+	       "UID", "CWD");
 	json_array_foreach(a, i, c)
 	{
 		printf("%-36s  %-10s  %-8s  %5lld  %5lld  %7lld  %7lld", str(c, "id"),
@@ -88,8 +89,13 @@ print_contexts(json_t *a)
 		       json_integer_value(json_object_get(c, "proxy_pid")));
 		print_mb(c, "kernel_rss_bytes");
 		print_mb(c, "proxy_rss_bytes");
-		printf("  %6.0fs  %s\n", json_real_value(json_object_get(c, "age_seconds")),
-		       str(c, "cwd"));
+		/* the sandbox: isolation mode and uid, or "off" (--no-sandbox) */
+		json_t *box = json_object_get(c, "sandbox");
+		bool on = json_is_true(json_object_get(box, "enabled"));
+		printf("  %6.0fs  %-7s  %5lld  %s\n",
+		       json_real_value(json_object_get(c, "age_seconds")),
+		       !box ? "-" : on ? str(box, "isolation") : "off",
+		       on ? json_integer_value(json_object_get(box, "uid")) : -1LL, str(c, "cwd"));
 	}
 }
 

@@ -212,28 +212,43 @@ mkdir_p(const char *path, unsigned mode)
 	return 0;
 }
 
+/*
+ * rm_rf and chown_r walk trees a kernel's user may own and change while we
+ * walk (a root broker or proxy cleaning up after --kernel-user or a sandbox):
+ * every step is relative to a directory fd, opened with O_NOFOLLOW, so a
+ * directory swapped for a symlink is never followed out of the tree.
+ */
+static int
+rm_at(int dirfd, const char *name)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), rc = 0;
+	struct dirent *de;
+	DIR *d;
+
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return 0;
+		if (errno != ENOTDIR && errno != ELOOP) /* ELOOP: a symlink itself */
+			return -errno;
+		return unlinkat(dirfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
+	}
+	if (!(d = fdopendir(fd))) {
+		close(fd);
+		return -errno;
+	}
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			rc = rm_at(fd, de->d_name) < 0 ? -EIO : rc;
+	closedir(d);
+	if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+		rc = -errno;
+	return rc;
+}
+
 int
 rm_rf(const char *path)
 {
-	struct stat st;
-	DIR *d;
-	struct dirent *de;
-
-	if (lstat(path, &st) < 0)
-		return errno == ENOENT ? 0 : -errno;
-	if (!S_ISDIR(st.st_mode))
-		return unlink(path) < 0 ? -errno : 0;
-	if (!(d = opendir(path)))
-		return -errno;
-	while ((de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		char *sub = xasprintf("%s/%s", path, de->d_name);
-		rm_rf(sub);
-		free(sub);
-	}
-	closedir(d);
-	return rmdir(path) < 0 ? -errno : 0;
+	return rm_at(AT_FDCWD, path);
 }
 
 /* A portable environment variable name: [A-Za-z_][A-Za-z0-9_]*. */
@@ -249,26 +264,40 @@ env_key_valid(const char *k)
 	return true;
 }
 
+static int
+chown_at(int dirfd, const char *name, unsigned uid, unsigned gid)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	struct dirent *de;
+	struct stat st;
+	DIR *d;
+
+	if (fd < 0) {
+		if (errno != ENOTDIR && errno != ELOOP)
+			return -errno;
+		if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			return -errno;
+		/* a hard link may name a file from outside the tree: leave it */
+		if (!S_ISLNK(st.st_mode) && st.st_nlink > 1)
+			return 0;
+		return fchownat(dirfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
+	}
+	if (fchown(fd, uid, gid) < 0 || !(d = fdopendir(fd))) {
+		int rc = -errno;
+		close(fd);
+		return rc;
+	}
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			chown_at(fd, de->d_name, uid, gid);
+	closedir(d);
+	return 0;
+}
+
 int
 chown_r(const char *path, unsigned uid, unsigned gid)
 {
-	struct stat st;
-	DIR *d;
-	struct dirent *de;
-
-	if (lchown(path, uid, gid) < 0)
-		return -errno;
-	if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode) || !(d = opendir(path)))
-		return 0;
-	while ((de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		char *sub = xasprintf("%s/%s", path, de->d_name);
-		chown_r(sub, uid, gid);
-		free(sub);
-	}
-	closedir(d);
-	return 0;
+	return chown_at(AT_FDCWD, path, uid, gid);
 }
 
 /* $XDG_RUNTIME_DIR/sandcell, else /tmp/sandcell-$UID. */

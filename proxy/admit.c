@@ -360,6 +360,18 @@ admit_detach_all(struct proxy *px)
 		admit_cancel(px, px->px_run->u_stream);
 }
 
+static void
+fail_queued(struct proxy *px, const char *name, const char *value)
+{
+	struct unit *u;
+
+	while ((u = TAILQ_FIRST(&px->px_queue))) {
+		TAILQ_REMOVE(&px->px_queue, u, u_link);
+		unit_end(px, u, name, value);
+		unit_free(u);
+	}
+}
+
 void
 admit_fail_all(struct proxy *px, const char *name, const char *value)
 {
@@ -370,11 +382,7 @@ admit_fail_all(struct proxy *px, const char *name, const char *value)
 		unit_free(u);
 		px->px_run = NULL;
 	}
-	while ((u = TAILQ_FIRST(&px->px_queue))) {
-		TAILQ_REMOVE(&px->px_queue, u, u_link);
-		unit_end(px, u, name, value);
-		unit_free(u);
-	}
+	fail_queued(px, name, value);
 }
 
 void
@@ -406,13 +414,17 @@ admit_tick(struct proxy *px, uint64_t now)
 		 * the size limit makes libzmq drop the connection, and what the kernel
 		 * published meanwhile is gone): end the unit rather than wait forever.
 		 */
-		log_warn("context %s: stream %llu: iopub silent since the reply; ending it",
-			 px->px_id, (unsigned long long)u->u_stream);
-		if (!u->u_detached)
-			output_error(&u->u_out, "OutputLost",
-				     "the kernel's output channel went silent after its reply; "
-				     "some output may be missing",
-				     "");
+		log_warn("context %s: stream %llu: iopub silent since the reply (a kernel "
+			 "message over %lld MiB is dropped whole); ending it",
+			 px->px_id, (unsigned long long)u->u_stream, WIRE_MAX_FRAME >> 20);
+		if (!u->u_detached) {
+			char *v = xasprintf("the kernel's output channel went silent after its "
+					    "reply: output is missing (a single kernel message "
+					    "over %lld MiB is dropped whole)",
+					    WIRE_MAX_FRAME >> 20);
+			output_error(&u->u_out, "OutputLost", v, "");
+			free(v);
+		}
 		u->u_errored = true;
 		u->u_idle = u->u_fenced = true;
 		kernel_iopub_reconnect(px);
@@ -430,6 +442,14 @@ admit_tick(struct proxy *px, uint64_t now)
 		return;
 	/* compare forwards: the interrupt may carry a later time than now */
 	if (now >= u->u_interrupt_at + px->px_interrupt_grace_ms) {
+		/* the queue goes with the state; its clients learn whose code caused it */
+		char *v = xasprintf("the kernel was restarted before this code ran: the "
+				    "execution ahead of it (stream %llu) did not stop after an "
+				    "interrupt; this code did not run and the context's state is "
+				    "lost",
+				    (unsigned long long)u->u_stream);
+		fail_queued(px, "ContextRestarted", v);
+		free(v);
 		kernel_restart(px, "the kernel did not stop after an interrupt; it was "
 				   "restarted and its state is lost");
 		return;

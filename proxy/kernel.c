@@ -28,7 +28,6 @@
 extern char **environ;
 
 #define HB_EVERY_MS 2000
-#define HB_DEAD_MS 20000
 #define MAX_START_FAILURES 3
 
 /* A free loopback TCP port, for kernels that cannot use ipc (Deno). */
@@ -49,6 +48,18 @@ free_port(void)
 	return port;
 }
 
+/* ipykernel with the start-up profile, which sets NODROP on its iopub. */
+static bool
+iopub_flow_controlled(struct proxy *px)
+{
+	if (!px->px_py_startup || strcmp(px->px_ks->ks_lang, "python"))
+		return false;
+	for (char **a = px->px_ks->ks_argv; *a; a++)
+		if (strstr(*a, "ipykernel"))
+			return true;
+	return false;
+}
+
 static void *
 zsock(struct proxy *px, int type, const char *endpoint)
 {
@@ -59,10 +70,18 @@ zsock(struct proxy *px, int type, const char *endpoint)
 	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
 	zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
 	zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof(max));
-	/* no high-water mark on our side: output is never dropped here */
-	zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof(zero));
+	/*
+	 * No high-water mark on our side (a kernel's PUB would drop what we
+	 * cannot take), except for ipykernel under sandcell's profile: it sets
+	 * NODROP, so a full queue here makes the kernel wait instead.
+	 */
+	int hwm = type == ZMQ_SUB && iopub_flow_controlled(px) ? IOPUB_HWM : 0;
+	zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof(hwm));
 	if (type == ZMQ_SUB)
 		zmq_setsockopt(s, ZMQ_SUBSCRIBE, "", 0);
+	if (type == ZMQ_DEALER) /* one identity: the kernel's input_request, sent to
+				 * the shell client's, must reach our stdin socket */
+		zmq_setsockopt(s, ZMQ_ROUTING_ID, px->px_session, strlen(px->px_session));
 	if (type == ZMQ_REQ) {
 		int one = 1;
 		zmq_setsockopt(s, ZMQ_REQ_RELAXED, &one, sizeof(one));
@@ -80,9 +99,10 @@ zsock(struct proxy *px, int type, const char *endpoint)
 static void
 close_sockets(struct proxy *px)
 {
-	void **socks[4] = {&px->px_shell, &px->px_iopub, &px->px_control, &px->px_hb};
+	void **socks[5] = {&px->px_shell, &px->px_iopub, &px->px_control, &px->px_hb,
+			   &px->px_stdin};
 
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 5; i++)
 		if (*socks[i]) {
 			zmq_close(*socks[i]);
 			*socks[i] = NULL;
@@ -124,7 +144,9 @@ build_env(struct proxy *px, const char *home)
 		xstrdup("PYDEVD_DISABLE_FILE_VALIDATION=1"),
 		/* one font cache for every kernel, built once, not per context */
 		xasprintf("MPLCONFIGDIR=%s", px->px_mplcache),
-		xasprintf("JPY_PARENT_PID=%d", (int)getpid()),
+		/* in a box the kernel's parent is its init, PID 1: "1" turns
+		 * ipykernel's parent poller off (PR_SET_PDEATHSIG does its job) */
+		xasprintf("JPY_PARENT_PID=%d", px->px_sandbox ? 1 : (int)getpid()),
 		NULL,
 	};
 
@@ -334,7 +356,8 @@ kernel_start(struct proxy *px)
 	px->px_iopub_ep = xstrdup(ep[1]);
 	px->px_control = zsock(px, ZMQ_DEALER, ep[3]);
 	px->px_hb = zsock(px, ZMQ_REQ, ep[4]);
-	if (!px->px_shell || !px->px_iopub || !px->px_control || !px->px_hb) {
+	px->px_stdin = zsock(px, ZMQ_DEALER, ep[2]);
+	if (!px->px_shell || !px->px_iopub || !px->px_control || !px->px_hb || !px->px_stdin) {
 		rc = -EIO;
 		start_failed(px, "could not connect its sockets");
 		goto err;
@@ -374,7 +397,16 @@ kernel_start(struct proxy *px)
 	exe = which(argv[0]);
 	envp = build_env(px, home);
 	sigemptyset(&none);
-	limits_prepare(px);
+	if ((rc = limits_prepare(px)) < 0) {
+		log_err("kernel %s: not started without its cgroup", px->px_ks->ks_name);
+		goto err;
+	}
+	if (px->px_sandbox) {
+		if ((rc = sandbox_spawn(px, exe, argv, envp)) < 0)
+			goto err;
+		pid = px->px_kpid;
+		goto started;
+	}
 	procs = px->px_cgroup ? xasprintf("%s/cgroup.procs", px->px_cgroup) : NULL;
 
 	pid = fork();
@@ -385,11 +417,12 @@ kernel_start(struct proxy *px)
 	}
 	if (pid == 0) {
 		/* child: async-signal-safe calls only */
-		int fd = open("/dev/null", O_RDONLY);
+		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 		setsid();
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
 			_exit(127);
+		signal(SIGPIPE, SIG_DFL); /* ignored in the proxy, not in kernels */
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		limits_apply_child(px, procs);
 		/* --kernel-user: drop to it for good (groups were looked up before fork) */
@@ -406,15 +439,21 @@ kernel_start(struct proxy *px)
 		_exit(127);
 	}
 	px->px_kpid = pid;
+started:
 	px->px_kstate = KS_STARTING;
 	px->px_kstarted_at = now_ms();
 	px->px_kinfo_reply = px->px_iopub_seen = false;
 	px->px_hb_sent = px->px_hb_ok = px->px_kstarted_at;
-	rc = kernel_probe(px, px->px_kinfo_id);
-	px->px_kinfo_at = now_ms();
 	log_info("context %s: kernel %s started, pid %d", px->px_id, px->px_ks->ks_name,
-		 (int)pid);
-	rc = 0;
+		 (int)(px->px_kshown ? px->px_kshown : pid));
+	if ((rc = kernel_probe(px, px->px_kinfo_id)) < 0) {
+		/* without it the kernel is never found ready */
+		log_err("kernel %s: send kernel_info_request: %s", px->px_ks->ks_name,
+			strerror(-rc));
+		kernel_stop(px);
+		goto out;
+	}
+	px->px_kinfo_at = now_ms();
 	goto out;
 err:
 	close_sockets(px);
@@ -437,6 +476,7 @@ kernel_stop(struct proxy *px)
 		waitpid(px->px_kpid, NULL, 0);
 		px->px_kpid = 0;
 	}
+	sandbox_reaped(px);
 	close_sockets(px);
 	char *conn = xasprintf("%s/kernel.json", px->px_kdir);
 	unlink(conn);
@@ -466,11 +506,21 @@ kernel_interrupt(struct proxy *px)
 	if (px->px_ks->ks_interrupt_msg)
 		wire_send(px->px_control, px->px_key, px->px_session, "interrupt_request",
 			  json_object(), NULL);
-	else if (killpg(px->px_kpid, SIGINT) < 0)
+	else if (killpg(px->px_kpid, SIGINT) < 0) /* the box's init ignores it */
 		kill(px->px_kpid, SIGINT);
 	log_info("context %s: interrupt sent (%s)", px->px_id,
 		 px->px_ks->ks_interrupt_msg ? "message" : "SIGINT");
 }
+
+/*
+ * IRkernel catches an interrupt only while it polls and while the code runs:
+ * one in between (right after execute_input, or while it replies) reaches
+ * R's top level, and a non-interactive R halts. This option is R's last
+ * resort for an interrupt no handler took: it resumes instead, so the kernel
+ * lives and admit.c's retry interrupts the code once it runs. Shell is
+ * ordered: it is in place before the first unit.
+ */
+#define R_INTERRUPT_GUARD "options(interrupt = function() invokeRestart(\"resume\"))"
 
 static void
 set_ready(struct proxy *px)
@@ -479,6 +529,10 @@ set_ready(struct proxy *px)
 		return;
 	px->px_kstate = KS_IDLE;
 	px->px_start_failures = 0;
+	px->px_hb_sent = px->px_hb_ok = now_ms(); /* start-up time is not silence */
+	if (!strcmp(px->px_ks->ks_lang, "r") &&
+	    kernel_execute(px, R_INTERRUPT_GUARD, true, NULL) < 0)
+		log_warn("context %s: could not send R's interrupt guard", px->px_id);
 	log_info("context %s: kernel %s ready in %llu ms", px->px_id, px->px_ks->ks_name,
 		 (unsigned long long)(now_ms() - px->px_kstarted_at));
 	proxy_state(px, NULL);
@@ -530,6 +584,25 @@ kernel_on_iopub(struct proxy *px, struct jmsg *jm)
 	admit_on_iopub(px, jm);
 }
 
+/*
+ * Nobody can type into a context: a kernel that asks for input anyway
+ * (IRkernel's readline() ignores allow_stdin) gets an empty line at once,
+ * as R's readline() returns in non-interactive use, instead of waiting
+ * forever.
+ */
+void
+kernel_on_stdin(struct proxy *px, struct jmsg *jm)
+{
+	int rc;
+
+	if (strcmp(jm->jm_type, "input_request"))
+		return;
+	log_debug("context %s: input_request answered with an empty line", px->px_id);
+	if ((rc = wire_send(px->px_stdin, px->px_key, px->px_session, "input_reply",
+			    json_pack("{s:s}", "value", ""), NULL)) < 0)
+		log_warn("context %s: send input_reply: %s", px->px_id, strerror(-rc));
+}
+
 static char *
 describe_status(struct proxy *px, int status)
 {
@@ -573,12 +646,46 @@ respawn(struct proxy *px, const char *why)
 void
 kernel_reaped(struct proxy *px, int status)
 {
-	char *why = describe_status(px, status);
+	char *why = describe_status(px, sandbox_status(px, status));
 
+	sandbox_reaped(px);
 	log_warn("context %s: %s", px->px_id, why);
 	px->px_kpid = 0;
 	respawn(px, why);
 	free(why);
+}
+
+/* The state letter of /proc/PID/stat (R, S, D, T, Z...), or 0 if unreadable. */
+static char
+proc_state(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	if (pid <= 0)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	/* "pid (comm) S ...": comm may hold spaces and parentheses */
+	if (!(p = strrchr(buf, ')')) || p[1] != ' ')
+		return 0;
+	return p[2];
+}
+
+/* Pings per death time: at least four, at most one every HB_EVERY_MS. */
+static uint64_t
+hb_every(struct proxy *px)
+{
+	uint64_t every = px->px_hb_dead_ms / 4;
+
+	return every > HB_EVERY_MS ? HB_EVERY_MS : every < 50 ? 50 : every;
 }
 
 void
@@ -606,7 +713,7 @@ kernel_tick(struct proxy *px, uint64_t now)
 	 * The control socket's replies (interrupt_reply) are only read to keep it
 	 * empty, so they are drained here too instead of being polled.
 	 */
-	if (now < px->px_hb_sent + HB_EVERY_MS)
+	if (now < px->px_hb_sent + hb_every(px))
 		return;
 	char pong[16];
 	struct jmsg jm;
@@ -614,11 +721,28 @@ kernel_tick(struct proxy *px, uint64_t now)
 		px->px_hb_ok = now;
 	while (wire_recv(px->px_control, px->px_key, &jm) != -EAGAIN)
 		jmsg_free(&jm);
-	if (now > px->px_hb_ok + HB_DEAD_MS) {
-		log_warn("context %s: kernel missed heartbeats for %llu ms", px->px_id,
-			 (unsigned long long)(now - px->px_hb_ok));
-		respawn(px, "kernel stopped answering heartbeats");
-		return;
+	if (now > px->px_hb_ok + px->px_hb_dead_ms) {
+		/* the kernel itself, not its box's init */
+		char state = proc_state(px->px_kshown ? px->px_kshown : px->px_kpid);
+		if (px->px_run && state && !strchr("TtZX", state)) {
+			/*
+			 * Busy and its process runs: IRkernel answers heartbeats only
+			 * between requests. The code is alive; the unit's timeout, a
+			 * cancel or the process's death ends it, not the heartbeat.
+			 */
+			log_debug("context %s: kernel busy, no heartbeat for %llu ms, process "
+				  "state %c: alive", px->px_id,
+				  (unsigned long long)(now - px->px_hb_ok), state);
+			px->px_hb_ok = now;
+		} else {
+			log_warn("context %s: kernel missed heartbeats for %llu ms (%s, process "
+				 "state %c)", px->px_id, (unsigned long long)(now - px->px_hb_ok),
+				 px->px_run ? "busy" : "idle", state ? state : '?');
+			respawn(px, state == 'T' || state == 't'
+					? "kernel stopped answering heartbeats (its process is stopped)"
+					: "kernel stopped answering heartbeats");
+			return;
+		}
 	}
 	zmq_send(px->px_hb, "ping", 4, ZMQ_DONTWAIT);
 	px->px_hb_sent = now;

@@ -1,7 +1,7 @@
 /*
- * limits.c — per-kernel resource limits. rlimits always (RLIMIT_DATA for
- * memory: an allocation over it fails in the kernel; RLIMIT_CPU for CPU time);
- * with --cgroup, the kernel also gets a cgroup of its own (v2 memory.max, or
+ * limits.c — per-kernel resource limits: RLIMIT_CPU for CPU time; for memory
+ * RLIMIT_DATA (an allocation over it fails) unless the kernel has a memory
+ * cgroup (--cgroup, or the sandbox's): then it gets a cgroup of its own (v2 memory.max, or
  * v1 memory.limit_in_bytes) so that going over the limit kills that kernel
  * alone, with its children, and the death is reported as out of memory.
  */
@@ -65,7 +65,9 @@ limits_prepare(struct proxy *px)
 void
 limits_apply_child(struct proxy *px, const char *procs_path)
 {
-	if (px->px_mem_limit) {
+	/* a memory cgroup is the limit when there is one: V8 (Deno) reserves
+	 * address space at start and dies under RLIMIT_DATA */
+	if (px->px_mem_limit && !px->px_cgroup) {
 		struct rlimit rl = {px->px_mem_limit, px->px_mem_limit};
 		setrlimit(RLIMIT_DATA, &rl);
 	}

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +58,8 @@ static void
 fill_state(struct proxy *p, struct msg *m)
 {
 	msg_set_u64(m, F_STATE, p->px_kstate);
-	msg_set_u64(m, F_KPID, p->px_kpid > 0 ? (uint64_t)p->px_kpid : 0);
+	msg_set_u64(m, F_KPID, p->px_kshown > 0 ? (uint64_t)p->px_kshown
+				: p->px_kpid > 0 ? (uint64_t)p->px_kpid : 0);
 	msg_set_u64(m, F_QUEUE, admit_depth(p));
 	msg_set_u64(m, F_COUNT, p->px_count);
 }
@@ -171,7 +173,7 @@ handle_ipc(struct proxy *p, struct msg *m)
 		break;
 	case MSG_SHUTDOWN:
 		reply(p, MSG_OK, m->m_req, "shutting down");
-		p->px_quit = true;
+		p->px_quit = p->px_shutdown = true;
 		break;
 	case MSG_INFO:
 		reply(p, MSG_OK, m->m_req, NULL);
@@ -209,8 +211,10 @@ drain_ipc(struct proxy *p)
 
 /* Reads what a kernel socket holds; stops if handling closed the socket. */
 static void
-drain_kernel(struct proxy *p, void **sockp, bool iopub)
+drain_kernel(struct proxy *p, void **sockp, const char *name)
 {
+	bool iopub = !strcmp(name, "iopub");
+
 	void *sock = *sockp;
 
 	for (int i = 0; i < 256 && sock && *sockp == sock; i++) {
@@ -221,16 +225,24 @@ drain_kernel(struct proxy *p, void **sockp, bool iopub)
 		if (iopub)
 			p->px_iopub_at = now_ms();
 		if (e < 0) {
-			log_warn("context %s: %s message from kernel dropped: %s", p->px_id,
-				 iopub ? "iopub" : "shell",
+			log_warn("context %s: %s message from kernel dropped: %s", p->px_id, name,
 				 e == -EPERM ? "bad signature" : strerror(-e));
 			continue;
 		}
 		if (iopub)
 			kernel_on_iopub(p, &jm);
+		else if (sockp == &p->px_stdin)
+			kernel_on_stdin(p, &jm);
 		else
 			kernel_on_shell(p, &jm);
 		jmsg_free(&jm);
+		/*
+		 * Hand output on as it fills chunks, the message freed first: a
+		 * flood never piles up here, and a big message is held at most
+		 * twice (its NDJSON and the chunks made of it).
+		 */
+		if (iopub && p->px_run && buf_pending(&p->px_run->u_out) >= OUTPUT_CHUNK)
+			admit_flush(p);
 	}
 }
 
@@ -326,10 +338,11 @@ write_state_file(struct proxy *p)
 {
 	char *path = xasprintf("%s/state.json", p->px_dir);
 	char *tmp = xasprintf("%s.tmp", path);
-	json_t *o = json_pack("{s:s?, s:s, s:s, s:s, s:s, s:i, s:b}", "id",
+	json_t *o = json_pack("{s:s?, s:s, s:s, s:s, s:s, s:i, s:b, s:o}", "id",
 			      p->px_pooled ? NULL : p->px_ctx, "slot", p->px_id, "language",
 			      p->px_lang, "kernel", p->px_ks->ks_name, "cwd", p->px_cwd, "pid",
-			      (int)getpid(), "default", p->px_default);
+			      (int)getpid(), "default", p->px_default, "sandbox",
+			      sandbox_json(p));
 
 	/* without it a restarted broker cannot re-attach this proxy: say so */
 	if (json_dump_file(o, tmp, JSON_COMPACT) < 0)
@@ -380,7 +393,9 @@ usage(void)
 			"--cwd DIR [--kernel NAME] [--env-file FILE] [--memory BYTES]\n"
 			"       [--cpu SECONDS] [--cgroup DIR] [--python-startup FILE] [--default]\n"
 			"       [--kernel-user USER] [--pooled] [--interrupt-retry MS]\n"
-			"       [--interrupt-grace MS]\n"
+			"       [--interrupt-grace MS] [--heartbeat-timeout MS] [--sandbox\n"
+			"       [--uid-range A-B] [--isolation shared|context] [--network host|none]\n"
+			"       [--pids N] [--tmp-size BYTES] [--uid UID] [--own-workspace]]\n"
 			"       [--log-level LEVEL]\n");
 	exit(2);
 }
@@ -389,8 +404,8 @@ static void
 loop(struct proxy *p)
 {
 	while (!p->px_quit) {
-		zmq_pollitem_t it[6];
-		int n = 0, i_shell = -1, i_iopub = -1;
+		zmq_pollitem_t it[7];
+		int n = 0, i_shell = -1, i_iopub = -1, i_stdin = -1;
 		uint64_t now = now_ms();
 		long wait = admit_wait(p, now), kw = p->px_kstate == KS_STARTING ? 50 : 500;
 
@@ -406,6 +421,8 @@ loop(struct proxy *p)
 			it[n++] = (zmq_pollitem_t){p->px_shell, 0, ZMQ_POLLIN, 0};
 			i_iopub = n;
 			it[n++] = (zmq_pollitem_t){p->px_iopub, 0, ZMQ_POLLIN, 0};
+			i_stdin = n;
+			it[n++] = (zmq_pollitem_t){p->px_stdin, 0, ZMQ_POLLIN, 0};
 		}
 		if (zmq_poll(it, n, wait) < 0 && errno != EINTR)
 			fatal("zmq_poll: %s", zmq_strerror(errno));
@@ -415,9 +432,11 @@ loop(struct proxy *p)
 			reap(p);
 		/* iopub before shell: a reply must not overtake its output */
 		if (i_iopub >= 0 && it[i_iopub].revents)
-			drain_kernel(p, &p->px_iopub, true);
+			drain_kernel(p, &p->px_iopub, "iopub");
 		if (i_shell >= 0 && it[i_shell].revents)
-			drain_kernel(p, &p->px_shell, false);
+			drain_kernel(p, &p->px_shell, "shell");
+		if (i_stdin >= 0 && it[i_stdin].revents)
+			drain_kernel(p, &p->px_stdin, "stdin");
 		if (it[0].revents)
 			drain_ipc(p);
 		now = now_ms();
@@ -447,11 +466,21 @@ main(int argc, char **argv)
 		{"memory", required_argument, NULL, 'M'},
 		{"cpu", required_argument, NULL, 'C'},
 		{"cgroup", required_argument, NULL, 'G'},
+		{"sandbox", no_argument, NULL, 'S'},
+		{"uid-range", required_argument, NULL, 'Q'},
+		{"isolation", required_argument, NULL, 'I'},
+		{"network", required_argument, NULL, 'N'},
+		{"pids", required_argument, NULL, 'p'},
+		{"tmp-size", required_argument, NULL, 'T'},
+		{"uid", required_argument, NULL, 'U'},
+		{"own-workspace", no_argument, NULL, 'W'},
 		{"interrupt-retry", required_argument, NULL, 'R'},
 		{"interrupt-grace", required_argument, NULL, 'A'},
+		{"heartbeat-timeout", required_argument, NULL, 'H'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *env_file = NULL, *kernel = NULL, *kuser = NULL;
+	unsigned long uid_arg = 0;
 	char lang[128];
 	sigset_t mask;
 	int c, level = LOG_INFO;
@@ -459,6 +488,7 @@ main(int argc, char **argv)
 
 	px.px_interrupt_retry_ms = INTERRUPT_RETRY_MS;
 	px.px_interrupt_grace_ms = INTERRUPT_GRACE_MS;
+	px.px_hb_dead_ms = HB_DEAD_MS;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case 'r': px.px_run_dir = optarg; break;
@@ -483,15 +513,43 @@ main(int argc, char **argv)
 			px.px_cpu_limit = v;
 			break;
 		case 'G': px.px_cgroup_parent = optarg; break;
+		case 'S': px.px_sandbox = true; break;
+		case 'Q': {
+			unsigned a, b;
+			if (sscanf(optarg, "%u-%u", &a, &b) != 2 || !a || a > b)
+				usage();
+			px.px_sb_uid_first = a;
+			px.px_sb_uid_last = b;
+			break;
+		}
+		case 'I':
+			if (strcmp(optarg, "shared") && strcmp(optarg, "context"))
+				usage();
+			px.px_sb_isolated = !strcmp(optarg, "context");
+			break;
+		case 'N':
+			if (strcmp(optarg, "host") && strcmp(optarg, "none"))
+				usage();
+			px.px_sb_net_none = !strcmp(optarg, "none");
+			break;
+		case 'p': px.px_sb_pids = strtoull(optarg, NULL, 10); break;
+		case 'T': px.px_sb_tmp_size = strtoull(optarg, NULL, 10); break;
+		case 'U': uid_arg = strtoul(optarg, NULL, 10); break;
+		case 'W': px.px_sb_own_ws = true; break;
 		case 'R':
-		case 'A': {
-			bool retry = c == 'R';
+		case 'A':
+		case 'H': {
+			const char *flag = c == 'R' ? "--interrupt-retry"
+					   : c == 'A' ? "--interrupt-grace"
+						      : "--heartbeat-timeout";
+			uint64_t *to = c == 'R' ? &px.px_interrupt_retry_ms
+				       : c == 'A' ? &px.px_interrupt_grace_ms
+						  : &px.px_hb_dead_ms;
 			/* milliseconds, from the broker */
 			if ((c = parse_count(optarg, 1, 86400000, &v)) < 0)
-				parse_fail("sandcell-proxy",
-					   retry ? "--interrupt-retry" : "--interrupt-grace", optarg, c,
+				parse_fail("sandcell-proxy", flag, optarg, c,
 					   "milliseconds from 1 to 86400000");
-			*(retry ? &px.px_interrupt_retry_ms : &px.px_interrupt_grace_ms) = v;
+			*to = v;
 			break;
 		}
 		case 'v':
@@ -508,6 +566,8 @@ main(int argc, char **argv)
 	px.px_cwd = xstrdup(px.px_cwd);
 	if (sodium_init() < 0)
 		fatal("sodium_init failed");
+	if (sandbox_network(&px) < 0) /* while no thread exists */
+		exit(1);
 	if (lang_normalise(kernel ? kernel : px.px_lang, lang, sizeof(lang)) < 0 ||
 	    kspec_find(lang, &px.px_ks) < 0)
 		fatal("context %s: no kernelspec '%s'", px.px_id, kernel ? kernel : px.px_lang);
@@ -523,10 +583,6 @@ main(int argc, char **argv)
 		fatal("mkdir %s: %s", px.px_dir, strerror(-c));
 	px.px_kuid = (uid_t)-1;
 	if (kuser) {
-		/*
-		 * The kernel runs as another user: its files live outside the run dir
-		 * (0700, ours) in a dir of its own under <run dir>.kernels (0711).
-		 */
 		struct passwd *pw = getpwnam(kuser);
 		if (!pw)
 			fatal("--kernel-user %s: no such user", kuser);
@@ -535,11 +591,28 @@ main(int argc, char **argv)
 		px.px_kngroups = sizeof(px.px_kgroups) / sizeof(px.px_kgroups[0]);
 		if (getgrouplist(kuser, pw->pw_gid, px.px_kgroups, &px.px_kngroups) < 0)
 			px.px_kngroups = 0;
+	}
+	if (uid_arg && !kuser) { /* a uid of its own, from the broker */
+		px.px_kuid = px.px_kgid = uid_arg;
+		px.px_kngroups = 0;
+	}
+	if ((c = sandbox_init(&px)) < 0)
+		fatal("context %s: cannot build the sandbox: %s", px.px_id, strerror(-c));
+	if (px.px_sandbox) {
+		/* the box sees this dir (bound into its hidden run dir), nothing else of ours */
+		px.px_kdir = xasprintf("%s/kernel", px.px_dir);
+		px.px_mplcache = xasprintf("%s/cache/matplotlib-%u", px.px_run_dir,
+					   (unsigned)px.px_kuid);
+	} else if (kuser) {
+		/*
+		 * The kernel runs as another user: its files live outside the run dir
+		 * (0700, ours) in a dir of its own under <run dir>.kernels (0711).
+		 */
 		char *root = xasprintf("%s.kernels", px.px_run_dir);
 		mkdir_p(root, 0711);
 		chmod(root, 0711);
 		px.px_kdir = xasprintf("%s/%s", root, px.px_id);
-		px.px_mplcache = xasprintf("%s/cache-%u", root, (unsigned)pw->pw_uid);
+		px.px_mplcache = xasprintf("%s/cache-%u", root, (unsigned)px.px_kuid);
 		free(root);
 	} else {
 		px.px_kdir = xstrdup(px.px_dir);
@@ -553,6 +626,12 @@ main(int argc, char **argv)
 			fatal("chown %s: %s", px.px_mplcache, strerror(errno));
 	}
 
+	/*
+	 * Output passes through in buffers of about a MiB: mapped, not taken from
+	 * the heap, so a flood's memory goes back to the system when it has
+	 * passed (glibc's adaptive threshold would keep up to 32 MiB ones).
+	 */
+	mallopt(M_MMAP_THRESHOLD, 256 << 10);
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGCHLD);
@@ -577,6 +656,7 @@ main(int argc, char **argv)
 	outq_flush(&px);
 	kernel_stop(&px);
 	limits_cleanup(&px);
+	sandbox_cleanup(&px);
 	nng_msleep(20); /* let the last replies leave */
 	nng_close(px.px_ipc);
 	zmq_ctx_term(px.px_zctx);

@@ -238,15 +238,6 @@ output_end(struct buf *b)
 	buf_append(b, end, sizeof(end) - 1);
 }
 
-static json_t *
-timestamp(void)
-{
-	char s[64];
-
-	iso_time(s);
-	return json_string(s);
-}
-
 /* Traceback lines joined with newlines; NUL characters survive. */
 static json_t *
 join_traceback(json_t *tb)
@@ -269,6 +260,33 @@ join_traceback(json_t *tb)
 }
 
 /*
+ * A stream message as lines of at most OUTPUT_LINE_TEXT bytes of text each,
+ * cut between UTF-8 characters: a kernel that sends 200 MB at once gives
+ * its client 200 lines it can parse one by one, not one line of 200 MB.
+ */
+static void
+stream_lines(struct buf *b, const char *type, const char *s, size_t n)
+{
+	char ts[64];
+	size_t at = 0;
+
+	iso_time(ts);
+	do {
+		size_t k = n - at > OUTPUT_LINE_TEXT ? OUTPUT_LINE_TEXT : n - at;
+		while (at + k < n && k > 0 && ((unsigned char)s[at + k] & 0xc0) == 0x80)
+			k--; /* s[at + k] continues a character: cut before it */
+		buf_append(b, "{\"type\":\"", 9);
+		buf_append(b, type, strlen(type));
+		buf_append(b, "\",\"text\":", 9);
+		output_json_string(b, s + at, k);
+		buf_append(b, ",\"timestamp\":\"", 14);
+		buf_append(b, ts, strlen(ts));
+		buf_append(b, "\"}\n", 3);
+		at += k;
+	} while (at < n);
+}
+
+/*
  * Maps one iopub message; returns whether it produced a line. Kernels that
  * show values as display_data (IRkernel) have them marked as main results.
  */
@@ -280,9 +298,8 @@ output_iopub(struct buf *b, const char *type, json_t *c, bool display_is_result)
 		json_t *text = json_object_get(c, "text");
 		if (!name || !json_is_string(text))
 			return false;
-		output_line(b, json_pack("{s:s, s:O, s:o}", "type",
-					 strcmp(name, "stderr") ? "stdout" : "stderr", "text",
-					 text, "timestamp", timestamp()));
+		stream_lines(b, strcmp(name, "stderr") ? "stdout" : "stderr",
+			     json_string_value(text), json_string_length(text));
 	} else if (!strcmp(type, "execute_result") || !strcmp(type, "display_data")) {
 		json_t *data = json_object_get(c, "data");
 		if (!json_is_object(data))

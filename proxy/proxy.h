@@ -8,6 +8,7 @@
 
 #include <sys/queue.h>
 #include <sys/types.h>
+#include <linux/filter.h>
 
 #include <jansson.h>
 
@@ -17,9 +18,11 @@
 #define KERNEL_START_MS 60000
 /* defaults of --interrupt-retry and --interrupt-grace */
 #define INTERRUPT_RETRY_MS 1000
+#define HB_DEAD_MS 20000 /* an idle kernel silent on its heartbeat this long is dead */
 #define INTERRUPT_GRACE_MS 3000
 #define MAX_RESUBMIT 3
 #define OUTPUT_CHUNK (1u << 20) /* most NDJSON bytes in one OUTPUT message */
+#define OUTPUT_LINE_TEXT (1u << 20) /* most bytes of stream text in one NDJSON line */
 #define IOPUB_QUIET_MS 5000 /* reply in, idle missing, iopub silent: output lost */
 /*
  * Output of a unit's first milliseconds is held (up to OUTPUT_CHUNK) so that
@@ -27,7 +30,8 @@
  * response; after that, output is handed on as it comes.
  */
 #define OUTPUT_HOLD_MS 10
-#define WIRE_MAX_FRAME (256LL << 20) /* larger kernel frames are dropped by libzmq */
+#define IOPUB_HWM 16 /* kernel messages queued here, for kernels that wait (NODROP) */
+#define WIRE_MAX_FRAME (64LL << 20) /* larger kernel frames are dropped by libzmq */
 
 /* One execution unit: [set env] + code + [restore env]. */
 struct unit {
@@ -95,6 +99,23 @@ struct proxy {
 	uint64_t px_interrupt_grace_ms; /* ... and this long after the first, a restart */
 	unsigned long long px_oom_seen;
 
+	/* the sandbox (sandbox.c); px_kpid is then the box's init */
+	bool px_sandbox;
+	bool px_sb_isolated;    /* --isolation context: a uid of its own */
+	bool px_sb_net_none;    /* own network namespace, loopback only */
+	uid_t px_sb_uid_first, px_sb_uid_last;
+	uint64_t px_sb_pids;    /* pids.max; 0 = no limit */
+	uint64_t px_sb_tmp_size;
+	char *px_sb_tmp_opts;
+	char *px_sb_pids_cg;    /* the box's pids cgroup dir, or NULL */
+	char *px_sb_cover[8], *px_sb_keep[8]; /* hidden paths; paths shown again */
+	int px_sb_ncover, px_sb_nkeep;
+	struct sock_fprog px_sb_prog;
+	int px_sb_sock;         /* the init's status reports; -1 = none */
+	bool px_sb_own_ws;      /* px_cwd is this context's own workspace */
+	bool px_shutdown;       /* the broker ended the context (SHUTDOWN) */
+	pid_t px_kshown;        /* the kernel process itself (operators, signals) */
+
 	nng_socket px_ipc;
 	int px_ipc_fd, px_ipc_sendfd;
 	int px_evfd;         /* nng pipe events land here */
@@ -102,7 +123,7 @@ struct proxy {
 	struct msgq px_outq;
 
 	void *px_zctx;
-	void *px_shell, *px_control, *px_iopub, *px_hb;
+	void *px_shell, *px_control, *px_iopub, *px_hb, *px_stdin;
 	char px_key[65];
 	char px_session[37];
 	char px_kinfo_id[40];
@@ -111,6 +132,7 @@ struct proxy {
 	enum kstate px_kstate;
 	uint64_t px_kstarted_at, px_kinfo_at;
 	uint64_t px_hb_sent, px_hb_ok;
+	uint64_t px_hb_dead_ms; /* --heartbeat-timeout: an idle kernel silent this long is dead */
 	uint64_t px_iopub_at; /* last message of any kind on iopub */
 	char *px_iopub_ep;    /* to connect iopub again after libzmq dropped it */
 	int px_start_failures;
@@ -135,6 +157,15 @@ void limits_apply_child(struct proxy *px, const char *procs_path);
 bool limits_oom_killed(struct proxy *px);
 void limits_cleanup(struct proxy *px);
 
+/* sandbox.c */
+int sandbox_init(struct proxy *px);
+int sandbox_network(struct proxy *px);
+int sandbox_spawn(struct proxy *px, const char *exe, char **argv, char **envp);
+int sandbox_status(struct proxy *px, int status);
+void sandbox_reaped(struct proxy *px);
+void sandbox_cleanup(struct proxy *px);
+json_t *sandbox_json(struct proxy *px);
+
 /* kernel.c */
 int kernel_start(struct proxy *px);
 void kernel_stop(struct proxy *px);
@@ -145,6 +176,7 @@ void kernel_reaped(struct proxy *px, int status);
 void kernel_tick(struct proxy *px, uint64_t now);
 void kernel_on_shell(struct proxy *px, struct jmsg *jm);
 void kernel_on_iopub(struct proxy *px, struct jmsg *jm);
+void kernel_on_stdin(struct proxy *px, struct jmsg *jm);
 int kernel_execute(struct proxy *px, const char *code, bool silent, char msgid[40]);
 int kernel_probe(struct proxy *px, char msgid[40]); /* a kernel_info_request on shell */
 

@@ -39,6 +39,8 @@ import sys
 # A DataFrame with more cells than this gets no `e2b/data` (its text and HTML
 # still come): the JSON would be large enough to stall or exceed a message.
 MAX_DATA_CELLS = 1_000_000
+# Characters of stdout or stderr in one kernel message, at most (about).
+FLUSH_AT = 1 << 20
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 UNKNOWN = {"type": "unknown", "title": None, "elements": []}
 
@@ -102,6 +104,8 @@ def _install(ip):
     disp.formatters["application/json"].for_type(dict, plain_json)
 
     ip.set_custom_exc((KeyboardInterrupt,), _interrupted)
+    _capture_fds()
+    _iopub_flow_control(ip)
 
     sys.meta_path.insert(
         0,
@@ -127,6 +131,83 @@ def _interrupted(shell, etype, value, tb, tb_offset=None):
     stb = [s.rstrip("\n") for s in traceback.format_exception(etype, value, tb)]
     shell._showtraceback(etype, value, stb)
     return stb
+
+
+def _capture_fds():
+    """Output written to fds 1 and 2 (os.write, subprocesses) reaches the
+    streams through a pipe of ours. ipykernel's own reader thread decodes
+    each 1000-byte read as strict UTF-8, so one undecodable byte (or a
+    character cut by the read) kills it: later fd output is lost and a writer
+    of more than a pipe's worth blocks for good. Ours decodes incrementally,
+    replacing what is not UTF-8 with U+FFFD, and never stops draining.
+    ipykernel's thread is left blocked on its old pipe, which nobody writes.
+
+    A str that cannot be encoded (a lone surrogate) is refused at write(), as
+    a UTF-8 terminal refuses it, instead of failing later in the kernel's
+    sending thread with a long internal traceback and the output lost. And
+    the stream is flushed each FLUSH_AT characters, so no kernel message
+    grows with the output (ipykernel sends what 0.2 s gathered as one)."""
+    import threading
+
+    from ipykernel.iostream import OutStream
+
+    for fd, stream in ((1, sys.stdout), (2, sys.stderr)):
+        if not isinstance(stream, OutStream) or not hasattr(stream, "watch_fd_thread"):
+            continue
+        r, w = os.pipe()
+        os.dup2(w, fd)  # fd stays inheritable: subprocesses write to it
+        os.close(w)
+        threading.Thread(
+            target=_pump, args=(r, stream), name="sandcell-fd%d" % fd, daemon=True
+        ).start()
+
+    write = OutStream.write
+
+    def bounded_write(self, string):
+        if isinstance(string, str) and not string.isascii():
+            string.encode("utf-8")  # UnicodeEncodeError: surrogates not allowed
+        if len(string) <= FLUSH_AT:
+            n = write(self, string)
+            if self._buffer.tell() >= FLUSH_AT:
+                self.flush()
+            return n
+        for i in range(0, len(string), FLUSH_AT):
+            write(self, string[i : i + FLUSH_AT])
+            self.flush()
+        return len(string)
+
+    OutStream.write = bounded_write
+
+
+def _iopub_flow_control(ip):
+    """A PUB socket drops what its subscriber cannot take yet; with NODROP
+    the kernel's sending thread waits instead. sandcell's proxy then bounds
+    what it queues (it sets a receive high-water mark for kernels that run
+    this profile), and a flood of output slows the code that makes it rather
+    than filling the proxy's memory. Set on the socket's own thread."""
+    import zmq
+
+    thread = getattr(getattr(ip, "kernel", None), "iopub_thread", None)
+    sock = getattr(thread, "socket", None)
+    if sock is not None:
+        thread.schedule(lambda: sock.setsockopt(zmq.XPUB_NODROP, 1))
+
+
+def _pump(fd, stream):
+    import codecs
+
+    decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            return
+        if not data:
+            return
+        try:
+            stream.write(decode(data))
+        except Exception:  # a closed stream at shutdown: keep draining
+            pass
 
 
 def _quietly(fallback):

@@ -24,7 +24,7 @@
 #define CANCEL_RUNS 20
 
 static const char *const sections[] = {"raw",    "latency", "throughput", "contexts", "streaming",
-                                       "memory", "cancel",  "ipc",        NULL};
+                                       "memory", "cancel",  "ipc",        "sandbox", NULL};
 
 static int
 cmp_double(const void *a, const void *b)
@@ -772,6 +772,11 @@ main(int argc, char **argv)
 		watch_start(&w);
 		ipc_bench();
 		watch_end(&w, "ipc");
+	}
+	if (want(only, "sandbox")) {
+		watch_start(&w);
+		box_bench();
+		watch_end(&w, "sandbox");
 	}
 	if (foreign[0])
 		table_note(

@@ -110,6 +110,9 @@ void load_bench_throughput(const struct broker *b);
 void load_bench_contexts(void);
 void load_bench_memory(void);
 
+/* box.c: (9) the sandbox against --no-sandbox */
+void box_bench(void);
+
 /* ipc.c: (8) one broker-proxy hop, nng against a plain socket */
 void ipc_bench(void);
 int ipc_echo_main(const char *where);

@@ -249,11 +249,11 @@ Test(admission, env_key_that_is_not_a_name_is_400, .timeout = 30)
 Test(admission, queued_request_whose_client_left_never_runs, .timeout = 60)
 {
 	char *id = fresh();
-	char path[128], code[256];
+	char path[512], code[1024]; /* in the workspace, the default cwd: seen from here too */
 	struct bg a = {.ctx = id, .code = "import time\ntime.sleep(3)", .timeout_ms = 30000};
 	long st;
 
-	snprintf(path, sizeof(path), "/tmp/sandcell-never-%d", (int)getpid());
+	snprintf(path, sizeof(path), "%s.work/sandcell-never-%d", test_run_dir(), (int)getpid());
 	unlink(path);
 	snprintf(code, sizeof(code), "open('%s', 'w').write('ran')", path);
 	bg_start(&a);
@@ -274,12 +274,12 @@ Test(admission, queued_request_whose_client_left_never_runs, .timeout = 60)
 Test(admission, client_gone_before_the_response_head_is_cancelled, .timeout = 60)
 {
 	char *id = fresh();
-	char path[128], code[256], req[1024];
+	char path[512], code[1024], req[2048]; /* in the workspace: seen from here too */
 	json_t *body;
 	char *js;
 	int fd;
 
-	snprintf(path, sizeof(path), "/tmp/sandcell-parked-%d", (int)getpid());
+	snprintf(path, sizeof(path), "%s.work/sandcell-parked-%d", test_run_dir(), (int)getpid());
 	unlink(path);
 	snprintf(code, sizeof(code), "import time\ntime.sleep(2)\nopen('%s', 'w').write('ran')",
 		 path);

@@ -670,6 +670,7 @@ Test(startup, bad_numbers_exit_2_naming_the_flag_or_variable, .timeout = 120)
 	    {"sandcell-broker", NULL, "--pool python=lots", "--pool"},
 	    {"sandcell-broker", NULL, "--interrupt-retry 1.5x", "--interrupt-retry"},
 	    {"sandcell-broker", NULL, "--interrupt-grace 0", "--interrupt-grace"},
+	    {"sandcell-broker", NULL, "--heartbeat-timeout 20x", "--heartbeat-timeout"},
 	    {"sandcell-broker", "SANDCELL_MAX_BODY=16Q", "", "SANDCELL_MAX_BODY"},
 	    {"sandcell-broker", "SANDCELL_GRACE=-1", "", "SANDCELL_GRACE"},
 	    {"sandcell-broker", "SANDCELL_KEEP_CONTEXTS=maybe", "", "SANDCELL_KEEP_CONTEXTS"},

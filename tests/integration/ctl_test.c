@@ -78,9 +78,14 @@ Test(ctl, contexts_show_live_state, .timeout = 60)
 	cr_assert(json_integer_value(json_object_get(c, "kernel_pid")) > 0);
 	cr_assert(json_integer_value(json_object_get(c, "proxy_pid")) > 0);
 	cr_assert(json_integer_value(json_object_get(c, "kernel_rss_bytes")) > 1 << 20);
+	json_t *box = json_object_get(c, "sandbox");
+	cr_assert(json_is_true(json_object_get(box, "enabled")), "no sandbox shown");
+	char uid[32];
+	snprintf(uid, sizeof(uid), "  %lld  ", (long long)json_integer_value(json_object_get(box, "uid")));
 	json_decref(a);
 	cr_assert_eq(ctl(&out, "contexts"), 0);
 	cr_assert(strstr(out, id) && strstr(out, "LANGUAGE"), "%s", out);
+	cr_assert(strstr(out, "shared") && strstr(out, uid), "no box in: %s", out);
 	free(out);
 	/* the same live state over HTTP */
 	char path[128];
@@ -253,6 +258,65 @@ Test(ctl, run_on_a_draining_broker_fails_like_execute, .fini = undrain, .timeout
 	json_decref(l);
 	cr_assert_neq(access(path, F_OK), 0, "the refused run never ran");
 	free(id);
+}
+
+/* GET /ready answers *arg (an HTTP status). */
+static bool
+ready_is(void *arg)
+{
+	struct resp r = {0};
+	bool ok = http(URL, "GET", "/ready", NULL, &r, 5) == 0 && r.r_status == *(long *)arg;
+
+	resp_free(&r);
+	return ok;
+}
+
+static int
+wait_ready(long status, long timeout_ms)
+{
+	return wait_until(ready_is, &status, timeout_ms);
+}
+
+Test(ctl, ready_is_503_while_draining_and_200_after_undrain, .fini = undrain, .timeout = 90)
+{
+	struct resp r;
+	char *out;
+
+	/* the default contexts (python; javascript with Deno) answer */
+	cr_assert_eq(wait_ready(200, 30000), 0, "ready once the default contexts answer");
+	cr_assert_eq(ctl(&out, "drain"), 0, "%s", out);
+	free(out);
+	cr_assert_eq(http(URL, "GET", "/ready", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 503, "not ready while draining: %s", r.r_body);
+	cr_assert(strstr(r.r_body, "draining"), "%s", r.r_body);
+	resp_free(&r);
+	cr_assert_eq(http(URL, "GET", "/health", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 200, "still alive while draining");
+	resp_free(&r);
+	cr_assert_eq(ctl(&out, "undrain"), 0, "%s", out);
+	free(out);
+	cr_assert_eq(http(URL, "GET", "/ready", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 200, "ready again after undrain: %s", r.r_body);
+	resp_free(&r);
+}
+
+Test(ctl, ready_is_503_while_the_default_kernel_restarts, .timeout = 90)
+{
+	cr_assert_eq(wait_ready(200, 30000), 0);
+	/* the kernel's pid as the host sees it: inside its sandbox it is another */
+	json_t *a = ctl_json("contexts"), *c;
+	pid_t pid = 0;
+	size_t i;
+	json_array_foreach(a, i, c)
+		if (json_is_true(json_object_get(c, "default")) &&
+		    !strcmp(json_string_value(json_object_get(c, "language")), "python"))
+			pid = json_integer_value(json_object_get(c, "kernel_pid"));
+	json_decref(a);
+	cr_assert(pid > 0, "no default python context");
+	cr_assert_eq(kill(pid, SIGKILL), 0, "kill the default kernel %d", (int)pid);
+	/* the restart takes ~0.5 s: readiness goes down, then comes back */
+	cr_assert_eq(wait_ready(503, 10000), 0, "not ready while the default kernel restarts");
+	cr_assert_eq(wait_ready(200, 30000), 0, "ready once the new kernel answers");
 }
 
 Test(ctl, run_obeys_max_queue, .timeout = 90)

@@ -395,9 +395,9 @@ Test(data, unserialisable_dict_gives_no_json, .timeout = 30)
 
 Test(data, pil_save_writes_the_file_and_displays_it, .timeout = 90)
 {
-	char path[128], code[512];
+	char path[512], code[1024]; /* in the workspace: seen from here too */
 
-	snprintf(path, sizeof(path), "/tmp/sandcell-data-test-%d.png", (int)getpid());
+	snprintf(path, sizeof(path), "%s.work/sandcell-data-test-%d.png", test_run_dir(), (int)getpid());
 	unlink(path);
 	snprintf(code, sizeof(code),
 		 "from PIL import Image\nImage.new('RGB', (8, 8), 'red').save('%s')", path);
@@ -466,6 +466,76 @@ Test(data, startup_leaves_the_namespace_clean, .timeout = 90)
 	l = run_quiet(id, "import sys\n"
 			  "[m for m in ('pandas', 'matplotlib', 'PIL') if m in sys.modules]");
 	cr_assert_str_eq(result_text(l), "[]", "nothing heavy is imported at start-up");
+	json_decref(l);
+	free(id);
+}
+
+/* Characters of all stdout lines (NUL included). */
+static size_t
+stdout_chars(json_t *l)
+{
+	size_t n = 0;
+	json_t *o;
+
+	for (int i = 0; (o = line_of(l, "stdout", i)); i++)
+		n += json_string_length(json_object_get(o, "text"));
+	return n;
+}
+
+/*
+ * ipykernel's fd-capture thread died on the first byte that is not UTF-8:
+ * fd output (os.write, subprocesses) was lost from then on, and a writer of
+ * more than a pipe's worth blocked for good.
+ */
+Test(data, invalid_utf8_on_fd_1_arrives_replaced_and_fd_output_goes_on, .timeout = 90)
+{
+	char *id = context_new(URL, "python", NULL);
+	json_t *l = run_quiet(id, "import os, subprocess\nos.write(1, b'bad:\\xff\\xfe\\n')");
+	char *out = stdout_of(l);
+
+	cr_assert_str_eq(out, "bad:\xef\xbf\xbd\xef\xbf\xbd\n", "undecodable bytes as U+FFFD");
+	free(out);
+	json_decref(l);
+	l = run_quiet(id, "os.system('echo sys')\nsubprocess.run(['echo', 'sub'])\n"
+			  "os.write(1, b'w\\n')");
+	out = stdout_of(l);
+	cr_assert_str_eq(out, "sys\nsub\nw\n");
+	free(out);
+	json_decref(l);
+	/* a character cut between two writes is joined, not replaced */
+	l = run(URL, id, "os.write(2, b'e\\xc3'); os.write(2, b'\\xa9\\n'); None");
+	char err[64] = "";
+	json_t *se;
+	for (int i = 0; (se = line_of(l, "stderr", i)); i++)
+		strncat(err, str_at(se, "text"), sizeof(err) - strlen(err) - 1);
+	cr_assert_str_eq(err, "e\xc3\xa9\n");
+	json_decref(l);
+	l = run(URL, id, "subprocess.run(['head', '-c', '300000', '/dev/zero']).returncode");
+	cr_assert_str_eq(result_text(l), "0", "more than a pipe's worth is drained");
+	cr_assert_eq(stdout_chars(l), 300000);
+	json_decref(l);
+	free(id);
+}
+
+/* A str the stream cannot encode fails at the print, as on a UTF-8 terminal. */
+Test(data, lone_surrogate_is_a_short_encoding_error, .timeout = 60)
+{
+	char *id = context_new(URL, "python", NULL);
+	json_t *l = run(URL, id, "print('\\ud800')");
+	json_t *e = line_of(l, "error", 0);
+
+	cr_assert_not_null(e, "no error");
+	cr_assert_str_eq(str_at(e, "name"), "UnicodeEncodeError");
+	cr_assert(strstr(str_at(e, "value"), "surrogates not allowed"), "%s", str_at(e, "value"));
+	cr_assert(strlen(str_at(e, "traceback")) < 2000, "a %zu-byte traceback",
+		  strlen(str_at(e, "traceback")));
+	cr_assert_null(line_of(l, "stderr", 0), "stderr: %s",
+		       str_at(line_of(l, "stderr", 0), "text"));
+	json_decref(l);
+	l = run_quiet(id, "print('ok')");
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "ok\n");
+	free(out);
 	json_decref(l);
 	free(id);
 }

@@ -277,13 +277,45 @@ Test(faults, sigterm_drains_running_executions, .fini = priv_stop, .timeout = 90
 	json_t *refused = execute(b->b_url, "{\"code\":\"1\"}", &st, 5000);
 	cr_assert_null(refused);
 	cr_assert_eq(st, 503, "new executions are refused while draining");
+	struct resp r;
+	cr_assert_eq(http(b->b_url, "GET", "/ready", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 503, "not ready while draining: %s", r.r_body);
+	resp_free(&r);
 	bg_join(&run1);
 	char *out = stdout_of(run1.lines);
 	cr_assert_str_eq(out, "started\nfinished\n", "the running execution completed");
 	free(out);
 	json_decref(run1.lines);
-	cr_assert_eq(wait_pid_gone(b->b_pid, 5000), 0, "the broker stopped once drained");
+	int status = -1;
+	cr_assert_eq(wait_pid_exit(b->b_pid, &status, 5000), 0, "the broker stopped once drained");
 	b->b_pid = 0;
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "a drained stop exits 0 (status 0x%x)", status);
+}
+
+Test(faults, sigterm_stops_at_the_grace_and_exits_0, .fini = priv_stop, .timeout = 90)
+{
+	struct broker *b = &priv;
+	const char *args[] = {"--grace", "2", NULL};
+	int status = -1;
+
+	cr_assert_eq(broker_start(b, args), 0);
+	struct bg run1 = {.base = b->b_url};
+	run1.code = started_code("import time\ntime.sleep(60)");
+	bg_start(&run1);
+	cr_assert_eq(bg_wait_stdout(&run1, 10000), 0, "the code never started");
+	double t0 = ms_now();
+	kill(b->b_pid, SIGTERM);
+	cr_assert_eq(wait_pid_exit(b->b_pid, &status, 20000), 0, "the broker never stopped");
+	double took = ms_since(t0);
+	b->b_pid = 0;
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "a stop at the end of the grace exits 0 (status 0x%x)", status);
+	cr_assert(took >= 2000 && took < 5000, "stopped %.0f ms after SIGTERM, grace 2 s", took);
+	bg_join(&run1);
+	cr_assert_str_eq(error_name(run1.lines), "ServerStopping",
+			 "the cut execution ends with an error line");
+	json_decref(run1.lines);
 }
 
 Test(faults, memory_limit_kills_or_refuses_only_that_kernel, .fini = priv_stop, .timeout = 90)

@@ -568,7 +568,8 @@ broker_stop(struct broker *b)
 		broker_kill_proxies(b->b_run_dir); /* whatever a test left running */
 	if (b->b_run_dir[0]) {
 		char cmd[300];
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", b->b_run_dir);
+		/* and the sandbox's default workspace beside it */
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s.work'", b->b_run_dir, b->b_run_dir);
 		if (system(cmd) != 0)
 			fprintf(stderr, "could not remove %s\n", b->b_run_dir);
 		if (sanitizer_reports(b->b_log)) {
@@ -727,6 +728,27 @@ int
 wait_pid_gone(pid_t pid, long timeout_ms)
 {
 	return wait_until(pid_gone, &pid, timeout_ms);
+}
+
+struct pid_exit {
+	pid_t pe_pid;
+	int *pe_status;
+};
+
+static bool
+pid_exited(void *arg)
+{
+	struct pid_exit *pe = arg;
+
+	return waitpid(pe->pe_pid, pe->pe_status, WNOHANG) == pe->pe_pid;
+}
+
+int
+wait_pid_exit(pid_t pid, int *status, long timeout_ms)
+{
+	struct pid_exit pe = {pid, status};
+
+	return wait_until(pid_exited, &pe, timeout_ms);
 }
 
 int

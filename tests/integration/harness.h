@@ -115,6 +115,8 @@ double metric_value(const char *base, const char *series);
 int wait_metric(const char *base, const char *series, double min, long timeout_ms);
 /* A process is gone (not even a zombie of ours). */
 int wait_pid_gone(pid_t pid, long timeout_ms);
+/* A child of ours has exited; its wait status goes to *status. */
+int wait_pid_exit(pid_t pid, int *status, long timeout_ms);
 /* sandcellctl against a run dir (NULL: the shared broker's); its exit status,
  * its stdout and stderr in *out (caller frees) when out is not NULL. */
 int ctl_run(const char *run_dir, char **out, const char *fmt, ...)

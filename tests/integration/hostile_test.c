@@ -96,7 +96,7 @@ health_is(void *arg)
 	return ok;
 }
 
-Test(hostile, access_token_guards_every_endpoint_but_health, .fini = priv_stop, .timeout = 60)
+Test(hostile, access_token_guards_every_endpoint_but_the_probes, .fini = priv_stop, .timeout = 60)
 {
 	struct broker *b = &priv;
 	char path[] = "/tmp/sandcell-token-XXXXXX";
@@ -110,6 +110,9 @@ Test(hostile, access_token_guards_every_endpoint_but_health, .fini = priv_stop, 
 	cr_assert_eq(broker_start(b, args), 0);
 	cr_assert_eq(http(b->b_url, "GET", "/health", NULL, &r, 5), 0);
 	cr_assert_eq(r.r_status, 200);
+	resp_free(&r);
+	cr_assert_eq(http(b->b_url, "GET", "/ready", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 200, "a readiness probe sends no token: %s", r.r_body);
 	resp_free(&r);
 	static const char *const guarded[][2] = {
 		{"GET", "/contexts"}, {"POST", "/execute"}, {"GET", "/metrics"},

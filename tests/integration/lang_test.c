@@ -13,7 +13,10 @@
 #include "harness.h"
 
 #define GLOBAL_VALUE "g l\"o'b$al \xc3\xa9"
-HARNESS_SHARED_BROKER("--no-default-context", "--env", "SC_GLOBAL=" GLOBAL_VALUE);
+#ifndef LANG_BROKER_ARGS /* lang_isolated_test.c runs these again with its own */
+#define LANG_BROKER_ARGS "--no-default-context"
+#endif
+HARNESS_SHARED_BROKER(LANG_BROKER_ARGS, "--env", "SC_GLOBAL=" GLOBAL_VALUE);
 
 #define URL test_url()
 

@@ -328,6 +328,40 @@ Test(output_iopub, stream_stdout_and_stderr_become_lines_with_a_utc_microsecond_
 	}
 }
 
+/* 2.5 MiB of "é" (2 bytes each, so a cut at 1 MiB could split one) */
+Test(output_iopub, a_huge_stream_text_becomes_bounded_lines_cut_between_characters)
+{
+	size_t n = (5u << 19) / 2 * 2 + 1;
+	char *text = malloc(n + 1);
+	for (size_t i = 0; i + 1 < n; i += 2)
+		memcpy(text + i, "\xc3\xa9", 2);
+	text[n - 1] = 'x'; /* odd length: the 1 MiB mark falls inside a character */
+	text[n] = '\0';
+	json_t *c = json_pack("{s:s, s:s%}", "name", "stdout", "text", text, n);
+	struct buf b = {0};
+
+	cr_assert(output_iopub(&b, "stream", c, false));
+	json_t *lines = lines_of(&b);
+	cr_assert_eq(json_array_size(lines), 3, "%zu lines", json_array_size(lines));
+	struct buf all = {0};
+	json_t *l;
+	size_t i;
+	json_array_foreach(lines, i, l)
+	{
+		json_t *t = json_object_get(l, "text");
+		cr_assert_str_eq(str_of(l, "type"), "stdout");
+		cr_assert_leq(json_string_length(t), OUTPUT_LINE_TEXT);
+		buf_append(&all, json_string_value(t), json_string_length(t));
+	}
+	cr_assert_eq(buf_pending(&all), n);
+	cr_assert(!memcmp(buf_head(&all), text, n), "the lines do not add up to the text");
+	buf_free(&all);
+	buf_free(&b);
+	json_decref(lines);
+	json_decref(c);
+	free(text);
+}
+
 Test(output_iopub, a_stream_without_a_name_or_string_text_produces_nothing)
 {
 	static const char *contents[] = {

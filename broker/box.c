@@ -1,0 +1,193 @@
+/*
+ * box.c — the broker's side of the kernels' sandbox (built by each proxy,
+ * proxy/sandbox.c): can this machine build it, the shared workspace, what the
+ * proxies are told, and what an operator sees of a context's box.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "broker.h"
+
+static bool
+has_controller(const char *name)
+{
+	char *v1 = xasprintf("/sys/fs/cgroup/%s", name), buf[256] = "";
+	struct stat st;
+	bool ok = stat(v1, &st) == 0 && S_ISDIR(st.st_mode);
+	int fd;
+
+	free(v1);
+	if (!ok && (fd = open("/sys/fs/cgroup/cgroup.controllers", O_RDONLY | O_CLOEXEC)) >= 0) {
+		ssize_t n = read(fd, buf, sizeof(buf) - 1);
+		buf[n > 0 ? n : 0] = '\0';
+		ok = strstr(buf, name) != NULL;
+		close(fd);
+	}
+	return ok;
+}
+
+/*
+ * Whether kernels can be boxed here: root, namespaces, seccomp. On failure
+ * err says what is missing. Limits the cgroups cannot give are turned off
+ * with a warning (pids) rather than refused.
+ */
+int
+box_check(char *err, size_t errsz)
+{
+	int status;
+	pid_t pid;
+
+	if (geteuid() != 0) {
+		snprintf(err, errsz, "the sandbox needs root (it creates namespaces and cgroups "
+				     "and runs kernels as unprivileged uids); run the broker as "
+				     "root, or pass --no-sandbox to run kernels unboxed");
+		return -EPERM;
+	}
+	if (prctl(PR_GET_SECCOMP, 0, 0, 0, 0) < 0) {
+		snprintf(err, errsz, "the kernel has no seccomp filters (%s); pass --no-sandbox "
+				     "to run kernels unboxed", strerror(errno));
+		return -ENOTSUP;
+	}
+	if ((pid = fork()) == 0)
+		_exit(unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
+			      CLONE_NEWNET) < 0
+			  ? errno
+			  : 0);
+	if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
+	    WEXITSTATUS(status)) {
+		snprintf(err, errsz, "cannot create namespaces (unshare: %s); pass --no-sandbox "
+				     "to run kernels unboxed",
+			 pid > 0 && WIFEXITED(status) ? strerror(WEXITSTATUS(status)) : "failed");
+		return -ENOTSUP;
+	}
+	if (sv.sv_kernel_pids && strcmp(sv.sv_kernel_pids, "0") && !has_controller("pids")) {
+		log_warn("sandbox: no pids cgroup controller: no process limit per context");
+		sv.sv_kernel_pids = "0";
+	}
+	if (sv.sv_kernel_memory && !sv.sv_kernel_cgroup && !has_controller("memory"))
+		log_warn("sandbox: no memory cgroup controller: --kernel-memory is RLIMIT_DATA "
+			 "(Deno cannot start under it)");
+	return 0;
+}
+
+/* The first uid of --kernel-uid-range: the kernels' uid in shared isolation. */
+unsigned
+box_uid(void)
+{
+	unsigned a = 0, b = 0;
+
+	sscanf(sv.sv_uid_range, "%u-%u", &a, &b);
+	return a;
+}
+
+/*
+ * The shared workspace, the contexts' default cwd: <run dir>.work, owned by
+ * the kernels' uid (the broker's own home is no place for them).
+ */
+const char *
+box_workspace(void)
+{
+	static char *dir;
+	int rc;
+
+	if (dir)
+		return dir;
+	dir = xasprintf("%s.work", sv.sv_run_dir);
+	if ((rc = mkdir_p(dir, 0755)) < 0)
+		fatal("workspace %s: %s", dir, strerror(-rc));
+	if (!sv.sv_isolated && !sv.sv_kernel_user && chown(dir, box_uid(), box_uid()) < 0)
+		fatal("workspace %s: chown: %s", dir, strerror(errno));
+	/* isolated: root's, or the context holding the first uid could rename the others' */
+	if (sv.sv_isolated && (chown(dir, 0, 0) < 0 || chmod(dir, 0711) < 0))
+		fatal("workspace %s: chown/chmod: %s", dir, strerror(errno));
+	return dir;
+}
+
+/*
+ * --isolation context: a uid of the range no live context holds and, when the
+ * context was given no cwd, a workspace of its own (<workspace>/<id>, 0700,
+ * its uid's). The workspace root is 0711: no context lists the others.
+ */
+int
+box_isolate(struct context *c, char *err, size_t errsz)
+{
+	unsigned a = 0, b = 0, uid;
+	struct context *o;
+	bool used = true;
+
+	if (!sv.sv_sandbox || !sv.sv_isolated || sv.sv_kernel_user)
+		return 0;
+	sscanf(sv.sv_uid_range, "%u-%u", &a, &b);
+	for (uid = a; uid <= b && used; uid += used) {
+		used = false;
+		TAILQ_FOREACH(o, &sv.sv_contexts, c_link)
+			used |= o != c && o->c_uid == uid;
+	}
+	if (used) {
+		snprintf(err, errsz, "no free uid in --kernel-uid-range %s", sv.sv_uid_range);
+		return -EAGAIN;
+	}
+	c->c_uid = uid;
+	if (strcmp(c->c_cwd, sv.sv_cwd))
+		return 0;
+	char *ws = xasprintf("%s/%s", sv.sv_cwd, c->c_id);
+	if (mkdir(ws, 0700) < 0 || chown(ws, uid, uid) < 0) {
+		snprintf(err, errsz, "workspace %s: %s", ws, strerror(errno));
+		free(ws);
+		return -EIO;
+	}
+	free(c->c_cwd);
+	c->c_cwd = ws;
+	c->c_own_ws = true;
+	return 0;
+}
+
+/* The proxy's sandbox flags, appended to argv at *n. */
+void
+box_args(struct context *c, const char **argv, int *n)
+{
+	static char uid[16];
+
+	if (!sv.sv_sandbox)
+		return;
+	if (c->c_uid) {
+		snprintf(uid, sizeof(uid), "%u", c->c_uid); /* execv copies it at once */
+		argv[(*n)++] = "--uid";
+		argv[(*n)++] = uid;
+	}
+	if (c->c_own_ws)
+		argv[(*n)++] = "--own-workspace";
+	argv[(*n)++] = "--sandbox";
+	argv[(*n)++] = "--uid-range";
+	argv[(*n)++] = sv.sv_uid_range;
+	argv[(*n)++] = "--isolation";
+	argv[(*n)++] = sv.sv_isolated ? "context" : "shared";
+	argv[(*n)++] = "--network";
+	argv[(*n)++] = sv.sv_kernel_network;
+	argv[(*n)++] = "--pids";
+	argv[(*n)++] = sv.sv_kernel_pids;
+	argv[(*n)++] = "--tmp-size";
+	argv[(*n)++] = sv.sv_kernel_tmp;
+}
+
+/* What the proxy of slot wrote of its box in its state file; NULL if nothing. */
+json_t *
+box_json(const char *slot)
+{
+	char *path = xasprintf("%s/ctx/%s/state.json", sv.sv_run_dir, slot);
+	json_t *st = json_load_file(path, 0, NULL), *box = NULL;
+
+	free(path);
+	if (json_is_object(json_object_get(st, "sandbox")))
+		box = json_incref(json_object_get(st, "sandbox"));
+	json_decref(st);
+	return box;
+}

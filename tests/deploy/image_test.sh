@@ -1,0 +1,130 @@
+#!/bin/sh
+# make test-image: runs the image sandcell:latest with podman as a pod would run
+# it (its own network namespace, the address moved by SANDCELL_LISTEN, a
+# read-only root with a writable /home/user and /tmp, the image's own user, no
+# capabilities, no privilege escalation) and checks it from outside: one
+# execution per language, the E2B SDK test against it, /ready before and
+# during a drain, and `podman stop` ending it within the grace with exit
+# status 0. Prints "N passed, M failed".
+#   PODMAN_RUN_FLAGS  default: Debian's runc, ulimits at or below the host's
+set -u
+cd "$(dirname "$0")/../.."
+: "${PODMAN_RUN_FLAGS=--runtime runc --ulimit nofile=1024:1024 --ulimit nproc=4096:4096}"
+image=${SANDCELL_IMAGE:-localhost/sandcell:latest}
+grace=5
+name=sandcell-test-$$
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+url=http://127.0.0.1:$port
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok - $1"; }
+notok() { failed=$((failed + 1)); echo "not ok - $1"; }
+check() { # check NAME COMMAND...
+	n=$1
+	shift
+	if "$@"; then ok "$n"; else notok "$n"; fi
+}
+cleanup() {
+	podman rm -f -t 0 "$name" >/dev/null 2>&1
+	rm -f "/tmp/$name".*
+}
+trap cleanup EXIT INT TERM
+
+# until /path answers STATUS or SECONDS pass
+wait_status() {
+	i=0
+	while [ "$i" -lt $(($3 * 10)) ]; do
+		[ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$url$1")" = "$2" ] && return 0
+		sleep 0.1
+		i=$((i + 1))
+	done
+	return 1
+}
+
+# shellcheck disable=SC2086 # PODMAN_RUN_FLAGS is a list of flags
+podman run -d --name "$name" $PODMAN_RUN_FLAGS --read-only --cap-drop ALL \
+	--security-opt no-new-privileges --tmpfs /home/user:rw,mode=0755,U \
+	-p "127.0.0.1:$port:5000" -e SANDCELL_LISTEN=0.0.0.0:5000 "$image" --grace "$grace" \
+	>/dev/null || { notok "podman run $image"; echo "$passed passed, $failed failed"; exit 1; }
+if wait_status /health 200 60; then
+	ok "the container answers /health"
+else
+	notok "the container answers /health on SANDCELL_LISTEN's port 5000 (the broker says: $(podman logs "$name" 2>&1 | grep -m 1 -o 'listening on [^ ]*'))"
+	podman logs --tail 20 "$name" 2>&1
+	echo "$passed passed, $failed failed"
+	exit 1
+fi
+check "/ready is 200 once the default contexts answer" wait_status /ready 200 120
+check "SANDCELL_LISTEN moved the address" \
+	sh -c "podman logs '$name' 2>&1 | grep -q 'listening on http://0.0.0.0:5000 '"
+check "runs as the unprivileged user (uid 1000)" \
+	[ "$(podman exec "$name" id -u)" = 1000 ]
+check "PID 1 is tini" [ "$(podman exec "$name" cat /proc/1/comm)" = tini ]
+
+for pair in "python:print(6*7)" "javascript:console.log(6*7)" "typescript:console.log(6*7 as number)" \
+	"r:cat(6*7)" "bash:echo \$((6*7))" "java:System.out.println(6*7);"; do
+	lang=${pair%%:*}
+	code=${pair#*:}
+	body=$(python3 -c 'import json,sys; print(json.dumps({"language": sys.argv[1], "code": sys.argv[2]}))' "$lang" "$code")
+	out=$(curl -s --max-time 90 "$url/execute" -d "$body")
+	if echo "$out" | grep -q '"type":"stdout","text":"42'; then
+		ok "$lang runs in the image"
+	else
+		notok "$lang runs in the image: $(echo "$out" | head -c 300)"
+	fi
+done
+
+# the data stack imports (scipy without python3-pythran: see the Containerfile)
+code='import numpy, pandas, scipy.interpolate, scipy.stats, sklearn.linear_model, seaborn, sympy, plotly, openpyxl, xlrd, bs4, requests, PIL\nx = numpy.random.rand(20, 2)\nscipy.interpolate.RBFInterpolator(x, x[:, 0])(x[:2])\nprint(6*7)'
+out=$(curl -s --max-time 90 "$url/execute" -d "{\"code\": \"$code\"}")
+if echo "$out" | grep -q '"type":"stdout","text":"42'; then
+	ok "the python data stack imports and runs"
+else
+	notok "the python data stack imports and runs: $(echo "$out" | head -c 600)"
+fi
+
+if (cd tests/sdk && SANDCELL_URL="http://localhost:$port" node sdk_test.mjs >"/tmp/$name.sdk" 2>&1); then
+	ok "E2B SDK test against the container: $(tail -n 1 "/tmp/$name.sdk")"
+else
+	notok "E2B SDK test against the container"
+	grep -v '^ok' "/tmp/$name.sdk"
+fi
+
+# A drain: a running execution finishes, /ready turns 503, the broker exits 0.
+curl -s --max-time 60 "$url/execute" \
+	-d '{"code": "import time\ntime.sleep(3)\nprint(\"drained\")"}' >"/tmp/$name.run" &
+run=$!
+sleep 0.5
+start=$(date +%s%N)
+podman stop -t $((grace + 20)) "$name" >/dev/null 2>&1 &
+stop=$!
+check "/ready is 503 during the drain" wait_status /ready 503 5
+check "/health stays 200 during the drain" wait_status /health 200 1
+wait "$stop"
+took=$((($(date +%s%N) - start) / 1000000))
+wait "$run"
+check "the running execution finished during the drain" grep -q '"text":"drained' "/tmp/$name.run"
+code=$(podman inspect -f '{{.State.ExitCode}}' "$name")
+check "podman stop ended it in ${took} ms (grace ${grace} s)" [ "$took" -lt $((grace * 1000)) ]
+check "exit status 0 after a drain (got $code)" [ "$code" = 0 ]
+
+# Past the grace: an execution longer than it is cut, and the exit is still 0.
+podman start "$name" >/dev/null
+wait_status /ready 200 120 || notok "restarted container becomes ready"
+curl -s --max-time 60 "$url/execute" -d '{"code": "import time\ntime.sleep(60)"}' \
+	>"/tmp/$name.long" &
+run=$!
+sleep 0.5
+start=$(date +%s%N)
+podman stop -t $((grace + 20)) "$name" >/dev/null 2>&1
+took=$((($(date +%s%N) - start) / 1000000))
+wait "$run"
+code=$(podman inspect -f '{{.State.ExitCode}}' "$name")
+check "work past the grace: stopped in ${took} ms, within ${grace} s + 2 s" \
+	[ "$took" -ge $((grace * 1000)) -a "$took" -lt $((grace * 1000 + 2000)) ]
+check "work past the grace: exit status 0 (got $code)" [ "$code" = 0 ]
+check "work past the grace: the stream says ServerStopping" grep -q ServerStopping "/tmp/$name.long"
+
+[ "$failed" -eq 0 ] || podman logs --tail 40 "$name" 2>&1
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,173 @@
+#!/usr/bin/python3
+"""Offline checks of the deployment files under deploy/ (make test-deploy).
+
+Every agent-sandbox resource (group *.agents.x-k8s.io) is validated against the
+openAPIV3Schema of its CRD and version, as published by agent-sandbox (read from
+$SANDCELL_K8S_CRDS, default ../shared/k8s/agent-sandbox-crds from the project's
+root). Fields a schema does not know are errors, as with kubectl's strict field
+validation. A Deployment's pod spec is validated against the PodSpec schema
+those CRDs embed. References between the resources must resolve, and yamllint
+must pass on every YAML file. Prints one line per check, then
+"N passed, M failed"; exits 1 if anything failed.
+"""
+import copy
+import glob
+import os
+import subprocess
+import sys
+
+import jsonschema
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CRDS = os.environ.get("SANDCELL_K8S_CRDS", os.path.normpath(
+    os.path.join(ROOT, "..", "shared", "k8s", "agent-sandbox-crds")))
+results = {"passed": 0, "failed": 0}
+
+
+def check(name, ok, why=""):
+    results["passed" if ok else "failed"] += 1
+    print(f"ok - {name}" if ok else f"not ok - {name}: {why}")
+
+
+def strict(schema):
+    """The schema with additionalProperties: false wherever an object lists its
+    properties and does not keep unknown fields (kubectl --validate=strict)."""
+    if isinstance(schema, dict):
+        schema = {k: strict(v) for k, v in schema.items()}
+        if ("properties" in schema and "additionalProperties" not in schema
+                and not schema.get("x-kubernetes-preserve-unknown-fields")):
+            schema["additionalProperties"] = False
+    elif isinstance(schema, list):
+        schema = [strict(v) for v in schema]
+    return schema
+
+
+def load_crds():
+    """{(apiVersion, kind): strict schema} from every CRD file."""
+    schemas = {}
+    for path in sorted(glob.glob(os.path.join(CRDS, "*.yaml"))):
+        with open(path) as f:
+            for crd in yaml.safe_load_all(f):
+                if not crd or crd.get("kind") != "CustomResourceDefinition":
+                    continue
+                group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+                for v in crd["spec"]["versions"]:
+                    schemas[(f"{group}/{v['name']}", kind)] = \
+                        strict(v["schema"]["openAPIV3Schema"])
+    return schemas
+
+
+def errors_of(schema, doc):
+    v = jsonschema.Draft7Validator(schema, format_checker=jsonschema.FormatChecker())
+    return ["/".join(map(str, e.absolute_path)) + ": " + e.message
+            for e in sorted(v.iter_errors(doc), key=lambda e: list(e.absolute_path))]
+
+
+def is_agent_sandbox(doc):
+    return doc.get("apiVersion", "").split("/")[0].endswith("agents.x-k8s.io")
+
+
+def validate(schemas, doc):
+    key = (doc.get("apiVersion"), doc.get("kind"))
+    if key not in schemas:
+        return [f"no CRD defines {key[1]} in {key[0]}"]
+    return errors_of(schemas[key], doc)
+
+
+def main():
+    if not os.path.isdir(CRDS):
+        check("CRD schemas", False, f"{CRDS} is missing (set SANDCELL_K8S_CRDS)")
+        return
+    schemas = load_crds()
+    check("CRD schemas load", len(schemas) >= 4, f"only {len(schemas)} in {CRDS}")
+    pod_spec = schemas[("extensions.agents.x-k8s.io/v1beta1", "SandboxTemplate")][
+        "properties"]["spec"]["properties"]["podTemplate"]["properties"]["spec"]
+
+    files = sorted(glob.glob(os.path.join(ROOT, "deploy", "**", "*.y*ml"), recursive=True))
+    docs = []
+    for path in files:
+        rel = os.path.relpath(path, ROOT)
+        try:
+            with open(path) as f:
+                docs += [(rel, d) for d in yaml.safe_load_all(f) if d]
+        except yaml.YAMLError as e:
+            check(f"{rel} parses", False, str(e))
+
+    names = {}
+    for rel, doc in docs:
+        what = f"{rel}: {doc.get('kind')} {doc.get('metadata', {}).get('name')}"
+        names.setdefault(doc.get("kind"), set()).add(doc.get("metadata", {}).get("name"))
+        if is_agent_sandbox(doc):
+            errs = validate(schemas, doc)
+            check(f"{what} matches its CRD", not errs, "; ".join(errs[:5]))
+            check(f"{what} uses v1beta1", doc.get("apiVersion", "").endswith("/v1beta1"),
+                  doc.get("apiVersion"))
+        elif doc.get("kind") == "Deployment":
+            errs = errors_of(pod_spec, doc["spec"]["template"]["spec"])
+            check(f"{what}: pod spec matches the PodSpec schema", not errs, "; ".join(errs[:5]))
+        else:
+            ok = all(doc.get(k) for k in ("apiVersion", "kind")) and doc.get("metadata", {}).get("name")
+            check(f"{what} has apiVersion, kind and a name", bool(ok))
+
+    # pods: probes that mean something, a grace period that covers --grace
+    for rel, doc in docs:
+        spec = (doc.get("spec", {}).get("podTemplate") or doc.get("spec", {}).get("template") or {}).get("spec")
+        if not spec:
+            continue
+        c = spec["containers"][0]
+        args = c.get("args", [])
+        env = {e["name"]: e.get("value") for e in c.get("env", [])}
+        grace = int(args[args.index("--grace") + 1] if "--grace" in args
+                    else env.get("SANDCELL_GRACE", 30))
+        check(f"{rel}: readiness is /ready, liveness /health",
+              c.get("readinessProbe", {}).get("httpGet", {}).get("path") == "/ready" and
+              c.get("livenessProbe", {}).get("httpGet", {}).get("path") == "/health")
+        check(f"{rel}: terminationGracePeriodSeconds covers --grace {grace}",
+              spec.get("terminationGracePeriodSeconds", 30) > grace,
+              f"{spec.get('terminationGracePeriodSeconds', 30)} s")
+        sc = spec.get("securityContext", {})
+        check(f"{rel}: unprivileged on the node (non-root, or root of the pod's own user "
+              "namespace) with a seccomp profile",
+              (sc.get("runAsNonRoot") is True or spec.get("hostUsers") is False) and
+              "seccompProfile" in sc)
+        csc = c.get("securityContext", {})
+        check(f"{rel}: no privilege escalation, read-only root, capabilities dropped",
+              csc.get("allowPrivilegeEscalation") is False and
+              csc.get("readOnlyRootFilesystem") is True and
+              csc.get("capabilities", {}).get("drop") == ["ALL"])
+
+    for rel, doc in docs:
+        ref = (doc.get("spec", {}).get("sandboxTemplateRef") or {}).get("name")
+        if ref:
+            check(f"{rel}: template {ref} exists", ref in names.get("SandboxTemplate", ()))
+        ref = (doc.get("spec", {}).get("warmPoolRef") or {}).get("name")
+        if ref:
+            check(f"{rel}: warm pool {ref} exists", ref in names.get("SandboxWarmPool", ()))
+    kinds = {d.get("kind") for _, d in docs}
+    for k in ("SandboxTemplate", "SandboxWarmPool", "SandboxClaim", "Deployment", "Service"):
+        check(f"deploy/ has a {k}", k in kinds)
+
+    # the validation itself rejects what it should (else the checks above prove nothing)
+    tmpl = next(d for _, d in docs if d.get("kind") == "SandboxTemplate")
+    bad = copy.deepcopy(tmpl)
+    bad["spec"]["podTemplate"]["spec"]["containers"][0]["readinesProbe"] = {}
+    check("an unknown container field is rejected", validate(schemas, bad) != [])
+    bad = copy.deepcopy(tmpl)
+    bad["spec"]["networkPolicyManagement"] = "Sometimes"
+    check("a value outside an enum is rejected", validate(schemas, bad) != [])
+    bad = copy.deepcopy(tmpl)
+    del bad["spec"]["podTemplate"]
+    check("a missing required field is rejected", validate(schemas, bad) != [])
+    bad = dict(copy.deepcopy(tmpl), apiVersion="extensions.agents.x-k8s.io/v9")
+    check("an unknown API version is rejected", validate(schemas, bad) != [])
+
+    lint = subprocess.run(["yamllint", "--strict", "-c", os.path.join(ROOT, "deploy", ".yamllint")]
+                          + files, capture_output=True, text=True)
+    check(f"yamllint on {len(files)} files", lint.returncode == 0, lint.stdout + lint.stderr)
+
+
+if __name__ == "__main__":
+    main()
+    print(f"{results['passed']} passed, {results['failed']} failed")
+    sys.exit(1 if results["failed"] else 0)

@@ -1,0 +1,588 @@
+/*
+ * sandbox_test.c — hostile code run from inside contexts (python and bash):
+ * each attack is refused, and the victim and the server are unharmed after.
+ * Contexts are sandboxes by default; nothing here turns that on.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+/* no pool: a context's proxy dir is named by its id */
+HARNESS_SHARED_BROKER("--pool", "python=0");
+
+#define URL test_url()
+
+/* The code's stdout; the caller frees. */
+static char *
+out_of(const char *base, const char *id, const char *code)
+{
+	json_t *l = run(base, id, code);
+	char *out = stdout_of(l);
+
+	json_decref(l);
+	return out;
+}
+
+static char *
+keeper(const char *base)
+{
+	char *id = context_new(base, "python", NULL);
+
+	cr_assert_not_null(id);
+	json_decref(run(base, id, "kept = 'intact'"));
+	return id;
+}
+
+static void
+check_unharmed(const char *base, const char *keeper_id, pid_t broker)
+{
+	char *out = out_of(base, keeper_id, "print(kept)");
+	struct resp r;
+
+	cr_assert_str_eq(out, "intact\n", "the neighbour lost its state");
+	free(out);
+	cr_assert(broker <= 0 || kill(broker, 0) == 0, "the broker is gone");
+	cr_assert_eq(http(base, "GET", "/health", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 200, "the server is unhealthy after the attack");
+	resp_free(&r);
+}
+
+static void
+context_delete(const char *base, const char *id)
+{
+	char path[128];
+	struct resp r;
+
+	snprintf(path, sizeof(path), "/contexts/%s", id);
+	cr_assert_eq(http(base, "DELETE", path, NULL, &r, 30), 0);
+	cr_assert_eq(r.r_status, 200);
+	resp_free(&r);
+}
+
+/* Whether a process of the host has exactly this argv[1]. */
+static bool
+process_with_arg(const char *arg)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	bool found = false;
+
+	while (d && !found && (de = readdir(d))) {
+		char path[300], buf[256];
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
+		int fd = open(path, O_RDONLY);
+		if (fd < 0)
+			continue;
+		ssize_t n = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (n <= 0)
+			continue;
+		buf[n] = '\0';
+		size_t first = strlen(buf);
+		found = (ssize_t)first + 1 < n && !strcmp(buf + first + 1, arg);
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+static void
+kill_everything_of_the_server_is_refused(const char *lang)
+{
+	char *victim = keeper(URL), *id = context_new(URL, lang, NULL), code[1024];
+	pid_t broker = test_broker_pid(), proxy = context_pid(URL, id, "proxy_pid");
+	pid_t nkernel = context_pid(URL, victim, "kernel_pid");
+
+	cr_assert(id && broker > 0 && proxy > 0 && nkernel > 0);
+	if (!strcmp(lang, "python"))
+		snprintf(code, sizeof(code),
+			 "import os\nfor p in (%d, %d, %d):\n    try:\n        os.kill(p, 9)\n"
+			 "        print('killed', p)\n    except OSError:\n        print('refused')",
+			 (int)broker, (int)proxy, (int)nkernel);
+	else
+		snprintf(code, sizeof(code),
+			 "for p in %d %d %d; do kill -9 $p 2>/dev/null && echo killed $p || "
+			 "echo refused; done",
+			 (int)broker, (int)proxy, (int)nkernel);
+	char *out = out_of(URL, id, code);
+	cr_assert_str_eq(out, "refused\nrefused\nrefused\n", "%s: %s", lang, out);
+	free(out);
+	cr_assert_eq(kill(proxy, 0), 0, "the proxy is gone");
+	cr_assert_eq(context_pid(URL, victim, "kernel_pid"), nkernel, "the neighbour restarted");
+	check_unharmed(URL, victim, broker);
+	free(victim);
+	free(id);
+}
+
+Test(sandbox, kill_the_broker_a_proxy_or_a_neighbour_is_refused_python, .timeout = 120)
+{
+	kill_everything_of_the_server_is_refused("python");
+}
+
+Test(sandbox, kill_the_broker_a_proxy_or_a_neighbour_is_refused_bash, .timeout = 120)
+{
+	kill_everything_of_the_server_is_refused("bash");
+}
+
+/* The run dir, the control socket, the broker's environ, a neighbour's connection file. */
+static void
+server_files_are_out_of_reach(const char *lang)
+{
+	char *victim = keeper(URL), *id = context_new(URL, lang, NULL), code[2048];
+	char conn[600], sock[600], environ_path[64];
+	struct stat st;
+	pid_t broker = test_broker_pid();
+
+	cr_assert_not_null(id);
+	snprintf(conn, sizeof(conn), "%s/ctx/%s/kernel/kernel.json", test_run_dir(), victim);
+	snprintf(sock, sizeof(sock), "%s/ctl.sock", test_run_dir());
+	snprintf(environ_path, sizeof(environ_path), "/proc/%d/environ", (int)broker);
+	/* all there, seen from outside */
+	cr_assert_eq(stat(conn, &st), 0, "%s", conn);
+	cr_assert_eq(stat(sock, &st), 0);
+	cr_assert_eq(stat(environ_path, &st), 0);
+	if (!strcmp(lang, "python"))
+		snprintf(code, sizeof(code),
+			 "import os, socket\n"
+			 "def t(f):\n    try:\n        f()\n        print('read')\n"
+			 "    except OSError:\n        print('refused')\n"
+			 "t(lambda: print(os.listdir('%s')))\n"
+			 "t(lambda: socket.socket(socket.AF_UNIX).connect('%s'))\n"
+			 "t(lambda: open('%s', 'rb').read())\n"
+			 "t(lambda: open('%s').read())",
+			 test_run_dir(), sock, environ_path, conn);
+	else
+		snprintf(code, sizeof(code),
+			 "ls '%s' >/dev/null 2>&1 && echo read || echo refused\n"
+			 "[ -S '%s' ] && echo read || echo refused\n"
+			 "cat '%s' >/dev/null 2>&1 && echo read || echo refused\n"
+			 "cat '%s' >/dev/null 2>&1 && echo read || echo refused",
+			 test_run_dir(), sock, environ_path, conn);
+	char *out = out_of(URL, id, code);
+	cr_assert_str_eq(out, "refused\nrefused\nrefused\nrefused\n", "%s: %s", lang, out);
+	free(out);
+	check_unharmed(URL, victim, broker);
+	free(victim);
+	free(id);
+}
+
+Test(sandbox, server_files_are_out_of_reach_python, .timeout = 120)
+{
+	server_files_are_out_of_reach("python");
+}
+
+Test(sandbox, server_files_are_out_of_reach_bash, .timeout = 120)
+{
+	server_files_are_out_of_reach("bash");
+}
+
+static void
+tmp_is_private(const char *lang)
+{
+	char *a = context_new(URL, lang, NULL), *b = context_new(URL, lang, NULL), code[512];
+	char path[128];
+	struct stat st;
+
+	cr_assert(a && b);
+	snprintf(path, sizeof(path), "/tmp/sandcell-secret-%d", (int)getpid());
+	unlink(path);
+	snprintf(code, sizeof(code), "echo secret > %s && cat %s", path, path);
+	if (!strcmp(lang, "python"))
+		snprintf(code, sizeof(code),
+			 "open('%s', 'w').write('secret\\n')\nprint(open('%s').read(), end='')",
+			 path, path);
+	char *out = out_of(URL, a, code);
+	cr_assert_str_eq(out, "secret\n", "the writer reads its own file");
+	free(out);
+	snprintf(code, sizeof(code), "cat %s 2>/dev/null || echo refused", path);
+	if (!strcmp(lang, "python"))
+		snprintf(code, sizeof(code),
+			 "try:\n    print(open('%s').read(), end='')\nexcept OSError:\n"
+			 "    print('refused')",
+			 path);
+	out = out_of(URL, b, code);
+	cr_assert_str_eq(out, "refused\n", "%s: a neighbour read %s", lang, out);
+	free(out);
+	cr_assert(stat(path, &st) < 0, "the context's /tmp is the host's");
+	free(a);
+	free(b);
+}
+
+Test(sandbox, a_neighbours_tmp_is_invisible_python, .timeout = 120)
+{
+	tmp_is_private("python");
+}
+
+Test(sandbox, a_neighbours_tmp_is_invisible_bash, .timeout = 120)
+{
+	tmp_is_private("bash");
+}
+
+/* Refused by the seccomp filter with EPERM, not by a kill. */
+Test(sandbox, ptrace_is_refused_with_eperm, .timeout = 120)
+{
+	char *victim = keeper(URL), *id = context_new(URL, "python", NULL), code[1024];
+	pid_t nkernel = context_pid(URL, victim, "kernel_pid");
+
+	cr_assert(id && nkernel > 0);
+	snprintf(code, sizeof(code),
+		 "import ctypes, errno, os, time\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+		 "pid = os.fork()\nif pid == 0:\n    time.sleep(30)\n    os._exit(0)\n"
+		 "r = libc.ptrace(16, pid, 0, 0)\nown = ctypes.get_errno()\n"
+		 "r2 = libc.ptrace(16, %d, 0, 0)\nos.kill(pid, 9)\nos.waitpid(pid, 0)\n"
+		 "print(r, errno.errorcode[own], r2)",
+		 (int)nkernel);
+	char *out = out_of(URL, id, code);
+	cr_assert_str_eq(out, "-1 EPERM -1\n");
+	free(out);
+	check_unharmed(URL, victim, test_broker_pid());
+	free(victim);
+	free(id);
+}
+
+Test(sandbox, no_privilege_to_gain_through_a_setuid_binary, .timeout = 120)
+{
+	char *id = context_new(URL, "bash", NULL);
+	struct stat st;
+
+	cr_assert_not_null(id);
+	if (stat("/usr/bin/su", &st) < 0 || !(st.st_mode & S_ISUID) || st.st_uid != 0)
+		cr_skip_test("no setuid-root su here");
+	char *out = out_of(URL, id,
+			   "su root -c 'id -u' </dev/null 2>/dev/null || echo refused\n"
+			   "grep -E '^(NoNewPrivs|CapEff|CapPrm|CapBnd):' /proc/self/status\n"
+			   "[ \"$(id -u)\" != 0 ] && echo not-root");
+	cr_assert_str_eq(out,
+			 "refused\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n"
+			 "CapBnd:\t0000000000000000\nNoNewPrivs:\t1\nnot-root\n",
+			 "%s", out);
+	free(out);
+	free(id);
+}
+
+/* A setsid child is still the context's: it ends with it, as does the box's cgroup. */
+Test(sandbox, delete_ends_every_process_of_the_context, .timeout = 120)
+{
+	char *id = context_new(URL, "python", NULL), code[512], arg[32], cg[256];
+	struct stat st;
+
+	cr_assert_not_null(id);
+	snprintf(arg, sizeof(arg), "%d.25", 3000 + (int)getpid() % 1000);
+	snprintf(code, sizeof(code),
+		 "import subprocess\nsubprocess.Popen(['setsid', 'sleep', '%s'], "
+		 "start_new_session=True)\nprint('started')",
+		 arg);
+	char *out = out_of(URL, id, code);
+	cr_assert_str_eq(out, "started\n");
+	free(out);
+	double t0 = ms_now();
+	while (!process_with_arg(arg) && ms_since(t0) < 5000)
+		usleep(20000);
+	cr_assert(process_with_arg(arg), "the detached child never ran");
+	snprintf(cg, sizeof(cg), "/sys/fs/cgroup/pids/sandcell/%s", id);
+	bool had_cg = stat(cg, &st) == 0;
+	context_delete(URL, id);
+	t0 = ms_now();
+	while ((process_with_arg(arg) || (had_cg && stat(cg, &st) == 0)) && ms_since(t0) < 10000)
+		usleep(20000);
+	cr_assert(!process_with_arg(arg), "a setsid child outlived its context");
+	cr_assert(!had_cg || stat(cg, &st) < 0, "the context's cgroup %s is left", cg);
+	free(id);
+}
+
+/* The process limit holds a fork bomb; the neighbour and the server carry on. */
+Test(sandbox, fork_bomb_is_contained, .timeout = 180)
+{
+	struct broker b;
+	const char *args[] = {"--no-default-context", "--pool", "python=0", "--kernel-pids",
+			      "64", NULL};
+
+	cr_assert_eq(broker_start(&b, args), 0);
+	char *victim = keeper(b.b_url), *py = context_new(b.b_url, "python", NULL);
+	char *sh = context_new(b.b_url, "bash", NULL);
+	cr_assert(py && sh);
+	char *out = out_of(b.b_url, py,
+			   "import os, time\nn = 0\ntry:\n    while n < 5000:\n"
+			   "        if os.fork() == 0:\n            time.sleep(120)\n"
+			   "            os._exit(0)\n        n += 1\n"
+			   "except OSError as e:\n    print('refused', n < 64, e.errno)");
+	cr_assert_str_eq(out, "refused True 11\n", "%s", out);
+	free(out);
+	/* a real bomb in bash: it runs into the limit and stays there */
+	long status;
+	json_t *l = execute_code(b.b_url, sh, "b() { b | b & }; b; sleep 3; echo done",
+				 "{\"timeout\":8}", 30000, &status);
+	json_decref(l);
+	check_unharmed(b.b_url, victim, b.b_pid);
+	context_delete(b.b_url, py);
+	context_delete(b.b_url, sh);
+	char cg[256];
+	struct stat st;
+	snprintf(cg, sizeof(cg), "/sys/fs/cgroup/pids/sandcell/%s", sh);
+	double t0 = ms_now();
+	while (stat(cg, &st) == 0 && ms_since(t0) < 10000)
+		usleep(20000);
+	cr_assert(stat(cg, &st) < 0, "the bomb's cgroup is left");
+	check_unharmed(b.b_url, victim, b.b_pid);
+	free(victim);
+	free(py);
+	free(sh);
+	cr_assert_eq(broker_stop(&b), 0);
+}
+
+Test(sandbox, filling_tmp_stops_at_its_size, .timeout = 120)
+{
+	struct broker b;
+	const char *args[] = {"--no-default-context", "--pool", "python=0", "--kernel-tmp-size",
+			      "33554432", NULL};
+
+	cr_assert_eq(broker_start(&b, args), 0);
+	char *victim = keeper(b.b_url), *id = context_new(b.b_url, "python", NULL);
+	cr_assert_not_null(id);
+	char *out = out_of(b.b_url, id,
+			   "n = 0\ntry:\n    with open('/tmp/fill', 'wb') as f:\n"
+			   "        while n < 1024:\n            f.write(b'x' * (1 << 20))\n"
+			   "            f.flush()\n            n += 1\n"
+			   "except OSError as e:\n    print('full', e.errno, n <= 32)");
+	cr_assert_str_eq(out, "full 28 True\n", "%s", out);
+	free(out);
+	check_unharmed(b.b_url, victim, b.b_pid);
+	free(victim);
+	free(id);
+	cr_assert_eq(broker_stop(&b), 0);
+}
+
+/* The token is gone from the broker's environment block, not only unset. */
+Test(sandbox, access_token_is_not_in_the_brokers_environ, .timeout = 60)
+{
+	struct broker b;
+	const char *args[] = {"--no-default-context", NULL};
+	const char *token = "sandcell-env-token-never-seen";
+	char path[64], buf[65536];
+
+	setenv("SANDCELL_ACCESS_TOKEN", token, 1);
+	int rc = broker_start(&b, args);
+	unsetenv("SANDCELL_ACCESS_TOKEN");
+	cr_assert_eq(rc, 0);
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)b.b_pid);
+	int fd = open(path, O_RDONLY);
+	cr_assert(fd >= 0);
+	ssize_t n = read(fd, buf, sizeof(buf));
+	close(fd);
+	cr_assert(n > 0);
+	cr_assert_null(memmem(buf, n, token, strlen(token)), "the token is in %s", path);
+	cr_assert_eq(broker_stop(&b), 0);
+}
+
+Test(sandbox, no_network_with_kernel_network_none, .timeout = 120)
+{
+	struct broker b;
+	const char *args[] = {"--no-default-context", "--pool", "python=0", "--kernel-network",
+			      "none", NULL};
+	char code[512];
+
+	/* the same connection succeeds from a context of the host's network */
+	char *host = context_new(URL, "python", NULL);
+	cr_assert_not_null(host);
+	const char *port = strrchr(URL, ':') + 1;
+	snprintf(code, sizeof(code),
+		 "import socket\ntry:\n    socket.create_connection(('127.0.0.1', %s), 3).close()\n"
+		 "    print('connected')\nexcept OSError:\n    print('refused')",
+		 port);
+	char *out = out_of(URL, host, code);
+	cr_assert_str_eq(out, "connected\n");
+	free(out);
+	free(host);
+
+	cr_assert_eq(broker_start(&b, args), 0);
+	char *id = context_new(b.b_url, "python", NULL);
+	cr_assert_not_null(id);
+	out = out_of(b.b_url, id, code);
+	cr_assert_str_eq(out, "refused\n", "a context without network reached the server");
+	free(out);
+	out = out_of(b.b_url, id,
+		     "import socket\ns = socket.socket()\ns.bind(('127.0.0.1', 0))\ns.listen()\n"
+		     "c = socket.create_connection(s.getsockname(), 3)\nprint('loopback works')");
+	cr_assert_str_eq(out, "loopback works\n");
+	free(out);
+	free(id);
+	/* Deno speaks TCP to its proxy: inside the namespace they share */
+	id = context_new(b.b_url, "javascript", NULL);
+	cr_assert_not_null(id);
+	out = out_of(b.b_url, id, "console.log(6 * 7)");
+	cr_assert_str_eq(out, "42\n");
+	free(out);
+	free(id);
+	cr_assert_eq(broker_stop(&b), 0);
+}
+
+Test(sandbox, context_shows_its_box, .timeout = 60)
+{
+	char *id = context_new(URL, "python", NULL), path[128];
+	struct resp r;
+
+	cr_assert_not_null(id);
+	snprintf(path, sizeof(path), "/contexts/%s", id);
+	cr_assert_eq(http(URL, "GET", path, NULL, &r, 5), 0);
+	json_t *j = json_loads(r.r_body, 0, NULL), *box = json_object_get(j, "sandbox");
+	resp_free(&r);
+	cr_assert(json_is_true(json_object_get(box, "enabled")), "no sandbox in %s", path);
+	json_int_t uid = json_integer_value(json_object_get(box, "uid"));
+	cr_assert(uid > 0 && uid != (json_int_t)geteuid(), "uid %lld", (long long)uid);
+	cr_assert_str_eq(json_string_value(json_object_get(box, "isolation")), "shared");
+	cr_assert(json_integer_value(json_object_get(box, "pids_max")) > 0);
+	char code[64];
+	snprintf(code, sizeof(code), "import os; print(os.getuid())");
+	char *out = out_of(URL, id, code), want[32];
+	snprintf(want, sizeof(want), "%lld\n", (long long)uid);
+	cr_assert_str_eq(out, want);
+	free(out);
+	json_decref(j);
+	free(id);
+}
+
+/* The uid change clears PR_SET_PDEATHSIG: the box's init sets it again. */
+Test(sandbox, a_killed_proxy_takes_its_box_along, .timeout = 60)
+{
+	char *id = context_new(URL, "python", NULL);
+	cr_assert_not_null(id);
+	pid_t proxy = context_pid(URL, id, "proxy_pid"), kpid = context_pid(URL, id, "kernel_pid");
+
+	cr_assert(proxy > 0 && kpid > 0);
+	cr_assert_eq(kill(proxy, SIGKILL), 0);
+	double t0 = ms_now();
+	while (kill(kpid, 0) == 0 && ms_since(t0) < 5000)
+		usleep(20000);
+	cr_assert(kill(kpid, 0) < 0, "the kernel %d outlived its proxy", (int)kpid);
+	free(id);
+}
+
+static char *
+cwd_of(const char *base, const char *id)
+{
+	char path[128];
+	struct resp r;
+	char *cwd = NULL;
+
+	snprintf(path, sizeof(path), "/contexts/%s", id);
+	if (http(base, "GET", path, NULL, &r, 5) == 0 && r.r_status == 200) {
+		json_t *j = json_loads(r.r_body, 0, NULL);
+		const char *s = json_string_value(json_object_get(j, "cwd"));
+		cwd = s ? strdup(s) : NULL;
+		json_decref(j);
+	}
+	resp_free(&r);
+	return cwd;
+}
+
+Test(sandbox, isolation_context_hides_a_neighbours_workspace, .timeout = 180)
+{
+	struct broker b;
+	const char *args[] = {"--no-default-context", "--isolation", "context", NULL};
+	char code[1024], ws[600];
+	struct stat st;
+
+	cr_assert_eq(broker_start(&b, args), 0);
+	char *a = context_new(b.b_url, "python", NULL), *v = context_new(b.b_url, "bash", NULL);
+	cr_assert(a && v);
+	char *acwd = cwd_of(b.b_url, a), *vcwd = cwd_of(b.b_url, v);
+	cr_assert(acwd && vcwd && strcmp(acwd, vcwd), "one workspace for two contexts");
+	char *out = out_of(b.b_url, v, "echo private > mine.txt && cat mine.txt && id -u");
+	unsigned vuid = 0;
+	cr_assert_eq(sscanf(out, "private\n%u", &vuid), 1, "%s", out);
+	free(out);
+	snprintf(ws, sizeof(ws), "%s/mine.txt", vcwd);
+	cr_assert_eq(stat(ws, &st), 0, "the file is not in the workspace %s", vcwd);
+	snprintf(code, sizeof(code),
+		 "import os\nprint(os.getuid() != %u)\n"
+		 "def t(f):\n    try:\n        f()\n        print('read')\n"
+		 "    except OSError:\n        print('refused')\n"
+		 "t(lambda: open('%s').read())\n"
+		 "t(lambda: os.listdir('%s'))\n"
+		 "t(lambda: os.listdir(os.path.dirname('%s')))",
+		 vuid, ws, vcwd, vcwd);
+	out = out_of(b.b_url, a, code);
+	cr_assert_str_eq(out, "True\nrefused\nrefused\nrefused\n", "%s", out);
+	free(out);
+	context_delete(b.b_url, v);
+	double t0 = ms_now();
+	while (stat(vcwd, &st) == 0 && ms_since(t0) < 10000)
+		usleep(20000);
+	cr_assert(stat(vcwd, &st) < 0, "a deleted context's workspace %s is left", vcwd);
+	free(acwd);
+	free(vcwd);
+	free(a);
+	free(v);
+	cr_assert_eq(broker_stop(&b), 0);
+}
+
+/* The memory limit is the box's memory cgroup: V8 reserves address space at
+ * start, which RLIMIT_DATA refused (SIGTRAP at start-up). */
+Test(sandbox, deno_starts_under_a_memory_limit, .timeout = 120)
+{
+	struct broker b;
+	const char *args[] = {"--no-default-context", "--kernel-memory", "1000000000", NULL};
+
+	cr_assert_eq(broker_start(&b, args), 0);
+	char *id = context_new(b.b_url, "javascript", NULL);
+	cr_assert_not_null(id, "no javascript context under --kernel-memory");
+	char *out = out_of(b.b_url, id, "console.log(6 * 7)");
+	cr_assert_str_eq(out, "42\n");
+	free(out);
+	free(id);
+	cr_assert_eq(broker_stop(&b), 0);
+}
+
+/* Kernels start clean: no stray descriptor of the proxy's, SIGPIPE not ignored. */
+Test(sandbox, kernels_inherit_no_stray_fd_and_default_sigpipe, .timeout = 90)
+{
+	char *r = context_new(URL, "r", NULL);
+
+	cr_assert_not_null(r);
+	/* R opens no /dev/null of its own (ipykernel does) */
+	char *out = out_of(URL, r,
+			   "fds <- list.files('/proc/self/fd', full.names = TRUE)\n"
+			   "l <- Sys.readlink(fds)\n"
+			   "cat('stray', sum(l == '/dev/null' & as.integer(basename(fds)) > 2, na.rm = TRUE), '\\n')");
+	cr_assert_str_eq(out, "stray 0 \n", "%s", out);
+	free(out);
+	/* R leaves SIGPIPE as it found it: what its children inherit */
+	out = out_of(URL, r,
+		     "m <- system(\"awk '/SigIgn/{print $2}' /proc/self/status\", intern = TRUE)\n"
+		     "cat('sigpipe-ignored', bitwAnd(strtoi(substr(m, 13, 16), 16L), 4096L) > 0, '\\n')");
+	cr_assert_str_eq(out, "sigpipe-ignored FALSE \n", "%s", out);
+	free(out);
+	free(r);
+}
+
+/* A client's cwd in the run dir (or above it) does not bring the run dir back. */
+Test(sandbox, a_cwd_in_the_run_dir_does_not_show_it, .timeout = 120)
+{
+	char body[700], path[600];
+	struct resp r;
+
+	snprintf(path, sizeof(path), "%s/ctx", test_run_dir());
+	snprintf(body, sizeof(body), "{\"cwd\":\"%s\"}", path);
+	cr_assert_eq(http(URL, "POST", "/contexts", body, &r, 90), 0);
+	json_t *j = r.r_status == 200 ? json_loads(r.r_body, 0, NULL) : NULL;
+	resp_free(&r);
+	if (!j)
+		return; /* refused: the kernel could not start there */
+	const char *id = json_string_value(json_object_get(j, "id"));
+	char *out = out_of(URL, id,
+			   "import os\ntry:\n    print(len(os.listdir('.')) > 0)\n"
+			   "except OSError:\n    print('refused')");
+	cr_assert_neq(strcmp(out, "True\n"), 0, "the run dir is listed: %s", out);
+	free(out);
+	json_decref(j);
+}
