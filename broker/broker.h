@@ -47,7 +47,9 @@ enum ev_kind {
 	EV_CTX_SEND,
 	EV_CTX_PIDFD,
 	EV_HANGUP,
-	EV_CTL
+	EV_CTL,
+	EV_LISTEN,
+	EV_PENDING
 };
 
 struct evsrc {
@@ -57,6 +59,8 @@ struct evsrc {
 
 struct context;
 struct request;
+struct pending; /* a connection not yet handed to MHD: accept.c */
+TAILQ_HEAD(pendq, pending);
 
 /* An HTTP connection, for the connection limit and the header timeout. */
 struct conn {
@@ -64,6 +68,7 @@ struct conn {
 	int cn_fd;
 	bool cn_in_request; /* its request head has arrived; MHD's timeout rules */
 	uint64_t cn_since;  /* connected, or its last response ended */
+	const char *cn_bad_at; /* the string of this request that had %2F or %00 */
 };
 TAILQ_HEAD(connq, conn);
 
@@ -86,6 +91,7 @@ struct stream {
 	bool st_final;        /* the proxy ended the stream */
 	bool st_suspended;
 	bool st_gone;         /* the client went away */
+	bool st_halfclosed;   /* the client shut its write side: maybe still reading */
 	bool st_cancel_sent;
 	bool st_recorded;     /* counted in the metrics and logged */
 	uint64_t st_last_out; /* ms of the last byte handed to MHD */
@@ -222,6 +228,10 @@ struct server_handles {
 	struct evsrc io_ev_mhd, io_ev_sig, io_ev_wake, io_ev_ctl;
 	nng_socket io_ctl;
 	int io_ctl_fd;
+	int io_listen_fd;           /* ours: MHD gets connections from accept.c */
+	struct evsrc io_ev_listen;
+	uint64_t io_mhd_log_at;     /* rate limit of MHD's messages at warn level */
+	unsigned io_mhd_log_n;
 };
 
 /* What the broker holds; the loop's thread alone touches them. */
@@ -231,6 +241,8 @@ struct server_tables {
 	struct streamq tb_parked; /* by st_park_until: PARK_MS after each request */
 	struct connq tb_conns;
 	unsigned tb_nconns;
+	struct pendq tb_pending;    /* accepted, request line not yet seen */
+	unsigned tb_npending;
 	uint64_t tb_next_stream, tb_next_req;
 	struct kspec **tb_kspecs; /* kernelspecs as last read (kcache_find) */
 	size_t tb_nkspecs;
@@ -294,8 +306,26 @@ const char *config_default_cwd(void);
 const char *config_python_startup(void);
 const char *config_proxy_bin(void);
 
+/* accept.c */
+int accept_classify(const char *b, size_t n);
+int accept_listen(const char *where);
+void accept_ready(void);
+void accept_sniff(struct pending *pd, uint32_t events);
+void accept_tick(uint64_t now);
+void accept_stop(void);
+
+/* cwd.c */
+int cwd_check(const char *dir, char *err, size_t errsz);
+
 /* metrics.c */
-enum metric { M_DISCONNECT, M_CANCEL, M_KERNEL_RESTART, M_PROXY_RESTART, M_BYTES };
+enum metric {
+	M_DISCONNECT,
+	M_CANCEL,
+	M_KERNEL_RESTART,
+	M_PROXY_RESTART,
+	M_BYTES,
+	M_OUTPUT_DROPPED,
+};
 void metrics_http(const char *endpoint, const char *method, unsigned status);
 void metrics_execution(struct stream *s, const char *outcome, uint64_t wait_ms,
 		       uint64_t run_ms);
@@ -321,6 +351,8 @@ void http_stop(void);
 void http_tick(uint64_t now);
 struct MHD_Response *http_text(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 struct MHD_Response *http_json(json_t *j);
+size_t http_unescape(char *s, bool *bad);
+const char *http_quote(const char *s, char *out, size_t outsz);
 void http_complete(struct request *rq, unsigned status, struct MHD_Response *resp);
 void http_suspend(struct request *rq);
 int http_validate_execute(json_t *body, struct msg *m, const char **ctx_id,
@@ -338,7 +370,7 @@ void stream_fail(struct stream *s, const char *name, const char *value, const ch
 void stream_cancel(struct stream *s, const char *why);
 void stream_detach(struct stream *s);
 struct stream *stream_by_id(uint64_t id);
-void stream_hangup(struct stream *s);
+void stream_hangup(struct stream *s, uint32_t events);
 void stream_closed(struct stream *s);
 void stream_tick(uint64_t now);
 void stream_fail_all(const char *name, const char *value, const char *outcome);

@@ -133,6 +133,10 @@ context_free(struct context *c)
 {
 	struct stream *s;
 	struct request *rq;
+	/* one that never started says why, not that someone deleted it */
+	char *why = !c->c_ready && c->c_error
+			    ? xasprintf("the context could not start: %s", c->c_error)
+			    : NULL;
 
 	while ((s = TAILQ_FIRST(&c->c_streams))) {
 		if (s->st_gone) { /* its client left: nothing to tell it */
@@ -140,12 +144,16 @@ context_free(struct context *c)
 			continue;
 		}
 		/* ends it, which takes it off c's list (and frees a ctl one) */
-		stream_fail(s, "ContextDeleted", "the context was deleted", "deleted");
+		if (why)
+			stream_fail(s, "ContextLost", why, "context_lost");
+		else
+			stream_fail(s, "ContextDeleted", "the context was deleted", "deleted");
 	}
 	while ((rq = TAILQ_FIRST(&c->c_waiters))) {
 		waiter_forget(rq);
 		request_done(rq, 404, NULL, "context %s was deleted", c->c_id);
 	}
+	free(why);
 	link_close(c->c_pl);
 	TAILQ_REMOVE(&sv.sv_tb.tb_contexts, c, c_link);
 	free(c->c_lang);

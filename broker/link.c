@@ -3,11 +3,13 @@
  * without blocking, and dispatch what the proxy sends (output to its stream,
  * state to the context, replies to waiters).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <nng/nng.h>
@@ -67,6 +69,44 @@ out:
 	return e ? -EIO : 0;
 }
 
+/*
+ * nng < 1.6 never closes the two pipes behind a pair0 socket's poll fds
+ * (NNG_OPT_RECVFD, _SENDFD; fixed by nng PR 1640): 4 fds per context. After
+ * nng_close nothing in nng uses them, so we close every fd on those pipes,
+ * found by inode (the write ends are nng's own).
+ */
+static void
+link_close_poll_pipes(int rfd, int sfd)
+{
+#if NNG_MAJOR_VERSION == 1 && NNG_MINOR_VERSION < 6
+	struct stat want[2], st;
+	int n = 0;
+	DIR *d;
+	struct dirent *de;
+
+	if (rfd >= 0 && fstat(rfd, &want[n]) == 0 && S_ISFIFO(want[n].st_mode))
+		n++;
+	if (sfd >= 0 && fstat(sfd, &want[n]) == 0 && S_ISFIFO(want[n].st_mode))
+		n++;
+	if (!n || !(d = opendir("/proc/self/fd")))
+		return;
+	while ((de = readdir(d))) {
+		int fd = atoi(de->d_name);
+		if (de->d_name[0] == '.' || fd == dirfd(d) || fstat(fd, &st) < 0)
+			continue;
+		for (int i = 0; i < n; i++)
+			if (st.st_ino == want[i].st_ino && st.st_dev == want[i].st_dev &&
+			    S_ISFIFO(st.st_mode))
+				close(fd);
+	}
+	closedir(d);
+#else
+	(void)rfd;
+	(void)sfd;
+#endif
+}
+
+/* Stops watching, closes the socket (and the poll pipes nng leaves), frees pl. */
 void
 link_close(struct proxy_link *pl)
 {
@@ -81,6 +121,7 @@ link_close(struct proxy_link *pl)
 		close(pl->pl_pidfd);
 	}
 	nng_close(pl->pl_sock); /* waits for pipe callbacks: pl stays valid until here */
+	link_close_poll_pipes(pl->pl_rfd, pl->pl_sfd);
 	msgq_clear(&pl->pl_outq);
 	free(pl->pl_outq.mq_q);
 	free(pl);
@@ -182,6 +223,9 @@ link_recv(struct context *c)
 		case MSG_HELLO:
 		case MSG_STATE:
 			link_on_state(c, &m);
+			break;
+		case MSG_STATS:
+			metrics_count(M_OUTPUT_DROPPED, m.m_count);
 			break;
 		case MSG_OK:
 		case MSG_FAIL:

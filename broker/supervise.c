@@ -133,14 +133,24 @@ supervise_lost(struct context *c, const char *why)
 		request_done(rq, 500, NULL, "%s", value);
 	}
 	free(value);
-	msgq_clear(&c->c_pl->pl_outq);
-	c->c_pl->pl_pid = 0;
-	c->c_pl->pl_kpid = 0;
-	if (c->c_pl->pl_pidfd >= 0) {
-		server_unwatch(c->c_pl->pl_pidfd);
-		close(c->c_pl->pl_pidfd);
-		c->c_pl->pl_pidfd = -1;
+	/*
+	 * The new proxy gets a new link. The old socket may still hold the dead
+	 * proxy's pipe (nng sees its end on a thread of its own, maybe after our
+	 * SIGCHLD): a message sent on it now would go down that pipe and be lost,
+	 * and the execution waiting for its answer would hang.
+	 */
+	struct proxy_link *old = c->c_pl;
+	if (link_open(c, old->pl_slot) < 0) {
+		link_close(c->c_pl);
+		c->c_pl = old;
+		c->c_pl->pl_pid = 0;
+		c->c_pl->pl_state = KS_DEAD;
+		free(c->c_error);
+		c->c_error = xstrdup("the context's proxy could not be connected again");
+		log_err("context %s: %s", c->c_id, c->c_error);
+		return;
 	}
+	link_close(old);
 	if (now > c->c_respawn_window + RESPAWN_WINDOW_MS) {
 		c->c_respawn_window = now;
 		c->c_respawns = 0;

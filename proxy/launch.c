@@ -225,8 +225,11 @@ launch_connection_file(struct proxy *px, const char *path, int ports[5], char ep
 		if (px->px_kuid != (uid_t)-1 && fchown(fd, px->px_kuid, px->px_kgid) < 0)
 			log_warn("context %s: chown %s: %s", px->px_id, path, strerror(errno));
 		size_t len = strlen(s);
-		rc = write(fd, s, len) == (ssize_t)len ? 0 : -EIO;
-		close(fd);
+		ssize_t n = write(fd, s, len);
+		/* a short write is a full filesystem: say so, not EIO */
+		rc = n == (ssize_t)len ? 0 : n < 0 ? -errno : -ENOSPC;
+		if (close(fd) < 0 && !rc)
+			rc = -errno;
 	}
 	free(s);
 	return rc;
