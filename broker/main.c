@@ -490,7 +490,7 @@ main(int argc, char **argv)
 	sigset_t mask;
 	int c, li, level = LOG_INFO;
 	char err[512];
-	struct optenv oe;
+	static struct optenv oe; /* the configuration points into it: lives as long as we do */
 	uint64_t v;
 
 	sv.sv_listen = "127.0.0.1:49999";
