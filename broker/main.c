@@ -704,8 +704,10 @@ main(int argc, char **argv)
 			      sv.sv_kernel_user);
 		log_info("sandbox: on (uid %s%s, isolation %s, network %s, pids %s, tmp %s "
 			 "bytes, memory %s)",
-			 ku ? sv.sv_kernel_user : sv.sv_uid_range,
-			 ku || sv.sv_isolated ? "" : " first", sv.sv_isolated ? "context" : "shared",
+			 ku ? sv.sv_kernel_user : geteuid() ? "1000" : sv.sv_uid_range,
+			 geteuid()			  ? " in a user namespace"
+			 : ku || sv.sv_isolated ? ""
+						  : " first", sv.sv_isolated ? "context" : "shared",
 			 sv.sv_kernel_network, sv.sv_kernel_pids, sv.sv_kernel_tmp,
 			 sv.sv_kernel_memory ? sv.sv_kernel_memory : "no limit");
 		if (sv.sv_isolated && sv.sv_npool) {
