@@ -252,7 +252,14 @@ void server_unwatch(int fd);
 void server_notify(const char *state);
 
 /* metrics.c */
-enum metric { M_DISCONNECT, M_CANCEL, M_KERNEL_RESTART, M_PROXY_RESTART, M_BYTES };
+enum metric {
+	M_DISCONNECT,
+	M_CANCEL,
+	M_KERNEL_RESTART,
+	M_PROXY_RESTART,
+	M_BYTES,
+	M_OUTPUT_DROPPED,
+};
 void metrics_http(const char *endpoint, const char *method, unsigned status);
 void metrics_execution(struct stream *s, const char *outcome, uint64_t wait_ms,
 		       uint64_t run_ms);

@@ -724,6 +724,9 @@ context_recv(struct context *c)
 		case MSG_STATE:
 			on_state(c, &m);
 			break;
+		case MSG_STATS:
+			metrics_count(M_OUTPUT_DROPPED, m.m_count);
+			break;
 		case MSG_OK:
 		case MSG_FAIL:
 			on_reply(c, &m);

@@ -38,7 +38,7 @@ static struct {
 	size_t nhttp;
 	uint64_t executions[N_OUTCOMES];
 	struct histogram duration, wait;
-	uint64_t disconnects, cancels, kernel_restarts, proxy_restarts, bytes;
+	uint64_t disconnects, cancels, kernel_restarts, proxy_restarts, bytes, output_dropped;
 } mx;
 
 void
@@ -100,6 +100,7 @@ metrics_count(enum metric m, uint64_t n)
 	case M_KERNEL_RESTART: mx.kernel_restarts += n; break;
 	case M_PROXY_RESTART: mx.proxy_restarts += n; break;
 	case M_BYTES: mx.bytes += n; break;
+	case M_OUTPUT_DROPPED: mx.output_dropped += n; break;
 	}
 }
 
@@ -217,6 +218,10 @@ metrics_render(size_t *len)
 	counter(&b, "sandcell_proxy_restarts_total", "Proxies respawned after they died.",
 		mx.proxy_restarts);
 	counter(&b, "sandcell_streamed_bytes_total", "NDJSON bytes sent to clients.", mx.bytes);
+	counter(&b, "sandcell_output_dropped_total",
+		"Kernel output messages no execution owned (e.g. a thread or timer printing "
+		"after its execution ended), dropped.",
+		mx.output_dropped);
 	*len = b.b_len;
 	return b.b_data;
 }

@@ -16,6 +16,46 @@
 
 #include "lib.h"
 
+/*
+ * Deno's fence. Deno stamps all output with the last request it received, so
+ * a timer or promise of a finished execution would print into the next one.
+ * The fence numbers executions: it sets the next one's number as the
+ * AsyncLocalStorage store (top-level code runs in it, timers and promises
+ * inherit it). Console output of a callback whose number is neither the
+ * current execution's nor, during the fence, the one just ended is not
+ * printed but counted; the next fence reports the count in a message marked
+ * "sandcell_late" (the proxy drops it and adds the count to its metric).
+ * Deno.jupyter.broadcast from a callback outside a request hangs the kernel,
+ * hence the report from the fence.
+ */
+#define KSPEC_DENO_FENCE \
+	"(globalThis[Symbol.for('sandcell')] ?" "?= (() => {\n" \
+	"  const s = { gen: 0, grace: 0, dropped: 0, next() {} };\n" \
+	"  try {\n" \
+	"    const { AsyncLocalStorage } = process.getBuiltinModule('node:async_hooks');\n" \
+	"    const als = new AsyncLocalStorage();\n" \
+	"    for (const name of ['log', 'info', 'debug', 'dir', 'table', 'warn', 'error', 'trace']) {\n" \
+	"      const print = console[name];\n" \
+	"      console[name] = function (...args) {\n" \
+	"        const g = als.getStore() ?? 0;\n" \
+	"        if (g === s.gen || g === s.grace) return print.apply(this, args);\n" \
+	"        s.dropped++;\n" \
+	"      };\n" \
+	"    }\n" \
+	"    s.next = () => {\n" \
+	"      const dropped = s.dropped;\n" \
+	"      s.dropped = 0;\n" \
+	"      s.grace = s.gen;\n" \
+	"      als.enterWith(++s.gen);\n" \
+	"      if (dropped) Promise.resolve(Deno.jupyter.broadcast('stream', { name: 'stdout', text: '' },\n" \
+	"        { metadata: { sandcell_late: true, sandcell_dropped: dropped } })).catch(() => {});\n" \
+	"    };\n" \
+	"  } catch { /* no async context here: output stays unmarked */ }\n" \
+	"  return s;\n" \
+	"})()).next();\n" \
+	"await new Promise((r) => setTimeout(r, 0));\n" \
+	"globalThis[Symbol.for('sandcell')].grace = -1;"
+
 #define MAX_DIRS 32
 
 /* Normalise a language name as E2B does; rejects names unfit for a path. */
@@ -182,7 +222,7 @@ kspec_load(const char *dir, const char *name)
 	if (fence)
 		ks->ks_fence = xstrdup(fence);
 	else if (!strcmp(base ? base + 1 : ks->ks_argv[0], "deno"))
-		ks->ks_fence = xstrdup("await new Promise((r) => setTimeout(r, 0));");
+		ks->ks_fence = xstrdup(KSPEC_DENO_FENCE);
 	json_decref(root);
 	return ks;
 }

@@ -60,6 +60,7 @@ static const struct {
 	[MSG_SHUTDOWN] = {"SHUTDOWN", FB(F_REQ), 0},
 	[MSG_INFO] = {"INFO", FB(F_REQ), 0},
 	[MSG_CLAIM] = {"CLAIM", FB(F_REQ) | FB(F_ID) | FB(F_CWD), FB(F_FLAGS)},
+	[MSG_STATS] = {"STATS", FB(F_COUNT), 0},
 	[MSG_HELLO] = {"HELLO", FB(F_ID) | FB(F_LANG) | FB(F_CWD) | FB(F_PID) | FB(F_STATE),
 		       KSTAT | FB(F_TEXT)},
 	[MSG_OUTPUT] = {"OUTPUT", FB(F_STREAM) | FB(F_DATA),

@@ -58,6 +58,8 @@ enum msg_type {
 	/* sandcellctl -> broker, later additions */
 	CTL_STOP_ENDS,  /* req: the broker's next stop ends every context */
 	CTL_STOP_KEEPS, /* req: contexts outlive the broker's next stop */
+	/* proxy -> broker */
+	MSG_STATS, /* count: kernel output no execution owned, dropped since the last STATS */
 	MSG_TYPE_MAX
 };
 

@@ -275,23 +275,50 @@ admit_on_probe(struct proxy *px, struct jmsg *jm)
 	maybe_complete(px, u);
 }
 
+/*
+ * Output is routed by its parent header only: output a kernel stamps with a
+ * request no running unit sent (a thread or timer of a finished execution,
+ * or no parent at all) belongs to no client, and is dropped and counted. A
+ * kernel that drops late output itself reports how much in "sandcell_dropped"
+ * (Deno's fence).
+ */
+static void
+drop_output(struct proxy *px, struct jmsg *jm)
+{
+	static const char *const output[] = {"stream", "display_data", "update_display_data",
+					     "execute_result", "error"};
+	json_int_t n = json_integer_value(json_object_get(jm->jm_meta, "sandcell_dropped"));
+
+	for (size_t i = 0; i < sizeof(output) / sizeof(output[0]); i++)
+		if (!strcmp(jm->jm_type, output[i])) {
+			px->px_dropped += n > 0 && n < INT32_MAX ? (uint64_t)n : 1;
+			log_debug("context %s: %s for request '%s' dropped: no execution owns it",
+				  px->px_id, jm->jm_type, jm->jm_parent_id);
+			return;
+		}
+}
+
 void
 admit_on_iopub(struct proxy *px, struct jmsg *jm)
 {
 	struct unit *u = px->px_run;
 
-	if (!u)
+	bool fence = u && u->u_fence[0] && !strcmp(jm->jm_parent_id, u->u_fence);
+	/* the kernel says it is an earlier execution's, whatever its header (Deno's fence) */
+	bool late = json_is_true(json_object_get(jm->jm_meta, "sandcell_late"));
+	if (!u || late || (!fence && strcmp(jm->jm_parent_id, u->u_msgid))) {
+		drop_output(px, jm); /* kernel_info, env snippets, or a finished unit's */
 		return;
-	bool fence = u->u_fence[0] && !strcmp(jm->jm_parent_id, u->u_fence);
-	if (!fence && strcmp(jm->jm_parent_id, u->u_msgid))
-		return; /* kernel_info, env snippets, or output of a finished unit */
+	}
 	if (fence) {
 		const char *st =
 			json_string_value(json_object_get(jm->jm_content, "execution_state"));
 		if (!strcmp(jm->jm_type, "status") && st && !strcmp(st, "idle")) {
 			u->u_fenced = true;
 			maybe_complete(px, u);
-		} else if (!u->u_detached && strcmp(jm->jm_type, "status")) {
+		} else if (!u->u_detached && strcmp(jm->jm_type, "status") &&
+			   strcmp(jm->jm_type, "execute_input")) {
+			/* the fence's own execute_input is not the unit's (Deno sends one) */
 			output_iopub(&u->u_out, jm->jm_type, jm->jm_content, false);
 		}
 		return;
@@ -463,6 +490,14 @@ admit_flush(struct proxy *px)
 {
 	struct unit *u = px->px_run;
 
+	if (px->px_dropped) {
+		struct msg m;
+		msg_init(&m, MSG_STATS);
+		msg_set_u64(&m, F_COUNT, px->px_dropped);
+		proxy_send(px, &m);
+		msg_free(&m);
+		px->px_dropped = 0;
+	}
 	if (!u || u->u_detached)
 		return;
 	if (now_ms() < u->u_hold_until && buf_pending(&u->u_out) < OUTPUT_CHUNK)

@@ -146,6 +146,7 @@ struct proxy {
 	struct unitq px_queue;
 	struct unit *px_run;
 	uint64_t px_count; /* executions run */
+	uint64_t px_dropped; /* output no unit owned, not yet reported (MSG_STATS) */
 	bool px_quit;
 };
 

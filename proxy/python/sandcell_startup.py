@@ -104,6 +104,7 @@ def _install(ip):
     disp.formatters["application/json"].for_type(dict, plain_json)
 
     ip.set_custom_exc((KeyboardInterrupt,), _interrupted)
+    _own_thread_output(ip)  # first: _capture_fds's write check stays the outer frame
     _capture_fds()
     _iopub_flow_control(ip)
 
@@ -117,6 +118,106 @@ def _install(ip):
             }
         ),
     )
+
+
+def _own_thread_output(ip):
+    """Output of a thread (or asyncio task) carries the parent header of the
+    execution that started it, as newer ipykernel does; this ipykernel
+    stamps it with whichever request is current, so a thread still printing
+    after its execution ended would print into the next one. The owner is a
+    context variable: set at each execution, inherited by the tasks it
+    creates, and handed to a thread when it starts. It is set where the
+    kernel sets the streams' parent, before anything of the request runs."""
+    import contextvars
+    import threading
+
+    from ipykernel.iostream import OutStream
+    from jupyter_client.session import extract_header
+
+    kernel = getattr(ip, "kernel", None)
+    if kernel is None or getattr(OutStream.write, "_sandcell", False):
+        return
+    owner = contextvars.ContextVar("sandcell_owner", default=None)
+
+    write = OutStream.write
+
+    def owned_write(self, string):
+        parent = owner.get()
+        if (
+            parent
+            and isinstance(string, str)
+            and self.pub_thread is not None
+            and parent.get("msg_id") != self.parent_header.get("msg_id")
+            and self._is_master_process()
+        ):
+            if string:
+                self.session.send(
+                    self.pub_thread,
+                    "stream",
+                    content={"name": self.name, "text": string},
+                    parent=parent,
+                    ident=self.topic,
+                )
+            return len(string)
+        return write(self, string)
+
+    owned_write._sandcell = True
+    OutStream.write = owned_write
+
+    set_parent = OutStream.set_parent
+
+    def flushing_set_parent(self, parent):
+        # what was written under the old parent is sent under it, not
+        # flushed later under the new one
+        if self._buffer.tell():
+            self.flush()
+        set_parent(self, parent)
+        # the kernel's main flow (and what it starts) now works for this request
+        owner.set(extract_header(parent))
+
+    OutStream.set_parent = flushing_set_parent
+
+    # display() from a thread: the message is built under the owner's parent
+    from ipykernel.zmqshell import ZMQDisplayPublisher
+    from jupyter_client.session import Session
+
+    building = contextvars.ContextVar("sandcell_display_parent", default=None)
+    make_msg = Session.msg
+
+    def owned_msg(self, msg_type, content=None, parent=None, *args, **kwargs):
+        override = building.get()
+        return make_msg(self, msg_type, content, override or parent, *args, **kwargs)
+
+    Session.msg = owned_msg
+    publish = ZMQDisplayPublisher.publish
+
+    def owned_publish(self, *args, **kwargs):
+        parent = owner.get()
+        if not parent or parent.get("msg_id") == (self.parent_header or {}).get("msg_id"):
+            return publish(self, *args, **kwargs)
+        token = building.set(parent)
+        try:
+            return publish(self, *args, **kwargs)
+        finally:
+            building.reset(token)
+
+    ZMQDisplayPublisher.publish = owned_publish
+
+    start = threading.Thread.start
+
+    def owned_start(self):
+        parent = owner.get()
+        if parent:
+            run = self.run
+
+            def owned_run():
+                owner.set(parent)
+                return run()
+
+            self.run = owned_run
+        return start(self)
+
+    threading.Thread.start = owned_start
 
 
 def _interrupted(shell, etype, value, tb, tb_offset=None):

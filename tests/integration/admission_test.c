@@ -4,6 +4,7 @@
  * socket); the kernel is a real ipykernel.
  */
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -43,6 +44,28 @@ static bool
 client_gave_up(json_t *l)
 {
 	return l && line_of(l, "_client_timeout", 0);
+}
+
+/* POST /execute from a raw client that closes its connection after usec. */
+static void
+post_and_leave(const char *ctx, const char *code, useconds_t usec)
+{
+	json_t *body = json_pack("{s:s, s:s}", "code", code, "context_id", ctx);
+	char *js = json_dumps(body, JSON_COMPACT), *req;
+	int fd;
+
+	cr_assert(asprintf(&req,
+			   "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+			   "Content-Length: %zu\r\n\r\n%s",
+			   strlen(js), js) > 0);
+	cr_assert((fd = tcp_connect(URL)) >= 0);
+	cr_assert(write(fd, req, strlen(req)) == (ssize_t)strlen(req));
+	if (usec)
+		usleep(usec);
+	close(fd);
+	free(req);
+	free(js);
+	json_decref(body);
 }
 
 Test(admission, baseline_print_is_fast, .timeout = 60)
@@ -470,4 +493,57 @@ Test(admission, queue_limit_answers_429_and_changes_nothing, .init = priv_queue_
 	json_decref(a.lines);
 	json_decref(q.lines);
 	json_decref(ctxs);
+}
+
+/*
+ * A client that leaves 0-4 ms after its request, over and over: its output
+ * never reaches the next client, whose own code always runs, alone, in every
+ * language whose kernel takes an early interrupt.
+ */
+struct gone_case {
+	const char *lang;
+	const char *prev, *next; /* printf formats of an int: print PREV-i then wait 1 s; NEXT-i */
+};
+
+static const struct gone_case gone_cases[] = {
+	{"python", "print('PREV-%d'); import time; time.sleep(1)", "print('NEXT-%d')"},
+	{"javascript", "console.log('PREV-%d'); let t = Date.now(); while (Date.now() - t < 1000) {}",
+	 "console.log('NEXT-%d')"},
+	{"bash", "echo PREV-%d; sleep 1", "echo NEXT-%d"},
+};
+
+static int gone_index[] = {0, 1, 2};
+
+ParameterizedTestParameters(admission, client_gone_within_ms_leaves_nothing_behind)
+{
+	return cr_make_param_array(int, gone_index, sizeof(gone_cases) / sizeof(gone_cases[0]));
+}
+
+ParameterizedTest(int *ci, admission, client_gone_within_ms_leaves_nothing_behind, .timeout = 240)
+{
+	const struct gone_case *c = &gone_cases[*ci];
+	char *id = context_new(URL, c->lang, "/tmp");
+	int wrong = 0;
+
+	cr_assert_not_null(id, "%s: no context", c->lang);
+	for (int i = 0; i < 30; i++) {
+		char prev[256], next[128], want[32];
+		snprintf(prev, sizeof(prev), c->prev, i);
+		snprintf(next, sizeof(next), c->next, i);
+		snprintf(want, sizeof(want), "NEXT-%d\n", i);
+		post_and_leave(id, prev, (i % 5) * 1000);
+		json_t *l = run(URL, id, next);
+		char *out = stdout_of(l);
+		json_t *e = line_of(l, "error", 0);
+		if (strcmp(out, want) || e) {
+			cr_log_error("%s: round %d: got '%s', error %s: %s", c->lang, i, out,
+				     e ? json_string_value(json_object_get(e, "name")) : "none",
+				     e ? json_string_value(json_object_get(e, "value")) : "");
+			wrong++;
+		}
+		free(out);
+		json_decref(l);
+	}
+	cr_assert_eq(wrong, 0, "%s: %d of 30 next executions got wrong output", c->lang, wrong);
+	free(id);
 }

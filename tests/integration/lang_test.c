@@ -7,6 +7,7 @@
 #include <criterion/parameterized.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -124,6 +125,8 @@ ParameterizedTest(int *ci, lang, behaves, .timeout = 120)
 
 	l = run(URL, id, c->hello);
 	expect_stdout(l, "hi\n", "stdout", c->lang);
+	cr_expect_eq(count_of(l, "number_of_executions"), 1, "%s: %d number_of_executions lines",
+		     c->lang, count_of(l, "number_of_executions"));
 	json_decref(l);
 
 	l = run(URL, id, c->fail);
@@ -242,6 +245,137 @@ Test(lang, deno_output_after_idle_stays_with_its_execution, .timeout = 60)
 		free(out);
 		json_decref(l);
 	}
+	free(id);
+}
+
+Test(lang, bash_last_argument_is_the_users, .timeout = 60)
+{
+	char *id = context_new(URL, "bash", NULL);
+	json_t *l;
+
+	cr_assert_not_null(id);
+	json_decref(run(URL, id, "echo hi"));
+	l = run(URL, id, "echo \"$_\"");
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "hi\n", "$_ after echo hi");
+	free(out);
+	json_decref(l);
+	/* the env set and restore around a request leave it alone */
+	json_decref(exec_env(id, "echo there", "V", "x"));
+	l = run(URL, id, "echo \"$_\"");
+	out = stdout_of(l);
+	cr_assert_str_eq(out, "there\n", "$_ after echo there with env_vars");
+	free(out);
+	json_decref(l);
+	free(id);
+}
+
+/*
+ * Output a thread or timer makes after its execution ended belongs to no
+ * later execution: neither one that is running when it comes, nor quick
+ * ones in a row. It is dropped and counted.
+ */
+struct late_case {
+	const char *lang;
+	const char *start; /* prints "started"; prints "late i" at 0.5 s, 1 s, ... 3 s */
+	const char *wait;  /* waits 3.5 s, then prints "next" */
+	const char *next;  /* prints "next" */
+};
+
+static const struct late_case late_cases[] = {
+	{"python",
+	 "import threading, time\n"
+	 "def spam():\n"
+	 "    for i in range(6):\n"
+	 "        time.sleep(0.5)\n"
+	 "        print('late', i)\n"
+	 "threading.Thread(target=spam, daemon=True).start()\n"
+	 "print('started')",
+	 "import time\ntime.sleep(3.5)\nprint('next')", "print('next')"},
+	{"javascript",
+	 "for (let i = 0; i < 6; i++) setTimeout(() => console.log('late', i), 500 * (i + 1));\n"
+	 "console.log('started')",
+	 "await new Promise((r) => setTimeout(r, 3500)); console.log('next')",
+	 "console.log('next')"},
+	{"typescript",
+	 "for (let i: number = 0; i < 6; i++) setTimeout(() => console.log('late', i), 500 * (i + 1));\n"
+	 "console.log('started')",
+	 "await new Promise((r) => setTimeout(r, 3500)); console.log('next')",
+	 "console.log('next')"},
+};
+
+static int late_index[] = {0, 1, 2};
+
+ParameterizedTestParameters(lang, late_output_goes_to_no_later_execution)
+{
+	return cr_make_param_array(int, late_index, sizeof(late_cases) / sizeof(late_cases[0]));
+}
+
+static void
+expect_only_next(json_t *l, const char *lang, const char *what)
+{
+	char *out = stdout_of(l);
+	cr_expect_str_eq(out, "next\n", "%s: %s: got '%s'", lang, what, out);
+	free(out);
+}
+
+ParameterizedTest(int *ci, lang, late_output_goes_to_no_later_execution, .timeout = 120)
+{
+	const struct late_case *c = &late_cases[*ci];
+	char *id = context_new(URL, c->lang, NULL);
+	json_t *l;
+
+	cr_assert_not_null(id, "%s: no context", c->lang);
+	double dropped = metric_value(URL, "sandcell_output_dropped_total");
+	cr_assert(dropped >= 0, "no sandcell_output_dropped_total in /metrics");
+
+	/* the late lines come while the next execution runs */
+	l = run(URL, id, c->start);
+	char *out = stdout_of(l);
+	cr_expect_str_eq(out, "started\n", "%s: got '%s'", c->lang, out);
+	free(out);
+	json_decref(l);
+	l = run(URL, id, c->wait);
+	expect_only_next(l, c->lang, "an execution running when they come");
+	json_decref(l);
+
+	/* ... and between and during short ones */
+	json_decref(run(URL, id, c->start));
+	double t0 = ms_now();
+	for (int i = 0; ms_since(t0) < 3500; i++) {
+		l = run(URL, id, c->next);
+		expect_only_next(l, c->lang, "short executions in a row");
+		json_decref(l);
+	}
+
+	wait_metric(URL, "sandcell_output_dropped_total", dropped + 1, 10000);
+	double now = metric_value(URL, "sandcell_output_dropped_total");
+	cr_expect(now > dropped, "%s: sandcell_output_dropped_total stayed at %.0f", c->lang, now);
+	free(id);
+}
+
+Test(lang, bash_background_output_goes_to_no_later_execution, .timeout = 60)
+{
+	char *id = context_new(URL, "bash", NULL);
+	json_t *l;
+
+	cr_assert_not_null(id);
+	double dropped = metric_value(URL, "sandcell_output_dropped_total");
+	l = run(URL, id, "(sleep 0.3; echo late; echo late-err >&2) & echo started");
+	char *out = stdout_of(l);
+	cr_expect_str_eq(out, "started\n");
+	free(out);
+	json_decref(l);
+	usleep(1000000); /* the background job prints while no execution runs */
+	l = run(URL, id, "echo next");
+	out = stdout_of(l);
+	cr_expect_str_eq(out, "next\n", "got '%s'", out);
+	cr_expect_null(line_of(l, "stderr", 0), "the late stderr came with the next execution");
+	free(out);
+	json_decref(l);
+	wait_metric(URL, "sandcell_output_dropped_total", dropped + 1, 10000);
+	double now = metric_value(URL, "sandcell_output_dropped_total");
+	cr_expect(now > dropped, "sandcell_output_dropped_total stayed at %.0f", now);
 	free(id);
 }
 
@@ -417,6 +551,29 @@ Test(lang, bash_exit_under_env_vars_keeps_the_new_bash_env, .timeout = 120)
 	json_decref(l);
 	l = run(URL, id, "echo \"${SC_GLOBAL-unset}\"; ls -d /");
 	expect_stdout(l, GLOBAL_VALUE "\n/\n", "after exit", "bash");
+	json_decref(l);
+	free(id);
+}
+
+Test(lang, python_thread_display_goes_to_no_later_execution, .timeout = 60)
+{
+	char *id = context_new(URL, "python", NULL);
+	json_t *l;
+
+	cr_assert_not_null(id);
+	json_decref(run(URL, id,
+			"import threading, time\n"
+			"from IPython.display import display\n"
+			"def show():\n"
+			"    time.sleep(0.5)\n"
+			"    display({'late': 1}, raw=True)\n"
+			"    display('late')\n"
+			"threading.Thread(target=show, daemon=True).start()"));
+	l = run(URL, id, "import time\ntime.sleep(1.5)\nprint('next')");
+	char *out = stdout_of(l);
+	cr_expect_str_eq(out, "next\n");
+	cr_expect_null(line_of(l, "result", 0), "the thread's display came with the next execution");
+	free(out);
 	json_decref(l);
 	free(id);
 }

@@ -90,6 +90,7 @@ static const struct {
     {MSG_CLAIM, "CLAIM", FB(F_REQ) | FB(F_ID) | FB(F_CWD), FB(F_FLAGS)},
     {CTL_STOP_ENDS, "CTL_STOP_ENDS", FB(F_REQ), 0},
     {CTL_STOP_KEEPS, "CTL_STOP_KEEPS", FB(F_REQ), 0},
+    {MSG_STATS, "STATS", FB(F_COUNT), 0},
 };
 #define NTYPES (sizeof(types) / sizeof(types[0]))
 

@@ -2,14 +2,28 @@
 
 Variables, functions and the working directory persist between executions.
 Each execution is written to a file and sourced (stdin from /dev/null, so the
-code cannot read the next request); stdout and stderr stream as they come. A
-non-zero exit status of the code is reported as an error with the status. On
-SIGINT (the kernel and bash share a process group), bash's INT trap makes the
-`source` return 130 and the execution ends as KeyboardInterrupt.
+code cannot read the next request); stdout and stderr stream as they come,
+and all of it is read before the reply, so no output outlives its request. A
+non-zero exit status of the code is reported as an error with the status.
+
+Interrupts: the kernel and bash share a process group, so an interrupt
+(SIGINT to the group) reaches bash and the code's processes whenever it comes,
+also before a request's code started or after it ended; bash then runs its
+INT trap at its next command, which may be in the next request. So the trap
+acts only while the flag file exists, and the kernel creates it only while a
+request it was interrupted in is running, then signals the group once more
+(the first signal may have come before the file). The code's first line checks
+the flag too, for a signal that came before `source` began. During a request
+the kernel itself only records the interrupt (no KeyboardInterrupt at a random
+point of its own code): every request gets its reply, and an interrupted one
+reports KeyboardInterrupt.
 """
+import atexit
 import codecs
 import os
+import select
 import selectors
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -17,6 +31,10 @@ import tempfile
 from ipykernel.kernelbase import Kernel
 
 END = b"\x1eSANDCELL-END"  # followed by " <status>\x1e" on stdout, "\x1e" on stderr
+
+
+def _quote(s):
+    return "'" + s.replace("'", "'\\''") + "'"
 
 
 class BashKernel(Kernel):
@@ -34,6 +52,12 @@ class BashKernel(Kernel):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
+        self._dir = tempfile.mkdtemp(prefix="sandcell-bash-")
+        atexit.register(shutil.rmtree, self._dir, True)
+        self._script = os.path.join(self._dir, "code.sh")
+        self._flag = os.path.join(self._dir, "interrupt")
+        self._interrupted = False
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._start_bash()
 
     def _start_bash(self):
@@ -46,15 +70,45 @@ class BashKernel(Kernel):
             # children get the default SIGINT back (the kernel ignores it between requests)
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
-        self._send(b"trap 'return 130 2>/dev/null' INT\n")
+        # $_ is kept across executions (the code's first line restores it)
+        trap = f"[[ -e {_quote(self._flag)} ]] && return 130 2>/dev/null"
+        self._send(f"trap {_quote(trap)} INT; trap '__sandcell_last=$_' RETURN\n".encode())
 
     def _send(self, data):
         self.bash.stdin.write(data)
         self.bash.stdin.flush()
 
-    def _publish(self, name, text, silent):
+    def _on_sigint(self, signum, frame):
+        self._interrupted = True
+        try:
+            os.write(self._wake_w, b"i")
+        except OSError:
+            pass
+
+    def pre_handler_hook(self):
+        """Records an interrupt during a request instead of raising
+        KeyboardInterrupt wherever the kernel happens to be."""
+        self._interrupted = False
+        self.saved_sigint_handler = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _publish(self, name, text, silent, late=False):
         if text and not silent:
-            self.send_response(self.iopub_socket, "stream", {"name": name, "text": text})
+            self.send_response(self.iopub_socket, "stream", {"name": name, "text": text},
+                               metadata={"sandcell_late": True} if late else None)
+
+    def _drain_late(self):
+        """Output that came while no request ran (a background job of an
+        earlier one) is not this request's: it is published marked late,
+        which sandcell drops and counts (also before a silent request)."""
+        for pipe, name in ((self.bash.stdout, "stdout"), (self.bash.stderr, "stderr")):
+            data = b""
+            while True:
+                ready = select.select([pipe], [], [], 0)[0]
+                chunk = os.read(pipe.fileno(), 65536) if ready else b""
+                if not chunk:
+                    break
+                data += chunk
+            self._publish(name, data.decode("utf-8", "replace"), False, late=True)
 
     def _error(self, ename, evalue, silent):
         content = {"ename": ename, "evalue": evalue, "traceback": [f"{ename}: {evalue}"]}
@@ -64,32 +118,46 @@ class BashKernel(Kernel):
 
     def do_execute(self, code, silent, store_history=True, user_expressions=None,
                    allow_stdin=False, **kwargs):
-        fd, path = tempfile.mkstemp(prefix="sandcell-bash-", suffix=".sh")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(code)
-            if not code.endswith("\n"):
-                f.write("\n")
-        try:
-            status, interrupted = self._run(path, silent)
-        finally:
-            os.unlink(path)
+        status = 0
+        self._drain_late()
+        if not self._interrupted:  # an interrupt before the code was sent: it never runs
+            with open(self._script, "w", encoding="utf-8") as f:
+                # on the code's own first line, so that line numbers stay the user's
+                f.write(f"[[ -e {_quote(self._flag)} ]] && return 130; "
+                        ': "${__sandcell_last-}"; ')
+                f.write(code)
+                if not code.endswith("\n"):
+                    f.write("\n")
+            status = self._run(silent)
         if status is None:
             rc = self.bash.wait()
             self._start_bash()
             return self._error("BashExited", f"bash exited with status {rc}; "
                                "its state is lost and a new bash was started", silent)
-        if interrupted or status == 130:
+        if self._interrupted:
             return self._error("KeyboardInterrupt", "interrupted", silent)
         if status != 0:
             return self._error("ExitStatus", f"exit status {status}", silent)
         return {"status": "ok", "execution_count": self.execution_count,
                 "payload": [], "user_expressions": {}}
 
-    def _run(self, path, silent):
-        """Sources the file; returns (status or None if bash died, interrupted)."""
-        quoted = path.replace("'", "'\\''")
-        self._send(f"source '{quoted}' </dev/null; "
-                   f"printf '\\036SANDCELL-END %d\\036' $?; "
+    def _interrupt_bash(self):
+        """Lets bash's trap act, and signals the group again: the signal that
+        reached bash may have come before the flag file existed."""
+        open(self._flag, "w").close()
+        try:
+            os.killpg(os.getpgid(0), signal.SIGINT)
+        except OSError:
+            pass
+
+    def _run(self, silent):
+        """Sources the script; returns its status, or None if bash died."""
+        source = f"source {_quote(self._script)} </dev/null; __sandcell_st=$?; "
+        if silent:  # sandcell's own snippets (env vars) leave $_ as the user's code left it
+            source = (f"__sandcell_keep=${{__sandcell_last-}}; {source}"
+                      "__sandcell_last=$__sandcell_keep; ")
+        self._send(f"{source}"
+                   f"printf '\\036SANDCELL-END %d\\036' $__sandcell_st; "
                    f"printf '\\036SANDCELL-END\\036' >&2\n".encode())
         sel = selectors.DefaultSelector()
         streams = {self.bash.stdout.fileno(): "stdout", self.bash.stderr.fileno(): "stderr"}
@@ -98,44 +166,55 @@ class BashKernel(Kernel):
                     for name in streams.values()}
         for fd in streams:
             sel.register(fd, selectors.EVENT_READ)
-        status, done, interrupted = None, set(), False
-        while len(done) < 2:
-            try:
-                events = sel.select()
-            except KeyboardInterrupt:
-                interrupted = True
-                continue
-            for key, _ in events:
-                name = streams[key.fd]
-                chunk = os.read(key.fd, 65536)
-                if not chunk:  # bash is gone
-                    sel.close()
-                    return None, interrupted
-                buf = pending[name] + chunk
-                i = buf.find(END)
-                if i >= 0:
-                    tail = buf[i + len(END):]
-                    close = tail.find(b"\x1e")
-                    if close < 0:  # the marker is not complete yet
-                        pending[name] = buf
+        sel.register(self._wake_r, selectors.EVENT_READ)
+        status, done, signalled = None, set(), False
+        try:
+            while len(done) < 2:
+                if self._interrupted and not signalled:
+                    signalled = True
+                    self._interrupt_bash()
+                for key, _ in sel.select():
+                    if key.fd == self._wake_r:
+                        try:
+                            os.read(self._wake_r, 512)
+                        except BlockingIOError:
+                            pass
                         continue
-                    if name == "stdout":
-                        status = int(tail[:close].strip() or b"0")
-                    self._publish(name, decoders[name].decode(buf[:i], final=True), silent)
-                    pending[name] = b""
-                    done.add(name)
-                    sel.unregister(key.fd)
-                    continue
-                # hold back what could be the start of the marker
-                keep = 0
-                for n in range(min(len(END) - 1, len(buf)), 0, -1):
-                    if END.startswith(buf[-n:]):
-                        keep = n
-                        break
-                out, pending[name] = (buf[:-keep], buf[-keep:]) if keep else (buf, b"")
-                self._publish(name, decoders[name].decode(out), silent)
-        sel.close()
-        return status, interrupted
+                    name = streams[key.fd]
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:  # bash is gone
+                        return None
+                    buf = pending[name] + chunk
+                    i = buf.find(END)
+                    if i >= 0:
+                        tail = buf[i + len(END):]
+                        close = tail.find(b"\x1e")
+                        if close < 0:  # the marker is not complete yet
+                            pending[name] = buf
+                            continue
+                        if name == "stdout":
+                            status = int(tail[:close].strip() or b"0")
+                        self._publish(name, decoders[name].decode(buf[:i], final=True), silent)
+                        pending[name] = b""
+                        done.add(name)
+                        sel.unregister(key.fd)
+                        continue
+                    # hold back what could be the start of the marker
+                    keep = 0
+                    for n in range(min(len(END) - 1, len(buf)), 0, -1):
+                        if END.startswith(buf[-n:]):
+                            keep = n
+                            break
+                    out, pending[name] = (buf[:-keep], buf[-keep:]) if keep else (buf, b"")
+                    self._publish(name, decoders[name].decode(out), silent)
+            return status
+        finally:
+            sel.close()
+            # bash is idle: a signal still pending in it finds no flag
+            try:
+                os.unlink(self._flag)
+            except FileNotFoundError:
+                pass
 
     def do_shutdown(self, restart):
         try:
