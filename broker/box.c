@@ -141,8 +141,10 @@ box_check(char *err, size_t errsz)
 		log_info("sandbox: not root: a user namespace per context; kernels run as uid "
 			 "%u inside it, which is the broker's uid %u on the host",
 			 BOX_USERNS_UID, (unsigned)geteuid());
-		log_warn("sandbox: not root: no cgroups of ours: no process or memory limit "
-			 "per context");
+		log_warn("sandbox: not root: no cgroups of ours: no process limit per context%s",
+			 sv.sv_kernel_memory && !sv.sv_kernel_cgroup
+				 ? "; --kernel-memory is RLIMIT_DATA (Deno cannot start under it)"
+				 : sv.sv_kernel_memory ? "" : " and no memory limit");
 		sv.sv_kernel_pids = "0";
 		return 0;
 	}

@@ -305,7 +305,8 @@ sandbox_init(struct proxy *px)
 	if (px->px_cgroup_parent && !strcmp(px->px_cgroup_parent, "systemd"))
 		px->px_cgroup_parent = NULL;
 	/* memory: a cgroup of its own (RLIMIT_DATA kills V8 at start-up) */
-	if (px->px_mem_limit && !px->px_cgroup_parent) {
+	/* (not root: no cgroup of ours to make one in, RLIMIT_DATA) */
+	if (px->px_mem_limit && !px->px_cgroup_parent && !px->px_sb_userns) {
 		if (!(px->px_cgroup_parent = cgroup_base("memory")))
 			log_warn("context %s: no memory cgroup controller: the memory limit is "
 				 "RLIMIT_DATA (Deno cannot start under it)",

@@ -597,7 +597,9 @@ static struct broker rootless;
 static void
 rootless_start(void)
 {
-	static const char *const args[] = {"--no-default-context", "--pool", "python=0", NULL};
+	/* a memory limit without cgroups of its own is RLIMIT_DATA */
+	static const char *const args[] = {"--no-default-context", "--pool", "python=0",
+					   "--kernel-memory", "2G", NULL};
 
 	cr_assert_eq(broker_start_as(&rootless, ROOTLESS_UID, args), 0,
 		     "a broker as uid %d did not start", ROOTLESS_UID);
