@@ -46,8 +46,9 @@ has_controller(const char *name)
 static int
 userns_works(const char **what)
 {
-	static const char *const steps[] = {"unshare(CLONE_NEWUSER)", "unshare of the box's "
-				"namespaces in it", "fork", "mount --make-rprivate /", "mount proc"};
+	static const char *const steps[] = {
+		"unshare(CLONE_NEWUSER)", "unshare of the box's namespaces in it", "fork",
+		"mount --make-rprivate /", "mount proc"};
 	int res[2] = {0, 0}, p[2], status;
 	pid_t pid;
 
@@ -58,15 +59,15 @@ userns_works(const char **what)
 		int step = 0;
 		pid_t k;
 		close(p[0]);
-		if (unshare(CLONE_NEWUSER) < 0 ||
-		    (step = 1, unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS)) < 0 ||
+		int ns = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
+		if (unshare(CLONE_NEWUSER) < 0 || (step = 1, unshare(ns)) < 0 ||
 		    (step = 2, k = fork()) < 0) {
 			res[0] = step;
 			res[1] = errno;
 		} else if (k == 0) { /* PID 1 of the new namespace */
+			unsigned long fl = MS_NOSUID | MS_NODEV | MS_NOEXEC;
 			if ((step = 3, mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) < 0 ||
-			    (step = 4, mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-					     NULL)) < 0) {
+			    (step = 4, mount("proc", "/proc", "proc", fl, NULL)) < 0) {
 				res[0] = step;
 				res[1] = errno;
 			}
@@ -94,8 +95,8 @@ userns_works(const char **what)
 }
 
 /*
- * Whether kernels can be boxed here: root or a user namespace, namespaces, seccomp. On failure
- * err says what is missing. Limits the cgroups cannot give are turned off
+ * Whether kernels can be boxed here: root or a user namespace, namespaces,
+ * seccomp. On failure err says what is missing. Limits the cgroups cannot give are turned off
  * with a warning (pids) rather than refused.
  */
 int
@@ -126,8 +127,8 @@ box_check(char *err, size_t errsz)
 		return -ENOTSUP;
 	}
 	if ((pid = fork()) == 0)
-		_exit(unshare((geteuid() ? CLONE_NEWUSER : 0) | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
-			      CLONE_NEWNET) < 0
+		_exit(unshare((geteuid() ? CLONE_NEWUSER : 0) | CLONE_NEWNS | CLONE_NEWPID |
+			      CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET) < 0
 			  ? errno
 			  : 0);
 	if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||

@@ -319,7 +319,8 @@ sandbox_init(struct proxy *px)
 	log_info("context %s: sandbox: uid %u%s, isolation %s, network %s, pids %llu, "
 		 "memory %llu, tmp %llu",
 		 px->px_id, (unsigned)(px->px_sb_userns ? px->px_sb_inuid : px->px_kuid),
-		 px->px_sb_userns ? " in a user namespace" : "", px->px_sb_isolated ? "context" : "shared",
+		 px->px_sb_userns ? " in a user namespace" : "",
+		 px->px_sb_isolated ? "context" : "shared",
 		 px->px_sb_net_none ? "none" : "host", (unsigned long long)px->px_sb_pids,
 		 (unsigned long long)px->px_mem_limit, (unsigned long long)px->px_sb_tmp_size);
 	return 0;
@@ -467,7 +468,8 @@ sb_drop(struct proxy *px)
 	if (px->px_sb_userns) {
 		/* setgroups is denied in the namespace; the one mapped uid, no caps */
 		uid_t in = px->px_sb_inuid;
-		if (syscall(SYS_setresgid, in, in, in) < 0 || syscall(SYS_setresuid, in, in, in) < 0)
+		if (syscall(SYS_setresgid, in, in, in) < 0 ||
+		    syscall(SYS_setresuid, in, in, in) < 0)
 			return -1;
 	} else if (syscall(SYS_setgroups, px->px_kngroups, px->px_kgroups) < 0 ||
 		   syscall(SYS_setresgid, px->px_kgid, px->px_kgid, px->px_kgid) < 0 ||
@@ -737,7 +739,8 @@ sandbox_json(struct proxy *px)
 	return json_pack("{s:b, s:i, s:i, s:b, s:s, s:s, s:I, s:I, s:I, s:I}", "enabled", 1,
 			 "uid", (int)(px->px_sb_userns ? px->px_sb_inuid : px->px_kuid),
 			 "host_uid", (int)(px->px_sb_userns ? geteuid() : px->px_kuid),
-			 "user_namespace", px->px_sb_userns, "isolation", px->px_sb_isolated ? "context" : "shared",
+			 "user_namespace", px->px_sb_userns, "isolation",
+			 px->px_sb_isolated ? "context" : "shared",
 			 "network", px->px_sb_net_none ? "none" : "host", "pids_max",
 			 (json_int_t)px->px_sb_pids, "memory_bytes", (json_int_t)px->px_mem_limit,
 			 "cpu_seconds", (json_int_t)px->px_cpu_limit, "tmp_bytes",

@@ -447,8 +447,9 @@ broker_restart(struct broker *b, const char *const *extra)
 		prctl(PR_SET_PDEATHSIG, SIGINT);
 		if (log)
 			dup2(fileno(log), 2);
-		if (b->b_uid && (setgroups(0, NULL) < 0 || setresgid(b->b_uid, b->b_uid, b->b_uid) < 0 ||
-				 setresuid(b->b_uid, b->b_uid, b->b_uid) < 0))
+		uid_t u = b->b_uid;
+		if (u && (setgroups(0, NULL) < 0 || setresgid(u, u, u) < 0 ||
+			  setresuid(u, u, u) < 0))
 			_exit(126);
 		if (b->b_uid) /* the uid change cleared it */
 			prctl(PR_SET_PDEATHSIG, SIGINT);

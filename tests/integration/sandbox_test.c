@@ -634,7 +634,8 @@ rootless_box(const char *lang)
 {
 	const char *base = rootless.b_url;
 	char *id = context_new(base, lang, NULL), code[2048], path[128];
-	pid_t proxy = context_pid(base, id, "proxy_pid"), kernel = context_pid(base, id, "kernel_pid");
+	pid_t proxy = context_pid(base, id, "proxy_pid");
+	pid_t kernel = context_pid(base, id, "kernel_pid");
 	bool py = !strcmp(lang, "python");
 
 	cr_assert(id && proxy > 0 && kernel > 0);
