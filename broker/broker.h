@@ -46,7 +46,9 @@ enum ev_kind {
 	EV_CTX_SEND,
 	EV_CTX_PIDFD,
 	EV_HANGUP,
-	EV_CTL
+	EV_CTL,
+	EV_LISTEN,
+	EV_PENDING
 };
 
 struct evsrc {
@@ -56,6 +58,8 @@ struct evsrc {
 
 struct context;
 struct request;
+struct pending; /* a connection not yet handed to MHD: accept.c */
+TAILQ_HEAD(pendq, pending);
 
 /* An HTTP connection, for the connection limit and the header timeout. */
 struct conn {
@@ -63,6 +67,7 @@ struct conn {
 	int cn_fd;
 	bool cn_in_request; /* its request head has arrived; MHD's timeout rules */
 	uint64_t cn_since;  /* connected, or its last response ended */
+	const char *cn_bad_at; /* the string of this request that had %2F or %00 */
 };
 TAILQ_HEAD(connq, conn);
 
@@ -85,6 +90,7 @@ struct stream {
 	bool st_final;        /* the proxy ended the stream */
 	bool st_suspended;
 	bool st_gone;         /* the client went away */
+	bool st_halfclosed;   /* the client shut its write side: maybe still reading */
 	bool st_cancel_sent;
 	bool st_recorded;     /* counted in the metrics and logged */
 	uint64_t st_last_out; /* ms of the last byte handed to MHD */
@@ -214,6 +220,12 @@ struct server {
 	uint64_t sv_stream_cap;     /* bytes a stream may hold for a slow client */
 	const char *sv_spill_dir;
 	struct connq sv_conns;
+	int sv_listen_fd;           /* ours: MHD gets connections from accept.c */
+	struct evsrc sv_ev_listen;
+	struct pendq sv_pending;    /* accepted, request line not yet seen */
+	unsigned sv_npending;
+	uint64_t sv_mhd_log_at;     /* rate limit of MHD's messages at warn level */
+	unsigned sv_mhd_log_n;
 	unsigned sv_grace;      /* seconds running executions get on SIGTERM */
 	char sv_interrupt_retry[24], sv_interrupt_grace[24]; /* ms, for the proxies; "" = default */
 	char sv_heartbeat_timeout[24]; /* ms, for the proxies; "" = default */
@@ -251,6 +263,17 @@ void server_watch(int fd, uint32_t events, struct evsrc *ev);
 void server_unwatch(int fd);
 void server_notify(const char *state);
 
+/* accept.c */
+int accept_classify(const char *b, size_t n);
+int accept_listen(const char *where);
+void accept_ready(void);
+void accept_sniff(struct pending *pd, uint32_t events);
+void accept_tick(uint64_t now);
+void accept_stop(void);
+
+/* cwd.c */
+int cwd_check(const char *dir, char *err, size_t errsz);
+
 /* metrics.c */
 enum metric {
 	M_DISCONNECT,
@@ -285,6 +308,8 @@ void http_stop(void);
 void http_tick(uint64_t now);
 struct MHD_Response *http_text(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 struct MHD_Response *http_json(json_t *j);
+size_t http_unescape(char *s, bool *bad);
+const char *http_quote(const char *s, char *out, size_t outsz);
 void http_complete(struct request *rq, unsigned status, struct MHD_Response *resp);
 void http_suspend(struct request *rq);
 int http_validate_execute(json_t *body, struct msg *m, const char **ctx_id,
@@ -302,7 +327,7 @@ void stream_fail(struct stream *s, const char *name, const char *value, const ch
 void stream_cancel(struct stream *s, const char *why);
 void stream_detach(struct stream *s);
 struct stream *stream_by_id(uint64_t id);
-void stream_hangup(struct stream *s);
+void stream_hangup(struct stream *s, uint32_t events);
 void stream_closed(struct stream *s);
 void stream_tick(uint64_t now);
 void stream_fail_all(const char *name, const char *value, const char *outcome);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -274,6 +275,44 @@ context_new(const char *id, const char *lang, const char *kernel, const char *cw
 	return c;
 }
 
+/*
+ * nng < 1.6 never closes the two pipes behind a pair0 socket's poll fds
+ * (NNG_OPT_RECVFD, _SENDFD; fixed by nng PR 1640): 4 fds per context. After
+ * nng_close nothing in nng uses them, so we close every fd on those pipes,
+ * found by inode (the write ends are nng's own).
+ */
+static void
+link_close_poll_pipes(int rfd, int sfd)
+{
+#if NNG_MAJOR_VERSION == 1 && NNG_MINOR_VERSION < 6
+	struct stat want[2], st;
+	int n = 0;
+	DIR *d;
+	struct dirent *de;
+
+	if (rfd >= 0 && fstat(rfd, &want[n]) == 0 && S_ISFIFO(want[n].st_mode))
+		n++;
+	if (sfd >= 0 && fstat(sfd, &want[n]) == 0 && S_ISFIFO(want[n].st_mode))
+		n++;
+	if (!n || !(d = opendir("/proc/self/fd")))
+		return;
+	while ((de = readdir(d))) {
+		int fd = atoi(de->d_name);
+		if (de->d_name[0] == '.' || fd == dirfd(d) || fstat(fd, &st) < 0)
+			continue;
+		for (int i = 0; i < n; i++)
+			if (st.st_ino == want[i].st_ino && st.st_dev == want[i].st_dev &&
+			    S_ISFIFO(st.st_mode))
+				close(fd);
+	}
+	closedir(d);
+#else
+	(void)rfd;
+	(void)sfd;
+#endif
+}
+
+/* Stops watching, closes the socket (and the poll pipes nng leaves), frees pl. */
 static void
 link_close(struct proxy_link *pl)
 {
@@ -288,6 +327,7 @@ link_close(struct proxy_link *pl)
 		close(pl->pl_pidfd);
 	}
 	nng_close(pl->pl_sock); /* waits for pipe callbacks: pl stays valid until here */
+	link_close_poll_pipes(pl->pl_rfd, pl->pl_sfd);
 	msgq_clear(&pl->pl_outq);
 	free(pl->pl_outq.mq_q);
 	free(pl);
@@ -298,6 +338,10 @@ context_free(struct context *c)
 {
 	struct stream *s;
 	struct request *rq;
+	/* one that never started says why, not that someone deleted it */
+	char *why = !c->c_ready && c->c_error
+			    ? xasprintf("the context could not start: %s", c->c_error)
+			    : NULL;
 
 	while ((s = TAILQ_FIRST(&c->c_streams))) {
 		if (s->st_gone) { /* its client left: nothing to tell it */
@@ -305,12 +349,16 @@ context_free(struct context *c)
 			continue;
 		}
 		/* ends it, which takes it off c's list (and frees a ctl one) */
-		stream_fail(s, "ContextDeleted", "the context was deleted", "deleted");
+		if (why)
+			stream_fail(s, "ContextLost", why, "context_lost");
+		else
+			stream_fail(s, "ContextDeleted", "the context was deleted", "deleted");
 	}
 	while ((rq = TAILQ_FIRST(&c->c_waiters))) {
 		context_forget_waiter(rq);
 		request_done(rq, 404, NULL, "context %s was deleted", c->c_id);
 	}
+	free(why);
 	link_close(c->c_pl);
 	TAILQ_REMOVE(&sv.sv_contexts, c, c_link);
 	free(c->c_lang);
@@ -773,14 +821,24 @@ proxy_lost(struct context *c, const char *why)
 		request_done(rq, 500, NULL, "%s", value);
 	}
 	free(value);
-	msgq_clear(&c->c_pl->pl_outq);
-	c->c_pl->pl_pid = 0;
-	c->c_pl->pl_kpid = 0;
-	if (c->c_pl->pl_pidfd >= 0) {
-		server_unwatch(c->c_pl->pl_pidfd);
-		close(c->c_pl->pl_pidfd);
-		c->c_pl->pl_pidfd = -1;
+	/*
+	 * The new proxy gets a new link. The old socket may still hold the dead
+	 * proxy's pipe (nng sees its end on a thread of its own, maybe after our
+	 * SIGCHLD): a message sent on it now would go down that pipe and be lost,
+	 * and the execution waiting for its answer would hang.
+	 */
+	struct proxy_link *old = c->c_pl;
+	if (connect_proxy(c, old->pl_slot) < 0) {
+		link_close(c->c_pl);
+		c->c_pl = old;
+		c->c_pl->pl_pid = 0;
+		c->c_pl->pl_state = KS_DEAD;
+		free(c->c_error);
+		c->c_error = xstrdup("the context's proxy could not be connected again");
+		log_err("context %s: %s", c->c_id, c->c_error);
+		return;
 	}
+	link_close(old);
 	if (now > c->c_respawn_window + RESPAWN_WINDOW_MS) {
 		c->c_respawn_window = now;
 		c->c_respawns = 0;

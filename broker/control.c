@@ -103,7 +103,7 @@ send_reply(nng_pipe p, enum msg_type t, uint64_t req, json_t *data, const char *
 	msg_init(&m, t);
 	msg_set_u64(&m, F_REQ, req);
 	if (data) {
-		char *s = json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY);
+		char *s = json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(12));
 		msg_set_str(&m, F_DATA, s, strlen(s));
 		free(s);
 	}

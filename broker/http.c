@@ -41,7 +41,9 @@ http_text(const char *fmt, ...)
 struct MHD_Response *
 http_json(json_t *j)
 {
-	char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
+	/* 12 digits: 46.979, not 46.978999999999999 */
+	char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_ENSURE_ASCII |
+				       JSON_REAL_PRECISION(12));
 	struct MHD_Response *r;
 
 	json_decref(j);
@@ -218,6 +220,85 @@ do_metrics(struct request *rq)
 }
 
 /*
+ * A client's string as it may be echoed in an answer: printable ASCII, other
+ * bytes as \xHH, cut with "..." to fit out. Returns out.
+ */
+const char *
+http_quote(const char *s, char *out, size_t outsz)
+{
+	size_t n = 0;
+
+	for (; *s && n + 4 < outsz; s++) {
+		unsigned char ch = *s;
+		if (ch >= 0x20 && ch < 0x7f && ch != '\\')
+			out[n++] = ch;
+		else
+			n += snprintf(out + n, outsz - n, "\\x%02x", ch);
+	}
+	if (*s && outsz >= 4)
+		strcpy(out + (n + 4 <= outsz ? n : outsz - 4), "...");
+	else if (outsz)
+		out[n < outsz ? n : outsz - 1] = '\0';
+	return out;
+}
+
+static int
+hexval(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'f')
+		return (ch | 0x20) - 'a' + 10;
+	return -1;
+}
+
+/*
+ * Decodes %HH once, in place; returns the new length. An encoded '/' or NUL
+ * stays encoded (it would split or cut an id) and sets *bad.
+ */
+size_t
+http_unescape(char *s, bool *bad)
+{
+	char *r = s, *w = s;
+
+	*bad = false;
+	while (*r) {
+		int hi, lo;
+		if (r[0] != '%' || (hi = hexval(r[1])) < 0 || (lo = hexval(r[2])) < 0) {
+			*w++ = *r++;
+			continue;
+		}
+		char ch = (char)(hi << 4 | lo);
+		if (ch == '/' || ch == '\0') {
+			*bad = true;
+			memmove(w, r, 3);
+			w += 3;
+		} else {
+			*w++ = ch;
+		}
+		r += 3;
+	}
+	*w = '\0';
+	return w - s;
+}
+
+static struct conn *conn_of(struct MHD_Connection *c);
+
+/* MHD's unescaper for the path and query arguments: see http_unescape. */
+static size_t
+unescape(void *cls, struct MHD_Connection *c, char *s)
+{
+	struct conn *cn = conn_of(c);
+	bool bad;
+	size_t n = http_unescape(s, &bad);
+
+	(void)cls;
+	if (bad && cn)
+		cn->cn_bad_at = s; /* refused in on_request if s is the path */
+	return n;
+}
+
+/*
  * Readiness, for a load balancer or a Kubernetes readiness probe: 503 while
  * draining or while a default context's kernel is not answering (starting at
  * start-up, restarting after a crash); 200 otherwise. A default context a
@@ -244,9 +325,10 @@ do_ready(struct request *rq)
 static enum MHD_Result
 route(struct request *rq, const char *url, const char *method)
 {
-	bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
-	bool del = !strcmp(method, "DELETE");
-	char id[64];
+	/* HEAD is GET without the body (MHD leaves it out) */
+	bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+	bool post = !strcmp(method, "POST"), del = !strcmp(method, "DELETE");
+	char id[64], quoted[96];
 	const char *rest;
 	struct context *c;
 
@@ -286,10 +368,13 @@ route(struct request *rq, const char *url, const char *method)
 		return respond(rq, 404, http_text("no such endpoint: %.128s", url));
 	rest = url + 10;
 	size_t idlen = strcspn(rest, "/");
-	if (idlen >= sizeof(id) || !(snprintf(id, sizeof(id), "%.*s", (int)idlen, rest),
-				     c = context_find(id)))
-		return respond(rq, 404,
-			       http_text("context '%.64s' not found", idlen < 64 ? id : "?"));
+	if (idlen >= sizeof(id))
+		return respond(rq, 404, http_text("no such context: its id is %zu bytes long; "
+						  "ids are 36 characters", idlen));
+	snprintf(id, sizeof(id), "%.*s", (int)idlen, rest);
+	if (!(c = context_find(id)))
+		return respond(rq, 404, http_text("context '%s' not found",
+						  http_quote(id, quoted, sizeof(quoted))));
 	rest += idlen;
 	if (!*rest) {
 		if (get)
@@ -360,7 +445,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		*con_cls = rq;
 		if (cn)
 			cn->cn_in_request = true;
-		if (sv.sv_nconns > sv.sv_max_conns)
+		if (sv.sv_nconns + sv.sv_npending > sv.sv_max_conns)
 			return respond(rq, 503,
 				       http_text("too many connections (limit %u); try again",
 						 sv.sv_max_conns));
@@ -369,6 +454,9 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		    strcmp(rq->rq_endpoint, "/ready") &&
 		    (refused = token_refusal(conn)))
 			return respond(rq, 401, http_text("%s", refused));
+		if (cn && cn->cn_bad_at == url)
+			return respond(rq, 400, http_text("the path has an encoded '/' or NUL "
+							  "(%%2F, %%00): not allowed"));
 		if (cl && strtoull(cl, NULL, 10) > sv.sv_max_body)
 			return respond(rq, 413,
 				       http_text("request body over the limit of %zu bytes",
@@ -410,6 +498,7 @@ on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	if (cn) { /* the next request head must come within the header timeout */
 		cn->cn_in_request = false;
 		cn->cn_since = now_ms();
+		cn->cn_bad_at = NULL;
 	}
 	if (rq->rq_code)
 		metrics_http(rq->rq_endpoint, rq->rq_method, rq->rq_code);
@@ -452,6 +541,7 @@ http_tick(uint64_t now)
 {
 	struct conn *cn;
 
+	accept_tick(now);
 	TAILQ_FOREACH(cn, &sv.sv_conns, cn_link)
 		if (!cn->cn_in_request && cn->cn_fd >= 0 &&
 		    now > cn->cn_since + sv.sv_header_timeout * 1000ull) {
@@ -460,55 +550,55 @@ http_tick(uint64_t now)
 		}
 }
 
+/*
+ * MHD's messages are its errors: at start-up they are ours (error); later at
+ * warn, at most 20 a minute so that a flood of bad clients cannot flood the
+ * log, the rest at debug.
+ */
 static void
 mhd_log(void *cls, const char *fmt, va_list ap)
 {
 	char line[512];
+	uint64_t now = now_ms();
 
 	(void)cls;
 	vsnprintf(line, sizeof(line), fmt, ap);
 	line[strcspn(line, "\n")] = '\0';
-	log_debug("http: %s", line);
+	if (!sv.sv_mhd) {
+		log_err("http: %s", line);
+		return;
+	}
+	if (now >= sv.sv_mhd_log_at + 60000) {
+		sv.sv_mhd_log_at = now;
+		sv.sv_mhd_log_n = 0;
+	}
+	if (++sv.sv_mhd_log_n <= 20)
+		log_warn("http: %s%s", line,
+			 sv.sv_mhd_log_n == 20 ? " (more this minute at debug level)" : "");
+	else
+		log_debug("http: %s", line);
 }
 
 int
 http_start(void)
 {
-	char host[256];
-	const char *colon = strrchr(sv.sv_listen, ':');
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
-	struct addrinfo *ai;
 	unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
-			 MHD_USE_TURBO;
-	int e;
+			 MHD_USE_TURBO | MHD_USE_NO_LISTEN_SOCKET;
 
-	if (!colon || colon == sv.sv_listen || (size_t)(colon - sv.sv_listen) >= sizeof(host)) {
-		log_err("--listen %s: expected HOST:PORT", sv.sv_listen);
+	if (accept_listen(sv.sv_listen) < 0)
 		return -1;
-	}
-	snprintf(host, sizeof(host), "%.*s", (int)(colon - sv.sv_listen), sv.sv_listen);
-	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
-		memmove(host, host + 1, strlen(host));
-		host[strlen(host) - 1] = '\0';
-	}
-	if ((e = getaddrinfo(host, colon + 1, &hints, &ai))) {
-		log_err("--listen %s: %s", sv.sv_listen, gai_strerror(e));
-		return -1;
-	}
-	if (ai->ai_family == AF_INET6)
-		flags |= MHD_USE_IPv6;
 	sv.sv_mhd = MHD_start_daemon(
-		flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+		flags, 0, NULL, NULL, on_request, NULL,
+		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first: it logs from here on */
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
 		MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
 		MHD_OPTION_CONNECTION_TIMEOUT, sv.sv_conn_timeout,
 		/* headroom over our own limit, so that those over it hear why (503) */
 		MHD_OPTION_CONNECTION_LIMIT, sv.sv_max_conns + 64,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
-		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
-	freeaddrinfo(ai);
+		MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
 	if (!sv.sv_mhd) {
-		log_err("listen on %s failed (address in use or not available)", sv.sv_listen);
+		log_err("http: the HTTP library did not start (see its messages above)");
 		return -1;
 	}
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(sv.sv_mhd, MHD_DAEMON_INFO_EPOLL_FD);
@@ -520,6 +610,7 @@ http_start(void)
 void
 http_stop(void)
 {
+	accept_stop();
 	if (sv.sv_mhd)
 		MHD_stop_daemon(sv.sv_mhd);
 	sv.sv_mhd = NULL;

@@ -140,7 +140,8 @@ usage(void)
 		"  --listen HOST:PORT      HTTP address (default 127.0.0.1:49999)\n"
 		"  --run-dir DIR           sockets and state (default $XDG_RUNTIME_DIR/sandcell\n"
 		"                          or /tmp/sandcell-$UID)\n"
-		"  --cwd DIR               default working directory of contexts\n"
+		"  --cwd DIR               default working directory of contexts, one the\n"
+		"                          kernel user can enter\n"
 		"                          (default /home/user if it exists, else $HOME)\n"
 		"  --env KEY=VALUE         global env var for every context (repeatable)\n"
 		"  --env-file FILE         global env vars, KEY=VALUE lines\n"
@@ -406,8 +407,10 @@ loop(void)
 			case EV_CTX_RECV: context_recv(ev->ev_obj); break;
 			case EV_CTX_SEND: context_flush(ev->ev_obj); break;
 			case EV_CTX_PIDFD: context_pidfd(ev->ev_obj); break;
-			case EV_HANGUP: stream_hangup(ev->ev_obj); break;
+			case EV_HANGUP: stream_hangup(ev->ev_obj, evs[i].events); break;
 			case EV_CTL: control_recv(); break;
+			case EV_LISTEN: accept_ready(); break;
+			case EV_PENDING: accept_sniff(ev->ev_obj, evs[i].events); break;
 			}
 		}
 		stream_park_due(now_ms());
@@ -721,8 +724,15 @@ main(int argc, char **argv)
 		log_warn("sandbox: off (--no-sandbox): kernels run with the broker's privileges "
 			 "and see the whole machine");
 	}
+	/* every kernel would fail to start there (status 126): refuse now */
+	bool cwd_given = sv.sv_cwd;
 	if (!sv.sv_cwd)
 		sv.sv_cwd = sv.sv_sandbox ? box_workspace() : default_cwd();
+	if (cwd_check(sv.sv_cwd, err, sizeof(err)) < 0) {
+		log_err("%s %s: %s%s", cwd_given ? "--cwd" : "default cwd", sv.sv_cwd, err,
+			cwd_given ? "" : "; give one with --cwd DIR");
+		exit(2);
+	}
 	if (!sv.sv_proxy_bin)
 		sv.sv_proxy_bin = default_proxy_bin();
 	if (!sv.sv_python_startup)

@@ -270,9 +270,8 @@ request_execute(struct request *rq, json_t *body)
 void
 request_create(struct request *rq, const char *language, const char *cwd)
 {
-	char err[1024], lang[MAX_LANG + 1];
+	char err[1024], why[256], lang[MAX_LANG + 1];
 	struct context *c;
-	struct stat st;
 	int rc;
 
 	if (sv.sv_draining) {
@@ -285,12 +284,15 @@ request_create(struct request *rq, const char *language, const char *cwd)
 		request_done(rq, 400, NULL, "%s", err);
 		return;
 	}
-	if (!cwd)
-		cwd = sv.sv_cwd;
-	if (cwd[0] != '/' || strlen(cwd) >= PROTO_MAX_NAME || stat(cwd, &st) < 0 ||
-	    !S_ISDIR(st.st_mode)) {
-		request_done(rq, 400, NULL, "cwd '%.256s' is not an existing absolute directory",
-			     cwd);
+	if (cwd && cwd_check(cwd, why, sizeof(why)) < 0) {
+		request_done(rq, 400, NULL, "cwd '%.256s' cannot be used: %s", cwd, why);
+		return;
+	}
+	if (!cwd && cwd_check((cwd = sv.sv_cwd), why, sizeof(why)) < 0) {
+		/* checked at start; gone or closed since: not the client's fault */
+		request_done(rq, 500, NULL,
+			     "the server's default cwd '%.256s' (--cwd) cannot be used: %s", cwd,
+			     why);
 		return;
 	}
 	if ((rc = context_create(lang, cwd, false, &c, err, sizeof(err))) < 0) {

@@ -4,8 +4,9 @@
  * nothing to send the connection is suspended, and while suspended its socket
  * is watched for hang-up (EPOLLRDHUP) so a vanished client is noticed at once,
  * not at the next write; keepalive lines are the second line of defence. A
- * vanished client means CANCEL. For sandcellctl run the output goes to the
- * ctl client's pipe instead.
+ * vanished client means CANCEL. A client that only shut its write side after
+ * its request (nc -N) still reads: see stream_hangup(). For sandcellctl run
+ * the output goes to the ctl client's pipe instead.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -77,6 +78,15 @@ stream_by_id(uint64_t id)
 static struct MHD_Response *stream_response(struct stream *s);
 static struct MHD_Response *stream_whole(struct stream *s);
 
+/* While suspended: its end (EPOLLRDHUP), or once half-closed only a reset or
+ * a full hang-up (EPOLLERR, EPOLLHUP: always reported). */
+static void
+watch_hangup(struct stream *s)
+{
+	if (s->st_fd >= 0)
+		server_watch(s->st_fd, s->st_halfclosed ? 0 : EPOLLRDHUP, &s->st_ev);
+}
+
 /*
  * Something for the client (output, the end, a keepalive, its hangup): a
  * parked connection is resumed. One parked before its response gets it now:
@@ -120,8 +130,7 @@ stream_park(struct stream *s, struct request *rq)
 	TAILQ_INSERT_TAIL(&sv.sv_parked, s, st_park_link);
 	http_suspend(rq);
 	s->st_suspended = true;
-	if (s->st_fd >= 0)
-		server_watch(s->st_fd, EPOLLRDHUP, &s->st_ev);
+	watch_hangup(s);
 }
 
 /*
@@ -282,8 +291,7 @@ reader(void *cls, uint64_t pos, char *out, size_t max)
 	/* nothing to send: park the connection and watch for the client leaving */
 	MHD_suspend_connection(s->st_conn);
 	s->st_suspended = true;
-	if (s->st_fd >= 0)
-		server_watch(s->st_fd, EPOLLRDHUP, &s->st_ev);
+	watch_hangup(s);
 	return 0;
 }
 
@@ -484,10 +492,28 @@ stream_cancel(struct stream *s, const char *why)
 	}
 }
 
-/* EPOLLRDHUP on a parked connection. */
+/*
+ * The client's end on a suspended connection. EPOLLRDHUP alone is a FIN: a
+ * client that closed, or one that only shut its write side and still reads.
+ * TCP tells them apart only when we write: a closed socket answers with a
+ * reset (EPOLLERR, EPOLLHUP). So a keepalive goes out at once as the probe,
+ * and only a reset or a failed write means gone; a half-closed client is
+ * served to the end.
+ */
 void
-stream_hangup(struct stream *s)
+stream_hangup(struct stream *s, uint32_t events)
 {
+	if (!(events & (EPOLLERR | EPOLLHUP)) && !s->st_halfclosed) {
+		s->st_halfclosed = true;
+		log_debug("stream %llu: the client shut its write side; probing it",
+			  (unsigned long long)s->st_id);
+		if (backlog(s) == 0)
+			buf_append(&s->st_buf, keepalive, sizeof(keepalive) - 1);
+		unwatch(s); /* MHD writes: a reset, or a write error, if it is gone */
+		return;
+	}
+	if (!(events & (EPOLLERR | EPOLLHUP)))
+		return; /* half-closed and still there */
 	s->st_gone = true;
 	metrics_count(M_DISCONNECT, 1);
 	log_info("stream %llu: client went away after %llu ms; cancel sent to context %s",

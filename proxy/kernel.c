@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -304,11 +305,30 @@ write_connection_file(struct proxy *px, const char *path, int ports[5], char ep[
 		if (px->px_kuid != (uid_t)-1 && fchown(fd, px->px_kuid, px->px_kgid) < 0)
 			log_warn("context %s: chown %s: %s", px->px_id, path, strerror(errno));
 		size_t len = strlen(s);
-		rc = write(fd, s, len) == (ssize_t)len ? 0 : -EIO;
-		close(fd);
+		ssize_t n = write(fd, s, len);
+		/* a short write is a full filesystem: say so, not EIO */
+		rc = n == (ssize_t)len ? 0 : n < 0 ? -errno : -ENOSPC;
+		if (close(fd) < 0 && !rc)
+			rc = -errno;
 	}
 	free(s);
 	return rc;
+}
+
+/* Why the kernel could not be started: logged, and kept as px_dead_reason. */
+static void __attribute__((format(printf, 2, 3)))
+start_failed(struct proxy *px, const char *fmt, ...)
+{
+	char why[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	free(px->px_dead_reason);
+	px->px_dead_reason = xasprintf("kernel %s could not be started: %s",
+				       px->px_ks->ks_name, why);
+	log_err("context %s: %s", px->px_id, px->px_dead_reason);
 }
 
 int
@@ -326,7 +346,7 @@ kernel_start(struct proxy *px)
 	uuid_v4(px->px_session);
 	snprintf(conn, sizeof(conn), "%s/kernel.json", px->px_kdir);
 	if ((rc = write_connection_file(px, conn, ports, ep)) < 0) {
-		log_err("kernel %s: write %s: %s", px->px_ks->ks_name, conn, strerror(-rc));
+		start_failed(px, "write %s: %s", conn, strerror(-rc));
 		return rc;
 	}
 	/* connect before the kernel binds: nothing it says at start-up is lost */
@@ -339,11 +359,12 @@ kernel_start(struct proxy *px)
 	px->px_stdin = zsock(px, ZMQ_DEALER, ep[2]);
 	if (!px->px_shell || !px->px_iopub || !px->px_control || !px->px_hb || !px->px_stdin) {
 		rc = -EIO;
+		start_failed(px, "could not connect its sockets");
 		goto err;
 	}
 	home = xasprintf("%s/home", px->px_kdir);
 	if ((rc = mkdir_p(home, 0700)) < 0) {
-		log_err("kernel %s: mkdir %s: %s", px->px_ks->ks_name, home, strerror(-rc));
+		start_failed(px, "mkdir %s: %s", home, strerror(-rc));
 		goto err;
 	}
 	ipython_profile(px, home);
@@ -391,7 +412,7 @@ kernel_start(struct proxy *px)
 	pid = fork();
 	if (pid < 0) {
 		rc = -errno;
-		log_err("kernel %s: fork: %s", px->px_ks->ks_name, strerror(errno));
+		start_failed(px, "fork: %s", strerror(errno));
 		goto err;
 	}
 	if (pid == 0) {
@@ -616,7 +637,7 @@ respawn(struct proxy *px, const char *why)
 	}
 	if (kernel_start(px) < 0) {
 		px->px_kstate = KS_DEAD;
-		proxy_state(px, "kernel could not be started");
+		proxy_state(px, px->px_dead_reason);
 		return;
 	}
 	proxy_state(px, why);
@@ -756,7 +777,7 @@ kernel_restart(struct proxy *px, const char *why)
 	px->px_start_failures = 0;
 	if (kernel_start(px) < 0) {
 		px->px_kstate = KS_DEAD;
-		proxy_state(px, "kernel could not be started");
+		proxy_state(px, px->px_dead_reason);
 		return;
 	}
 	proxy_state(px, why);

@@ -166,7 +166,8 @@ handle_ipc(struct proxy *p, struct msg *m)
 		p->px_dead_reason = NULL;
 		kernel_restart(p, "restart requested");
 		if (p->px_kstate == KS_DEAD) {
-			reply(p, MSG_FAIL, m->m_req, "kernel could not be started");
+			reply(p, MSG_FAIL, m->m_req,
+			      p->px_dead_reason ? p->px_dead_reason : "kernel could not be started");
 			p->px_restart_pending = false;
 		}
 		break;
@@ -646,9 +647,9 @@ main(int argc, char **argv)
 
 	ipc_listen(&px);
 	write_state_file(&px);
+	/* on failure, stay: the broker hears why (HELLO) and shuts us down */
 	if (kernel_start(&px) < 0)
-		fatal("context %s: kernel %s could not be started", px.px_id,
-		      px.px_ks->ks_name);
+		px.px_kstate = KS_DEAD;
 	loop(&px);
 
 	admit_fail_all(&px, "ContextDeleted", "the context was shut down");

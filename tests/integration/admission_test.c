@@ -8,7 +8,9 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -332,6 +334,71 @@ Test(admission, client_gone_before_the_response_head_is_cancelled, .timeout = 60
 	/* units run in order: had it not been interrupted, the file would be there */
 	struct stat sb;
 	cr_assert(stat(path, &sb) < 0, "the abandoned execution ran to its end");
+	free(id);
+}
+
+/* A raw POST /execute on a new connection: its socket. */
+static int
+raw_execute(const char *ctx, const char *code, const char *version)
+{
+	json_t *body = json_pack("{s:s, s:s}", "code", code, "context_id", ctx);
+	char *js = json_dumps(body, JSON_COMPACT), req[1024];
+	int fd;
+
+	snprintf(req, sizeof(req),
+		 "POST /execute HTTP/%s\r\nHost: x\r\nContent-Type: application/json\r\n"
+		 "Content-Length: %zu\r\n\r\n%s",
+		 version, strlen(js), js);
+	free(js);
+	json_decref(body);
+	cr_assert((fd = tcp_connect(URL)) >= 0);
+	cr_assert(write(fd, req, strlen(req)) == (ssize_t)strlen(req));
+	return fd;
+}
+
+/* nc -N: the request, then shutdown(SHUT_WR); the client still reads. */
+Test(admission, a_client_that_shuts_its_write_side_gets_the_whole_output, .timeout = 60)
+{
+	char *id = fresh();
+	static const char *const versions[] = {"1.1", "1.0"};
+
+	for (int v = 0; v < 2; v++) {
+		int fd = raw_execute(id, "import time\nprint('a')\ntime.sleep(1.5)\nprint('b')",
+				     versions[v]);
+		cr_assert_eq(shutdown(fd, SHUT_WR), 0);
+		struct timeval tv = {30, 0};
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		char out[16384];
+		size_t n = 0;
+		ssize_t k;
+		while (n < sizeof(out) - 1 && (k = read(fd, out + n, sizeof(out) - 1 - n)) > 0)
+			n += k;
+		out[n] = '\0';
+		close(fd);
+		cr_expect(strstr(out, "\"text\":\"a\\n\"") && strstr(out, "\"text\":\"b\\n\"") &&
+			      strstr(out, "end_of_execution") && !strstr(out, "\"error\""),
+			  "HTTP/%s: %s", versions[v], out);
+	}
+	free(id);
+}
+
+/* Half-closed, then gone for good: the next keepalive finds out, and it is cancelled. */
+Test(admission, a_half_closed_client_that_then_closes_is_cancelled, .timeout = 60)
+{
+	char *id = fresh();
+	int fd = raw_execute(id, "import time\ntime.sleep(15)", "1.1");
+
+	cr_assert_eq(shutdown(fd, SHUT_WR), 0);
+	usleep(200000); /* the scenario: it still reads for a while, then leaves */
+	close(fd);
+	double t0 = ms_now();
+	json_t *l = run(URL, id, "print('next')");
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "next\n");
+	/* a keepalive a second (KEEPALIVE_MS) is what meets the closed socket */
+	cr_assert(ms_since(t0) < 3000, "the next execution waited %.0f ms", ms_since(t0));
+	free(out);
+	json_decref(l);
 	free(id);
 }
 

@@ -2,6 +2,7 @@
  * harness.c — start/stop real brokers and talk HTTP to them with libcurl.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <grp.h>
 #include <netinet/in.h>
@@ -72,6 +73,40 @@ tcp_connect(const char *url)
 		return -1;
 	}
 	return fd;
+}
+
+int
+proc_fd_count(pid_t pid)
+{
+	char path[64];
+	struct dirent *de;
+	DIR *d;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	if (!(d = opendir(path)))
+		return -1;
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+long
+proc_rss_kb(pid_t pid)
+{
+	char path[64], line[256];
+	long kb = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
 }
 
 struct sink {
@@ -429,6 +464,7 @@ broker_restart(struct broker *b, const char *const *extra)
 
 	snprintf(exe, sizeof(exe), "%s/sandcell-broker", bin ? bin : "bin");
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", b->b_port);
+	b->b_exit = -1;
 	argv[n++] = exe;
 	argv[n++] = "--listen";
 	argv[n++] = listen;
@@ -465,7 +501,9 @@ broker_restart(struct broker *b, const char *const *extra)
 		resp_free(&r);
 		if (healthy)
 			break;
-		if (waitpid(b->b_pid, NULL, WNOHANG) == b->b_pid) {
+		int st;
+		if (waitpid(b->b_pid, &st, WNOHANG) == b->b_pid) {
+			b->b_exit = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 			fprintf(stderr, "broker exited at start-up; log in %s\n", b->b_log);
 			b->b_pid = 0;
 			return -1;

@@ -21,6 +21,7 @@ struct broker {
 	char b_run_dir[128];
 	char b_log[160];
 	uid_t b_uid; /* runs as this uid (and gid), not ours; 0: ours */
+	int b_exit; /* its exit status if it exited at start-up, else -1 */
 };
 
 /* Starts a broker with extra arguments (NULL-terminated); waits for /health
@@ -139,5 +140,8 @@ double ms_since(double t0);
 double ms_now(void);
 int free_port(void);
 int tcp_connect(const char *url); /* a plain TCP connection to the broker, or -1 */
+/* Open file descriptors and resident memory (KiB) of a process, or -1. */
+int proc_fd_count(pid_t pid);
+long proc_rss_kb(pid_t pid);
 
 #endif

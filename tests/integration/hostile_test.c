@@ -17,6 +17,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -314,6 +316,137 @@ Test(hostile, hostile_bodies_and_paths, .timeout = 120)
 	free(id);
 }
 
+/*
+ * Sends req on a new connection and reads until the server closes it or ms
+ * pass; what came back in out. Returns the ms it took, or -1 on timeout.
+ */
+static double
+raw_request(const char *base, const char *req, size_t reqlen, char *out, size_t outsz, int ms)
+{
+	int fd = tcp_connect(base);
+	double t0 = ms_now();
+	struct timeval tv = {0, 100000};
+	size_t n = 0;
+
+	cr_assert(fd >= 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	cr_assert_eq(write(fd, req, reqlen), (ssize_t)reqlen);
+	out[0] = '\0';
+	while (ms_since(t0) < ms) {
+		ssize_t k = read(fd, out + n, outsz - 1 - n);
+		if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+			break;
+		if (k > 0) {
+			n += k;
+			out[n] = '\0';
+		}
+	}
+	double took = ms_since(t0);
+	close(fd);
+	return took < ms ? took : -1;
+}
+
+Test(hostile, head_health_is_200_with_no_body, .timeout = 30)
+{
+	static const char req[] = "HEAD /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+	char out[2048];
+
+	cr_assert_geq(raw_request(URL, req, sizeof(req) - 1, out, sizeof(out), 5000), 0,
+		      "not closed: %s", out);
+	cr_assert(!strncmp(out, "HTTP/1.1 200", 12), "%s", out);
+	char *end = strstr(out, "\r\n\r\n");
+	cr_assert_not_null(end, "%s", out);
+	cr_assert_str_eq(end + 4, "", "a body came with HEAD: %s", out);
+}
+
+/* A request line that cannot be HTTP: a 400 that says so, and the connection closed. */
+Test(hostile, garbage_request_lines_get_400_and_are_closed_at_once, .timeout = 60)
+{
+	static const struct {
+		const char *name, *req;
+		size_t len;
+	} cases[] = {
+		{"one word", "GARBAGE\r\n\r\n", 0},
+		{"leading space", " / HTTP/1.1\r\n\r\n", 0},
+		{"NUL bytes", "\0\0\0\r\n\r\n", 7},
+		{"TLS hello", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11},
+		{"control bytes", "\x01\x02\x03 zz\r\n\r\n", 0},
+		{"no target", "GET\r\n\r\n", 0},
+	};
+	char out[2048];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t len = cases[i].len ? cases[i].len : strlen(cases[i].req);
+		double took = raw_request(URL, cases[i].req, len, out, sizeof(out), 5000);
+		cr_expect(took >= 0 && took < 1500, "%s: held open %.0f ms (header timeout is 2 s here)",
+			  cases[i].name, took);
+		cr_expect(!strncmp(out, "HTTP/1.1 400", 12), "%s: answered '%.80s'", cases[i].name,
+			  out);
+	}
+}
+
+/* An id is one path segment: %2F does not split it, %00 does not cut it. */
+Test(hostile, encoded_slash_or_nul_in_a_path_is_400, .timeout = 60)
+{
+	char *id = keeper(URL), path[256];
+	struct resp r;
+
+	static const char *const forms[] = {"/contexts/%s%%2frestart", "/contexts/%s%%2Frestart",
+					    "/contexts/%s%%00/restart", "/contexts/%s%%00"};
+	for (size_t i = 0; i < sizeof(forms) / sizeof(forms[0]); i++) {
+		snprintf(path, sizeof(path), forms[i], id);
+		cr_assert_eq(http(URL, i < 3 ? "POST" : "DELETE", path, NULL, &r, 30), 0);
+		cr_expect_eq(r.r_status, 400, "%s: %ld %s", path, r.r_status, r.r_body);
+		cr_expect(strstr(r.r_body, "encoded"), "%s: %s", path, r.r_body);
+		resp_free(&r);
+	}
+	/* %25 decodes once: "%2f" is then text of an id that does not exist */
+	snprintf(path, sizeof(path), "/contexts/%s%%252f", id);
+	cr_assert_eq(http(URL, "GET", path, NULL, &r, 10), 0);
+	cr_expect_eq(r.r_status, 404, "%s: %ld %s", path, r.r_status, r.r_body);
+	resp_free(&r);
+	check_keeper(URL, id); /* neither restarted nor deleted */
+	free(id);
+}
+
+/* What a 404 echoes of an id is bounded and printable, and a long one says so. */
+Test(hostile, unknown_ids_are_echoed_safely, .timeout = 30)
+{
+	char path[700];
+	struct resp r;
+
+	snprintf(path, sizeof(path), "/contexts/");
+	memset(path + 10, 'a', 600);
+	path[610] = '\0';
+	cr_assert_eq(http(URL, "GET", path, NULL, &r, 10), 0);
+	cr_expect_eq(r.r_status, 404);
+	cr_expect(strstr(r.r_body, "600 bytes") && !strstr(r.r_body, "'?'"), "%s", r.r_body);
+	cr_expect_lt(r.r_len, 200, "%s", r.r_body);
+	resp_free(&r);
+	cr_assert_eq(http(URL, "GET", "/contexts/ab%01%FFcd", NULL, &r, 10), 0);
+	cr_expect_eq(r.r_status, 404);
+	cr_expect(strstr(r.r_body, "'ab\\x01\\xffcd'"), "%s", r.r_body);
+	resp_free(&r);
+}
+
+/* Seconds in JSON have millisecond precision, not 46.978999999999999. */
+Test(hostile, seconds_in_json_are_printed_to_the_millisecond, .timeout = 30)
+{
+	char *id = keeper(URL), path[128];
+	struct resp r;
+
+	snprintf(path, sizeof(path), "/contexts/%s", id);
+	cr_assert_eq(http(URL, "GET", path, NULL, &r, 10), 0);
+	const char *age = strstr(r.r_body, "\"age_seconds\":");
+	cr_assert_not_null(age, "%s", r.r_body);
+	age += strlen("\"age_seconds\":");
+	size_t len = strspn(age, "0123456789.e+-");
+	const char *dot = memchr(age, '.', len);
+	cr_expect(!dot || age + len - dot - 1 <= 3, "age_seconds %.*s", (int)len, age);
+	resp_free(&r);
+	free(id);
+}
+
 Test(hostile, ten_megabytes_of_code_run, .timeout = 120)
 {
 	size_t n = 10u << 20;
@@ -503,10 +636,209 @@ Test(hostile, misbehaving_kernel_messages_are_dropped, .fini = priv_stop, .timeo
 	cr_assert_eq(broker_stop(b), 0);
 }
 
+/* The broker's open fds fall to at most limit before ms pass; the last count. */
+static int
+fds_settle(pid_t pid, int limit, int ms)
+{
+	double t0 = ms_now();
+	int n;
+
+	while ((n = proc_fd_count(pid)) > limit && ms_since(t0) < ms)
+		usleep(50000);
+	return n;
+}
+
+/* Each context costs the broker some fds while it lives, none after. */
+Test(hostile, create_delete_cycles_leave_the_fd_count_flat, .fini = priv_stop, .timeout = 180)
+{
+	const char *args[] = {"--no-default-context", "--pool", "0", NULL};
+	struct resp r;
+	char path[128];
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	int base = proc_fd_count(priv.b_pid);
+	cr_assert(base > 0);
+	for (int i = 0; i < 10; i++) {
+		char *id = context_new(priv.b_url, "python", NULL);
+		cr_assert_not_null(id, "cycle %d: create", i);
+		snprintf(path, sizeof(path), "/contexts/%s", id);
+		cr_assert_eq(http(priv.b_url, "DELETE", path, NULL, &r, 30), 0);
+		cr_assert_eq(r.r_status, 200, "cycle %d: delete: %s", i, r.r_body);
+		resp_free(&r);
+		free(id);
+	}
+	/* a deleted context is freed once its proxy has exited */
+	int n = fds_settle(priv.b_pid, base + 4, 20000);
+	cr_assert_leq(n, base + 4, "10 create/delete cycles took the broker from %d to %d fds",
+		      base, n);
+}
+
+/* The broker's log so far (caller frees). */
+static char *
+log_of(const struct broker *b)
+{
+	FILE *f = fopen(b->b_log, "r");
+	char *s = calloc(1, 1 << 16);
+	size_t n = f ? fread(s, 1, (1 << 16) - 1, f) : 0;
+
+	s[n] = '\0';
+	if (f)
+		fclose(f);
+	return s;
+}
+
+/* A broker given args must exit with status 2 and a log line holding want. */
+static void
+refused_at_start(const char *const *args, const char *want)
+{
+	cr_assert_eq(broker_start(&priv, args), -1, "the broker started");
+	char *log = log_of(&priv);
+	cr_expect_eq(priv.b_exit, 2, "exit status %d; log: %s", priv.b_exit, log);
+	cr_expect(strstr(log, want), "the log does not say '%s': %s", want, log);
+	free(log);
+	broker_stop(&priv);
+}
+
+/* Every kernel would fail to start there (status 126): the broker refuses at once. */
+Test(hostile, a_cwd_kernels_cannot_enter_is_refused_at_start, .fini = priv_stop,
+     .timeout = 60)
+{
+	const char *none[] = {"--no-default-context", "--cwd", "/nonexistent-sandcell", NULL};
+	char closed[] = "/tmp/sandcell-closed-XXXXXX", want[128];
+
+	refused_at_start(none, "--cwd /nonexistent-sandcell: No such file or directory");
+	if (geteuid() != 0 || !getpwnam("nobody"))
+		return; /* the rest needs root and a 'nobody' user */
+	cr_assert_not_null(mkdtemp(closed)); /* 0700, root's */
+	const char *user[] = {"--no-default-context", "--kernel-user", "nobody", "--cwd", closed,
+			      NULL};
+	snprintf(want, sizeof(want), "--cwd %s: user nobody cannot enter it", closed);
+	refused_at_start(user, want);
+	/* the default cwd ($HOME when there is no /home/user) is checked too */
+	struct stat st;
+	if (stat("/home/user", &st) == 0) {
+		rmdir(closed);
+		return;
+	}
+	setenv("HOME", closed, 1);
+	/* the sandbox's default is its own workspace; without it, $HOME */
+	const char *dflt[] = {"--no-default-context", "--no-sandbox", "--kernel-user", "nobody",
+			      NULL};
+	snprintf(want, sizeof(want), "default cwd %s: user nobody cannot enter it", closed);
+	refused_at_start(dflt, want);
+	rmdir(closed);
+}
+
+/* A request's bad cwd is named; a default cwd gone since start is not blamed on it. */
+Test(hostile, a_bad_cwd_is_named_only_when_the_client_sent_it, .fini = priv_stop,
+     .timeout = 60)
+{
+	char dflt[] = "/tmp/sandcell-cwd-XXXXXX", closed[] = "/tmp/sandcell-closed-XXXXXX";
+	bool root = geteuid() == 0 && getpwnam("nobody");
+	const char *args[] = {"--no-default-context", "--pool", "0", "--cwd", dflt,
+			      root ? "--kernel-user" : NULL, "nobody", NULL};
+	char body[128];
+	struct resp r;
+
+	cr_assert_not_null(mkdtemp(dflt));
+	cr_assert_eq(chmod(dflt, 0755), 0);
+	cr_assert_eq(broker_start(&priv, args), 0);
+	if (root) {
+		cr_assert_not_null(mkdtemp(closed));
+		snprintf(body, sizeof(body), "{\"cwd\":\"%s\"}", closed);
+		cr_assert_eq(http(priv.b_url, "POST", "/contexts", body, &r, 60), 0);
+		cr_expect_eq(r.r_status, 400, "%ld %s", r.r_status, r.r_body);
+		cr_expect(strstr(r.r_body, closed) && strstr(r.r_body, "user nobody cannot enter"),
+			  "%s", r.r_body);
+		resp_free(&r);
+		rmdir(closed);
+	}
+	cr_assert_eq(rmdir(dflt), 0);
+	cr_assert_eq(http(priv.b_url, "POST", "/contexts", "{}", &r, 60), 0);
+	cr_expect_eq(r.r_status, 500, "%ld %s", r.r_status, r.r_body);
+	cr_expect(strstr(r.r_body, "default cwd") && strstr(r.r_body, dflt), "%s", r.r_body);
+	resp_free(&r);
+}
+
+static char full_dir[] = "/tmp/sandcell-full-XXXXXX";
+
+static void
+full_fini(void)
+{
+	char run[64];
+
+	broker_stop(&priv);
+	snprintf(run, sizeof(run), "%s/run", full_dir);
+	broker_kill_proxies(run);
+	umount2(full_dir, MNT_DETACH);
+	rmdir(full_dir);
+}
+
+/* No space left in the run dir: the log, the HTTP answer and the stream say so. */
+Test(hostile, a_full_run_dir_is_reported_as_such, .fini = full_fini, .timeout = 60)
+{
+	char run[64], *fill;
+	struct resp r;
+	long st;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to mount a tmpfs");
+	cr_assert_not_null(mkdtemp(full_dir));
+	if (mount("tmpfs", full_dir, "tmpfs", 0, "size=1m,mode=0700") < 0)
+		cr_skip_test("cannot mount a tmpfs: %s", strerror(errno));
+	snprintf(run, sizeof(run), "%s/run", full_dir);
+	const char *args[] = {"--no-default-context", "--pool", "0", "--run-dir", run, NULL};
+	cr_assert_eq(broker_start(&priv, args), 0);
+	fill = malloc(strlen(full_dir) + 8);
+	sprintf(fill, "%s/fill", full_dir);
+	int fd = open(fill, O_WRONLY | O_CREAT, 0600);
+	static char block[4096];
+	while (write(fd, block, sizeof(block)) > 0)
+		;
+	cr_assert_eq(errno, ENOSPC);
+	close(fd);
+	free(fill);
+
+	cr_assert_eq(http(priv.b_url, "POST", "/contexts", "{}", &r, 60), 0);
+	cr_expect_eq(r.r_status, 500, "%ld %s", r.r_status, r.r_body);
+	cr_expect(strstr(r.r_body, "No space left on device"), "%s", r.r_body);
+	resp_free(&r);
+	json_t *l = execute_code(priv.b_url, NULL, "print(1)", NULL, 60000, &st);
+	cr_assert_not_null(l, "status %ld", st);
+	json_t *err = line_of(l, "error", 0);
+	cr_assert_not_null(err);
+	const char *v = json_string_value(json_object_get(err, "value"));
+	cr_expect(v && strstr(v, "No space left on device"), "%s: %s",
+		  json_string_value(json_object_get(err, "name")), v);
+	json_decref(l);
+	char *log = log_of(&priv);
+	cr_expect(strstr(log, "No space left on device"), "%s", log);
+	cr_expect(!strstr(log, "Input/output error"), "%s", log);
+	free(log);
+}
+
+/* A port in use: the second broker stops at once and says which address failed. */
+Test(hostile, a_second_broker_on_the_same_port_says_which_address_failed, .fini = priv_stop,
+     .timeout = 30)
+{
+	char listen[64], want[128];
+	const char *port = strrchr(URL, ':') + 1;
+
+	snprintf(listen, sizeof(listen), "127.0.0.1:%s", port);
+	const char *args[] = {"--no-default-context", "--listen", listen, NULL};
+	cr_assert_eq(broker_start(&priv, args), -1, "a second broker started on %s", listen);
+	char *log = log_of(&priv);
+	cr_expect_neq(priv.b_exit, 0);
+	snprintf(want, sizeof(want), "listen on %s: Address already in use", listen);
+	cr_expect(strstr(log, want), "the log does not say '%s': %s", want, log);
+	free(log);
+}
+
 Test(hostile, kernels_run_as_an_unprivileged_user, .fini = priv_stop, .timeout = 90)
 {
 	struct broker *b = &priv;
-	const char *args[] = {"--no-default-context", "--kernel-user", "nobody", NULL};
+	const char *args[] = {"--no-default-context", "--kernel-user", "nobody", "--cwd", "/tmp",
+			      NULL};
 	struct passwd *pw = getpwnam("nobody");
 
 	if (geteuid() != 0 || !pw)

@@ -4,7 +4,9 @@
  * interrupts, restarts, clients that vanish). At the end: every stream that
  * completed had all of its own lines, in order; every stream that failed
  * ended with an error line and end_of_execution; the server still answers.
- * SOAK_MINUTES (default 2) sets the length.
+ * SOAK_MINUTES (default 2) sets the length. Then SOAK_CYCLES (default 40)
+ * contexts are created, used and deleted: the broker's open fds and resident
+ * memory must come back to what they were.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -131,6 +133,73 @@ faults(void *arg)
 	return NULL;
 }
 
+/* One context created, used and deleted; false if any step failed. */
+static bool
+cycle(void)
+{
+	char *id = context_new(b.b_url, "python", NULL), path[128];
+	struct resp r;
+	bool ok;
+
+	if (!id)
+		return false;
+	json_t *l = run(b.b_url, id, "print('cycle')");
+	char *out = l ? stdout_of(l) : NULL;
+	ok = out && !strcmp(out, "cycle\n");
+	free(out);
+	json_decref(l);
+	snprintf(path, sizeof(path), "/contexts/%s", id);
+	ok = http(b.b_url, "DELETE", path, NULL, &r, 30) == 0 && r.r_status == 200 && ok;
+	resp_free(&r);
+	free(id);
+	return ok;
+}
+
+/*
+ * The broker's fds once deleted contexts are freed and the warm pool is
+ * refilled: at most limit, or unchanged for a second; waits up to 20 s.
+ */
+static int
+fds_settled(int limit)
+{
+	int n = proc_fd_count(b.b_pid), same = 0;
+
+	for (int i = 0; n > limit && same < 10 && i < 200; i++) {
+		usleep(100000);
+		int m = proc_fd_count(b.b_pid);
+		same = m == n ? same + 1 : 0;
+		n = m;
+	}
+	return n;
+}
+
+/*
+ * Create/use/delete cycles: a leak of one fd or a few KiB per context shows
+ * here. The first cycles warm up (the allocator's arenas, nng's threads).
+ */
+static int
+cycles(void)
+{
+	const char *m = getenv("SOAK_CYCLES");
+	int n = m ? atoi(m) : 40, failed = 0;
+
+	for (int i = 0; i < 5; i++)
+		failed += !cycle();
+	int fd0 = fds_settled(0);
+	long rss0 = proc_rss_kb(b.b_pid);
+	for (int i = 0; i < n; i++)
+		failed += !cycle();
+	int fd1 = fds_settled(fd0 + 4);
+	long rss1 = proc_rss_kb(b.b_pid);
+	long rss_margin = 2048 + rss0 / 10;
+	bool ok = !failed && fd1 <= fd0 + 4 && rss1 >= 0 && rss1 <= rss0 + rss_margin;
+
+	printf("soak: %d create/use/delete cycles (%d failed): broker fds %d -> %d, "
+	       "RSS %ld -> %ld KiB (margin %ld): %s\n",
+	       n, failed, fd0, fd1, rss0, rss1, rss_margin, ok ? "flat" : "LEAK");
+	return ok ? 0 : 1;
+}
+
 int
 main(void)
 {
@@ -164,7 +233,8 @@ main(void)
 	       n_faults, n_ok, n_failed, n_abandoned, n_bad, alive ? "answering" : "NOT answering");
 	free(out);
 	json_decref(l);
+	int leak = cycles();
 	broker_stop(&b);
-	printf("%d passed, %d failed\n", n_ok + n_failed + n_abandoned, n_bad + !alive);
-	return n_bad || !alive;
+	printf("%d passed, %d failed\n", n_ok + n_failed + n_abandoned, n_bad + !alive + leak);
+	return n_bad || !alive || leak;
 }

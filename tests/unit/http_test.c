@@ -640,6 +640,101 @@ Test(lang_normalise, an_alias_that_does_not_fit_is_rejected_not_truncated)
 	cr_expect_eq(e, -ENAMETOOLONG, "returned %d with '%s'", e, e == 0 ? out : "");
 }
 
+/* ---- http_unescape and http_quote: paths and what is echoed of them ---- */
+
+Test(http_unescape, decodes_once_and_keeps_encoded_slash_and_nul)
+{
+	static const struct {
+		const char *in, *out;
+		bool bad;
+	} cases[] = {
+	    {"/contexts/abc", "/contexts/abc", false},
+	    {"/a%20b", "/a b", false},
+	    {"/%41%62%7e", "/Ab~", false},
+	    {"/x%252f", "/x%2f", false}, /* once: %25 is '%', the rest is text */
+	    {"/ctx%2frestart", "/ctx%2frestart", true},
+	    {"/ctx%2Frestart", "/ctx%2Frestart", true},
+	    {"/ctx%00/restart", "/ctx%00/restart", true},
+	    {"/a%2", "/a%2", false},
+	    {"/a%", "/a%", false},
+	    {"/a%zz", "/a%zz", false},
+	    {"%", "%", false},
+	    {"", "", false},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char buf[64];
+		bool bad = !cases[i].bad;
+		snprintf(buf, sizeof(buf), "%s", cases[i].in);
+		size_t n = http_unescape(buf, &bad);
+		cr_expect_str_eq(buf, cases[i].out, "'%s'", cases[i].in);
+		cr_expect_eq(n, strlen(cases[i].out), "'%s'", cases[i].in);
+		cr_expect_eq(bad, cases[i].bad, "'%s'", cases[i].in);
+	}
+}
+
+Test(http_quote, echoes_printable_ascii_escapes_the_rest_and_stays_bounded)
+{
+	char out[16];
+
+	cr_expect_str_eq(http_quote("abc-1", out, sizeof(out)), "abc-1");
+	cr_expect_str_eq(http_quote("a\x01\xff\\", out, sizeof(out)), "a\\x01\\xff\\x5c");
+	cr_expect_str_eq(http_quote("", out, sizeof(out)), "");
+	http_quote("0123456789abcdefghij", out, sizeof(out));
+	cr_expect_eq(strlen(out), sizeof(out) - 1);
+	cr_expect_str_eq(out + strlen(out) - 3, "...", "'%s' does not say it was cut", out);
+	for (int i = 0; i < 256; i++) { /* any byte, any cut: bounded, terminated, printable */
+		char in[40], small[11];
+		memset(in, i ? i : 1, sizeof(in) - 1);
+		in[sizeof(in) - 1] = '\0';
+		http_quote(in + i % 7, small, sizeof(small));
+		cr_assert_lt(strlen(small), sizeof(small));
+		for (char *p = small; *p; p++)
+			cr_assert(*p >= 0x20 && *p < 0x7f, "byte %d gave '%s'", i, small);
+	}
+}
+
+/* ---- accept_classify: what may start an HTTP request line ---- */
+
+Test(accept_classify, a_method_a_space_and_a_target_start_a_request_line)
+{
+	static const struct {
+		const char *b;
+		size_t n; /* 0: strlen */
+		int want;
+	} cases[] = {
+	    {"GET /health HTTP/1.1\r\n", 0, 1},
+	    {"POST /execute", 0, 1},
+	    {"M-SEARCH *", 0, 1},
+	    {"hello there\n", 0, 1}, /* MHD answers that one 400 itself */
+	    {"\r\nGET /", 0, 1},     /* an empty line first is allowed */
+	    {"", 0, 0},
+	    {"G", 0, 0},
+	    {"GET", 0, 0},
+	    {"GET ", 0, 0},
+	    {"\r\n", 0, 0},
+	    {"GARBAGE\r\n\r\n", 0, -1},
+	    {"GET\r\n", 0, -1},
+	    {" / HTTP/1.1", 0, -1},
+	    {"GET  /", 0, -1},
+	    {"GET \x01", 0, -1},
+	    {"GET \xff", 0, -1},
+	    {"\0\0\0\r\n", 5, -1},
+	    {"\x16\x03\x01\x02\x00", 5, -1}, /* TLS */
+	    {"\x01\x02\x03 zz", 0, -1},
+	    {"GET\t/", 0, -1},
+	    {"\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n", 0, -1},
+	    {"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", 0, -1}, /* 33: no method is that long */
+	    {"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", 0, 0},   /* 32 */
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t n = cases[i].n ? cases[i].n : strlen(cases[i].b);
+		cr_expect_eq(accept_classify(cases[i].b, n), cases[i].want, "case %zu '%.*s'", i,
+		             (int)n, cases[i].b);
+	}
+}
+
 /* ---- env_key_valid and uuid_valid ---- */
 
 Test(env_key_valid, portable_names_only)

@@ -1,0 +1,235 @@
+/*
+ * accept.c — the HTTP listening socket. A new connection waits here until its
+ * first bytes show the start of a request line (a method, a space, a target)
+ * and is then handed to libmicrohttpd; bytes that cannot start one (binary,
+ * TLS, a lone word) get a 400 at once and the connection is closed, where MHD
+ * would close without a word or wait for the header timeout.
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "broker.h"
+
+#define METHOD_MAX 32   /* longer than any method a client sends */
+#define BLANK_LINES_MAX 8 /* empty lines before a request line (RFC 9112 2.2) */
+
+struct pending {
+	TAILQ_ENTRY(pending) pd_link;
+	int pd_fd;
+	struct sockaddr_storage pd_addr;
+	socklen_t pd_addrlen;
+	uint64_t pd_since;
+	struct evsrc pd_ev;
+};
+
+static bool
+tchar(unsigned char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+	       (ch && strchr("!#$%&'*+-.^_`|~", ch));
+}
+
+/*
+ * Whether b[0..n) can start an HTTP request line: 1 once a method, a space
+ * and the first byte of a target are seen, -1 when it cannot be one, 0 while
+ * it may still become one.
+ */
+int
+accept_classify(const char *b, size_t n)
+{
+	size_t i = 0, m;
+
+	while (i < n && (b[i] == '\r' || b[i] == '\n'))
+		if (++i > BLANK_LINES_MAX * 2)
+			return -1;
+	for (m = i; m < n && tchar(b[m]); m++)
+		if (m - i >= METHOD_MAX)
+			return -1;
+	if (m == n)
+		return 0;
+	if (m == i || b[m] != ' ')
+		return -1;
+	if (++m == n)
+		return 0;
+	return b[m] > ' ' && b[m] < 0x7f ? 1 : -1;
+}
+
+/* host:port, [v6]:port: the listening socket, or -1 with the reason logged. */
+int
+accept_listen(const char *where)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+	const char *colon = strrchr(where, ':');
+	struct addrinfo *ai;
+	char host[256];
+	int fd = -1, one = 1, e;
+
+	if (!colon || colon == where || (size_t)(colon - where) >= sizeof(host)) {
+		log_err("--listen %s: expected HOST:PORT", where);
+		return -1;
+	}
+	snprintf(host, sizeof(host), "%.*s", (int)(colon - where), where);
+	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+		memmove(host, host + 1, strlen(host));
+		host[strlen(host) - 1] = '\0';
+	}
+	if ((e = getaddrinfo(host, colon + 1, &hints, &ai))) {
+		log_err("--listen %s: %s", where, gai_strerror(e));
+		return -1;
+	}
+	if ((fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0) {
+		log_err("listen on %s: socket: %s", where, strerror(errno));
+		goto out;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (ai->ai_family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, SOMAXCONN) < 0) {
+		log_err("listen on %s: %s", where, strerror(errno));
+		close(fd);
+		fd = -1;
+		goto out;
+	}
+	TAILQ_INIT(&sv.sv_pending);
+	sv.sv_listen_fd = fd;
+	sv.sv_ev_listen = (struct evsrc){EV_LISTEN, NULL};
+	server_watch(fd, EPOLLIN, &sv.sv_ev_listen);
+out:
+	freeaddrinfo(ai);
+	return fd;
+}
+
+/* Closes it with a FIN: bytes left unread would make the close a reset. */
+static void
+pending_close(struct pending *pd)
+{
+	char junk[4096];
+
+	for (int i = 0; i < 16 && recv(pd->pd_fd, junk, sizeof(junk), MSG_DONTWAIT) > 0; i++)
+		;
+	server_unwatch(pd->pd_fd);
+	close(pd->pd_fd);
+	TAILQ_REMOVE(&sv.sv_pending, pd, pd_link);
+	sv.sv_npending--;
+	free(pd);
+}
+
+/* Answers 400 and closes. */
+static void
+refuse(struct pending *pd)
+{
+	static const char body[] = "not an HTTP request: expected a request line such as "
+				   "'GET /health HTTP/1.1'\n";
+	char head[256];
+	int n = snprintf(head, sizeof(head),
+			 "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n"
+			 "Content-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n\r\n%s",
+			 sizeof(body) - 1, body);
+
+	if (send(pd->pd_fd, head, n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+		log_debug("http: 400 to a malformed request: %s", strerror(errno));
+	shutdown(pd->pd_fd, SHUT_WR);
+	metrics_http("other", "other", 400);
+	pending_close(pd);
+}
+
+/* New connections: each waits in the pending list for its first bytes. */
+void
+accept_ready(void)
+{
+	for (;;) {
+		struct pending *pd = xcalloc(1, sizeof(*pd));
+		pd->pd_addrlen = sizeof(pd->pd_addr);
+		pd->pd_fd = accept4(sv.sv_listen_fd, (struct sockaddr *)&pd->pd_addr,
+				    &pd->pd_addrlen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (pd->pd_fd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+			    errno != ECONNABORTED)
+				log_warn("http: accept: %s", strerror(errno));
+			free(pd);
+			return;
+		}
+		/* MHD's own limit: past it a connection is not even answered 503 */
+		if (sv.sv_nconns + sv.sv_npending >= sv.sv_max_conns + 64) {
+			close(pd->pd_fd);
+			free(pd);
+			continue;
+		}
+		pd->pd_since = now_ms();
+		pd->pd_ev = (struct evsrc){EV_PENDING, pd};
+		TAILQ_INSERT_TAIL(&sv.sv_pending, pd, pd_link);
+		sv.sv_npending++;
+		/* edge-triggered: peeked bytes stay unread, only new ones wake us */
+		server_watch(pd->pd_fd, EPOLLIN | EPOLLRDHUP | EPOLLET, &pd->pd_ev);
+	}
+}
+
+/* Bytes (or an end) on a pending connection: hand it to MHD, refuse it, or wait. */
+void
+accept_sniff(struct pending *pd, uint32_t events)
+{
+	char b[128];
+	ssize_t n = recv(pd->pd_fd, b, sizeof(b), MSG_PEEK | MSG_DONTWAIT);
+	int verdict;
+
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return;
+	if (n <= 0) { /* gone before a byte: nothing to answer */
+		pending_close(pd);
+		return;
+	}
+	verdict = accept_classify(b, n);
+	if (verdict < 0 || (verdict == 0 && (events & (EPOLLRDHUP | EPOLLHUP)))) {
+		refuse(pd); /* not HTTP, or it stopped sending halfway */
+		return;
+	}
+	if (verdict == 0)
+		return;
+	server_unwatch(pd->pd_fd);
+	TAILQ_REMOVE(&sv.sv_pending, pd, pd_link);
+	sv.sv_npending--;
+	/* MHD owns the socket from here, and closes it if it cannot take it */
+	if (MHD_add_connection(sv.sv_mhd, pd->pd_fd, (struct sockaddr *)&pd->pd_addr,
+			       pd->pd_addrlen) != MHD_YES) {
+		log_warn("http: could not take a connection: %s", strerror(errno));
+	} else {
+		/* its header timeout runs from the accept, not from the hand-over */
+		struct conn *cn = TAILQ_LAST(&sv.sv_conns, connq);
+		if (cn && cn->cn_fd == pd->pd_fd)
+			cn->cn_since = pd->pd_since;
+	}
+	sv.sv_mhd_kick = true;
+	free(pd);
+}
+
+/* A connection that sent no request line within the header timeout is closed. */
+void
+accept_tick(uint64_t now)
+{
+	struct pending *pd, *next;
+
+	for (pd = TAILQ_FIRST(&sv.sv_pending); pd; pd = next) {
+		next = TAILQ_NEXT(pd, pd_link);
+		if (now > pd->pd_since + sv.sv_header_timeout * 1000ull)
+			pending_close(pd);
+	}
+}
+
+void
+accept_stop(void)
+{
+	if (sv.sv_listen_fd <= 0)
+		return;
+	while (!TAILQ_EMPTY(&sv.sv_pending))
+		pending_close(TAILQ_FIRST(&sv.sv_pending));
+	server_unwatch(sv.sv_listen_fd);
+	close(sv.sv_listen_fd);
+	sv.sv_listen_fd = -1;
+}
