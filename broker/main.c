@@ -705,10 +705,14 @@ main(int argc, char **argv)
 		if (ku && (ku->pw_uid == 0 || ku->pw_uid == geteuid()))
 			fatal("--kernel-user %s: kernels never run as root or as the broker's uid",
 			      sv.sv_kernel_user);
+		/* not root, the kernels are uid 1000 of a user namespace (proxy/sandbox.c) */
+		const char *who = ku ? sv.sv_kernel_user : geteuid() ? "1000" : sv.sv_uid_range;
+		const char *how = geteuid()		 ? " in a user namespace"
+				  : ku || sv.sv_isolated ? ""
+							 : " first";
 		log_info("sandbox: on (uid %s%s, isolation %s, network %s, pids %s, tmp %s "
 			 "bytes, memory %s)",
-			 ku ? sv.sv_kernel_user : sv.sv_uid_range,
-			 ku || sv.sv_isolated ? "" : " first", sv.sv_isolated ? "context" : "shared",
+			 who, how, sv.sv_isolated ? "context" : "shared",
 			 sv.sv_kernel_network, sv.sv_kernel_pids, sv.sv_kernel_tmp,
 			 sv.sv_kernel_memory ? sv.sv_kernel_memory : "no limit");
 		if (sv.sv_isolated && sv.sv_npool) {
