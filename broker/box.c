@@ -9,12 +9,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "broker.h"
+
+#define BOX_USERNS_UID 1000 /* proxy/sandbox.c's SB_USERNS_UID */
 
 static bool
 has_controller(const char *name)
@@ -35,20 +38,87 @@ has_controller(const char *name)
 }
 
 /*
- * Whether kernels can be boxed here: root, namespaces, seccomp. On failure
- * err says what is missing. Limits the cgroups cannot give are turned off
+ * Whether an unprivileged user namespace works here as the box needs it: a
+ * child unshares it with the box's other namespaces and mounts a /proc of
+ * its own (refused where /proc is partly masked, as in most containers).
+ * 0, or -errno with what failed in *what.
+ */
+static int
+userns_works(const char **what)
+{
+	static const char *const steps[] = {
+		"unshare(CLONE_NEWUSER)", "unshare of the box's namespaces in it", "fork",
+		"mount --make-rprivate /", "mount proc"};
+	int res[2] = {0, 0}, p[2], status;
+	pid_t pid;
+
+	*what = "pipe";
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	if ((pid = fork()) == 0) {
+		int step = 0;
+		pid_t k;
+		close(p[0]);
+		int ns = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
+		if (unshare(CLONE_NEWUSER) < 0 || (step = 1, unshare(ns)) < 0 ||
+		    (step = 2, k = fork()) < 0) {
+			res[0] = step;
+			res[1] = errno;
+		} else if (k == 0) { /* PID 1 of the new namespace */
+			unsigned long fl = MS_NOSUID | MS_NODEV | MS_NOEXEC;
+			if ((step = 3, mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) < 0 ||
+			    (step = 4, mount("proc", "/proc", "proc", fl, NULL)) < 0) {
+				res[0] = step;
+				res[1] = errno;
+			}
+			if (write(p[1], res, sizeof(res)) != sizeof(res))
+				_exit(1);
+			_exit(0);
+		} else {
+			waitpid(k, &status, 0);
+			_exit(0);
+		}
+		if (write(p[1], res, sizeof(res)) != sizeof(res))
+			_exit(1);
+		_exit(0);
+	}
+	close(p[1]);
+	if (pid < 0 || read(p[0], res, sizeof(res)) != sizeof(res)) {
+		res[0] = 2;
+		res[1] = pid < 0 ? errno : EIO;
+	}
+	close(p[0]);
+	if (pid > 0)
+		waitpid(pid, &status, 0);
+	*what = steps[res[0]];
+	return -res[1];
+}
+
+/*
+ * Whether kernels can be boxed here: root or a user namespace, namespaces,
+ * seccomp. On failure err says what is missing. Limits the cgroups cannot give are turned off
  * with a warning (pids) rather than refused.
  */
 int
 box_check(char *err, size_t errsz)
 {
-	int status;
+	const char *what;
+	int status, rc;
 	pid_t pid;
 
-	if (geteuid() != 0) {
-		snprintf(err, errsz, "the sandbox needs root (it creates namespaces and cgroups "
-				     "and runs kernels as unprivileged uids); run the broker as "
-				     "root, or pass --no-sandbox to run kernels unboxed");
+	if (geteuid() != 0 && (rc = userns_works(&what)) < 0) {
+		snprintf(err, errsz, "not root, and no user namespace for the box here (%s: %s); "
+				     "run the broker as root, allow unprivileged user namespaces "
+				     "(sysctl user.max_user_namespaces; in a container, a seccomp "
+				     "profile that allows them and an unmasked /proc), or pass "
+				     "--no-sandbox to run kernels unboxed",
+			 what, strerror(-rc));
+		return -EPERM;
+	}
+	if (geteuid() != 0 && (sv.sv_cf.cf_isolated || sv.sv_cf.cf_kernel_user)) {
+		snprintf(err, errsz, "%s needs root (a uid of its own per kernel); not root, "
+				     "the box has a user namespace with the broker's uid only",
+			 sv.sv_cf.cf_isolated ? "--isolation context" : "--kernel-user");
 		return -EPERM;
 	}
 	if (prctl(PR_GET_SECCOMP, 0, 0, 0, 0) < 0) {
@@ -57,8 +127,8 @@ box_check(char *err, size_t errsz)
 		return -ENOTSUP;
 	}
 	if ((pid = fork()) == 0)
-		_exit(unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
-			      CLONE_NEWNET) < 0
+		_exit(unshare((geteuid() ? CLONE_NEWUSER : 0) | CLONE_NEWNS | CLONE_NEWPID |
+			      CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET) < 0
 			  ? errno
 			  : 0);
 	if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
@@ -67,6 +137,17 @@ box_check(char *err, size_t errsz)
 				     "to run kernels unboxed",
 			 pid > 0 && WIFEXITED(status) ? strerror(WEXITSTATUS(status)) : "failed");
 		return -ENOTSUP;
+	}
+	if (geteuid() != 0) {
+		log_info("sandbox: not root: a user namespace per context; kernels run as uid "
+			 "%u inside it, which is the broker's uid %u on the host",
+			 BOX_USERNS_UID, (unsigned)geteuid());
+		log_warn("sandbox: not root: no cgroups of ours: no process limit per context%s",
+			 sv.sv_cf.cf_kernel_memory && !sv.sv_cf.cf_kernel_cgroup
+				 ? "; --kernel-memory is RLIMIT_DATA (Deno cannot start under it)"
+				 : sv.sv_cf.cf_kernel_memory ? "" : " and no memory limit");
+		sv.sv_cf.cf_kernel_pids = "0";
+		return 0;
 	}
 	if (sv.sv_cf.cf_kernel_pids && strcmp(sv.sv_cf.cf_kernel_pids, "0") && !has_controller("pids")) {
 		log_warn("sandbox: no pids cgroup controller: no process limit per context");
@@ -103,7 +184,9 @@ box_workspace(void)
 	dir = xasprintf("%s.work", sv.sv_cf.cf_run_dir);
 	if ((rc = mkdir_p(dir, 0755)) < 0)
 		fatal("workspace %s: %s", dir, strerror(-rc));
-	if (!sv.sv_cf.cf_isolated && !sv.sv_cf.cf_kernel_user && chown(dir, box_uid(), box_uid()) < 0)
+	/* not root: the kernels are our uid on the host, the workspace is ours */
+	if (geteuid() == 0 && !sv.sv_cf.cf_isolated && !sv.sv_cf.cf_kernel_user &&
+	    chown(dir, box_uid(), box_uid()) < 0)
 		fatal("workspace %s: chown: %s", dir, strerror(errno));
 	/* isolated: root's, or the context holding the first uid could rename the others' */
 	if (sv.sv_cf.cf_isolated && (chown(dir, 0, 0) < 0 || chmod(dir, 0711) < 0))

@@ -252,7 +252,7 @@ main(int argc, char **argv)
 	sigset_t mask;
 	int c, li, level = LOG_INFO;
 	char err[512];
-	struct optenv oe;
+	static struct optenv oe; /* the configuration points into it: lives as long as we do */
 	uint64_t v;
 
 	sv.sv_cf.cf_listen = "127.0.0.1:49999";
@@ -467,10 +467,14 @@ main(int argc, char **argv)
 		if (ku && (ku->pw_uid == 0 || ku->pw_uid == geteuid()))
 			fatal("--kernel-user %s: kernels never run as root or as the broker's uid",
 			      sv.sv_cf.cf_kernel_user);
+		/* not root, the kernels are uid 1000 of a user namespace (proxy/sandbox.c) */
+		const char *who = ku ? sv.sv_cf.cf_kernel_user : geteuid() ? "1000" : sv.sv_cf.cf_uid_range;
+		const char *how = geteuid()		 ? " in a user namespace"
+				  : ku || sv.sv_cf.cf_isolated ? ""
+							 : " first";
 		log_info("sandbox: on (uid %s%s, isolation %s, network %s, pids %s, tmp %s "
 			 "bytes, memory %s)",
-			 ku ? sv.sv_cf.cf_kernel_user : sv.sv_cf.cf_uid_range,
-			 ku || sv.sv_cf.cf_isolated ? "" : " first", sv.sv_cf.cf_isolated ? "context" : "shared",
+			 who, how, sv.sv_cf.cf_isolated ? "context" : "shared",
 			 sv.sv_cf.cf_kernel_network, sv.sv_cf.cf_kernel_pids, sv.sv_cf.cf_kernel_tmp,
 			 sv.sv_cf.cf_kernel_memory ? sv.sv_cf.cf_kernel_memory : "no limit");
 		if (sv.sv_cf.cf_isolated && sv.sv_cf.cf_npool) {

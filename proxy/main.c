@@ -449,7 +449,7 @@ main(int argc, char **argv)
 		/* the box sees this dir (bound into its hidden run dir), nothing else of ours */
 		px.px_kdir = xasprintf("%s/kernel", px.px_dir);
 		px.px_mplcache = xasprintf("%s/cache/matplotlib-%u", px.px_run_dir,
-					   (unsigned)px.px_kuid);
+					   (unsigned)(px.px_sb_userns ? geteuid() : px.px_kuid));
 	} else if (kuser) {
 		/*
 		 * The kernel runs as another user: its files live outside the run dir

@@ -114,6 +114,8 @@ struct proxy {
 	struct sock_fprog px_sb_prog;
 	int px_sb_sock;         /* the init's status reports; -1 = none */
 	bool px_sb_own_ws;      /* px_cwd is this context's own workspace */
+	bool px_sb_userns;      /* not root: a user namespace maps the box's uid */
+	uid_t px_sb_inuid;      /* ... this uid inside it, the proxy's on the host */
 	bool px_shutdown;       /* the broker ended the context (SHUTDOWN) */
 	pid_t px_kshown;        /* the kernel process itself (operators, signals) */
 

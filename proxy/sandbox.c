@@ -7,6 +7,12 @@
  * PID 1 (reaps orphans; when it dies the kernel ends every process of the box)
  * and reports the kernel's wait status over a socket the proxy holds.
  *
+ * Not root: the box gets a user namespace too, in which the proxy maps its
+ * own uid and gid to SB_USERNS_UID (the only ones an unprivileged process may
+ * map). The init has all capabilities in that namespace for the mounts, then
+ * drops them like a root proxy's does; on the host the kernel is the proxy's
+ * uid, kept from the server by the PID namespace and the hidden run dir.
+ *
  * Between clone and exec only raw system calls run: the proxy has nng and
  * libzmq threads, so a lock or glibc's thread list may be in any state.
  */
@@ -41,6 +47,7 @@
 #define SB_MAX_PATHS 8
 #define SB_UID_DEFAULT_FIRST 61184 /* systemd's DynamicUser range */
 #define SB_UID_DEFAULT_LAST 65519
+#define SB_USERNS_UID 1000 /* the kernel's uid inside its user namespace */
 
 /*
  * Refused with EPERM: what no notebook needs and what widens the kernel's
@@ -240,10 +247,16 @@ sandbox_init(struct proxy *px)
 	if (!px->px_sandbox)
 		return 0;
 	if (geteuid() != 0) {
-		log_err("context %s: the sandbox needs root (CAP_SYS_ADMIN)", px->px_id);
-		return -EPERM;
-	}
-	if (px->px_kuid == (uid_t)-1) {
+		if (px->px_kuid != (uid_t)-1 || px->px_sb_isolated) {
+			log_err("context %s: a uid per kernel or --kernel-user needs root",
+				px->px_id);
+			return -EPERM;
+		}
+		/* the kernel's files stay ours: on the host it is our uid */
+		px->px_sb_userns = true;
+		px->px_sb_inuid = SB_USERNS_UID;
+		px->px_sb_pids = 0; /* no cgroup of ours to limit it with */
+	} else if (px->px_kuid == (uid_t)-1) {
 		if (!px->px_sb_uid_first)
 			px->px_sb_uid_first = SB_UID_DEFAULT_FIRST;
 		if (!px->px_sb_uid_last)
@@ -253,7 +266,7 @@ sandbox_init(struct proxy *px)
 		px->px_kgid = px->px_kuid;
 		px->px_kngroups = 0;
 	}
-	if (px->px_kuid == 0 || px->px_kuid == geteuid()) {
+	if (!px->px_sb_userns && (px->px_kuid == 0 || px->px_kuid == geteuid())) {
 		log_err("context %s: kernels never run as root or as the proxy's uid",
 			px->px_id);
 		return -EPERM;
@@ -292,7 +305,8 @@ sandbox_init(struct proxy *px)
 	if (px->px_cgroup_parent && !strcmp(px->px_cgroup_parent, "systemd"))
 		px->px_cgroup_parent = NULL;
 	/* memory: a cgroup of its own (RLIMIT_DATA kills V8 at start-up) */
-	if (px->px_mem_limit && !px->px_cgroup_parent) {
+	/* (not root: no cgroup of ours to make one in, RLIMIT_DATA) */
+	if (px->px_mem_limit && !px->px_cgroup_parent && !px->px_sb_userns) {
 		if (!(px->px_cgroup_parent = cgroup_base("memory")))
 			log_warn("context %s: no memory cgroup controller: the memory limit is "
 				 "RLIMIT_DATA (Deno cannot start under it)",
@@ -302,9 +316,11 @@ sandbox_init(struct proxy *px)
 		px->px_sb_tmp_size = 512ull << 20;
 	px->px_sb_tmp_opts = xasprintf("mode=1777,size=%llu",
 				       (unsigned long long)px->px_sb_tmp_size);
-	log_info("context %s: sandbox: uid %u, isolation %s, network %s, pids %llu, "
+	log_info("context %s: sandbox: uid %u%s, isolation %s, network %s, pids %llu, "
 		 "memory %llu, tmp %llu",
-		 px->px_id, (unsigned)px->px_kuid, px->px_sb_isolated ? "context" : "shared",
+		 px->px_id, (unsigned)(px->px_sb_userns ? px->px_sb_inuid : px->px_kuid),
+		 px->px_sb_userns ? " in a user namespace" : "",
+		 px->px_sb_isolated ? "context" : "shared",
 		 px->px_sb_net_none ? "none" : "host", (unsigned long long)px->px_sb_pids,
 		 (unsigned long long)px->px_mem_limit, (unsigned long long)px->px_sb_tmp_size);
 	return 0;
@@ -449,10 +465,17 @@ sb_drop(struct proxy *px)
 	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
 		return -1;
 	/* raw calls: glibc's set*id would signal threads this child does not have */
-	if (syscall(SYS_setgroups, px->px_kngroups, px->px_kgroups) < 0 ||
-	    syscall(SYS_setresgid, px->px_kgid, px->px_kgid, px->px_kgid) < 0 ||
-	    syscall(SYS_setresuid, px->px_kuid, px->px_kuid, px->px_kuid) < 0)
+	if (px->px_sb_userns) {
+		/* setgroups is denied in the namespace; the one mapped uid, no caps */
+		uid_t in = px->px_sb_inuid;
+		if (syscall(SYS_setresgid, in, in, in) < 0 ||
+		    syscall(SYS_setresuid, in, in, in) < 0)
+			return -1;
+	} else if (syscall(SYS_setgroups, px->px_kngroups, px->px_kgroups) < 0 ||
+		   syscall(SYS_setresgid, px->px_kgid, px->px_kgid, px->px_kgid) < 0 ||
+		   syscall(SYS_setresuid, px->px_kuid, px->px_kuid, px->px_kuid) < 0) {
 		return -1;
+	}
 	if (syscall(SYS_setresuid, 0, 0, 0) == 0)
 		return -1;
 	if (syscall(SYS_capset, &hdr, data) < 0)
@@ -564,6 +587,28 @@ join_cgroup(const char *dir, pid_t pid)
 	return rc;
 }
 
+/*
+ * The box's user namespace: our uid and gid are its SB_USERNS_UID (the only
+ * mapping an unprivileged process may write; setgroups must be denied first).
+ */
+static int
+map_ids(struct proxy *px, pid_t pid)
+{
+	char path[64], map[64];
+	int rc;
+
+	snprintf(path, sizeof(path), "/proc/%d/setgroups", (int)pid);
+	if ((rc = write_str(path, "deny")) < 0)
+		return rc;
+	snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)pid);
+	snprintf(map, sizeof(map), "%u %u 1", (unsigned)px->px_sb_inuid, (unsigned)geteuid());
+	if ((rc = write_str(path, map)) < 0)
+		return rc;
+	snprintf(path, sizeof(path), "/proc/%d/gid_map", (int)pid);
+	snprintf(map, sizeof(map), "%u %u 1", (unsigned)px->px_sb_inuid, (unsigned)getegid());
+	return write_str(path, map);
+}
+
 int
 sandbox_spawn(struct proxy *px, const char *exe, char **argv, char **envp)
 {
@@ -583,8 +628,9 @@ sandbox_spawn(struct proxy *px, const char *exe, char **argv, char **envp)
 	}
 	setsockopt(sv[0], SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
 	pid = syscall(SYS_clone,
-		      SIGCHLD | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS, 0, 0, 0,
-		      0);
+		      SIGCHLD | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS |
+			      (px->px_sb_userns ? CLONE_NEWUSER : 0),
+		      0, 0, 0, 0);
 	if (pid == 0) {
 		close(go[1]);
 		close(sv[0]);
@@ -598,6 +644,11 @@ sandbox_spawn(struct proxy *px, const char *exe, char **argv, char **envp)
 		goto fail;
 	}
 	px->px_kpid = pid;
+	if (px->px_sb_userns && (rc = map_ids(px, pid)) < 0) {
+		log_err("context %s: map the box's uid in its user namespace: %s", px->px_id,
+			strerror(-rc));
+		goto kill;
+	}
 	/* into its cgroups before it runs anything: a failure stops the kernel */
 	if ((px->px_sb_pids_cg && (rc = join_cgroup(px->px_sb_pids_cg, pid)) < 0) ||
 	    (px->px_cgroup && (rc = join_cgroup(px->px_cgroup, pid)) < 0)) {
@@ -685,8 +736,11 @@ sandbox_json(struct proxy *px)
 		return json_pack("{s:b, s:I, s:I}", "enabled", 0, "memory_bytes",
 				 (json_int_t)px->px_mem_limit, "cpu_seconds",
 				 (json_int_t)px->px_cpu_limit);
-	return json_pack("{s:b, s:i, s:s, s:s, s:I, s:I, s:I, s:I}", "enabled", 1, "uid",
-			 (int)px->px_kuid, "isolation", px->px_sb_isolated ? "context" : "shared",
+	return json_pack("{s:b, s:i, s:i, s:b, s:s, s:s, s:I, s:I, s:I, s:I}", "enabled", 1,
+			 "uid", (int)(px->px_sb_userns ? px->px_sb_inuid : px->px_kuid),
+			 "host_uid", (int)(px->px_sb_userns ? geteuid() : px->px_kuid),
+			 "user_namespace", px->px_sb_userns, "isolation",
+			 px->px_sb_isolated ? "context" : "shared",
 			 "network", px->px_sb_net_none ? "none" : "host", "pids_max",
 			 (json_int_t)px->px_sb_pids, "memory_bytes", (json_int_t)px->px_mem_limit,
 			 "cpu_seconds", (json_int_t)px->px_cpu_limit, "tmp_bytes",

@@ -126,5 +126,33 @@ check "work past the grace: exit status 0 (got $code)" [ "$code" = 0 ]
 check "work past the grace: the stream says ServerStopping" grep -q ServerStopping "/tmp/$name.long"
 
 [ "$failed" -eq 0 ] || podman logs --tail 40 "$name" 2>&1
+
+# The sandbox as uid 1000 (a user namespace per context): refused under the
+# default masked /proc (a PID namespace needs a /proc of its own), boxed with
+# systempaths=unconfined.
+# shellcheck disable=SC2086 # PODMAN_RUN_FLAGS is a list of flags
+out=$(timeout 60 podman run --rm $PODMAN_RUN_FLAGS --read-only --cap-drop ALL \
+	--security-opt no-new-privileges -e SANDCELL_NO_SANDBOX=0 "$image" 2>&1)
+if echo "$out" | grep -q 'no user namespace for the box here (mount proc'; then
+	ok "the sandbox in a default container is refused, naming the masked /proc"
+else
+	notok "the sandbox in a default container is refused: $(echo "$out" | head -c 300)"
+fi
+podman rm -f -t 0 "$name" >/dev/null 2>&1
+# shellcheck disable=SC2086 # PODMAN_RUN_FLAGS is a list of flags
+podman run -d --name "$name" $PODMAN_RUN_FLAGS --read-only --cap-drop ALL \
+	--security-opt no-new-privileges --security-opt systempaths=unconfined \
+	--tmpfs /home/user:rw,mode=0755,U -p "127.0.0.1:$port:5000" \
+	-e SANDCELL_LISTEN=0.0.0.0:5000 -e SANDCELL_NO_SANDBOX=0 "$image" >/dev/null
+wait_status /ready 200 120 || notok "the boxed container becomes ready"
+code='import os\nst = dict(l.split(\":\\t\") for l in open(\"/proc/self/status\").read().splitlines())\nprint(os.getuid(), st[\"CapEff\"], len([p for p in os.listdir(\"/proc\") if p.isdigit()]) < 10, os.path.exists(\"/tmp/sandcell-1000/ctl.sock\"))'
+out=$(curl -s --max-time 90 "$url/execute" -d "{\"code\": \"$code\"}")
+if echo "$out" | grep -q '"text":"1000 0000000000000000 True False'; then
+	ok "with systempaths=unconfined the sandbox boxes kernels as uid 1000 (no capabilities, own PIDs, run dir hidden)"
+else
+	notok "with systempaths=unconfined the sandbox boxes kernels: $(echo "$out" | head -c 400)"
+	podman logs --tail 20 "$name" 2>&1
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -433,13 +434,22 @@ context_new(const char *base, const char *language, const char *cwd)
 int
 broker_start(struct broker *b, const char *const *extra)
 {
+	return broker_start_as(b, 0, extra);
+}
+
+int
+broker_start_as(struct broker *b, uid_t uid, const char *const *extra)
+{
 	memset(b, 0, sizeof(*b));
+	b->b_uid = uid;
 	b->b_port = free_port();
 	snprintf(b->b_url, sizeof(b->b_url), "http://127.0.0.1:%d", b->b_port);
 	snprintf(b->b_run_dir, sizeof(b->b_run_dir), "/tmp/sandcell-test.XXXXXX");
 	if (!mkdtemp(b->b_run_dir))
 		return -1;
 	snprintf(b->b_log, sizeof(b->b_log), "%s.log", b->b_run_dir);
+	if (uid && chown(b->b_run_dir, uid, uid) < 0)
+		return -1;
 	return broker_restart(b, extra);
 }
 
@@ -473,6 +483,12 @@ broker_restart(struct broker *b, const char *const *extra)
 		prctl(PR_SET_PDEATHSIG, SIGINT);
 		if (log)
 			dup2(fileno(log), 2);
+		uid_t u = b->b_uid;
+		if (u && (setgroups(0, NULL) < 0 || setresgid(u, u, u) < 0 ||
+			  setresuid(u, u, u) < 0))
+			_exit(126);
+		if (b->b_uid) /* the uid change cleared it */
+			prctl(PR_SET_PDEATHSIG, SIGINT);
 		execv(exe, (char *const *)argv);
 		_exit(127);
 	}

@@ -20,6 +20,7 @@ struct broker {
 	char b_url[64];
 	char b_run_dir[128];
 	char b_log[160];
+	uid_t b_uid; /* runs as this uid (and gid), not ours; 0: ours */
 	int b_exit; /* its exit status if it exited at start-up, else -1 */
 };
 
@@ -27,6 +28,9 @@ struct broker {
  * and for the default python context to be ready unless --no-default-context.
  * -1 (and nothing left running) when it never became healthy. */
 int broker_start(struct broker *b, const char *const *extra);
+/* The same as an unprivileged uid (and gid) when we are root: the run dir is
+ * its; broker_stop removes it as it does any other. */
+int broker_start_as(struct broker *b, uid_t uid, const char *const *extra);
 /* Stops it and its proxies; -1 if its log holds a sanitizer report. */
 int broker_stop(struct broker *b);
 void broker_kill_proxies(const char *run_dir);

@@ -586,3 +586,109 @@ Test(sandbox, a_cwd_in_the_run_dir_does_not_show_it, .timeout = 120)
 	free(out);
 	json_decref(j);
 }
+
+/*
+ * Not root: a broker run as an unprivileged uid boxes its kernels with a user
+ * namespace. The box keeps everything but a uid of its own on the host.
+ */
+#define ROOTLESS_UID 65534
+static struct broker rootless;
+
+static void
+rootless_start(void)
+{
+	/* a memory limit without cgroups of its own is RLIMIT_DATA */
+	static const char *const args[] = {"--no-default-context", "--pool", "python=0",
+					   "--kernel-memory", "2G", NULL};
+
+	cr_assert_eq(broker_start_as(&rootless, ROOTLESS_UID, args), 0,
+		     "a broker as uid %d did not start", ROOTLESS_UID);
+}
+
+static void
+rootless_stop(void)
+{
+	broker_stop(&rootless);
+}
+
+/* The uid a host process runs as, from its /proc status; -1 if none. */
+static long
+host_uid_of(pid_t pid)
+{
+	char path[64], line[256];
+	long uid = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Uid: %ld", &uid) == 1)
+			break;
+	fclose(f);
+	return uid;
+}
+
+static void
+rootless_box(const char *lang)
+{
+	const char *base = rootless.b_url;
+	char *id = context_new(base, lang, NULL), code[2048], path[128];
+	pid_t proxy = context_pid(base, id, "proxy_pid");
+	pid_t kernel = context_pid(base, id, "kernel_pid");
+	bool py = !strcmp(lang, "python");
+
+	cr_assert(id && proxy > 0 && kernel > 0);
+	/* on the host the kernel is the broker's uid: that is what a user namespace maps */
+	cr_assert_eq(host_uid_of(kernel), ROOTLESS_UID);
+	if (py)
+		snprintf(code, sizeof(code),
+			 "import os\n"
+			 "for p in (%d, %d):\n"
+			 "    try:\n        os.kill(p, 0)\n        print('seen', p)\n"
+			 "    except OSError:\n        print('hidden')\n"
+			 "pids = [p for p in os.listdir('/proc') if p.isdigit()]\n"
+			 "print('own pids' if len(pids) < 10 and '1' in pids else pids)\n"
+			 "for f in ('ctl.sock', 'broker.lock'):\n"
+			 "    print('seen ' + f if os.path.exists('%s/' + f) else 'hidden')\n"
+			 "st = dict(l.split(':\\t') for l in open('/proc/self/status').read().splitlines())\n"
+			 "print(st['CapEff'], st['CapPrm'], st['CapBnd'], os.getuid())",
+			 (int)rootless.b_pid, (int)proxy, rootless.b_run_dir);
+	else
+		snprintf(code, sizeof(code),
+			 "for p in %d %d; do kill -0 $p 2>/dev/null && echo seen $p || echo hidden; done\n"
+			 "n=$(ls /proc | grep -c '^[0-9]'); [ \"$n\" -lt 10 ] && echo own pids || echo $n pids\n"
+			 "for f in ctl.sock broker.lock; do [ -e %s/$f ] && echo seen $f || echo hidden; done\n"
+			 "echo $(awk '/^Cap(Eff|Prm|Bnd)/ {print $2}' /proc/self/status) $(id -u)",
+			 (int)rootless.b_pid, (int)proxy, rootless.b_run_dir);
+	char *out = out_of(base, id, code);
+	cr_assert_str_eq(out,
+			 "hidden\nhidden\nown pids\nhidden\nhidden\n"
+			 "0000000000000000 0000000000000000 0000000000000000 1000\n",
+			 "%s: %s", lang, out);
+	free(out);
+	json_decref(run(base, id, py ? "x = 41" : "x=41"));
+	out = out_of(base, id, py ? "print(x + 1)" : "echo $((x + 1))");
+	cr_assert_str_eq(out, "42\n", "%s lost its state: %s", lang, out);
+	free(out);
+	snprintf(path, sizeof(path), "/contexts/%s", id);
+	json_t *j = context_get(base, id), *box = json_object_get(j, "sandbox");
+	cr_assert(json_is_true(json_object_get(box, "user_namespace")), "%s", path);
+	cr_assert_eq(json_integer_value(json_object_get(box, "uid")), 1000);
+	cr_assert_eq(json_integer_value(json_object_get(box, "host_uid")), ROOTLESS_UID);
+	json_decref(j);
+	cr_assert_eq(kill(rootless.b_pid, 0), 0, "the broker is gone");
+	free(id);
+}
+
+Test(sandbox, rootless_broker_boxes_python_with_a_user_namespace, .init = rootless_start,
+     .fini = rootless_stop, .timeout = 120)
+{
+	rootless_box("python");
+}
+
+Test(sandbox, rootless_broker_boxes_bash_with_a_user_namespace, .init = rootless_start,
+     .fini = rootless_stop, .timeout = 120)
+{
+	rootless_box("bash");
+}
