@@ -175,7 +175,13 @@ void launch_ipython_profile(struct proxy *px, const char *home);
 int launch_connection_file(struct proxy *px, const char *path, int ports[5],
 			   char ep[5][EP_MAX]);
 
+/* filter.c */
+int filter_build(struct proxy *px);
+
 /* sandbox.c */
+#define SB_NS_FLAGS                                                                         \
+	(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUSER | CLONE_NEWIPC |          \
+	 CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_NEWTIME)
 int sandbox_init(struct proxy *px);
 int sandbox_network(struct proxy *px);
 int sandbox_spawn(struct proxy *px, const char *exe, char **argv, char **envp);
