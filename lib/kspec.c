@@ -96,11 +96,13 @@ lang_normalise(const char *in, char *out, size_t outsz)
 /*
  * The kernelspecs sandcell ships (bash, java, Deno), wherever these binaries
  * are: installed (PREFIX/bin beside PREFIX/share/sandcell/jupyter) or in the
- * source tree (bin/ beside proxy/jupyter and .deps/jupyter). The broker and
- * its proxies sit in one directory, so both resolve the same kernelspecs.
+ * source tree (bin/ beside proxy/jupyter and .deps/jupyter, or the sanitizer
+ * build's build/asan/bin three levels down). The broker and its proxies sit in
+ * one directory, so both resolve the same kernelspecs.
  */
 static const char *const bundled[] = {"../share/sandcell/jupyter", "../proxy/jupyter",
-				      "../.deps/jupyter"};
+				      "../.deps/jupyter", "../../../proxy/jupyter",
+				      "../../../.deps/jupyter"};
 #define N_BUNDLED (sizeof(bundled) / sizeof(bundled[0]))
 
 static size_t
