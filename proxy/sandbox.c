@@ -151,6 +151,19 @@ sb_paths(struct proxy *px)
 		free(d);
 	}
 	/*
+	 * The kernel's program, when the box would hide it: Deno from npm lives
+	 * in the source tree, which may be under /tmp. Never a whole temporary
+	 * dir, nor anything holding the run dir.
+	 */
+	if (px->px_ks->ks_argv[0] && px->px_ks->ks_argv[0][0] == '/') {
+		char *d = dir_of(px->px_ks->ks_argv[0]);
+		if (strcmp(d, "/") && strcmp(d, "/tmp") && strcmp(d, "/var/tmp") &&
+		    strcmp(d, "/dev/shm") && !inside(d, px->px_sb_cover[0]) &&
+		    !inside(d, px->px_sb_cover[1]) && !inside(px->px_sb_cover[0], d))
+			add_path(px->px_sb_keep, &px->px_sb_nkeep, d);
+		free(d);
+	}
+	/*
 	 * A cwd of /tmp is the box's own /tmp; any other is shown as it is, unless
 	 * that would show the run dir again (a cwd in it, or above it in /tmp).
 	 */
