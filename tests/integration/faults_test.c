@@ -40,22 +40,6 @@ started_code(const char *then)
 	return code;
 }
 
-static const char *
-error_name(json_t *l)
-{
-	json_t *e = line_of(l, "error", 0);
-
-	return e ? json_string_value(json_object_get(e, "name")) : "(none)";
-}
-
-static const char *
-error_value(json_t *l)
-{
-	json_t *e = line_of(l, "error", 0);
-
-	return e ? json_string_value(json_object_get(e, "value")) : "";
-}
-
 /*
  * Sends sig to the kernel of a fresh context (cwd /tmp, x set) while code runs
  * there, and checks that the execution ended with KernelDied naming why,

@@ -881,3 +881,20 @@ boot_now_s(void)
 	clock_gettime(CLOCK_BOOTTIME, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
+
+/* The name and value of a stream's first error line ("(none)" and "" if none). */
+const char *
+error_name(json_t *l)
+{
+	json_t *e = line_of(l, "error", 0);
+
+	return e ? json_string_value(json_object_get(e, "name")) : "(none)";
+}
+
+const char *
+error_value(json_t *l)
+{
+	json_t *e = line_of(l, "error", 0);
+
+	return e ? json_string_value(json_object_get(e, "value")) : "";
+}

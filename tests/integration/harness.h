@@ -94,6 +94,8 @@ long context_post(const char *base, const char *id, const char *action, long tim
 
 json_t *line_of(json_t *lines, const char *type, int nth);
 int count_of(json_t *lines, const char *type);
+const char *error_name(json_t *lines);  /* the first error line's name, or "(none)" */
+const char *error_value(json_t *lines); /* and its value, or "" */
 char *stdout_of(json_t *lines); /* concatenated stdout text; caller frees */
 const char *result_text(json_t *lines);
 

@@ -22,22 +22,6 @@ HARNESS_SHARED_BROKER("--no-default-context", "--pool", "0", "--heartbeat-timeou
 
 #define URL test_url()
 
-static const char *
-error_name(json_t *l)
-{
-	json_t *e = line_of(l, "error", 0);
-
-	return e ? json_string_value(json_object_get(e, "name")) : "(none)";
-}
-
-static const char *
-error_value(json_t *l)
-{
-	json_t *e = line_of(l, "error", 0);
-
-	return e ? json_string_value(json_object_get(e, "value")) : "";
-}
-
 /* An R context holding x = 42; its kernel's pid in *kpid. */
 static char *
 r_context(pid_t *kpid)
