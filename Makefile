@@ -23,7 +23,7 @@ RUN_ARGS ?=
 
 # proto/ (the IPC codec) and lib/ (shared helpers) go into every binary.
 PROTO_SRC  = $(wildcard proto/*.c lib/*.c)
-PROXY_SRC  = $(filter-out proxy/main.c,$(wildcard proxy/*.c))
+PROXY_SRC  = $(filter-out proxy/main.c proxy/boxlib.c,$(wildcard proxy/*.c))
 BROKER_SRC = $(filter-out broker/main.c,$(wildcard broker/*.c))
 
 obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
@@ -31,7 +31,10 @@ PROTO_OBJ  = $(call obj,$(PROTO_SRC))
 PROXY_OBJ  = $(call obj,$(PROXY_SRC))
 BROKER_OBJ = $(call obj,$(BROKER_SRC))
 
-PROGS = $(BIN)/sandcell-broker $(BIN)/sandcell-proxy $(BIN)/sandcellctl
+PROGS = $(BIN)/sandcell-broker $(BIN)/sandcell-proxy $(BIN)/sandcellctl $(BIN)/libsandcell-box.so
+# The box's code (sandbox.c and what it uses) for the Python template, which
+# loads it with ctypes: the same sources as the proxy's, built position-independent.
+BOXLIB_SRC = proxy/boxlib.c proxy/sandbox.c proxy/filter.c proxy/limits.c lib/util.c
 UNIT_TESTS = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
 INTEG_TESTS = $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/*_test.c))
 
@@ -47,6 +50,14 @@ $(BUILD)/%.o: %.c
 $(BIN)/sandcell-proxy: $(BUILD)/proxy/main.o $(PROXY_OBJ) $(PROTO_OBJ)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_PROXY)
+
+$(BUILD)/pic/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -c -o $@ $<
+
+$(BIN)/libsandcell-box.so: $(patsubst %.c,$(BUILD)/pic/%.o,$(BOXLIB_SRC))
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $(LDFLAGS) -shared -Wl,--no-undefined -o $@ $^ -ljansson -lseccomp
 
 $(BIN)/sandcell-broker: $(BUILD)/broker/main.o $(BROKER_OBJ) $(PROTO_OBJ)
 	@mkdir -p $(BIN)
@@ -155,10 +166,12 @@ UNITDIR ?= /etc/systemd/system
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/sandcell/jupyter/kernels \
 	  $(DESTDIR)$(PREFIX)/lib/sandcell $(DESTDIR)$(UNITDIR)
-	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(filter-out %.so,$(PROGS)) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(BIN)/libsandcell-box.so $(DESTDIR)$(PREFIX)/lib/sandcell/
 	cp -r proxy/jupyter/kernels/bash proxy/jupyter/kernels/java \
 	  $(DESTDIR)$(PREFIX)/share/sandcell/jupyter/kernels/
-	install -m 644 proxy/python/sandcell_startup.py $(DESTDIR)$(PREFIX)/share/sandcell/
+	install -m 644 proxy/python/sandcell_startup.py proxy/python/sandcell_template.py \
+	  $(DESTDIR)$(PREFIX)/share/sandcell/
 	if [ -x "$$(ls .deps/deno/node_modules/@deno/linux-*/deno 2>/dev/null | head -n 1)" ]; then \
 	  install -m 755 $$(ls .deps/deno/node_modules/@deno/linux-*/deno | head -n 1) \
 	    $(DESTDIR)$(PREFIX)/lib/sandcell/deno && \

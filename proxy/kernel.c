@@ -182,6 +182,11 @@ kernel_start(struct proxy *px)
 		goto err;
 	}
 	if (px->px_sandbox) {
+		/* forked from the template when there is one; cold otherwise */
+		if (template_spawn(px, exe, argv, envp) == 0) {
+			pid = px->px_kpid;
+			goto started;
+		}
 		if ((rc = sandbox_spawn(px, exe, argv, envp)) < 0)
 			goto err;
 		pid = px->px_kpid;
@@ -224,7 +229,8 @@ started:
 	px->px_kstarted_at = now_ms();
 	px->px_kinfo_reply = px->px_iopub_seen = false;
 	px->px_hb_sent = px->px_hb_ok = px->px_kstarted_at;
-	log_info("context %s: kernel %s started, pid %d", px->px_id, px->px_ks->ks_name,
+	log_info("context %s: kernel %s started%s, pid %d", px->px_id, px->px_ks->ks_name,
+		 px->px_kpidfd >= 0 ? " from the template" : "",
 		 (int)(px->px_kshown ? px->px_kshown : pid));
 	if ((rc = kernel_probe(px, px->px_kinfo_id)) < 0) {
 		/* without it the kernel is never found ready */
@@ -250,7 +256,10 @@ out:
 void
 kernel_stop(struct proxy *px)
 {
-	if (px->px_kpid > 0) {
+	if (px->px_kpidfd >= 0) {
+		template_kill(px); /* not our child: its pidfd, no waitpid */
+		px->px_kpid = 0;
+	} else if (px->px_kpid > 0) {
 		killpg(px->px_kpid, SIGKILL);
 		kill(px->px_kpid, SIGKILL);
 		waitpid(px->px_kpid, NULL, 0);

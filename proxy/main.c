@@ -242,7 +242,8 @@ usage(void)
 			"       [--kernel-user USER] [--pooled] [--interrupt-retry MS]\n"
 			"       [--interrupt-grace MS] [--heartbeat-timeout MS] [--sandbox\n"
 			"       [--uid-range A-B] [--isolation shared|context] [--network host|none]\n"
-			"       [--pids N] [--tmp-size BYTES] [--uid UID] [--own-workspace]]\n"
+			"       [--pids N] [--tmp-size BYTES] [--uid UID] [--own-workspace]\n"
+			"       [--template SOCKET]]\n"
 			"       [--log-level LEVEL]\n");
 	exit(2);
 }
@@ -251,8 +252,8 @@ static void
 loop(struct proxy *p)
 {
 	while (!p->px_quit) {
-		zmq_pollitem_t it[7];
-		int n = 0, i_shell = -1, i_iopub = -1, i_stdin = -1;
+		zmq_pollitem_t it[8];
+		int n = 0, i_shell = -1, i_iopub = -1, i_stdin = -1, i_box = -1;
 		uint64_t now = now_ms();
 		long wait = admit_wait(p, now), kw = p->px_kstate == KS_STARTING ? 50 : 500;
 
@@ -263,6 +264,10 @@ loop(struct proxy *p)
 		it[n++] = (zmq_pollitem_t){NULL, p->px_evfd, ZMQ_POLLIN, 0};
 		if (p->px_outq.mq_n)
 			it[n++] = (zmq_pollitem_t){NULL, p->px_ipc_sendfd, ZMQ_POLLIN, 0};
+		if (p->px_kpidfd >= 0) { /* a box forked from the template ended */
+			i_box = n;
+			it[n++] = (zmq_pollitem_t){NULL, p->px_kpidfd, ZMQ_POLLIN, 0};
+		}
 		if (p->px_shell) {
 			i_shell = n;
 			it[n++] = (zmq_pollitem_t){p->px_shell, 0, ZMQ_POLLIN, 0};
@@ -277,6 +282,10 @@ loop(struct proxy *p)
 			ipc_pipe_events(p);
 		if (it[1].revents)
 			reap(p);
+		if (i_box >= 0 && it[i_box].revents && p->px_kpidfd >= 0) {
+			p->px_kpid = 0; /* not ours to kill or reap: it has ended */
+			kernel_reaped(p, SIGKILL); /* the init's report, if any, says better */
+		}
 		/* iopub before shell: a reply must not overtake its output */
 		if (i_iopub >= 0 && it[i_iopub].revents)
 			drain_kernel(p, &p->px_iopub, "iopub");
@@ -324,6 +333,7 @@ main(int argc, char **argv)
 		{"interrupt-retry", required_argument, NULL, 'R'},
 		{"interrupt-grace", required_argument, NULL, 'A'},
 		{"heartbeat-timeout", required_argument, NULL, 'H'},
+		{"template", required_argument, NULL, 'Z'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *env_file = NULL, *kernel = NULL, *kuser = NULL;
@@ -383,6 +393,7 @@ main(int argc, char **argv)
 		case 'T': px.px_sb_tmp_size = strtoull(optarg, NULL, 10); break;
 		case 'U': uid_arg = strtoul(optarg, NULL, 10); break;
 		case 'W': px.px_sb_own_ws = true; break;
+		case 'Z': px.px_template = optarg; break;
 		case 'R':
 		case 'A':
 		case 'H': {

@@ -118,6 +118,8 @@ struct proxy {
 	uid_t px_sb_inuid;      /* ... this uid inside it, the proxy's on the host */
 	bool px_shutdown;       /* the broker ended the context (SHUTDOWN) */
 	pid_t px_kshown;        /* the kernel process itself (operators, signals) */
+	const char *px_template; /* the template's socket (--template), or NULL */
+	int px_kpidfd;          /* a box forked from the template: its init; -1 = none */
 
 	nng_socket px_ipc;
 	int px_ipc_fd, px_ipc_sendfd;
@@ -183,12 +185,22 @@ int filter_build(struct proxy *px);
 	(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUSER | CLONE_NEWIPC |          \
 	 CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_NEWTIME)
 int sandbox_init(struct proxy *px);
+void sandbox_paths(struct proxy *px);
+int sandbox_enter(struct proxy *px);
+int sandbox_kernel_child(struct proxy *px, bool reset_signals);
+void sandbox_init_wait(pid_t kid, bool watch) __attribute__((noreturn));
+int sandbox_join_cgroups(struct proxy *px, pid_t pid);
+pid_t sandbox_recv(int sock, void *data, size_t len, ssize_t *got, int flags, int *fd);
 int sandbox_network(struct proxy *px);
 int sandbox_spawn(struct proxy *px, const char *exe, char **argv, char **envp);
 int sandbox_status(struct proxy *px, int status);
 void sandbox_reaped(struct proxy *px);
 void sandbox_cleanup(struct proxy *px);
 json_t *sandbox_json(struct proxy *px);
+
+/* template.c */
+int template_spawn(struct proxy *px, const char *exe, char **argv, char **envp);
+void template_kill(struct proxy *px);
 
 /* kernel.c */
 int kernel_start(struct proxy *px);

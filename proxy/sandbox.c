@@ -130,8 +130,8 @@ inside(const char *path, const char *dir)
  * it shows again at the same paths (the kernel's own files, its kernelspec,
  * the workspace). Built before each clone: the cwd may have changed.
  */
-static void
-sb_paths(struct proxy *px)
+void
+sandbox_paths(struct proxy *px)
 {
 	for (int i = 0; i < px->px_sb_ncover; i++)
 		free(px->px_sb_cover[i]);
@@ -181,7 +181,7 @@ sandbox_init(struct proxy *px)
 {
 	int rc;
 
-	px->px_sb_sock = -1;
+	px->px_sb_sock = px->px_kpidfd = -1;
 	if (!px->px_sandbox)
 		return 0;
 	if (geteuid() != 0) {
@@ -426,29 +426,105 @@ sb_drop(struct proxy *px)
 }
 
 /*
+ * The box's steps once its cgroups hold it, in its init (cold, or forked from
+ * the template, boxlib.c): mounts, host name, limits, privileges. 0, or the
+ * init's exit code: 120 mounts, 122 privileges.
+ */
+int
+sandbox_enter(struct proxy *px)
+{
+	if (sb_mounts(px) < 0)
+		return 120;
+	syscall(SYS_sethostname, "sandcell", 8);
+	limits_apply_child(px, NULL);
+	if (sb_drop(px) < 0)
+		return 122;
+	return 0;
+}
+
+/*
+ * The kernel's own steps in the box, after the init forked it (fd 3 is the
+ * init's socket): stdin from /dev/null, stdout to the proxy's log, the hello
+ * that tells the proxy its pid, its cwd. Signals go back to their defaults
+ * before an exec (the proxy ignored SIGPIPE); a kernel forked from the
+ * template keeps the interpreter's. 0, or an exit code.
+ */
+int
+sandbox_kernel_child(struct proxy *px, bool reset_signals)
+{
+	int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	sigset_t none;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	sigemptyset(&none);
+	if (reset_signals)
+		for (int s = 1; s < NSIG; s++)
+			signal(s, SIG_DFL);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	if (fd >= 0) {
+		dup2(fd, 0);
+		close(fd);
+	}
+	dup2(2, 1); /* kernel's own stdout is the proxy's log, not a stream */
+	/* hello: the proxy learns our pid in its namespace (SO_PASSCRED) */
+	if (send(3, "k", 1, 0) != 1)
+		return 125;
+	close(3);
+	if (chdir(px->px_cwd) < 0)
+		return 126;
+	return 0;
+}
+
+/*
+ * The init's life once its kernel runs: reap orphans, report the kernel's
+ * status on fd 3 and end (the box ends with its kernel). With watch, also
+ * end when the proxy's end of fd 3 closes: a box forked from the template is
+ * not the proxy's child, so PR_SET_PDEATHSIG cannot do it.
+ */
+void __attribute__((noreturn))
+sandbox_init_wait(pid_t kid, bool watch)
+{
+	int status;
+	pid_t pid;
+
+	for (;;) {
+		if (watch) {
+			struct pollfd pf = {3, POLLRDHUP, 0};
+			while ((pid = waitpid(-1, &status, WNOHANG)) == 0) {
+				if (poll(&pf, 1, 100) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+					_exit(0); /* the proxy is gone: so is the box */
+			}
+		} else {
+			pid = wait(&status);
+		}
+		if (pid == kid) {
+			if (send(3, &status, sizeof(status), 0) < 0)
+				_exit(124);
+			_exit(0);
+		}
+		if (pid < 0 && errno == ECHILD)
+			_exit(127);
+	}
+}
+
+/*
  * The box's init (PID 1 inside). Exit codes before the kernel runs: 120
  * mounts, 122 privileges, 123 fork.
  */
 static void __attribute__((noreturn))
 sb_init(struct proxy *px, int go, int sock, const char *exe, char **argv, char **envp)
 {
-	sigset_t none;
 	char c;
-	int status;
-	pid_t kid, pid;
+	int rc;
+	pid_t kid;
 
-	sigemptyset(&none);
 	syscall(SYS_setsid);
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (read(go, &c, 1) != 1) /* the proxy died before letting us go */
 		_exit(127);
 	close(go);
-	if (sb_mounts(px) < 0)
-		_exit(120);
-	syscall(SYS_sethostname, "sandcell", 8);
-	limits_apply_child(px, NULL);
-	if (sb_drop(px) < 0)
-		_exit(122);
+	if ((rc = sandbox_enter(px)))
+		_exit(rc);
 	/* the uid change cleared PR_SET_PDEATHSIG: set it again, then make sure
 	 * the proxy did not die in between (its end of sock would be closed) */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -463,55 +539,56 @@ sb_init(struct proxy *px, int go, int sock, const char *exe, char **argv, char *
 	if (kid < 0)
 		_exit(123);
 	if (kid == 0) {
-		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		for (int s = 1; s < NSIG; s++)
-			signal(s, SIG_DFL); /* SIGPIPE was ignored in the proxy */
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		if (fd >= 0)
-			dup2(fd, 0);
-		dup2(2, 1); /* kernel's own stdout is the proxy's log, not a stream */
-		/* hello: the proxy learns our pid in its namespace (SO_PASSCRED) */
-		if (send(3, "k", 1, 0) != 1)
-			_exit(125);
-		close(3);
-		if (chdir(px->px_cwd) < 0)
-			_exit(126);
+		if ((rc = sandbox_kernel_child(px, true)))
+			_exit(rc);
 		execve(exe, argv, envp);
 		_exit(127);
 	}
-	for (;;) {
-		pid = wait(&status);
-		if (pid == kid) {
-			if (send(3, &status, sizeof(status), 0) < 0)
-				_exit(124);
-			_exit(0); /* the box ends with its kernel */
-		}
-		if (pid < 0 && errno == ECHILD)
-			_exit(127);
-	}
+	sandbox_init_wait(kid, false);
 }
 
-/* The pid a message was sent from, as the kernel translated it for us. */
-static pid_t
-recv_pid(int sock, void *data, size_t len, ssize_t *got, int flags)
+/*
+ * The pid a message was sent from, as the kernel translated it for us; with
+ * fd, also a descriptor passed along (SCM_RIGHTS; -1 if none).
+ */
+pid_t
+sandbox_recv(int sock, void *data, size_t len, ssize_t *got, int flags, int *fd)
 {
-	char cbuf[CMSG_SPACE(sizeof(struct ucred))];
+	char cbuf[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(sizeof(int))];
 	struct iovec iov = {data, len};
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
 			    .msg_controllen = sizeof(cbuf)};
 	struct cmsghdr *cm;
+	pid_t pid = -1;
 
+	if (fd)
+		*fd = -1;
 	*got = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | flags);
 	if (*got <= 0)
 		return -1;
-	for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+	for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
 		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_CREDENTIALS) {
 			struct ucred uc;
 			memcpy(&uc, CMSG_DATA(cm), sizeof(uc));
-			return uc.pid;
+			pid = uc.pid;
+		} else if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+			int n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int), f[4];
+			memcpy(f, CMSG_DATA(cm), (n > 4 ? 4 : n) * sizeof(int));
+			for (int i = 0; i < n && i < 4; i++) {
+				if (fd && *fd < 0)
+					*fd = f[i];
+				else
+					close(f[i]);
+			}
 		}
-	return -1;
+	}
+	return pid;
+}
+
+static pid_t
+recv_pid(int sock, void *data, size_t len, ssize_t *got, int flags)
+{
+	return sandbox_recv(sock, data, len, got, flags, NULL);
 }
 
 static int
@@ -522,6 +599,19 @@ join_cgroup(const char *dir, pid_t pid)
 
 	free(path);
 	free(num);
+	return rc;
+}
+
+/* Into the context's pids and memory cgroups (before the box runs anything). */
+int
+sandbox_join_cgroups(struct proxy *px, pid_t pid)
+{
+	int rc = 0;
+
+	if (px->px_sb_pids_cg && (rc = join_cgroup(px->px_sb_pids_cg, pid)) < 0)
+		return rc;
+	if (px->px_cgroup)
+		rc = join_cgroup(px->px_cgroup, pid);
 	return rc;
 }
 
@@ -555,7 +645,7 @@ sandbox_spawn(struct proxy *px, const char *exe, char **argv, char **envp)
 	char hello;
 	pid_t pid;
 
-	sb_paths(px);
+	sandbox_paths(px);
 	if (pipe2(go, O_CLOEXEC) < 0)
 		return -errno;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
@@ -588,8 +678,7 @@ sandbox_spawn(struct proxy *px, const char *exe, char **argv, char **envp)
 		goto kill;
 	}
 	/* into its cgroups before it runs anything: a failure stops the kernel */
-	if ((px->px_sb_pids_cg && (rc = join_cgroup(px->px_sb_pids_cg, pid)) < 0) ||
-	    (px->px_cgroup && (rc = join_cgroup(px->px_cgroup, pid)) < 0)) {
+	if ((rc = sandbox_join_cgroups(px, pid)) < 0) {
 		log_err("context %s: move the kernel into its cgroup: %s", px->px_id,
 			strerror(-rc));
 		goto kill;
@@ -652,6 +741,9 @@ sandbox_reaped(struct proxy *px)
 	if (px->px_sb_sock >= 0)
 		close(px->px_sb_sock);
 	px->px_sb_sock = -1;
+	if (px->px_kpidfd >= 0)
+		close(px->px_kpidfd);
+	px->px_kpidfd = -1;
 	px->px_kshown = 0;
 }
 

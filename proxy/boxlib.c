@@ -1,0 +1,188 @@
+/*
+ * boxlib.c — the box for kernels forked from the template: the entry points
+ * of libsandcell-box.so, which the template (proxy/python/sandcell_template.py)
+ * loads with ctypes and calls after each os.fork(). They run sandbox.c's,
+ * filter.c's and limits.c's own steps, so a forked kernel's box is the cold
+ * one's: one implementation. Not linked into the proxy.
+ *
+ * The template forks A, which leaves for the box's new namespaces
+ * (boxlib_unshare) and forks B, PID 1 inside: B says hello to the proxy with
+ * its pidfd, waits while the proxy joins it to the context's cgroups, builds
+ * the box and drops every privilege (boxlib_init), then forks the kernel
+ * (boxlib_kernel) and stays as its init (boxlib_wait).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "proxy.h"
+
+/* The box of this fork: one per process (each request is a fork of its own). */
+static struct proxy bx;
+
+static int
+strv(json_t *a, char **out, int max)
+{
+	int n = 0;
+	size_t i;
+	json_t *v;
+
+	json_array_foreach(a, i, v)
+	{
+		if (!json_is_string(v) || n >= max)
+			return -EINVAL;
+		out[n++] = xstrdup(json_string_value(v));
+	}
+	return n;
+}
+
+/* What the proxy computed of the box (template.c's box_json). */
+static int
+parse(const char *conf)
+{
+	json_t *o = json_loads(conf, 0, NULL), *groups;
+	json_int_t uid = -1, gid = -1, mem = 0, cpu = 0;
+	const char *cwd = NULL, *tmp = NULL, *id = NULL;
+	json_t *cover = NULL, *keep = NULL;
+	int cg = 0, rc = -EINVAL;
+	size_t i;
+	json_t *g;
+
+	if (!o || json_unpack(o, "{s:s, s:s, s:o, s:o, s:s, s:I, s:I, s:o, s:I, s:I, s:b}", "id",
+			      &id, "cwd", &cwd, "cover", &cover, "keep", &keep, "tmp_opts", &tmp,
+			      "uid", &uid, "gid", &gid, "groups", &groups, "memory", &mem, "cpu",
+			      &cpu, "cgroup", &cg) < 0)
+		goto out;
+	/* never root, never unboxed: the proxy's sandbox_init checked, so do we */
+	if (uid <= 0 || gid <= 0 || uid >= (json_int_t)UINT32_MAX || gid >= (json_int_t)UINT32_MAX ||
+	    *cwd != '/')
+		goto out;
+	bx.px_id = xstrdup(id);
+	bx.px_cwd = xstrdup(cwd);
+	bx.px_sb_tmp_opts = xstrdup(tmp);
+	bx.px_sandbox = true;
+	bx.px_kuid = uid;
+	bx.px_kgid = gid;
+	bx.px_mem_limit = mem;
+	bx.px_cpu_limit = cpu;
+	bx.px_cgroup = cg ? xstrdup("(the proxy's)") : NULL; /* limits.c: a cgroup, no RLIMIT_DATA */
+	if ((bx.px_sb_ncover = strv(cover, bx.px_sb_cover, 8)) < 0 ||
+	    (bx.px_sb_nkeep = strv(keep, bx.px_sb_keep, 8)) < 0)
+		goto out;
+	json_array_foreach(groups, i, g)
+	{
+		if (!json_is_integer(g) || bx.px_kngroups >= 64)
+			goto out;
+		bx.px_kgroups[bx.px_kngroups++] = json_integer_value(g);
+	}
+	rc = filter_build(&bx);
+out:
+	json_decref(o);
+	return rc;
+}
+
+/*
+ * In A, forked from the template: the box's namespaces (PID for A's children)
+ * and, with --network none, the proxy's network namespace. 0 or -errno.
+ */
+int
+boxlib_unshare(const char *conf, int netfd)
+{
+	int rc;
+
+	if ((rc = parse(conf)) < 0)
+		return rc;
+	if (unshare(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) < 0)
+		return -errno;
+	if (netfd >= 0 && setns(netfd, CLONE_NEWNET) < 0)
+		return -errno;
+	return 0;
+}
+
+/* The hello: "i" with our pidfd; the proxy sees our pid in its namespace. */
+static int
+hello(int sock)
+{
+	int pidfd = syscall(SYS_pidfd_open, getpid(), 0), rc = 0;
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = {"i", 1};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			    .msg_controllen = sizeof(cbuf)};
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+
+	if (pidfd < 0)
+		return -errno;
+	memset(cbuf, 0, sizeof(cbuf));
+	cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &pidfd, sizeof(int));
+	if (sendmsg(sock, &mh, MSG_NOSIGNAL) != 1)
+		rc = -errno;
+	close(pidfd);
+	return rc;
+}
+
+/*
+ * In B, PID 1 of the new namespaces: hello, wait for the proxy's go (it has
+ * joined us to the context's cgroups), the box (sandbox_enter: mounts, limits,
+ * uid, capabilities, no_new_privs, seccomp), then only fds 0-3 stay open: the
+ * proxy's log as 2, its socket as 3. 0, or an exit code (sb_init's).
+ */
+int
+boxlib_init(int sock, int errfd)
+{
+	char c;
+	int rc;
+
+	syscall(SYS_setsid);
+	if (hello(sock) < 0)
+		return 127;
+	if (recv(sock, &c, 1, 0) != 1 || c != 'g') /* the proxy gave up on us */
+		return 127;
+	if ((rc = sandbox_enter(&bx)))
+		return rc;
+	struct pollfd pf = {sock, POLLRDHUP, 0};
+	if (poll(&pf, 1, 0) != 0)
+		return 127;
+	if (dup2(errfd, 2) < 0 || dup2(sock, 3) < 0)
+		return 122;
+	/* the template's own descriptors (its socket first) stay out of the box */
+	syscall(SYS_close_range, 4, ~0U, 0);
+	return 0;
+}
+
+/* In the kernel, forked from B: sandbox.c's kernel steps (Python's signals stay). */
+int
+boxlib_kernel(void)
+{
+	return sandbox_kernel_child(&bx, false);
+}
+
+/* In B once the kernel runs: its init until it ends, or the proxy does. */
+void
+boxlib_wait(int kid)
+{
+	sigset_t none;
+
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	signal(SIGCHLD, SIG_DFL);
+	sandbox_init_wait(kid, true);
+}
+
+/* The template itself: orphaned inits come back to it, to be reaped. */
+int
+boxlib_template(void)
+{
+	return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0 ? -errno : 0;
+}

@@ -1,0 +1,198 @@
+/*
+ * template.c — a Python kernel forked from the template instead of started
+ * cold. The template (proxy/python/sandcell_template.py, run by the broker)
+ * has imported ipykernel and the data stack; asked over its socket, it forks
+ * a box init that builds the same box as sandbox.c's, with sandbox.c's own
+ * code (boxlib.c, loaded by the template), and from it the kernel.
+ *
+ * The proxy's side is the cold start's: it sends what the kernel is started
+ * with and what the box is made of, joins the init to the context's cgroups
+ * when it says hello (its pidfd with it), lets it go, and waits for the
+ * kernel's hello. The init is not our child: its pidfd says when it ends,
+ * its socket (px_sb_sock) carries the kernel's wait status, and the init
+ * ends itself, and its box, when our end of that socket closes.
+ *
+ * Any failure before the init's hello (no template, refused, gone) is not an
+ * error: the caller starts the kernel cold.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "proxy.h"
+
+#define TPL_WAIT_MS 10000 /* the init's and the kernel's hello, each */
+
+static json_t *
+strv_json(char **v)
+{
+	json_t *a = json_array();
+
+	for (; v && *v; v++)
+		json_array_append_new(a, json_string(*v));
+	return a;
+}
+
+/* What the box is made of, for boxlib.c (computed here, as for a cold box). */
+static json_t *
+box_json(struct proxy *px)
+{
+	json_t *cover = json_array(), *keep = json_array(), *groups = json_array();
+
+	for (int i = 0; i < px->px_sb_ncover; i++)
+		json_array_append_new(cover, json_string(px->px_sb_cover[i]));
+	for (int i = 0; i < px->px_sb_nkeep; i++)
+		json_array_append_new(keep, json_string(px->px_sb_keep[i]));
+	for (int i = 0; i < px->px_kngroups; i++)
+		json_array_append_new(groups, json_integer(px->px_kgroups[i]));
+	return json_pack("{s:s, s:s, s:o, s:o, s:s, s:I, s:I, s:o, s:I, s:I, s:b}", "id",
+			 px->px_id, "cwd", px->px_cwd, "cover", cover, "keep", keep, "tmp_opts",
+			 px->px_sb_tmp_opts, "uid", (json_int_t)px->px_kuid, "gid",
+			 (json_int_t)px->px_kgid, "groups", groups, "memory",
+			 (json_int_t)px->px_mem_limit, "cpu", (json_int_t)px->px_cpu_limit,
+			 "cgroup", px->px_cgroup != NULL);
+}
+
+/* The request and our log (fd 2) and, with --network none, our network namespace. */
+static int
+send_request(struct proxy *px, int s, const char *exe, char **argv, char **envp)
+{
+	json_t *o = json_pack("{s:s, s:o, s:o, s:s, s:o}", "exe", exe, "argv", strv_json(argv),
+			      "env", strv_json(envp), "cwd", px->px_cwd, "box", box_json(px));
+	char *body = json_dumps(o, JSON_COMPACT);
+	int fds[2] = {2, -1}, nfds = 1, rc = 0;
+	char cbuf[CMSG_SPACE(sizeof(fds))];
+	struct iovec iov = {body, body ? strlen(body) : 0};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf};
+	struct cmsghdr *cm;
+
+	json_decref(o);
+	if (!body)
+		return -EINVAL;
+	if (px->px_sb_net_none && (fds[nfds++] = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC)) < 0) {
+		rc = -errno;
+		goto out;
+	}
+	mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+	memset(cbuf, 0, sizeof(cbuf));
+	cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+	memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
+	if (sendmsg(s, &mh, MSG_NOSIGNAL) < 0)
+		rc = -errno;
+out:
+	if (nfds > 1 && fds[1] >= 0)
+		close(fds[1]);
+	free(body);
+	return rc;
+}
+
+static bool
+readable(int fd, int ms)
+{
+	struct pollfd pf = {fd, POLLIN, 0};
+
+	return poll(&pf, 1, ms) > 0;
+}
+
+int
+template_spawn(struct proxy *px, const char *exe, char **argv, char **envp)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	char buf[512], hello;
+	int s, one = 1, rc, pidfd = -1;
+	ssize_t got = 0;
+	pid_t pid;
+
+	if (!px->px_template || !px->px_sandbox || px->px_sb_userns)
+		return -ENOTSUP;
+	if (strlen(px->px_template) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, px->px_template);
+	if ((s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)) < 0)
+		return -errno;
+	setsockopt(s, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
+	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		rc = -errno; /* not started yet, or respawning */
+		log_debug("context %s: template %s: %s: a cold start", px->px_id, px->px_template,
+			  strerror(errno));
+		close(s);
+		return rc;
+	}
+	sandbox_paths(px);
+	if ((rc = send_request(px, s, exe, argv, envp)) < 0) {
+		log_warn("context %s: template: send: %s: a cold start", px->px_id, strerror(-rc));
+		close(s);
+		return rc;
+	}
+	/* the init's hello with its pidfd, or the template's refusal */
+	if (!readable(s, TPL_WAIT_MS) ||
+	    (pid = sandbox_recv(s, buf, sizeof(buf) - 1, &got, 0, &pidfd)) <= 0 || got < 1 ||
+	    buf[0] != 'i' || pidfd < 0) {
+		if (got > 0 && buf[0] == 'n') {
+			buf[got] = '\0';
+			log_info("context %s: template refused (%s): a cold start", px->px_id,
+				 buf + 1);
+		} else {
+			log_warn("context %s: the template did not fork a box: a cold start",
+				 px->px_id);
+		}
+		if (pidfd >= 0)
+			close(pidfd);
+		close(s);
+		return -EAGAIN;
+	}
+	px->px_kpid = pid;
+	px->px_kpidfd = pidfd;
+	px->px_sb_sock = s;
+	/* into its cgroups before it runs anything: a failure stops the kernel */
+	if ((rc = sandbox_join_cgroups(px, pid)) < 0) {
+		log_err("context %s: move the kernel into its cgroup: %s", px->px_id,
+			strerror(-rc));
+		goto kill;
+	}
+	if (send(s, "g", 1, MSG_NOSIGNAL) != 1) {
+		rc = -errno;
+		goto kill;
+	}
+	if (!readable(s, TPL_WAIT_MS) ||
+	    (px->px_kshown = sandbox_recv(s, &hello, 1, &got, 0, NULL)) <= 0 || got != 1 ||
+	    hello != 'k') {
+		rc = -ECHILD;
+		px->px_kshown = 0;
+		log_err("context %s: the box forked from the template did not start its kernel",
+			px->px_id);
+		goto kill;
+	}
+	return 0;
+kill:
+	template_kill(px);
+	sandbox_reaped(px);
+	px->px_kpid = 0;
+	return rc < 0 ? rc : -EIO;
+}
+
+/*
+ * Ends a box forked from the template: its init (the box's PID 1) is killed,
+ * which ends every process of the box, and is awaited through its pidfd.
+ */
+void
+template_kill(struct proxy *px)
+{
+	if (px->px_kpidfd < 0)
+		return;
+	if (syscall(SYS_pidfd_send_signal, px->px_kpidfd, SIGKILL, NULL, 0) < 0 && errno != ESRCH)
+		log_warn("context %s: kill the kernel's box: %s", px->px_id, strerror(errno));
+	if (!readable(px->px_kpidfd, 5000))
+		log_warn("context %s: the kernel's box did not end within 5 s", px->px_id);
+}
