@@ -51,13 +51,15 @@ $(BIN)/sandcell-proxy: $(BUILD)/proxy/main.o $(PROXY_OBJ) $(PROTO_OBJ)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_PROXY)
 
+# (never sanitized: the interpreter that loads it has no ASan runtime)
 $(BUILD)/pic/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -fPIC -c -o $@ $<
+	$(CC) $(filter-out -fsanitize% -fno-sanitize%,$(CFLAGS)) -fPIC -c -o $@ $<
 
 $(BIN)/libsandcell-box.so: $(patsubst %.c,$(BUILD)/pic/%.o,$(BOXLIB_SRC))
 	@mkdir -p $(BIN)
-	$(CC) $(CFLAGS) $(LDFLAGS) -shared -Wl,--no-undefined -o $@ $^ -ljansson -lseccomp
+	$(CC) $(filter-out -fsanitize% -fno-sanitize%,$(CFLAGS) $(LDFLAGS)) -shared -Wl,--no-undefined \
+	  -o $@ $^ -ljansson -lseccomp
 
 $(BIN)/sandcell-broker: $(BUILD)/broker/main.o $(BROKER_OBJ) $(PROTO_OBJ)
 	@mkdir -p $(BIN)

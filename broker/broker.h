@@ -204,6 +204,7 @@ struct server_config {
 	const char *cf_python_startup;
 	const char *cf_kernel_user;
 	bool cf_sandbox;        /* kernels in boxes (off: --no-sandbox) */
+	bool cf_template;       /* Python kernels forked from a template (off: --no-template) */
 	bool cf_isolated;       /* --isolation context */
 	const char *cf_uid_range, *cf_kernel_network, *cf_kernel_pids, *cf_kernel_tmp;
 	struct pool_spec cf_pool[8]; /* --pool (each one's ps_retry_at is pool.c's) */
@@ -405,6 +406,13 @@ void supervise_reaped(pid_t pid, int status);
 void supervise_pidfd(struct context *c);
 void supervise_shutdown_all(void);
 void supervise_adopt_all(void);
+
+/* template.c */
+void template_start(void);
+const char *template_socket(const char *kernel);
+bool template_reaped(pid_t pid, int status);
+void template_tick(uint64_t now);
+void template_stop(void);
 
 /* pool.c */
 struct context *pool_use(const char *kernel, const char *cwd, bool is_default);

@@ -78,6 +78,9 @@ usage(void)
 		"  --kernel-user USER      run kernels as USER (the broker may stay root)\n"
 		"  --no-sandbox            run kernels unboxed, with the broker's view of the\n"
 		"                          machine (default: a sandbox per context)\n"
+		"  --no-template           start every Python kernel cold (default: forked\n"
+		"                          from a template that has imported ipykernel,\n"
+		"                          numpy and pandas, when the broker is root)\n"
 		"  --kernel-uid-range A-B  uids the sandbox runs kernels as (default\n"
 		"                          61184-65519; shared isolation uses A)\n"
 		"  --isolation MODE        shared (default: one uid, one workspace) or\n"
@@ -125,7 +128,8 @@ handle_signals(void)
 		}
 	}
 	while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
-		supervise_reaped(pid, status);
+		if (!template_reaped(pid, status))
+			supervise_reaped(pid, status);
 }
 
 static void
@@ -191,6 +195,7 @@ loop(void)
 			http_tick(now);
 			if (!sv.sv_lc.lc_draining)
 				pool_fill();
+			template_tick(now);
 			next_tick = now + TICK_MS;
 			if (sv.sv_cf.cf_watchdog_ms && now >= sv.sv_lc.lc_watchdog_at) {
 				server_notify("WATCHDOG=1");
@@ -233,6 +238,7 @@ main(int argc, char **argv)
 		{"header-timeout", required_argument, NULL, 'H'},
 		{"kernel-user", required_argument, NULL, 'U'},
 		{"no-sandbox", no_argument, NULL, 'O'},
+		{"no-template", no_argument, NULL, 'z'},
 		{"kernel-uid-range", required_argument, NULL, 'Y'},
 		{"isolation", required_argument, NULL, 'i'},
 		{"kernel-network", required_argument, NULL, 'N'},
@@ -270,6 +276,7 @@ main(int argc, char **argv)
 	sv.sv_cf.cf_header_timeout = 30;
 	TAILQ_INIT(&sv.sv_tb.tb_conns);
 	sv.sv_cf.cf_sandbox = true;
+	sv.sv_cf.cf_template = true;
 	sv.sv_cf.cf_uid_range = "61184-65519";
 	sv.sv_cf.cf_kernel_network = "host";
 	sv.sv_cf.cf_kernel_pids = "1024";
@@ -370,6 +377,7 @@ main(int argc, char **argv)
 			break;
 		case 'U': sv.sv_cf.cf_kernel_user = optarg; break;
 		case 'O': sv.sv_cf.cf_sandbox = false; break;
+		case 'z': sv.sv_cf.cf_template = false; break;
 		case 'Y': {
 			unsigned a, b;
 			if (sscanf(optarg, "%u-%u", &a, &b) != 2 || a == 0 || a > b) {
@@ -535,6 +543,7 @@ main(int argc, char **argv)
 		exit(1);
 	if (http_start() < 0)
 		exit(1);
+	template_start();
 	supervise_adopt_all();
 	/* python always, javascript when Deno is installed, as E2B does */
 	for (int i = 0; i < 2 && !sv.sv_cf.cf_no_default; i++) {
@@ -561,6 +570,7 @@ main(int argc, char **argv)
 		usleep(5000);
 	}
 	http_stop();
+	template_stop(); /* the kernels it forked are their proxies' */
 	if (sv.sv_cf.cf_keep_contexts)
 		context_detach_all();
 	else

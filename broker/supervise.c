@@ -68,6 +68,10 @@ supervise_spawn(struct context *c)
 		argv[n++] = (char *)sv.sv_cf.cf_kernel_user;
 	}
 	box_args(c, argv, &n);
+	if (template_socket(c->c_kernel)) {
+		argv[n++] = "--template";
+		argv[n++] = (char *)template_socket(c->c_kernel);
+	}
 	if (sv.sv_cf.cf_interrupt_retry[0]) {
 		argv[n++] = "--interrupt-retry";
 		argv[n++] = sv.sv_cf.cf_interrupt_retry;

@@ -145,6 +145,8 @@ boxlib_init(int sock, int errfd)
 	int rc;
 
 	syscall(SYS_setsid);
+	/* the template read the request with a timeout: blocking again */
+	fcntl(sock, F_SETFL, fcntl(sock, F_GETFL) & ~O_NONBLOCK);
 	if (hello(sock) < 0)
 		return 127;
 	if (recv(sock, &c, 1, 0) != 1 || c != 'g') /* the proxy gave up on us */

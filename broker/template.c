@@ -1,0 +1,244 @@
+/*
+ * template.c — the Python template (proxy/python/sandcell_template.py): one
+ * long-lived process for the Python kernelspec that has imported ipykernel
+ * and the data stack, from which the proxies have their kernels forked
+ * (proxy/template.c). The broker starts it with a minimal environment, tells
+ * the proxies of that kernelspec its socket (--template), and starts it again
+ * when it dies; meanwhile the proxies start their kernels cold. Only with the
+ * sandbox as root (a rootless box starts cold), and not with --no-template.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "broker.h"
+
+#define TPL_BACKOFF_MIN_MS 500
+#define TPL_BACKOFF_MAX_MS 30000
+
+extern char **environ;
+
+static struct {
+	char *kernel;   /* the kernelspec it serves; NULL: no template */
+	char *sock;     /* <run dir>/template-<kernel>.sock */
+	char *argv[5];  /* python, the script, libsandcell-box.so, the socket */
+	char **env;
+	pid_t pid;
+	uint64_t started_at, respawn_at, backoff;
+} tp;
+
+/* A file beside the broker (build tree or installed), or in dir. */
+static char *
+find_file(const char *dir, const char *const *rel, size_t n)
+{
+	char exe[PATH_MAX], path[PATH_MAX];
+	ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	if (dir) {
+		char *p = xasprintf("%s/%s", dir, strrchr(rel[0], '/') + 1);
+		if (access(p, R_OK) == 0)
+			return p;
+		free(p);
+	}
+	if (len <= 0)
+		return NULL;
+	exe[len] = '\0';
+	*strrchr(exe, '/') = '\0';
+	for (size_t i = 0; i < n; i++) {
+		char *p = xasprintf("%s/%s", exe, rel[i]);
+		bool ok = realpath(p, path) && access(path, R_OK) == 0;
+		free(p);
+		if (ok)
+			return xstrdup(path);
+	}
+	return NULL;
+}
+
+/*
+ * The template's environment: PATH, and what a kernel's interpreter and data
+ * stack pin at start (locale, PYTHON*, thread counts...) as the broker's
+ * environment gives them to kernels (the template refuses a kernel whose
+ * values differ), nothing else: never the broker's secrets.
+ */
+static char **
+template_env(void)
+{
+	static const char *const pinned[] = {"PATH=", "PYTHON", "LANG=", "LC_", "OPENBLAS",
+					     "OMP_", "MKL_", "GOTO", "NUMEXPR", "TMPDIR=", "TZ="};
+	char **v = xcalloc(64, sizeof(*v));
+	int n = 0;
+
+	for (char **e = environ; *e && n < 60; e++)
+		for (size_t i = 0; i < sizeof(pinned) / sizeof(pinned[0]); i++)
+			if (!strncmp(*e, pinned[i], strlen(pinned[i]))) {
+				v[n++] = xstrdup(*e);
+				break;
+			}
+	if (!getenv("LANG") && !getenv("LC_ALL")) /* as proxy/launch.c gives kernels */
+		v[n++] = xstrdup("LANG=C.UTF-8");
+	v[n++] = xstrdup("PYDEVD_DISABLE_FILE_VALIDATION=1");
+	v[n++] = xasprintf("SANDCELL_TEMPLATE=%s", tp.kernel);
+	return v;
+}
+
+static void
+spawn(void)
+{
+	sigset_t none;
+	pid_t pid;
+
+	sigemptyset(&none);
+	if ((pid = fork()) < 0) {
+		log_err("template: fork: %s", strerror(errno));
+		tp.respawn_at = now_ms() + TPL_BACKOFF_MAX_MS;
+		return;
+	}
+	if (pid == 0) {
+		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		setsid();
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* it serves this broker only */
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		if (fd >= 0)
+			dup2(fd, 0);
+		dup2(2, 1);
+		syscall(SYS_close_range, 3, ~0U, 0);
+		execve(tp.argv[0], tp.argv, tp.env);
+		_exit(127);
+	}
+	tp.pid = pid;
+	tp.started_at = now_ms();
+	tp.respawn_at = 0;
+	log_info("template: %s kernels are forked from a template (pid %d, %s)", tp.kernel,
+		 (int)pid, tp.sock);
+}
+
+void
+template_start(void)
+{
+	static const char *const script[] = {"../proxy/python/sandcell_template.py",
+					     "../share/sandcell/sandcell_template.py"};
+	static const char *const lib[] = {"libsandcell-box.so", "../lib/sandcell/libsandcell-box.so"};
+	const struct kspec *ks;
+	char *dir = NULL;
+
+	if (!sv.sv_cf.cf_template) {
+		log_info("template: off (--no-template): every kernel starts cold");
+		return;
+	}
+	if (!sv.sv_cf.cf_sandbox || geteuid() != 0) {
+		log_info("template: off (%s): every kernel starts cold",
+			 sv.sv_cf.cf_sandbox ? "not root: the boxes are rootless" : "--no-sandbox");
+		return;
+	}
+	if (!(ks = kcache_find("python")))
+		return;
+	char **a = ks->ks_argv;
+	if (!a[0] || !a[1] || !a[2] || !a[3] || !a[4] || a[5] || strcmp(a[1], "-m") ||
+	    strcmp(a[2], "ipykernel_launcher") || strcmp(a[3], "-f") ||
+	    strcmp(a[4], "{connection_file}")) {
+		log_info("template: off: kernelspec %s is not python -m ipykernel_launcher -f "
+			 "{connection_file}; its kernels start cold",
+			 ks->ks_name);
+		return;
+	}
+	if (sv.sv_cf.cf_python_startup) {
+		dir = xstrdup(sv.sv_cf.cf_python_startup);
+		*strrchr(dir, '/') = '\0';
+	}
+	tp.kernel = xstrdup(ks->ks_name);
+	tp.argv[1] = find_file(dir, script, 2);
+	tp.argv[2] = find_file(NULL, lib, 2);
+	free(dir);
+	if (!tp.argv[1] || !tp.argv[2]) {
+		log_warn("template: off: %s not found; every kernel starts cold",
+			 tp.argv[1] ? "libsandcell-box.so" : "sandcell_template.py");
+		free(tp.kernel);
+		tp.kernel = NULL;
+		return;
+	}
+	/* the interpreter the kernelspec names, on the broker's PATH as a proxy finds it */
+	if (strchr(a[0], '/')) {
+		tp.argv[0] = xstrdup(a[0]);
+	} else {
+		const char *path = getenv("PATH");
+		char *copy = xstrdup(path ? path : "/usr/local/bin:/usr/bin:/bin"), *save, *d;
+		for (d = strtok_r(copy, ":", &save); d && !tp.argv[0]; d = strtok_r(NULL, ":", &save)) {
+			char *p = xasprintf("%s/%s", *d ? d : ".", a[0]);
+			if (access(p, X_OK) == 0)
+				tp.argv[0] = p;
+			else
+				free(p);
+		}
+		free(copy);
+		if (!tp.argv[0])
+			tp.argv[0] = xstrdup(a[0]);
+	}
+	tp.sock = xasprintf("%s/template-%s.sock", sv.sv_cf.cf_run_dir, tp.kernel);
+	tp.argv[3] = tp.sock;
+	tp.env = template_env();
+	tp.backoff = TPL_BACKOFF_MIN_MS;
+	spawn();
+}
+
+/* The template's socket for kernels of this kernelspec, or NULL (cold). */
+const char *
+template_socket(const char *kernel)
+{
+	return tp.kernel && !strcmp(tp.kernel, kernel) ? tp.sock : NULL;
+}
+
+/* Whether pid was the template; if so, it starts again after a pause. */
+bool
+template_reaped(pid_t pid, int status)
+{
+	uint64_t now = now_ms();
+
+	if (!tp.pid || pid != tp.pid)
+		return false;
+	tp.pid = 0;
+	if (sv.sv_lc.lc_quit)
+		return true;
+	/* a template that lived a while is restarted at once; one that keeps
+	 * dying, less and less often (kernels start cold meanwhile) */
+	if (now > tp.started_at + 60000)
+		tp.backoff = TPL_BACKOFF_MIN_MS;
+	else if ((tp.backoff *= 2) > TPL_BACKOFF_MAX_MS)
+		tp.backoff = TPL_BACKOFF_MAX_MS;
+	tp.respawn_at = now + tp.backoff;
+	if (WIFSIGNALED(status))
+		log_warn("template: pid %d was killed by signal %d; kernels start cold until "
+			 "it is back (in %llu ms)",
+			 (int)pid, WTERMSIG(status), (unsigned long long)tp.backoff);
+	else
+		log_warn("template: pid %d exited with status %d; kernels start cold until it "
+			 "is back (in %llu ms)",
+			 (int)pid, WEXITSTATUS(status), (unsigned long long)tp.backoff);
+	return true;
+}
+
+void
+template_tick(uint64_t now)
+{
+	if (tp.kernel && !tp.pid && tp.respawn_at && now >= tp.respawn_at)
+		spawn();
+}
+
+void
+template_stop(void)
+{
+	if (tp.pid > 0) {
+		kill(tp.pid, SIGKILL);
+		waitpid(tp.pid, NULL, 0);
+		tp.pid = 0;
+	}
+	if (tp.sock)
+		unlink(tp.sock);
+}

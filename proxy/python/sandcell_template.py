@@ -1,0 +1,246 @@
+# sandcell_template.py — the template ("zygote") of Python kernels. The broker
+# runs one per Python kernelspec, as root, with a minimal environment:
+#
+#     python3 sandcell_template.py LIBSANDCELL_BOX SOCKET
+#
+# It imports the kernel machinery and the data stack once, then forks every
+# new kernel from itself, so their pages are shared copy-on-write and
+# `import pandas` is already done. The box (namespaces, mounts, cgroups, uid,
+# capabilities, no_new_privs, seccomp) is built by the C code of the cold
+# start (proxy/sandbox.c, loaded as libsandcell-box.so; proxy/boxlib.c says
+# how), never here. Only root (the run dir is 0700) reaches SOCKET; kernels
+# never see it (their box covers the run dir) and none of its descriptors.
+#
+# One request per connection, from a proxy (proxy/template.c): a JSON object
+# (exe, argv, env, cwd, box) with the proxy's stderr and, with --network none,
+# its network namespace as SCM_RIGHTS. The connection becomes the box's link
+# to its proxy. A request that a fork could not honour exactly as a cold
+# start would (another interpreter, an environment that changes how Python
+# or the data stack start) gets "n" and a reason: the proxy starts it cold.
+
+import ctypes
+import gc
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+# What a cold start pins at interpreter or import time from these variables
+# would differ in a fork: a request whose value differs from ours is refused.
+PINNED = ("PYTHON", "LANG", "LC_", "OPENBLAS", "OMP_", "MKL_", "GOTO", "NUMEXPR",
+          "PYDEVD", "TMPDIR", "TZ")
+# Ours as we started: imports change os.environ (debugpy sets PYDEVD_*), as
+# they will in the kernel again.
+START_ENV = dict(os.environ)
+IMPORT_ENV = {}
+
+
+def log(msg):
+    sys.stderr.write("sandcell-template[%d]: %s\n" % (os.getpid(), msg))
+    sys.stderr.flush()
+
+
+def preload():
+    """The modules a kernel imports as it starts, and the data stack."""
+    import ipykernel.kernelapp  # noqa: F401 (IPython, zmq, tornado, jupyter_client...)
+    import ipykernel.ipkernel  # noqa: F401
+    import ipykernel.zmqshell  # noqa: F401
+    import ipykernel.iostream  # noqa: F401
+    import ipykernel.heartbeat  # noqa: F401
+    import ipykernel.comm  # noqa: F401
+    import IPython.core.interactiveshell  # noqa: F401
+    import IPython.core.formatters  # noqa: F401
+    import IPython.core.completer  # noqa: F401
+    import jupyter_client.session  # noqa: F401
+    import zmq.eventloop.zmqstream  # noqa: F401
+    for name in ("numpy", "pandas"):
+        try:
+            __import__(name)
+        except Exception as e:  # a template without it still helps
+            log("no %s: %s" % (name, e))
+
+
+def refuse(conn, why):
+    try:
+        conn.send(b"n" + why.encode("utf-8", "replace")[:400])
+    except OSError:
+        pass
+
+
+def check(req):
+    """Why this request cannot be a fork, or None."""
+    argv = req.get("argv")
+    if not isinstance(argv, list) or len(argv) < 3 or argv[1:3] != ["-m", "ipykernel_launcher"]:
+        return "not python -m ipykernel_launcher"
+    exe = req.get("exe", "")
+    if os.path.realpath(exe) != os.path.realpath(sys.executable):
+        return "another interpreter (%s)" % exe
+    env = dict(kv.split("=", 1) for kv in req.get("env", []) if "=" in kv)
+    keys = set(env) | set(START_ENV)
+    for k in sorted(keys):
+        if k.startswith(PINNED) and env.get(k) != START_ENV.get(k):
+            return "%s differs from the template's" % k
+    return None
+
+
+def become_kernel(req):
+    """In the boxed child: what `python -m ipykernel_launcher ...` would be."""
+    import runpy
+    import site
+    import tempfile
+
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    env = dict(kv.split("=", 1) for kv in req["env"] if "=" in kv)
+    os.environ.clear()
+    os.environ.update(env)
+    os.environ.update(IMPORT_ENV)  # what the preloaded imports set, as they would
+    # what the interpreter computed from our environment: again from the kernel's
+    tempfile.tempdir = None
+    old_user_site = site.USER_SITE
+    if old_user_site in sys.path:
+        sys.path.remove(old_user_site)
+    site.USER_BASE = site.USER_SITE = None
+    site.ENABLE_USER_SITE = site.check_enableusersite()
+    user_site = site.getusersitepackages()
+    if site.ENABLE_USER_SITE and os.path.isdir(user_site):
+        site.addsitedir(user_site)
+    # -m: the cwd first on sys.path (ours was this file's dir), runpy sets argv[0]
+    sys.path[0] = os.getcwd()
+    sys.argv = ["-m"] + list(req["argv"][3:])
+    sys.orig_argv = list(req["argv"])
+    # random state inherited from the template: a fresh one per kernel
+    if "numpy" in sys.modules:
+        try:
+            sys.modules["numpy"].random.seed()
+        except Exception:
+            pass
+    runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
+
+
+def kernel_exit(code):
+    """The interpreter's normal end (atexit, flush), then the process's."""
+    import atexit
+
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except BaseException:
+            pass
+    os._exit(code)
+
+
+def child(lib, srv, conn, req, fds):
+    """A: the box's namespaces; B: its init; then the kernel. Never returns."""
+    code = 127
+    try:
+        srv.detach()  # closed by boxlib_init with every other descriptor of ours
+        sock = conn.detach()
+        errfd = fds[0]
+        netfd = fds[1] if len(fds) > 1 else -1
+        box = json.dumps(req["box"]).encode()
+        rc = lib.boxlib_unshare(box, netfd)
+        if rc < 0:
+            log("box namespaces: %s" % os.strerror(-rc))
+            os._exit(120)
+        if os.fork():
+            os._exit(0)  # B is PID 1 of the box; we (A) are done
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        rc = lib.boxlib_init(sock, errfd)
+        if rc:
+            os._exit(rc)
+        kid = os.fork()
+        if kid:
+            lib.boxlib_wait(kid)  # never returns
+            os._exit(127)
+        rc = lib.boxlib_kernel()
+        if rc:
+            os._exit(rc)
+        try:
+            become_kernel(req)
+            code = 0
+        except SystemExit as e:
+            if e.code is None or isinstance(e.code, int):
+                code = e.code or 0
+            else:
+                sys.stderr.write("%s\n" % e.code)
+                code = 1
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+        kernel_exit(code)
+    finally:
+        os._exit(code)
+
+
+def reap(*_):
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.stderr.write("usage: sandcell_template.py LIBSANDCELL_BOX SOCKET\n")
+        sys.exit(2)
+    started = time.monotonic()
+    lib = ctypes.CDLL(sys.argv[1])
+    lib.boxlib_unshare.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    lib.boxlib_init.argtypes = [ctypes.c_int, ctypes.c_int]
+    lib.boxlib_wait.argtypes = [ctypes.c_int]
+    path = sys.argv[2]
+    if lib.boxlib_template() < 0:
+        log("PR_SET_CHILD_SUBREAPER failed")
+    preload()
+    IMPORT_ENV.update((k, v) for k, v in os.environ.items() if START_ENV.get(k) != v)
+    # every object so far stays out of the collector's reach: its passes in a
+    # kernel would write to these pages and unshare them
+    gc.collect()
+    gc.freeze()
+    signal.signal(signal.SIGCHLD, reap)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    old = os.umask(0o177)
+    srv.bind(path)
+    os.umask(old)
+    srv.listen(64)
+    log("ready in %.0f ms (%s)" % ((time.monotonic() - started) * 1000, path))
+    while True:
+        conn, _ = srv.accept()
+        fds = []
+        try:
+            conn.settimeout(5)
+            msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 4)
+            req = json.loads(msg)
+            why = check(req) if fds else "no descriptors"
+            if why:
+                refuse(conn, why)
+                continue
+            sys.stderr.flush()
+            if os.fork() == 0:
+                child(lib, srv, conn, req, fds)
+        except Exception as e:
+            log("request: %s: %s" % (type(e).__name__, e))
+            refuse(conn, "bad request")
+        finally:
+            conn.close()
+            for fd in fds:
+                os.close(fd)
+
+
+if __name__ == "__main__":
+    main()
