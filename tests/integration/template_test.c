@@ -1,0 +1,385 @@
+/*
+ * template_test.c — Python kernels forked from the template (broker/template.c,
+ * proxy/template.c, proxy/boxlib.c, proxy/python/sandcell_template.py): a
+ * forked kernel is a fresh kernel in a box of its own, exactly as a cold one
+ * (namespaces, uid, cwd, env); a restart gives a fresh one; the template's
+ * death and a proxy's are survived. A kernel is known to be forked by the
+ * data stack it has at start: a cold kernel has not imported pandas.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+/* no pool: every context below is forked when it is created */
+HARNESS_SHARED_BROKER("--pool", "python=0", "--env", "TPL_GLOBAL=from-broker");
+
+#define URL test_url()
+
+static struct broker priv;
+static bool priv_up;
+
+static void
+priv_stop(void)
+{
+	if (priv_up)
+		broker_stop(&priv);
+	priv_up = false;
+}
+
+static char *
+out_of(const char *base, const char *id, const char *code)
+{
+	json_t *l = run(base, id, code);
+	char *out = stdout_of(l);
+
+	json_decref(l);
+	return out;
+}
+
+static bool
+is_forked(const char *base, const char *id)
+{
+	char *out = out_of(base, id, "import sys; print('pandas' in sys.modules)");
+	bool yes = out && !strcmp(out, "True\n");
+
+	free(out);
+	return yes;
+}
+
+struct newctx {
+	const char *base;
+	char *id;
+};
+
+/* A new context whose kernel was forked (the template may still be starting). */
+static bool
+forked_ctx_cond(void *arg)
+{
+	struct newctx *n = arg;
+	char path[128];
+	struct resp r;
+
+	n->id = context_new(n->base, "python", NULL);
+	if (n->id && is_forked(n->base, n->id))
+		return true;
+	if (n->id) {
+		snprintf(path, sizeof(path), "/contexts/%s", n->id);
+		if (http(n->base, "DELETE", path, NULL, &r, 30) == 0)
+			resp_free(&r);
+		free(n->id);
+		n->id = NULL;
+	}
+	return false;
+}
+
+static char *
+forked_context(const char *base)
+{
+	struct newctx n = {base, NULL};
+
+	cr_assert_eq(wait_until(forked_ctx_cond, &n, 90000), 0,
+		     "no context was forked from the template");
+	return n.id;
+}
+
+/* The pid of the template serving run_dir, or 0. */
+static pid_t
+template_pid(const char *run_dir)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	pid_t found = 0;
+
+	while (d && !found && (de = readdir(d))) {
+		char path[300], buf[4096];
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		for (size_t i = 0; i < n; i++)
+			if (!buf[i])
+				buf[i] = ' ';
+		buf[n] = '\0';
+		if (strstr(buf, "sandcell_template.py") && strstr(buf, run_dir))
+			found = atoi(de->d_name);
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+static json_t *
+box_of(const char *base, const char *id)
+{
+	json_t *j = context_get(base, id);
+
+	cr_assert_not_null(j);
+	return j;
+}
+
+Test(template, a_forked_kernel_is_fresh_and_boxed, .timeout = 180)
+{
+	char *a = forked_context(URL), *b = forked_context(URL), *out;
+
+	json_decref(run(URL, a, "secret = 42"));
+	out = out_of(URL, b, "print('secret' in globals())");
+	cr_assert_str_eq(out, "False\n", "a neighbour's variable is visible");
+	free(out);
+
+	/* namespaces of its own: not the host's, not the neighbour's */
+	const char *ns = "import os\nfor n in ('pid', 'mnt', 'ipc', 'uts'):\n"
+			 "    print(os.stat('/proc/self/ns/' + n).st_ino)";
+	char *na = out_of(URL, a, ns), *nb = out_of(URL, b, ns);
+	cr_assert_not_null(na);
+	cr_assert_not_null(nb);
+	unsigned long ia[4], ib[4];
+	cr_assert_eq(sscanf(na, "%lu %lu %lu %lu", &ia[0], &ia[1], &ia[2], &ia[3]), 4, "%s", na);
+	cr_assert_eq(sscanf(nb, "%lu %lu %lu %lu", &ib[0], &ib[1], &ib[2], &ib[3]), 4, "%s", nb);
+	const char *names[4] = {"pid", "mnt", "ipc", "uts"};
+	for (int i = 0; i < 4; i++) {
+		char p[64];
+		struct stat st;
+		snprintf(p, sizeof(p), "/proc/self/ns/%s", names[i]);
+		cr_assert_eq(stat(p, &st), 0);
+		cr_assert_neq(ia[i], ib[i], "two contexts share a %s namespace", names[i]);
+		cr_assert_neq(ia[i], (unsigned long)st.st_ino, "the host's %s namespace", names[i]);
+	}
+	free(na);
+	free(nb);
+
+	/* only its box in its process list, its init as parent */
+	out = out_of(URL, a, "import os\nps = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
+			     "print(os.getppid(), ps == [1, os.getpid()])");
+	cr_assert_str_eq(out, "1 True\n");
+	free(out);
+
+	/* the box's uid, no privileges, its cwd */
+	json_t *j = box_of(URL, a);
+	json_int_t uid = json_integer_value(json_object_get(json_object_get(j, "sandbox"), "uid"));
+	const char *cwd = json_string_value(json_object_get(j, "cwd"));
+	cr_assert(uid > 0 && uid != (json_int_t)geteuid(), "uid %lld", (long long)uid);
+	char want[512];
+	snprintf(want, sizeof(want), "%lld %s NoNewPrivs:\t1 Seccomp:\t2 CapEff:\t0000000000000000\n",
+		 (long long)uid, cwd);
+	out = out_of(URL, a, "import os\ns = open('/proc/self/status').read().splitlines()\n"
+			     "f = {l.split(':')[0]: l for l in s}\n"
+			     "print(os.getuid(), os.getcwd(), f['NoNewPrivs'], f['Seccomp'], f['CapEff'])");
+	cr_assert_str_eq(out, want);
+	free(out);
+	json_decref(j);
+
+	/* the cold start's env: the broker's --env, its own HOME, not the template's */
+	out = out_of(URL, a, "import os, sys\n"
+			     "print(os.environ.get('TPL_GLOBAL'), 'SANDCELL_TEMPLATE' in os.environ,\n"
+			     "      os.environ['HOME'].endswith('/kernel/home'), os.environ['PWD'] == os.getcwd(),\n"
+			     "      sys.argv[0].endswith('ipykernel_launcher.py'), sys.path[0] == os.getcwd())");
+	cr_assert_str_eq(out, "from-broker False True True True True\n", "%s", out);
+	free(out);
+	/* its random state is its own */
+	const char *rnd = "import numpy, random\nprint(numpy.random.randint(1 << 30), random.getrandbits(30))";
+	na = out_of(URL, a, rnd);
+	nb = out_of(URL, b, rnd);
+	cr_assert_str_neq(na, nb, "two forked kernels drew the same random numbers");
+	free(na);
+	free(nb);
+	free(a);
+	free(b);
+}
+
+Test(template, a_cold_start_and_a_fork_see_the_same_interpreter, .timeout = 180)
+{
+	/* the default context started before the template was ready: cold */
+	const char *q = "import os, sys, json\n"
+			"e = dict(os.environ)\n"
+			"for k in ('HOME', 'IPYTHONDIR', 'JUPYTER_RUNTIME_DIR'): e.pop(k)\n"
+			"print(json.dumps([sys.path, sorted(e.items()), sys.argv[0], sys.flags.optimize,\n"
+			"                  sys.getdefaultencoding(), sys.stdout.encoding]))";
+	char *f = forked_context(URL);
+	json_t *l = run(URL, NULL, "import sys; print('pandas' in sys.modules)");
+	char *o = stdout_of(l);
+	json_decref(l);
+	if (strcmp(o, "False\n")) {
+		free(o);
+		free(f);
+		cr_skip_test("the default context was forked: no cold one to compare");
+	}
+	free(o);
+	char *cold = out_of(URL, NULL, q), *fork = out_of(URL, f, q);
+	cr_assert_str_eq(fork, cold);
+	free(cold);
+	free(fork);
+	free(f);
+}
+
+Test(template, isolation_context_gives_each_forked_kernel_its_uid, .fini = priv_stop,
+     .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--isolation", "context", NULL};
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	priv_up = true;
+	char *a = forked_context(priv.b_url), *b = forked_context(priv.b_url);
+	json_t *ja = box_of(priv.b_url, a), *jb = box_of(priv.b_url, b);
+	json_int_t ua = json_integer_value(json_object_get(json_object_get(ja, "sandbox"), "uid"));
+	json_int_t ub = json_integer_value(json_object_get(json_object_get(jb, "sandbox"), "uid"));
+	cr_assert(ua > 0 && ub > 0 && ua != ub, "uids %lld %lld", (long long)ua, (long long)ub);
+	char want[64], *out = out_of(priv.b_url, a, "import os; print(os.getuid(), os.getcwd())");
+	snprintf(want, sizeof(want), "%lld %s\n", (long long)ua,
+		 json_string_value(json_object_get(ja, "cwd")));
+	cr_assert_str_eq(out, want);
+	free(out);
+	snprintf(want, sizeof(want), "%lld\n", (long long)ub);
+	out = out_of(priv.b_url, b, "import os; print(os.getuid())");
+	cr_assert_str_eq(out, want);
+	free(out);
+	json_decref(ja);
+	json_decref(jb);
+	free(a);
+	free(b);
+}
+
+Test(template, restart_and_death_give_a_fresh_forked_kernel, .timeout = 180)
+{
+	char *id = forked_context(URL), *out;
+
+	json_decref(run(URL, id, "x = 1"));
+	pid_t k1 = context_pid(URL, id, "kernel_pid");
+	cr_assert(k1 > 0);
+	cr_assert_eq(context_post(URL, id, "restart", 60), 200);
+	out = out_of(URL, id, "import sys; print('x' in globals(), 'pandas' in sys.modules)");
+	cr_assert_str_eq(out, "False True\n", "%s", out);
+	free(out);
+	pid_t k2 = context_pid(URL, id, "kernel_pid");
+	cr_assert(k2 > 0 && k2 != k1);
+	cr_assert_eq(wait_pid_gone(k1, 10000), 0, "the old kernel outlived the restart");
+
+	/* an interrupt reaches it */
+	struct bg b = {.base = URL, .ctx = id,
+		       .code = "import time\nprint('go', flush=True)\ntime.sleep(60)"};
+	bg_start(&b);
+	cr_assert_eq(bg_wait_stdout(&b, 20000), 0);
+	cr_assert_eq(context_post(URL, id, "interrupt", 10), 200);
+	bg_join(&b);
+	cr_assert_str_eq(error_name(b.lines), "KeyboardInterrupt");
+	cr_assert(b.took < 20000);
+	json_decref(b.lines);
+
+	/* its death is seen, and the next kernel is forked too */
+	json_decref(run(URL, id, "y = 2"));
+	json_t *l = run(URL, id, "import os, signal; os.kill(os.getpid(), signal.SIGKILL)");
+	cr_assert_str_eq(error_name(l), "KernelDied");
+	json_decref(l);
+	cr_assert_eq(wait_context_str(URL, id, "state", "idle", 60000), 0);
+	out = out_of(URL, id, "import sys; print('y' in globals(), 'pandas' in sys.modules)");
+	cr_assert_str_eq(out, "False True\n", "%s", out);
+	free(out);
+	cr_assert_eq(wait_pid_gone(k2, 10000), 0);
+	free(id);
+}
+
+static bool
+answers(void *arg)
+{
+	const char *base = arg;
+	char *id = context_new(base, "python", NULL);
+	bool ok = false;
+
+	if (id) {
+		char *out = out_of(base, id, "print(6 * 7)");
+		ok = out && !strcmp(out, "42\n");
+		free(out);
+		free(id);
+	}
+	return ok;
+}
+
+Test(template, a_killed_template_is_survived, .fini = priv_stop, .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", NULL};
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	priv_up = true;
+	free(forked_context(priv.b_url));
+	pid_t t = template_pid(priv.b_run_dir);
+	cr_assert(t > 0, "no template process");
+	cr_assert_eq(kill(t, SIGKILL), 0);
+	cr_assert_eq(wait_pid_gone(t, 10000), 0);
+	/* creation keeps working meanwhile (cold), and forks again once it is back */
+	cr_assert_eq(wait_until(answers, (void *)priv.b_url, 60000), 0, "no context answers");
+	free(forked_context(priv.b_url));
+	pid_t t2 = template_pid(priv.b_run_dir);
+	cr_assert(t2 > 0 && t2 != t, "the template was not started again");
+}
+
+struct gone {
+	pid_t pids[2];
+};
+
+static bool
+all_gone(void *arg)
+{
+	struct gone *g = arg;
+	char path[64];
+
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "/proc/%d", (int)g->pids[i]);
+		if (access(path, F_OK) == 0)
+			return false;
+	}
+	return true;
+}
+
+Test(template, a_killed_proxy_takes_its_forked_box_along, .timeout = 120)
+{
+	char *id = forked_context(URL);
+	pid_t proxy = context_pid(URL, id, "proxy_pid"), kpid = context_pid(URL, id, "kernel_pid");
+	char path[64], buf[4096];
+	struct gone g = {{kpid, 0}};
+
+	cr_assert(proxy > 0 && kpid > 0);
+	/* the box's init: the kernel's parent, not the proxy's child */
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)kpid);
+	FILE *f = fopen(path, "r");
+	cr_assert_not_null(f);
+	while (fgets(buf, sizeof(buf), f))
+		if (sscanf(buf, "PPid: %d", &g.pids[1]) == 1)
+			break;
+	fclose(f);
+	cr_assert(g.pids[1] > 1 && g.pids[1] != proxy, "init %d", (int)g.pids[1]);
+	cr_assert_eq(kill(proxy, SIGKILL), 0);
+	cr_assert_eq(wait_until(all_gone, &g, 10000), 0, "the box outlived its proxy");
+	free(id);
+}
+
+Test(template, broker_restart_reattaches_a_forked_kernel, .fini = priv_stop, .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", NULL};
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	priv_up = true;
+	char *id = forked_context(priv.b_url);
+	json_decref(run(priv.b_url, id, "survivor = 'still here'"));
+	pid_t kpid = context_pid(priv.b_url, id, "kernel_pid");
+	kill(priv.b_pid, SIGKILL);
+	waitpid(priv.b_pid, NULL, 0);
+	priv_up = false;
+	cr_assert_eq(broker_restart(&priv, args), 0);
+	priv_up = true;
+	char *out = out_of(priv.b_url, id, "print(survivor)");
+	cr_assert_str_eq(out, "still here\n");
+	free(out);
+	cr_assert_eq(context_pid(priv.b_url, id, "kernel_pid"), kpid, "the same kernel");
+	free(id);
+}
