@@ -71,20 +71,29 @@ find_file(const char *dir, const char *const *rel, size_t n)
 static char **
 template_env(void)
 {
-	static const char *const pinned[] = {"PATH=", "PYTHON", "LANG=", "LC_", "OPENBLAS",
-					     "OMP_", "MKL_", "GOTO", "NUMEXPR", "TMPDIR=", "TZ="};
-	char **v = xcalloc(64, sizeof(*v));
+	/* proxy/python/sandcell_template.py's PINNED, and PATH */
+	static const char *const pinned[] = {"PATH=", "PYTHON", "LANG", "LC_", "OPENBLAS",
+					     "OMP_", "MKL_", "GOTO", "NUMEXPR", "NUMPY", "NPY_",
+					     "PANDAS", "PYDEVD", "TMPDIR", "TZ", "JPY_", "USER",
+					     "IPYTHON_", "TRAITLETS"};
+	char **v = xcalloc(100, sizeof(*v));
 	int n = 0;
 
-	for (char **e = environ; *e && n < 60; e++)
+	for (char **e = environ; *e && n < 95; e++) {
+		/* ours below, as proxy/launch.c gives them to every boxed kernel */
+		if (!strncmp(*e, "JPY_PARENT_PID=", 15) ||
+		    !strncmp(*e, "PYDEVD_DISABLE_FILE_VALIDATION=", 31))
+			continue;
 		for (size_t i = 0; i < sizeof(pinned) / sizeof(pinned[0]); i++)
 			if (!strncmp(*e, pinned[i], strlen(pinned[i]))) {
 				v[n++] = xstrdup(*e);
 				break;
 			}
-	if (!getenv("LANG") && !getenv("LC_ALL")) /* as proxy/launch.c gives kernels */
+	}
+	if (!getenv("LANG") && !getenv("LC_ALL"))
 		v[n++] = xstrdup("LANG=C.UTF-8");
 	v[n++] = xstrdup("PYDEVD_DISABLE_FILE_VALIDATION=1");
+	v[n++] = xstrdup("JPY_PARENT_PID=1"); /* read as ipykernel is imported */
 	v[n++] = xasprintf("SANDCELL_TEMPLATE=%s", tp.kernel);
 	return v;
 }

@@ -30,7 +30,8 @@ import time
 # What a cold start pins at interpreter or import time from these variables
 # would differ in a fork: a request whose value differs from ours is refused.
 PINNED = ("PYTHON", "LANG", "LC_", "OPENBLAS", "OMP_", "MKL_", "GOTO", "NUMEXPR",
-          "PYDEVD", "TMPDIR", "TZ")
+          "NUMPY", "NPY_", "PANDAS", "PYDEVD", "TMPDIR", "TZ", "JPY_", "USER",
+          "IPYTHON_", "TRAITLETS")  # the broker's template.c gives us the same
 # Ours as we started: imports change os.environ (debugpy sets PYDEVD_*), as
 # they will in the kernel again.
 START_ENV = dict(os.environ)

@@ -235,7 +235,7 @@ Test(template, isolation_context_gives_each_forked_kernel_its_uid, .fini = priv_
 	json_int_t ua = json_integer_value(json_object_get(json_object_get(ja, "sandbox"), "uid"));
 	json_int_t ub = json_integer_value(json_object_get(json_object_get(jb, "sandbox"), "uid"));
 	cr_assert(ua > 0 && ub > 0 && ua != ub, "uids %lld %lld", (long long)ua, (long long)ub);
-	char want[64], *out = out_of(priv.b_url, a, "import os; print(os.getuid(), os.getcwd())");
+	char want[512], *out = out_of(priv.b_url, a, "import os; print(os.getuid(), os.getcwd())");
 	snprintf(want, sizeof(want), "%lld %s\n", (long long)ua,
 		 json_string_value(json_object_get(ja, "cwd")));
 	cr_assert_str_eq(out, want);
