@@ -24,7 +24,7 @@
 #define CANCEL_RUNS 20
 
 static const char *const sections[] = {"raw",    "latency", "throughput", "contexts", "streaming",
-                                       "memory", "cancel",  "ipc",        "sandbox", NULL};
+                                       "memory", "cancel",  "ipc",        "sandbox", "template", NULL};
 
 static int
 cmp_double(const void *a, const void *b)
@@ -762,6 +762,11 @@ main(int argc, char **argv)
 		watch_start(&w);
 		load_bench_contexts();
 		watch_end(&w, "contexts");
+	}
+	if (want(only, "template")) {
+		watch_start(&w);
+		template_bench();
+		watch_end(&w, "template");
 	}
 	if (want(only, "memory")) {
 		watch_start(&w);

@@ -75,6 +75,7 @@ int raw_exec(struct raw_kernel *k, const char *code, struct raw_out *out, int ti
 void raw_stop(struct raw_kernel *k);
 int raw_start(struct raw_kernel *ks, int n, bool profile); /* n side by side */
 void raw_bench_plain(void);
+void template_bench(void); /* template.c */
 void raw_bench_stream(void);
 void raw_bench_aggregate(void);
 int raw_agg_start(void);
