@@ -18,7 +18,9 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <linux/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -107,6 +109,61 @@ boxlib_unshare(const char *conf, int netfd)
 	return 0;
 }
 
+/*
+ * In B: what /proc/PID/cmdline and environ show of the kernel (which inherits
+ * our memory map) is the cold start's argv and env, not the template's: a
+ * copy of them, NUL-separated, becomes those areas (PR_SET_MM_MAP, which
+ * needs no capability; the rest of the map is passed on as it is).
+ */
+int
+boxlib_show(const char *args, size_t alen, const char *env, size_t elen)
+{
+	struct prctl_mm_map mm = {.exe_fd = (__u32)-1};
+	unsigned long long f[52] = {0};
+	char buf[2048], *p;
+	ssize_t n;
+	int fd, i;
+
+	if (!alen || !elen)
+		return -EINVAL;
+	if ((fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC)) < 0)
+		return -errno;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0 || !(p = strrchr((buf[n] = '\0', buf), ')')))
+		return -EIO;
+	/* fields from 3 (state) on; the numbers stat(5) gives them */
+	for (i = 3, p += 2; i <= 51 && *p; i++) {
+		f[i] = strtoull(p, &p, 10);
+		while (*p == ' ')
+			p++;
+		if (i == 3) /* the state letter */
+			p++, f[3] = 0;
+	}
+	if (i <= 51)
+		return -EIO;
+	char *m = mmap(NULL, alen + elen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		       -1, 0);
+	if (m == MAP_FAILED)
+		return -errno;
+	memcpy(m, args, alen);
+	memcpy(m + alen, env, elen);
+	mm.start_code = f[26];
+	mm.end_code = f[27];
+	mm.start_stack = f[28];
+	mm.start_data = f[45];
+	mm.end_data = f[46];
+	mm.start_brk = f[47];
+	mm.brk = (unsigned long)syscall(SYS_brk, 0);
+	mm.arg_start = (unsigned long)m;
+	mm.arg_end = mm.arg_start + alen;
+	mm.env_start = mm.arg_end;
+	mm.env_end = mm.env_start + elen;
+	if (prctl(PR_SET_MM, PR_SET_MM_MAP, (unsigned long)&mm, sizeof(mm), 0) < 0)
+		return -errno;
+	return 0;
+}
+
 /* The hello: "i" with our pidfd; the proxy sees our pid in its namespace. */
 static int
 hello(int sock)
@@ -167,6 +224,13 @@ boxlib_init(int sock, int errfd)
 int
 boxlib_kernel(void)
 {
+	/*
+	 * An exec would make the kernel dumpable again after the uid change (as
+	 * a cold one is): without it, its own /proc/self files (environ, fd...)
+	 * would be root's and closed to it.
+	 */
+	if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
+		return 122;
 	return sandbox_kernel_child(&bx, false);
 }
 

@@ -152,6 +152,11 @@ def child(lib, srv, conn, req, fds):
         if os.fork():
             os._exit(0)  # B is PID 1 of the box; we (A) are done
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        args = b"".join(a.encode() + b"\0" for a in req["argv"])
+        env = b"".join(kv.encode() + b"\0" for kv in req["env"])
+        rc = lib.boxlib_show(args, len(args), env, len(env))
+        if rc < 0:
+            log("the kernel's /proc cmdline and environ: %s" % os.strerror(-rc))
         rc = lib.boxlib_init(sock, errfd)
         if rc:
             os._exit(rc)
@@ -200,6 +205,7 @@ def main():
     lib.boxlib_unshare.argtypes = [ctypes.c_char_p, ctypes.c_int]
     lib.boxlib_init.argtypes = [ctypes.c_int, ctypes.c_int]
     lib.boxlib_wait.argtypes = [ctypes.c_int]
+    lib.boxlib_show.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
     path = sys.argv[2]
     if lib.boxlib_template() < 0:
         log("PR_SET_CHILD_SUBREAPER failed")

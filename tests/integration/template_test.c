@@ -187,6 +187,13 @@ Test(template, a_forked_kernel_is_fresh_and_boxed, .timeout = 180)
 			     "      sys.argv[0].endswith('ipykernel_launcher.py'), sys.path[0] == os.getcwd())");
 	cr_assert_str_eq(out, "from-broker False True True True True\n", "%s", out);
 	free(out);
+	/* and what /proc shows of it (ps, a child reading its parent's environ) */
+	out = out_of(URL, a, "a = open('/proc/self/cmdline').read().split(chr(0))\n"
+			     "e = open('/proc/self/environ').read().split(chr(0))\n"
+			     "print(a[1:3], 'TPL_GLOBAL=from-broker' in e,\n"
+			     "      any(v.startswith('SANDCELL_TEMPLATE=') for v in e))");
+	cr_assert_str_eq(out, "['-m', 'ipykernel_launcher'] True False\n", "%s", out);
+	free(out);
 	/* its random state is its own */
 	const char *rnd = "import numpy, random\nprint(numpy.random.randint(1 << 30), random.getrandbits(30))";
 	na = out_of(URL, a, rnd);
