@@ -383,6 +383,7 @@ struct stream *stream_find(struct context *c, uint64_t id);
 
 /* context.c */
 const char *kstate_name(enum kstate s);
+bool context_proxyless(const struct context *c);
 const char *context_state(struct context *c);
 struct context *context_find(const char *id);
 bool context_listed(struct context *c);
