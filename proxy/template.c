@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -122,6 +123,9 @@ template_spawn(struct proxy *px, const char *exe, char **argv, char **envp)
 	if ((s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)) < 0)
 		return -errno;
 	setsockopt(s, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
+	/* a template that accepts nothing (stopped, overwhelmed) is not waited for long */
+	struct timeval tv = {TPL_WAIT_MS / 1000, 0};
+	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		rc = -errno; /* not started yet, or respawning */
 		log_debug("context %s: template %s: %s: a cold start", px->px_id, px->px_template,
