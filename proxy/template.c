@@ -117,6 +117,9 @@ template_spawn(struct proxy *px, const char *exe, char **argv, char **envp)
 
 	if (!px->px_template || !px->px_sandbox || px->px_sb_userns)
 		return -ENOTSUP;
+	/* a memory limit that is RLIMIT_DATA would count the template's heap */
+	if (px->px_mem_limit && !px->px_cgroup)
+		return -ENOTSUP;
 	if (strlen(px->px_template) >= sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
 	strcpy(sa.sun_path, px->px_template);

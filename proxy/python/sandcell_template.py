@@ -39,7 +39,7 @@ IMPORT_ENV = {}
 
 
 def log(msg):
-    sys.stderr.write("sandcell-template[%d]: %s\n" % (os.getpid(), msg))
+    sys.stderr.write("sandcell-template[%d] info: %s\n" % (os.getpid(), msg))
     sys.stderr.flush()
 
 
