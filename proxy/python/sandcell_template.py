@@ -120,25 +120,9 @@ def become_kernel(req):
     runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
 
 
-def kernel_exit(code):
-    """The interpreter's normal end (atexit, flush), then the process's."""
-    import atexit
-
-    try:
-        atexit._run_exitfuncs()
-    except BaseException:
-        pass
-    for f in (sys.stdout, sys.stderr):
-        try:
-            f.flush()
-        except BaseException:
-            pass
-    os._exit(code)
-
-
 def child(lib, srv, conn, req, fds):
-    """A: the box's namespaces; B: its init; then the kernel. Never returns."""
-    code = 127
+    """A: the box's namespaces; B: its init; then the kernel, which ends with
+    SystemExit: nothing else returns."""
     try:
         srv.detach()  # closed by boxlib_init with every other descriptor of ours
         sock = conn.detach()
@@ -167,23 +151,22 @@ def child(lib, srv, conn, req, fds):
         rc = lib.boxlib_kernel()
         if rc:
             os._exit(rc)
-        try:
-            become_kernel(req)
-            code = 0
-        except SystemExit as e:
-            if e.code is None or isinstance(e.code, int):
-                code = e.code or 0
-            else:
-                sys.stderr.write("%s\n" % e.code)
-                code = 1
-        except BaseException:
-            import traceback
+    except BaseException:
+        os._exit(127)
+    # The kernel: from here on it ends as `python -m` would, through the
+    # interpreter's own exit (SystemExit leaves the template's frames: main()
+    # catches no BaseException, and has nothing left to close of ours).
+    fds.clear()
+    try:
+        become_kernel(req)
+    except SystemExit:
+        raise
+    except BaseException:
+        import traceback
 
-            traceback.print_exc()
-            code = 1
-        kernel_exit(code)
-    finally:
-        os._exit(code)
+        traceback.print_exc()
+        raise SystemExit(1)
+    raise SystemExit(0)
 
 
 def reap(*_):
