@@ -286,6 +286,16 @@ struct server_mailbox {
 	} mb_ctl_gone; /* ctl pipes closed */
 };
 
+/* The Python template (template.c). */
+struct server_template {
+	char *tp_kernel;  /* the kernelspec it serves; NULL: no template */
+	char *tp_sock;    /* <run dir>/template-<kernel>.sock */
+	char *tp_argv[5]; /* python, the script, libsandcell-box.so, the socket */
+	char **tp_env;
+	pid_t tp_pid;
+	uint64_t tp_started_at, tp_respawn_at, tp_backoff;
+};
+
 struct server {
 	struct server_config sv_cf;
 	struct server_handles sv_io;
@@ -293,6 +303,7 @@ struct server {
 	struct server_pool sv_po;
 	struct server_lifecycle sv_lc;
 	struct server_mailbox sv_mb;
+	struct server_template sv_tp;
 };
 extern struct server sv;
 

@@ -26,14 +26,6 @@
 
 extern char **environ;
 
-static struct {
-	char *kernel;   /* the kernelspec it serves; NULL: no template */
-	char *sock;     /* <run dir>/template-<kernel>.sock */
-	char *argv[5];  /* python, the script, libsandcell-box.so, the socket */
-	char **env;
-	pid_t pid;
-	uint64_t started_at, respawn_at, backoff;
-} tp;
 
 /* A file beside the broker (build tree or installed), or in dir. */
 static char *
@@ -94,7 +86,7 @@ template_env(void)
 		v[n++] = xstrdup("LANG=C.UTF-8");
 	v[n++] = xstrdup("PYDEVD_DISABLE_FILE_VALIDATION=1");
 	v[n++] = xstrdup("JPY_PARENT_PID=1"); /* read as ipykernel is imported */
-	v[n++] = xasprintf("SANDCELL_TEMPLATE=%s", tp.kernel);
+	v[n++] = xasprintf("SANDCELL_TEMPLATE=%s", sv.sv_tp.tp_kernel);
 	return v;
 }
 
@@ -107,7 +99,7 @@ spawn(void)
 	sigemptyset(&none);
 	if ((pid = fork()) < 0) {
 		log_err("template: fork: %s", strerror(errno));
-		tp.respawn_at = now_ms() + TPL_BACKOFF_MAX_MS;
+		sv.sv_tp.tp_respawn_at = now_ms() + TPL_BACKOFF_MAX_MS;
 		return;
 	}
 	if (pid == 0) {
@@ -119,14 +111,14 @@ spawn(void)
 			dup2(fd, 0);
 		dup2(2, 1);
 		syscall(SYS_close_range, 3, ~0U, 0);
-		execve(tp.argv[0], tp.argv, tp.env);
+		execve(sv.sv_tp.tp_argv[0], sv.sv_tp.tp_argv, sv.sv_tp.tp_env);
 		_exit(127);
 	}
-	tp.pid = pid;
-	tp.started_at = now_ms();
-	tp.respawn_at = 0;
-	log_info("template: %s kernels are forked from a template (pid %d, %s)", tp.kernel,
-		 (int)pid, tp.sock);
+	sv.sv_tp.tp_pid = pid;
+	sv.sv_tp.tp_started_at = now_ms();
+	sv.sv_tp.tp_respawn_at = 0;
+	log_info("template: %s kernels are forked from a template (pid %d, %s)", sv.sv_tp.tp_kernel,
+		 (int)pid, sv.sv_tp.tp_sock);
 }
 
 void
@@ -162,38 +154,38 @@ template_start(void)
 		dir = xstrdup(sv.sv_cf.cf_python_startup);
 		*strrchr(dir, '/') = '\0';
 	}
-	tp.kernel = xstrdup(ks->ks_name);
-	tp.argv[1] = find_file(dir, script, 2);
-	tp.argv[2] = find_file(NULL, lib, 2);
+	sv.sv_tp.tp_kernel = xstrdup(ks->ks_name);
+	sv.sv_tp.tp_argv[1] = find_file(dir, script, 2);
+	sv.sv_tp.tp_argv[2] = find_file(NULL, lib, 2);
 	free(dir);
-	if (!tp.argv[1] || !tp.argv[2]) {
+	if (!sv.sv_tp.tp_argv[1] || !sv.sv_tp.tp_argv[2]) {
 		log_warn("template: off: %s not found; every kernel starts cold",
-			 tp.argv[1] ? "libsandcell-box.so" : "sandcell_template.py");
-		free(tp.kernel);
-		tp.kernel = NULL;
+			 sv.sv_tp.tp_argv[1] ? "libsandcell-box.so" : "sandcell_template.py");
+		free(sv.sv_tp.tp_kernel);
+		sv.sv_tp.tp_kernel = NULL;
 		return;
 	}
 	/* the interpreter the kernelspec names, on the broker's PATH as a proxy finds it */
 	if (strchr(a[0], '/')) {
-		tp.argv[0] = xstrdup(a[0]);
+		sv.sv_tp.tp_argv[0] = xstrdup(a[0]);
 	} else {
 		const char *path = getenv("PATH");
 		char *copy = xstrdup(path ? path : "/usr/local/bin:/usr/bin:/bin"), *save, *d;
-		for (d = strtok_r(copy, ":", &save); d && !tp.argv[0]; d = strtok_r(NULL, ":", &save)) {
+		for (d = strtok_r(copy, ":", &save); d && !sv.sv_tp.tp_argv[0]; d = strtok_r(NULL, ":", &save)) {
 			char *p = xasprintf("%s/%s", *d ? d : ".", a[0]);
 			if (access(p, X_OK) == 0)
-				tp.argv[0] = p;
+				sv.sv_tp.tp_argv[0] = p;
 			else
 				free(p);
 		}
 		free(copy);
-		if (!tp.argv[0])
-			tp.argv[0] = xstrdup(a[0]);
+		if (!sv.sv_tp.tp_argv[0])
+			sv.sv_tp.tp_argv[0] = xstrdup(a[0]);
 	}
-	tp.sock = xasprintf("%s/template-%s.sock", sv.sv_cf.cf_run_dir, tp.kernel);
-	tp.argv[3] = tp.sock;
-	tp.env = template_env();
-	tp.backoff = TPL_BACKOFF_MIN_MS;
+	sv.sv_tp.tp_sock = xasprintf("%s/template-%s.sock", sv.sv_cf.cf_run_dir, sv.sv_tp.tp_kernel);
+	sv.sv_tp.tp_argv[3] = sv.sv_tp.tp_sock;
+	sv.sv_tp.tp_env = template_env();
+	sv.sv_tp.tp_backoff = TPL_BACKOFF_MIN_MS;
 	spawn();
 }
 
@@ -201,7 +193,7 @@ template_start(void)
 const char *
 template_socket(const char *kernel)
 {
-	return tp.kernel && !strcmp(tp.kernel, kernel) ? tp.sock : NULL;
+	return sv.sv_tp.tp_kernel && !strcmp(sv.sv_tp.tp_kernel, kernel) ? sv.sv_tp.tp_sock : NULL;
 }
 
 /* Whether pid was the template; if so, it starts again after a pause. */
@@ -210,44 +202,44 @@ template_reaped(pid_t pid, int status)
 {
 	uint64_t now = now_ms();
 
-	if (!tp.pid || pid != tp.pid)
+	if (!sv.sv_tp.tp_pid || pid != sv.sv_tp.tp_pid)
 		return false;
-	tp.pid = 0;
+	sv.sv_tp.tp_pid = 0;
 	if (sv.sv_lc.lc_quit)
 		return true;
 	/* a template that lived a while is restarted at once; one that keeps
 	 * dying, less and less often (kernels start cold meanwhile) */
-	if (now > tp.started_at + 60000)
-		tp.backoff = TPL_BACKOFF_MIN_MS;
-	else if ((tp.backoff *= 2) > TPL_BACKOFF_MAX_MS)
-		tp.backoff = TPL_BACKOFF_MAX_MS;
-	tp.respawn_at = now + tp.backoff;
+	if (now > sv.sv_tp.tp_started_at + 60000)
+		sv.sv_tp.tp_backoff = TPL_BACKOFF_MIN_MS;
+	else if ((sv.sv_tp.tp_backoff *= 2) > TPL_BACKOFF_MAX_MS)
+		sv.sv_tp.tp_backoff = TPL_BACKOFF_MAX_MS;
+	sv.sv_tp.tp_respawn_at = now + sv.sv_tp.tp_backoff;
 	if (WIFSIGNALED(status))
 		log_warn("template: pid %d was killed by signal %d; kernels start cold until "
 			 "it is back (in %llu ms)",
-			 (int)pid, WTERMSIG(status), (unsigned long long)tp.backoff);
+			 (int)pid, WTERMSIG(status), (unsigned long long)sv.sv_tp.tp_backoff);
 	else
 		log_warn("template: pid %d exited with status %d; kernels start cold until it "
 			 "is back (in %llu ms)",
-			 (int)pid, WEXITSTATUS(status), (unsigned long long)tp.backoff);
+			 (int)pid, WEXITSTATUS(status), (unsigned long long)sv.sv_tp.tp_backoff);
 	return true;
 }
 
 void
 template_tick(uint64_t now)
 {
-	if (tp.kernel && !tp.pid && tp.respawn_at && now >= tp.respawn_at)
+	if (sv.sv_tp.tp_kernel && !sv.sv_tp.tp_pid && sv.sv_tp.tp_respawn_at && now >= sv.sv_tp.tp_respawn_at)
 		spawn();
 }
 
 void
 template_stop(void)
 {
-	if (tp.pid > 0) {
-		kill(tp.pid, SIGKILL);
-		waitpid(tp.pid, NULL, 0);
-		tp.pid = 0;
+	if (sv.sv_tp.tp_pid > 0) {
+		kill(sv.sv_tp.tp_pid, SIGKILL);
+		waitpid(sv.sv_tp.tp_pid, NULL, 0);
+		sv.sv_tp.tp_pid = 0;
 	}
-	if (tp.sock)
-		unlink(tp.sock);
+	if (sv.sv_tp.tp_sock)
+		unlink(sv.sv_tp.tp_sock);
 }
