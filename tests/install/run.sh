@@ -50,7 +50,8 @@ check "ExecStart names $prefix/bin/sandcell-broker" \
 	grep -q "^ExecStart=$prefix/bin/sandcell-broker " "$unit"
 check "the unit names no /usr/local path" sh -c "! grep -n /usr/local '$unit'"
 for f in bin/sandcell-broker bin/sandcell-proxy bin/sandcellctl \
-	share/sandcell/sandcell_startup.py share/sandcell/jupyter/kernels/bash/kernel.json \
+	share/sandcell/sandcell_startup.py share/sandcell/sandcell_template.py lib/sandcell/libsandcell-box.so \
+	share/sandcell/jupyter/kernels/bash/kernel.json \
 	share/sandcell/jupyter/kernels/java/kernel.json; do
 	check "$prefix/$f installed" [ -f "$dest$prefix/$f" ]
 done
@@ -72,6 +73,16 @@ for l in $want; do
 	check "the installed broker offers $l without JUPYTER_PATH (got: $langs)" \
 		sh -c "echo '$langs' | grep -q '\"language\":\"$l\"'"
 done
+
+# as root, Python kernels are forked from the template it finds installed
+if [ "$(id -u)" = 0 ]; then
+	for _ in $(seq 600); do
+		grep -q 'sandcell-template.* ready in' "$dest.log" && break
+		sleep 0.1
+	done
+	check "the installed broker's Python template is ready ($(grep -o 'template: .*' "$dest.log" | head -n 1))" \
+		grep -q 'sandcell-template.* ready in' "$dest.log"
+fi
 
 # The unit's ExecStop, run as systemd would (a fake systemctl names the job):
 # a restart leaves keep_contexts alone, a stop turns it off.
