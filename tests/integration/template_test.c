@@ -120,6 +120,34 @@ template_pid(const char *run_dir)
 	return found;
 }
 
+/* The host pid of a process whose argv is exactly {a0, a1}, or 0. */
+static pid_t
+pid_with_args(const char *a0, const char *a1)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	pid_t found = 0;
+
+	while (d && !found && (de = readdir(d))) {
+		char path[300], buf[256];
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = '\0';
+		size_t l0 = strlen(a0) + 1;
+		if (n == l0 + strlen(a1) + 1 && !strcmp(buf, a0) && !strcmp(buf + l0, a1))
+			found = atoi(de->d_name);
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
 static json_t *
 box_of(const char *base, const char *id)
 {
@@ -261,10 +289,15 @@ Test(template, restart_and_death_give_a_fresh_forked_kernel, .timeout = 180)
 {
 	char *id = forked_context(URL), *out;
 
-	json_decref(run(URL, id, "x = 1"));
-	pid_t k1 = context_pid(URL, id, "kernel_pid");
+	json_decref(run(URL, id, "x = 1\nimport subprocess\n"
+				 "subprocess.Popen(['setsid', 'sleep', '4321.5'])"));
+	pid_t k1 = context_pid(URL, id, "kernel_pid"), orphan = 0;
 	cr_assert(k1 > 0);
+	for (double t0 = ms_now(); !orphan && ms_since(t0) < 10000; usleep(20000))
+		orphan = pid_with_args("sleep", "4321.5");
+	cr_assert(orphan > 0, "the setsid child never ran");
 	cr_assert_eq(context_post(URL, id, "restart", 60), 200);
+	cr_assert_eq(wait_pid_gone(orphan, 10000), 0, "a setsid child outlived the restart");
 	out = out_of(URL, id, "import sys; print('x' in globals(), 'pandas' in sys.modules)");
 	cr_assert_str_eq(out, "False True\n", "%s", out);
 	free(out);
