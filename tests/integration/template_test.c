@@ -423,3 +423,30 @@ Test(template, broker_restart_reattaches_a_forked_kernel, .fini = priv_stop, .ti
 	cr_assert_eq(context_pid(priv.b_url, id, "kernel_pid"), kpid, "the same kernel");
 	free(id);
 }
+
+Test(template, kernel_network_none_puts_a_forked_kernel_in_its_proxys_namespace,
+     .fini = priv_stop, .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", "--kernel-network",
+			      "none", NULL};
+	struct stat host;
+	char path[64];
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	priv_up = true;
+	char *id = forked_context(priv.b_url);
+	pid_t proxy = context_pid(priv.b_url, id, "proxy_pid");
+	struct stat px;
+	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)proxy);
+	cr_assert_eq(stat(path, &px), 0);
+	cr_assert_eq(stat("/proc/self/ns/net", &host), 0);
+	cr_assert_neq(px.st_ino, host.st_ino, "the proxy is in the host's network namespace");
+	char *out = out_of(priv.b_url, id, "import os, socket\n"
+					   "print(os.stat('/proc/self/ns/net').st_ino,\n"
+					   "      [n for _, n in socket.if_nameindex()])");
+	char want[128];
+	snprintf(want, sizeof(want), "%lu ['lo']\n", (unsigned long)px.st_ino);
+	cr_assert_str_eq(out, want);
+	free(out);
+	free(id);
+}
