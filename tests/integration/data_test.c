@@ -455,8 +455,25 @@ Test(data, first_plot_in_a_fresh_context_is_quiet, .timeout = 120)
 	free(id);
 }
 
-Test(data, startup_leaves_the_namespace_clean, .timeout = 90)
+static struct broker cold;
+static bool cold_up;
+
+static void
+cold_stop(void)
 {
+	if (cold_up)
+		broker_stop(&cold);
+	cold_up = false;
+}
+
+/*
+ * The start-up profile imports nothing heavy: a cold kernel (--no-template)
+ * has none of the data stack. A kernel forked from the template has pandas
+ * and numpy on purpose (imported once, shared), but not matplotlib or PIL.
+ */
+Test(data, startup_leaves_the_namespace_clean, .fini = cold_stop, .timeout = 180)
+{
+	const char *args[] = {"--no-template", "--no-default-context", "--pool", "python=0", NULL};
 	char *id = context_new(URL, "python", NULL);
 	json_t *l = run_quiet(id, "sorted(k for k in globals() if not k.startswith('_') or "
 				  "'sandcell' in k.lower())");
@@ -464,8 +481,20 @@ Test(data, startup_leaves_the_namespace_clean, .timeout = 90)
 	cr_assert_str_eq(result_text(l), "['In', 'Out', 'exit', 'get_ipython', 'quit']");
 	json_decref(l);
 	l = run_quiet(id, "import sys\n"
-			  "[m for m in ('pandas', 'matplotlib', 'PIL') if m in sys.modules]");
+			  "[m for m in ('matplotlib', 'PIL') if m in sys.modules]");
 	cr_assert_str_eq(result_text(l), "[]", "nothing heavy is imported at start-up");
+	json_decref(l);
+	free(id);
+
+	cr_assert_eq(broker_start(&cold, args), 0);
+	cold_up = true;
+	id = context_new(cold.b_url, "python", NULL);
+	cr_assert_not_null(id);
+	l = run(cold.b_url, id, "import sys\n"
+				"print([m for m in ('pandas', 'matplotlib', 'PIL') if m in sys.modules])");
+	char *out = stdout_of(l);
+	cr_assert_str_eq(out, "[]\n", "a cold kernel imports nothing heavy at start-up");
+	free(out);
 	json_decref(l);
 	free(id);
 }
