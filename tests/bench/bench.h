@@ -105,10 +105,19 @@ pid_t hc_kernel_pid(const char *base, const char *ctx);
 int hc_create_parallel(const char *base, int n, int conc, char **ids, double *ms);
 void hc_delete_all(const char *base, char **ids, int n);
 
-/* load.c */
-void load_bench_throughput(const struct broker *b);
+/* load.c; goal_rows: only the rows of the goals (8 and 64 clients over 4 and 16) */
+void load_bench_throughput(const struct broker *b, bool goal_rows);
 void load_bench_contexts(void);
 void load_bench_memory(void);
+
+/* goals.c: the figures of issue 17 with their goals; each goals_X records
+ * its row of the goals table and returns the main table's target cell */
+const char *goals_cpu(double broker_us, double proxy_us, double kernel_us);
+const char *goals_profile(double with_ms, double without_ms);
+const char *goals_throughput(int nclients, int nctx, double rate, double raw); /* or NULL */
+void goals_contexts(const char *section); /* burst, first import pandas, PSS */
+void goals_bench(void);
+void goals_print(void);
 
 /* box.c: (9) the sandbox against --no-sandbox */
 void box_bench(void);
