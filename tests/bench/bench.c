@@ -736,7 +736,7 @@ main(int argc, char **argv)
 		watch_start(&w);
 		bench_latency(url && want(only, "latency") ? &b : NULL);
 		if (want(only, "raw"))
-			raw_bench_plain();
+			goals_profile_run("1 raw");
 		watch_end(&w, "latency");
 	}
 	if (want(only, "raw") || want(only, "streaming")) {

@@ -74,7 +74,6 @@ int raw_ready(struct raw_kernel *k, int timeout_ms);
 int raw_exec(struct raw_kernel *k, const char *code, struct raw_out *out, int timeout_ms);
 void raw_stop(struct raw_kernel *k);
 int raw_start(struct raw_kernel *ks, int n, bool profile); /* n side by side */
-void raw_bench_plain(void);
 void raw_bench_stream(void);
 void raw_bench_aggregate(void);
 int raw_agg_start(void);
@@ -115,7 +114,8 @@ void load_bench_memory(void);
 const char *goals_cpu(double broker_us, double proxy_us, double kernel_us);
 const char *goals_profile(double with_ms, double without_ms);
 const char *goals_throughput(int nclients, int nctx, double rate, double raw); /* or NULL */
-void goals_contexts(const char *section); /* burst, first import pandas, PSS */
+void goals_profile_run(const char *section); /* raw kernels with and without it */
+void goals_contexts(const char *section);    /* burst, first import pandas, PSS */
 void goals_bench(void);
 void goals_print(void);
 
