@@ -90,10 +90,7 @@ proc_stat(pid_t pid, pid_t *ppid, double *cpu)
 	return 0;
 }
 
-/*
- * root and its descendants (host pids: /proc/PID/stat names the parent as
- * this namespace sees it, so a box's processes are found through its init).
- */
+/* root and its descendants (/proc/PID/stat names the parent as this namespace sees it) */
 static int
 proc_tree(pid_t root, pid_t *out, int max)
 {
@@ -128,10 +125,25 @@ in_set(pid_t p, const pid_t *set, int n)
 	return false;
 }
 
+/* The PID namespace of pid, as its /proc link names it ("pid:[4026531836]"). */
+static int
+pid_ns(pid_t pid, char *buf, size_t len)
+{
+	char path[64];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)pid);
+	if ((n = readlink(path, buf, len - 1)) <= 0)
+		return -1;
+	buf[n] = '\0';
+	return 0;
+}
+
 /*
- * A context's processes: [0] the kernel and its helpers, [1] the rest of its
- * box (the init), found under the proxy; the kernel's own subtree counts
- * even where it does not hang under the proxy.
+ * A context's processes: [0] the kernel and its descendants, [1] the rest of
+ * its box (the box's init). The box is the kernel's PID namespace, whoever
+ * forked it (the proxy, or a template process); without a sandbox, the
+ * kernel's own tree and the proxy's other descendants.
  */
 struct box_procs {
 	pid_t bp_pid[2][GOALS_TREE];
@@ -141,12 +153,29 @@ struct box_procs {
 static void
 box_procs_of(pid_t proxy, pid_t kernel, struct box_procs *bp)
 {
+	char kns[64], ns[64];
 	pid_t all[GOALS_TREE];
-	int n = proc_tree(proxy, all, GOALS_TREE);
+	int n = 0;
 
 	memset(bp, 0, sizeof(*bp));
+	if (kernel <= 0)
+		return;
 	bp->bp_n[0] = proc_tree(kernel, bp->bp_pid[0], GOALS_TREE);
-	for (int i = 1; i < n; i++) /* all[0] is the proxy itself */
+	if (pid_ns(kernel, kns, sizeof(kns)) == 0 && pid_ns(getpid(), ns, sizeof(ns)) == 0 &&
+	    strcmp(kns, ns)) {
+		struct dirent *e;
+		DIR *d = opendir("/proc");
+		while (d && (e = readdir(d)) && n < GOALS_TREE) {
+			pid_t p = atoi(e->d_name);
+			if (p > 0 && pid_ns(p, ns, sizeof(ns)) == 0 && !strcmp(ns, kns))
+				all[n++] = p;
+		}
+		if (d)
+			closedir(d);
+	} else if ((n = proc_tree(proxy, all, GOALS_TREE)) > 0) {
+		all[0] = all[--n]; /* all[0] is the proxy itself */
+	}
+	for (int i = 0; i < n; i++)
 		if (!in_set(all[i], bp->bp_pid[0], bp->bp_n[0]))
 			bp->bp_pid[1][bp->bp_n[1]++] = all[i];
 }
