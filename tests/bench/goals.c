@@ -229,7 +229,7 @@ goals_cpu(double broker_us, double proxy_us, double kernel_us)
 
 	return goal_set(G_CPU, "sandcell's CPU per x=1 (broker + proxy) / the kernel's",
 	                fmt("%.2f (%.0f vs %.0f us)", ratio, broker_us + proxy_us, kernel_us),
-	                fmt("<= %.2f", GOAL_CPU_MAX), kernel_us > 0 && ratio <= GOAL_CPU_MAX);
+	                fmt("<= %.2f of the kernel's", GOAL_CPU_MAX), kernel_us > 0 && ratio <= GOAL_CPU_MAX);
 }
 
 /* Row 2: x=1 p50 on a raw kernel with the start-up profile and without (ms). */
@@ -253,7 +253,7 @@ goals_throughput(int nclients, int nctx, double rate, double raw)
 		return NULL;
 	return goal_set(G_TP + i, fmt("throughput x=1, %d clients over %d contexts / raw", nclients, nctx),
 	                fmt("%.2f (%.0f vs %.0f exec/s)", rate / raw, rate, raw),
-	                fmt(">= %.2f", GOAL_TP_MIN), rate >= GOAL_TP_MIN * raw);
+	                fmt(">= %.2f of raw", GOAL_TP_MIN), rate >= GOAL_TP_MIN * raw);
 }
 
 /* Row 1 on its own: GOALS_CPU_RUNS x=1 on the default context, CPU from /proc. */
