@@ -1,8 +1,9 @@
 /*
  * bench.h — the parts of sandcell's benchmarks (make bench): the result table
  * and statistics (bench.c), the raw Jupyter client that is the baseline
- * (raw.c), a libcurl client for the broker (hc.c) and the load, context and
- * memory sections that start brokers of their own (load.c).
+ * (raw.c), a libcurl client for the broker (hc.c), the load, context and
+ * memory sections that start brokers of their own (load.c) and the figures
+ * of the performance goals with their verdicts (goals.c).
  */
 #ifndef SANDCELL_BENCH_H
 #define SANDCELL_BENCH_H

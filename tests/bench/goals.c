@@ -18,19 +18,20 @@
 
 #include "bench.h"
 
-#define GOALS_CPU_RUNS 1000   /* 10 ms CPU ticks: enough executions to resolve ~0.5 ms each */
+#define GOALS_CPU_RUNS                                                                   \
+	1000 /* 10 ms CPU ticks: enough executions to resolve ~0.5 ms each */
 #define GOALS_PROFILE_RUNS 1000
 #define GOALS_WARMUP 20
 #define GOALS_BURST 16
 #define GOALS_FRESH 5
 #define GOALS_TREE 64
 
-#define GOAL_CPU_MAX 0.10     /* sandcell's CPU, share of the kernel's */
-#define GOAL_PROFILE_MS 0.05  /* the profile's cost per execution */
-#define GOAL_TP_MIN 0.95      /* throughput, share of raw kernels' */
-#define GOAL_BURST_MS 1000.0  /* every creation of the burst */
-#define GOAL_PANDAS_MS 50.0   /* a fresh context's first import pandas */
-#define GOAL_PSS_MB 30.0      /* an idle fresh context's box */
+#define GOAL_CPU_MAX 0.10    /* sandcell's CPU, share of the kernel's */
+#define GOAL_PROFILE_MS 0.05 /* the profile's cost per execution */
+#define GOAL_TP_MIN 0.95     /* throughput, share of raw kernels' */
+#define GOAL_BURST_MS 1000.0 /* every creation of the burst */
+#define GOAL_PANDAS_MS 50.0  /* a fresh context's first import pandas */
+#define GOAL_PSS_MB 30.0     /* an idle fresh context's box */
 
 /* The rows of the goals table, in the issue's order; the last measurement wins. */
 enum { G_CPU, G_PROFILE, G_TP /* 4 rows */, G_BURST = G_TP + 4, G_PANDAS, G_PSS, G_N };
@@ -80,7 +81,8 @@ proc_stat(pid_t pid, pid_t *ppid, double *cpu)
 	buf[n] = '\0';
 	/* after "(comm)": state, ppid (4), ..., utime stime cutime cstime (14-17) */
 	if (!(p = strrchr(buf, ')')) ||
-	    sscanf(p + 2, "%*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu", &pp,
+	    sscanf(p + 2,
+	           "%*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu", &pp,
 	           &ut, &st, &cut, &cst) != 5)
 		return -1;
 	if (ppid)
@@ -161,8 +163,8 @@ box_procs_of(pid_t proxy, pid_t kernel, struct box_procs *bp)
 	if (kernel <= 0)
 		return;
 	bp->bp_n[0] = proc_tree(kernel, bp->bp_pid[0], GOALS_TREE);
-	if (pid_ns(kernel, kns, sizeof(kns)) == 0 && pid_ns(getpid(), ns, sizeof(ns)) == 0 &&
-	    strcmp(kns, ns)) {
+	if (pid_ns(kernel, kns, sizeof(kns)) == 0 &&
+	    pid_ns(getpid(), ns, sizeof(ns)) == 0 && strcmp(kns, ns)) {
 		struct dirent *e;
 		DIR *d = opendir("/proc");
 		while (d && (e = readdir(d)) && n < GOALS_TREE) {
@@ -227,9 +229,11 @@ goals_cpu(double broker_us, double proxy_us, double kernel_us)
 {
 	double ratio = kernel_us > 0 ? (broker_us + proxy_us) / kernel_us : 0;
 
-	return goal_set(G_CPU, "sandcell's CPU per x=1 (broker + proxy) / the kernel's",
-	                fmt("%.2f (%.0f vs %.0f us)", ratio, broker_us + proxy_us, kernel_us),
-	                fmt("<= %.2f of the kernel's", GOAL_CPU_MAX), kernel_us > 0 && ratio <= GOAL_CPU_MAX);
+	return goal_set(
+	    G_CPU, "sandcell's CPU per x=1 (broker + proxy) / the kernel's",
+	    fmt("%.2f (%.0f vs %.0f us)", ratio, broker_us + proxy_us, kernel_us),
+	    fmt("<= %.2f of the kernel's", GOAL_CPU_MAX),
+	    kernel_us > 0 && ratio <= GOAL_CPU_MAX);
 }
 
 /* Row 2: x=1 p50 on a raw kernel with the start-up profile and without (ms). */
@@ -238,7 +242,8 @@ goals_profile(double with_ms, double without_ms)
 {
 	double cost = with_ms - without_ms;
 
-	return goal_set(G_PROFILE, "the start-up profile's cost per x=1 (raw kernel with - without)",
+	return goal_set(G_PROFILE,
+	                "the start-up profile's cost per x=1 (raw kernel with - without)",
 	                fmt("%+.2f ms (%.2f vs %.2f)", cost, with_ms, without_ms),
 	                fmt("<= %.2f ms", GOAL_PROFILE_MS), cost <= GOAL_PROFILE_MS);
 }
@@ -247,13 +252,20 @@ goals_profile(double with_ms, double without_ms)
 const char *
 goals_throughput(int nclients, int nctx, double rate, double raw)
 {
-	int i = (nctx == 4 ? 0 : nctx == 16 ? 2 : -9) + (nclients == 8 ? 0 : nclients == 64 ? 1 : -9);
+	int i = (nctx == 4    ? 0
+	         : nctx == 16 ? 2
+	                      : -9) +
+	        (nclients == 8    ? 0
+	         : nclients == 64 ? 1
+	                          : -9);
 
 	if (i < 0 || raw <= 0)
 		return NULL;
-	return goal_set(G_TP + i, fmt("throughput x=1, %d clients over %d contexts / raw", nclients, nctx),
-	                fmt("%.2f (%.0f vs %.0f exec/s)", rate / raw, rate, raw),
-	                fmt(">= %.2f of raw", GOAL_TP_MIN), rate >= GOAL_TP_MIN * raw);
+	return goal_set(
+	    G_TP + i,
+	    fmt("throughput x=1, %d clients over %d contexts / raw", nclients, nctx),
+	    fmt("%.2f (%.0f vs %.0f exec/s)", rate / raw, rate, raw),
+	    fmt(">= %.2f of raw", GOAL_TP_MIN), rate >= GOAL_TP_MIN * raw);
 }
 
 /* Row 1 on its own: GOALS_CPU_RUNS x=1 on the default context, CPU from /proc. */
@@ -262,7 +274,8 @@ goals_cpu_run(const struct broker *b)
 {
 	const char *url = b->b_url;
 	char *ctx = hc_default_context(url), *body = hc_body("x=1", ctx);
-	pid_t proxy = ctx ? hc_proxy_pid(url, ctx) : 0, kernel = ctx ? hc_kernel_pid(url, ctx) : 0;
+	pid_t proxy = ctx ? hc_proxy_pid(url, ctx) : 0,
+	      kernel = ctx ? hc_kernel_pid(url, ctx) : 0;
 	double cpu[4], t0; /* broker, proxy, box init, kernel */
 	struct box_procs bp;
 	struct hc h;
@@ -292,14 +305,17 @@ goals_cpu_run(const struct broker *b)
 	for (int i = 0; i < 4; i++) /* us per execution */
 		cpu[i] *= 1000.0 / GOALS_CPU_RUNS;
 	const char *target = goals_cpu(cpu[0], cpu[1] + cpu[2], cpu[3]);
-	table_add("goals", fmt("sandcell CPU per x=1 (broker + proxy) / kernel CPU (%d runs)", ok),
+	table_add("goals",
+	          fmt("sandcell CPU per x=1 (broker + proxy) / kernel CPU (%d runs)", ok),
 	          fmt("%.2f ms", wall / GOALS_CPU_RUNS),
 	          fmt("%.0f vs %.0f us", cpu[0] + cpu[1] + cpu[2], cpu[3]),
-	          fmt("%.2f", cpu[3] > 0 ? (cpu[0] + cpu[1] + cpu[2]) / cpu[3] : 0), target);
-	table_detail("CPU/exec: broker %.0f us, proxy %.0f us, box init %.0f us (%d), kernel %.0f "
-	             "us (%d process%s)",
-	             cpu[0], cpu[1], cpu[2], bp.bp_n[1], cpu[3], bp.bp_n[0],
-	             bp.bp_n[0] > 1 ? "es" : "");
+	          fmt("%.2f", cpu[3] > 0 ? (cpu[0] + cpu[1] + cpu[2]) / cpu[3] : 0),
+	          target);
+	table_detail(
+	    "CPU/exec: broker %.0f us, proxy %.0f us, box init %.0f us (%d), kernel %.0f "
+	    "us (%d process%s)",
+	    cpu[0], cpu[1], cpu[2], bp.bp_n[1], cpu[3], bp.bp_n[0],
+	    bp.bp_n[0] > 1 ? "es" : "");
 out:
 	free(body);
 	free(ctx);
@@ -317,9 +333,10 @@ goals_profile_run(const char *section)
 	int n[2] = {0, 0};
 	struct stats st[2];
 
-	progress("x=1 on raw kernels with and without the start-up profile, in turn, %d runs "
-	         "each",
-	         GOALS_PROFILE_RUNS);
+	progress(
+	    "x=1 on raw kernels with and without the start-up profile, in turn, %d runs "
+	    "each",
+	    GOALS_PROFILE_RUNS);
 	if (raw_start(&k[0], 1, true) < 0)
 		goto fail;
 	if (raw_start(&k[1], 1, false) < 0) {
@@ -327,11 +344,16 @@ goals_profile_run(const char *section)
 		goto fail;
 	}
 	for (int m = 0; m < 2; m++) {
-		/* the profile registers sandcell's formatters: say if the kernels do not differ */
-		bool has = raw_exec(&k[m], "assert 'e2b/data' in get_ipython().display_formatter."
-		                           "formatters", NULL, 30000) == 0;
+		/* the profile registers sandcell's formatters: say if the kernels do not
+		 * differ */
+		bool has =
+		    raw_exec(&k[m],
+		             "assert 'e2b/data' in get_ipython().display_formatter."
+		             "formatters",
+		             NULL, 30000) == 0;
 		if (has != (m == 0))
-			table_note("the raw kernel %s the start-up profile %s sandcell's formatters",
+			table_note("the raw kernel %s the start-up profile %s sandcell's "
+			           "formatters",
 			           m ? "without" : "with", has ? "has" : "lacks");
 		for (int i = 0; i < GOALS_WARMUP; i++)
 			raw_exec(&k[m], "x=1", NULL, 30000);
@@ -339,7 +361,8 @@ goals_profile_run(const char *section)
 	}
 	for (int i = 0; i < GOALS_PROFILE_RUNS; i++)
 		for (int j = 0; j < 2; j++) {
-			int m = (i + j) % 2; /* who goes first alternates: drift cancels */
+			int m =
+			    (i + j) % 2; /* who goes first alternates: drift cancels */
 			double t0 = ms_now();
 			if (raw_exec(&k[m], "x=1", NULL, 30000) == 0)
 				v[m][n[m]++] = ms_since(t0);
@@ -352,27 +375,22 @@ goals_profile_run(const char *section)
 	if (!n[0] || !n[1])
 		goto fail;
 	table_add(section,
-	          fmt("x=1, kernel with the start-up profile vs without, in turn (%d runs each)",
+	          fmt("x=1, kernel with the start-up profile vs without, in turn (%d "
+	              "runs each)",
 	              n[0]),
 	          fmt("%.2f vs %.2f ms", st[0].st_p50, st[1].st_p50),
 	          fmt("%.2f vs %.2f ms", st[0].st_p99, st[1].st_p99),
 	          fmt("%+.2f ms", st[0].st_p50 - st[1].st_p50),
 	          goals_profile(st[0].st_p50, st[1].st_p50));
-	table_detail("the profile's cost: p50 with less p50 without; kernel CPU/exec %.0f us "
-	             "with, %.0f us without",
-	             cpu[0], cpu[1]);
+	table_detail(
+	    "the profile's cost: p50 with less p50 without; kernel CPU/exec %.0f us "
+	    "with, %.0f us without",
+	    cpu[0], cpu[1]);
 	return;
 fail:
-	table_note("the raw kernels with and without the start-up profile did not start or "
-	           "answer");
-}
-
-static int
-cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
+	table_note(
+	    "the raw kernels with and without the start-up profile did not start or "
+	    "answer");
 }
 
 /* Row 4: GOALS_BURST POST /contexts at once on a broker with the default pool. */
@@ -399,19 +417,20 @@ goals_burst(const char *section, const struct broker *b)
 		table_note("goals: no context of the burst was created");
 		return;
 	}
-	qsort(v, n, sizeof(*v), cmp_double);
+	stats_of(v, n, &st); /* sorts v */
 	for (int i = 0; i < n; i++)
 		snprintf(order + strlen(order), sizeof(order) - strlen(order), "%s%.0f",
 		         i ? " " : "", v[i]);
-	stats_of(v, n, &st);
 	bool met = ok == GOALS_BURST && !over;
 	goal_set(G_BURST, fmt("%d concurrent POST /contexts, default pool", GOALS_BURST),
 	         fmt("slowest %.0f ms, median %.0f ms", st.st_max, st.st_p50),
 	         fmt("every one < %.0f s", GOAL_BURST_MS / 1000), met);
-	table_add(section,
-	          fmt("%d concurrent POST /contexts, default pool (%d created)", GOALS_BURST, ok),
-	          fmt("%.0f ms", st.st_p50), fmt("slowest %.0f ms", st.st_max), NULL,
-	          fmt("every one < 1 s: %s (%d over)", verdict(met), over + GOALS_BURST - ok));
+	table_add(
+	    section,
+	    fmt("%d concurrent POST /contexts, default pool (%d created)", GOALS_BURST,
+	        ok),
+	    fmt("%.0f ms", st.st_p50), fmt("slowest %.0f ms", st.st_max), NULL,
+	    fmt("every one < 1 s: %s (%d over)", verdict(met), over + GOALS_BURST - ok));
 	table_detail("sorted, ms: %s", order);
 }
 
@@ -432,7 +451,8 @@ goals_fresh(const char *section, const struct broker *b)
 	double imp[GOALS_FRESH], pss[GOALS_FRESH], kpss[GOALS_FRESH], rss[GOALS_FRESH];
 	int ni = 0, np = 0, pre = 0, nproc = 0;
 
-	progress("goals: %d fresh contexts: PSS idle, then the first import pandas", GOALS_FRESH);
+	progress("goals: %d fresh contexts: PSS idle, then the first import pandas",
+	         GOALS_FRESH);
 	for (int i = 0; i < GOALS_FRESH; i++) {
 		char *id = context_new(b->b_url, "python", NULL);
 		struct box_procs bp;
@@ -441,9 +461,11 @@ goals_fresh(const char *section, const struct broker *b)
 			continue;
 		}
 		if (wait_pool_ready(b->b_run_dir, 1, 120000) < 0)
-			table_note("goals: the pool did not refill beside fresh context %d", i);
+			table_note(
+			    "goals: the pool did not refill beside fresh context %d", i);
 		usleep(1000 * 1000); /* idle */
-		pid_t proxy = hc_proxy_pid(b->b_url, id), kernel = hc_kernel_pid(b->b_url, id);
+		pid_t proxy = hc_proxy_pid(b->b_url, id),
+		      kernel = hc_kernel_pid(b->b_url, id);
 		box_procs_of(proxy, kernel, &bp);
 		if (bp.bp_n[0] > 0 && kernel > 0) {
 			long k = set_pss_kb(bp.bp_pid[0], bp.bp_n[0]);
@@ -476,27 +498,34 @@ goals_fresh(const char *section, const struct broker *b)
 	if (ni) {
 		struct stats st;
 		stats_of(imp, ni, &st);
-		const char *target = goal_set(G_PANDAS, "a fresh context's first import pandas",
-		                              fmt("%.1f ms (median of %d)", st.st_p50, ni),
-		                              fmt("< %.0f ms", GOAL_PANDAS_MS),
-		                              st.st_p50 < GOAL_PANDAS_MS);
-		table_add(section, fmt("first import pandas in a fresh context (%d contexts)", ni),
-		          fmt("%.1f ms", st.st_p50), fmt("max %.1f ms", st.st_max), NULL, target);
-		table_detail("timed inside the kernel; pandas already imported in %d of %d", pre,
-		             ni);
+		const char *target = goal_set(
+		    G_PANDAS, "a fresh context's first import pandas",
+		    fmt("%.1f ms (median of %d)", st.st_p50, ni),
+		    fmt("< %.0f ms", GOAL_PANDAS_MS), st.st_p50 < GOAL_PANDAS_MS);
+		table_add(section,
+		          fmt("first import pandas in a fresh context (%d contexts)", ni),
+		          fmt("%.1f ms", st.st_p50), fmt("max %.1f ms", st.st_max), NULL,
+		          target);
+		table_detail(
+		    "timed inside the kernel; pandas already imported in %d of %d", pre,
+		    ni);
 	}
 	if (np) {
 		struct stats st, kst, rst;
 		stats_of(pss, np, &st);
 		stats_of(kpss, np, &kst);
 		stats_of(rss, np, &rst);
-		const char *target = goal_set(G_PSS, "idle fresh Python context, PSS of its box",
-		                              fmt("%.1f MB (median of %d)", st.st_p50, np),
-		                              fmt("< %.0f MB", GOAL_PSS_MB), st.st_p50 < GOAL_PSS_MB);
-		table_add(section, fmt("idle fresh Python context, PSS of its box (%d contexts)", np),
-		          NULL, fmt("%.1f MB", st.st_p50), NULL, target);
-		table_detail("the kernel alone %.1f MB PSS, %.1f MB RSS; %d processes in the box",
-		             kst.st_p50, rst.st_p50, nproc);
+		const char *target =
+		    goal_set(G_PSS, "idle fresh Python context, PSS of its box",
+		             fmt("%.1f MB (median of %d)", st.st_p50, np),
+		             fmt("< %.0f MB", GOAL_PSS_MB), st.st_p50 < GOAL_PSS_MB);
+		table_add(
+		    section,
+		    fmt("idle fresh Python context, PSS of its box (%d contexts)", np),
+		    NULL, fmt("%.1f MB", st.st_p50), NULL, target);
+		table_detail(
+		    "the kernel alone %.1f MB PSS, %.1f MB RSS; %d processes in the box",
+		    kst.st_p50, rst.st_p50, nproc);
 	}
 }
 
@@ -526,7 +555,8 @@ goals_bench(void)
 	goals_profile_run("goals");
 	progress("goals: starting the broker");
 	if (broker_start(&b, args) < 0) {
-		table_note("goals: broker did not start: CPU and throughput not measured");
+		table_note(
+		    "goals: broker did not start: CPU and throughput not measured");
 	} else {
 		goals_cpu_run(&b);
 		load_bench_throughput(&b, true);
@@ -557,7 +587,8 @@ goals_print(void)
 	if (!n)
 		return;
 	printf("\ngoals (issue 17; sandbox on)\n\n");
-	printf("%-*s  %-*s  %-*s  %s\n", w[0], head[0], w[1], head[1], w[2], head[2], head[3]);
+	printf("%-*s  %-*s  %-*s  %s\n", w[0], head[0], w[1], head[1], w[2], head[2],
+	       head[3]);
 	for (int i = 0; i < 4; i++)
 		for (int j = 0; j < w[i] + (i < 3 ? 2 : 0); j++)
 			putchar(j < w[i] ? '-' : ' ');
@@ -565,6 +596,7 @@ goals_print(void)
 	for (int i = 0; i < G_N; i++)
 		if (goals[i].g_set)
 			printf("%-*s  %-*s  %-*s  %s\n", w[0], goals[i].g_figure, w[1],
-			       goals[i].g_value, w[2], goals[i].g_goal, verdict(goals[i].g_met));
+			       goals[i].g_value, w[2], goals[i].g_goal,
+			       verdict(goals[i].g_met));
 	fflush(stdout);
 }
