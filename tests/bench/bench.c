@@ -23,8 +23,9 @@
 #define STREAM_RUNS 3
 #define CANCEL_RUNS 20
 
-static const char *const sections[] = {"raw",    "latency", "throughput", "contexts", "streaming",
-                                       "memory", "cancel",  "ipc",        "sandbox", "goals", NULL};
+static const char *const sections[] = {"raw",       "latency", "throughput", "contexts",
+                                       "streaming", "memory",  "cancel",     "ipc",
+                                       "sandbox",   "goals",   NULL};
 
 static int
 cmp_double(const void *a, const void *b)
@@ -427,7 +428,8 @@ bench_latency(const struct broker *b)
 		          fmt("%.2f ms", hs.st_p99), ratio_ms(hs.st_p99, rs.st_p99),
 		          NULL);
 		if (c == 0 && cpu[4] > 0)
-			table_add("2 sandcell", "  CPU/exec of broker + proxy against the kernel's",
+			table_add("2 sandcell",
+			          "  CPU/exec of broker + proxy against the kernel's",
 			          NULL, fmt("%.0f vs %.0f us", cpu[2] + cpu[3], cpu[4]),
 			          fmt("%.2f", (cpu[2] + cpu[3]) / cpu[4]),
 			          goals_cpu(cpu[2], cpu[3], cpu[4]));
@@ -784,7 +786,8 @@ main(int argc, char **argv)
 		box_bench();
 		watch_end(&w, "sandbox");
 	}
-	if (only && !strcmp(only, "goals")) { /* a full run records them in its sections */
+	/* a full run records the goals' figures in its sections */
+	if (only && !strcmp(only, "goals")) {
 		watch_start(&w);
 		goals_bench();
 		watch_end(&w, "goals");

@@ -114,7 +114,8 @@ void load_bench_memory(void);
  * its row of the goals table and returns the main table's target cell */
 const char *goals_cpu(double broker_us, double proxy_us, double kernel_us);
 const char *goals_profile(double with_ms, double without_ms);
-const char *goals_throughput(int nclients, int nctx, double rate, double raw); /* or NULL */
+/* NULL for shapes other than 8 and 64 clients over 4 and 16 contexts */
+const char *goals_throughput(int nclients, int nctx, double rate, double raw);
 void goals_profile_run(const char *section); /* raw kernels with and without it */
 void goals_contexts(const char *section);    /* burst, first import pandas, PSS */
 void goals_bench(void);
