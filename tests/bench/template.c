@@ -15,7 +15,6 @@
 #define TPL_BURST 16
 #define TPL_SAMPLES 5 /* contexts of the burst whose import and PSS are measured */
 
-
 static double
 stdout_ms(const char *base, const char *id, const char *code)
 {
@@ -87,19 +86,23 @@ template_on(bool on)
 	int ok = hc_create_parallel(b.b_url, TPL_BURST, TPL_BURST, ids, ms);
 	stats_of(ms, ok, &st);
 	if (ok)
-		table_add("template", fmt("16 concurrent POST /contexts, %s (%d ok)", what, ok),
-		          fmt("%.0f ms", st.st_p50), fmt("%.0f ms max", st.st_max), NULL,
-		          on ? fmt("every one < 1 s: %s", st.st_max < 1000 ? "met" : "MISSED") : NULL);
+		table_add(
+		    "template", fmt("16 concurrent POST /contexts, %s (%d ok)", what, ok),
+		    fmt("%.0f ms", st.st_p50), fmt("%.0f ms max", st.st_max), NULL,
+		    on ? fmt("every one < 1 s: %s", st.st_max < 1000 ? "met" : "MISSED")
+		       : NULL);
 	for (int i = 0; i < TPL_BURST && ni < TPL_SAMPLES; i++)
 		if (ids[i])
-			imp[ni++] = stdout_ms(b.b_url, ids[i],
-			                      "import time\nt = time.perf_counter()\nimport pandas\n"
-			                      "print((time.perf_counter() - t) * 1000)");
+			imp[ni++] = stdout_ms(
+			    b.b_url, ids[i],
+			    "import time\nt = time.perf_counter()\nimport pandas\n"
+			    "print((time.perf_counter() - t) * 1000)");
 	stats_of(imp, ni, &st);
 	if (ni)
-		table_add("template", fmt("first import pandas in a fresh context, %s", what),
-		          fmt("%.1f ms", st.st_p50), fmt("%.1f ms max", st.st_max), NULL,
-		          on ? fmt("< 50 ms: %s", st.st_p50 < 50 ? "met" : "MISSED") : NULL);
+		table_add(
+		    "template", fmt("first import pandas in a fresh context, %s", what),
+		    fmt("%.1f ms", st.st_p50), fmt("%.1f ms max", st.st_max), NULL,
+		    on ? fmt("< 50 ms: %s", st.st_p50 < 50 ? "met" : "MISSED") : NULL);
 	/* idle fresh kernels (the ones that imported nothing) */
 	for (int i = TPL_SAMPLES; i < TPL_BURST && np < TPL_SAMPLES; i++) {
 		pid_t k = ids[i] ? context_pid(b.b_url, ids[i], "kernel_pid") : 0;
@@ -109,10 +112,11 @@ template_on(bool on)
 	}
 	stats_of(pss, np, &st);
 	if (np)
-		table_add("template",
-		          fmt("PSS of an idle fresh kernel, %d contexts live, %s", ok, what),
-		          fmt("%.1f MB", st.st_p50), fmt("%.1f MB max", st.st_max), NULL,
-		          on ? fmt("< 30 MB: %s", st.st_p50 < 30 ? "met" : "MISSED") : NULL);
+		table_add(
+		    "template",
+		    fmt("PSS of an idle fresh kernel, %d contexts live, %s", ok, what),
+		    fmt("%.1f MB", st.st_p50), fmt("%.1f MB max", st.st_max), NULL,
+		    on ? fmt("< 30 MB: %s", st.st_p50 < 30 ? "met" : "MISSED") : NULL);
 	hc_delete_all(b.b_url, ids, TPL_BURST);
 	broker_stop(&b);
 }
