@@ -31,6 +31,7 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -484,15 +485,27 @@ sandbox_kernel_child(struct proxy *px, bool reset_signals)
 void __attribute__((noreturn))
 sandbox_init_wait(pid_t kid, bool watch)
 {
+	struct pollfd pf[2] = {{3, POLLRDHUP, 0}, {-1, POLLIN, 0}};
+	struct signalfd_siginfo si;
+	sigset_t chld;
 	int status;
 	pid_t pid;
 
+	if (watch) { /* a SIGCHLD, or the proxy's end closing, wakes us */
+		sigemptyset(&chld);
+		sigaddset(&chld, SIGCHLD);
+		sigprocmask(SIG_BLOCK, &chld, NULL);
+		if ((pf[1].fd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK)) < 0)
+			_exit(127);
+	}
 	for (;;) {
 		if (watch) {
-			struct pollfd pf = {3, POLLRDHUP, 0};
 			while ((pid = waitpid(-1, &status, WNOHANG)) == 0) {
-				if (poll(&pf, 1, 100) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+				if (poll(pf, 2, -1) > 0 &&
+				    (pf[0].revents & (POLLRDHUP | POLLHUP | POLLERR)))
 					_exit(0); /* the proxy is gone: so is the box */
+				while (read(pf[1].fd, &si, sizeof(si)) == sizeof(si))
+					;
 			}
 		} else {
 			pid = wait(&status);
