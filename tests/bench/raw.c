@@ -27,7 +27,6 @@ extern char **environ;
 
 #define RAW_WARMUP 20
 #define RAW_RUNS 300
-#define RAW_PROFILE_RUNS 1000 /* each kernel; the difference is small */
 #define RAW_STREAM_RUNS 3
 #define RAW_WINDOW_MS 5000
 #define RAW_RAMP_MS 1000
@@ -388,69 +387,6 @@ err:
 	for (int i = 0; i < n; i++)
 		raw_stop(&ks[i]);
 	return -1;
-}
-
-/*
- * x=1 on a kernel without sandcell's start-up profile and on one with it,
- * alternating run by run (both see the same machine): what the profile costs
- * per execution, in time and in the kernel's CPU.
- */
-void
-raw_bench_plain(void)
-{
-	static double v[2][RAW_PROFILE_RUNS], d[RAW_PROFILE_RUNS];
-	struct raw_kernel k[2]; /* [0] without the profile, [1] with it */
-	double cpu[2];
-	struct stats st[2], sd;
-	int n[2] = {0, 0}, nd = 0;
-
-	progress("raw: x=1 on kernels without and with the start-up profile, %d runs each",
-	         RAW_PROFILE_RUNS);
-	if (raw_start(&k[0], 1, false) < 0)
-		return;
-	if (raw_start(&k[1], 1, true) < 0) {
-		raw_stop(&k[0]);
-		return;
-	}
-	for (int i = 0; i < RAW_WARMUP; i++)
-		for (int j = 0; j < 2; j++)
-			raw_exec(&k[j], "x=1", NULL, 30000);
-	for (int j = 0; j < 2; j++)
-		cpu[j] = -cpu_ms(k[j].rk_pid);
-	for (int i = 0; i < RAW_PROFILE_RUNS; i++) {
-		double ms[2] = {-1, -1};
-		for (int h = 0; h < 2; h++) {
-			int j = (i + h) % 2; /* each goes first every other run */
-			double t0 = ms_now();
-			if (raw_exec(&k[j], "x=1", NULL, 30000) == 0)
-				v[j][n[j]++] = ms[j] = ms_since(t0);
-		}
-		if (ms[0] >= 0 && ms[1] >= 0)
-			d[nd++] = ms[1] - ms[0];
-	}
-	for (int j = 0; j < 2; j++) {
-		cpu[j] = (cpu[j] + cpu_ms(k[j].rk_pid)) * 1000.0 / RAW_PROFILE_RUNS;
-		raw_stop(&k[j]);
-		stats_of(v[j], n[j], &st[j]);
-	}
-	stats_of(d, nd, &sd);
-	if (n[0] && n[1]) {
-		table_add(
-		    "1 raw",
-		    fmt("x=1, kernel without sandcell's start-up profile (%d runs)", n[0]),
-		    fmt("%.2f ms", st[0].st_p50), fmt("%.2f ms", st[0].st_p99),
-		    fmt("%.2f", st[0].st_p50 / st[1].st_p50), NULL);
-		table_detail("CPU/exec: kernel %.0f us", cpu[0]);
-		table_add("1 raw",
-		          fmt("  the same run, kernel with the profile (%d runs)", n[1]),
-		          fmt("%.2f ms", st[1].st_p50), fmt("%.2f ms", st[1].st_p99),
-		          fmt("%.2f (%+.2f ms)", st[1].st_p50 / st[0].st_p50,
-		              st[1].st_p50 - st[0].st_p50),
-		          fmt("+0.05 ms: %s", sd.st_p50 <= 0.05 ? "met" : "MISSED"));
-		table_detail("CPU/exec: kernel %.0f us; run by run, with minus without: "
-		             "p50 %+.3f ms",
-		             cpu[1], sd.st_p50);
-	}
 }
 
 /* MiB/s of payload (median of the runs) and the CPU the kernel and client spent. */

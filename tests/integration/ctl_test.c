@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -208,6 +209,40 @@ Test(ctl, run_prints_the_stream_and_fails_on_error, .timeout = 60)
 	free(id);
 }
 
+/*
+ * Every line of a run that prints in many small pieces arrives, and so does
+ * its end: nng queues two messages per ctl client and drops what does not
+ * fit, so the broker holds what the client has not acknowledged.
+ */
+Test(ctl, run_delivers_every_line_and_its_end, .timeout = 120)
+{
+	char *id = context_new(URL, "python", NULL), *out;
+
+	for (int round = 0; round < 5; round++) {
+		cr_assert_eq(ctl(&out, "run %s 'import time\nfor i in range(300):\n"
+				       "    print(i, flush=True); time.sleep(0.0005)\n1/0'",
+				 id),
+			     1, "round %d: %s", round, out);
+		char *p = out;
+		for (int i = 0; i < 300; i++) {
+			char want[16];
+			int n = snprintf(want, sizeof(want), "%d\n", i);
+			cr_assert(!strncmp(p, want, n), "round %d: line %d missing near: %.80s",
+				  round, i, p);
+			p += n;
+		}
+		cr_assert(strstr(p, "ZeroDivisionError"), "round %d: %s", round, p);
+		free(out);
+	}
+	/* one line of 5 MiB: the proxy hands it on in 1 MiB messages */
+	cr_assert_eq(ctl(&out, "run %s \"print('x' * (5 << 20))\"", id), 0);
+	size_t n = strspn(out, "x");
+	cr_assert_eq(n, (size_t)5 << 20, "%zu x of %d", n, 5 << 20);
+	cr_assert_str_eq(out + n, "\n");
+	free(out);
+	free(id);
+}
+
 /* A drain test that fails leaves the shared broker accepting for the next. */
 static void
 undrain(void)
@@ -355,6 +390,7 @@ Test(ctl, watch_prints_live_events, .timeout = 60)
 	cr_assert_eq(pipe(fds), 0);
 	pid_t pid = fork();
 	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed or timed-out test ends it too */
 		dup2(fds[1], 1);
 		close(fds[0]);
 		snprintf(cmd, sizeof(cmd), "%s/sandcellctl", bin ? bin : "bin");
@@ -608,4 +644,34 @@ Test(metrics, proxy_restarts_are_counted, .timeout = 60)
 	free(before);
 	free(after);
 	free(id);
+}
+
+/* A watch (which has no timeout) ends, failing, when its broker stops. */
+Test(ctl, watch_ends_when_the_broker_stops, .timeout = 60, .fini = kept_stop)
+{
+	const char *args[] = {"--no-default-context", "--pool", "0", NULL};
+	const char *bin = getenv("SANDCELL_BIN");
+	char cmd[512], line[1024];
+	int fds[2], st;
+
+	cr_assert_eq(broker_start(&kept, args), 0);
+	cr_assert_eq(pipe(fds), 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(fds[1], 1);
+		close(fds[0]);
+		snprintf(cmd, sizeof(cmd), "%s/sandcellctl", bin ? bin : "bin");
+		execl(cmd, cmd, "--run-dir", kept.b_run_dir, "--json", "watch", (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	FILE *f = fdopen(fds[0], "r");
+	cr_assert_not_null(fgets(line, sizeof(line), f));
+	cr_assert(strstr(line, "\"watching\""), "%s", line);
+	sigterm_and_wait(&kept.b_pid);
+	cr_assert(gone_within(pid, 5000), "sandcellctl watch outlived its broker");
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
+	fclose(f);
 }
