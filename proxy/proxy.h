@@ -127,6 +127,8 @@ struct proxy {
 
 	void *px_zctx;
 	void *px_shell, *px_control, *px_iopub, *px_hb, *px_stdin;
+	unsigned px_zgen; /* bumped for every socket made: the loop watches the new ones */
+	bool px_zsent;    /* shell or stdin was sent on: their ZMQ_EVENTS need a look */
 	char px_key[65];
 	char px_session[37];
 	char px_kinfo_id[40];
