@@ -113,7 +113,7 @@ drain_ipc(struct proxy *p)
 {
 	for (;;) {
 		struct msg m;
-		int e = msg_recv(p->px_ipc, &m, NNG_FLAG_NONBLOCK);
+		int e = mrecv_next(&p->px_recv, &m);
 		if (e == NNG_EAGAIN)
 			return;
 		if (e > 0) {
@@ -589,6 +589,7 @@ main(int argc, char **argv)
 	sandbox_cleanup(&px);
 	nng_msleep(20); /* let the last replies leave */
 	nng_close(px.px_ipc);
+	mrecv_close(&px.px_recv);
 	zmq_ctx_term(px.px_zctx);
 	if (strcmp(px.px_kdir, px.px_dir))
 		rm_rf(px.px_kdir);

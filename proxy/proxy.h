@@ -120,6 +120,7 @@ struct proxy {
 	pid_t px_kshown;        /* the kernel process itself (operators, signals) */
 
 	nng_socket px_ipc;
+	struct mrecv px_recv; /* what the broker sends; px_ipc_fd is its eventfd */
 	int px_ipc_fd, px_ipc_sendfd;
 	int px_evfd;         /* nng pipe events land here */
 	volatile int px_pipe_added, px_pipe_removed;
