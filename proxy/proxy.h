@@ -28,9 +28,12 @@
 /*
  * Output of a unit's first milliseconds is held (up to OUTPUT_CHUNK) so that
  * a short execution reaches the broker as one message and its client as one
- * response; after that, output is handed on as it comes.
+ * response; after that, output is handed on as it comes. As long as the
+ * broker parks a request (its PARK_MS): output that came sooner would end the
+ * park, and an execution of 10 to 20 ms would cost two messages and a
+ * streamed response where one of each does, with no output seen earlier.
  */
-#define OUTPUT_HOLD_MS 10
+#define OUTPUT_HOLD_MS 20
 #define IOPUB_HWM 16 /* kernel messages queued here, for kernels that wait (NODROP) */
 #define WIRE_MAX_FRAME (64LL << 20) /* larger kernel frames are dropped by libzmq */
 
