@@ -452,15 +452,39 @@ err:
 	return e;
 }
 
-/* Packs straight into an nng message: no intermediate buffer, no copy. */
+/* Bytes a frame of m takes at most (every header at its widest). */
+static size_t
+pack_size(const struct msg *m)
+{
+	size_t n = 16;
+
+	for (int f = 0; f < F_FIELD_MAX; f++) {
+		if (!(m->m_has & FB(f)))
+			continue;
+		n += 16;
+		if (fields[f].kind == FK_STR)
+			n += ((const struct pstr *)((const char *)m + fields[f].off))->len;
+		else if (fields[f].kind == FK_ENV)
+			for (size_t i = 0; i < m->m_nenv; i++)
+				n += 10 + m->m_env[i].e_key.len + m->m_env[i].e_val.len;
+	}
+	return n;
+}
+
+/*
+ * Packs straight into an nng message, its room reserved first: no
+ * intermediate buffer, and no copy as it grows (a 1 MiB output chunk would
+ * otherwise be copied again by every reallocation).
+ */
 int
 msg_pack(const struct msg *m, nng_msg **out)
 {
 	msgpack_packer pk;
 	int e;
 
-	if ((e = nng_msg_alloc(out, 0)))
+	if ((e = nng_msg_alloc(out, pack_size(m))))
 		return e;
+	nng_msg_clear(*out); /* keeps the room */
 	msgpack_packer_init(&pk, *out, pack_write_nng);
 	if (pack_msg(m, &pk)) {
 		nng_msg_free(*out);
