@@ -183,6 +183,10 @@ struct context {
 };
 TAILQ_HEAD(contextq, context);
 
+/* A sandcellctl client (control.c). */
+struct ctl_peer;
+TAILQ_HEAD(ctlpeerq, ctl_peer);
+
 /* --pool LANG=N: N warm proxies of that language's kernelspec. */
 struct pool_spec {
 	char ps_want[MAX_LANG + 1];
@@ -255,6 +259,7 @@ struct server_tables {
 		} w[32];
 		size_t n;
 	} tb_watchers; /* sandcellctl watch clients */
+	struct ctlpeerq tb_ctl_peers; /* ctl clients with replies unacked or waiting */
 };
 
 /* The warm pool's state (its sizes are cf_pool). */
@@ -379,6 +384,7 @@ struct stream *stream_find(struct context *c, uint64_t id);
 
 /* context.c */
 const char *kstate_name(enum kstate s);
+bool context_proxyless(const struct context *c);
 const char *context_state(struct context *c);
 struct context *context_find(const char *id);
 bool context_listed(struct context *c);

@@ -19,6 +19,13 @@ kstate_name(enum kstate s)
 	return (unsigned)s < 4 ? names[s] : "unknown";
 }
 
+/* Its proxy kept dying (or could not be linked again) and is not restarted. */
+bool
+context_proxyless(const struct context *c)
+{
+	return !c->c_pooled && c->c_pl->pl_pid <= 0 && c->c_pl->pl_state == KS_DEAD;
+}
+
 /* starting, idle, busy (something running or queued) or dead. */
 const char *
 context_state(struct context *c)

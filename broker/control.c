@@ -3,7 +3,9 @@
  * polyamorous mode over ipc (ctl.sock in the run dir, 0600), so every client
  * has a pipe of its own and one request can be answered by many messages:
  * OK or FAIL, OUTPUT lines for run, events for watch, and END. The peer's uid
- * must be ours.
+ * must be ours. nng queues two messages per pipe in this mode and drops what
+ * does not fit, so a client acknowledges what it reads (CTL_ACK) and the
+ * broker keeps the rest until the window (CTL_WINDOW) opens again.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -82,17 +84,96 @@ control_start(void)
 	return 0;
 }
 
+/*
+ * A ctl client: replies sent and not yet acknowledged, and those waiting for
+ * its window. One that lets more than the stream cap (--stream-cap) wait is
+ * not reading: it is disconnected, never a stall or a loss for the others.
+ */
+struct ctl_peer {
+	TAILQ_ENTRY(ctl_peer) cp_link;
+	nng_pipe cp_pipe;
+	size_t cp_unacked;
+	size_t cp_bytes; /* waiting in cp_q */
+	struct msgq cp_q;
+};
+
+static struct ctl_peer *
+peer_find(uint32_t id)
+{
+	struct ctl_peer *cp;
+
+	TAILQ_FOREACH(cp, &sv.sv_tb.tb_ctl_peers, cp_link)
+		if ((uint32_t)nng_pipe_id(cp->cp_pipe) == id)
+			return cp;
+	return NULL;
+}
+
+static void
+peer_free(struct ctl_peer *cp)
+{
+	TAILQ_REMOVE(&sv.sv_tb.tb_ctl_peers, cp, cp_link);
+	msgq_free(&cp->cp_q);
+	free(cp);
+}
+
+/* Sends what the client's window allows, in order. */
+static void
+peer_pump(struct ctl_peer *cp)
+{
+	while (cp->cp_unacked < CTL_WINDOW && cp->cp_q.mq_n) {
+		size_t len = msgq_head_len(&cp->cp_q), sent;
+		int e = msgq_flush_max(&cp->cp_q, sv.sv_io.io_ctl, 1, &sent);
+		if (!sent)
+			return; /* the socket's queue (SENDBUF) is full: the next ack or reply retries */
+		cp->cp_bytes -= len;
+		if (e)
+			log_warn("control: a reply to a sandcellctl client was lost: %s",
+				 nng_strerror(e));
+		else
+			cp->cp_unacked++;
+	}
+}
+
 static void
 send_to(nng_pipe p, struct msg *m)
 {
+	uint32_t id = nng_pipe_id(p);
+	struct ctl_peer *cp = peer_find(id);
 	nng_msg *nm;
 
+	if (!cp) {
+		cp = xcalloc(1, sizeof(*cp));
+		cp->cp_pipe = p;
+		TAILQ_INSERT_TAIL(&sv.sv_tb.tb_ctl_peers, cp, cp_link);
+	}
 	if (msg_pack(m, &nm))
 		fatal("control: cannot encode %s", msg_type_name(m->m_type));
 	nng_msg_set_pipe(nm, p);
-	/* a client that does not read loses messages, never stalls the broker */
-	if (nng_sendmsg(sv.sv_io.io_ctl, nm, NNG_FLAG_NONBLOCK))
-		nng_msg_free(nm);
+	cp->cp_bytes += nng_msg_len(nm);
+	msgq_push(&cp->cp_q, nm);
+	peer_pump(cp);
+	if (cp->cp_bytes > sv.sv_cf.cf_stream_cap) {
+		/* its runs are cancelled and its watch ends when the pipe is gone */
+		log_warn("control: a sandcellctl client does not read (over %llu bytes "
+			 "waiting): disconnected",
+			 (unsigned long long)sv.sv_cf.cf_stream_cap);
+		nng_pipe_close(p);
+		peer_free(cp);
+	}
+}
+
+/* The client read count replies: its window opens. */
+static void
+peer_ack(nng_pipe p, uint64_t count)
+{
+	struct ctl_peer *cp = peer_find(nng_pipe_id(p));
+
+	if (!cp)
+		return;
+	cp->cp_unacked = count < cp->cp_unacked ? cp->cp_unacked - count : 0;
+	peer_pump(cp);
+	if (!cp->cp_unacked && !cp->cp_q.mq_n)
+		peer_free(cp);
 }
 
 static void
@@ -339,7 +420,9 @@ control_recv(void)
 			done(p, 0, MSG_FAIL, NULL, proto_strerror(e));
 			continue;
 		}
-		if (m.m_type < CTL_STATUS || !(m.m_has & FB(F_REQ))) {
+		if (m.m_type == CTL_ACK) {
+			peer_ack(p, m.m_count);
+		} else if (m.m_type < CTL_STATUS || !(m.m_has & FB(F_REQ))) {
 			log_warn("control: unexpected %s dropped", msg_type_name(m.m_type));
 			done(p, m.m_req, MSG_FAIL, NULL, "not a control request");
 		} else {
@@ -364,6 +447,9 @@ control_pipe_events(void)
 	pthread_mutex_unlock(&gone_lock);
 	for (size_t k = 0; k < n; k++) {
 		struct stream *s, *next;
+		struct ctl_peer *cp = peer_find(ids[k]);
+		if (cp)
+			peer_free(cp);
 		for (size_t i = 0; i < sv.sv_tb.tb_watchers.n;)
 			if ((uint32_t)nng_pipe_id(sv.sv_tb.tb_watchers.w[i].pipe) == ids[k])
 				sv.sv_tb.tb_watchers.w[i] = sv.sv_tb.tb_watchers.w[--sv.sv_tb.tb_watchers.n];
@@ -382,6 +468,9 @@ void
 control_stop(void)
 {
 	char *path = xasprintf("%s/ctl.sock", sv.sv_cf.cf_run_dir);
+
+	while (!TAILQ_EMPTY(&sv.sv_tb.tb_ctl_peers))
+		peer_free(TAILQ_FIRST(&sv.sv_tb.tb_ctl_peers));
 
 	nng_close(sv.sv_io.io_ctl);
 	unlink(path);

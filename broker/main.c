@@ -508,6 +508,7 @@ main(int argc, char **argv)
 	TAILQ_INIT(&sv.sv_tb.tb_contexts);
 	TAILQ_INIT(&sv.sv_tb.tb_streams);
 	TAILQ_INIT(&sv.sv_tb.tb_parked);
+	TAILQ_INIT(&sv.sv_tb.tb_ctl_peers);
 	sv.sv_lc.lc_started = now_ms();
 	/* stream ids never repeat across broker restarts: proxies outlive us */
 	sv.sv_tb.tb_next_stream = (uint64_t)time(NULL) << 20;

@@ -247,6 +247,12 @@ request_execute(struct request *rq, json_t *body)
 		request_done(rq, st, NULL, "%s", err);
 		return;
 	}
+	if (context_proxyless(c)) {
+		msg_free(&m);
+		request_done(rq, 503, NULL, "context %s cannot run code: %s; delete it", c->c_id,
+			     c->c_error ? c->c_error : "it has no proxy");
+		return;
+	}
 	if (c->c_nstreams > sv.sv_cf.cf_max_queue) {
 		msg_free(&m);
 		request_done(rq, 429, NULL, "context %s has %d executions waiting (limit %d)",
@@ -311,6 +317,18 @@ request_context(struct request *rq, const char *id, int op)
 
 	if (!c) {
 		request_done(rq, 404, NULL, "context '%.64s' not found", id);
+		return;
+	}
+	if (context_proxyless(c)) {
+		/* nobody to ask: a delete is done at once, the rest cannot be */
+		if (op == OP_DELETE) {
+			context_delete(c);
+			context_free(c);
+			request_done(rq, 200, json_null(), NULL);
+		} else {
+			request_done(rq, 503, NULL, "context %s has no proxy: %s; delete it",
+				     id, c->c_error ? c->c_error : "it is not running");
+		}
 		return;
 	}
 	if (op == OP_RESTART && pool_restart(c)) {

@@ -194,26 +194,28 @@ show(const char *cmd, json_t *data)
 	fflush(stdout);
 }
 
-/* Splits NDJSON data and prints each line. */
+/* Prints each whole NDJSON line; a partial one waits for its rest. */
 static void
 show_output(const char *data, size_t len)
 {
-	const char *p = data, *end = data + len;
+	static struct buf part; /* a line the proxy cut across messages (1 MiB each) */
+	const char *p, *end;
 
-	while (p < end) {
-		const char *nl = memchr(p, '\n', end - p);
-		size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+	buf_append(&part, data, len);
+	p = buf_head(&part);
+	end = p + buf_pending(&part);
+	for (const char *nl; (nl = memchr(p, '\n', end - p)); p = nl + 1) {
+		size_t n = nl - p;
 		if (as_json) {
-			fwrite(p, 1, n, stdout);
-			putchar('\n');
+			fwrite(p, 1, n + 1, stdout);
 		} else {
 			json_t *l = json_loadb(p, n, 0, NULL);
 			if (l)
 				print_line(l);
 			json_decref(l);
 		}
-		p += n + 1;
 	}
+	buf_consume(&part, p - buf_head(&part));
 	fflush(stdout);
 }
 
@@ -311,6 +313,12 @@ main(int argc, char **argv)
 			rc = 1;
 			break;
 		}
+		/* read: the broker may send the next (it holds CTL_WINDOW unacked) */
+		struct msg ack;
+		msg_init(&ack, CTL_ACK);
+		msg_set_u64(&ack, F_COUNT, 1);
+		msg_send(s, &ack, 0);
+		msg_free(&ack);
 		if (r.m_type == MSG_END) {
 			msg_free(&r);
 			break;

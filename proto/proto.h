@@ -61,6 +61,8 @@ enum msg_type {
 	CTL_STOP_KEEPS, /* req: contexts outlive the broker's next stop */
 	/* proxy -> broker */
 	MSG_STATS, /* count: kernel output no execution owned, dropped since the last STATS */
+	/* sandcellctl -> broker */
+	CTL_ACK, /* count: replies received; the broker sends a client at most CTL_WINDOW unacked */
 	MSG_TYPE_MAX
 };
 
@@ -108,6 +110,13 @@ enum policy { POLICY_INTERRUPT = 0, POLICY_CONTINUE = 1 };
 #define FLAG_DEFAULT 1u
 enum kstate { KS_STARTING = 0, KS_IDLE, KS_BUSY, KS_DEAD };
 
+/*
+ * Replies the broker sends a sandcellctl client before it acknowledges them
+ * (CTL_ACK). nng's polyamorous pair1 queues two messages per pipe and drops
+ * what does not fit, so without a window a burst (OUTPUT, OK, END) lost its
+ * end and the client waited for ever.
+ */
+#define CTL_WINDOW 2
 #define PROTO_MAX_FRAME (80u << 20) /* whole frame */
 #define PROTO_MAX_BIG (64u << 20)   /* code, data */
 #define PROTO_MAX_TEXT (64u << 10)  /* error text */
@@ -152,11 +161,13 @@ int msg_send(nng_socket s, const struct msg *m, int flags);
 /* Messages waiting for a socket that would block: sent in order, never blocking. */
 struct msgq {
 	nng_msg **mq_q;
-	size_t mq_n, mq_cap;
+	size_t mq_head, mq_n, mq_cap; /* waiting: mq_q[mq_head .. mq_head + mq_n) */
 	nng_aio *mq_aio; /* one for every send: nng_sendmsg allocates one per call */
 };
 void msgq_push(struct msgq *q, nng_msg *nm);
 int msgq_flush(struct msgq *q, nng_socket s);
+int msgq_flush_max(struct msgq *q, nng_socket s, size_t max, size_t *sent);
+size_t msgq_head_len(const struct msgq *q);
 void msgq_clear(struct msgq *q);
 void msgq_free(struct msgq *q); /* msgq_clear, and the memory of q itself */
 int msg_recv(nng_socket s, struct msg *m, int flags);

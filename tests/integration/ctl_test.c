@@ -208,6 +208,40 @@ Test(ctl, run_prints_the_stream_and_fails_on_error, .timeout = 60)
 	free(id);
 }
 
+/*
+ * Every line of a run that prints in many small pieces arrives, and so does
+ * its end: nng queues two messages per ctl client and drops what does not
+ * fit, so the broker holds what the client has not acknowledged.
+ */
+Test(ctl, run_delivers_every_line_and_its_end, .timeout = 120)
+{
+	char *id = context_new(URL, "python", NULL), *out;
+
+	for (int round = 0; round < 5; round++) {
+		cr_assert_eq(ctl(&out, "run %s 'import time\nfor i in range(300):\n"
+				       "    print(i, flush=True); time.sleep(0.0005)\n1/0'",
+				 id),
+			     1, "round %d: %s", round, out);
+		char *p = out;
+		for (int i = 0; i < 300; i++) {
+			char want[16];
+			int n = snprintf(want, sizeof(want), "%d\n", i);
+			cr_assert(!strncmp(p, want, n), "round %d: line %d missing near: %.80s",
+				  round, i, p);
+			p += n;
+		}
+		cr_assert(strstr(p, "ZeroDivisionError"), "round %d: %s", round, p);
+		free(out);
+	}
+	/* one line of 5 MiB: the proxy hands it on in 1 MiB messages */
+	cr_assert_eq(ctl(&out, "run %s \"print('x' * (5 << 20))\"", id), 0);
+	size_t n = strspn(out, "x");
+	cr_assert_eq(n, (size_t)5 << 20, "%zu x of %d", n, 5 << 20);
+	cr_assert_str_eq(out + n, "\n");
+	free(out);
+	free(id);
+}
+
 /* A drain test that fails leaves the shared broker accepting for the next. */
 static void
 undrain(void)

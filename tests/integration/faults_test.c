@@ -181,6 +181,63 @@ Test(faults, proxy_killed_while_another_context_streams, .timeout = 90)
 	free(other);
 }
 
+/*
+ * A proxy that keeps dying is not restarted for ever; its context then
+ * answers at once: /execute, restart and interrupt fail with 503 naming why,
+ * and delete removes it.
+ */
+static bool
+context_dead(const char *id)
+{
+	json_t *j = context_get(URL, id);
+	bool dead = j && !strcmp(json_string_value(json_object_get(j, "state")) ?: "", "dead");
+
+	json_decref(j);
+	return dead;
+}
+
+Test(faults, context_whose_proxy_keeps_dying_answers_at_once, .timeout = 120)
+{
+	char *id = context_new(URL, "python", NULL);
+	char path[256];
+	struct resp r;
+	long st;
+
+	cr_assert_not_null(id);
+	for (int kills = 0; !context_dead(id); kills++) {
+		pid_t ppid = context_pid(URL, id, "proxy_pid");
+		cr_assert(kills < 20, "the proxy is respawned without end");
+		if (ppid > 0)
+			kill(ppid, SIGKILL);
+		/* respawned (a new pid), or given up */
+		double t0 = ms_now();
+		pid_t now;
+		while ((now = context_pid(URL, id, "proxy_pid")) == ppid && !context_dead(id))
+			cr_assert(ms_since(t0) < 20000, "proxy %d neither respawned nor given up",
+				  (int)ppid);
+	}
+	double t0 = ms_now();
+	char *body = NULL;
+	cr_assert(asprintf(&body, "{\"code\":\"1\",\"context_id\":\"%s\"}", id) > 0);
+	cr_assert_null(execute(URL, body, &st, 30000));
+	free(body);
+	cr_assert_eq(st, 503);
+	cr_assert(ms_since(t0) < 5000, "answered after %.0f ms", ms_since(t0));
+	snprintf(path, sizeof(path), "/contexts/%s/restart", id);
+	cr_assert_eq(http(URL, "POST", path, NULL, &r, 10), 0);
+	cr_assert_eq(r.r_status, 503);
+	cr_assert(strstr(r.r_body, "keeps dying"), "%s", r.r_body);
+	resp_free(&r);
+	snprintf(path, sizeof(path), "/contexts/%s", id);
+	cr_assert_eq(http(URL, "DELETE", path, NULL, &r, 10), 0);
+	cr_assert(r.r_status == 200 || r.r_status == 204, "delete: %ld %s", r.r_status, r.r_body);
+	resp_free(&r);
+	cr_assert_eq(http(URL, "GET", path, NULL, &r, 10), 0);
+	cr_assert_eq(r.r_status, 404);
+	resp_free(&r);
+	free(id);
+}
+
 Test(faults, broker_restart_keeps_contexts_and_state, .fini = priv_stop, .timeout = 120)
 {
 	struct broker *b = &priv;

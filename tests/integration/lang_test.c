@@ -167,7 +167,8 @@ ParameterizedTest(int *ci, lang, behaves, .timeout = 120)
 	/* interrupt ends a long-running execution; the context lives on */
 	struct bg b = {.ctx = id, .code = c->long_running};
 	bg_start(&b);
-	usleep(1500000);
+	/* running: the proxy holds the interrupt until the code has started */
+	cr_expect_eq(wait_context_int(URL, id, "queue", 1, 10000), 0, "%s: never ran", c->lang);
 	cr_expect(context_post(URL, id, "interrupt", 10) > 0);
 	bg_join(&b);
 	cr_expect(b.took < 10000, "%s: interrupt took %.0f ms", c->lang, b.took);

@@ -92,6 +92,7 @@ static const struct {
     {CTL_STOP_ENDS, "CTL_STOP_ENDS", FB(F_REQ), 0},
     {CTL_STOP_KEEPS, "CTL_STOP_KEEPS", FB(F_REQ), 0},
     {MSG_STATS, "STATS", FB(F_COUNT), 0},
+    {CTL_ACK, "CTL_ACK", FB(F_COUNT), 0},
 };
 #define NTYPES (sizeof(types) / sizeof(types[0]))
 
