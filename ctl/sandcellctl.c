@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,6 +196,22 @@ show(const char *cmd, json_t *data)
 	fflush(stdout);
 }
 
+/*
+ * The broker's end closed (it stopped or died): nng would dial again and wait
+ * for ever, so the loop, which wakes every POLL_MS, ends instead.
+ */
+#define POLL_MS 250
+static atomic_bool broker_gone; /* set on nng's thread */
+
+static void
+pipe_gone(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	(void)p;
+	(void)ev;
+	(void)arg;
+	atomic_store(&broker_gone, true);
+}
+
 /* Prints each whole NDJSON line; a partial one waits for its rest. */
 static void
 show_output(const char *data, size_t len)
@@ -291,6 +309,7 @@ main(int argc, char **argv)
 
 	char *url = xasprintf("ipc://%s/ctl.sock", run_dir);
 	if ((e = nng_pair1_open(&s)) || (e = nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME)) ||
+	    (e = nng_pipe_notify(s, NNG_PIPE_EV_REM_POST, pipe_gone, NULL)) ||
 	    (e = nng_dial(s, url, NULL, 0))) {
 		fprintf(stderr, "sandcellctl: no broker is listening at %s (%s); is sandcell-broker "
 				"running with --run-dir %s?\n",
@@ -298,21 +317,26 @@ main(int argc, char **argv)
 		return 1;
 	}
 	bool watch = commands[ci].type == CTL_WATCH;
-	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, watch ? NNG_DURATION_INFINITE : timeout_s * 1000);
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, POLL_MS);
 	if ((e = msg_send(s, &m, 0))) {
 		fprintf(stderr, "sandcellctl: send: %s\n", nng_strerror(e));
 		return 1;
 	}
-	for (;;) {
+	for (int waited = 0;;) {
 		struct msg r;
-		if ((e = msg_recv(s, &r, 0))) {
+		if ((e = msg_recv(s, &r, 0)) == NNG_ETIMEDOUT && !atomic_load(&broker_gone) &&
+		    (watch || (waited += POLL_MS) < timeout_s * 1000))
+			continue;
+		if (e) {
 			fprintf(stderr, "sandcellctl: %s\n",
-				e > 0 ? (e == NNG_ETIMEDOUT ? "the broker did not answer in time"
-							    : nng_strerror(e))
-				      : proto_strerror(e));
+				atomic_load(&broker_gone) ? "the broker went away"
+				: e == NNG_ETIMEDOUT ? "the broker did not answer in time"
+				: e > 0		     ? nng_strerror(e)
+						     : proto_strerror(e));
 			rc = 1;
 			break;
 		}
+		waited = 0;
 		/* read: the broker may send the next (it holds CTL_WINDOW unacked) */
 		struct msg ack;
 		msg_init(&ack, CTL_ACK);

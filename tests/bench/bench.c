@@ -23,8 +23,9 @@
 #define STREAM_RUNS 3
 #define CANCEL_RUNS 20
 
-static const char *const sections[] = {"raw",    "latency", "throughput", "contexts", "streaming",
-                                       "memory", "cancel",  "ipc",        "sandbox", NULL};
+static const char *const sections[] = {"raw",       "latency", "throughput", "contexts",
+                                       "streaming", "memory",  "cancel",     "ipc",
+                                       "sandbox",   "goals",   NULL};
 
 static int
 cmp_double(const void *a, const void *b)
@@ -426,6 +427,12 @@ bench_latency(const struct broker *b)
 		table_add("2 sandcell", fmt("  the same, p99 against raw p99"), NULL,
 		          fmt("%.2f ms", hs.st_p99), ratio_ms(hs.st_p99, rs.st_p99),
 		          NULL);
+		if (c == 0 && cpu[4] > 0)
+			table_add("2 sandcell",
+			          "  CPU/exec of broker + proxy against the kernel's",
+			          NULL, fmt("%.0f vs %.0f us", cpu[2] + cpu[3], cpu[4]),
+			          fmt("%.2f", (cpu[2] + cpu[3]) / cpu[4]),
+			          goals_cpu(cpu[2], cpu[3], cpu[4]));
 	}
 	raw_figs.rf_have_lat = raw_figs.rf_x1.st_n > 0;
 	raw_stop(&k);
@@ -731,7 +738,7 @@ main(int argc, char **argv)
 		watch_start(&w);
 		bench_latency(url && want(only, "latency") ? &b : NULL);
 		if (want(only, "raw"))
-			raw_bench_plain();
+			goals_profile_run("1 raw");
 		watch_end(&w, "latency");
 	}
 	if (want(only, "raw") || want(only, "streaming")) {
@@ -746,7 +753,7 @@ main(int argc, char **argv)
 		/* with a broker, the throughput section measures the raw ceilings itself
 		 */
 		if (url && want(only, "throughput"))
-			load_bench_throughput(&b);
+			load_bench_throughput(&b, false);
 		else
 			raw_bench_aggregate();
 		watch_end(&w, "throughput");
@@ -761,6 +768,7 @@ main(int argc, char **argv)
 	if (want(only, "contexts")) {
 		watch_start(&w);
 		load_bench_contexts();
+		goals_contexts("4 contexts");
 		watch_end(&w, "contexts");
 	}
 	if (want(only, "memory")) {
@@ -778,6 +786,12 @@ main(int argc, char **argv)
 		box_bench();
 		watch_end(&w, "sandbox");
 	}
+	/* a full run records the goals' figures in its sections */
+	if (only && !strcmp(only, "goals")) {
+		watch_start(&w);
+		goals_bench();
+		watch_end(&w, "goals");
+	}
 	if (foreign[0])
 		table_note(
 		    "CPU spent by other work on this machine (outside this benchmark's "
@@ -792,6 +806,7 @@ main(int argc, char **argv)
 	    "CPU/exec: user+system CPU from /proc (10 ms ticks) over the measured runs, "
 	    "divided by the executions; client = this process");
 	table_print();
+	goals_print();
 	progress("done");
 	return 0;
 }

@@ -1,8 +1,9 @@
 /*
  * bench.h — the parts of sandcell's benchmarks (make bench): the result table
  * and statistics (bench.c), the raw Jupyter client that is the baseline
- * (raw.c), a libcurl client for the broker (hc.c) and the load, context and
- * memory sections that start brokers of their own (load.c).
+ * (raw.c), a libcurl client for the broker (hc.c), the load, context and
+ * memory sections that start brokers of their own (load.c) and the figures
+ * of the performance goals with their verdicts (goals.c).
  */
 #ifndef SANDCELL_BENCH_H
 #define SANDCELL_BENCH_H
@@ -74,7 +75,6 @@ int raw_ready(struct raw_kernel *k, int timeout_ms);
 int raw_exec(struct raw_kernel *k, const char *code, struct raw_out *out, int timeout_ms);
 void raw_stop(struct raw_kernel *k);
 int raw_start(struct raw_kernel *ks, int n, bool profile); /* n side by side */
-void raw_bench_plain(void);
 void raw_bench_stream(void);
 void raw_bench_aggregate(void);
 int raw_agg_start(void);
@@ -105,10 +105,21 @@ pid_t hc_kernel_pid(const char *base, const char *ctx);
 int hc_create_parallel(const char *base, int n, int conc, char **ids, double *ms);
 void hc_delete_all(const char *base, char **ids, int n);
 
-/* load.c */
-void load_bench_throughput(const struct broker *b);
+/* load.c; goal_rows: only the rows of the goals (8 and 64 clients over 4 and 16) */
+void load_bench_throughput(const struct broker *b, bool goal_rows);
 void load_bench_contexts(void);
 void load_bench_memory(void);
+
+/* goals.c: the figures of issue 17 with their goals; each goals_X records
+ * its row of the goals table and returns the main table's target cell */
+const char *goals_cpu(double broker_us, double proxy_us, double kernel_us);
+const char *goals_profile(double with_ms, double without_ms);
+/* NULL for shapes other than 8 and 64 clients over 4 and 16 contexts */
+const char *goals_throughput(int nclients, int nctx, double rate, double raw);
+void goals_profile_run(const char *section); /* raw kernels with and without it */
+void goals_contexts(const char *section);    /* burst, first import pandas, PSS */
+void goals_bench(void);
+void goals_print(void);
 
 /* box.c: (9) the sandbox against --no-sandbox */
 void box_bench(void);

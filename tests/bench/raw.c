@@ -389,35 +389,6 @@ err:
 	return -1;
 }
 
-/* x=1 on a kernel without sandcell's start-up profile: what the profile costs. */
-void
-raw_bench_plain(void)
-{
-	struct raw_kernel k;
-	double v[RAW_RUNS];
-	struct stats st;
-	int n = 0;
-
-	progress("raw: x=1 on a kernel without the start-up profile, %d runs", RAW_RUNS);
-	if (raw_start(&k, 1, false) < 0)
-		return;
-	for (int i = 0; i < RAW_WARMUP; i++)
-		raw_exec(&k, "x=1", NULL, 30000);
-	for (int i = 0; i < RAW_RUNS; i++) {
-		double t0 = ms_now();
-		if (raw_exec(&k, "x=1", NULL, 30000) == 0)
-			v[n++] = ms_since(t0);
-	}
-	raw_stop(&k);
-	stats_of(v, n, &st);
-	if (n && raw_figs.rf_have_lat)
-		table_add(
-		    "1 raw",
-		    fmt("x=1, kernel without sandcell's start-up profile (%d runs)", n),
-		    fmt("%.2f ms", st.st_p50), fmt("%.2f ms", st.st_p99),
-		    fmt("%.2f", st.st_p50 / raw_figs.rf_x1.st_p50), NULL);
-}
-
 /* MiB/s of payload (median of the runs) and the CPU the kernel and client spent. */
 static int
 raw_stream_runs(struct raw_kernel *k, const char *code, double mib, bool images,

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -389,6 +390,7 @@ Test(ctl, watch_prints_live_events, .timeout = 60)
 	cr_assert_eq(pipe(fds), 0);
 	pid_t pid = fork();
 	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed or timed-out test ends it too */
 		dup2(fds[1], 1);
 		close(fds[0]);
 		snprintf(cmd, sizeof(cmd), "%s/sandcellctl", bin ? bin : "bin");
@@ -642,4 +644,34 @@ Test(metrics, proxy_restarts_are_counted, .timeout = 60)
 	free(before);
 	free(after);
 	free(id);
+}
+
+/* A watch (which has no timeout) ends, failing, when its broker stops. */
+Test(ctl, watch_ends_when_the_broker_stops, .timeout = 60, .fini = kept_stop)
+{
+	const char *args[] = {"--no-default-context", "--pool", "0", NULL};
+	const char *bin = getenv("SANDCELL_BIN");
+	char cmd[512], line[1024];
+	int fds[2], st;
+
+	cr_assert_eq(broker_start(&kept, args), 0);
+	cr_assert_eq(pipe(fds), 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(fds[1], 1);
+		close(fds[0]);
+		snprintf(cmd, sizeof(cmd), "%s/sandcellctl", bin ? bin : "bin");
+		execl(cmd, cmd, "--run-dir", kept.b_run_dir, "--json", "watch", (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	FILE *f = fdopen(fds[0], "r");
+	cr_assert_not_null(fgets(line, sizeof(line), f));
+	cr_assert(strstr(line, "\"watching\""), "%s", line);
+	sigterm_and_wait(&kept.b_pid);
+	cr_assert(gone_within(pid, 5000), "sandcellctl watch outlived its broker");
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
+	fclose(f);
 }
