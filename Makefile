@@ -19,6 +19,8 @@ LISTEN  ?= 127.0.0.1:49999
 export JUPYTER_PATH := $(CURDIR)/proxy/jupyter:$(CURDIR)/.deps/jupyter$(if $(JUPYTER_PATH),:$(JUPYTER_PATH))
 # The IPython start-up profile, wherever the binaries were built (test-asan).
 export SANDCELL_PYTHON_STARTUP ?= $(CURDIR)/proxy/python/sandcell_startup.py
+# The Python of the python kernelspec: it compiles the profile ahead (below).
+PYTHON ?= /usr/bin/python3
 RUN_ARGS ?=
 
 # proto/ (the IPC codec) and lib/ (shared helpers) go into every binary.
@@ -38,7 +40,16 @@ INTEG_TESTS = $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests
 .PHONY: all bench deps fuzz install run soak test test-install test-systemd test-unit test-integration test-sdk test-asan clean \
         check-deps format image test-deploy test-image
 
-all: $(PROGS)
+all: $(PROGS) $(BUILD)/profile.stamp
+
+# The profile's bytecode, which kernels load instead of compiling the profile
+# at each start (see proxy/python/sandcell_startup.py). It is checked against
+# the source's hash, so a stale one is only ignored. Skipped without Python.
+$(BUILD)/profile.stamp: proxy/python/sandcell_profile.py
+	@mkdir -p $(dir $@)
+	@if [ -x $(PYTHON) ]; then \
+	  $(PYTHON) -m compileall -q --invalidation-mode checked-hash $<; fi
+	@touch $@
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -158,7 +169,10 @@ install: all
 	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
 	cp -r proxy/jupyter/kernels/bash proxy/jupyter/kernels/java \
 	  $(DESTDIR)$(PREFIX)/share/sandcell/jupyter/kernels/
-	install -m 644 proxy/python/sandcell_startup.py $(DESTDIR)$(PREFIX)/share/sandcell/
+	install -m 644 proxy/python/sandcell_startup.py proxy/python/sandcell_profile.py \
+	  $(DESTDIR)$(PREFIX)/share/sandcell/
+	if [ -x $(PYTHON) ]; then $(PYTHON) -m compileall -q --invalidation-mode checked-hash \
+	  $(DESTDIR)$(PREFIX)/share/sandcell/sandcell_profile.py; fi
 	if [ -x "$$(ls .deps/deno/node_modules/@deno/linux-*/deno 2>/dev/null | head -n 1)" ]; then \
 	  install -m 755 $$(ls .deps/deno/node_modules/@deno/linux-*/deno | head -n 1) \
 	    $(DESTDIR)$(PREFIX)/lib/sandcell/deno && \

@@ -50,7 +50,8 @@ check "ExecStart names $prefix/bin/sandcell-broker" \
 	grep -q "^ExecStart=$prefix/bin/sandcell-broker " "$unit"
 check "the unit names no /usr/local path" sh -c "! grep -n /usr/local '$unit'"
 for f in bin/sandcell-broker bin/sandcell-proxy bin/sandcellctl \
-	share/sandcell/sandcell_startup.py share/sandcell/jupyter/kernels/bash/kernel.json \
+	share/sandcell/sandcell_startup.py share/sandcell/sandcell_profile.py \
+	share/sandcell/jupyter/kernels/bash/kernel.json \
 	share/sandcell/jupyter/kernels/java/kernel.json; do
 	check "$prefix/$f installed" [ -f "$dest$prefix/$f" ]
 done

@@ -578,3 +578,32 @@ Test(lang, python_thread_display_goes_to_no_later_execution, .timeout = 60)
 	json_decref(l);
 	free(id);
 }
+
+/*
+ * An asyncio task belongs to the execution that created it: what it prints
+ * or displays once that execution is over goes to no later one, even while
+ * the later one awaits on the same loop (the task runs in its context).
+ */
+Test(lang, python_task_output_goes_to_no_later_execution, .timeout = 60)
+{
+	char *id = context_new(URL, "python", NULL);
+	json_t *l;
+
+	cr_assert_not_null(id);
+	json_decref(run(URL, id,
+			"import asyncio\n"
+			"from IPython.display import display\n"
+			"async def show():\n"
+			"    await asyncio.sleep(0.5)\n"
+			"    print('late')\n"
+			"    display({'late': 1}, raw=True)\n"
+			"    display('late')\n"
+			"task = asyncio.ensure_future(show())"));
+	l = run(URL, id, "import asyncio\nawait asyncio.sleep(1.5)\nprint('next', task.done())");
+	char *out = stdout_of(l);
+	cr_expect_str_eq(out, "next True\n", "the task's output came with the next execution");
+	cr_expect_null(line_of(l, "result", 0), "the task's display came with the next execution");
+	free(out);
+	json_decref(l);
+	free(id);
+}
