@@ -148,6 +148,7 @@ TAILQ_HEAD(requestq, request);
 struct proxy_link {
 	char pl_slot[37];    /* the proxy's name: ctx/<slot>/proxy.sock */
 	nng_socket pl_sock;
+	struct mrecv pl_recv; /* what the proxy sends; pl_rfd is its eventfd */
 	int pl_rfd, pl_sfd;
 	int pl_pidfd;        /* adopted proxies: readable when it exits; else -1 */
 	bool pl_sfd_watched;

@@ -112,8 +112,7 @@ static void
 peer_free(struct ctl_peer *cp)
 {
 	TAILQ_REMOVE(&sv.sv_tb.tb_ctl_peers, cp, cp_link);
-	msgq_clear(&cp->cp_q);
-	free(cp->cp_q.mq_q);
+	msgq_free(&cp->cp_q);
 	free(cp);
 }
 

@@ -45,6 +45,7 @@ link_open(struct context *c, const char *slot)
 	c->c_pl = xcalloc(1, sizeof(*c->c_pl));
 	snprintf(c->c_pl->pl_slot, sizeof(c->c_pl->pl_slot), "%s", slot);
 	c->c_pl->pl_pidfd = c->c_pl->pl_rfd = c->c_pl->pl_sfd = -1;
+	c->c_pl->pl_recv.mr_fd = -1;
 	c->c_pl->pl_state = KS_STARTING;
 	if ((e = nng_pair0_open(&c->c_pl->pl_sock)))
 		goto out;
@@ -56,9 +57,10 @@ link_open(struct context *c, const char *slot)
 	nng_pipe_notify(c->c_pl->pl_sock, NNG_PIPE_EV_ADD_PRE, link_pipe_event, c->c_pl);
 	nng_pipe_notify(c->c_pl->pl_sock, NNG_PIPE_EV_REM_POST, link_pipe_event, c->c_pl);
 	if ((e = nng_dial(c->c_pl->pl_sock, url, NULL, NNG_FLAG_NONBLOCK)) ||
-	    (e = nng_socket_get_int(c->c_pl->pl_sock, NNG_OPT_RECVFD, &c->c_pl->pl_rfd)) ||
+	    (e = mrecv_open(&c->c_pl->pl_recv, c->c_pl->pl_sock)) ||
 	    (e = nng_socket_get_int(c->c_pl->pl_sock, NNG_OPT_SENDFD, &c->c_pl->pl_sfd)))
 		goto out;
+	c->c_pl->pl_rfd = c->c_pl->pl_recv.mr_fd;
 	c->c_pl->pl_ev_recv = (struct evsrc){EV_CTX_RECV, c};
 	c->c_pl->pl_ev_send = (struct evsrc){EV_CTX_SEND, c};
 	server_watch(c->c_pl->pl_rfd, EPOLLIN, &c->c_pl->pl_ev_recv);
@@ -121,9 +123,9 @@ link_close(struct proxy_link *pl)
 		close(pl->pl_pidfd);
 	}
 	nng_close(pl->pl_sock); /* waits for pipe callbacks: pl stays valid until here */
-	link_close_poll_pipes(pl->pl_rfd, pl->pl_sfd);
-	msgq_clear(&pl->pl_outq);
-	free(pl->pl_outq.mq_q);
+	mrecv_close(&pl->pl_recv); /* and for its receive's */
+	link_close_poll_pipes(-1, pl->pl_sfd);
+	msgq_free(&pl->pl_outq);
 	free(pl);
 }
 
@@ -202,7 +204,7 @@ link_recv(struct context *c)
 {
 	for (int i = 0; i < 1024; i++) {
 		struct msg m;
-		int e = msg_recv(c->c_pl->pl_sock, &m, NNG_FLAG_NONBLOCK);
+		int e = mrecv_next(&c->c_pl->pl_recv, &m);
 		if (e == NNG_EAGAIN)
 			return;
 		if (e > 0) {

@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <msgpack.h>
 
@@ -451,15 +453,39 @@ err:
 	return e;
 }
 
-/* Packs straight into an nng message: no intermediate buffer, no copy. */
+/* Bytes a frame of m takes at most (every header at its widest). */
+static size_t
+pack_size(const struct msg *m)
+{
+	size_t n = 16;
+
+	for (int f = 0; f < F_FIELD_MAX; f++) {
+		if (!(m->m_has & FB(f)))
+			continue;
+		n += 16;
+		if (fields[f].kind == FK_STR)
+			n += ((const struct pstr *)((const char *)m + fields[f].off))->len;
+		else if (fields[f].kind == FK_ENV)
+			for (size_t i = 0; i < m->m_nenv; i++)
+				n += 10 + m->m_env[i].e_key.len + m->m_env[i].e_val.len;
+	}
+	return n;
+}
+
+/*
+ * Packs straight into an nng message, its room reserved first: no
+ * intermediate buffer, and no copy as it grows (a 1 MiB output chunk would
+ * otherwise be copied again by every reallocation).
+ */
 int
 msg_pack(const struct msg *m, nng_msg **out)
 {
 	msgpack_packer pk;
 	int e;
 
-	if ((e = nng_msg_alloc(out, 0)))
+	if ((e = nng_msg_alloc(out, pack_size(m))))
 		return e;
+	nng_msg_clear(*out); /* keeps the room */
 	msgpack_packer_init(&pk, *out, pack_write_nng);
 	if (pack_msg(m, &pk)) {
 		nng_msg_free(*out);
@@ -509,11 +535,22 @@ msgq_flush_max(struct msgq *q, nng_socket s, size_t max, size_t *sent)
 	size_t i = 0;
 	int err = 0;
 
+	if (sent)
+		*sent = 0;
+	if (q->mq_n && !q->mq_aio) {
+		if ((err = nng_aio_alloc(&q->mq_aio, NULL, NULL)))
+			return err;
+		/* what nng_sendmsg(NNG_FLAG_NONBLOCK) does: fail rather than wait */
+		nng_aio_set_timeout(q->mq_aio, NNG_DURATION_ZERO);
+	}
 	while (i < q->mq_n && i < max) {
 		nng_msg *nm = q->mq_q[q->mq_head + i];
-		int e = nng_sendmsg(s, nm, NNG_FLAG_NONBLOCK);
-		if (e == NNG_EAGAIN)
-			break;
+		nng_aio_set_msg(q->mq_aio, nm);
+		nng_send_aio(s, q->mq_aio);
+		nng_aio_wait(q->mq_aio);
+		int e = nng_aio_result(q->mq_aio);
+		if (e == NNG_ETIMEDOUT || e == NNG_EAGAIN)
+			break; /* the message is still ours, and still queued */
 		if (e) {
 			nng_msg_free(nm);
 			err = e;
@@ -550,6 +587,16 @@ msgq_clear(struct msgq *q)
 	q->mq_n = q->mq_head = 0;
 }
 
+void
+msgq_free(struct msgq *q)
+{
+	msgq_clear(q);
+	if (q->mq_aio)
+		nng_aio_free(q->mq_aio);
+	free(q->mq_q);
+	memset(q, 0, sizeof(*q));
+}
+
 /* Returns 0, an nng error (positive), or a PROTO_ error (negative). */
 int
 msg_recv(nng_socket s, struct msg *m, int flags)
@@ -562,4 +609,114 @@ msg_recv(nng_socket s, struct msg *m, int flags)
 	e = msg_decode(nng_msg_body(nm), nng_msg_len(nm), m);
 	nng_msg_free(nm);
 	return e;
+}
+
+/* On nng's thread: keep the message, wake the loop if it was idle, receive again. */
+static void
+mrecv_cb(void *arg)
+{
+	struct mrecv *r = arg;
+	int e = nng_aio_result(r->mr_aio);
+	bool wake = false, paused = false;
+
+	if (e == NNG_ECLOSED || e == NNG_ECANCELED)
+		return; /* the socket is closing: mrecv_close follows */
+	if (!e) {
+		pthread_mutex_lock(&r->mr_mu);
+		if (r->mr_n == r->mr_cap) {
+			r->mr_cap = r->mr_cap ? r->mr_cap * 2 : 16;
+			r->mr_q = xrealloc(r->mr_q, r->mr_cap * sizeof(*r->mr_q));
+		}
+		r->mr_q[r->mr_n++] = nng_aio_get_msg(r->mr_aio);
+		wake = r->mr_n == 1;
+		/* a loop that falls behind stops the receiving: the peer waits */
+		paused = r->mr_paused = r->mr_n >= MRECV_MAX;
+		pthread_mutex_unlock(&r->mr_mu);
+		if (wake) {
+			uint64_t one = 1;
+			if (write(r->mr_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+				log_warn("eventfd: %s", strerror(errno));
+		}
+	}
+	if (!paused)
+		nng_recv_aio(r->mr_sock, r->mr_aio);
+}
+
+int
+mrecv_open(struct mrecv *r, nng_socket s)
+{
+	int e;
+
+	memset(r, 0, sizeof(*r));
+	r->mr_sock = s;
+	pthread_mutex_init(&r->mr_mu, NULL);
+	if ((r->mr_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+		return NNG_ENOMEM;
+	if ((e = nng_aio_alloc(&r->mr_aio, mrecv_cb, r)))
+		return e;
+	nng_recv_aio(s, r->mr_aio);
+	return 0;
+}
+
+/* Moves what the callback received to the loop's batch; the number moved. */
+static size_t
+mrecv_take(struct mrecv *r)
+{
+	nng_msg **q;
+	size_t cap;
+	bool resume;
+
+	pthread_mutex_lock(&r->mr_mu);
+	q = r->mr_q, cap = r->mr_cap;
+	r->mr_q = r->mr_batch, r->mr_cap = r->mr_bcap;
+	r->mr_batch = q, r->mr_bcap = cap;
+	r->mr_bn = r->mr_n;
+	r->mr_n = 0;
+	resume = r->mr_paused;
+	r->mr_paused = false;
+	pthread_mutex_unlock(&r->mr_mu);
+	r->mr_bat = 0;
+	if (resume)
+		nng_recv_aio(r->mr_sock, r->mr_aio);
+	return r->mr_bn;
+}
+
+int
+mrecv_next(struct mrecv *r, struct msg *m)
+{
+	nng_msg *nm;
+	int e;
+
+	if (r->mr_bat == r->mr_bn && !mrecv_take(r)) {
+		uint64_t v;
+		/* cleared, then looked at again: a message that came between the
+		 * two has written the eventfd after this read, or is taken now */
+		if (read(r->mr_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+			log_warn("eventfd: %s", strerror(errno));
+		if (!mrecv_take(r))
+			return NNG_EAGAIN;
+	}
+	nm = r->mr_batch[r->mr_bat++];
+	e = msg_decode(nng_msg_body(nm), nng_msg_len(nm), m);
+	nng_msg_free(nm);
+	return e;
+}
+
+void
+mrecv_close(struct mrecv *r)
+{
+	if (r->mr_aio)
+		nng_aio_free(r->mr_aio); /* stops it and waits for its callback */
+	r->mr_aio = NULL;
+	for (size_t i = 0; i < r->mr_n; i++)
+		nng_msg_free(r->mr_q[i]);
+	for (size_t i = r->mr_bat; i < r->mr_bn; i++)
+		nng_msg_free(r->mr_batch[i]);
+	free(r->mr_q);
+	free(r->mr_batch);
+	if (r->mr_fd >= 0)
+		close(r->mr_fd);
+	pthread_mutex_destroy(&r->mr_mu);
+	memset(r, 0, sizeof(*r));
+	r->mr_fd = -1;
 }

@@ -6,6 +6,7 @@
 #ifndef SANDCELL_PROTO_H
 #define SANDCELL_PROTO_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -161,12 +162,37 @@ int msg_send(nng_socket s, const struct msg *m, int flags);
 struct msgq {
 	nng_msg **mq_q;
 	size_t mq_head, mq_n, mq_cap; /* waiting: mq_q[mq_head .. mq_head + mq_n) */
+	nng_aio *mq_aio; /* one for every send: nng_sendmsg allocates one per call */
 };
 void msgq_push(struct msgq *q, nng_msg *nm);
 int msgq_flush(struct msgq *q, nng_socket s);
 int msgq_flush_max(struct msgq *q, nng_socket s, size_t max, size_t *sent);
 size_t msgq_head_len(const struct msgq *q);
 void msgq_clear(struct msgq *q);
+void msgq_free(struct msgq *q); /* msgq_clear, and the memory of q itself */
 int msg_recv(nng_socket s, struct msg *m, int flags);
+
+/*
+ * A socket's incoming messages, taken by an nng aio callback (on nng's
+ * thread, as pair0 completes a waiting receive in place) and handed to a
+ * loop through an eventfd, readable while messages wait: no pollable pipe,
+ * no aio made and freed per message, no receive that finds nothing.
+ */
+#define MRECV_MAX 1024
+struct mrecv {
+	nng_socket mr_sock;
+	nng_aio *mr_aio;
+	int mr_fd; /* eventfd, for the loop's epoll */
+	pthread_mutex_t mr_mu;
+	nng_msg **mr_q; /* what the callback received: guarded by mr_mu */
+	size_t mr_n, mr_cap;
+	bool mr_paused; /* MRECV_MAX wait: receiving resumes when the loop takes them */
+	nng_msg **mr_batch; /* what the loop took and has not decoded yet */
+	size_t mr_bn, mr_bat, mr_bcap;
+};
+int mrecv_open(struct mrecv *r, nng_socket s); /* 0 or an nng error */
+/* Like msg_recv with NNG_FLAG_NONBLOCK: 0, NNG_EAGAIN, or a PROTO_ error. */
+int mrecv_next(struct mrecv *r, struct msg *m);
+void mrecv_close(struct mrecv *r); /* after nng_close of its socket */
 
 #endif

@@ -39,6 +39,14 @@ admit_depth(struct proxy *px)
  * line may span messages: the broker only concatenates), so neither side
  * ever holds a huge frame; an outcome closes the stream.
  */
+/* The message's data is the unit's buffer itself (packed from there, not copied first). */
+static void
+data_borrow(struct msg *m, struct unit *u, size_t len)
+{
+	m->m_data = (struct pstr){(char *)buf_head(&u->u_out), len};
+	m->m_has |= FB(F_DATA);
+}
+
 static void
 unit_send(struct proxy *px, struct unit *u, const char *outcome)
 {
@@ -47,8 +55,9 @@ unit_send(struct proxy *px, struct unit *u, const char *outcome)
 	while (buf_pending(&u->u_out) > OUTPUT_CHUNK) {
 		msg_init(&m, MSG_OUTPUT);
 		msg_set_u64(&m, F_STREAM, u->u_stream);
-		msg_set_str(&m, F_DATA, buf_head(&u->u_out), OUTPUT_CHUNK);
+		data_borrow(&m, u, OUTPUT_CHUNK);
 		ipc_send(px, &m);
+		m.m_data.s = NULL; /* not the message's to free */
 		msg_free(&m);
 		buf_consume(&u->u_out, OUTPUT_CHUNK);
 	}
@@ -56,7 +65,7 @@ unit_send(struct proxy *px, struct unit *u, const char *outcome)
 		return;
 	msg_init(&m, MSG_OUTPUT);
 	msg_set_u64(&m, F_STREAM, u->u_stream);
-	msg_set_str(&m, F_DATA, buf_head(&u->u_out), buf_pending(&u->u_out));
+	data_borrow(&m, u, buf_pending(&u->u_out));
 	if (outcome) {
 		uint64_t now = now_ms(), start = u->u_started_at ? u->u_started_at : now;
 		msg_set_u64(&m, F_FINAL, 1);
@@ -65,6 +74,7 @@ unit_send(struct proxy *px, struct unit *u, const char *outcome)
 		msg_set_u64(&m, F_RUN, now - start);
 	}
 	ipc_send(px, &m);
+	m.m_data.s = NULL;
 	msg_free(&m);
 	buf_consume(&u->u_out, buf_pending(&u->u_out));
 }

@@ -158,9 +158,9 @@ ipc_listen(struct proxy *p)
 	    (e = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600)) ||
 	    (e = nng_listener_start(l, 0)))
 		fatal("context %s: listen %s: %s", p->px_id, url, nng_strerror(e));
-	if ((e = nng_socket_get_int(p->px_ipc, NNG_OPT_RECVFD, &fd)))
-		fatal("nng recv fd: %s", nng_strerror(e));
-	p->px_ipc_fd = fd;
+	if ((e = mrecv_open(&p->px_recv, p->px_ipc)))
+		fatal("nng receive: %s", nng_strerror(e));
+	p->px_ipc_fd = p->px_recv.mr_fd;
 	if ((e = nng_socket_get_int(p->px_ipc, NNG_OPT_SENDFD, &fd)))
 		fatal("nng send fd: %s", nng_strerror(e));
 	p->px_ipc_sendfd = fd;

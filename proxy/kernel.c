@@ -48,6 +48,7 @@ zsock(struct proxy *px, int type, const char *endpoint)
 	int zero = 0, ivl = 10;
 	int64_t max = WIRE_MAX_FRAME;
 
+	px->px_zgen++;
 	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
 	zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
 	zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof(max));
@@ -387,6 +388,7 @@ kernel_on_stdin(struct proxy *px, struct jmsg *jm)
 	if (strcmp(jm->jm_type, "input_request"))
 		return;
 	log_debug("context %s: input_request answered with an empty line", px->px_id);
+	px->px_zsent = true;
 	if ((rc = wire_send(px->px_stdin, px->px_key, px->px_session, "input_reply",
 			    json_pack("{s:s}", "value", ""), NULL)) < 0)
 		log_warn("context %s: send input_reply: %s", px->px_id, strerror(-rc));
@@ -546,6 +548,7 @@ kernel_execute(struct proxy *px, const char *code, bool silent, char msgid[40])
 
 	if (!c)
 		return -EINVAL; /* code is not valid UTF-8 */
+	px->px_zsent = true;
 	return wire_send(px->px_shell, px->px_key, px->px_session, "execute_request", c,
 			 msgid);
 }
@@ -553,6 +556,7 @@ kernel_execute(struct proxy *px, const char *code, bool silent, char msgid[40])
 int
 kernel_probe(struct proxy *px, char msgid[40])
 {
+	px->px_zsent = true;
 	return wire_send(px->px_shell, px->px_key, px->px_session, "kernel_info_request",
 			 json_object(), msgid);
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -112,7 +113,7 @@ drain_ipc(struct proxy *p)
 {
 	for (;;) {
 		struct msg m;
-		int e = msg_recv(p->px_ipc, &m, NNG_FLAG_NONBLOCK);
+		int e = mrecv_next(&p->px_recv, &m);
 		if (e == NNG_EAGAIN)
 			return;
 		if (e > 0) {
@@ -129,19 +130,28 @@ drain_ipc(struct proxy *p)
 	}
 }
 
-/* Reads what a kernel socket holds; stops if handling closed the socket. */
-static void
+/*
+ * Reads what a kernel socket holds; stops if handling closed the socket.
+ * Returns whether it may hold more (the loop comes back without sleeping):
+ * ZMQ_FD only says that something changed, so an empty read is confirmed
+ * with ZMQ_EVENTS, which also consumes the fd's signal.
+ */
+static bool
 drain_kernel(struct proxy *p, void **sockp, const char *name)
 {
 	bool iopub = !strcmp(name, "iopub");
-
 	void *sock = *sockp;
 
 	for (int i = 0; i < 256 && sock && *sockp == sock; i++) {
 		struct jmsg jm;
 		int e = wire_recv(sock, p->px_key, &jm);
-		if (e == -EAGAIN)
-			return;
+		if (e == -EAGAIN) {
+			int ev = 0;
+			size_t len = sizeof(ev);
+			if (zmq_getsockopt(sock, ZMQ_EVENTS, &ev, &len) == 0 && (ev & ZMQ_POLLIN))
+				continue;
+			return false;
+		}
 		if (iopub)
 			p->px_iopub_at = now_ms();
 		if (e < 0) {
@@ -164,6 +174,7 @@ drain_kernel(struct proxy *p, void **sockp, const char *name)
 		if (iopub && p->px_run && buf_pending(&p->px_run->u_out) >= OUTPUT_CHUNK)
 			admit_flush(p);
 	}
+	return sock && *sockp == sock;
 }
 
 static void
@@ -248,52 +259,142 @@ usage(void)
 	exit(2);
 }
 
+/* What the loop's epoll reports, as its data. */
+enum { W_IPC, W_SIG, W_EV, W_SEND, W_BOX, W_IOPUB, W_SHELL, W_STDIN };
+
+static void
+watch(int ep, int op, int fd, int what)
+{
+	struct epoll_event ev = {.events = EPOLLIN, .data.u32 = what};
+
+	if (epoll_ctl(ep, op, fd, &ev) < 0 && op != EPOLL_CTL_DEL)
+		fatal("epoll_ctl: %s", strerror(errno));
+}
+
+/*
+ * The kernel's sockets are watched through their ZMQ_FD in the loop's epoll
+ * rather than by zmq_poll, which asks every socket for its events (a poll(2)
+ * and a getpid(2) each) twice per turn. Sockets made since the last turn
+ * (a start, a restart, iopub connected again) replace the watched ones.
+ */
+struct zwatch {
+	void **zw_sockp;
+	const char *zw_name;
+	int zw_fd;       /* watched, or -1 */
+	bool zw_pending; /* may hold messages: read before sleeping */
+};
+
+static void
+zwatch_sync(struct proxy *p, int ep, struct zwatch zw[3], unsigned *gen)
+{
+	bool sent = p->px_zsent;
+
+	p->px_zsent = false;
+	for (int i = 1; i < 3 && sent; i++) /* shell, stdin: a send may have taken the
+					       * fd's signal (zw[0], iopub, is never sent on) */
+		zw[i].zw_pending = true;
+	if (*gen == p->px_zgen)
+		return;
+	*gen = p->px_zgen;
+	for (int i = 0; i < 3; i++) {
+		size_t len = sizeof(int);
+		if (zw[i].zw_fd >= 0)
+			watch(ep, EPOLL_CTL_DEL, zw[i].zw_fd, 0);
+		zw[i].zw_fd = -1;
+		if (!*zw[i].zw_sockp)
+			continue;
+		if (zmq_getsockopt(*zw[i].zw_sockp, ZMQ_FD, &zw[i].zw_fd, &len) < 0)
+			fatal("zmq %s fd: %s", zw[i].zw_name, zmq_strerror(errno));
+		watch(ep, EPOLL_CTL_ADD, zw[i].zw_fd, W_IOPUB + i);
+		zw[i].zw_pending = true;
+	}
+}
+
+/*
+ * The pidfd of a box forked from the template, which is not our child (no
+ * SIGCHLD): watched while there is one. A new kernel (new sockets, px_zgen)
+ * may have a new pidfd under the old one's number, which closing took out
+ * of the epoll: it is added again.
+ */
+static void
+box_sync(struct proxy *p, int ep, int *fd, unsigned *gen)
+{
+	if (p->px_kpidfd == *fd && p->px_zgen == *gen)
+		return;
+	if (*fd >= 0)
+		watch(ep, EPOLL_CTL_DEL, *fd, 0);
+	*fd = p->px_kpidfd;
+	*gen = p->px_zgen;
+	if (*fd >= 0)
+		watch(ep, EPOLL_CTL_ADD, *fd, W_BOX);
+}
+
 static void
 loop(struct proxy *p)
 {
+	/* iopub before shell: a reply must not overtake its output */
+	struct zwatch zw[3] = {{&p->px_iopub, "iopub", -1, false},
+			       {&p->px_shell, "shell", -1, false},
+			       {&p->px_stdin, "stdin", -1, false}};
+	unsigned gen = p->px_zgen - 1, box_gen = gen;
+	int box_fd = -1;
+	bool send_watched = false;
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+
+	if (ep < 0)
+		fatal("epoll_create1: %s", strerror(errno));
+	watch(ep, EPOLL_CTL_ADD, p->px_ipc_fd, W_IPC);
+	watch(ep, EPOLL_CTL_ADD, p->px_sigfd, W_SIG);
+	watch(ep, EPOLL_CTL_ADD, p->px_evfd, W_EV);
 	while (!p->px_quit) {
-		zmq_pollitem_t it[8];
-		int n = 0, i_shell = -1, i_iopub = -1, i_stdin = -1, i_box = -1;
+		struct epoll_event evs[8];
+		bool ipc = false, sig = false, pipe_ev = false, box = false;
 		uint64_t now = now_ms();
 		long wait = admit_wait(p, now), kw = p->px_kstate == KS_STARTING ? 50 : 500;
+		int n;
 
 		if (wait < 0 || wait > kw)
 			wait = kw;
-		it[n++] = (zmq_pollitem_t){NULL, p->px_ipc_fd, ZMQ_POLLIN, 0};
-		it[n++] = (zmq_pollitem_t){NULL, p->px_sigfd, ZMQ_POLLIN, 0};
-		it[n++] = (zmq_pollitem_t){NULL, p->px_evfd, ZMQ_POLLIN, 0};
-		if (p->px_outq.mq_n)
-			it[n++] = (zmq_pollitem_t){NULL, p->px_ipc_sendfd, ZMQ_POLLIN, 0};
-		if (p->px_kpidfd >= 0) { /* a box forked from the template ended */
-			i_box = n;
-			it[n++] = (zmq_pollitem_t){NULL, p->px_kpidfd, ZMQ_POLLIN, 0};
+		zwatch_sync(p, ep, zw, &gen);
+		box_sync(p, ep, &box_fd, &box_gen);
+		for (int i = 0; i < 3; i++)
+			if (zw[i].zw_pending && *zw[i].zw_sockp)
+				wait = 0;
+		/* the send fd is readable while sending would not block: watched
+		 * only while something waits, or the loop would spin */
+		if (!!p->px_outq.mq_n != send_watched) {
+			send_watched = !send_watched;
+			watch(ep, send_watched ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, p->px_ipc_sendfd,
+			      W_SEND);
 		}
-		if (p->px_shell) {
-			i_shell = n;
-			it[n++] = (zmq_pollitem_t){p->px_shell, 0, ZMQ_POLLIN, 0};
-			i_iopub = n;
-			it[n++] = (zmq_pollitem_t){p->px_iopub, 0, ZMQ_POLLIN, 0};
-			i_stdin = n;
-			it[n++] = (zmq_pollitem_t){p->px_stdin, 0, ZMQ_POLLIN, 0};
+		if ((n = epoll_wait(ep, evs, 8, (int)wait)) < 0 && errno != EINTR)
+			fatal("epoll_wait: %s", strerror(errno));
+		for (int i = 0; i < n; i++) {
+			uint32_t w = evs[i].data.u32;
+			if (w == W_IPC)
+				ipc = true;
+			else if (w == W_SIG)
+				sig = true;
+			else if (w == W_EV)
+				pipe_ev = true;
+			else if (w == W_BOX)
+				box = true;
+			else if (w >= W_IOPUB)
+				zw[w - W_IOPUB].zw_pending = true;
 		}
-		if (zmq_poll(it, n, wait) < 0 && errno != EINTR)
-			fatal("zmq_poll: %s", zmq_strerror(errno));
-		if (it[2].revents)
+		if (pipe_ev)
 			ipc_pipe_events(p);
-		if (it[1].revents)
+		if (sig)
 			reap(p);
-		if (i_box >= 0 && it[i_box].revents && p->px_kpidfd >= 0) {
+		if (box && p->px_kpidfd >= 0) {
 			p->px_kpid = 0; /* not ours to kill or reap: it has ended */
 			kernel_reaped(p, SIGKILL); /* the init's report, if any, says better */
 		}
-		/* iopub before shell: a reply must not overtake its output */
-		if (i_iopub >= 0 && it[i_iopub].revents)
-			drain_kernel(p, &p->px_iopub, "iopub");
-		if (i_shell >= 0 && it[i_shell].revents)
-			drain_kernel(p, &p->px_shell, "shell");
-		if (i_stdin >= 0 && it[i_stdin].revents)
-			drain_kernel(p, &p->px_stdin, "stdin");
-		if (it[0].revents)
+		for (int i = 0; i < 3; i++)
+			if (zw[i].zw_pending)
+				zw[i].zw_pending = *zw[i].zw_sockp &&
+						   drain_kernel(p, zw[i].zw_sockp, zw[i].zw_name);
+		if (ipc)
 			drain_ipc(p);
 		now = now_ms();
 		admit_tick(p, now);
@@ -302,6 +403,7 @@ loop(struct proxy *p)
 		if (p->px_outq.mq_n)
 			ipc_flush(p);
 	}
+	close(ep);
 }
 
 int
@@ -517,6 +619,7 @@ main(int argc, char **argv)
 	sandbox_cleanup(&px);
 	nng_msleep(20); /* let the last replies leave */
 	nng_close(px.px_ipc);
+	mrecv_close(&px.px_recv);
 	zmq_ctx_term(px.px_zctx);
 	if (strcmp(px.px_kdir, px.px_dir))
 		rm_rf(px.px_kdir);

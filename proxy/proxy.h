@@ -28,9 +28,12 @@
 /*
  * Output of a unit's first milliseconds is held (up to OUTPUT_CHUNK) so that
  * a short execution reaches the broker as one message and its client as one
- * response; after that, output is handed on as it comes.
+ * response; after that, output is handed on as it comes. As long as the
+ * broker parks a request (its PARK_MS): output that came sooner would end the
+ * park, and an execution of 10 to 20 ms would cost two messages and a
+ * streamed response where one of each does, with no output seen earlier.
  */
-#define OUTPUT_HOLD_MS 10
+#define OUTPUT_HOLD_MS 20
 #define IOPUB_HWM 16 /* kernel messages queued here, for kernels that wait (NODROP) */
 #define WIRE_MAX_FRAME (64LL << 20) /* larger kernel frames are dropped by libzmq */
 
@@ -122,6 +125,7 @@ struct proxy {
 	int px_kpidfd;          /* a box forked from the template: its init; -1 = none */
 
 	nng_socket px_ipc;
+	struct mrecv px_recv; /* what the broker sends; px_ipc_fd is its eventfd */
 	int px_ipc_fd, px_ipc_sendfd;
 	int px_evfd;         /* nng pipe events land here */
 	volatile int px_pipe_added, px_pipe_removed;
@@ -129,6 +133,8 @@ struct proxy {
 
 	void *px_zctx;
 	void *px_shell, *px_control, *px_iopub, *px_hb, *px_stdin;
+	unsigned px_zgen; /* bumped for every socket made: the loop watches the new ones */
+	bool px_zsent;    /* shell or stdin was sent on: their ZMQ_EVENTS need a look */
 	char px_key[65];
 	char px_session[37];
 	char px_kinfo_id[40];

@@ -3,8 +3,11 @@
  * processes, each waiting in poll() the way the broker's and the proxy's
  * event loops do, over nng pair0 on ipc:// (sandcell's transport: nng's
  * notification fds, nonblocking nng_recvmsg/nng_sendmsg) and, for scale, over
- * a plain AF_UNIX SOCK_SEQPACKET pair. Wall time per round trip and the CPU
- * both processes spend on it, all threads counted.
+ * a plain AF_UNIX SOCK_SEQPACKET pair, and over nng's own stream layer on
+ * the same ipc:// (nng_stream: no SP protocol and pipe above the socket; a
+ * receive completes into an eventfd the loop polls, a send is written in
+ * place). Wall time per round trip and the CPU both processes spend on it,
+ * all threads counted.
  */
 #include <errno.h>
 #include <poll.h>
@@ -12,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -29,7 +33,29 @@ struct end {
 	nng_socket e_nng;
 	int e_rfd;  /* nng's receive notification fd, or the socket */
 	int e_fd;   /* SOCK_SEQPACKET socket, or -1 */
+	nng_stream *e_stream;       /* nng_stream, or NULL */
+	nng_aio *e_rx, *e_tx;       /* its receive (completes into e_rfd) and send */
 };
+
+/* On nng's thread: a stream receive is done, the loop's eventfd says so. */
+static void
+stream_rx_cb(void *arg)
+{
+	uint64_t one = 1;
+
+	if (write(((struct end *)arg)->e_rfd, &one, sizeof(one)) < 0)
+		return;
+}
+
+static int
+stream_rx_start(struct end *e, char *buf)
+{
+	nng_iov iov = {buf, IPC_MSG};
+
+	nng_aio_set_iov(e->e_rx, 1, &iov);
+	nng_stream_recv(e->e_stream, e->e_rx);
+	return 0;
+}
 
 static int
 end_recv(struct end *e, char *buf)
@@ -40,6 +66,13 @@ end_recv(struct end *e, char *buf)
 			return -1;
 		if (e->e_fd >= 0)
 			return recv(e->e_fd, buf, IPC_MSG, 0) == IPC_MSG ? 0 : -1;
+		if (e->e_stream) { /* 64 bytes come whole on a local socket */
+			uint64_t v;
+			if (read(e->e_rfd, &v, sizeof(v)) < 0 || nng_aio_result(e->e_rx) ||
+			    nng_aio_count(e->e_rx) != IPC_MSG)
+				return -1;
+			return stream_rx_start(e, buf);
+		}
 		nng_msg *m;
 		int rv = nng_recvmsg(e->e_nng, &m, NNG_FLAG_NONBLOCK);
 		if (rv == NNG_EAGAIN)
@@ -57,6 +90,13 @@ end_send(struct end *e, const char *buf)
 {
 	if (e->e_fd >= 0)
 		return send(e->e_fd, buf, IPC_MSG, 0) == IPC_MSG ? 0 : -1;
+	if (e->e_stream) {
+		nng_iov iov = {(void *)buf, IPC_MSG};
+		nng_aio_set_iov(e->e_tx, 1, &iov);
+		nng_stream_send(e->e_stream, e->e_tx);
+		nng_aio_wait(e->e_tx); /* written in place when the socket has room */
+		return nng_aio_result(e->e_tx) || nng_aio_count(e->e_tx) != IPC_MSG ? -1 : 0;
+	}
 	nng_msg *m;
 	if (nng_msg_alloc(&m, 0) || nng_msg_append(m, buf, IPC_MSG))
 		return -1;
@@ -86,6 +126,48 @@ nng_end(struct end *e, const char *url, bool listen)
 	return 0;
 }
 
+/* A stream end: accept (listen) or dial one connection; buf gets its receives. */
+static int
+stream_end(struct end *e, const char *url, bool listen, char *buf)
+{
+	static nng_stream_listener *l; /* the listener's end lives as long as the bench */
+	nng_stream_dialer *d;
+	nng_aio *a;
+	int rv = -1;
+
+	e->e_fd = -1;
+	if ((e->e_rfd = eventfd(0, EFD_CLOEXEC)) < 0 || nng_aio_alloc(&a, NULL, NULL) ||
+	    nng_aio_alloc(&e->e_rx, stream_rx_cb, e) || nng_aio_alloc(&e->e_tx, NULL, NULL))
+		return -1;
+	nng_aio_set_timeout(a, 10000);
+	if (listen) {
+		if (!nng_stream_listener_alloc(&l, url) && !nng_stream_listener_listen(l)) {
+			nng_stream_listener_accept(l, a);
+			rv = 0;
+		}
+	} else {
+		for (int i = 0; i < 100; i++) { /* until the listener is there */
+			if (nng_stream_dialer_alloc(&d, url))
+				break;
+			nng_stream_dialer_dial(d, a);
+			nng_aio_wait(a);
+			if (!nng_aio_result(a)) {
+				rv = 0;
+				break;
+			}
+			nng_stream_dialer_free(d);
+			usleep(10000);
+		}
+	}
+	if (!rv) {
+		nng_aio_wait(a);
+		if (nng_aio_result(a) || !(e->e_stream = nng_aio_get_output(a, 0)))
+			rv = -1;
+	}
+	nng_aio_free(a);
+	return rv ? -1 : stream_rx_start(e, buf);
+}
+
 /*
  * The echoing peer: this program run again as `bench --ipc-echo URL|FD`, so
  * that its nng starts fresh (nng's threads do not survive a fork).
@@ -96,7 +178,10 @@ ipc_echo_main(const char *where)
 	struct end e = {0};
 	char buf[IPC_MSG];
 
-	if (!strncmp(where, "ipc://", 6)) {
+	if (!strncmp(where, "stream:", 7)) {
+		if (stream_end(&e, where + 7, false, buf) < 0)
+			return 1;
+	} else if (!strncmp(where, "ipc://", 6)) {
 		if (nng_end(&e, where, false) < 0)
 			return 1;
 	} else {
@@ -107,10 +192,13 @@ ipc_echo_main(const char *where)
 	return 0;
 }
 
+enum kind { K_NNG, K_SEQPACKET, K_STREAM };
+
 static void
-measure(const char *label, bool use_nng)
+measure(const char *label, enum kind kind)
 {
-	char url[128], buf[IPC_MSG] = {0};
+	bool use_nng = kind != K_SEQPACKET;
+	char url[128], arg[160], buf[IPC_MSG] = {0};
 	double v[IPC_RUNS], cpu;
 	struct end me = {0};
 	struct stats st;
@@ -122,17 +210,22 @@ measure(const char *label, bool use_nng)
 		table_note("ipc: socketpair: %s", strerror(errno));
 		return;
 	}
-	if (use_nng && nng_end(&me, url, true) < 0) {
+	if (kind == K_NNG && nng_end(&me, url, true) < 0) {
 		table_note("ipc: nng listen %s failed", url);
 		return;
 	}
+	snprintf(arg, sizeof(arg), kind == K_STREAM ? "stream:%s" : "%s", url);
+	if (kind == K_SEQPACKET)
+		snprintf(arg, sizeof(arg), "%d", sv[1]);
 	if ((child = fork()) == 0) {
-		char fd[16];
-		snprintf(fd, sizeof(fd), "%d", sv[1]);
 		if (!use_nng)
 			close(sv[0]);
-		execl("/proc/self/exe", "bench", "--ipc-echo", use_nng ? url : fd, (char *)NULL);
+		execl("/proc/self/exe", "bench", "--ipc-echo", arg, (char *)NULL);
 		_exit(127);
+	}
+	if (kind == K_STREAM && stream_end(&me, url, true, buf) < 0) {
+		table_note("ipc: nng stream over %s failed", url);
+		goto out;
 	}
 	if (!use_nng) {
 		close(sv[1]);
@@ -154,9 +247,11 @@ measure(const char *label, bool use_nng)
 	          fmt("%.0f us", st.st_p50), fmt("%.0f us", st.st_p99), NULL, NULL);
 	table_detail("CPU/round trip, both processes: %.0f us", cpu * 1000 / (n ? n : 1));
 out:
-	if (use_nng)
+	if (kind == K_NNG)
 		nng_close(me.e_nng);
-	else
+	else if (kind == K_STREAM && me.e_stream)
+		nng_stream_close(me.e_stream);
+	else if (kind == K_SEQPACKET)
 		close(sv[0]);
 	kill(child, SIGTERM);
 	waitpid(child, NULL, 0);
@@ -167,8 +262,10 @@ out:
 void
 ipc_bench(void)
 {
-	progress("ipc: %d echoes over nng pair0 (ipc://) and over a SOCK_SEQPACKET pair",
+	progress("ipc: %d echoes over nng pair0 (ipc://), a SOCK_SEQPACKET pair and an "
+	         "nng_stream (ipc://)",
 	         IPC_RUNS);
-	measure("nng pair0 over ipc://", true);
-	measure("AF_UNIX SOCK_SEQPACKET", false);
+	measure("nng pair0 over ipc://", K_NNG);
+	measure("AF_UNIX SOCK_SEQPACKET", K_SEQPACKET);
+	measure("nng_stream over ipc://", K_STREAM);
 }

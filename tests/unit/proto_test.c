@@ -8,6 +8,7 @@
 #define _GNU_SOURCE /* strcasestr, strptime, timegm, memmem when built without the       \
                        Makefile flags */
 #endif
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1232,6 +1233,124 @@ Test(proto_nng, msg_send_and_msg_recv_carry_a_message_over_inproc)
 	cr_assert_eq(msg_recv(b, &r, 0), PROTO_EMISSING);
 	/* nothing waiting: nng's (positive) error */
 	cr_assert_eq(msg_recv(b, &r, NNG_FLAG_NONBLOCK), NNG_EAGAIN);
+	nng_close(a);
+	nng_close(b);
+}
+
+/* Waits up to 2 s for fd to be readable. */
+static bool
+readable_within(int fd)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+
+	return poll(&p, 1, 2000) == 1;
+}
+
+/*
+ * mrecv: what a peer sends arrives whole and in order through the aio
+ * callback, the eventfd is readable while messages wait and not once they are
+ * taken, and a backlog past MRECV_MAX pauses receiving (the sender's queue
+ * fills) until the loop takes it, then resumes with nothing lost.
+ */
+Test(proto_nng, mrecv_hands_messages_over_in_order_and_pauses_when_full)
+{
+	nng_socket a, b;
+	struct mrecv r;
+	struct msg m;
+	const int n = MRECV_MAX + 500;
+	int got = 0, e;
+
+	cr_assert_eq(nng_pair0_open(&a), 0);
+	cr_assert_eq(nng_pair0_open(&b), 0);
+	cr_assert_eq(nng_socket_set_int(a, NNG_OPT_SENDBUF, 0), 0);
+	cr_assert_eq(nng_socket_set_ms(a, NNG_OPT_SENDTIMEO, 500), 0);
+	cr_assert_eq(nng_listen(b, "inproc://mrecv_test", NULL, 0), 0);
+	cr_assert_eq(nng_dial(a, "inproc://mrecv_test", NULL, 0), 0);
+	cr_assert_eq(mrecv_open(&r, b), 0);
+	cr_assert_eq(mrecv_next(&r, &m), NNG_EAGAIN, "nothing sent yet");
+
+	int sent = 0;
+	for (; sent < n; sent++) {
+		struct msg s;
+		msg_init(&s, MSG_CANCEL);
+		msg_set_u64(&s, F_STREAM, sent);
+		if (msg_send(a, &s, 0))
+			break; /* the receiver paused: the send timed out */
+	}
+	cr_assert_lt(sent, n, "receiving never paused");
+	cr_assert_geq(sent, MRECV_MAX, "paused early, after %d", sent);
+	while (got < n) {
+		cr_assert(readable_within(r.mr_fd), "eventfd silent after %d messages", got);
+		while ((e = mrecv_next(&r, &m)) == 0) {
+			cr_assert_eq(m.m_type, MSG_CANCEL);
+			cr_assert_eq(m.m_stream, (uint64_t)got, "message %d out of order", got);
+			got++;
+			msg_free(&m);
+		}
+		cr_assert_eq(e, NNG_EAGAIN);
+		for (; sent < n; sent++) { /* the rest, now that it receives again */
+			struct msg s;
+			msg_init(&s, MSG_CANCEL);
+			msg_set_u64(&s, F_STREAM, sent);
+			if (msg_send(a, &s, 0))
+				break;
+		}
+	}
+	struct pollfd p = {.fd = r.mr_fd, .events = POLLIN};
+	cr_assert_eq(poll(&p, 1, 0), 0, "eventfd readable with nothing waiting");
+
+	/* a bad frame comes back as the decoder's error; the next is fine */
+	cr_assert_eq(nng_send(a, (uint8_t[]){0x92, MSG_CANCEL, 0x80}, 3, 0), 0);
+	msg_init(&m, MSG_CANCEL);
+	msg_set_u64(&m, F_STREAM, 7);
+	cr_assert_eq(msg_send(a, &m, 0), 0);
+	cr_assert(readable_within(r.mr_fd));
+	while ((e = mrecv_next(&r, &m)) == NNG_EAGAIN)
+		cr_assert(readable_within(r.mr_fd));
+	cr_assert_eq(e, PROTO_EMISSING);
+	while ((e = mrecv_next(&r, &m)) == NNG_EAGAIN)
+		cr_assert(readable_within(r.mr_fd));
+	cr_assert_eq(e, 0);
+	cr_assert_eq(m.m_stream, 7);
+	msg_free(&m);
+	nng_close(a);
+	nng_close(b);
+	mrecv_close(&r);
+}
+
+/* msgq: sends without blocking through its one aio; what the socket refuses stays queued. */
+Test(proto_nng, msgq_keeps_what_a_full_socket_refuses)
+{
+	nng_socket a;
+	struct msgq q = {0};
+
+	cr_assert_eq(nng_pair0_open(&a), 0);
+	cr_assert_eq(nng_socket_set_int(a, NNG_OPT_SENDBUF, 2), 0);
+	for (int i = 0; i < 5; i++) {
+		struct msg s;
+		nng_msg *nm;
+		msg_init(&s, MSG_CANCEL);
+		msg_set_u64(&s, F_STREAM, i);
+		cr_assert_eq(msg_pack(&s, &nm), 0);
+		msgq_push(&q, nm);
+	}
+	/* no peer: two fit the socket's buffer, three wait */
+	cr_assert_eq(msgq_flush(&q, a), 0);
+	cr_assert_eq(q.mq_n, 3);
+	nng_socket b;
+	struct msg m;
+	cr_assert_eq(nng_pair0_open(&b), 0);
+	cr_assert_eq(nng_socket_set_ms(b, NNG_OPT_RECVTIMEO, 2000), 0);
+	cr_assert_eq(nng_listen(b, "inproc://msgq_test", NULL, 0), 0);
+	cr_assert_eq(nng_dial(a, "inproc://msgq_test", NULL, 0), 0);
+	for (int i = 0; i < 5; i++) {
+		msgq_flush(&q, a);
+		cr_assert_eq(msg_recv(b, &m, 0), 0, "message %d", i);
+		cr_assert_eq(m.m_stream, (uint64_t)i);
+		msg_free(&m);
+	}
+	cr_assert_eq(q.mq_n, 0);
+	msgq_free(&q);
 	nng_close(a);
 	nng_close(b);
 }
