@@ -296,11 +296,15 @@ zwatch_sync(struct proxy *p, int ep, struct zwatch zw[3], unsigned *gen)
 	if (*gen == p->px_zgen)
 		return;
 	*gen = p->px_zgen;
+	/* every old one out before any new one in: a new socket may have an old
+	 * one's number (closing a box's pidfd and socket shifts them) */
 	for (int i = 0; i < 3; i++) {
-		size_t len = sizeof(int);
 		if (zw[i].zw_fd >= 0)
 			watch(ep, EPOLL_CTL_DEL, zw[i].zw_fd, 0);
 		zw[i].zw_fd = -1;
+	}
+	for (int i = 0; i < 3; i++) {
+		size_t len = sizeof(int);
 		if (!*zw[i].zw_sockp)
 			continue;
 		if (zmq_getsockopt(*zw[i].zw_sockp, ZMQ_FD, &zw[i].zw_fd, &len) < 0)
@@ -312,21 +316,22 @@ zwatch_sync(struct proxy *p, int ep, struct zwatch zw[3], unsigned *gen)
 
 /*
  * The pidfd of a box forked from the template, which is not our child (no
- * SIGCHLD): watched while there is one. A new kernel (new sockets, px_zgen)
- * may have a new pidfd under the old one's number, which closing took out
- * of the epoll: it is added again.
+ * SIGCHLD): watched while there is one. Never taken out by number: closing
+ * it took it out of the epoll, and its number may be a new socket's now. A
+ * new kernel (new sockets, px_zgen) may have a new pidfd under the old
+ * one's number: it goes in again (after zwatch_sync's removals).
  */
 static void
 box_sync(struct proxy *p, int ep, int *fd, unsigned *gen)
 {
+	struct epoll_event ev = {.events = EPOLLIN, .data.u32 = W_BOX};
+
 	if (p->px_kpidfd == *fd && p->px_zgen == *gen)
 		return;
-	if (*fd >= 0)
-		watch(ep, EPOLL_CTL_DEL, *fd, 0);
 	*fd = p->px_kpidfd;
 	*gen = p->px_zgen;
-	if (*fd >= 0)
-		watch(ep, EPOLL_CTL_ADD, *fd, W_BOX);
+	if (*fd >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, *fd, &ev) < 0 && errno != EEXIST)
+		fatal("epoll_ctl: %s", strerror(errno));
 }
 
 static void
