@@ -171,7 +171,7 @@ admit_next(struct proxy *px)
 {
 	struct unit *u;
 
-	while (!px->px_run && px->px_kstate == KS_IDLE &&
+	while (!px->px_run && px->px_kstate == KS_IDLE && !px->px_iopub_rejoin &&
 	       (u = TAILQ_FIRST(&px->px_queue))) {
 		TAILQ_REMOVE(&px->px_queue, u, u_link);
 		if (u->u_deadline && now_ms() >= u->u_deadline) {

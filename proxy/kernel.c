@@ -228,7 +228,7 @@ kernel_start(struct proxy *px)
 started:
 	px->px_kstate = KS_STARTING;
 	px->px_kstarted_at = now_ms();
-	px->px_kinfo_reply = px->px_iopub_seen = false;
+	px->px_kinfo_reply = px->px_iopub_seen = px->px_iopub_rejoin = false;
 	px->px_hb_sent = px->px_hb_ok = px->px_kstarted_at;
 	log_info("context %s: kernel %s started%s, pid %d", px->px_id, px->px_ks->ks_name,
 		 px->px_kpidfd >= 0 ? " from the template" : "",
@@ -286,6 +286,14 @@ kernel_iopub_reconnect(struct proxy *px)
 	zmq_close(px->px_iopub);
 	px->px_iopub = zsock(px, ZMQ_SUB, px->px_iopub_ep);
 	log_warn("context %s: iopub connected again", px->px_id);
+	/*
+	 * Slow joiner: what the kernel publishes before the new subscription is in
+	 * place is lost, so the next unit waits for a status on it (kernel_info is
+	 * asked until one comes, as at start).
+	 */
+	px->px_iopub_rejoin = true;
+	kernel_probe(px, px->px_kinfo_id);
+	px->px_kinfo_at = now_ms();
 }
 
 void
@@ -370,6 +378,10 @@ kernel_on_iopub(struct proxy *px, struct jmsg *jm)
 	if (!strcmp(jm->jm_type, "status")) {
 		px->px_iopub_seen = true;
 		set_ready(px);
+		if (px->px_iopub_rejoin) {
+			px->px_iopub_rejoin = false;
+			admit_next(px);
+		}
 	}
 	admit_on_iopub(px, jm);
 }
@@ -498,6 +510,10 @@ kernel_tick(struct proxy *px, uint64_t now)
 	}
 	if (px->px_kstate == KS_DEAD || !px->px_hb)
 		return;
+	if (px->px_iopub_rejoin && now >= px->px_kinfo_at + KINFO_RESEND_MS) {
+		kernel_probe(px, px->px_kinfo_id);
+		px->px_kinfo_at = now;
+	}
 	/*
 	 * Heartbeat, once per period rather than on every loop turn (each libzmq
 	 * call costs syscalls): the kernel's hb thread echoes even while code runs.

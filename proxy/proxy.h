@@ -148,6 +148,7 @@ struct proxy {
 	char *px_iopub_ep;    /* to connect iopub again after libzmq dropped it */
 	int px_start_failures;
 	bool px_kinfo_reply, px_iopub_seen;
+	bool px_iopub_rejoin; /* a fresh iopub SUB: no unit starts until a status shows it joined */
 	uint64_t px_restart_req; /* a RESTART waiting for the new kernel; 0 = none */
 	bool px_restart_pending;
 	char *px_dead_reason;
