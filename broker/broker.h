@@ -428,6 +428,7 @@ void supervise_adopt_all(void);
 /* template.c */
 void template_start(void);
 const char *template_socket(const char *kernel);
+bool template_starting(const char *kernel);
 bool template_reaped(pid_t pid, int status);
 void template_tick(uint64_t now);
 void template_stop(void);

@@ -83,7 +83,8 @@ pool_fill(void)
 		struct context *c;
 		int have = 0;
 
-		if (now < ps->ps_retry_at || !(ks = kcache_find(ps->ps_want)))
+		if (now < ps->ps_retry_at || !(ks = kcache_find(ps->ps_want)) ||
+		    template_starting(ks->ks_name))
 			continue;
 		TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
 			have += c->c_pooled && !c->c_deleting && !strcmp(c->c_kernel, ks->ks_name);

@@ -21,6 +21,7 @@
 
 #include "broker.h"
 
+#define TPL_READY_WAIT_MS 10000 /* how long the pool waits for a starting template */
 #define TPL_BACKOFF_MIN_MS 500
 #define TPL_BACKOFF_MAX_MS 30000
 
@@ -97,6 +98,7 @@ spawn(void)
 	pid_t pid;
 
 	sigemptyset(&none);
+	unlink(sv.sv_tp.tp_sock); /* its socket appears when it is ready (template_starting) */
 	if ((pid = fork()) < 0) {
 		log_err("template: fork: %s", strerror(errno));
 		sv.sv_tp.tp_respawn_at = now_ms() + TPL_BACKOFF_MAX_MS;
@@ -194,6 +196,20 @@ const char *
 template_socket(const char *kernel)
 {
 	return sv.sv_tp.tp_kernel && !strcmp(sv.sv_tp.tp_kernel, kernel) ? sv.sv_tp.tp_sock : NULL;
+}
+
+/*
+ * Whether kernels of this kernelspec should wait a little for the template:
+ * it runs, has not bound its socket yet (it is importing), and started less
+ * than TPL_READY_WAIT_MS ago. The pool waits (a kernel warmed now would be a
+ * cold one, and stay so while it waits to be claimed); requests never do.
+ */
+bool
+template_starting(const char *kernel)
+{
+	return template_socket(kernel) && sv.sv_tp.tp_pid > 0 &&
+	       now_ms() < sv.sv_tp.tp_started_at + TPL_READY_WAIT_MS &&
+	       access(sv.sv_tp.tp_sock, F_OK) < 0;
 }
 
 /* Whether pid was the template; if so, it starts again after a pause. */

@@ -450,3 +450,20 @@ Test(template, kernel_network_none_puts_a_forked_kernel_in_its_proxys_namespace,
 	free(out);
 	free(id);
 }
+
+/*
+ * The pool waits for a starting template: its first warm kernel, and so the
+ * first context a client creates, is forked too, not a cold one.
+ */
+Test(template, the_first_pooled_kernel_is_forked, .fini = priv_stop, .timeout = 120)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=1", NULL};
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	priv_up = true;
+	cr_assert_eq(wait_pool_ready(priv.b_run_dir, 1, 60000), 0, "the pool never filled");
+	char *id = context_new(priv.b_url, "python", NULL);
+	cr_assert_not_null(id);
+	cr_assert(is_forked(priv.b_url, id), "the first pooled kernel started cold");
+	free(id);
+}
