@@ -90,9 +90,9 @@ forked_context(const char *base)
 	return n.id;
 }
 
-/* The pid of the template serving run_dir, or 0. */
+/* The first process whose argv (NUL-separated, n bytes) match() accepts, or 0. */
 static pid_t
-template_pid(const char *run_dir)
+pid_where(bool (*match)(const char *argv, size_t n, const void *arg), const void *arg)
 {
 	DIR *d = opendir("/proc");
 	struct dirent *de;
@@ -108,11 +108,8 @@ template_pid(const char *run_dir)
 			continue;
 		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
 		fclose(f);
-		for (size_t i = 0; i < n; i++)
-			if (!buf[i])
-				buf[i] = ' ';
 		buf[n] = '\0';
-		if (strstr(buf, "sandcell_template.py") && strstr(buf, run_dir))
+		if (match(buf, n, arg))
 			found = atoi(de->d_name);
 	}
 	if (d)
@@ -120,32 +117,43 @@ template_pid(const char *run_dir)
 	return found;
 }
 
+/* The template's: its argv names the script and the run dir. */
+static bool
+is_template_of(const char *argv, size_t n, const void *run_dir)
+{
+	char line[4096];
+
+	memcpy(line, argv, n + 1);
+	for (size_t i = 0; i < n; i++)
+		if (!line[i])
+			line[i] = ' ';
+	return strstr(line, "sandcell_template.py") && strstr(line, run_dir);
+}
+
+/* The pid of the template serving run_dir, or 0. */
+static pid_t
+template_pid(const char *run_dir)
+{
+	return pid_where(is_template_of, run_dir);
+}
+
+/* argv is exactly {a[0], a[1]}. */
+static bool
+has_args(const char *argv, size_t n, const void *arg)
+{
+	const char *const *a = arg;
+	size_t l0 = strlen(a[0]) + 1;
+
+	return n == l0 + strlen(a[1]) + 1 && !strcmp(argv, a[0]) && !strcmp(argv + l0, a[1]);
+}
+
 /* The host pid of a process whose argv is exactly {a0, a1}, or 0. */
 static pid_t
 pid_with_args(const char *a0, const char *a1)
 {
-	DIR *d = opendir("/proc");
-	struct dirent *de;
-	pid_t found = 0;
+	const char *a[2] = {a0, a1};
 
-	while (d && !found && (de = readdir(d))) {
-		char path[300], buf[256];
-		if (de->d_name[0] < '1' || de->d_name[0] > '9')
-			continue;
-		snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
-		FILE *f = fopen(path, "r");
-		if (!f)
-			continue;
-		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-		fclose(f);
-		buf[n] = '\0';
-		size_t l0 = strlen(a0) + 1;
-		if (n == l0 + strlen(a1) + 1 && !strcmp(buf, a0) && !strcmp(buf + l0, a1))
-			found = atoi(de->d_name);
-	}
-	if (d)
-		closedir(d);
-	return found;
+	return pid_where(has_args, a);
 }
 
 static json_t *
