@@ -79,23 +79,6 @@ progress(const char *f, ...)
 	fputc('\n', stderr);
 }
 
-long
-rss_kb(pid_t pid)
-{
-	char path[64], line[256];
-	long kb = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	if (!(f = fopen(path, "r")))
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
-			break;
-	fclose(f);
-	return kb;
-}
-
 /* "anon 1.1 MB, files 6.4 MB, PSS 2.0 MB": what an RSS figure is made of. */
 const char *
 mem_detail(pid_t pid)

@@ -41,7 +41,6 @@ void table_detail(const char *fmt, ...)
 void table_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2))); /* ring of buffers */
 void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-long rss_kb(pid_t pid);            /* VmRSS from /proc/PID/status, or -1 */
 const char *mem_detail(pid_t pid); /* anon, file and PSS parts of the RSS */
 double cpu_ms(pid_t pid);          /* user + system CPU time from /proc/PID/stat, or -1 */
 double self_cpu_ms(void);          /* this process, all threads */

@@ -471,7 +471,7 @@ goals_fresh(const char *section, const struct broker *b)
 			long k = set_pss_kb(bp.bp_pid[0], bp.bp_n[0]);
 			kpss[np] = k / 1024.0;
 			pss[np] = (k + set_pss_kb(bp.bp_pid[1], bp.bp_n[1])) / 1024.0;
-			rss[np] = rss_kb(kernel) / 1024.0;
+			rss[np] = proc_rss_kb(kernel) / 1024.0;
 			nproc = bp.bp_n[0] + bp.bp_n[1];
 			np++;
 		}

@@ -456,7 +456,7 @@ memory_connections(void)
 		goto out;
 	}
 	usleep(1000 * 1000);
-	long broker_idle = rss_kb(b.b_pid), proxy_idle = rss_kb(proxy);
+	long broker_idle = proc_rss_kb(b.b_pid), proxy_idle = proc_rss_kb(proxy);
 	table_add("6 memory", "broker VmRSS, idle (default context up)", NULL,
 	          kb_cell(broker_idle), NULL, under_5mb(broker_idle));
 	table_detail("%s", mem_detail(b.b_pid));
@@ -468,7 +468,7 @@ memory_connections(void)
 	    wait_queue(b.b_url, ctx, 1, 10000, NULL) < 0)
 		goto out;
 	usleep(500 * 1000);
-	long before = rss_kb(b.b_pid), pbefore = rss_kb(proxy);
+	long before = proc_rss_kb(b.b_pid), pbefore = proc_rss_kb(proxy);
 	double t0 = ms_now(), ms;
 	for (nfd = 0; nfd < MEM_CONNS; nfd++)
 		if ((fds[nfd] = exec_socket(b.b_port, "x=1")) < 0) {
@@ -478,7 +478,7 @@ memory_connections(void)
 	if (wait_queue(b.b_url, ctx, 1 + nfd, 30000, NULL) == 0) {
 		progress("memory: %d requests queued in %.0f ms", nfd, ms_since(t0));
 		usleep(1500 * 1000); /* a keepalive round has gone out to each */
-		long after = rss_kb(b.b_pid), pafter = rss_kb(proxy);
+		long after = proc_rss_kb(b.b_pid), pafter = proc_rss_kb(proxy);
 		double per = (after - before) * 1024.0 / nfd;
 		table_add("6 memory",
 		          fmt("broker VmRSS with %d queued /execute connections", nfd),
@@ -528,15 +528,15 @@ memory_contexts(void)
 		return;
 	}
 	usleep(500 * 1000);
-	long idle = rss_kb(b.b_pid);
+	long idle = proc_rss_kb(b.b_pid);
 	double t0 = ms_now();
 	int ok = hc_create_parallel(b.b_url, MEM_CONTEXTS, 8, ids, ms);
 	double took = ms_since(t0);
 	usleep(500 * 1000);
-	long full = rss_kb(b.b_pid);
+	long full = proc_rss_kb(b.b_pid);
 	for (int i = 0; i < MEM_CONTEXTS; i++) {
 		pid_t p = ids[i] ? hc_proxy_pid(b.b_url, ids[i]) : 0;
-		long kb = p > 0 ? rss_kb(p) : -1;
+		long kb = p > 0 ? proc_rss_kb(p) : -1;
 		if (kb > 0) {
 			plast = p;
 			psum += kb;
