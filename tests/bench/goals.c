@@ -194,31 +194,12 @@ set_cpu_ms(const pid_t *set, int n)
 }
 
 static long
-pss_kb(pid_t pid)
-{
-	char path[64], line[256];
-	long kb = -1, v;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)pid);
-	if (!(f = fopen(path, "r")))
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "Pss: %ld kB", &v) == 1) {
-			kb = v;
-			break;
-		}
-	fclose(f);
-	return kb;
-}
-
-static long
 set_pss_kb(const pid_t *set, int n)
 {
 	long sum = 0, kb;
 
 	for (int i = 0; i < n; i++)
-		if ((kb = pss_kb(set[i])) > 0)
+		if ((kb = proc_pss_kb(set[i])) > 0)
 			sum += kb;
 	return sum;
 }

@@ -27,24 +27,6 @@ stdout_ms(const char *base, const char *id, const char *code)
 	return v;
 }
 
-/* The Pss line of /proc/PID/smaps_rollup, in KiB; -1 if unreadable. */
-static long
-pss_kb(pid_t pid)
-{
-	char path[64], line[256];
-	long kb = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)pid);
-	if (!(f = fopen(path, "r")))
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "Pss: %ld kB", &kb) == 1)
-			break;
-	fclose(f);
-	return kb;
-}
-
 static bool
 forked_ready(void *arg)
 {
@@ -106,7 +88,7 @@ template_on(bool on)
 	/* idle fresh kernels (the ones that imported nothing) */
 	for (int i = TPL_SAMPLES; i < TPL_BURST && np < TPL_SAMPLES; i++) {
 		pid_t k = ids[i] ? context_pid(b.b_url, ids[i], "kernel_pid") : 0;
-		long kb = k > 0 ? pss_kb(k) : -1;
+		long kb = k > 0 ? proc_pss_kb(k) : -1;
 		if (kb > 0)
 			pss[np++] = kb / 1024.0;
 	}

@@ -92,21 +92,45 @@ proc_fd_count(pid_t pid)
 	return n;
 }
 
-long
-proc_rss_kb(pid_t pid)
+/* A "Name: N kB" line of /proc/PID/<file>, in KiB; -1 if unreadable. */
+static long
+proc_kb(pid_t pid, const char *file, const char *format)
 {
 	char path[64], line[256];
 	long kb = -1;
 	FILE *f;
 
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
 	if (!(f = fopen(path, "r")))
 		return -1;
 	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+		if (sscanf(line, format, &kb) == 1)
 			break;
 	fclose(f);
 	return kb;
+}
+
+long
+proc_rss_kb(pid_t pid)
+{
+	return proc_kb(pid, "status", "VmRSS: %ld kB");
+}
+
+long
+proc_pss_kb(pid_t pid)
+{
+	return proc_kb(pid, "smaps_rollup", "Pss: %ld kB");
+}
+
+/* The code's stdout (run in context id); the caller frees. */
+char *
+run_stdout(const char *base, const char *id, const char *code)
+{
+	json_t *l = run(base, id, code);
+	char *out = stdout_of(l);
+
+	json_decref(l);
+	return out;
 }
 
 struct sink {

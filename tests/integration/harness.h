@@ -145,5 +145,7 @@ int tcp_connect(const char *url); /* a plain TCP connection to the broker, or -1
 /* Open file descriptors and resident memory (KiB) of a process, or -1. */
 int proc_fd_count(pid_t pid);
 long proc_rss_kb(pid_t pid);
+long proc_pss_kb(pid_t pid); /* Pss of smaps_rollup, KiB; -1 if unreadable */
+char *run_stdout(const char *base, const char *id, const char *code); /* caller frees */
 
 #endif

@@ -20,17 +20,6 @@ HARNESS_SHARED_BROKER("--pool", "python=0");
 
 #define URL test_url()
 
-/* The code's stdout; the caller frees. */
-static char *
-out_of(const char *base, const char *id, const char *code)
-{
-	json_t *l = run(base, id, code);
-	char *out = stdout_of(l);
-
-	json_decref(l);
-	return out;
-}
-
 static char *
 keeper(const char *base)
 {
@@ -44,7 +33,7 @@ keeper(const char *base)
 static void
 check_unharmed(const char *base, const char *keeper_id, pid_t broker)
 {
-	char *out = out_of(base, keeper_id, "print(kept)");
+	char *out = run_stdout(base, keeper_id, "print(kept)");
 	struct resp r;
 
 	cr_assert_str_eq(out, "intact\n", "the neighbour lost its state");
@@ -114,7 +103,7 @@ kill_everything_of_the_server_is_refused(const char *lang)
 			 "for p in %d %d %d; do kill -9 $p 2>/dev/null && echo killed $p || "
 			 "echo refused; done",
 			 (int)broker, (int)proxy, (int)nkernel);
-	char *out = out_of(URL, id, code);
+	char *out = run_stdout(URL, id, code);
 	cr_assert_str_eq(out, "refused\nrefused\nrefused\n", "%s: %s", lang, out);
 	free(out);
 	cr_assert_eq(kill(proxy, 0), 0, "the proxy is gone");
@@ -168,7 +157,7 @@ server_files_are_out_of_reach(const char *lang)
 			 "cat '%s' >/dev/null 2>&1 && echo read || echo refused\n"
 			 "cat '%s' >/dev/null 2>&1 && echo read || echo refused",
 			 test_run_dir(), sock, environ_path, conn);
-	char *out = out_of(URL, id, code);
+	char *out = run_stdout(URL, id, code);
 	cr_assert_str_eq(out, "refused\nrefused\nrefused\nrefused\n", "%s: %s", lang, out);
 	free(out);
 	check_unharmed(URL, victim, broker);
@@ -201,7 +190,7 @@ tmp_is_private(const char *lang)
 		snprintf(code, sizeof(code),
 			 "open('%s', 'w').write('secret\\n')\nprint(open('%s').read(), end='')",
 			 path, path);
-	char *out = out_of(URL, a, code);
+	char *out = run_stdout(URL, a, code);
 	cr_assert_str_eq(out, "secret\n", "the writer reads its own file");
 	free(out);
 	snprintf(code, sizeof(code), "cat %s 2>/dev/null || echo refused", path);
@@ -210,7 +199,7 @@ tmp_is_private(const char *lang)
 			 "try:\n    print(open('%s').read(), end='')\nexcept OSError:\n"
 			 "    print('refused')",
 			 path);
-	out = out_of(URL, b, code);
+	out = run_stdout(URL, b, code);
 	cr_assert_str_eq(out, "refused\n", "%s: a neighbour read %s", lang, out);
 	free(out);
 	cr_assert(stat(path, &st) < 0, "the context's /tmp is the host's");
@@ -242,7 +231,7 @@ Test(sandbox, ptrace_is_refused_with_eperm, .timeout = 120)
 		 "r2 = libc.ptrace(16, %d, 0, 0)\nos.kill(pid, 9)\nos.waitpid(pid, 0)\n"
 		 "print(r, errno.errorcode[own], r2)",
 		 (int)nkernel);
-	char *out = out_of(URL, id, code);
+	char *out = run_stdout(URL, id, code);
 	cr_assert_str_eq(out, "-1 EPERM -1\n");
 	free(out);
 	check_unharmed(URL, victim, test_broker_pid());
@@ -258,7 +247,7 @@ Test(sandbox, no_privilege_to_gain_through_a_setuid_binary, .timeout = 120)
 	cr_assert_not_null(id);
 	if (stat("/usr/bin/su", &st) < 0 || !(st.st_mode & S_ISUID) || st.st_uid != 0)
 		cr_skip_test("no setuid-root su here");
-	char *out = out_of(URL, id,
+	char *out = run_stdout(URL, id,
 			   "su root -c 'id -u' </dev/null 2>/dev/null || echo refused\n"
 			   "grep -E '^(NoNewPrivs|CapEff|CapPrm|CapBnd):' /proc/self/status\n"
 			   "[ \"$(id -u)\" != 0 ] && echo not-root");
@@ -282,7 +271,7 @@ Test(sandbox, delete_ends_every_process_of_the_context, .timeout = 120)
 		 "import subprocess\nsubprocess.Popen(['setsid', 'sleep', '%s'], "
 		 "start_new_session=True)\nprint('started')",
 		 arg);
-	char *out = out_of(URL, id, code);
+	char *out = run_stdout(URL, id, code);
 	cr_assert_str_eq(out, "started\n");
 	free(out);
 	double t0 = ms_now();
@@ -311,7 +300,7 @@ Test(sandbox, fork_bomb_is_contained, .timeout = 180)
 	char *victim = keeper(b.b_url), *py = context_new(b.b_url, "python", NULL);
 	char *sh = context_new(b.b_url, "bash", NULL);
 	cr_assert(py && sh);
-	char *out = out_of(b.b_url, py,
+	char *out = run_stdout(b.b_url, py,
 			   "import os, time\nn = 0\ntry:\n    while n < 5000:\n"
 			   "        if os.fork() == 0:\n            time.sleep(120)\n"
 			   "            os._exit(0)\n        n += 1\n"
@@ -349,7 +338,7 @@ Test(sandbox, filling_tmp_stops_at_its_size, .timeout = 120)
 	cr_assert_eq(broker_start(&b, args), 0);
 	char *victim = keeper(b.b_url), *id = context_new(b.b_url, "python", NULL);
 	cr_assert_not_null(id);
-	char *out = out_of(b.b_url, id,
+	char *out = run_stdout(b.b_url, id,
 			   "n = 0\ntry:\n    with open('/tmp/fill', 'wb') as f:\n"
 			   "        while n < 1024:\n            f.write(b'x' * (1 << 20))\n"
 			   "            f.flush()\n            n += 1\n"
@@ -399,7 +388,7 @@ Test(sandbox, no_network_with_kernel_network_none, .timeout = 120)
 		 "import socket\ntry:\n    socket.create_connection(('127.0.0.1', %s), 3).close()\n"
 		 "    print('connected')\nexcept OSError:\n    print('refused')",
 		 port);
-	char *out = out_of(URL, host, code);
+	char *out = run_stdout(URL, host, code);
 	cr_assert_str_eq(out, "connected\n");
 	free(out);
 	free(host);
@@ -407,10 +396,10 @@ Test(sandbox, no_network_with_kernel_network_none, .timeout = 120)
 	cr_assert_eq(broker_start(&b, args), 0);
 	char *id = context_new(b.b_url, "python", NULL);
 	cr_assert_not_null(id);
-	out = out_of(b.b_url, id, code);
+	out = run_stdout(b.b_url, id, code);
 	cr_assert_str_eq(out, "refused\n", "a context without network reached the server");
 	free(out);
-	out = out_of(b.b_url, id,
+	out = run_stdout(b.b_url, id,
 		     "import socket\ns = socket.socket()\ns.bind(('127.0.0.1', 0))\ns.listen()\n"
 		     "c = socket.create_connection(s.getsockname(), 3)\nprint('loopback works')");
 	cr_assert_str_eq(out, "loopback works\n");
@@ -419,7 +408,7 @@ Test(sandbox, no_network_with_kernel_network_none, .timeout = 120)
 	/* Deno speaks TCP to its proxy: inside the namespace they share */
 	id = context_new(b.b_url, "javascript", NULL);
 	cr_assert_not_null(id);
-	out = out_of(b.b_url, id, "console.log(6 * 7)");
+	out = run_stdout(b.b_url, id, "console.log(6 * 7)");
 	cr_assert_str_eq(out, "42\n");
 	free(out);
 	free(id);
@@ -443,7 +432,7 @@ Test(sandbox, context_shows_its_box, .timeout = 60)
 	cr_assert(json_integer_value(json_object_get(box, "pids_max")) > 0);
 	char code[64];
 	snprintf(code, sizeof(code), "import os; print(os.getuid())");
-	char *out = out_of(URL, id, code), want[32];
+	char *out = run_stdout(URL, id, code), want[32];
 	snprintf(want, sizeof(want), "%lld\n", (long long)uid);
 	cr_assert_str_eq(out, want);
 	free(out);
@@ -497,7 +486,7 @@ Test(sandbox, isolation_context_hides_a_neighbours_workspace, .timeout = 180)
 	cr_assert(a && v);
 	char *acwd = cwd_of(b.b_url, a), *vcwd = cwd_of(b.b_url, v);
 	cr_assert(acwd && vcwd && strcmp(acwd, vcwd), "one workspace for two contexts");
-	char *out = out_of(b.b_url, v, "echo private > mine.txt && cat mine.txt && id -u");
+	char *out = run_stdout(b.b_url, v, "echo private > mine.txt && cat mine.txt && id -u");
 	unsigned vuid = 0;
 	cr_assert_eq(sscanf(out, "private\n%u", &vuid), 1, "%s", out);
 	free(out);
@@ -511,7 +500,7 @@ Test(sandbox, isolation_context_hides_a_neighbours_workspace, .timeout = 180)
 		 "t(lambda: os.listdir('%s'))\n"
 		 "t(lambda: os.listdir(os.path.dirname('%s')))",
 		 vuid, ws, vcwd, vcwd);
-	out = out_of(b.b_url, a, code);
+	out = run_stdout(b.b_url, a, code);
 	cr_assert_str_eq(out, "True\nrefused\nrefused\nrefused\n", "%s", out);
 	free(out);
 	context_delete(b.b_url, v);
@@ -536,7 +525,7 @@ Test(sandbox, deno_starts_under_a_memory_limit, .timeout = 120)
 	cr_assert_eq(broker_start(&b, args), 0);
 	char *id = context_new(b.b_url, "javascript", NULL);
 	cr_assert_not_null(id, "no javascript context under --kernel-memory");
-	char *out = out_of(b.b_url, id, "console.log(6 * 7)");
+	char *out = run_stdout(b.b_url, id, "console.log(6 * 7)");
 	cr_assert_str_eq(out, "42\n");
 	free(out);
 	free(id);
@@ -550,14 +539,14 @@ Test(sandbox, kernels_inherit_no_stray_fd_and_default_sigpipe, .timeout = 90)
 
 	cr_assert_not_null(r);
 	/* R opens no /dev/null of its own (ipykernel does) */
-	char *out = out_of(URL, r,
+	char *out = run_stdout(URL, r,
 			   "fds <- list.files('/proc/self/fd', full.names = TRUE)\n"
 			   "l <- Sys.readlink(fds)\n"
 			   "cat('stray', sum(l == '/dev/null' & as.integer(basename(fds)) > 2, na.rm = TRUE), '\\n')");
 	cr_assert_str_eq(out, "stray 0 \n", "%s", out);
 	free(out);
 	/* R leaves SIGPIPE as it found it: what its children inherit */
-	out = out_of(URL, r,
+	out = run_stdout(URL, r,
 		     "m <- system(\"awk '/SigIgn/{print $2}' /proc/self/status\", intern = TRUE)\n"
 		     "cat('sigpipe-ignored', bitwAnd(strtoi(substr(m, 13, 16), 16L), 4096L) > 0, '\\n')");
 	cr_assert_str_eq(out, "sigpipe-ignored FALSE \n", "%s", out);
@@ -579,7 +568,7 @@ Test(sandbox, a_cwd_in_the_run_dir_does_not_show_it, .timeout = 120)
 	if (!j)
 		return; /* refused: the kernel could not start there */
 	const char *id = json_string_value(json_object_get(j, "id"));
-	char *out = out_of(URL, id,
+	char *out = run_stdout(URL, id,
 			   "import os\ntry:\n    print(len(os.listdir('.')) > 0)\n"
 			   "except OSError:\n    print('refused')");
 	cr_assert_neq(strcmp(out, "True\n"), 0, "the run dir is listed: %s", out);
@@ -661,14 +650,14 @@ rootless_box(const char *lang)
 			 "for f in ctl.sock broker.lock; do [ -e %s/$f ] && echo seen $f || echo hidden; done\n"
 			 "echo $(awk '/^Cap(Eff|Prm|Bnd)/ {print $2}' /proc/self/status) $(id -u)",
 			 (int)rootless.b_pid, (int)proxy, rootless.b_run_dir);
-	char *out = out_of(base, id, code);
+	char *out = run_stdout(base, id, code);
 	cr_assert_str_eq(out,
 			 "hidden\nhidden\nown pids\nhidden\nhidden\n"
 			 "0000000000000000 0000000000000000 0000000000000000 1000\n",
 			 "%s: %s", lang, out);
 	free(out);
 	json_decref(run(base, id, py ? "x = 41" : "x=41"));
-	out = out_of(base, id, py ? "print(x + 1)" : "echo $((x + 1))");
+	out = run_stdout(base, id, py ? "print(x + 1)" : "echo $((x + 1))");
 	cr_assert_str_eq(out, "42\n", "%s lost its state: %s", lang, out);
 	free(out);
 	snprintf(path, sizeof(path), "/contexts/%s", id);

@@ -34,20 +34,10 @@ priv_stop(void)
 	priv_up = false;
 }
 
-static char *
-out_of(const char *base, const char *id, const char *code)
-{
-	json_t *l = run(base, id, code);
-	char *out = stdout_of(l);
-
-	json_decref(l);
-	return out;
-}
-
 static bool
 is_forked(const char *base, const char *id)
 {
-	char *out = out_of(base, id, "import sys; print('pandas' in sys.modules)");
+	char *out = run_stdout(base, id, "import sys; print('pandas' in sys.modules)");
 	bool yes = out && !strcmp(out, "True\n");
 
 	free(out);
@@ -170,14 +160,14 @@ Test(template, a_forked_kernel_is_fresh_and_boxed, .timeout = 180)
 	char *a = forked_context(URL), *b = forked_context(URL), *out;
 
 	json_decref(run(URL, a, "secret = 42"));
-	out = out_of(URL, b, "print('secret' in globals())");
+	out = run_stdout(URL, b, "print('secret' in globals())");
 	cr_assert_str_eq(out, "False\n", "a neighbour's variable is visible");
 	free(out);
 
 	/* namespaces of its own: not the host's, not the neighbour's */
 	const char *ns = "import os\nfor n in ('pid', 'mnt', 'ipc', 'uts'):\n"
 			 "    print(os.stat('/proc/self/ns/' + n).st_ino)";
-	char *na = out_of(URL, a, ns), *nb = out_of(URL, b, ns);
+	char *na = run_stdout(URL, a, ns), *nb = run_stdout(URL, b, ns);
 	cr_assert_not_null(na);
 	cr_assert_not_null(nb);
 	unsigned long ia[4], ib[4];
@@ -196,7 +186,7 @@ Test(template, a_forked_kernel_is_fresh_and_boxed, .timeout = 180)
 	free(nb);
 
 	/* only its box in its process list, its init as parent */
-	out = out_of(URL, a, "import os\nps = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
+	out = run_stdout(URL, a, "import os\nps = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
 			     "print(os.getppid(), ps == [1, os.getpid()])");
 	cr_assert_str_eq(out, "1 True\n");
 	free(out);
@@ -209,7 +199,7 @@ Test(template, a_forked_kernel_is_fresh_and_boxed, .timeout = 180)
 	char want[512];
 	snprintf(want, sizeof(want), "%lld %s NoNewPrivs:\t1 Seccomp:\t2 CapEff:\t0000000000000000\n",
 		 (long long)uid, cwd);
-	out = out_of(URL, a, "import os\ns = open('/proc/self/status').read().splitlines()\n"
+	out = run_stdout(URL, a, "import os\ns = open('/proc/self/status').read().splitlines()\n"
 			     "f = {l.split(':')[0]: l for l in s}\n"
 			     "print(os.getuid(), os.getcwd(), f['NoNewPrivs'], f['Seccomp'], f['CapEff'])");
 	cr_assert_str_eq(out, want);
@@ -217,14 +207,14 @@ Test(template, a_forked_kernel_is_fresh_and_boxed, .timeout = 180)
 	json_decref(j);
 
 	/* the cold start's env: the broker's --env, its own HOME, not the template's */
-	out = out_of(URL, a, "import os, sys\n"
+	out = run_stdout(URL, a, "import os, sys\n"
 			     "print(os.environ.get('TPL_GLOBAL'), 'SANDCELL_TEMPLATE' in os.environ,\n"
 			     "      os.environ['HOME'].endswith('/kernel/home'), os.environ['PWD'] == os.getcwd(),\n"
 			     "      sys.argv[0].endswith('ipykernel_launcher.py'), sys.path[0] == os.getcwd())");
 	cr_assert_str_eq(out, "from-broker False True True True True\n", "%s", out);
 	free(out);
 	/* and what /proc shows of it (ps, a child reading its parent's environ) */
-	out = out_of(URL, a, "a = open('/proc/self/cmdline').read().split(chr(0))\n"
+	out = run_stdout(URL, a, "a = open('/proc/self/cmdline').read().split(chr(0))\n"
 			     "e = open('/proc/self/environ').read().split(chr(0))\n"
 			     "print(a[1:3], 'TPL_GLOBAL=from-broker' in e,\n"
 			     "      any(v.startswith('SANDCELL_TEMPLATE=') for v in e))");
@@ -232,8 +222,8 @@ Test(template, a_forked_kernel_is_fresh_and_boxed, .timeout = 180)
 	free(out);
 	/* its random state is its own */
 	const char *rnd = "import numpy, random\nprint(numpy.random.randint(1 << 30), random.getrandbits(30))";
-	na = out_of(URL, a, rnd);
-	nb = out_of(URL, b, rnd);
+	na = run_stdout(URL, a, rnd);
+	nb = run_stdout(URL, b, rnd);
 	cr_assert_str_neq(na, nb, "two forked kernels drew the same random numbers");
 	free(na);
 	free(nb);
@@ -259,7 +249,7 @@ Test(template, a_cold_start_and_a_fork_see_the_same_interpreter, .timeout = 180)
 		cr_skip_test("the default context was forked: no cold one to compare");
 	}
 	free(o);
-	char *cold = out_of(URL, NULL, q), *fork = out_of(URL, f, q);
+	char *cold = run_stdout(URL, NULL, q), *fork = run_stdout(URL, f, q);
 	cr_assert_str_eq(fork, cold);
 	free(cold);
 	free(fork);
@@ -278,13 +268,13 @@ Test(template, isolation_context_gives_each_forked_kernel_its_uid, .fini = priv_
 	json_int_t ua = json_integer_value(json_object_get(json_object_get(ja, "sandbox"), "uid"));
 	json_int_t ub = json_integer_value(json_object_get(json_object_get(jb, "sandbox"), "uid"));
 	cr_assert(ua > 0 && ub > 0 && ua != ub, "uids %lld %lld", (long long)ua, (long long)ub);
-	char want[512], *out = out_of(priv.b_url, a, "import os; print(os.getuid(), os.getcwd())");
+	char want[512], *out = run_stdout(priv.b_url, a, "import os; print(os.getuid(), os.getcwd())");
 	snprintf(want, sizeof(want), "%lld %s\n", (long long)ua,
 		 json_string_value(json_object_get(ja, "cwd")));
 	cr_assert_str_eq(out, want);
 	free(out);
 	snprintf(want, sizeof(want), "%lld\n", (long long)ub);
-	out = out_of(priv.b_url, b, "import os; print(os.getuid())");
+	out = run_stdout(priv.b_url, b, "import os; print(os.getuid())");
 	cr_assert_str_eq(out, want);
 	free(out);
 	json_decref(ja);
@@ -306,7 +296,7 @@ Test(template, restart_and_death_give_a_fresh_forked_kernel, .timeout = 180)
 	cr_assert(orphan > 0, "the setsid child never ran");
 	cr_assert_eq(context_post(URL, id, "restart", 60), 200);
 	cr_assert_eq(wait_pid_gone(orphan, 10000), 0, "a setsid child outlived the restart");
-	out = out_of(URL, id, "import sys; print('x' in globals(), 'pandas' in sys.modules)");
+	out = run_stdout(URL, id, "import sys; print('x' in globals(), 'pandas' in sys.modules)");
 	cr_assert_str_eq(out, "False True\n", "%s", out);
 	free(out);
 	pid_t k2 = context_pid(URL, id, "kernel_pid");
@@ -330,7 +320,7 @@ Test(template, restart_and_death_give_a_fresh_forked_kernel, .timeout = 180)
 	cr_assert_str_eq(error_name(l), "KernelDied");
 	json_decref(l);
 	cr_assert_eq(wait_context_str(URL, id, "state", "idle", 60000), 0);
-	out = out_of(URL, id, "import sys; print('y' in globals(), 'pandas' in sys.modules)");
+	out = run_stdout(URL, id, "import sys; print('y' in globals(), 'pandas' in sys.modules)");
 	cr_assert_str_eq(out, "False True\n", "%s", out);
 	free(out);
 	cr_assert_eq(wait_pid_gone(k2, 10000), 0);
@@ -345,7 +335,7 @@ answers(void *arg)
 	bool ok = false;
 
 	if (id) {
-		char *out = out_of(base, id, "print(6 * 7)");
+		char *out = run_stdout(base, id, "print(6 * 7)");
 		ok = out && !strcmp(out, "42\n");
 		free(out);
 		free(id);
@@ -425,7 +415,7 @@ Test(template, broker_restart_reattaches_a_forked_kernel, .fini = priv_stop, .ti
 	priv_up = false;
 	cr_assert_eq(broker_restart(&priv, args), 0);
 	priv_up = true;
-	char *out = out_of(priv.b_url, id, "print(survivor)");
+	char *out = run_stdout(priv.b_url, id, "print(survivor)");
 	cr_assert_str_eq(out, "still here\n");
 	free(out);
 	cr_assert_eq(context_pid(priv.b_url, id, "kernel_pid"), kpid, "the same kernel");
@@ -449,7 +439,7 @@ Test(template, kernel_network_none_puts_a_forked_kernel_in_its_proxys_namespace,
 	cr_assert_eq(stat(path, &px), 0);
 	cr_assert_eq(stat("/proc/self/ns/net", &host), 0);
 	cr_assert_neq(px.st_ino, host.st_ino, "the proxy is in the host's network namespace");
-	char *out = out_of(priv.b_url, id, "import os, socket\n"
+	char *out = run_stdout(priv.b_url, id, "import os, socket\n"
 					   "print(os.stat('/proc/self/ns/net').st_ino,\n"
 					   "      [n for _, n in socket.if_nameindex()])");
 	char want[128];
