@@ -44,7 +44,6 @@ enum ev_kind {
 	EV_SIGNAL,
 	EV_WAKE,
 	EV_CTX_RECV,
-	EV_CTX_SEND,
 	EV_CTX_PIDFD,
 	EV_HANGUP,
 	EV_CTL,
@@ -147,14 +146,9 @@ TAILQ_HEAD(requestq, request);
  */
 struct proxy_link {
 	char pl_slot[37];    /* the proxy's name: ctx/<slot>/proxy.sock */
-	nng_socket pl_sock;
-	struct mrecv pl_recv; /* what the proxy sends; pl_rfd is its eventfd */
-	int pl_rfd, pl_sfd;
+	struct chan pl_chan; /* its ch_in.mr_fd is watched (pl_ev_recv) */
 	int pl_pidfd;        /* adopted proxies: readable when it exits; else -1 */
-	bool pl_sfd_watched;
-	struct evsrc pl_ev_recv, pl_ev_send, pl_ev_pidfd;
-	volatile int pl_pipe_lost; /* set on nng's thread when the pipe closes */
-	struct msgq pl_outq;
+	struct evsrc pl_ev_recv, pl_ev_pidfd;
 	pid_t pl_pid;
 	bool pl_child;       /* spawned by this broker: reaped via SIGCHLD */
 	uint64_t pl_kpid;
@@ -414,9 +408,7 @@ void context_detach_all(void);
 int link_open(struct context *c, const char *slot);
 void link_close(struct proxy_link *pl);
 void link_send(struct context *c, struct msg *m);
-void link_flush(struct context *c);
 void link_recv(struct context *c);
-void link_pipe_events(void);
 
 /* supervise.c */
 int supervise_spawn(struct context *c);

@@ -1,39 +1,16 @@
 /*
- * link.c — the nng pair link to one proxy: dial it, queue and flush messages
- * without blocking, and dispatch what the proxy sends (output to its stream,
- * state to the context, replies to waiters).
+ * link.c — the link to one proxy (a chan, proto/chan.c): dial it, queue
+ * messages without blocking, and dispatch what the proxy sends (output to its
+ * stream, state to the context, replies to waiters).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <nng/nng.h>
-#include <nng/protocol/pair0/pair.h>
-
 #include "broker.h"
-
-static void
-link_pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
-{
-	struct proxy_link *pl = arg; /* lives until its socket is closed */
-	uint64_t one = 1;
-
-	if (ev == NNG_PIPE_EV_ADD_PRE) {
-		uint64_t uid;
-		if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, &uid) != 0 ||
-		    uid != (uint64_t)geteuid())
-			nng_pipe_close(p); /* not our proxy */
-		return;
-	}
-	__atomic_store_n(&pl->pl_pipe_lost, 1, __ATOMIC_SEQ_CST);
-	if (write(sv.sv_io.io_wakefd, &one, sizeof(one)) < 0)
-		log_warn("eventfd: %s", strerror(errno));
-}
 
 /* A link to the proxy named slot, serving c; dialing goes on in the background. */
 int
@@ -44,26 +21,12 @@ link_open(struct context *c, const char *slot)
 
 	c->c_pl = xcalloc(1, sizeof(*c->c_pl));
 	snprintf(c->c_pl->pl_slot, sizeof(c->c_pl->pl_slot), "%s", slot);
-	c->c_pl->pl_pidfd = c->c_pl->pl_rfd = c->c_pl->pl_sfd = -1;
-	c->c_pl->pl_recv.mr_fd = -1;
+	c->c_pl->pl_pidfd = -1;
 	c->c_pl->pl_state = KS_STARTING;
-	if ((e = nng_pair0_open(&c->c_pl->pl_sock)))
+	if ((e = chan_dial(&c->c_pl->pl_chan, url)))
 		goto out;
-	nng_socket_set_size(c->c_pl->pl_sock, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME);
-	nng_socket_set_int(c->c_pl->pl_sock, NNG_OPT_SENDBUF, 1024);
-	nng_socket_set_int(c->c_pl->pl_sock, NNG_OPT_RECVBUF, 1024);
-	nng_socket_set_ms(c->c_pl->pl_sock, NNG_OPT_RECONNMINT, 5);
-	nng_socket_set_ms(c->c_pl->pl_sock, NNG_OPT_RECONNMAXT, 100);
-	nng_pipe_notify(c->c_pl->pl_sock, NNG_PIPE_EV_ADD_PRE, link_pipe_event, c->c_pl);
-	nng_pipe_notify(c->c_pl->pl_sock, NNG_PIPE_EV_REM_POST, link_pipe_event, c->c_pl);
-	if ((e = nng_dial(c->c_pl->pl_sock, url, NULL, NNG_FLAG_NONBLOCK)) ||
-	    (e = mrecv_open(&c->c_pl->pl_recv, c->c_pl->pl_sock)) ||
-	    (e = nng_socket_get_int(c->c_pl->pl_sock, NNG_OPT_SENDFD, &c->c_pl->pl_sfd)))
-		goto out;
-	c->c_pl->pl_rfd = c->c_pl->pl_recv.mr_fd;
 	c->c_pl->pl_ev_recv = (struct evsrc){EV_CTX_RECV, c};
-	c->c_pl->pl_ev_send = (struct evsrc){EV_CTX_SEND, c};
-	server_watch(c->c_pl->pl_rfd, EPOLLIN, &c->c_pl->pl_ev_recv);
+	server_watch(c->c_pl->pl_chan.ch_in.mr_fd, EPOLLIN, &c->c_pl->pl_ev_recv);
 out:
 	if (e)
 		log_err("context %s: connect %s: %s", c->c_id, url, nng_strerror(e));
@@ -71,92 +34,27 @@ out:
 	return e ? -EIO : 0;
 }
 
-/*
- * nng < 1.6 never closes the two pipes behind a pair0 socket's poll fds
- * (NNG_OPT_RECVFD, _SENDFD; fixed by nng PR 1640): 4 fds per context. After
- * nng_close nothing in nng uses them, so we close every fd on those pipes,
- * found by inode (the write ends are nng's own).
- */
-static void
-link_close_poll_pipes(int rfd, int sfd)
-{
-#if NNG_MAJOR_VERSION == 1 && NNG_MINOR_VERSION < 6
-	struct stat want[2], st;
-	int n = 0;
-	DIR *d;
-	struct dirent *de;
-
-	if (rfd >= 0 && fstat(rfd, &want[n]) == 0 && S_ISFIFO(want[n].st_mode))
-		n++;
-	if (sfd >= 0 && fstat(sfd, &want[n]) == 0 && S_ISFIFO(want[n].st_mode))
-		n++;
-	if (!n || !(d = opendir("/proc/self/fd")))
-		return;
-	while ((de = readdir(d))) {
-		int fd = atoi(de->d_name);
-		if (de->d_name[0] == '.' || fd == dirfd(d) || fstat(fd, &st) < 0)
-			continue;
-		for (int i = 0; i < n; i++)
-			if (st.st_ino == want[i].st_ino && st.st_dev == want[i].st_dev &&
-			    S_ISFIFO(st.st_mode))
-				close(fd);
-	}
-	closedir(d);
-#else
-	(void)rfd;
-	(void)sfd;
-#endif
-}
-
-/* Stops watching, closes the socket (and the poll pipes nng leaves), frees pl. */
+/* Stops watching, closes the connection, frees pl. */
 void
 link_close(struct proxy_link *pl)
 {
 	if (!pl)
 		return;
-	if (pl->pl_rfd >= 0)
-		server_unwatch(pl->pl_rfd);
-	if (pl->pl_sfd_watched)
-		server_unwatch(pl->pl_sfd);
+	if (pl->pl_ev_recv.ev_obj)
+		server_unwatch(pl->pl_chan.ch_in.mr_fd);
 	if (pl->pl_pidfd >= 0) {
 		server_unwatch(pl->pl_pidfd);
 		close(pl->pl_pidfd);
 	}
-	nng_close(pl->pl_sock); /* waits for pipe callbacks: pl stays valid until here */
-	mrecv_close(&pl->pl_recv); /* and for its receive's */
-	link_close_poll_pipes(-1, pl->pl_sfd);
-	msgq_free(&pl->pl_outq);
+	chan_close(&pl->pl_chan);
 	free(pl);
-}
-
-void
-link_flush(struct context *c)
-{
-	struct proxy_link *pl = c->c_pl;
-	int e = msgq_flush(&pl->pl_outq, pl->pl_sock);
-
-	if (e)
-		log_warn("context %s: send: %s", c->c_id, nng_strerror(e));
-	/* the send fd is readable while sending would not block: watch it only
-	 * while something waits, or the loop would spin */
-	if (pl->pl_outq.mq_n && !pl->pl_sfd_watched) {
-		server_watch(pl->pl_sfd, EPOLLIN, &pl->pl_ev_send);
-		pl->pl_sfd_watched = true;
-	} else if (!pl->pl_outq.mq_n && pl->pl_sfd_watched) {
-		server_unwatch(pl->pl_sfd);
-		pl->pl_sfd_watched = false;
-	}
 }
 
 void
 link_send(struct context *c, struct msg *m)
 {
-	nng_msg *nm;
-
-	if (msg_pack(m, &nm))
+	if (chan_send(&c->c_pl->pl_chan, m))
 		fatal("context %s: cannot encode %s", c->c_id, msg_type_name(m->m_type));
-	msgq_push(&c->c_pl->pl_outq, nm);
-	link_flush(c);
 }
 
 static void
@@ -202,14 +100,23 @@ link_on_state(struct context *c, struct msg *m)
 void
 link_recv(struct context *c)
 {
+	struct proxy_link *pl = c->c_pl;
+
 	for (int i = 0; i < 1024; i++) {
 		struct msg m;
-		int e = mrecv_next(&c->c_pl->pl_recv, &m);
-		if (e == NNG_EAGAIN)
+		int e = chan_next(&pl->pl_chan, &m);
+		if (e == CHAN_EMPTY)
 			return;
-		if (e > 0) {
-			log_warn("context %s: receive: %s", c->c_id, nng_strerror(e));
-			return;
+		if (e == CHAN_UP)
+			continue; /* the proxy says HELLO */
+		if (e == CHAN_DOWN) {
+			log_debug("context %s: proxy link down: %s", c->c_id, pl->pl_chan.ch_why);
+			/* a context being deleted: its proxy is done with us */
+			if (c->c_deleting && !pl->pl_child && pl->pl_pidfd < 0) {
+				context_free(c);
+				return;
+			}
+			continue;
 		}
 		if (e < 0) {
 			log_warn("context %s: bad frame from proxy dropped: %s", c->c_id,
@@ -238,19 +145,5 @@ link_recv(struct context *c)
 				 msg_type_name(m.m_type));
 		}
 		msg_free(&m);
-	}
-}
-
-/* Pipe removals of a context being deleted: its proxy is done with us. */
-void
-link_pipe_events(void)
-{
-	struct context *c, *next;
-
-	for (c = TAILQ_FIRST(&sv.sv_tb.tb_contexts); c; c = next) {
-		next = TAILQ_NEXT(c, c_link);
-		if (__atomic_exchange_n(&c->c_pl->pl_pipe_lost, 0, __ATOMIC_SEQ_CST) &&
-		    c->c_deleting && !c->c_pl->pl_child && c->c_pl->pl_pidfd < 0)
-			context_free(c);
 	}
 }

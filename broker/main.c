@@ -139,7 +139,6 @@ wake_drain(void)
 
 	if (read(sv.sv_io.io_wakefd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 		log_warn("eventfd: %s", strerror(errno));
-	link_pipe_events();
 	control_pipe_events();
 }
 
@@ -171,7 +170,6 @@ loop(void)
 			case EV_SIGNAL: handle_signals(); break;
 			case EV_WAKE: wake_drain(); break;
 			case EV_CTX_RECV: link_recv(ev->ev_obj); break;
-			case EV_CTX_SEND: link_flush(ev->ev_obj); break;
 			case EV_CTX_PIDFD: supervise_pidfd(ev->ev_obj); break;
 			case EV_HANGUP: stream_hangup(ev->ev_obj, evs[i].events); break;
 			case EV_CTL: control_recv(); break;

@@ -130,7 +130,7 @@ pool_restart(struct context *x)
 	link_close(x->c_pl);
 	x->c_pl = p->c_pl;
 	p->c_pl = NULL;
-	x->c_pl->pl_ev_recv.ev_obj = x->c_pl->pl_ev_send.ev_obj = x->c_pl->pl_ev_pidfd.ev_obj = x;
+	x->c_pl->pl_ev_recv.ev_obj = x->c_pl->pl_ev_pidfd.ev_obj = x;
 	x->c_ready = true;
 	TAILQ_REMOVE(&sv.sv_tb.tb_contexts, p, c_link);
 	free(p->c_lang);

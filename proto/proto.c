@@ -478,14 +478,14 @@ pack_size(const struct msg *m)
  * otherwise be copied again by every reallocation).
  */
 int
-msg_pack(const struct msg *m, nng_msg **out)
+msg_pack_at(const struct msg *m, size_t room, nng_msg **out)
 {
 	msgpack_packer pk;
 	int e;
 
-	if ((e = nng_msg_alloc(out, pack_size(m))))
+	if ((e = nng_msg_alloc(out, room + pack_size(m))))
 		return e;
-	nng_msg_clear(*out); /* keeps the room */
+	nng_msg_chop(*out, pack_size(m)); /* keeps the room */
 	msgpack_packer_init(&pk, *out, pack_write_nng);
 	if (pack_msg(m, &pk)) {
 		nng_msg_free(*out);
@@ -493,6 +493,12 @@ msg_pack(const struct msg *m, nng_msg **out)
 		return NNG_ENOMEM;
 	}
 	return 0;
+}
+
+int
+msg_pack(const struct msg *m, nng_msg **out)
+{
+	return msg_pack_at(m, 0, out);
 }
 
 int
@@ -611,35 +617,74 @@ msg_recv(nng_socket s, struct msg *m, int flags)
 	return e;
 }
 
-/* On nng's thread: keep the message, wake the loop if it was idle, receive again. */
+void
+mrecv_put(struct mrecv *r, nng_msg *nm)
+{
+	bool wake;
+
+	pthread_mutex_lock(&r->mr_mu);
+	if (r->mr_n == r->mr_cap) {
+		r->mr_cap = r->mr_cap ? r->mr_cap * 2 : 16;
+		r->mr_q = xrealloc(r->mr_q, r->mr_cap * sizeof(*r->mr_q));
+	}
+	r->mr_q[r->mr_n++] = nm;
+	wake = r->mr_n == 1;
+	pthread_mutex_unlock(&r->mr_mu);
+	if (wake) {
+		uint64_t one = 1;
+		if (write(r->mr_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+			log_warn("eventfd: %s", strerror(errno));
+	}
+}
+
+/* Set in one step with the count: mrecv_take resumes only what did pause. */
+bool
+mrecv_full(struct mrecv *r)
+{
+	bool full;
+
+	pthread_mutex_lock(&r->mr_mu);
+	/* a loop that falls behind stops the receiving: the peer waits */
+	full = r->mr_paused = r->mr_n >= MRECV_MAX;
+	pthread_mutex_unlock(&r->mr_mu);
+	return full;
+}
+
+static void
+mrecv_resume_sock(void *arg)
+{
+	struct mrecv *r = arg;
+
+	nng_recv_aio(r->mr_sock, r->mr_aio);
+}
+
+/* On nng's thread: keep the message, receive again unless the loop is behind. */
 static void
 mrecv_cb(void *arg)
 {
 	struct mrecv *r = arg;
 	int e = nng_aio_result(r->mr_aio);
-	bool wake = false, paused = false;
 
 	if (e == NNG_ECLOSED || e == NNG_ECANCELED)
 		return; /* the socket is closing: mrecv_close follows */
 	if (!e) {
-		pthread_mutex_lock(&r->mr_mu);
-		if (r->mr_n == r->mr_cap) {
-			r->mr_cap = r->mr_cap ? r->mr_cap * 2 : 16;
-			r->mr_q = xrealloc(r->mr_q, r->mr_cap * sizeof(*r->mr_q));
-		}
-		r->mr_q[r->mr_n++] = nng_aio_get_msg(r->mr_aio);
-		wake = r->mr_n == 1;
-		/* a loop that falls behind stops the receiving: the peer waits */
-		paused = r->mr_paused = r->mr_n >= MRECV_MAX;
-		pthread_mutex_unlock(&r->mr_mu);
-		if (wake) {
-			uint64_t one = 1;
-			if (write(r->mr_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-				log_warn("eventfd: %s", strerror(errno));
-		}
+		mrecv_put(r, nng_aio_get_msg(r->mr_aio));
+		if (mrecv_full(r))
+			return;
 	}
-	if (!paused)
-		nng_recv_aio(r->mr_sock, r->mr_aio);
+	nng_recv_aio(r->mr_sock, r->mr_aio);
+}
+
+int
+mrecv_init(struct mrecv *r, void (*resume)(void *), void *arg)
+{
+	memset(r, 0, sizeof(*r));
+	r->mr_resume = resume;
+	r->mr_resume_arg = arg;
+	pthread_mutex_init(&r->mr_mu, NULL);
+	if ((r->mr_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+		return NNG_ENOMEM;
+	return 0;
 }
 
 int
@@ -647,11 +692,9 @@ mrecv_open(struct mrecv *r, nng_socket s)
 {
 	int e;
 
-	memset(r, 0, sizeof(*r));
+	if ((e = mrecv_init(r, mrecv_resume_sock, r)))
+		return e;
 	r->mr_sock = s;
-	pthread_mutex_init(&r->mr_mu, NULL);
-	if ((r->mr_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
-		return NNG_ENOMEM;
 	if ((e = nng_aio_alloc(&r->mr_aio, mrecv_cb, r)))
 		return e;
 	nng_recv_aio(s, r->mr_aio);
@@ -677,7 +720,7 @@ mrecv_take(struct mrecv *r)
 	pthread_mutex_unlock(&r->mr_mu);
 	r->mr_bat = 0;
 	if (resume)
-		nng_recv_aio(r->mr_sock, r->mr_aio);
+		r->mr_resume(r->mr_resume_arg);
 	return r->mr_bn;
 }
 

@@ -156,6 +156,7 @@ void msg_set_u64(struct msg *m, enum msg_field f, uint64_t v);
 int msg_encode(const struct msg *m, void **buf, size_t *len);
 int msg_decode(const void *buf, size_t len, struct msg *m);
 int msg_pack(const struct msg *m, nng_msg **out);
+int msg_pack_at(const struct msg *m, size_t room, nng_msg **out); /* room bytes first */
 int msg_send(nng_socket s, const struct msg *m, int flags);
 
 /* Messages waiting for a socket that would block: sent in order, never blocking. */
@@ -173,15 +174,18 @@ void msgq_free(struct msgq *q); /* msgq_clear, and the memory of q itself */
 int msg_recv(nng_socket s, struct msg *m, int flags);
 
 /*
- * A socket's incoming messages, taken by an nng aio callback (on nng's
- * thread, as pair0 completes a waiting receive in place) and handed to a
- * loop through an eventfd, readable while messages wait: no pollable pipe,
- * no aio made and freed per message, no receive that finds nothing.
+ * Incoming messages, taken by an nng aio callback (on nng's thread) and
+ * handed to a loop through an eventfd, readable while messages wait: no
+ * pollable pipe, no aio made and freed per message, no receive that finds
+ * nothing. mrecv_open feeds it from a socket; a chan feeds it from its stream
+ * (mrecv_init, mrecv_put).
  */
 #define MRECV_MAX 1024
 struct mrecv {
-	nng_socket mr_sock;
+	nng_socket mr_sock; /* mrecv_open's socket, and its receive */
 	nng_aio *mr_aio;
+	void (*mr_resume)(void *); /* receives again after a pause */
+	void *mr_resume_arg;
 	int mr_fd; /* eventfd, for the loop's epoll */
 	pthread_mutex_t mr_mu;
 	nng_msg **mr_q; /* what the callback received: guarded by mr_mu */
@@ -191,8 +195,53 @@ struct mrecv {
 	size_t mr_bn, mr_bat, mr_bcap;
 };
 int mrecv_open(struct mrecv *r, nng_socket s); /* 0 or an nng error */
+int mrecv_init(struct mrecv *r, void (*resume)(void *), void *arg);
+/* On the receiving thread: queue nm, wake the loop if it was idle. */
+void mrecv_put(struct mrecv *r, nng_msg *nm);
+/* After a receive's puts: true when the loop fell behind; the receiver then
+ * stops, and r's resume hook starts it again once the loop has taken them. */
+bool mrecv_full(struct mrecv *r);
 /* Like msg_recv with NNG_FLAG_NONBLOCK: 0, NNG_EAGAIN, or a PROTO_ error. */
 int mrecv_next(struct mrecv *r, struct msg *m);
 void mrecv_close(struct mrecv *r); /* after nng_close of its socket */
+
+/*
+ * The broker<->proxy link: one nng_stream over ipc:// at a time, framed as
+ * nng's ipc transport frames a pair0 socket's messages, so either end still
+ * talks to a peer of an older version, whose link was a pair0 socket. The
+ * proxy listens and takes one peer at a time; the broker dials and dials
+ * again (5 ms, doubling to 100 ms) until a connection holds. See chan.c.
+ */
+enum chan_ev {
+	CHAN_MSG = 0,  /* *m is a message */
+	CHAN_EMPTY = 1, /* nothing more for now: the fd is polled again */
+	CHAN_UP,       /* a peer is attached; what is sent goes to it */
+	CHAN_DOWN,     /* the peer is gone (ch_why): its messages came before this */
+};
+struct chan_conn;
+struct chan {
+	char *ch_url;
+	bool ch_listen; /* the proxy's end: one peer at a time; nothing held for the next */
+	nng_stream_listener *ch_listener;
+	nng_stream_dialer *ch_dialer;
+	nng_aio *ch_aio; /* the accept or dial, or the pause before the next */
+	bool ch_pausing;
+	nng_duration ch_backoff;
+	struct mrecv ch_in; /* what came; ch_in.mr_fd is the fd the loop polls */
+	pthread_mutex_t ch_mu; /* guards what follows, and each chan_conn's state */
+	nng_stream *ch_pending; /* accepted or dialed: the loop attaches it (chan_next) */
+	struct chan_conn *ch_cur; /* the attached connection, set by the loop */
+	struct msgq ch_outq;  /* frames waiting to be written, in order */
+	const char *ch_why;   /* why the last connection ended */
+};
+int chan_listen(struct chan *ch, const char *url); /* 0 or an nng error */
+int chan_dial(struct chan *ch, const char *url);
+/* On the loop: 0 (CHAN_MSG) with *m, another chan_ev, or a PROTO_ error (a bad frame, dropped). */
+int chan_next(struct chan *ch, struct msg *m);
+/* Queues m; order is kept, nothing blocks. No peer: the listener drops it, the dialer keeps it. */
+int chan_send(struct chan *ch, const struct msg *m);
+bool chan_up(struct chan *ch);
+void chan_flush(struct chan *ch, int ms); /* waits up to ms for the queue to be written */
+void chan_close(struct chan *ch);
 
 #endif

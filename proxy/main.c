@@ -113,12 +113,12 @@ drain_ipc(struct proxy *p)
 {
 	for (;;) {
 		struct msg m;
-		int e = mrecv_next(&p->px_recv, &m);
-		if (e == NNG_EAGAIN)
+		int e = chan_next(&p->px_link, &m);
+		if (e == CHAN_EMPTY)
 			return;
 		if (e > 0) {
-			log_warn("context %s: receive from broker: %s", p->px_id, nng_strerror(e));
-			return;
+			ipc_link_event(p, e);
+			continue;
 		}
 		if (e < 0) {
 			log_warn("context %s: bad frame from broker dropped: %s", p->px_id,
@@ -260,7 +260,7 @@ usage(void)
 }
 
 /* What the loop's epoll reports, as its data. */
-enum { W_IPC, W_SIG, W_EV, W_SEND, W_BOX, W_IOPUB, W_SHELL, W_STDIN };
+enum { W_IPC, W_SIG, W_BOX, W_IOPUB, W_SHELL, W_STDIN };
 
 static void
 watch(int ep, int op, int fd, int what)
@@ -343,17 +343,15 @@ loop(struct proxy *p)
 			       {&p->px_stdin, "stdin", -1, false}};
 	unsigned gen = p->px_zgen - 1, box_gen = gen;
 	int box_fd = -1;
-	bool send_watched = false;
 	int ep = epoll_create1(EPOLL_CLOEXEC);
 
 	if (ep < 0)
 		fatal("epoll_create1: %s", strerror(errno));
 	watch(ep, EPOLL_CTL_ADD, p->px_ipc_fd, W_IPC);
 	watch(ep, EPOLL_CTL_ADD, p->px_sigfd, W_SIG);
-	watch(ep, EPOLL_CTL_ADD, p->px_evfd, W_EV);
 	while (!p->px_quit) {
 		struct epoll_event evs[8];
-		bool ipc = false, sig = false, pipe_ev = false, box = false;
+		bool ipc = false, sig = false, box = false;
 		uint64_t now = now_ms();
 		long wait = admit_wait(p, now), kw = p->px_kstate == KS_STARTING ? 50 : 500;
 		int n;
@@ -365,13 +363,6 @@ loop(struct proxy *p)
 		for (int i = 0; i < 3; i++)
 			if (zw[i].zw_pending && *zw[i].zw_sockp)
 				wait = 0;
-		/* the send fd is readable while sending would not block: watched
-		 * only while something waits, or the loop would spin */
-		if (!!p->px_outq.mq_n != send_watched) {
-			send_watched = !send_watched;
-			watch(ep, send_watched ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, p->px_ipc_sendfd,
-			      W_SEND);
-		}
 		if ((n = epoll_wait(ep, evs, 8, (int)wait)) < 0 && errno != EINTR)
 			fatal("epoll_wait: %s", strerror(errno));
 		for (int i = 0; i < n; i++) {
@@ -380,15 +371,11 @@ loop(struct proxy *p)
 				ipc = true;
 			else if (w == W_SIG)
 				sig = true;
-			else if (w == W_EV)
-				pipe_ev = true;
 			else if (w == W_BOX)
 				box = true;
 			else if (w >= W_IOPUB)
 				zw[w - W_IOPUB].zw_pending = true;
 		}
-		if (pipe_ev)
-			ipc_pipe_events(p);
 		if (sig)
 			reap(p);
 		if (box && p->px_kpidfd >= 0) {
@@ -405,8 +392,6 @@ loop(struct proxy *p)
 		admit_tick(p, now);
 		kernel_tick(p, now);
 		admit_flush(p);
-		if (p->px_outq.mq_n)
-			ipc_flush(p);
 	}
 	close(ep);
 }
@@ -605,8 +590,6 @@ main(int argc, char **argv)
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	if ((px.px_sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
 		fatal("signalfd: %s", strerror(errno));
-	if ((px.px_evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
-		fatal("eventfd: %s", strerror(errno));
 	if (!(px.px_zctx = zmq_ctx_new()))
 		fatal("zmq_ctx_new: %s", zmq_strerror(errno));
 
@@ -618,13 +601,11 @@ main(int argc, char **argv)
 	loop(&px);
 
 	admit_fail_all(&px, "ContextDeleted", "the context was shut down");
-	ipc_flush(&px);
 	kernel_stop(&px);
 	limits_cleanup(&px);
 	sandbox_cleanup(&px);
-	nng_msleep(20); /* let the last replies leave */
-	nng_close(px.px_ipc);
-	mrecv_close(&px.px_recv);
+	chan_flush(&px.px_link, 500); /* the last replies leave: written, they arrive */
+	chan_close(&px.px_link);
 	zmq_ctx_term(px.px_zctx);
 	if (strcmp(px.px_kdir, px.px_dir))
 		rm_rf(px.px_kdir);

@@ -124,12 +124,8 @@ struct proxy {
 	const char *px_template; /* the template's socket (--template), or NULL */
 	int px_kpidfd;          /* a box forked from the template: its init; -1 = none */
 
-	nng_socket px_ipc;
-	struct mrecv px_recv; /* what the broker sends; px_ipc_fd is its eventfd */
-	int px_ipc_fd, px_ipc_sendfd;
-	int px_evfd;         /* nng pipe events land here */
-	volatile int px_pipe_added, px_pipe_removed;
-	struct msgq px_outq;
+	struct chan px_link;  /* to the broker; px_ipc_fd is its eventfd */
+	int px_ipc_fd;
 
 	void *px_zctx;
 	void *px_shell, *px_control, *px_iopub, *px_hb, *px_stdin;
@@ -163,10 +159,9 @@ struct proxy {
 /* ipc.c */
 void ipc_listen(struct proxy *px);
 void ipc_send(struct proxy *px, struct msg *m);
-void ipc_flush(struct proxy *px);
 void ipc_state(struct proxy *px, const char *text);
 void ipc_reply(struct proxy *px, enum msg_type t, uint64_t req, const char *text);
-void ipc_pipe_events(struct proxy *px);
+void ipc_link_event(struct proxy *px, int ev);
 
 /* limits.c */
 int limits_prepare(struct proxy *px);
