@@ -33,12 +33,13 @@ struct chan_conn {
 	nng_aio *cn_rx, *cn_tx;
 	/* guarded by ch_mu */
 	bool cn_dead;       /* a receive or send failed: the loop drops it */
+	bool cn_shook;      /* the peer's handshake came: frames may go (a refused
+			     * connection never gets one, and loses nothing) */
 	bool cn_sending;    /* cn_tx is under way, with cn_tx_frames frames */
 	size_t cn_tx_frames;
 	size_t cn_hello_off; /* bytes of our handshake written */
 	size_t cn_off;       /* bytes of the queue's first frame written */
 	/* the receive callback's alone */
-	bool cn_shook;       /* the peer's handshake came */
 	uint8_t *cn_buf;     /* received, not parsed: cn_buf[cn_start .. cn_end) */
 	size_t cn_start, cn_end;
 	nng_msg *cn_big;     /* a frame bigger than cn_buf, received into its own */
@@ -84,7 +85,7 @@ chan_tx_prepare(struct chan_conn *cn)
 		iov[n++] = (nng_iov){(void *)(chan_hello + cn->cn_hello_off),
 				     sizeof(chan_hello) - cn->cn_hello_off};
 	cn->cn_tx_frames = 0;
-	for (size_t i = 0; i < q->mq_n && i < CHAN_IOV; i++) {
+	for (size_t i = 0; cn->cn_shook && i < q->mq_n && i < CHAN_IOV; i++) {
 		nng_msg *nm = q->mq_q[q->mq_head + i];
 		size_t off = i ? 0 : cn->cn_off;
 		iov[n++] = (nng_iov){(uint8_t *)nng_msg_body(nm) + off, nng_msg_len(nm) - off};
@@ -164,16 +165,20 @@ chan_parse(struct chan_conn *cn)
 	struct chan *ch = cn->cn_ch;
 
 	if (!cn->cn_shook) {
+		bool send;
 		if (cn->cn_end - cn->cn_start < sizeof(chan_hello))
 			return NULL;
 		/* byte 5 is the peer's protocol: pair0's own peer is pair0 */
 		if (memcmp(cn->cn_buf + cn->cn_start, chan_hello, sizeof(chan_hello)))
 			return "not a sandcell peer (bad handshake)";
 		cn->cn_start += sizeof(chan_hello);
-		cn->cn_shook = true;
 		pthread_mutex_lock(&ch->ch_mu);
+		cn->cn_shook = true;
 		ch->ch_backoff = CHAN_BACKOFF_MIN; /* a connection held: redial fast */
+		send = chan_tx_prepare(cn);        /* what waited for it */
 		pthread_mutex_unlock(&ch->ch_mu);
+		if (send)
+			nng_stream_send(cn->cn_s, cn->cn_tx);
 	}
 	while (cn->cn_end - cn->cn_start >= CHAN_HEAD) {
 		const uint8_t *h = cn->cn_buf + cn->cn_start;
