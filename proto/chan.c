@@ -30,7 +30,7 @@ static const uint8_t chan_hello[8] = {0, 'S', 'P', 0, 0, 0x10, 0, 0};
 struct chan_conn {
 	struct chan *cn_ch;
 	nng_stream *cn_s;
-	nng_aio *cn_rx, *cn_tx;
+	nng_aio *cn_rx, *cn_tx, *cn_txi; /* cn_txi: chan_tx's, no callback */
 	/* guarded by ch_mu */
 	bool cn_dead;       /* a receive or send failed: the loop drops it */
 	bool cn_shook;      /* the peer's handshake came: frames may go (a refused
@@ -71,9 +71,9 @@ chan_fail(struct chan_conn *cn, const char *why, bool loud)
 	chan_wake(ch);
 }
 
-/* Under ch_mu: the next write (our handshake's rest, then up to CHAN_IOV frames). */
+/* Under ch_mu: the next write on aio (our handshake's rest, then up to CHAN_IOV frames). */
 static bool
-chan_tx_prepare(struct chan_conn *cn)
+chan_tx_prepare(struct chan_conn *cn, nng_aio *aio)
 {
 	struct msgq *q = &cn->cn_ch->ch_outq;
 	nng_iov iov[CHAN_IOV + 1];
@@ -93,29 +93,23 @@ chan_tx_prepare(struct chan_conn *cn)
 	}
 	if (!n)
 		return false;
-	nng_aio_set_iov(cn->cn_tx, n, iov);
+	nng_aio_set_iov(aio, n, iov);
 	cn->cn_sending = true;
 	return true;
 }
 
-/* On nng's thread: what was written leaves the queue; the rest goes next. */
-static void
-chan_tx_cb(void *arg)
+/*
+ * A write of n bytes ended (e): they leave the queue. Returns whether more
+ * waits, prepared on cn_tx, which the caller sends: it completes on nng's
+ * thread (chan_tx_cb), when the socket has room again.
+ */
+static bool
+chan_tx_done(struct chan_conn *cn, int e, size_t n)
 {
-	struct chan_conn *cn = arg;
 	struct chan *ch = cn->cn_ch;
 	struct msgq *q = &ch->ch_outq;
-	int e = nng_aio_result(cn->cn_tx);
-	size_t n = nng_aio_count(cn->cn_tx);
 	bool more;
 
-	if (e) {
-		pthread_mutex_lock(&ch->ch_mu);
-		cn->cn_sending = false;
-		pthread_mutex_unlock(&ch->ch_mu);
-		chan_fail(cn, nng_strerror(e), false);
-		return;
-	}
 	pthread_mutex_lock(&ch->ch_mu);
 	cn->cn_sending = false;
 	if (cn->cn_hello_off < sizeof(chan_hello)) {
@@ -138,9 +132,47 @@ chan_tx_cb(void *arg)
 		if (!--q->mq_n)
 			q->mq_head = 0;
 	}
-	more = chan_tx_prepare(cn);
+	more = !e && chan_tx_prepare(cn, cn->cn_tx);
 	pthread_mutex_unlock(&ch->ch_mu);
-	if (more)
+	if (e)
+		chan_fail(cn, nng_strerror(e), false);
+	return more;
+}
+
+/* On nng's thread: what was written leaves the queue; the rest goes next. */
+static void
+chan_tx_cb(void *arg)
+{
+	struct chan_conn *cn = arg;
+
+	if (chan_tx_done(cn, nng_aio_result(cn->cn_tx), nng_aio_count(cn->cn_tx)))
+		nng_stream_send(cn->cn_s, cn->cn_tx);
+}
+
+/*
+ * On the loop: writes what waits in place, as a socket with room takes it at
+ * once. cn_txi has no callback, so a write done in place costs no thread
+ * hand-off; one that would block is cancelled (nng wrote nothing then) and
+ * goes again on cn_tx, whose callback runs when the socket has room.
+ */
+static void
+chan_tx(struct chan_conn *cn)
+{
+	struct chan *ch = cn->cn_ch;
+	bool send;
+	int e;
+
+	pthread_mutex_lock(&ch->ch_mu);
+	send = chan_tx_prepare(cn, cn->cn_txi);
+	pthread_mutex_unlock(&ch->ch_mu);
+	if (!send)
+		return;
+	nng_stream_send(cn->cn_s, cn->cn_txi);
+	nng_aio_cancel(cn->cn_txi);
+	nng_aio_wait(cn->cn_txi);
+	if ((e = nng_aio_result(cn->cn_txi)) == NNG_ECANCELED)
+		e = 0;
+	if (chan_tx_done(cn, e, nng_aio_count(cn->cn_txi)))
 		nng_stream_send(cn->cn_s, cn->cn_tx);
 }
 
@@ -175,7 +207,7 @@ chan_parse(struct chan_conn *cn)
 		pthread_mutex_lock(&ch->ch_mu);
 		cn->cn_shook = true;
 		ch->ch_backoff = CHAN_BACKOFF_MIN; /* a connection held: redial fast */
-		send = chan_tx_prepare(cn);        /* what waited for it */
+		send = chan_tx_prepare(cn, cn->cn_tx); /* what waited for it */
 		pthread_mutex_unlock(&ch->ch_mu);
 		if (send)
 			nng_stream_send(cn->cn_s, cn->cn_tx);
@@ -265,6 +297,7 @@ chan_conn_free(struct chan_conn *cn)
 	nng_stream_close(cn->cn_s); /* ends its receive and send */
 	nng_aio_free(cn->cn_rx);    /* and waits for their callbacks */
 	nng_aio_free(cn->cn_tx);
+	nng_aio_free(cn->cn_txi);
 	nng_stream_free(cn->cn_s);
 	if (cn->cn_big)
 		nng_msg_free(cn->cn_big);
@@ -402,7 +435,6 @@ chan_next(struct chan *ch, struct msg *m)
 {
 	struct chan_conn *cn;
 	nng_stream *s;
-	bool send;
 	int e = mrecv_next(&ch->ch_in, m);
 
 	if (e != NNG_EAGAIN)
@@ -432,14 +464,12 @@ chan_next(struct chan *ch, struct msg *m)
 	cn->cn_s = s;
 	cn->cn_buf = xmalloc(CHAN_BUF);
 	if (nng_aio_alloc(&cn->cn_rx, chan_rx_cb, cn) ||
-	    nng_aio_alloc(&cn->cn_tx, chan_tx_cb, cn))
+	    nng_aio_alloc(&cn->cn_tx, chan_tx_cb, cn) || nng_aio_alloc(&cn->cn_txi, NULL, NULL))
 		fatal("%s: nng_aio_alloc: out of memory", ch->ch_url);
 	ch->ch_cur = cn;
 	ch->ch_why = NULL;
-	send = chan_tx_prepare(cn); /* the handshake, and what the dialer held */
 	pthread_mutex_unlock(&ch->ch_mu);
-	if (send)
-		nng_stream_send(s, cn->cn_tx);
+	chan_tx(cn); /* our handshake: frames wait for the peer's */
 	chan_rx_more(cn);
 	return CHAN_UP;
 }
@@ -449,7 +479,6 @@ chan_send(struct chan *ch, const struct msg *m)
 {
 	nng_msg *nm;
 	struct chan_conn *cn;
-	bool send = false;
 	int e;
 
 	if ((e = msg_pack_at(m, CHAN_HEAD, &nm)))
@@ -465,11 +494,10 @@ chan_send(struct chan *ch, const struct msg *m)
 		nng_msg_free(nm); /* no peer: the next one hears the state in its hello */
 	} else {
 		msgq_push(&ch->ch_outq, nm);
-		send = cn && chan_tx_prepare(cn);
 	}
 	pthread_mutex_unlock(&ch->ch_mu);
-	if (send)
-		nng_stream_send(cn->cn_s, cn->cn_tx);
+	if (cn)
+		chan_tx(cn); /* the loop's own: only it frees a connection */
 	return 0;
 }
 
