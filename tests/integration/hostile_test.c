@@ -21,6 +21,7 @@
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -912,4 +913,35 @@ Test(hostile, ipc_sockets_are_private, .timeout = 30)
 			     st.st_mode & 0777);
 	}
 	globfree(&g);
+}
+
+/*
+ * A proxy serves one broker at a time: a second peer on its socket (here one
+ * that speaks the link's handshake) is closed at once, and the context the
+ * broker holds through that socket goes on with its state.
+ */
+Test(hostile, a_second_peer_on_a_proxy_socket_is_refused_and_the_context_goes_on,
+     .timeout = 60)
+{
+	static const char hello[8] = {0, 'S', 'P', 0, 0, 0x10, 0, 0};
+	char *id = keeper(URL), path[512];
+	glob_t g;
+
+	snprintf(path, sizeof(path), "%s/ctx/*/proxy.sock", test_run_dir());
+	cr_assert_eq(glob(path, 0, NULL, &g), 0, "no proxy socket under %s", test_run_dir());
+	for (size_t i = 0; i < g.gl_pathc; i++) { /* the keeper's is one of them */
+		struct sockaddr_un sa = {.sun_family = AF_UNIX};
+		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		cr_assert_geq(fd, 0);
+		cr_assert_lt(strlen(g.gl_pathv[i]), sizeof(sa.sun_path));
+		strcpy(sa.sun_path, g.gl_pathv[i]);
+		cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0, "%s: %s",
+			     g.gl_pathv[i], strerror(errno));
+		cr_assert_eq(write(fd, hello, sizeof(hello)), (ssize_t)sizeof(hello));
+		cr_assert(closed_within(fd, 5000), "%s kept a second peer", g.gl_pathv[i]);
+		close(fd);
+	}
+	globfree(&g);
+	check_keeper(URL, id);
+	free(id);
 }
