@@ -367,10 +367,13 @@ chan_conn_cb(void *arg)
 		pthread_mutex_lock(&ch->ch_mu);
 		/* one peer at a time: a second is closed while the first lives */
 		take = !ch->ch_pending && (!ch->ch_cur || ch->ch_cur->cn_dead);
+		bool say = !take && !ch->ch_told; /* once per peer: a second one retries */
 		if (take)
 			ch->ch_pending = s;
+		else
+			ch->ch_told = true;
 		pthread_mutex_unlock(&ch->ch_mu);
-		if (!take)
+		if (say)
 			log_warn("%s: a second peer refused: one at a time", ch->ch_url);
 	}
 	if (!take) {
@@ -468,6 +471,7 @@ chan_next(struct chan *ch, struct msg *m)
 		fatal("%s: nng_aio_alloc: out of memory", ch->ch_url);
 	ch->ch_cur = cn;
 	ch->ch_why = NULL;
+	ch->ch_told = false;
 	pthread_mutex_unlock(&ch->ch_mu);
 	chan_tx(cn); /* our handshake: frames wait for the peer's */
 	chan_rx_more(cn);

@@ -233,6 +233,7 @@ struct chan {
 	struct chan_conn *ch_cur; /* the attached connection, set by the loop */
 	struct msgq ch_outq;  /* frames waiting to be written, in order */
 	const char *ch_why;   /* why the last connection ended */
+	bool ch_told;         /* a second peer's refusal was logged for this one */
 };
 int chan_listen(struct chan *ch, const char *url); /* 0 or an nng error */
 int chan_dial(struct chan *ch, const char *url);
