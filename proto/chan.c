@@ -35,7 +35,7 @@ struct chan_conn {
 	bool cn_dead;       /* a receive or send failed: the loop drops it */
 	bool cn_shook;      /* the peer's handshake came: frames may go (a refused
 			     * connection never gets one, and loses nothing) */
-	bool cn_sending;    /* cn_tx is under way, with cn_tx_frames frames */
+	bool cn_sending;    /* a write (cn_txi or cn_tx) is under way, of cn_tx_frames frames */
 	size_t cn_tx_frames;
 	size_t cn_hello_off; /* bytes of our handshake written */
 	size_t cn_off;       /* bytes of the queue's first frame written */

@@ -23,6 +23,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/pair0/pair.h>
 
+#include "../../proto/proto.h"
 #include "bench.h"
 
 #define IPC_WARMUP 500
@@ -35,6 +36,7 @@ struct end {
 	int e_fd;   /* SOCK_SEQPACKET socket, or -1 */
 	nng_stream *e_stream;       /* nng_stream, or NULL */
 	nng_aio *e_rx, *e_tx;       /* its receive (completes into e_rfd) and send */
+	struct chan *e_chan;        /* sandcell's link (proto/chan.c), or NULL */
 };
 
 /* On nng's thread: a stream receive is done, the loop's eventfd says so. */
@@ -60,6 +62,23 @@ stream_rx_start(struct end *e, char *buf)
 static int
 end_recv(struct end *e, char *buf)
 {
+	while (e->e_chan) {
+		struct msg m;
+		int rv = chan_next(e->e_chan, &m);
+		if (rv == CHAN_UP)
+			continue;
+		if (rv == CHAN_EMPTY) {
+			struct pollfd p = {e->e_chan->ch_in.mr_fd, POLLIN, 0};
+			if (poll(&p, 1, 10000) <= 0)
+				return -1;
+			continue;
+		}
+		if (rv != CHAN_MSG || m.m_data.len != IPC_MSG)
+			return -1;
+		memcpy(buf, m.m_data.s, IPC_MSG);
+		msg_free(&m);
+		return 0;
+	}
 	for (;;) {
 		struct pollfd p = {e->e_rfd, POLLIN, 0};
 		if (poll(&p, 1, 10000) <= 0)
@@ -88,6 +107,16 @@ end_recv(struct end *e, char *buf)
 static int
 end_send(struct end *e, const char *buf)
 {
+	if (e->e_chan) { /* an OUTPUT of IPC_MSG bytes: its frame is ~20 bytes more */
+		struct msg m;
+		int rv;
+		msg_init(&m, MSG_OUTPUT);
+		msg_set_u64(&m, F_STREAM, 1);
+		msg_set_str(&m, F_DATA, buf, IPC_MSG);
+		rv = chan_send(e->e_chan, &m);
+		msg_free(&m);
+		return rv ? -1 : 0;
+	}
 	if (e->e_fd >= 0)
 		return send(e->e_fd, buf, IPC_MSG, 0) == IPC_MSG ? 0 : -1;
 	if (e->e_stream) {
@@ -178,7 +207,13 @@ ipc_echo_main(const char *where)
 	struct end e = {0};
 	char buf[IPC_MSG];
 
-	if (!strncmp(where, "stream:", 7)) {
+	if (!strncmp(where, "chan:", 5)) {
+		static struct chan ch;
+		e.e_fd = -1;
+		if (chan_dial(&ch, where + 5))
+			return 1;
+		e.e_chan = &ch;
+	} else if (!strncmp(where, "stream:", 7)) {
 		if (stream_end(&e, where + 7, false, buf) < 0)
 			return 1;
 	} else if (!strncmp(where, "ipc://", 6)) {
@@ -192,7 +227,7 @@ ipc_echo_main(const char *where)
 	return 0;
 }
 
-enum kind { K_NNG, K_SEQPACKET, K_STREAM };
+enum kind { K_NNG, K_SEQPACKET, K_STREAM, K_CHAN };
 
 static void
 measure(const char *label, enum kind kind)
@@ -214,7 +249,16 @@ measure(const char *label, enum kind kind)
 		table_note("ipc: nng listen %s failed", url);
 		return;
 	}
-	snprintf(arg, sizeof(arg), kind == K_STREAM ? "stream:%s" : "%s", url);
+	snprintf(arg, sizeof(arg), kind == K_STREAM ? "stream:%s" : kind == K_CHAN ? "chan:%s" : "%s",
+		 url);
+	static struct chan ch;
+	if (kind == K_CHAN) {
+		if (chan_listen(&ch, url)) {
+			table_note("ipc: chan listen %s failed", url);
+			return;
+		}
+		me = (struct end){.e_fd = -1, .e_chan = &ch};
+	}
 	if (kind == K_SEQPACKET)
 		snprintf(arg, sizeof(arg), "%d", sv[1]);
 	if ((child = fork()) == 0) {
@@ -226,6 +270,19 @@ measure(const char *label, enum kind kind)
 	if (kind == K_STREAM && stream_end(&me, url, true, buf) < 0) {
 		table_note("ipc: nng stream over %s failed", url);
 		goto out;
+	}
+	if (kind == K_CHAN) { /* the listener sends only to an attached peer */
+		struct msg m;
+		int rv = CHAN_EMPTY;
+		for (int i = 0; i < 1000 && rv != CHAN_UP; i++) {
+			struct pollfd p = {ch.ch_in.mr_fd, POLLIN, 0};
+			poll(&p, 1, 10);
+			rv = chan_next(&ch, &m);
+		}
+		if (rv != CHAN_UP) {
+			table_note("ipc: no peer on %s", url);
+			goto out;
+		}
 	}
 	if (!use_nng) {
 		close(sv[1]);
@@ -253,6 +310,8 @@ out:
 		nng_stream_close(me.e_stream);
 	else if (kind == K_SEQPACKET)
 		close(sv[0]);
+	else if (kind == K_CHAN)
+		chan_close(&ch);
 	kill(child, SIGTERM);
 	waitpid(child, NULL, 0);
 	if (use_nng)
@@ -268,4 +327,5 @@ ipc_bench(void)
 	measure("nng pair0 over ipc://", K_NNG);
 	measure("AF_UNIX SOCK_SEQPACKET", K_SEQPACKET);
 	measure("nng_stream over ipc://", K_STREAM);
+	measure("sandcell's link (proto/chan.c: nng_stream, framed)", K_CHAN);
 }
