@@ -439,6 +439,14 @@ sandbox_enter(struct proxy *px)
 	limits_apply_child(px, NULL);
 	if (sb_drop(px) < 0)
 		return 122;
+	/*
+	 * The kernel will have our uid: it must not reach into the init (open
+	 * /proc/1/mem, take fd 3 with pidfd_getfd) and speak for it. A uid change
+	 * from root made us non-dumpable; in a user namespace the uid on the host
+	 * does not change, and nothing did.
+	 */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		return 122;
 	return 0;
 }
 
