@@ -222,7 +222,7 @@ context_create(const char *want, const char *cwd, bool is_default, struct contex
 
 /*
  * Deletion is answered once the proxy confirms; the context is freed when the
- * proxy is gone (SIGCHLD, or the pipe closing for an adopted one), so its last
+ * proxy is gone (SIGCHLD, or its link closing for an adopted one), so its last
  * messages still reach their streams.
  */
 void

@@ -138,10 +138,11 @@ supervise_lost(struct context *c, const char *why)
 	}
 	free(value);
 	/*
-	 * The new proxy gets a new link. The old socket may still hold the dead
-	 * proxy's pipe (nng sees its end on a thread of its own, maybe after our
-	 * SIGCHLD): a message sent on it now would go down that pipe and be lost,
-	 * and the execution waiting for its answer would hang.
+	 * The new proxy gets a new link. The old one may still hold the dead
+	 * proxy's connection (nng sees its end on a thread of its own, maybe
+	 * after our SIGCHLD): a message sent on it now would go down that
+	 * connection and be lost, and the execution waiting for its answer would
+	 * hang.
 	 */
 	struct proxy_link *old = c->c_pl;
 	if (link_open(c, old->pl_slot) < 0) {

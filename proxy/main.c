@@ -1,7 +1,7 @@
 /*
  * main.c — sandcell-proxy: start-up, the dispatch of the broker's requests
  * (whose link is ipc.c's), and the event loop over the kernel's ZeroMQ
- * sockets, the IPC socket, a signalfd and the nng pipe-event fd.
+ * sockets, the link to the broker (its eventfd) and a signalfd.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,7 +21,6 @@
 #include <unistd.h>
 
 #include <nng/nng.h>
-#include <nng/protocol/pair0/pair.h>
 #include <nng/supplemental/util/platform.h>
 #include <sodium.h>
 #include <zmq.h>
