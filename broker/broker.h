@@ -7,6 +7,7 @@
 #ifndef SANDCELL_BROKER_H
 #define SANDCELL_BROKER_H
 
+#include <sys/epoll.h>
 #include <sys/queue.h>
 #include <sys/types.h>
 
@@ -232,6 +233,8 @@ struct server_handles {
 	struct evsrc io_ev_listen;
 	uint64_t io_mhd_log_at;     /* rate limit of MHD's messages at warn level */
 	unsigned io_mhd_log_n;
+	struct epoll_event *io_batch; /* what epoll_wait returned, handled in turn */
+	int io_batch_n;
 };
 
 /* What the broker holds; the loop's thread alone touches them. */
@@ -305,6 +308,7 @@ extern struct server sv;
 /* server.c */
 void server_watch(int fd, uint32_t events, struct evsrc *ev);
 void server_unwatch(int fd);
+void server_forget(struct evsrc *ev);
 void server_notify(const char *state);
 
 /* config.c */

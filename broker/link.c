@@ -40,6 +40,8 @@ link_close(struct proxy_link *pl)
 {
 	if (!pl)
 		return;
+	server_forget(&pl->pl_ev_recv);
+	server_forget(&pl->pl_ev_pidfd);
 	if (pl->pl_ev_recv.ev_obj)
 		server_unwatch(pl->pl_chan.ch_in.mr_fd);
 	if (pl->pl_pidfd >= 0) {

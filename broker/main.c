@@ -163,8 +163,12 @@ loop(void)
 		int n = epoll_wait(sv.sv_io.io_epfd, evs, 64, (int)wait);
 		if (n < 0 && errno != EINTR)
 			fatal("epoll_wait: %s", strerror(errno));
+		sv.sv_io.io_batch = evs;
+		sv.sv_io.io_batch_n = n > 0 ? n : 0;
 		for (int i = 0; i < n; i++) {
 			struct evsrc *ev = evs[i].data.ptr;
+			if (!ev)
+				continue; /* its object was freed by an earlier one (server_forget) */
 			switch (ev->ev_kind) {
 			case EV_MHD: break; /* MHD_run below */
 			case EV_SIGNAL: handle_signals(); break;
@@ -177,6 +181,7 @@ loop(void)
 			case EV_PENDING: accept_sniff(ev->ev_obj, evs[i].events); break;
 			}
 		}
+		sv.sv_io.io_batch_n = 0;
 		stream_park_due(now_ms());
 		sv.sv_lc.lc_mhd_kick = false;
 		MHD_run(sv.sv_io.io_mhd);

@@ -32,6 +32,19 @@ server_unwatch(int fd)
 	epoll_ctl(sv.sv_io.io_epfd, EPOLL_CTL_DEL, fd, NULL);
 }
 
+/*
+ * ev is about to be freed: an event of the batch being handled that points
+ * at it is dropped (a proxy's link and pidfd can be ready together, and the
+ * first one's handler may free the context).
+ */
+void
+server_forget(struct evsrc *ev)
+{
+	for (int i = 0; i < sv.sv_io.io_batch_n; i++)
+		if (sv.sv_io.io_batch[i].data.ptr == ev)
+			sv.sv_io.io_batch[i].data.ptr = NULL;
+}
+
 /* sd_notify(3) without libsystemd: one datagram to $NOTIFY_SOCKET. */
 void
 server_notify(const char *state)

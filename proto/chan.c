@@ -550,4 +550,5 @@ chan_close(struct chan *ch)
 	pthread_mutex_destroy(&ch->ch_mu);
 	free(ch->ch_url);
 	memset(ch, 0, sizeof(*ch));
+	ch->ch_in.mr_fd = -1; /* not stdin: a stray read must fail, not block */
 }
