@@ -36,6 +36,7 @@
 #define HTTP_CONN_MEMORY (12u << 10)
 #define TICK_MS 250
 #define POOL_BACKOFF_MS 10000 /* no pool refill after a warm kernel failed to start */
+#define POOL_YIELD_MS 5000    /* ... nor while a context a client asked for starts (pool_yield) */
 #define MAX_LANG 64
 
 /* What an epoll event belongs to. */
