@@ -296,6 +296,7 @@ struct server_template {
 	char **tp_env;
 	pid_t tp_pid;
 	uint64_t tp_started_at, tp_respawn_at, tp_backoff;
+	bool tp_defaults;  /* the default contexts of start-up are being made */
 };
 
 struct server {
@@ -430,6 +431,7 @@ void supervise_adopt_all(void);
 void template_start(void);
 const char *template_socket(const char *kernel);
 bool template_starting(const char *kernel);
+uint64_t template_wait_ms(const char *kernel);
 bool template_reaped(pid_t pid, int status);
 void template_tick(uint64_t now);
 void template_stop(void);

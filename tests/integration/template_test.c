@@ -465,3 +465,17 @@ Test(template, the_first_pooled_kernel_is_forked, .fini = priv_stop, .timeout = 
 	cr_assert(is_forked(priv.b_url, id), "the first pooled kernel started cold");
 	free(id);
 }
+
+/*
+ * The default context, created as the broker starts (before its template has
+ * imported anything), waits for the starting template as the pool does: its
+ * kernel is forked, not a cold one.
+ */
+Test(template, the_default_context_is_forked, .fini = priv_stop, .timeout = 120)
+{
+	const char *args[] = {"--pool", "python=0", NULL};
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	priv_up = true;
+	cr_assert(is_forked(priv.b_url, NULL), "the default context's kernel started cold");
+}
