@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -593,4 +594,52 @@ Test(template, each_fork_gets_a_pid_namespace_and_the_template_keeps_its_own,
 	free(ppid);
 	free(a);
 	free(b);
+}
+
+/* A field of /proc/PID/smaps_rollup, in KiB; -1 if unreadable. */
+static long
+rollup_kb(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	long kb = -1;
+	size_t n = strlen(field);
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return -1;
+	while (kb < 0 && fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, n) && line[n] == ':')
+			kb = atol(line + n + 1);
+	fclose(f);
+	return kb;
+}
+
+/*
+ * The template's heap is in huge pages where the system allows it (THP not
+ * "never", Linux 6.1+ for MADV_COLLAPSE): forking a box copies a page table
+ * entry per 2 MiB of it. Its kernels are forked and fresh as ever.
+ */
+Test(template, the_templates_heap_is_in_huge_pages, .timeout = 180)
+{
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+	char mode[128] = "";
+	unsigned maj = 0, min = 0;
+	struct utsname u;
+
+	if (f) {
+		if (!fgets(mode, sizeof(mode), f))
+			mode[0] = '\0';
+		fclose(f);
+	}
+	uname(&u);
+	sscanf(u.release, "%u.%u", &maj, &min);
+	if (!f || strstr(mode, "[never]") || maj < 6 || (maj == 6 && min < 1))
+		cr_skip_test("no transparent huge pages or no MADV_COLLAPSE here (%s, %s)",
+			     u.release, mode);
+	char *id = forked_context(URL);
+	pid_t tpl = template_pid(test_run_dir());
+	cr_assert_gt(tpl, 0, "no template");
+	cr_expect_gt(rollup_kb(tpl, "AnonHugePages"), 2048, "no huge page in the template");
+	free(id);
 }
