@@ -25,7 +25,7 @@ RUN_ARGS ?=
 
 # proto/ (the IPC codec) and lib/ (shared helpers) go into every binary.
 PROTO_SRC  = $(wildcard proto/*.c lib/*.c)
-PROXY_SRC  = $(filter-out proxy/main.c proxy/boxlib.c,$(wildcard proxy/*.c))
+PROXY_SRC  = $(filter-out proxy/main.c proxy/boxlib.c proxy/init.c,$(wildcard proxy/*.c))
 BROKER_SRC = $(filter-out broker/main.c,$(wildcard broker/*.c))
 
 obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
@@ -33,10 +33,12 @@ PROTO_OBJ  = $(call obj,$(PROTO_SRC))
 PROXY_OBJ  = $(call obj,$(PROXY_SRC))
 BROKER_OBJ = $(call obj,$(BROKER_SRC))
 
-PROGS = $(BIN)/sandcell-broker $(BIN)/sandcell-proxy $(BIN)/sandcellctl $(BIN)/libsandcell-box.so
+PROGS = $(BIN)/sandcell-broker $(BIN)/sandcell-proxy $(BIN)/sandcellctl $(BIN)/libsandcell-box.so \
+        $(BIN)/sandcell-init
 # The box's code (sandbox.c and what it uses) for the Python template, which
 # loads it with ctypes: the same sources as the proxy's, built position-independent.
-BOXLIB_SRC = proxy/boxlib.c proxy/sandbox.c proxy/filter.c proxy/limits.c lib/util.c
+BOXLIB_SRC = proxy/boxlib.c proxy/sandbox.c proxy/boxinit.c proxy/filter.c proxy/limits.c \
+             lib/util.c
 UNIT_TESTS = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
 INTEG_TESTS = $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/*_test.c))
 
@@ -71,6 +73,18 @@ $(BIN)/libsandcell-box.so: $(patsubst %.c,$(BUILD)/pic/%.o,$(BOXLIB_SRC))
 	@mkdir -p $(BIN)
 	$(CC) $(filter-out -fsanitize% -fno-sanitize%,$(CFLAGS) $(LDFLAGS)) -shared -Wl,--no-undefined \
 	  -o $@ $^ -ljansson -lseccomp
+
+# The init of a box forked from the template (proxy/init.c), beside the
+# library: static, a few pages; mode 0711 so that the kernels' uids cannot
+# read it, which keeps it non-dumpable after its exec (never sanitized either).
+$(BUILD)/nosan/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -fsanitize% -fno-sanitize%,$(CFLAGS)) -c -o $@ $<
+
+$(BIN)/sandcell-init: $(BUILD)/nosan/proxy/init.o $(BUILD)/nosan/proxy/boxinit.o
+	@mkdir -p $(BIN)
+	$(CC) $(filter-out -fsanitize% -fno-sanitize%,$(CFLAGS) $(LDFLAGS)) -static -o $@ $^
+	chmod 0711 $@
 
 $(BIN)/sandcell-broker: $(BUILD)/broker/main.o $(BROKER_OBJ) $(PROTO_OBJ)
 	@mkdir -p $(BIN)
@@ -179,8 +193,9 @@ UNITDIR ?= /etc/systemd/system
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/sandcell/jupyter/kernels \
 	  $(DESTDIR)$(PREFIX)/lib/sandcell $(DESTDIR)$(UNITDIR)
-	install -m 755 $(filter-out %.so,$(PROGS)) $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(filter-out %.so %/sandcell-init,$(PROGS)) $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(BIN)/libsandcell-box.so $(DESTDIR)$(PREFIX)/lib/sandcell/
+	install -m 711 $(BIN)/sandcell-init $(DESTDIR)$(PREFIX)/lib/sandcell/
 	cp -r proxy/jupyter/kernels/bash proxy/jupyter/kernels/java \
 	  $(DESTDIR)$(PREFIX)/share/sandcell/jupyter/kernels/
 	install -m 644 proxy/python/sandcell_startup.py proxy/python/sandcell_profile.py \

@@ -10,15 +10,19 @@
  * box's other namespaces (boxlib_unshare), says hello to the proxy with its
  * pidfd, waits while the proxy joins it to the context's cgroups, builds
  * the box and drops every privilege (boxlib_init), then forks the kernel
- * (boxlib_kernel) and stays as its init (boxlib_wait).
+ * (boxlib_kernel) and becomes its init (boxlib_wait): it executes sandcell-init
+ * (init.c), so that the box does not keep a copy of the template's pages.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <linux/prctl.h>
@@ -29,7 +33,7 @@
 #include "proxy.h"
 
 /* The box of this fork: one per process (each request is a fork of its own). */
-static struct proxy bx;
+static struct proxy bx = {.px_sb_initfd = -1};
 
 static int
 strv(json_t *a, char **out, int max)
@@ -219,14 +223,15 @@ hello(int sock)
 /*
  * In B, PID 1 of the new namespaces: hello, wait for the proxy's go (it has
  * joined us to the context's cgroups), the box (sandbox_enter: mounts, limits,
- * uid, capabilities, no_new_privs, seccomp), then only fds 0-3 stay open: the
- * proxy's log as 2, its socket as 3. 0, or an exit code (sb_init's).
+ * uid, capabilities, no_new_privs, seccomp), then only fds 0-4 stay open: the
+ * proxy's log as 2, its socket as 3, sandcell-init (opened before the mounts
+ * could hide it) as 4. 0, or an exit code (sb_init's).
  */
 int
 boxlib_init(int sock, int errfd)
 {
+	int rc, fd = -1;
 	char c;
-	int rc;
 
 	syscall(SYS_setsid);
 	/* the template read the request with a timeout: blocking again */
@@ -235,6 +240,11 @@ boxlib_init(int sock, int errfd)
 		return 127;
 	if (recv(sock, &c, 1, 0) != 1 || c != 'g') /* the proxy gave up on us */
 		return 127;
+	if (bx.px_sb_init && (fd = open(bx.px_sb_init, O_PATH | O_CLOEXEC)) >= 0) {
+		/* above 3, which the dup2s below take */
+		bx.px_sb_initfd = fcntl(fd, F_DUPFD_CLOEXEC, 4);
+		close(fd);
+	}
 	if ((rc = sandbox_enter(&bx)))
 		return rc;
 	struct pollfd pf = {sock, POLLRDHUP, 0};
@@ -242,8 +252,13 @@ boxlib_init(int sock, int errfd)
 		return 127;
 	if (dup2(errfd, 2) < 0 || dup2(sock, 3) < 0)
 		return 122;
+	if (bx.px_sb_initfd >= 0 && bx.px_sb_initfd != 4) {
+		if (dup3(bx.px_sb_initfd, 4, O_CLOEXEC) < 0)
+			return 122;
+		bx.px_sb_initfd = 4;
+	}
 	/* the template's own descriptors (its socket first) stay out of the box */
-	syscall(SYS_close_range, 4, ~0U, 0);
+	syscall(SYS_close_range, bx.px_sb_initfd >= 0 ? 5 : 4, ~0U, 0);
 	return 0;
 }
 
@@ -258,24 +273,65 @@ boxlib_kernel(void)
 	 */
 	if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
 		return 122;
+	if (bx.px_sb_initfd >= 0)
+		close(bx.px_sb_initfd);
 	return sandbox_kernel_child(&bx, false);
 }
 
-/* In B once the kernel runs: its init until it ends, or the proxy does. */
+/*
+ * In B once the kernel runs: its init until it ends, or the proxy does. We
+ * become sandcell-init when the kernel's uid (ours) cannot read it: the exec
+ * then leaves us non-dumpable, as the uid change did, so the kernel cannot
+ * reach into us. Otherwise (not found, or readable) we stay as we are.
+ */
 void
 boxlib_wait(int kid)
 {
+	char num[16], *argv[] = {"sandcell-init", num, NULL}, *envp[] = {NULL};
 	sigset_t none;
 
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	signal(SIGCHLD, SIG_DFL);
-	sandbox_init_wait(kid, true);
+	if (bx.px_sb_initfd >= 0) {
+		snprintf(num, sizeof(num), "%d", kid);
+		if (faccessat(bx.px_sb_initfd, "", R_OK, AT_EMPTY_PATH) < 0 && errno == EACCES) {
+			syscall(SYS_execveat, bx.px_sb_initfd, "", argv, envp, AT_EMPTY_PATH);
+			dprintf(2, "sandcell-box warning: context %s: exec %s: %s\n", bx.px_id,
+				bx.px_sb_init, strerror(errno));
+		} else {
+			dprintf(2, "sandcell-box warning: context %s: %s is readable by uid %u "
+				   "(it must be mode 0711, another's): the box's init stays a "
+				   "fork of the template\n",
+				bx.px_id, bx.px_sb_init, (unsigned)getuid());
+		}
+	}
+	boxinit_wait(kid, true);
 }
 
-/* The template itself: orphaned inits come back to it, to be reaped. */
+/*
+ * The template itself: orphaned inits come back to it, to be reaped. It also
+ * finds sandcell-init, beside this library (build tree and install alike).
+ */
 int
 boxlib_template(void)
 {
+	Dl_info di;
+	struct stat st;
+
+	if (dladdr((void *)boxlib_template, &di) && di.dli_fname && strrchr(di.dli_fname, '/')) {
+		const char *slash = strrchr(di.dli_fname, '/');
+		char *path = xasprintf("%.*s/sandcell-init", (int)(slash - di.dli_fname),
+				       di.dli_fname);
+		if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && !(st.st_mode & S_IROTH))
+			bx.px_sb_init = path;
+		else {
+			fprintf(stderr, "sandcell-template[%d] warn: %s: %s: boxes keep a fork "
+					"of the template as their init\n",
+				(int)getpid(), path,
+				stat(path, &st) < 0 ? strerror(errno) : "readable by others (not 0711)");
+			free(path);
+		}
+	}
 	return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0 ? -errno : 0;
 }

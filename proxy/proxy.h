@@ -119,6 +119,8 @@ struct proxy {
 	bool px_sb_own_ws;      /* px_cwd is this context's own workspace */
 	bool px_sb_userns;      /* not root: a user namespace maps the box's uid */
 	uid_t px_sb_inuid;      /* ... this uid inside it, the proxy's on the host */
+	char *px_sb_init;       /* boxlib.c: sandcell-init, which a forked box's init runs */
+	int px_sb_initfd;       /* ... opened by that init before its mounts; -1 = none */
 	bool px_shutdown;       /* the broker ended the context (SHUTDOWN) */
 	pid_t px_kshown;        /* the kernel process itself (operators, signals) */
 	const char *px_template; /* the template's socket (--template), or NULL */
@@ -196,7 +198,6 @@ int sandbox_init(struct proxy *px);
 void sandbox_paths(struct proxy *px);
 int sandbox_enter(struct proxy *px);
 int sandbox_kernel_child(struct proxy *px, bool reset_signals);
-void sandbox_init_wait(pid_t kid, bool watch) __attribute__((noreturn));
 int sandbox_join_cgroups(struct proxy *px, pid_t pid);
 pid_t sandbox_recv(int sock, void *data, size_t len, ssize_t *got, int flags, int *fd);
 int sandbox_network(struct proxy *px);
@@ -205,6 +206,9 @@ int sandbox_status(struct proxy *px, int status);
 void sandbox_reaped(struct proxy *px);
 void sandbox_cleanup(struct proxy *px);
 json_t *sandbox_json(struct proxy *px);
+
+/* boxinit.c */
+void boxinit_wait(pid_t kid, bool watch) __attribute__((noreturn));
 
 /* template.c */
 int template_spawn(struct proxy *px, const char *exe, char **argv, char **envp);

@@ -31,7 +31,6 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -440,6 +439,14 @@ sandbox_enter(struct proxy *px)
 	limits_apply_child(px, NULL);
 	if (sb_drop(px) < 0)
 		return 122;
+	/*
+	 * The kernel will have our uid: it must not reach into the init (open
+	 * /proc/1/mem, take fd 3 with pidfd_getfd) and speak for it. A uid change
+	 * from root made us non-dumpable; in a user namespace the uid on the host
+	 * does not change, and nothing did.
+	 */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		return 122;
 	return 0;
 }
 
@@ -474,50 +481,6 @@ sandbox_kernel_child(struct proxy *px, bool reset_signals)
 	if (chdir(px->px_cwd) < 0)
 		return 126;
 	return 0;
-}
-
-/*
- * The init's life once its kernel runs: reap orphans, report the kernel's
- * status on fd 3 and end (the box ends with its kernel). With watch, also
- * end when the proxy's end of fd 3 closes: a box forked from the template is
- * not the proxy's child, so PR_SET_PDEATHSIG cannot do it.
- */
-void __attribute__((noreturn))
-sandbox_init_wait(pid_t kid, bool watch)
-{
-	struct pollfd pf[2] = {{3, POLLRDHUP, 0}, {-1, POLLIN, 0}};
-	struct signalfd_siginfo si;
-	sigset_t chld;
-	int status;
-	pid_t pid;
-
-	if (watch) { /* a SIGCHLD, or the proxy's end closing, wakes us */
-		sigemptyset(&chld);
-		sigaddset(&chld, SIGCHLD);
-		sigprocmask(SIG_BLOCK, &chld, NULL);
-		if ((pf[1].fd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK)) < 0)
-			_exit(127);
-	}
-	for (;;) {
-		if (watch) {
-			while ((pid = waitpid(-1, &status, WNOHANG)) == 0) {
-				if (poll(pf, 2, -1) > 0 &&
-				    (pf[0].revents & (POLLRDHUP | POLLHUP | POLLERR)))
-					_exit(0); /* the proxy is gone: so is the box */
-				while (read(pf[1].fd, &si, sizeof(si)) == sizeof(si))
-					;
-			}
-		} else {
-			pid = wait(&status);
-		}
-		if (pid == kid) {
-			if (send(3, &status, sizeof(status), 0) < 0)
-				_exit(124);
-			_exit(0);
-		}
-		if (pid < 0 && errno == ECHILD)
-			_exit(127);
-	}
 }
 
 /*
@@ -557,7 +520,7 @@ sb_init(struct proxy *px, int go, int sock, const char *exe, char **argv, char *
 		execve(exe, argv, envp);
 		_exit(127);
 	}
-	sandbox_init_wait(kid, false);
+	boxinit_wait(kid, false);
 }
 
 /*

@@ -56,6 +56,10 @@ for f in bin/sandcell-broker bin/sandcell-proxy bin/sandcellctl \
 	share/sandcell/jupyter/kernels/java/kernel.json; do
 	check "$prefix/$f installed" [ -f "$dest$prefix/$f" ]
 done
+# a forked box's init executes it: not readable by the kernels' uids
+init=$dest$prefix/lib/sandcell/sandcell-init
+check "$prefix/lib/sandcell/sandcell-init installed mode 0711 ($(stat -c %a "$init" 2>&1))" \
+	[ "$(stat -c %a "$init" 2>/dev/null)" = 711 ]
 
 # the installed broker, as a service manager starts it: no JUPYTER_PATH
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -83,6 +87,8 @@ if [ "$(id -u)" = 0 ]; then
 	done
 	check "the installed broker's Python template is ready ($(grep -o 'template: .*' "$dest.log" | head -n 1))" \
 		grep -q 'sandcell-template.* ready in' "$dest.log"
+	check "the installed template finds sandcell-init ($(grep 'sandcell-init' "$dest.log" | head -n 1))" \
+		sh -c "! grep -q 'sandcell-init.*boxes keep a fork' '$dest.log'"
 fi
 
 # The unit's ExecStop, run as systemd would (a fake systemctl names the job):

@@ -133,6 +133,22 @@ run_stdout(const char *base, const char *id, const char *code)
 	return out;
 }
 
+const char init_probe_py[] =
+    "import ctypes, errno, os\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def why(e):\n"
+    "    return 'denied' if e in (errno.EACCES, errno.EPERM) else errno.errorcode.get(e, str(e))\n"
+    "try:\n"
+    "    os.close(os.open('/proc/1/mem', os.O_RDWR))\n"
+    "    mem = 'opened'\n"
+    "except OSError as e:\n"
+    "    mem = why(e.errno)\n"
+    "fd = libc.syscall(438, os.pidfd_open(1), 3, 0)  # pidfd_getfd\n"
+    "took = 'took' if fd >= 0 else why(ctypes.get_errno())\n"
+    "r = libc.ptrace(16, 1, 0, 0)  # PTRACE_ATTACH\n"
+    "attached = 'attached' if r == 0 else why(ctypes.get_errno())\n"
+    "print(mem, took, attached)\n";
+
 struct sink {
 	char *data;
 	size_t len;

@@ -147,5 +147,11 @@ int proc_fd_count(pid_t pid);
 long proc_rss_kb(pid_t pid);
 long proc_pss_kb(pid_t pid); /* Pss of smaps_rollup, KiB; -1 if unreadable */
 char *run_stdout(const char *base, const char *id, const char *code); /* caller frees */
+/*
+ * Python code, run by a process of a box: whether it can open its init's
+ * /proc/1/mem, take the init's fd 3 (the proxy's socket) with pidfd_getfd,
+ * ptrace-attach it. Prints "denied denied denied" when it can do none.
+ */
+extern const char init_probe_py[];
 
 #endif

@@ -239,6 +239,23 @@ Test(sandbox, ptrace_is_refused_with_eperm, .timeout = 120)
 	free(id);
 }
 
+/*
+ * A cold box's init (a clone of the proxy) has the kernel's uid, and holds
+ * the proxy's socket: the kernel cannot open its /proc/1/mem, take that
+ * socket (pidfd_getfd) or ptrace it. (A forked box's: template_test.c.)
+ */
+Test(sandbox, the_kernel_cannot_reach_into_its_cold_init, .timeout = 120)
+{
+	char *id = context_new(URL, "bash", NULL), code[4096];
+
+	cr_assert_not_null(id);
+	snprintf(code, sizeof(code), "python3 - <<'EOF'\n%sEOF", init_probe_py);
+	char *out = run_stdout(URL, id, code);
+	cr_assert_str_eq(out, "denied denied denied\n", "the kernel reaches into its init: %s", out);
+	free(out);
+	free(id);
+}
+
 Test(sandbox, no_privilege_to_gain_through_a_setuid_binary, .timeout = 120)
 {
 	char *id = context_new(URL, "bash", NULL);
@@ -655,6 +672,14 @@ rootless_box(const char *lang)
 			 "hidden\nhidden\nown pids\nhidden\nhidden\n"
 			 "0000000000000000 0000000000000000 0000000000000000 1000\n",
 			 "%s: %s", lang, out);
+	free(out);
+	/* its init has its uid too, and is out of its reach */
+	if (py)
+		snprintf(code, sizeof(code), "%s", init_probe_py);
+	else
+		snprintf(code, sizeof(code), "python3 - <<'EOF'\n%sEOF", init_probe_py);
+	out = run_stdout(base, id, code);
+	cr_assert_str_eq(out, "denied denied denied\n", "%s reaches into its init: %s", lang, out);
 	free(out);
 	json_decref(run(base, id, py ? "x = 41" : "x=41"));
 	out = run_stdout(base, id, py ? "print(x + 1)" : "echo $((x + 1))");

@@ -329,6 +329,47 @@ Test(template, restart_and_death_give_a_fresh_forked_kernel, .timeout = 180)
 	free(id);
 }
 
+/*
+ * A forked box's init is sandcell-init (a few pages, not a fork of the
+ * template): PID 1 and the kernel's parent, it reaps orphans, and the
+ * kernel's exit status reaches the proxy. The kernel has its uid but cannot
+ * reach into it: its exec left it non-dumpable.
+ */
+Test(template, a_forked_boxs_init_is_sandcell_init_out_of_the_kernels_reach, .timeout = 180)
+{
+	char *id = forked_context(URL), *out;
+	const char *who = "import os\nprint(os.getppid(), open('/proc/1/comm').read().strip())";
+
+	out = run_stdout(URL, id, who);
+	cr_assert_str_eq(out, "1 sandcell-init\n", "%s", out);
+	free(out);
+	out = run_stdout(URL, id, init_probe_py);
+	cr_assert_str_eq(out, "denied denied denied\n", "the kernel reaches into its init: %s", out);
+	free(out);
+	/* a grandchild whose parent is gone ends as the init's: it is reaped */
+	out = run_stdout(URL, id,
+			 "import os, time\npid = os.fork()\nif pid == 0:\n"
+			 "    if os.fork() == 0:\n        time.sleep(0.2)\n        os._exit(0)\n"
+			 "    os._exit(0)\nos.waitpid(pid, 0)\nt0 = time.monotonic()\n"
+			 "while time.monotonic() - t0 < 10:\n"
+			 "    ps = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
+			 "    if ps == [1, os.getpid()]:\n        break\n    time.sleep(0.05)\n"
+			 "print(ps == [1, os.getpid()] or ps)");
+	cr_assert_str_eq(out, "True\n", "an orphan was not reaped: %s", out);
+	free(out);
+	/* the kernel's exit status, as the init saw it, reaches the proxy */
+	json_t *l = run(URL, id, "import os; os._exit(7)");
+	cr_assert_str_eq(error_name(l), "KernelDied");
+	cr_assert(strstr(error_value(l), "exited with status 7"), "%s", error_value(l));
+	json_decref(l);
+	cr_assert_eq(wait_context_str(URL, id, "state", "idle", 60000), 0);
+	cr_assert(is_forked(URL, id), "the next kernel was not forked");
+	out = run_stdout(URL, id, who);
+	cr_assert_str_eq(out, "1 sandcell-init\n", "%s", out);
+	free(out);
+	free(id);
+}
+
 static bool
 answers(void *arg)
 {
