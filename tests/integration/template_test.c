@@ -553,8 +553,8 @@ create_thread(void *arg)
 
 /*
  * A burst of creations larger than the pool: the pool is refilled only once
- * the contexts clients asked for are ready (a kernel warmed meanwhile would
- * take CPU from the ones they wait for).
+ * the contexts clients asked for, which were starting, are ready (a kernel
+ * warmed meanwhile would take CPU from the ones they wait for).
  */
 Test(template, the_pool_refills_after_the_creations_clients_wait_for, .fini = priv_stop,
      .timeout = 180)
@@ -586,10 +586,15 @@ Test(template, the_pool_refills_after_the_creations_clients_wait_for, .fini = pr
 			pooled++;
 			continue;
 		}
+		snprintf(needle, sizeof(needle), "context %s: created (python", ids[i]);
+		char *created = strstr(log, needle);
 		snprintf(needle, sizeof(needle), "context %s: ready in", ids[i]);
 		char *ready = strstr(log, needle);
+		cr_assert_not_null(created, "%s never created", ids[i]);
 		cr_assert_not_null(ready, "%s never ready", ids[i]);
-		cr_expect(ready < refill, "the pool was refilled before %s was ready", ids[i]);
+		/* (on a loaded machine a request may reach us after the refill began) */
+		cr_expect(created > refill || ready < refill,
+			  "the pool was refilled before %s was ready", ids[i]);
 	}
 	cr_expect_eq(pooled, 1, "one context of the three came from the pool");
 	free(log);
