@@ -37,6 +37,7 @@
 #define HTTP_CONN_MEMORY (12u << 10)
 #define TICK_MS 250
 #define POOL_BACKOFF_MS 10000 /* no pool refill after a warm kernel failed to start */
+#define POOL_YIELD_MS 5000    /* ... nor while a context a client asked for starts (pool_yield) */
 #define MAX_LANG 64
 
 /* What an epoll event belongs to. */
@@ -292,6 +293,7 @@ struct server_template {
 	char **tp_env;
 	pid_t tp_pid;
 	uint64_t tp_started_at, tp_respawn_at, tp_backoff;
+	bool tp_defaults;  /* the default contexts of start-up are being made */
 };
 
 struct server {
@@ -425,6 +427,7 @@ void supervise_adopt_all(void);
 void template_start(void);
 const char *template_socket(const char *kernel);
 bool template_starting(const char *kernel);
+uint64_t template_wait_ms(const char *kernel);
 bool template_reaped(pid_t pid, int status);
 void template_tick(uint64_t now);
 void template_stop(void);

@@ -86,6 +86,7 @@ link_on_state(struct context *c, struct msg *m)
 		control_event(json_pack("{s:s, s:s, s:s}", "event", "context_ready", "context",
 					c->c_id, "language", c->c_lang));
 		waiter_answer_ready(c);
+		sv.sv_po.po_kick = true; /* the pool may have waited for it (pool_yield) */
 	} else if (!c->c_ready && c->c_pl->pl_state == KS_DEAD) {
 		if (c->c_pooled)
 			sv.sv_po.po_backoff = now_ms() + POOL_BACKOFF_MS;

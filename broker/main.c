@@ -550,6 +550,7 @@ main(int argc, char **argv)
 	template_start();
 	supervise_adopt_all();
 	/* python always, javascript when Deno is installed, as E2B does */
+	sv.sv_tp.tp_defaults = true;
 	for (int i = 0; i < 2 && !sv.sv_cf.cf_no_default; i++) {
 		const char *lang = i ? "javascript" : "python";
 		struct context *ctx;
@@ -558,6 +559,7 @@ main(int argc, char **argv)
 		if (context_create(lang, sv.sv_cf.cf_cwd, true, &ctx, err, sizeof(err)) < 0)
 			log_err("default %s context: %s", lang, err);
 	}
+	sv.sv_tp.tp_defaults = false;
 	log_info("listening on http://%s (run dir %s, version %s)", sv.sv_cf.cf_listen,
 		 sv.sv_cf.cf_run_dir, SANDCELL_VERSION);
 	const char *wd = getenv("WATCHDOG_USEC");

@@ -66,6 +66,24 @@ pool_use(const char *kernel, const char *cwd, bool is_default)
 }
 
 /*
+ * Whether the pool should wait: a context a client asked for is starting (not
+ * from the pool), less than POOL_YIELD_MS ago. A kernel warmed now would take
+ * CPU from the creations clients wait for (a burst of them is CPU-bound); it
+ * is warmed as soon as they are ready (link.c kicks the pool then).
+ */
+static bool
+pool_yield(uint64_t now)
+{
+	struct context *c;
+
+	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
+		if (!c->c_pooled && !c->c_ready && !c->c_deleting &&
+		    now < c->c_created + POOL_YIELD_MS)
+			return true;
+	return false;
+}
+
+/*
  * Keeps the warm pool full: per --pool entry, that many proxies whose kernels
  * are started and have run nothing. A kernelspec whose pooled proxies keep
  * failing is left alone for a while.
@@ -75,7 +93,7 @@ pool_fill(void)
 {
 	uint64_t now = now_ms();
 
-	if (now < sv.sv_po.po_backoff)
+	if (now < sv.sv_po.po_backoff || pool_yield(now))
 		return;
 	for (size_t i = 0; i < sv.sv_cf.cf_npool; i++) {
 		struct pool_spec *ps = &sv.sv_cf.cf_pool[i];

@@ -24,6 +24,8 @@ int
 supervise_spawn(struct context *c)
 {
 	const char *argv[64];
+	char wait[24];
+	uint64_t wait_ms;
 	int n = 0;
 	sigset_t none;
 	pid_t pid;
@@ -71,6 +73,13 @@ supervise_spawn(struct context *c)
 	if (template_socket(c->c_kernel)) {
 		argv[n++] = "--template";
 		argv[n++] = (char *)template_socket(c->c_kernel);
+		/* the default context made as we start waits for the template as
+		 * the pool does (template_starting); a client's request never does */
+		if (c->c_default && sv.sv_tp.tp_defaults && (wait_ms = template_wait_ms(c->c_kernel))) {
+			snprintf(wait, sizeof(wait), "%llu", (unsigned long long)wait_ms);
+			argv[n++] = "--template-wait";
+			argv[n++] = wait;
+		}
 	}
 	if (sv.sv_cf.cf_interrupt_retry[0]) {
 		argv[n++] = "--interrupt-retry";

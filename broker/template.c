@@ -212,6 +212,16 @@ template_starting(const char *kernel)
 	       access(sv.sv_tp.tp_sock, F_OK) < 0;
 }
 
+/*
+ * How long a proxy may wait for a starting template (template_starting), in
+ * ms: what is left of TPL_READY_WAIT_MS; 0 when it is not starting.
+ */
+uint64_t
+template_wait_ms(const char *kernel)
+{
+	return template_starting(kernel) ? sv.sv_tp.tp_started_at + TPL_READY_WAIT_MS - now_ms() : 0;
+}
+
 /* Whether pid was the template; if so, it starts again after a pause. */
 bool
 template_reaped(pid_t pid, int status)

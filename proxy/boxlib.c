@@ -5,9 +5,10 @@
  * filter.c's and limits.c's own steps, so a forked kernel's box is the cold
  * one's: one implementation. Not linked into the proxy.
  *
- * The template forks A, which leaves for the box's new namespaces
- * (boxlib_unshare) and forks B, PID 1 inside: B says hello to the proxy with
- * its pidfd, waits while the proxy joins it to the context's cgroups, builds
+ * The template forks B straight into a new PID namespace (boxlib_newpid
+ * before the fork, boxlib_ownpid after), where B is PID 1; B leaves for the
+ * box's other namespaces (boxlib_unshare), says hello to the proxy with its
+ * pidfd, waits while the proxy joins it to the context's cgroups, builds
  * the box and drops every privilege (boxlib_init), then forks the kernel
  * (boxlib_kernel) and becomes its init (boxlib_wait): it executes sandcell-init
  * (init.c), so that the box does not keep a copy of the template's pages.
@@ -96,8 +97,32 @@ out:
 }
 
 /*
- * In A, forked from the template: the box's namespaces (PID for A's children)
- * and, with --network none, the proxy's network namespace. 0 or -errno.
+ * In the template, before it forks B: B is born PID 1 of a new PID namespace
+ * (unshare(CLONE_NEWPID) changes only where our next child goes). One fork
+ * for the box instead of two: an intermediate process would copy, then tear
+ * down, the template's page tables, the largest cost of a fork. 0 or -errno.
+ */
+int
+boxlib_newpid(void)
+{
+	return unshare(CLONE_NEWPID) < 0 ? -errno : 0;
+}
+
+/*
+ * In the template, right after that fork: our children go to our own PID
+ * namespace again (ownfd: /proc/self/ns/pid, opened at start), so that the
+ * next boxlib_newpid can make another one. 0 or -errno.
+ */
+int
+boxlib_ownpid(int ownfd)
+{
+	return setns(ownfd, CLONE_NEWPID) < 0 ? -errno : 0;
+}
+
+/*
+ * In B, forked from the template as PID 1 of its PID namespace: the box's
+ * other namespaces and, with --network none, the proxy's network namespace.
+ * 0 or -errno.
  */
 int
 boxlib_unshare(const char *conf, int netfd)
@@ -106,7 +131,9 @@ boxlib_unshare(const char *conf, int netfd)
 
 	if ((rc = parse(conf)) < 0)
 		return rc;
-	if (unshare(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) < 0)
+	if (getpid() != 1) /* never a box whose PID namespace is the template's */
+		return -EINVAL;
+	if (unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) < 0)
 		return -errno;
 	if (netfd >= 0 && setns(netfd, CLONE_NEWNET) < 0)
 		return -errno;

@@ -45,12 +45,19 @@ static void *
 zsock(struct proxy *px, int type, const char *endpoint)
 {
 	void *s = zmq_socket(px->px_zctx, type);
-	int zero = 0, ivl = 10;
+	int zero = 0, ivl = 10, ivl_max = 40;
 	int64_t max = WIRE_MAX_FRAME;
 
 	px->px_zgen++;
 	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+	/*
+	 * We connect before the kernel binds: tried again after 10, 20, then
+	 * every 40 ms. A kernel binds early in its start, which lasts longer
+	 * than that after it; every 10 ms, the five sockets of each of 16
+	 * kernels starting at once (a second each) cost a few ms of CPU apiece.
+	 */
 	zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
+	zmq_setsockopt(s, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof(ivl_max));
 	zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof(max));
 	/*
 	 * No high-water mark on our side (a kernel's PUB would drop what we

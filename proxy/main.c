@@ -253,7 +253,7 @@ usage(void)
 			"       [--interrupt-grace MS] [--heartbeat-timeout MS] [--sandbox\n"
 			"       [--uid-range A-B] [--isolation shared|context] [--network host|none]\n"
 			"       [--pids N] [--tmp-size BYTES] [--uid UID] [--own-workspace]\n"
-			"       [--template SOCKET]]\n"
+			"       [--template SOCKET [--template-wait MS]]]\n"
 			"       [--log-level LEVEL]\n");
 	exit(2);
 }
@@ -425,6 +425,7 @@ main(int argc, char **argv)
 		{"interrupt-grace", required_argument, NULL, 'A'},
 		{"heartbeat-timeout", required_argument, NULL, 'H'},
 		{"template", required_argument, NULL, 'Z'},
+		{"template-wait", required_argument, NULL, 'Y'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *env_file = NULL, *kernel = NULL, *kuser = NULL;
@@ -485,6 +486,7 @@ main(int argc, char **argv)
 		case 'U': uid_arg = strtoul(optarg, NULL, 10); break;
 		case 'W': px.px_sb_own_ws = true; break;
 		case 'Z': px.px_template = optarg; break;
+		case 'Y': px.px_template_until = now_ms() + strtoull(optarg, NULL, 10); break;
 		case 'R':
 		case 'A':
 		case 'H': {

@@ -124,6 +124,7 @@ struct proxy {
 	bool px_shutdown;       /* the broker ended the context (SHUTDOWN) */
 	pid_t px_kshown;        /* the kernel process itself (operators, signals) */
 	const char *px_template; /* the template's socket (--template), or NULL */
+	uint64_t px_template_until; /* ... which is starting: waited for until then (ms) */
 	int px_kpidfd;          /* a box forked from the template: its init; -1 = none */
 
 	struct chan px_link;  /* to the broker; px_ipc_fd is its eventfd */

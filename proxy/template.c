@@ -31,6 +31,7 @@
 #include "proxy.h"
 
 #define TPL_WAIT_MS 10000 /* the init's and the kernel's hello, each */
+#define TPL_POLL_MS 20    /* how often a starting template's socket is tried */
 
 static json_t *
 strv_json(char **v)
@@ -129,7 +130,12 @@ template_spawn(struct proxy *px, const char *exe, char **argv, char **envp)
 	/* a template that accepts nothing (stopped, overwhelmed) is not waited for long */
 	struct timeval tv = {TPL_WAIT_MS / 1000, 0};
 	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+	/* a template the broker knows is starting (--template-wait) binds soon */
+	while ((rc = connect(s, (struct sockaddr *)&sa, sizeof(sa))) < 0 &&
+	       (errno == ENOENT || errno == ECONNREFUSED) && now_ms() < px->px_template_until)
+		poll(NULL, 0, TPL_POLL_MS);
+	px->px_template_until = 0; /* the first start only */
+	if (rc < 0) {
 		rc = -errno; /* not started yet, or respawning */
 		log_debug("context %s: template %s: %s: a cold start", px->px_id, px->px_template,
 			  strerror(errno));

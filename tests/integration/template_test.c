@@ -8,11 +8,13 @@
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -504,5 +506,186 @@ Test(template, the_first_pooled_kernel_is_forked, .fini = priv_stop, .timeout = 
 	char *id = context_new(priv.b_url, "python", NULL);
 	cr_assert_not_null(id);
 	cr_assert(is_forked(priv.b_url, id), "the first pooled kernel started cold");
+	free(id);
+}
+
+/*
+ * The default context, created as the broker starts (before its template has
+ * imported anything), waits for the starting template as the pool does: its
+ * kernel is forked, not a cold one.
+ */
+Test(template, the_default_context_is_forked, .fini = priv_stop, .timeout = 120)
+{
+	const char *args[] = {"--pool", "python=0", NULL};
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	priv_up = true;
+	cr_assert(is_forked(priv.b_url, NULL), "the default context's kernel started cold");
+}
+
+/* The whole of a (log) file, NUL-terminated; caller frees. */
+static char *
+file_text(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf = NULL;
+	size_t cap = 0, n = 0;
+
+	cr_assert_not_null(f, "%s", path);
+	for (;;) {
+		if (n + 4096 + 1 > cap)
+			buf = realloc(buf, cap = (cap + 4096) * 2);
+		size_t got = fread(buf + n, 1, 4096, f);
+		if (!got)
+			break;
+		n += got;
+	}
+	fclose(f);
+	buf[n] = '\0';
+	return buf;
+}
+
+static void *
+create_thread(void *arg)
+{
+	return context_new(arg, "python", NULL);
+}
+
+/*
+ * A burst of creations larger than the pool: the pool is refilled only once
+ * the contexts clients asked for, which were starting, are ready (a kernel
+ * warmed meanwhile would take CPU from the ones they wait for).
+ */
+Test(template, the_pool_refills_after_the_creations_clients_wait_for, .fini = priv_stop,
+     .timeout = 180)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=1", "--log-level", "debug",
+			      NULL};
+	pthread_t t[3];
+	char *ids[3], *log, *refill, *first, needle[128];
+	int pooled = 0;
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	priv_up = true;
+	cr_assert_eq(wait_pool_ready(priv.b_run_dir, 1, 60000), 0, "the pool never filled");
+	for (int i = 0; i < 3; i++)
+		pthread_create(&t[i], NULL, create_thread, priv.b_url);
+	for (int i = 0; i < 3; i++) {
+		pthread_join(t[i], (void **)&ids[i]);
+		cr_assert_not_null(ids[i]);
+	}
+	cr_assert_eq(wait_pool_ready(priv.b_run_dir, 1, 60000), 0, "the pool was not refilled");
+	log = file_text(priv.b_log);
+	first = strstr(log, "pool: warming a python3 kernel");
+	cr_assert_not_null(first);
+	refill = strstr(first + 1, "pool: warming a python3 kernel");
+	cr_assert_not_null(refill, "no refill in the log");
+	for (int i = 0; i < 3; i++) {
+		snprintf(needle, sizeof(needle), "context %s: created from the warm pool", ids[i]);
+		if (strstr(log, needle)) {
+			pooled++;
+			continue;
+		}
+		snprintf(needle, sizeof(needle), "context %s: created (python", ids[i]);
+		char *created = strstr(log, needle);
+		snprintf(needle, sizeof(needle), "context %s: ready in", ids[i]);
+		char *ready = strstr(log, needle);
+		cr_assert_not_null(created, "%s never created", ids[i]);
+		cr_assert_not_null(ready, "%s never ready", ids[i]);
+		/* (on a loaded machine a request may reach us after the refill began) */
+		cr_expect(created > refill || ready < refill,
+			  "the pool was refilled before %s was ready", ids[i]);
+	}
+	cr_expect_eq(pooled, 1, "one context of the three came from the pool");
+	free(log);
+	for (int i = 0; i < 3; i++)
+		free(ids[i]);
+}
+
+/* The inode of /proc/PID/ns/WHICH, or 0. */
+static unsigned long
+ns_of(pid_t pid, const char *which)
+{
+	char path[64];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%d/ns/%s", (int)pid, which);
+	return stat(path, &st) == 0 ? (unsigned long)st.st_ino : 0;
+}
+
+/*
+ * The template forks each box's init straight into a PID namespace of its
+ * own and goes back to its own at once: two forked kernels are in two new
+ * PID namespaces, and the template's next children go to the host's.
+ */
+Test(template, each_fork_gets_a_pid_namespace_and_the_template_keeps_its_own,
+     .timeout = 180)
+{
+	char *a = forked_context(URL), *b = forked_context(URL);
+	pid_t ka = context_pid(URL, a, "kernel_pid"), kb = context_pid(URL, b, "kernel_pid");
+	pid_t tpl = template_pid(test_run_dir());
+	unsigned long host = ns_of(getpid(), "pid");
+
+	cr_assert_gt(ka, 0);
+	cr_assert_gt(kb, 0);
+	cr_assert_gt(tpl, 0, "no template");
+	cr_assert_neq(ns_of(ka, "pid"), host, "a forked kernel in the host's PID namespace");
+	cr_assert_neq(ns_of(kb, "pid"), host, "a forked kernel in the host's PID namespace");
+	cr_assert_neq(ns_of(ka, "pid"), ns_of(kb, "pid"), "two kernels share a PID namespace");
+	cr_assert_eq(ns_of(tpl, "pid"), host);
+	cr_assert_eq(ns_of(tpl, "pid_for_children"), host,
+		     "the template's next child would not be in its own PID namespace");
+	char *ppid = run_stdout(URL, a, "import os; print(os.getppid())");
+	cr_assert_str_eq(ppid, "1\n", "the kernel's parent is not its box's PID 1");
+	free(ppid);
+	free(a);
+	free(b);
+}
+
+/* A field of /proc/PID/smaps_rollup, in KiB; -1 if unreadable. */
+static long
+rollup_kb(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	long kb = -1;
+	size_t n = strlen(field);
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return -1;
+	while (kb < 0 && fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, n) && line[n] == ':')
+			kb = atol(line + n + 1);
+	fclose(f);
+	return kb;
+}
+
+/*
+ * The template's heap is in huge pages where the system allows it (THP not
+ * "never", Linux 6.1+ for MADV_COLLAPSE): forking a box copies a page table
+ * entry per 2 MiB of it. Its kernels are forked and fresh as ever.
+ */
+Test(template, the_templates_heap_is_in_huge_pages, .timeout = 180)
+{
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+	char mode[128] = "";
+	unsigned maj = 0, min = 0;
+	struct utsname u;
+
+	if (f) {
+		if (!fgets(mode, sizeof(mode), f))
+			mode[0] = '\0';
+		fclose(f);
+	}
+	uname(&u);
+	sscanf(u.release, "%u.%u", &maj, &min);
+	if (!f || strstr(mode, "[never]") || maj < 6 || (maj == 6 && min < 1))
+		cr_skip_test("no transparent huge pages or no MADV_COLLAPSE here (%s, %s)",
+			     u.release, mode);
+	char *id = forked_context(URL);
+	pid_t tpl = template_pid(test_run_dir());
+	cr_assert_gt(tpl, 0, "no template");
+	cr_expect_gt(rollup_kb(tpl, "AnonHugePages"), 2048, "no huge page in the template");
 	free(id);
 }
