@@ -556,27 +556,44 @@ Test(lang, bash_exit_under_env_vars_keeps_the_new_bash_env, .timeout = 120)
 	free(id);
 }
 
-Test(lang, python_thread_display_goes_to_no_later_execution, .timeout = 60)
+/*
+ * Output made after its execution is over goes to no later one. start runs
+ * first and leaves something (a thread, a task) waiting on an event; release,
+ * the next execution, sets it, waits for that something to finish and prints
+ * "next True": the late output is made while release runs, and must not be
+ * in its answer.
+ */
+static void
+late_output_goes_to_no_later_execution(const char *start, const char *release)
 {
 	char *id = context_new(URL, "python", NULL);
 	json_t *l;
 
 	cr_assert_not_null(id);
-	json_decref(run(URL, id,
-			"import threading, time\n"
-			"from IPython.display import display\n"
-			"def show():\n"
-			"    time.sleep(0.5)\n"
-			"    display({'late': 1}, raw=True)\n"
-			"    display('late')\n"
-			"threading.Thread(target=show, daemon=True).start()"));
-	l = run(URL, id, "import time\ntime.sleep(1.5)\nprint('next')");
+	json_decref(run(URL, id, start));
+	l = run(URL, id, release);
 	char *out = stdout_of(l);
-	cr_expect_str_eq(out, "next\n");
-	cr_expect_null(line_of(l, "result", 0), "the thread's display came with the next execution");
+	cr_expect_str_eq(out, "next True\n", "the late output came with the next execution");
+	cr_expect_null(line_of(l, "result", 0), "the late display came with the next execution");
 	free(out);
 	json_decref(l);
 	free(id);
+}
+
+/* display() from a thread belongs to the execution that started the thread. */
+Test(lang, python_thread_display_goes_to_no_later_execution, .timeout = 60)
+{
+	late_output_goes_to_no_later_execution(
+	    "import threading\n"
+	    "from IPython.display import display\n"
+	    "ev = threading.Event()\n"
+	    "def show():\n"
+	    "    ev.wait()\n"
+	    "    display({'late': 1}, raw=True)\n"
+	    "    display('late')\n"
+	    "t = threading.Thread(target=show, daemon=True)\n"
+	    "t.start()",
+	    "ev.set()\nt.join()\nprint('next', not t.is_alive())");
 }
 
 /*
@@ -586,24 +603,15 @@ Test(lang, python_thread_display_goes_to_no_later_execution, .timeout = 60)
  */
 Test(lang, python_task_output_goes_to_no_later_execution, .timeout = 60)
 {
-	char *id = context_new(URL, "python", NULL);
-	json_t *l;
-
-	cr_assert_not_null(id);
-	json_decref(run(URL, id,
-			"import asyncio\n"
-			"from IPython.display import display\n"
-			"async def show():\n"
-			"    await asyncio.sleep(0.5)\n"
-			"    print('late')\n"
-			"    display({'late': 1}, raw=True)\n"
-			"    display('late')\n"
-			"task = asyncio.ensure_future(show())"));
-	l = run(URL, id, "import asyncio\nawait asyncio.sleep(1.5)\nprint('next', task.done())");
-	char *out = stdout_of(l);
-	cr_expect_str_eq(out, "next True\n", "the task's output came with the next execution");
-	cr_expect_null(line_of(l, "result", 0), "the task's display came with the next execution");
-	free(out);
-	json_decref(l);
-	free(id);
+	late_output_goes_to_no_later_execution(
+	    "import asyncio\n"
+	    "from IPython.display import display\n"
+	    "ev = asyncio.Event()\n"
+	    "async def show():\n"
+	    "    await ev.wait()\n"
+	    "    print('late')\n"
+	    "    display({'late': 1}, raw=True)\n"
+	    "    display('late')\n"
+	    "task = asyncio.ensure_future(show())",
+	    "ev.set()\nawait task\nprint('next', task.done())");
 }
