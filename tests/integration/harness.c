@@ -122,6 +122,12 @@ proc_pss_kb(pid_t pid)
 	return proc_kb(pid, "smaps_rollup", "Pss: %ld kB");
 }
 
+long
+proc_huge_kb(pid_t pid)
+{
+	return proc_kb(pid, "smaps_rollup", "AnonHugePages: %ld kB");
+}
+
 /* The code's stdout (run in context id); the caller frees. */
 char *
 run_stdout(const char *base, const char *id, const char *code)
@@ -605,6 +611,26 @@ sanitizer_reports(const char *log)
 	if (f)
 		fclose(f);
 	return n;
+}
+
+/* The broker's whole log so far, NUL-terminated ("" if unreadable); caller frees. */
+char *
+broker_log(const struct broker *b)
+{
+	FILE *f = fopen(b->b_log, "r");
+	char *buf = NULL;
+	size_t cap = 0, n = 0, got;
+
+	do {
+		if (n + 4096 + 1 > cap)
+			buf = realloc(buf, cap = (cap + 4096) * 2);
+		got = f ? fread(buf + n, 1, 4096, f) : 0;
+		n += got;
+	} while (got);
+	if (f)
+		fclose(f);
+	buf[n] = '\0';
+	return buf;
 }
 
 int

@@ -33,6 +33,7 @@ int broker_start(struct broker *b, const char *const *extra);
 int broker_start_as(struct broker *b, uid_t uid, const char *const *extra);
 /* Stops it and its proxies; -1 if its log holds a sanitizer report. */
 int broker_stop(struct broker *b);
+char *broker_log(const struct broker *b); /* its whole log so far; caller frees */
 void broker_kill_proxies(const char *run_dir);
 /* Starts a broker on an existing run dir and port (a restart); -1 as above. */
 int broker_restart(struct broker *b, const char *const *extra);
@@ -146,6 +147,7 @@ int tcp_connect(const char *url); /* a plain TCP connection to the broker, or -1
 int proc_fd_count(pid_t pid);
 long proc_rss_kb(pid_t pid);
 long proc_pss_kb(pid_t pid); /* Pss of smaps_rollup, KiB; -1 if unreadable */
+long proc_huge_kb(pid_t pid); /* AnonHugePages of smaps_rollup, KiB; -1 if unreadable */
 char *run_stdout(const char *base, const char *id, const char *code); /* caller frees */
 /*
  * Python code, run by a process of a box: whether it can open its init's

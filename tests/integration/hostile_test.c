@@ -698,26 +698,12 @@ Test(hostile, create_delete_cycles_leave_the_fd_count_flat, .fini = priv_stop, .
 		      base, n);
 }
 
-/* The broker's log so far (caller frees). */
-static char *
-log_of(const struct broker *b)
-{
-	FILE *f = fopen(b->b_log, "r");
-	char *s = calloc(1, 1 << 16);
-	size_t n = f ? fread(s, 1, (1 << 16) - 1, f) : 0;
-
-	s[n] = '\0';
-	if (f)
-		fclose(f);
-	return s;
-}
-
 /* A broker given args must exit with status 2 and a log line holding want. */
 static void
 refused_at_start(const char *const *args, const char *want)
 {
 	cr_assert_eq(broker_start(&priv, args), -1, "the broker started");
-	char *log = log_of(&priv);
+	char *log = broker_log(&priv);
 	cr_expect_eq(priv.b_exit, 2, "exit status %d; log: %s", priv.b_exit, log);
 	cr_expect(strstr(log, want), "the log does not say '%s': %s", want, log);
 	free(log);
@@ -836,7 +822,7 @@ Test(hostile, a_full_run_dir_is_reported_as_such, .fini = full_fini, .timeout = 
 	cr_expect(v && strstr(v, "No space left on device"), "%s: %s",
 		  json_string_value(json_object_get(err, "name")), v);
 	json_decref(l);
-	char *log = log_of(&priv);
+	char *log = broker_log(&priv);
 	cr_expect(strstr(log, "No space left on device"), "%s", log);
 	cr_expect(!strstr(log, "Input/output error"), "%s", log);
 	free(log);
@@ -852,7 +838,7 @@ Test(hostile, a_second_broker_on_the_same_port_says_which_address_failed, .fini 
 	snprintf(listen, sizeof(listen), "127.0.0.1:%s", port);
 	const char *args[] = {"--no-default-context", "--listen", listen, NULL};
 	cr_assert_eq(broker_start(&priv, args), -1, "a second broker started on %s", listen);
-	char *log = log_of(&priv);
+	char *log = broker_log(&priv);
 	cr_expect_neq(priv.b_exit, 0);
 	snprintf(want, sizeof(want), "listen on %s: Address already in use", listen);
 	cr_expect(strstr(log, want), "the log does not say '%s': %s", want, log);

@@ -523,28 +523,6 @@ Test(template, the_default_context_is_forked, .fini = priv_stop, .timeout = 120)
 	cr_assert(is_forked(priv.b_url, NULL), "the default context's kernel started cold");
 }
 
-/* The whole of a (log) file, NUL-terminated; caller frees. */
-static char *
-file_text(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *buf = NULL;
-	size_t cap = 0, n = 0;
-
-	cr_assert_not_null(f, "%s", path);
-	for (;;) {
-		if (n + 4096 + 1 > cap)
-			buf = realloc(buf, cap = (cap + 4096) * 2);
-		size_t got = fread(buf + n, 1, 4096, f);
-		if (!got)
-			break;
-		n += got;
-	}
-	fclose(f);
-	buf[n] = '\0';
-	return buf;
-}
-
 static void *
 create_thread(void *arg)
 {
@@ -575,7 +553,7 @@ Test(template, the_pool_refills_after_the_creations_clients_wait_for, .fini = pr
 		cr_assert_not_null(ids[i]);
 	}
 	cr_assert_eq(wait_pool_ready(priv.b_run_dir, 1, 60000), 0, "the pool was not refilled");
-	log = file_text(priv.b_log);
+	log = broker_log(&priv);
 	first = strstr(log, "pool: warming a python3 kernel");
 	cr_assert_not_null(first);
 	refill = strstr(first + 1, "pool: warming a python3 kernel");
@@ -642,25 +620,6 @@ Test(template, each_fork_gets_a_pid_namespace_and_the_template_keeps_its_own,
 	free(b);
 }
 
-/* A field of /proc/PID/smaps_rollup, in KiB; -1 if unreadable. */
-static long
-rollup_kb(pid_t pid, const char *field)
-{
-	char path[64], line[256];
-	long kb = -1;
-	size_t n = strlen(field);
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)pid);
-	if (!(f = fopen(path, "r")))
-		return -1;
-	while (kb < 0 && fgets(line, sizeof(line), f))
-		if (!strncmp(line, field, n) && line[n] == ':')
-			kb = atol(line + n + 1);
-	fclose(f);
-	return kb;
-}
-
 /*
  * The template's heap is in huge pages where the system allows it (THP not
  * "never", Linux 6.1+ for MADV_COLLAPSE): forking a box copies a page table
@@ -686,6 +645,6 @@ Test(template, the_templates_heap_is_in_huge_pages, .timeout = 180)
 	char *id = forked_context(URL);
 	pid_t tpl = template_pid(test_run_dir());
 	cr_assert_gt(tpl, 0, "no template");
-	cr_expect_gt(rollup_kb(tpl, "AnonHugePages"), 2048, "no huge page in the template");
+	cr_expect_gt(proc_huge_kb(tpl), 2048, "no huge page in the template");
 	free(id);
 }
