@@ -481,11 +481,12 @@ int
 msg_pack_at(const struct msg *m, size_t room, nng_msg **out)
 {
 	msgpack_packer pk;
+	size_t most = pack_size(m);
 	int e;
 
-	if ((e = nng_msg_alloc(out, room + pack_size(m))))
+	if ((e = nng_msg_alloc(out, room + most)))
 		return e;
-	nng_msg_chop(*out, pack_size(m)); /* keeps the room */
+	nng_msg_chop(*out, most); /* keeps the room */
 	msgpack_packer_init(&pk, *out, pack_write_nng);
 	if (pack_msg(m, &pk)) {
 		nng_msg_free(*out);
