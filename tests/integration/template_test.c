@@ -36,6 +36,10 @@ priv_stop(void)
 	priv_up = false;
 }
 
+struct broker_url_dir {
+	const char *url, *run_dir;
+};
+
 static bool
 is_forked(const char *base, const char *id)
 {
@@ -233,28 +237,57 @@ Test(template, a_forked_kernel_is_fresh_and_boxed, .timeout = 180)
 	free(b);
 }
 
-Test(template, a_cold_start_and_a_fork_see_the_same_interpreter, .timeout = 180)
+/*
+ * What the interpreter and the kernel app were given: sys.path, the env, the
+ * flags, and the app's command line and config as traitlets parsed them (a
+ * fork sets what `-f FILE` parses to without traitlets' parser:
+ * parse_quickly in sandcell_template.py). Paths in the broker's run dir,
+ * and the connection file, are named alike so that two brokers compare; the
+ * variables that a broker started in a test has and the shared one not
+ * (criterion's BXFI_ and GMON_, the harness's SANDCELL_TEST_) are left out.
+ */
+static char *
+interpreter_of(const struct broker_url_dir *b, const char *id)
 {
-	/* the default context started before the template was ready: cold */
-	const char *q = "import os, sys, json\n"
-			"e = dict(os.environ)\n"
-			"for k in ('HOME', 'IPYTHONDIR', 'JUPYTER_RUNTIME_DIR'): e.pop(k)\n"
-			"print(json.dumps([sys.path, sorted(e.items()), sys.argv[0], sys.flags.optimize,\n"
-			"                  sys.getdefaultencoding(), sys.stdout.encoding]))";
-	char *f = forked_context(URL);
-	json_t *l = run(URL, NULL, "import sys; print('pandas' in sys.modules)");
-	char *o = stdout_of(l);
-	json_decref(l);
-	if (strcmp(o, "False\n")) {
-		free(o);
-		free(f);
-		cr_skip_test("the default context was forked: no cold one to compare");
-	}
-	free(o);
-	char *cold = run_stdout(URL, NULL, q), *fork = run_stdout(URL, f, q);
-	cr_assert_str_eq(fork, cold);
-	free(cold);
-	free(fork);
+	char code[2048];
+
+	snprintf(code, sizeof(code),
+		 "import os, sys, json\n"
+		 "from ipykernel.kernelapp import IPKernelApp\n"
+		 "app = IPKernelApp.instance()\n"
+		 "e = dict(os.environ)\n"
+		 "for k in list(e):\n"
+		 "    if k in ('HOME', 'IPYTHONDIR', 'JUPYTER_RUNTIME_DIR') or\\\n"
+		 "       k.startswith(('BXFI_', 'GMON_', 'SANDCELL_TEST_')): e.pop(k)\n"
+		 "s = json.dumps([sys.path, sorted(e.items()), sys.argv[0], sys.flags.optimize,\n"
+		 "                sys.getdefaultencoding(), sys.stdout.encoding, app.argv,\n"
+		 "                repr(app.cli_config), app.extra_args, repr(app.config)])\n"
+		 "print(s.replace(app.connection_file, 'CF').replace('%s', 'RUN'))",
+		 b->run_dir);
+	return run_stdout(b->url, id, code);
+}
+
+Test(template, a_cold_start_and_a_fork_see_the_same_interpreter, .fini = priv_stop,
+     .timeout = 180)
+{
+	/* the same options as the shared broker's, but every kernel cold */
+	const char *args[] = {"--no-template", "--no-default-context", "--pool", "python=0",
+			      "--env", "TPL_GLOBAL=from-broker", NULL};
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	priv_up = true;
+	char *c = context_new(priv.b_url, "python", NULL), *f = forked_context(URL);
+	cr_assert_not_null(c);
+	cr_assert(!is_forked(priv.b_url, c), "a --no-template kernel has pandas imported");
+	struct broker_url_dir cold = {priv.b_url, priv.b_run_dir}, fork = {URL, test_run_dir()};
+	char *oc = interpreter_of(&cold, c), *of = interpreter_of(&fork, f);
+	cr_assert_not_null(oc);
+	cr_assert(strstr(oc, "-f\", \"CF\"") && strstr(oc, "'connection_file': 'CF'"),
+		  "the cold kernel's app: %s", oc);
+	cr_assert_str_eq(of, oc);
+	free(oc);
+	free(of);
+	free(c);
 	free(f);
 }
 
