@@ -54,6 +54,7 @@ def preload():
     import IPython.core.interactiveshell  # noqa: F401
     import IPython.core.formatters  # noqa: F401
     import IPython.core.completer  # noqa: F401
+    import IPython.core.completerlib  # noqa: F401 (imported by the shell's init)
     import jupyter_client.session  # noqa: F401
     import zmq.eventloop.zmqstream  # noqa: F401
     for name in ("numpy", "pandas"):
