@@ -36,10 +36,6 @@ priv_stop(void)
 	priv_up = false;
 }
 
-struct broker_url_dir {
-	const char *url, *run_dir;
-};
-
 static bool
 is_forked(const char *base, const char *id)
 {
@@ -246,6 +242,10 @@ Test(template, a_forked_kernel_is_fresh_and_boxed, .timeout = 180)
  * variables that a broker started in a test has and the shared one not
  * (criterion's BXFI_ and GMON_, the harness's SANDCELL_TEST_) are left out.
  */
+struct broker_url_dir {
+	const char *url, *run_dir;
+};
+
 static char *
 interpreter_of(const struct broker_url_dir *b, const char *id)
 {
