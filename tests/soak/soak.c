@@ -28,8 +28,29 @@ static char *ctx[NCTX];
 static atomic_bool stop;
 static atomic_int n_ok, n_failed, n_abandoned, n_bad, n_faults;
 
+/* The last faults, said with a broken stream: which context, what, when. */
+#define NLAST 8
+static const char *const fault_names[] = {"kill kernel", "kill proxy", "interrupt", "restart"};
+static struct {
+	double at_ms;
+	int ctx, what;
+} last_faults[NLAST];
+static pthread_mutex_t last_mu = PTHREAD_MUTEX_INITIALIZER;
+
 static void
-check_stream(json_t *l, int tag, int lines, bool abandoned)
+say_last_faults(void)
+{
+	pthread_mutex_lock(&last_mu);
+	int n = atomic_load(&n_faults);
+	for (int i = n > NLAST ? n - NLAST : 0; i < n; i++)
+		fprintf(stderr, "soak:   fault at %.0f ms: %s, context %d\n",
+			last_faults[i % NLAST].at_ms, fault_names[last_faults[i % NLAST].what],
+			last_faults[i % NLAST].ctx);
+	pthread_mutex_unlock(&last_mu);
+}
+
+static void
+check_stream(json_t *l, int tag, int c, int lines, bool abandoned, double t0)
 {
 	json_t *end = line_of(l, "end_of_execution", 0), *err = line_of(l, "error", 0);
 	int next = 0;
@@ -38,13 +59,26 @@ check_stream(json_t *l, int tag, int lines, bool abandoned)
 		atomic_fetch_add(&n_abandoned, 1);
 		return;
 	}
-	/* stdout lines are ours, in order, with no gap (a line may span chunks) */
+	/*
+	 * stdout lines are ours, in order, with no gap (a line may span chunks).
+	 * A stream that ends in an error may end in the middle of a line: the
+	 * kernel died, or was interrupted, between print()'s writes.
+	 */
 	char *out = stdout_of(l);
 	for (const char *p = out; *p;) {
 		int gt, gi;
+		char want[32];
+		snprintf(want, sizeof(want), "%d %d", tag, next);
+		if (err && !strchr(p, '\n') && !strncmp(p, want, strlen(p)))
+			break;
 		if (sscanf(p, "%d %d", &gt, &gi) != 2 || gt != tag || gi != next) {
-			fprintf(stderr, "soak: stream %d: unexpected line '%.40s' (want %d)\n", tag,
-				p, next);
+			fprintf(stderr,
+				"soak: stream %d (context %d, %.0f-%.0f ms): unexpected line '%.40s' "
+				"(want %d); %zu bytes of stdout, ends '%s', error %s %s\n",
+				tag, c, t0, ms_now(), p, next, strlen(out),
+				out + (strlen(out) > 60 ? strlen(out) - 60 : 0), error_name(l),
+				error_value(l));
+			say_last_faults();
 			atomic_fetch_add(&n_bad, 1);
 			free(out);
 			return;
@@ -80,17 +114,19 @@ client(void *arg)
 		bool vanish = rand_r(&seed) % 10 == 0;
 		char body[512];
 		long st;
+		int c = rand_r(&seed) % NCTX;
 		snprintf(body, sizeof(body),
 			 "{\"context_id\":\"%s\",\"code\":\"import time\\nfor i in range(%d):\\n"
 			 "    print(%d, i)\\n    if i %% 10 == 0: time.sleep(0.01)\"}",
-			 ctx[rand_r(&seed) % NCTX], lines, tag);
+			 ctx[c], lines, tag);
+		double t0 = ms_now();
 		json_t *l = execute(b.b_url, body, &st, vanish ? 50 : 60000);
 		if (!l) {
 			if (st != 429)
 				atomic_fetch_add(&n_failed, 1);
 			continue;
 		}
-		check_stream(l, tag, lines, line_of(l, "_client_timeout", 0) != NULL);
+		check_stream(l, tag, c, lines, line_of(l, "_client_timeout", 0) != NULL, t0);
 		json_decref(l);
 	}
 	return NULL;
@@ -104,11 +140,18 @@ faults(void *arg)
 	(void)arg;
 	while (!atomic_load(&stop)) {
 		usleep(1000000 + rand_r(&seed) % 2000000);
-		const char *id = ctx[rand_r(&seed) % NCTX];
+		int c = rand_r(&seed) % NCTX, what = rand_r(&seed) % 4;
+		const char *id = ctx[c];
 		char path[128];
 		struct resp r;
 		pid_t pid;
-		switch (rand_r(&seed) % 4) {
+		pthread_mutex_lock(&last_mu);
+		int n = atomic_load(&n_faults);
+		last_faults[n % NLAST].at_ms = ms_now();
+		last_faults[n % NLAST].ctx = c;
+		last_faults[n % NLAST].what = what;
+		pthread_mutex_unlock(&last_mu);
+		switch (what) {
 		case 0:
 			if ((pid = context_pid(b.b_url, id, "kernel_pid")) > 0)
 				kill(pid, SIGKILL);
@@ -128,7 +171,7 @@ faults(void *arg)
 			resp_free(&r);
 			break;
 		}
-		atomic_fetch_add(&n_faults, 1);
+		atomic_fetch_add(&n_faults, 1); /* only this thread adds */
 	}
 	return NULL;
 }
