@@ -219,7 +219,10 @@ template_starting(const char *kernel)
 uint64_t
 template_wait_ms(const char *kernel)
 {
-	return template_starting(kernel) ? sv.sv_tp.tp_started_at + TPL_READY_WAIT_MS - now_ms() : 0;
+	uint64_t now = now_ms(), until = sv.sv_tp.tp_started_at + TPL_READY_WAIT_MS;
+
+	/* one reading of the clock: a second, later one could pass until */
+	return template_starting(kernel) && now < until ? until - now : 0;
 }
 
 /* Whether pid was the template; if so, it starts again after a pause. */

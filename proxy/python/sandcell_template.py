@@ -124,7 +124,7 @@ def become_kernel(req):
 
 def parse_quickly(args):
     """traitlets parses a kernel's command line by first building an argparse
-    parser of every option of every configurable class: some 8 ms of each
+    parser of every option of every configurable class: 8-16 ms of each
     fork's start, for the one form the kernelspec gives, `-f FILE`. For that
     form (an absolute path the proxy made), the kernel app is given what
     that parse gives; any other argv, or a second parse, goes to traitlets.
