@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -108,6 +109,23 @@ proc_kb(pid_t pid, const char *file, const char *format)
 			break;
 	fclose(f);
 	return kb;
+}
+
+size_t
+proc_cmdline(pid_t pid, char *buf, size_t size)
+{
+	char path[64];
+	ssize_t n = -1;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
+		n = read(fd, buf, size - 1);
+		close(fd);
+	}
+	n = n < 0 ? 0 : n;
+	buf[n] = '\0';
+	return (size_t)n;
 }
 
 long

@@ -145,6 +145,8 @@ int free_port(void);
 int tcp_connect(const char *url); /* a plain TCP connection to the broker, or -1 */
 /* Open file descriptors and resident memory (KiB) of a process, or -1. */
 int proc_fd_count(pid_t pid);
+/* Its argv, NUL-separated (at most size - 1 bytes, then a NUL); 0 if unreadable. */
+size_t proc_cmdline(pid_t pid, char *buf, size_t size);
 long proc_rss_kb(pid_t pid);
 long proc_pss_kb(pid_t pid); /* Pss of smaps_rollup, KiB; -1 if unreadable */
 long proc_huge_kb(pid_t pid); /* AnonHugePages of smaps_rollup, KiB; -1 if unreadable */

@@ -921,12 +921,7 @@ Test(hostile, a_second_peer_on_a_proxy_socket_is_refused_and_the_context_goes_on
 	 * RUN/ctx/SLOT/proxy.sock, SLOT its --id.
 	 */
 	cr_assert_gt(proxy, 0);
-	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)proxy);
-	FILE *f = fopen(path, "r");
-	cr_assert_not_null(f);
-	size_t n = fread(cmd, 1, sizeof(cmd) - 1, f);
-	fclose(f);
-	cmd[n] = '\0';
+	size_t n = proc_cmdline(proxy, cmd, sizeof(cmd));
 	for (char *a = cmd; a < cmd + n; a += strlen(a) + 1)
 		if (!strcmp(a, "--id") && a + strlen(a) + 1 < cmd + n)
 			slot = a + strlen(a) + 1;

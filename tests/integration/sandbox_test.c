@@ -65,20 +65,12 @@ process_with_arg(const char *arg)
 	bool found = false;
 
 	while (d && !found && (de = readdir(d))) {
-		char path[300], buf[256];
+		char buf[256];
 		if (de->d_name[0] < '0' || de->d_name[0] > '9')
 			continue;
-		snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
-		int fd = open(path, O_RDONLY);
-		if (fd < 0)
-			continue;
-		ssize_t n = read(fd, buf, sizeof(buf) - 1);
-		close(fd);
-		if (n <= 0)
-			continue;
-		buf[n] = '\0';
+		size_t n = proc_cmdline(atoi(de->d_name), buf, sizeof(buf));
 		size_t first = strlen(buf);
-		found = (ssize_t)first + 1 < n && !strcmp(buf + first + 1, arg);
+		found = first + 1 < n && !strcmp(buf + first + 1, arg);
 	}
 	if (d)
 		closedir(d);

@@ -91,17 +91,11 @@ pid_where(bool (*match)(const char *argv, size_t n, const void *arg), const void
 	pid_t found = 0;
 
 	while (d && !found && (de = readdir(d))) {
-		char path[300], buf[4096];
+		char buf[4096];
 		if (de->d_name[0] < '1' || de->d_name[0] > '9')
 			continue;
-		snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
-		FILE *f = fopen(path, "r");
-		if (!f)
-			continue;
-		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-		fclose(f);
-		buf[n] = '\0';
-		if (match(buf, n, arg))
+		size_t n = proc_cmdline(atoi(de->d_name), buf, sizeof(buf));
+		if (n && match(buf, n, arg))
 			found = atoi(de->d_name);
 	}
 	if (d)
