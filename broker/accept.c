@@ -3,7 +3,8 @@
  * first bytes show the start of a request line (a method, a space, a target)
  * and is then handed to libmicrohttpd; bytes that cannot start one (binary,
  * TLS, a lone word) get a 400 at once and the connection is closed, where MHD
- * would close without a word or wait for the header timeout.
+ * would close without a word or wait for the header timeout. One from code
+ * in a context (box_peer_is_context) gets a 403 instead.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -26,6 +27,7 @@ struct pending {
 	struct sockaddr_storage pd_addr;
 	socklen_t pd_addrlen;
 	uint64_t pd_since;
+	bool pd_context; /* from code in a context: answered 403 (box_peer_is_context) */
 	struct evsrc pd_ev;
 };
 
@@ -140,6 +142,37 @@ refuse(struct pending *pd)
 	pending_close(pd);
 }
 
+/*
+ * Answers 403 and closes: code in a context called the API. Said in the log
+ * once a minute at most (the code may try in a loop).
+ */
+static void
+refuse_context(struct pending *pd)
+{
+	static const char body[] = "code running in a context cannot call this server's API\n";
+	static uint64_t said_at;
+	static unsigned n;
+	uint64_t now = now_ms();
+	char head[256];
+	int len = snprintf(head, sizeof(head),
+			   "HTTP/1.1 403 Forbidden\r\nConnection: close\r\n"
+			   "Content-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n\r\n%s",
+			   sizeof(body) - 1, body);
+
+	n++;
+	if (!said_at || now >= said_at + 60000) {
+		log_warn("http: %u connection%s from code in a context refused (403)", n,
+			 n == 1 ? "" : "s");
+		said_at = now;
+		n = 0;
+	}
+	if (send(pd->pd_fd, head, len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+		log_debug("http: 403 to a context: %s", strerror(errno));
+	shutdown(pd->pd_fd, SHUT_WR);
+	metrics_http("other", "other", 403);
+	pending_close(pd);
+}
+
 /* New connections: each waits in the pending list for its first bytes. */
 void
 accept_ready(void)
@@ -163,6 +196,8 @@ accept_ready(void)
 			continue;
 		}
 		pd->pd_since = now_ms();
+		/* refused once its request came, so that the answer is read */
+		pd->pd_context = box_peer_is_context(pd->pd_fd);
 		pd->pd_ev = (struct evsrc){EV_PENDING, pd};
 		TAILQ_INSERT_TAIL(&sv.sv_tb.tb_pending, pd, pd_link);
 		sv.sv_tb.tb_npending++;
@@ -183,6 +218,10 @@ accept_sniff(struct pending *pd, uint32_t events)
 		return;
 	if (n <= 0) { /* gone before a byte: nothing to answer */
 		pending_close(pd);
+		return;
+	}
+	if (pd->pd_context) {
+		refuse_context(pd);
 		return;
 	}
 	verdict = accept_classify(b, n);

@@ -204,6 +204,8 @@ struct server_config {
 	const char *cf_kernel_memory, *cf_kernel_cpu, *cf_kernel_cgroup;
 	const char *cf_python_startup;
 	const char *cf_kernel_user;
+	uid_t cf_kernel_uid;    /* --kernel-user's uid (0: none) */
+	bool cf_peer_check;     /* connections from contexts are refused (box.c) */
 	bool cf_sandbox;        /* kernels in boxes (off: --no-sandbox) */
 	bool cf_template;       /* Python kernels forked from a template (off: --no-template) */
 	bool cf_isolated;       /* --isolation context */
@@ -460,6 +462,12 @@ void control_event(json_t *ev);
 
 /* box.c */
 int box_check(char *err, size_t errsz);
+void box_peer_check(void);
+bool box_peer_is_context(int fd);
+
+/* peer.c */
+enum { PEER_REMOTE, PEER_UID, PEER_UNKNOWN };
+int peer_uid(int fd, uid_t *uid);
 unsigned box_uid(void);
 const char *box_workspace(void);
 int box_isolate(struct context *c, char *err, size_t errsz);

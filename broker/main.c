@@ -461,8 +461,12 @@ main(int argc, char **argv)
 	log_init("sandcell-broker", level);
 	if (sodium_init() < 0)
 		fatal("sodium_init failed");
-	if (sv.sv_cf.cf_kernel_user && !getpwnam(sv.sv_cf.cf_kernel_user))
-		fatal("--kernel-user %s: no such user", sv.sv_cf.cf_kernel_user);
+	if (sv.sv_cf.cf_kernel_user) {
+		struct passwd *pw = getpwnam(sv.sv_cf.cf_kernel_user);
+		if (!pw)
+			fatal("--kernel-user %s: no such user", sv.sv_cf.cf_kernel_user);
+		sv.sv_cf.cf_kernel_uid = pw->pw_uid;
+	}
 	/* one descriptor per connection: take what the hard limit allows */
 	struct rlimit nofile;
 	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
@@ -497,6 +501,9 @@ main(int argc, char **argv)
 		log_warn("sandbox: off (--no-sandbox): kernels run with the broker's privileges "
 			 "and see the whole machine");
 	}
+	/* with no network of their own, kernels cannot connect to us at all */
+	if (!sv.sv_cf.cf_sandbox || strcmp(sv.sv_cf.cf_kernel_network, "none"))
+		box_peer_check();
 	/* every kernel would fail to start there (status 126): refuse now */
 	bool cwd_given = sv.sv_cf.cf_cwd;
 	if (!sv.sv_cf.cf_cwd)
