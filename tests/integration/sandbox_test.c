@@ -424,6 +424,52 @@ Test(sandbox, no_network_with_kernel_network_none, .timeout = 120)
 	cr_assert_eq(broker_stop(&b), 0);
 }
 
+/*
+ * The host's network is the default, so the broker's port is in reach of a
+ * context; its API is not. A request for a neighbour's data is answered 403,
+ * and one sent blind (the connection closed at once, the answer unread) is
+ * refused too: the neighbour keeps its state. A client of the machine (this
+ * test, another uid) is served as before.
+ */
+Test(sandbox, a_context_cannot_call_the_servers_api, .timeout = 120)
+{
+	char code[2048];
+	const char *port = strrchr(URL, ':') + 1;
+
+	if (geteuid() != 0)
+		cr_skip_test("not root: kernels are the broker's uid on the host");
+	char *victim = keeper(URL), *attacker = context_new(URL, "python", NULL);
+	cr_assert_not_null(attacker);
+	snprintf(code, sizeof(code),
+		 "import json, socket, urllib.request, urllib.error\n"
+		 "def call(path, body=None):\n"
+		 "    data = json.dumps(body).encode() if body else None\n"
+		 "    rq = urllib.request.Request('http://127.0.0.1:%s' + path, data=data,\n"
+		 "                                headers={'Content-Type': 'application/json'})\n"
+		 "    try:\n"
+		 "        return urllib.request.urlopen(rq, timeout=10).status\n"
+		 "    except urllib.error.HTTPError as e:\n"
+		 "        return e.code\n"
+		 "print(call('/health'), call('/contexts'),\n"
+		 "      call('/execute', {'context_id': '%s', 'code': 'print(kept)'}))\n"
+		 "b = json.dumps({'context_id': '%s', 'code': 'kept = \"changed\"'}).encode()\n"
+		 "s = socket.create_connection(('127.0.0.1', %s), 10)\n"
+		 "s.sendall(b'POST /execute HTTP/1.1\\r\\nHost: x\\r\\n'\n"
+		 "          b'Content-Type: application/json\\r\\n'\n"
+		 "          b'Content-Length: %%d\\r\\n\\r\\n' %% len(b) + b)\n"
+		 "s.close()\n"
+		 "print('sent')\n",
+		 port, victim, victim, port);
+	char *out = run_stdout(URL, attacker, code);
+	cr_assert_str_eq(out, "403 403 403\nsent\n", "a context called the API: %s", out);
+	free(out);
+	check_unharmed(URL, victim, 0);
+	context_delete(URL, attacker);
+	context_delete(URL, victim);
+	free(attacker);
+	free(victim);
+}
+
 Test(sandbox, context_shows_its_box, .timeout = 60)
 {
 	char *id = context_new(URL, "python", NULL), path[128];
