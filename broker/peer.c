@@ -7,6 +7,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
@@ -18,12 +19,26 @@
 
 #include "broker.h"
 
-/* Whether addr is one of this machine's: loopback, or one it may bind. */
+/* Whether x (an interface's address) is a's host, of the same family. */
+static bool
+same_host(const struct sockaddr *x, const struct sockaddr_storage *a)
+{
+	if (x->sa_family != a->ss_family)
+		return false;
+	if (a->ss_family == AF_INET) {
+		const struct sockaddr_in *p = (const void *)x, *q = (const void *)a;
+		return p->sin_addr.s_addr == q->sin_addr.s_addr;
+	}
+	const struct sockaddr_in6 *p = (const void *)x, *q = (const void *)a;
+	return !memcmp(&p->sin6_addr, &q->sin6_addr, sizeof(p->sin6_addr));
+}
+
+/* Whether addr is one of this machine's: loopback, or an interface's. */
 static bool
 addr_is_local(const struct sockaddr_storage *a)
 {
-	int fd;
-	bool local;
+	struct ifaddrs *ifs, *i;
+	bool local = false;
 
 	if (a->ss_family == AF_INET) {
 		const struct sockaddr_in *in = (const void *)a;
@@ -31,24 +46,16 @@ addr_is_local(const struct sockaddr_storage *a)
 			return true;
 	} else if (a->ss_family == AF_INET6) {
 		const struct sockaddr_in6 *in6 = (const void *)a;
-		if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr) ||
-		    (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) && in6->sin6_addr.s6_addr[12] == 127))
+		if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr))
 			return true;
 	} else {
 		return false;
 	}
-	/* any other address of ours: a socket can be bound to it (port 0) */
-	struct sockaddr_storage probe = *a;
-	if (probe.ss_family == AF_INET)
-		((struct sockaddr_in *)&probe)->sin_port = 0;
-	else
-		((struct sockaddr_in6 *)&probe)->sin6_port = 0;
-	if ((fd = socket(a->ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)
-		return false;
-	local = bind(fd, (struct sockaddr *)&probe,
-		     a->ss_family == AF_INET ? sizeof(struct sockaddr_in)
-					     : sizeof(struct sockaddr_in6)) == 0;
-	close(fd);
+	if (getifaddrs(&ifs) < 0)
+		return true; /* cannot tell: not taken on trust */
+	for (i = ifs; i && !local; i = i->ifa_next)
+		local = i->ifa_addr && same_host(i->ifa_addr, a);
+	freeifaddrs(ifs);
 	return local;
 }
 
@@ -107,20 +114,22 @@ peer_uid(int fd, uid_t *uid)
 	req.r.id.idiag_cookie[0] = req.r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
 	if ((nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG)) < 0)
 		return addr_is_local(&peer) ? PEER_UNKNOWN : PEER_REMOTE;
-	if (sendto(nl, &req, sizeof(req), 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0 ||
-	    (n = recv(nl, &resp, sizeof(resp), 0)) < (ssize_t)sizeof(struct nlmsghdr) ||
-	    !NLMSG_OK(&resp.nh, (size_t)n)) {
-		rc = addr_is_local(&peer) ? PEER_UNKNOWN : PEER_REMOTE;
-	} else if (resp.nh.nlmsg_type == SOCK_DIAG_BY_FAMILY &&
-		   resp.nh.nlmsg_len >= NLMSG_LENGTH(sizeof(struct inet_diag_msg))) {
+	/* the kernel answers within sendto: the receive has nothing to wait for */
+	bool answered =
+	    sendto(nl, &req, sizeof(req), 0, (struct sockaddr *)&kernel, sizeof(kernel)) >= 0 &&
+	    (n = recv(nl, &resp, sizeof(resp), MSG_DONTWAIT)) >= (ssize_t)sizeof(resp.nh) &&
+	    NLMSG_OK(&resp.nh, (size_t)n) && resp.nh.nlmsg_type == SOCK_DIAG_BY_FAMILY &&
+	    resp.nh.nlmsg_len >= NLMSG_LENGTH(sizeof(struct inet_diag_msg));
+	if (answered) {
 		const struct inet_diag_msg *m = NLMSG_DATA(&resp.nh);
-		/* a TIME_WAIT socket (a closed client) has no owner to name */
+		/* a closed client's socket (orphaned, or in TIME_WAIT) names no owner */
 		if (m->idiag_state != TCP_TIME_WAIT && m->idiag_inode) {
 			*uid = m->idiag_uid;
 			rc = PEER_UID;
 		}
 	} else {
-		/* not in our table: another machine's, or a local one already gone */
+		/* not in our table (an error answers): another machine's, or a local
+		 * one already gone */
 		rc = addr_is_local(&peer) ? PEER_UNKNOWN : PEER_REMOTE;
 	}
 	close(nl);
