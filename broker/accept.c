@@ -7,6 +7,7 @@
  * in a context (box_peer_is_context) gets a 403 instead.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -63,7 +64,61 @@ accept_classify(const char *b, size_t n)
 	return b[m] > ' ' && b[m] < 0x7f ? 1 : -1;
 }
 
-/* host:port, [v6]:port: the listening socket, or -1 with the reason logged. */
+static void
+accept_watch(int fd)
+{
+	TAILQ_INIT(&sv.sv_tb.tb_pending);
+	sv.sv_io.io_listen_fd = fd;
+	sv.sv_io.io_ev_listen = (struct evsrc){EV_LISTEN, NULL};
+	server_watch(fd, EPOLLIN, &sv.sv_io.io_ev_listen);
+}
+
+/*
+ * The listening socket systemd passed (sandcell.socket), or -1: systemd holds
+ * the port while the broker restarts, so code left running in a context
+ * (--keep-contexts) cannot bind it in between and answer our clients. The
+ * protocol is sd_listen_fds(3)'s: LISTEN_PID is ours, LISTEN_FDS counts the
+ * descriptors from 3. --listen then only names the address in the log, which
+ * says the socket's own.
+ */
+static int
+inherited_socket(void)
+{
+	const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
+	bool ours = pid && fds && strtol(pid, NULL, 10) == getpid();
+	bool one = ours && !strcmp(fds, "1");
+	int type = 0, listening = 0;
+	socklen_t len = sizeof(int);
+	struct sockaddr_storage a;
+	socklen_t alen = sizeof(a);
+	char host[NI_MAXHOST], port[NI_MAXSERV];
+
+	if (!ours)
+		return -1;
+	unsetenv("LISTEN_PID"); /* not for the proxies, nor their kernels */
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_FDNAMES");
+	if (!one)
+		fatal("systemd passed several sockets (LISTEN_FDS); sandcell.socket has one");
+	if (getsockopt(3, SOL_SOCKET, SO_TYPE, &type, &len) < 0 || type != SOCK_STREAM ||
+	    getsockopt(3, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 || !listening ||
+	    getsockname(3, (struct sockaddr *)&a, &alen) < 0 ||
+	    getnameinfo((struct sockaddr *)&a, alen, host, sizeof(host), port, sizeof(port),
+			NI_NUMERICHOST | NI_NUMERICSERV))
+		fatal("the socket systemd passed (fd 3) is not a listening TCP socket");
+	if (fcntl(3, F_SETFD, FD_CLOEXEC) < 0 ||
+	    fcntl(3, F_SETFL, fcntl(3, F_GETFL) | O_NONBLOCK) < 0)
+		fatal("the socket systemd passed: fcntl: %s", strerror(errno));
+	sv.sv_cf.cf_listen =
+	    a.ss_family == AF_INET6 ? xasprintf("[%s]:%s", host, port) : xasprintf("%s:%s", host, port);
+	log_info("listening on the socket systemd passed (%s)", sv.sv_cf.cf_listen);
+	return 3;
+}
+
+/*
+ * host:port, [v6]:port, or systemd's socket: the listening socket, or -1
+ * with the reason logged.
+ */
 int
 accept_listen(const char *where)
 {
@@ -73,6 +128,10 @@ accept_listen(const char *where)
 	char host[256];
 	int fd = -1, one = 1, e;
 
+	if ((fd = inherited_socket()) >= 0) {
+		accept_watch(fd);
+		return fd;
+	}
 	if (!colon || colon == where || (size_t)(colon - where) >= sizeof(host)) {
 		log_err("--listen %s: expected HOST:PORT", where);
 		return -1;
@@ -99,10 +158,7 @@ accept_listen(const char *where)
 		fd = -1;
 		goto out;
 	}
-	TAILQ_INIT(&sv.sv_tb.tb_pending);
-	sv.sv_io.io_listen_fd = fd;
-	sv.sv_io.io_ev_listen = (struct evsrc){EV_LISTEN, NULL};
-	server_watch(fd, EPOLLIN, &sv.sv_io.io_ev_listen);
+	accept_watch(fd);
 out:
 	freeaddrinfo(ai);
 	return fd;
