@@ -168,8 +168,9 @@ test-asan: deps
 # the binaries just built, since nothing is installed here).
 test-systemd: all
 	@d=$$(mktemp -d) && sed "s#/usr/local/bin#$(abspath $(BIN))#" systemd/sandcell.service \
-	  >$$d/sandcell.service && cp systemd/sandcell.slice $$d/ && \
-	  systemd-analyze verify $$d/sandcell.service $$d/sandcell.slice; rc=$$?; rm -rf $$d; \
+	  >$$d/sandcell.service && cp systemd/sandcell.slice systemd/sandcell.socket $$d/ && \
+	  systemd-analyze verify $$d/sandcell.service $$d/sandcell.slice $$d/sandcell.socket; \
+	  rc=$$?; rm -rf $$d; \
 	  [ $$rc -eq 0 ] && echo "systemd units: 1 passed, 0 failed" || \
 	  { echo "systemd units: 0 passed, 1 failed"; exit 1; }
 
@@ -209,7 +210,7 @@ install: all
 	    $(DESTDIR)$(PREFIX)/share/sandcell/jupyter; fi
 	sed 's#/usr/local#$(PREFIX)#g' systemd/sandcell.service >$(DESTDIR)$(UNITDIR)/sandcell.service
 	chmod 644 $(DESTDIR)$(UNITDIR)/sandcell.service
-	install -m 644 systemd/sandcell.slice $(DESTDIR)$(UNITDIR)/
+	install -m 644 systemd/sandcell.slice systemd/sandcell.socket $(DESTDIR)$(UNITDIR)/
 
 # make install into a scratch DESTDIR with another PREFIX: nothing lands
 # outside it, the unit names PREFIX's paths, the installed broker finds its kernels.

@@ -24,7 +24,8 @@ check() { # NAME CONDITION...
 }
 
 # outside DESTDIR: what an install without DESTDIR would write
-outside="$prefix /etc/systemd/system/sandcell.service /etc/systemd/system/sandcell.slice"
+outside="$prefix /etc/systemd/system/sandcell.service /etc/systemd/system/sandcell.slice
+	/etc/systemd/system/sandcell.socket"
 pre_existing=
 for p in $outside; do [ -e "$p" ] && pre_existing="$pre_existing $p"; done
 sleep 1 # mtimes are in seconds on some file systems
@@ -45,7 +46,8 @@ nothing_outside() {
 check "nothing outside DESTDIR" nothing_outside
 
 unit=$dest/etc/systemd/system/sandcell.service
-check "the unit and slice are installed" [ -f "$unit" -a -f "$dest/etc/systemd/system/sandcell.slice" ]
+check "the units are installed" [ -f "$unit" -a -f "$dest/etc/systemd/system/sandcell.slice" \
+	-a -f "$dest/etc/systemd/system/sandcell.socket" ]
 check "ExecStart names $prefix/bin/sandcell-broker" \
 	grep -q "^ExecStart=$prefix/bin/sandcell-broker " "$unit"
 check "the unit names no /usr/local path" sh -c "! grep -n /usr/local '$unit'"
