@@ -429,7 +429,8 @@ goals_fresh(const char *section, const struct broker *b)
 	    "_t0 = _t.perf_counter()\n"
 	    "import pandas\n"
 	    "print('%.3f %d' % ((_t.perf_counter() - _t0) * 1e3, _pre))\n";
-	double imp[GOALS_FRESH], pss[GOALS_FRESH], kpss[GOALS_FRESH], rss[GOALS_FRESH];
+	double imp[GOALS_FRESH], pss[GOALS_FRESH], kpss[GOALS_FRESH], rss[GOALS_FRESH],
+	    uss[GOALS_FRESH];
 	int ni = 0, np = 0, pre = 0, nproc = 0;
 
 	progress("goals: %d fresh contexts: PSS idle, then the first import pandas",
@@ -453,6 +454,7 @@ goals_fresh(const char *section, const struct broker *b)
 			kpss[np] = k / 1024.0;
 			pss[np] = (k + set_pss_kb(bp.bp_pid[1], bp.bp_n[1])) / 1024.0;
 			rss[np] = proc_rss_kb(kernel) / 1024.0;
+			uss[np] = proc_uss_kb(kernel) / 1024.0;
 			nproc = bp.bp_n[0] + bp.bp_n[1];
 			np++;
 		}
@@ -492,10 +494,11 @@ goals_fresh(const char *section, const struct broker *b)
 		    ni);
 	}
 	if (np) {
-		struct stats st, kst, rst;
+		struct stats st, kst, rst, ust;
 		stats_of(pss, np, &st);
 		stats_of(kpss, np, &kst);
 		stats_of(rss, np, &rst);
+		stats_of(uss, np, &ust);
 		const char *target =
 		    goal_set(G_PSS, "idle fresh Python context, PSS of its box",
 		             fmt("%.1f MB (median of %d)", st.st_p50, np),
@@ -504,9 +507,12 @@ goals_fresh(const char *section, const struct broker *b)
 		    section,
 		    fmt("idle fresh Python context, PSS of its box (%d contexts)", np),
 		    NULL, fmt("%.1f MB", st.st_p50), NULL, target);
-		table_detail(
-		    "the kernel alone %.1f MB PSS, %.1f MB RSS; %d processes in the box",
-		    kst.st_p50, rst.st_p50, nproc);
+		/* PSS shares the template's pages among the kernels forked from it,
+		 * so it falls as contexts are added; USS is what each one adds */
+		table_detail("the kernel alone %.1f MB PSS, of which %.1f MB its own pages "
+		             "(USS, what each further context adds), %.1f MB RSS; %d "
+		             "processes in the box",
+		             kst.st_p50, ust.st_p50, rst.st_p50, nproc);
 	}
 }
 

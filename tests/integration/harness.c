@@ -140,6 +140,16 @@ proc_pss_kb(pid_t pid)
 	return proc_kb(pid, "smaps_rollup", "Pss: %ld kB");
 }
 
+/* Its own pages (Private_Clean + Private_Dirty of smaps_rollup), KiB; -1 if unreadable. */
+long
+proc_uss_kb(pid_t pid)
+{
+	long clean = proc_kb(pid, "smaps_rollup", "Private_Clean: %ld kB"),
+	     dirty = proc_kb(pid, "smaps_rollup", "Private_Dirty: %ld kB");
+
+	return clean < 0 || dirty < 0 ? -1 : clean + dirty;
+}
+
 long
 proc_huge_kb(pid_t pid)
 {
