@@ -4,10 +4,14 @@
  * ignores SIGINT. Real processes are killed with real signals.
  */
 #include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -272,6 +276,63 @@ Test(faults, broker_restart_keeps_contexts_and_state, .fini = priv_stop, .timeou
 	json_decref(l);
 	cr_assert_eq(context_pid(b->b_url, id, "kernel_pid"), kpid, "the same kernel");
 	free(id);
+}
+
+/*
+ * Under systemd the port is sandcell.socket's: the broker serves on the
+ * socket it is passed (LISTEN_FDS), not on --listen, and its kernels never
+ * see it. While the broker is down (killed here, as in a crash or between
+ * the two halves of a restart) the port stays held, so code left running in
+ * a context cannot bind it; a request sent meanwhile waits in the backlog
+ * and the next broker answers it.
+ */
+Test(faults, a_passed_socket_keeps_the_port_across_a_restart, .fini = priv_stop,
+     .timeout = 120)
+{
+	struct broker *b = &priv;
+	const char *args[] = {"--no-default-context", "--pool", "0", NULL};
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	char req[] = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", buf[512];
+
+	cr_assert(ls > 0 && bind(ls, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(ls, 64) == 0);
+	cr_assert_eq(broker_start_on(b, ls, args), 0, "no broker on the passed socket");
+	char *id = context_new(b->b_url, "python", "/tmp");
+	cr_assert_not_null(id);
+	char *out = run_stdout(b->b_url, id,
+			       "import os\nprint(os.environ.get('LISTEN_FDS'), "
+			       "os.environ.get('LISTEN_PID'))");
+	cr_assert_str_eq(out, "None None\n", "the kernel saw systemd's variables");
+	free(out);
+
+	kill(b->b_pid, SIGKILL);
+	waitpid(b->b_pid, NULL, 0);
+	b->b_pid = 0;
+	/* the broker is gone, the port is not free: a squatter cannot have it */
+	int sq = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in held = {.sin_family = AF_INET, .sin_port = htons(b->b_port),
+				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	cr_assert(bind(sq, (struct sockaddr *)&held, sizeof(held)) < 0 && errno == EADDRINUSE,
+		  "the port was free while the broker was down");
+	close(sq);
+	/* a client of that moment waits, and is answered after the restart */
+	int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_eq(connect(c, (struct sockaddr *)&held, sizeof(held)), 0);
+	cr_assert_eq(send(c, req, strlen(req), 0), (ssize_t)strlen(req));
+	cr_assert_eq(broker_restart(b, args), 0);
+	struct timeval tv = {.tv_sec = 30};
+	setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	ssize_t n = recv(c, buf, sizeof(buf) - 1, MSG_WAITALL);
+	cr_assert(n > 0, "the waiting client got no answer");
+	buf[n] = '\0';
+	cr_assert(!strncmp(buf, "HTTP/1.1 200", 12), "%s", buf);
+	close(c);
+	/* and the context lived through it */
+	out = run_stdout(b->b_url, id, "print('here')");
+	cr_assert_str_eq(out, "here\n");
+	free(out);
+	free(id);
+	close(ls);
 }
 
 Test(faults, stale_context_dir_is_cleaned_not_trusted, .fini = priv_stop, .timeout = 60)

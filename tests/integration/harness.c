@@ -512,6 +512,25 @@ broker_start(struct broker *b, const char *const *extra)
 }
 
 int
+broker_start_on(struct broker *b, int listen_fd, const char *const *extra)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof(a);
+
+	memset(b, 0, sizeof(*b));
+	if (listen_fd <= 0 || getsockname(listen_fd, (struct sockaddr *)&a, &len) < 0)
+		return -1;
+	b->b_listen_fd = listen_fd;
+	b->b_port = ntohs(a.sin_port);
+	snprintf(b->b_url, sizeof(b->b_url), "http://127.0.0.1:%d", b->b_port);
+	snprintf(b->b_run_dir, sizeof(b->b_run_dir), "/tmp/sandcell-test.XXXXXX");
+	if (!mkdtemp(b->b_run_dir))
+		return -1;
+	snprintf(b->b_log, sizeof(b->b_log), "%s.log", b->b_run_dir);
+	return broker_restart(b, extra);
+}
+
+int
 broker_start_as(struct broker *b, uid_t uid, const char *const *extra)
 {
 	memset(b, 0, sizeof(*b));
@@ -557,6 +576,15 @@ broker_restart(struct broker *b, const char *const *extra)
 		prctl(PR_SET_PDEATHSIG, SIGINT);
 		if (log)
 			dup2(fileno(log), 2);
+		if (b->b_listen_fd > 0) { /* as systemd passes sandcell.socket */
+			char pid[16];
+			if (b->b_listen_fd == 3 ? fcntl(3, F_SETFD, 0) < 0
+						: dup2(b->b_listen_fd, 3) < 0)
+				_exit(126);
+			snprintf(pid, sizeof(pid), "%d", (int)getpid());
+			setenv("LISTEN_FDS", "1", 1);
+			setenv("LISTEN_PID", pid, 1);
+		}
 		uid_t u = b->b_uid;
 		if (u && (setgroups(0, NULL) < 0 || setresgid(u, u, u) < 0 ||
 			  setresuid(u, u, u) < 0))

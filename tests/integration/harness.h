@@ -22,12 +22,16 @@ struct broker {
 	char b_log[160];
 	uid_t b_uid; /* runs as this uid (and gid), not ours; 0: ours */
 	int b_exit; /* its exit status if it exited at start-up, else -1 */
+	int b_listen_fd; /* > 0: passed at each (re)start as systemd passes a socket */
 };
 
 /* Starts a broker with extra arguments (NULL-terminated); waits for /health
  * and for the default python context to be ready unless --no-default-context.
  * -1 (and nothing left running) when it never became healthy. */
 int broker_start(struct broker *b, const char *const *extra);
+/* The same on a listening socket of the caller's, passed as systemd does
+ * (fd 3, LISTEN_FDS, LISTEN_PID) at each start and restart; b_port is its. */
+int broker_start_on(struct broker *b, int listen_fd, const char *const *extra);
 /* The same as an unprivileged uid (and gid) when we are root: the run dir is
  * its; broker_stop removes it as it does any other. */
 int broker_start_as(struct broker *b, uid_t uid, const char *const *extra);
