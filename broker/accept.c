@@ -21,6 +21,7 @@
 
 #define METHOD_MAX 32   /* longer than any method a client sends */
 #define BLANK_LINES_MAX 8 /* empty lines before a request line (RFC 9112 2.2) */
+#define CONTEXT_PENDING_MAX 32 /* connections from contexts waiting for their 403 */
 
 struct pending {
 	TAILQ_ENTRY(pending) pd_link;
@@ -176,6 +177,7 @@ pending_close(struct pending *pd)
 	close(pd->pd_fd);
 	TAILQ_REMOVE(&sv.sv_tb.tb_pending, pd, pd_link);
 	sv.sv_tb.tb_npending--;
+	sv.sv_tb.tb_npending_ctx -= pd->pd_context;
 	free(pd);
 }
 
@@ -203,29 +205,36 @@ refuse(struct pending *pd)
  * once a minute at most (the code may try in a loop).
  */
 static void
-refuse_context(struct pending *pd)
+context_refused(void)
 {
-	static const char body[] = "code running in a context cannot call this server's API\n";
 	static uint64_t said_at;
 	static unsigned n;
 	uint64_t now = now_ms();
+
+	n++;
+	if (!said_at || now >= said_at + 60000) {
+		log_warn("http: %u connection%s from code in a context refused", n,
+			 n == 1 ? "" : "s");
+		said_at = now;
+		n = 0;
+	}
+	metrics_http("other", "other", 403);
+}
+
+static void
+refuse_context(struct pending *pd)
+{
+	static const char body[] = "code running in a context cannot call this server's API\n";
 	char head[256];
 	int len = snprintf(head, sizeof(head),
 			   "HTTP/1.1 403 Forbidden\r\nConnection: close\r\n"
 			   "Content-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n\r\n%s",
 			   sizeof(body) - 1, body);
 
-	n++;
-	if (!said_at || now >= said_at + 60000) {
-		log_warn("http: %u connection%s from code in a context refused (403)", n,
-			 n == 1 ? "" : "s");
-		said_at = now;
-		n = 0;
-	}
+	context_refused();
 	if (send(pd->pd_fd, head, len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
 		log_debug("http: 403 to a context: %s", strerror(errno));
 	shutdown(pd->pd_fd, SHUT_WR);
-	metrics_http("other", "other", 403);
 	pending_close(pd);
 }
 
@@ -252,8 +261,19 @@ accept_ready(void)
 			continue;
 		}
 		pd->pd_since = now_ms();
-		/* refused once its request came, so that the answer is read */
-		pd->pd_context = box_peer_is_context(pd->pd_fd);
+		/*
+		 * Refused once its request came, so that the answer is read; past a
+		 * few waiting, at once: a context holding connections open must not
+		 * take the places of the clients'.
+		 */
+		if ((pd->pd_context = box_peer_is_context(pd->pd_fd)) &&
+		    sv.sv_tb.tb_npending_ctx >= CONTEXT_PENDING_MAX) {
+			context_refused();
+			close(pd->pd_fd);
+			free(pd);
+			continue;
+		}
+		sv.sv_tb.tb_npending_ctx += pd->pd_context;
 		pd->pd_ev = (struct evsrc){EV_PENDING, pd};
 		TAILQ_INSERT_TAIL(&sv.sv_tb.tb_pending, pd, pd_link);
 		sv.sv_tb.tb_npending++;

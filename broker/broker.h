@@ -249,6 +249,7 @@ struct server_tables {
 	unsigned tb_nconns;
 	struct pendq tb_pending;    /* accepted, request line not yet seen */
 	unsigned tb_npending;
+	unsigned tb_npending_ctx; /* of them, from code in a context (accept.c) */
 	uint64_t tb_next_stream, tb_next_req;
 	struct kspec **tb_kspecs; /* kernelspecs as last read (kcache_find) */
 	size_t tb_nkspecs;
