@@ -470,6 +470,46 @@ Test(sandbox, a_context_cannot_call_the_servers_api, .timeout = 120)
 	free(victim);
 }
 
+/*
+ * Connections from a context wait for their 403 like any other for its
+ * request; past a few waiting they are closed at once, so a context holding
+ * hundreds open does not take the places of the clients' (here a broker
+ * with room for 40).
+ */
+Test(sandbox, a_context_holding_connections_open_leaves_room_for_clients, .timeout = 120)
+{
+	struct broker b;
+	const char *args[] = {"--no-default-context", "--pool", "python=0", "--max-connections",
+			      "40", NULL};
+	char code[512];
+
+	if (geteuid() != 0)
+		cr_skip_test("not root: kernels are the broker's uid on the host");
+	cr_assert_eq(broker_start(&b, args), 0);
+	char *id = context_new(b.b_url, "python", NULL);
+	cr_assert_not_null(id);
+	snprintf(code, sizeof(code),
+		 "import socket, time\n"
+		 "held = [socket.create_connection(('127.0.0.1', %d), 5) for _ in range(200)]\n"
+		 "print('held', flush=True)\n"
+		 "time.sleep(8)\n",
+		 b.b_port);
+	struct bg hold = {.base = b.b_url, .ctx = id, .code = code};
+	bg_start(&hold);
+	cr_assert_eq(bg_wait_stdout(&hold, 30000), 0, "the connections were not opened");
+	for (int i = 0; i < 3; i++) {
+		struct resp r;
+		cr_assert_eq(http(b.b_url, "GET", "/health", NULL, &r, 5), 0,
+			     "a client found no room beside the context's connections");
+		cr_assert_eq(r.r_status, 200);
+		resp_free(&r);
+	}
+	bg_join(&hold);
+	json_decref(hold.lines);
+	free(id);
+	cr_assert_eq(broker_stop(&b), 0);
+}
+
 Test(sandbox, context_shows_its_box, .timeout = 60)
 {
 	char *id = context_new(URL, "python", NULL), path[128];
