@@ -200,10 +200,8 @@ refuse(struct pending *pd)
 	pending_close(pd);
 }
 
-/*
- * Answers 403 and closes: code in a context called the API. Said in the log
- * once a minute at most (the code may try in a loop).
- */
+/* Counts a connection from code in a context, refused; the log says so once a
+ * minute at most (the code may try in a loop). */
 static void
 context_refused(void)
 {
@@ -221,6 +219,7 @@ context_refused(void)
 	metrics_http("other", "other", 403);
 }
 
+/* Answers 403 and closes: code in a context called the API. */
 static void
 refuse_context(struct pending *pd)
 {

@@ -465,14 +465,14 @@ void control_event(json_t *ev);
 int box_check(char *err, size_t errsz);
 void box_peer_check(void);
 bool box_peer_is_context(int fd);
-
-/* peer.c */
-enum { PEER_REMOTE, PEER_UID, PEER_UNKNOWN };
-int peer_uid(int fd, uid_t *uid);
 unsigned box_uid(void);
 const char *box_workspace(void);
 int box_isolate(struct context *c, char *err, size_t errsz);
 void box_args(struct context *c, const char **argv, int *n);
 json_t *box_json(const char *slot);
+
+/* peer.c */
+enum { PEER_REMOTE, PEER_UID, PEER_UNKNOWN };
+int peer_uid(int fd, uid_t *uid);
 
 #endif
