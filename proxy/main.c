@@ -517,11 +517,11 @@ main(int argc, char **argv)
 	px.px_cwd = xstrdup(px.px_cwd);
 	if (sodium_init() < 0)
 		fatal("sodium_init failed");
-	if (sandbox_network(&px) < 0) /* while no thread exists */
-		exit(1);
 	if (lang_normalise(kernel ? kernel : px.px_lang, lang, sizeof(lang)) < 0 ||
 	    kspec_find(lang, &px.px_ks) < 0)
 		fatal("context %s: no kernelspec '%s'", px.px_id, kernel ? kernel : px.px_lang);
+	if (sandbox_network(&px) < 0) /* while no thread exists */
+		exit(1);
 	if (lang_normalise(px.px_lang, lang, sizeof(lang)) < 0)
 		fatal("context %s: bad language '%s'", px.px_id, px.px_lang);
 	px.px_lang = lang;

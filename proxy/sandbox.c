@@ -320,7 +320,8 @@ loopback_up(void)
 }
 
 /*
- * --network none: the proxy itself moves to a network namespace of its own
+ * --network none (and a TCP kernel under --isolation context, below): the
+ * proxy itself moves to a network namespace of its own
  * with only loopback, before any thread exists; its kernels inherit it. The
  * broker link is a Unix socket by path (not scoped by network namespaces),
  * and the proxy reaches TCP kernels (Deno) on that loopback, which nothing
@@ -329,7 +330,21 @@ loopback_up(void)
 int
 sandbox_network(struct proxy *px)
 {
-	if (!px->px_sandbox || !px->px_sb_net_none)
+	if (!px->px_sandbox)
+		return 0;
+	/*
+	 * A TCP kernel (Deno) listens on the host's loopback, where any other
+	 * context can subscribe to its output (no key is needed to read). Under
+	 * --isolation context the contexts are not one tenant's: its box gets a
+	 * network of its own, whatever --network says.
+	 */
+	if (px->px_sb_isolated && px->px_ks->ks_tcp && !px->px_sb_net_none) {
+		log_info("context %s: a TCP kernel under --isolation context: a network "
+			 "namespace of its own, loopback only",
+			 px->px_id);
+		px->px_sb_net_none = true;
+	}
+	if (!px->px_sb_net_none)
 		return 0;
 	if (unshare(CLONE_NEWNET) < 0 || loopback_up() < 0) {
 		int rc = -errno;
