@@ -610,6 +610,50 @@ Test(sandbox, isolation_context_hides_a_neighbours_workspace, .timeout = 180)
 	cr_assert_eq(broker_stop(&b), 0);
 }
 
+/* The network namespace a process is in (its inode, "net:[N]"). */
+static void
+netns_of(pid_t pid, char *out, size_t size)
+{
+	char path[64];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
+	n = readlink(path, out, size - 1);
+	out[n > 0 ? n : 0] = '\0';
+}
+
+/*
+ * Deno speaks only TCP to its proxy. On the host's network its ports are on
+ * the host's loopback, where another context could subscribe to its output
+ * (reading needs no key). Under --isolation context its box gets a network of
+ * its own; a Python context keeps the host's.
+ */
+Test(sandbox, isolation_context_gives_deno_a_network_of_its_own, .timeout = 180)
+{
+	struct broker b;
+	const char *args[] = {"--no-default-context", "--isolation", "context", NULL};
+	char host[64], js_ns[64], py_ns[64];
+
+	cr_assert_eq(broker_start(&b, args), 0);
+	char *js = context_new(b.b_url, "javascript", NULL), *py = context_new(b.b_url, "python", NULL);
+	cr_assert(js && py, "no javascript context (Deno installed?)");
+	char *out = run_stdout(b.b_url, js, "console.log(6 * 7)");
+	cr_assert_str_eq(out, "42\n");
+	free(out);
+	json_t *c = context_get(b.b_url, js);
+	json_t *sb = json_object_get(c, "sandbox");
+	cr_assert_str_eq(json_string_value(json_object_get(sb, "network")), "none");
+	json_decref(c);
+	netns_of(getpid(), host, sizeof(host));
+	netns_of(context_pid(b.b_url, js, "kernel_pid"), js_ns, sizeof(js_ns));
+	netns_of(context_pid(b.b_url, py, "kernel_pid"), py_ns, sizeof(py_ns));
+	cr_assert(js_ns[0] && strcmp(js_ns, host), "Deno is on the host's network (%s)", js_ns);
+	cr_assert_str_eq(py_ns, host, "the python context lost the host's network");
+	free(js);
+	free(py);
+	cr_assert_eq(broker_stop(&b), 0);
+}
+
 /* The memory limit is the box's memory cgroup: V8 reserves address space at
  * start, which RLIMIT_DATA refused (SIGTRAP at start-up). */
 Test(sandbox, deno_starts_under_a_memory_limit, .timeout = 120)
