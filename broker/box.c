@@ -190,6 +190,21 @@ peer_lookup_works(void)
 	return ok;
 }
 
+/* --kernel-uid-range, A-B. */
+static void
+uid_range(unsigned *a, unsigned *b)
+{
+	*a = *b = 0;
+	sscanf(sv.sv_cf.cf_uid_range, "%u-%u", a, b);
+}
+
+/* Whether boxes run kernels as uids of the range on the host (root's boxes). */
+static bool
+boxes_use_the_range(void)
+{
+	return sv.sv_cf.cf_sandbox && geteuid() == 0;
+}
+
 /*
  * Whether the kernels' uids on the host are their own: root's boxes (the
  * range, or --kernel-user), or --kernel-user without the sandbox. Otherwise
@@ -198,7 +213,7 @@ peer_lookup_works(void)
 static bool
 kernels_have_own_uids(void)
 {
-	return (sv.sv_cf.cf_sandbox && geteuid() == 0) || sv.sv_cf.cf_kernel_uid;
+	return boxes_use_the_range() || sv.sv_cf.cf_kernel_uid;
 }
 
 /* At start: whether box_peer_is_context can work here; the log says if not. */
@@ -232,7 +247,7 @@ box_peer_check(void)
 bool
 box_peer_is_context(int fd)
 {
-	unsigned a = 0, b = 0;
+	unsigned a, b;
 	uid_t uid;
 
 	if (!sv.sv_cf.cf_peer_check)
@@ -245,17 +260,17 @@ box_peer_is_context(int fd)
 		return false;
 	if (sv.sv_cf.cf_kernel_uid && uid == sv.sv_cf.cf_kernel_uid)
 		return true;
-	sscanf(sv.sv_cf.cf_uid_range, "%u-%u", &a, &b);
-	return sv.sv_cf.cf_sandbox && geteuid() == 0 && uid >= a && uid <= b;
+	uid_range(&a, &b);
+	return boxes_use_the_range() && uid >= a && uid <= b;
 }
 
 /* The first uid of --kernel-uid-range: the kernels' uid in shared isolation. */
 unsigned
 box_uid(void)
 {
-	unsigned a = 0, b = 0;
+	unsigned a, b;
 
-	sscanf(sv.sv_cf.cf_uid_range, "%u-%u", &a, &b);
+	uid_range(&a, &b);
 	return a;
 }
 
@@ -292,13 +307,13 @@ box_workspace(void)
 int
 box_isolate(struct context *c, char *err, size_t errsz)
 {
-	unsigned a = 0, b = 0, uid;
+	unsigned a, b, uid;
 	struct context *o;
 	bool used = true;
 
 	if (!sv.sv_cf.cf_sandbox || !sv.sv_cf.cf_isolated || sv.sv_cf.cf_kernel_user)
 		return 0;
-	sscanf(sv.sv_cf.cf_uid_range, "%u-%u", &a, &b);
+	uid_range(&a, &b);
 	for (uid = a; uid <= b && used; uid += used) {
 		used = false;
 		TAILQ_FOREACH(o, &sv.sv_tb.tb_contexts, c_link)

@@ -492,7 +492,7 @@ Test(sandbox, a_context_holding_connections_open_leaves_room_for_clients, .timeo
 		 "import socket, time\n"
 		 "held = [socket.create_connection(('127.0.0.1', %d), 5) for _ in range(200)]\n"
 		 "print('held', flush=True)\n"
-		 "time.sleep(8)\n",
+		 "time.sleep(60)\n",
 		 b.b_port);
 	struct bg hold = {.base = b.b_url, .ctx = id, .code = code};
 	bg_start(&hold);
@@ -504,6 +504,7 @@ Test(sandbox, a_context_holding_connections_open_leaves_room_for_clients, .timeo
 		cr_assert_eq(r.r_status, 200);
 		resp_free(&r);
 	}
+	cr_assert_eq(context_post(b.b_url, id, "interrupt", 10), 200); /* let go of them */
 	bg_join(&hold);
 	json_decref(hold.lines);
 	free(id);
