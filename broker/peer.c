@@ -6,7 +6,6 @@
  * from a client (box.c decides what to do with it).
  */
 #include <arpa/inet.h>
-#include <errno.h>
 #include <ifaddrs.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
