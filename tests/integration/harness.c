@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -148,6 +149,16 @@ proc_uss_kb(pid_t pid)
 	     dirty = proc_kb(pid, "smaps_rollup", "Private_Dirty: %ld kB");
 
 	return clean < 0 || dirty < 0 ? -1 : clean + dirty;
+}
+
+unsigned long
+proc_ns_ino(pid_t pid, const char *which)
+{
+	char path[64];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%d/ns/%s", (int)pid, which);
+	return stat(path, &st) == 0 ? (unsigned long)st.st_ino : 0;
 }
 
 long

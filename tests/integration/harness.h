@@ -154,6 +154,7 @@ size_t proc_cmdline(pid_t pid, char *buf, size_t size);
 long proc_rss_kb(pid_t pid);
 long proc_pss_kb(pid_t pid); /* Pss of smaps_rollup, KiB; -1 if unreadable */
 long proc_uss_kb(pid_t pid); /* its own pages (private clean + dirty), KiB; or -1 */
+unsigned long proc_ns_ino(pid_t pid, const char *which); /* /proc/PID/ns/WHICH's inode, or 0 */
 long proc_huge_kb(pid_t pid); /* AnonHugePages of smaps_rollup, KiB; -1 if unreadable */
 char *run_stdout(const char *base, const char *id, const char *code); /* caller frees */
 /*

@@ -611,18 +611,6 @@ Test(sandbox, isolation_context_hides_a_neighbours_workspace, .timeout = 180)
 	cr_assert_eq(broker_stop(&b), 0);
 }
 
-/* The network namespace a process is in (its inode, "net:[N]"). */
-static void
-netns_of(pid_t pid, char *out, size_t size)
-{
-	char path[64];
-	ssize_t n;
-
-	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
-	n = readlink(path, out, size - 1);
-	out[n > 0 ? n : 0] = '\0';
-}
-
 /*
  * Deno speaks only TCP to its proxy. On the host's network its ports are on
  * the host's loopback, where another context could subscribe to its output
@@ -633,7 +621,6 @@ Test(sandbox, isolation_context_gives_deno_a_network_of_its_own, .timeout = 180)
 {
 	struct broker b;
 	const char *args[] = {"--no-default-context", "--isolation", "context", NULL};
-	char host[64], js_ns[64], py_ns[64];
 
 	cr_assert_eq(broker_start(&b, args), 0);
 	char *js = context_new(b.b_url, "javascript", NULL), *py = context_new(b.b_url, "python", NULL);
@@ -645,11 +632,12 @@ Test(sandbox, isolation_context_gives_deno_a_network_of_its_own, .timeout = 180)
 	json_t *sb = json_object_get(c, "sandbox");
 	cr_assert_str_eq(json_string_value(json_object_get(sb, "network")), "none");
 	json_decref(c);
-	netns_of(getpid(), host, sizeof(host));
-	netns_of(context_pid(b.b_url, js, "kernel_pid"), js_ns, sizeof(js_ns));
-	netns_of(context_pid(b.b_url, py, "kernel_pid"), py_ns, sizeof(py_ns));
-	cr_assert(js_ns[0] && strcmp(js_ns, host), "Deno is on the host's network (%s)", js_ns);
-	cr_assert_str_eq(py_ns, host, "the python context lost the host's network");
+	unsigned long host = proc_ns_ino(getpid(), "net"),
+		      js_ns = proc_ns_ino(context_pid(b.b_url, js, "kernel_pid"), "net"),
+		      py_ns = proc_ns_ino(context_pid(b.b_url, py, "kernel_pid"), "net");
+	cr_assert(host && js_ns && py_ns, "a network namespace could not be read");
+	cr_assert_neq(js_ns, host, "Deno is on the host's network");
+	cr_assert_eq(py_ns, host, "the python context lost the host's network");
 	free(js);
 	free(py);
 	cr_assert_eq(broker_stop(&b), 0);

@@ -497,23 +497,18 @@ Test(template, kernel_network_none_puts_a_forked_kernel_in_its_proxys_namespace,
 {
 	const char *args[] = {"--no-default-context", "--pool", "python=0", "--kernel-network",
 			      "none", NULL};
-	struct stat host;
-	char path[64];
-
 	cr_assert_eq(broker_start(&priv, args), 0);
 	priv_up = true;
 	char *id = forked_context(priv.b_url);
-	pid_t proxy = context_pid(priv.b_url, id, "proxy_pid");
-	struct stat px;
-	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)proxy);
-	cr_assert_eq(stat(path, &px), 0);
-	cr_assert_eq(stat("/proc/self/ns/net", &host), 0);
-	cr_assert_neq(px.st_ino, host.st_ino, "the proxy is in the host's network namespace");
+	unsigned long px = proc_ns_ino(context_pid(priv.b_url, id, "proxy_pid"), "net"),
+		      host = proc_ns_ino(getpid(), "net");
+	cr_assert(px && host);
+	cr_assert_neq(px, host, "the proxy is in the host's network namespace");
 	char *out = run_stdout(priv.b_url, id, "import os, socket\n"
 					   "print(os.stat('/proc/self/ns/net').st_ino,\n"
 					   "      [n for _, n in socket.if_nameindex()])");
 	char want[128];
-	snprintf(want, sizeof(want), "%lu ['lo']\n", (unsigned long)px.st_ino);
+	snprintf(want, sizeof(want), "%lu ['lo']\n", px);
 	cr_assert_str_eq(out, want);
 	free(out);
 	free(id);
@@ -607,17 +602,6 @@ Test(template, the_pool_refills_after_the_creations_clients_wait_for, .fini = pr
 		free(ids[i]);
 }
 
-/* The inode of /proc/PID/ns/WHICH, or 0. */
-static unsigned long
-ns_of(pid_t pid, const char *which)
-{
-	char path[64];
-	struct stat st;
-
-	snprintf(path, sizeof(path), "/proc/%d/ns/%s", (int)pid, which);
-	return stat(path, &st) == 0 ? (unsigned long)st.st_ino : 0;
-}
-
 /*
  * The template forks each box's init straight into a PID namespace of its
  * own and goes back to its own at once: two forked kernels are in two new
@@ -629,16 +613,16 @@ Test(template, each_fork_gets_a_pid_namespace_and_the_template_keeps_its_own,
 	char *a = forked_context(URL), *b = forked_context(URL);
 	pid_t ka = context_pid(URL, a, "kernel_pid"), kb = context_pid(URL, b, "kernel_pid");
 	pid_t tpl = template_pid(test_run_dir());
-	unsigned long host = ns_of(getpid(), "pid");
+	unsigned long host = proc_ns_ino(getpid(), "pid");
 
 	cr_assert_gt(ka, 0);
 	cr_assert_gt(kb, 0);
 	cr_assert_gt(tpl, 0, "no template");
-	cr_assert_neq(ns_of(ka, "pid"), host, "a forked kernel in the host's PID namespace");
-	cr_assert_neq(ns_of(kb, "pid"), host, "a forked kernel in the host's PID namespace");
-	cr_assert_neq(ns_of(ka, "pid"), ns_of(kb, "pid"), "two kernels share a PID namespace");
-	cr_assert_eq(ns_of(tpl, "pid"), host);
-	cr_assert_eq(ns_of(tpl, "pid_for_children"), host,
+	cr_assert_neq(proc_ns_ino(ka, "pid"), host, "a forked kernel in the host's PID namespace");
+	cr_assert_neq(proc_ns_ino(kb, "pid"), host, "a forked kernel in the host's PID namespace");
+	cr_assert_neq(proc_ns_ino(ka, "pid"), proc_ns_ino(kb, "pid"), "two kernels share a PID namespace");
+	cr_assert_eq(proc_ns_ino(tpl, "pid"), host);
+	cr_assert_eq(proc_ns_ino(tpl, "pid_for_children"), host,
 		     "the template's next child would not be in its own PID namespace");
 	char *ppid = run_stdout(URL, a, "import os; print(os.getppid())");
 	cr_assert_str_eq(ppid, "1\n", "the kernel's parent is not its box's PID 1");
