@@ -522,36 +522,39 @@ broker_start(struct broker *b, const char *const *extra)
 	return broker_start_as(b, 0, extra);
 }
 
+/* A broker not started yet: its port (0: a free one), URL, run dir and log. */
+static int
+broker_prepare(struct broker *b, int port)
+{
+	memset(b, 0, sizeof(*b));
+	b->b_port = port ? port : free_port();
+	snprintf(b->b_url, sizeof(b->b_url), "http://127.0.0.1:%d", b->b_port);
+	snprintf(b->b_run_dir, sizeof(b->b_run_dir), "/tmp/sandcell-test.XXXXXX");
+	if (!mkdtemp(b->b_run_dir))
+		return -1;
+	snprintf(b->b_log, sizeof(b->b_log), "%s.log", b->b_run_dir);
+	return 0;
+}
+
 int
 broker_start_on(struct broker *b, int listen_fd, const char *const *extra)
 {
 	struct sockaddr_in a;
 	socklen_t len = sizeof(a);
 
-	memset(b, 0, sizeof(*b));
-	if (listen_fd <= 0 || getsockname(listen_fd, (struct sockaddr *)&a, &len) < 0)
+	if (listen_fd <= 0 || getsockname(listen_fd, (struct sockaddr *)&a, &len) < 0 ||
+	    broker_prepare(b, ntohs(a.sin_port)) < 0)
 		return -1;
 	b->b_listen_fd = listen_fd;
-	b->b_port = ntohs(a.sin_port);
-	snprintf(b->b_url, sizeof(b->b_url), "http://127.0.0.1:%d", b->b_port);
-	snprintf(b->b_run_dir, sizeof(b->b_run_dir), "/tmp/sandcell-test.XXXXXX");
-	if (!mkdtemp(b->b_run_dir))
-		return -1;
-	snprintf(b->b_log, sizeof(b->b_log), "%s.log", b->b_run_dir);
 	return broker_restart(b, extra);
 }
 
 int
 broker_start_as(struct broker *b, uid_t uid, const char *const *extra)
 {
-	memset(b, 0, sizeof(*b));
-	b->b_uid = uid;
-	b->b_port = free_port();
-	snprintf(b->b_url, sizeof(b->b_url), "http://127.0.0.1:%d", b->b_port);
-	snprintf(b->b_run_dir, sizeof(b->b_run_dir), "/tmp/sandcell-test.XXXXXX");
-	if (!mkdtemp(b->b_run_dir))
+	if (broker_prepare(b, 0) < 0)
 		return -1;
-	snprintf(b->b_log, sizeof(b->b_log), "%s.log", b->b_run_dir);
+	b->b_uid = uid;
 	if (uid && chown(b->b_run_dir, uid, uid) < 0)
 		return -1;
 	return broker_restart(b, extra);
