@@ -426,10 +426,12 @@ Test(sandbox, no_network_with_kernel_network_none, .timeout = 120)
 
 /*
  * The host's network is the default, so the broker's port is in reach of a
- * context; its API is not. A request for a neighbour's data is answered 403,
- * and one sent blind (the connection closed at once, the answer unread) is
- * refused too: the neighbour keeps its state. A client of the machine (this
- * test, another uid) is served as before.
+ * context; its API is not. A request for a neighbour's data is answered 403.
+ * Two requests that would change the neighbour are sent and not waited for:
+ * one on a connection left open (run, it would change the neighbour before
+ * this test looks), one on a connection closed at once (refused whether the
+ * broker looks it up before or after the close). The neighbour keeps its
+ * state. A client of the machine (this test, another uid) is served as before.
  */
 Test(sandbox, a_context_cannot_call_the_servers_api, .timeout = 120)
 {
@@ -453,13 +455,16 @@ Test(sandbox, a_context_cannot_call_the_servers_api, .timeout = 120)
 		 "print(call('/health'), call('/contexts'),\n"
 		 "      call('/execute', {'context_id': '%s', 'code': 'print(kept)'}))\n"
 		 "b = json.dumps({'context_id': '%s', 'code': 'kept = \"changed\"'}).encode()\n"
+		 "req = (b'POST /execute HTTP/1.1\\r\\nHost: x\\r\\n'\n"
+		 "       b'Content-Type: application/json\\r\\n'\n"
+		 "       b'Content-Length: %%d\\r\\n\\r\\n' %% len(b) + b)\n"
+		 "left_open = socket.create_connection(('127.0.0.1', %s), 10)\n"
+		 "left_open.sendall(req)\n"
 		 "s = socket.create_connection(('127.0.0.1', %s), 10)\n"
-		 "s.sendall(b'POST /execute HTTP/1.1\\r\\nHost: x\\r\\n'\n"
-		 "          b'Content-Type: application/json\\r\\n'\n"
-		 "          b'Content-Length: %%d\\r\\n\\r\\n' %% len(b) + b)\n"
+		 "s.sendall(req)\n"
 		 "s.close()\n"
 		 "print('sent')\n",
-		 port, victim, victim, port);
+		 port, victim, victim, port, port);
 	char *out = run_stdout(URL, attacker, code);
 	cr_assert_str_eq(out, "403 403 403\nsent\n", "a context called the API: %s", out);
 	free(out);
