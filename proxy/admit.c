@@ -383,6 +383,25 @@ admit_cancel(struct proxy *px, uint64_t stream)
 		interrupt_unit(px, u);
 }
 
+/*
+ * A kernel message too big to take (over 64 frames or ZMTP_MAX_BYTES) was
+ * skipped on iopub: the running unit's output is missing, and says so.
+ */
+void
+admit_output_lost(struct proxy *px)
+{
+	struct unit *u = px->px_run;
+
+	if (!u || u->u_detached)
+		return;
+	char *v = xasprintf("a kernel message over %llu MiB (or of over %d frames) was "
+			    "dropped: output is missing",
+			    (unsigned long long)(ZMTP_MAX_BYTES >> 20), ZMTP_MAX_FRAMES);
+	output_error(&u->u_out, "OutputLost", v, "");
+	free(v);
+	u->u_errored = true;
+}
+
 /* The broker went away: every stream is gone with it. */
 void
 admit_detach_all(struct proxy *px)
@@ -447,21 +466,16 @@ admit_tick(struct proxy *px, uint64_t now)
 	if (u->u_replied && now >= u->u_replied_at + IOPUB_QUIET_MS &&
 	    now >= px->px_iopub_at + IOPUB_QUIET_MS) {
 		/*
-		 * The reply came but iopub went silent before the idle (a frame over
-		 * the size limit makes libzmq drop the connection, and what the kernel
-		 * published meanwhile is gone): end the unit rather than wait forever.
+		 * The reply came but iopub went silent before the idle (the kernel
+		 * lost its output channel, or a hostile one never says idle): end the
+		 * unit rather than wait forever.
 		 */
-		log_warn("context %s: stream %llu: iopub silent since the reply (a kernel "
-			 "message over %lld MiB is dropped whole); ending it",
-			 px->px_id, (unsigned long long)u->u_stream, WIRE_MAX_FRAME >> 20);
-		if (!u->u_detached) {
-			char *v = xasprintf("the kernel's output channel went silent after its "
-					    "reply: output is missing (a single kernel message "
-					    "over %lld MiB is dropped whole)",
-					    WIRE_MAX_FRAME >> 20);
-			output_error(&u->u_out, "OutputLost", v, "");
-			free(v);
-		}
+		log_warn("context %s: stream %llu: iopub silent since the reply; ending it",
+			 px->px_id, (unsigned long long)u->u_stream);
+		if (!u->u_detached)
+			output_error(&u->u_out, "OutputLost",
+				     "the kernel's output channel went silent after its reply: "
+				     "output is missing", "");
 		u->u_errored = true;
 		u->u_idle = u->u_fenced = true;
 		kernel_iopub_reconnect(px);

@@ -22,80 +22,36 @@
 #include <unistd.h>
 
 #include <sodium.h>
-#include <zmq.h>
 
 #include "proxy.h"
 
 #define HB_EVERY_MS 2000
 #define MAX_START_FAILURES 3
 
-/* ipykernel with the start-up profile, which sets NODROP on its iopub. */
-static bool
-iopub_flow_controlled(struct proxy *px)
+/*
+ * A connection to one of the kernel's sockets, made before the kernel binds
+ * (zmtp.c tries again until it can): nothing it says at start-up is lost.
+ * Both DEALERs carry the session as identity: the kernel's input_request,
+ * sent to the shell client's, must reach our stdin socket.
+ */
+static struct zmtp *
+zsock(struct proxy *px, enum zmtp_type type, const char *endpoint)
 {
-	if (!px->px_py_startup || strcmp(px->px_ks->ks_lang, "python"))
-		return false;
-	for (char **a = px->px_ks->ks_argv; *a; a++)
-		if (strstr(*a, "ipykernel"))
-			return true;
-	return false;
-}
-
-static void *
-zsock(struct proxy *px, int type, const char *endpoint)
-{
-	void *s = zmq_socket(px->px_zctx, type);
-	int zero = 0, ivl = 10, ivl_max = 40;
-	int64_t max = WIRE_MAX_FRAME;
-
 	px->px_zgen++;
-	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
-	/*
-	 * We connect before the kernel binds: tried again after 10, 20, then
-	 * every 40 ms. A kernel binds early in its start, which lasts longer
-	 * than that after it; every 10 ms, the five sockets of each of 16
-	 * kernels starting at once (a second each) cost a few ms of CPU apiece.
-	 */
-	zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
-	zmq_setsockopt(s, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof(ivl_max));
-	zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof(max));
-	/*
-	 * No high-water mark on our side (a kernel's PUB would drop what we
-	 * cannot take), except for ipykernel under sandcell's profile: it sets
-	 * NODROP, so a full queue here makes the kernel wait instead.
-	 */
-	int hwm = type == ZMQ_SUB && iopub_flow_controlled(px) ? IOPUB_HWM : 0;
-	zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof(hwm));
-	if (type == ZMQ_SUB)
-		zmq_setsockopt(s, ZMQ_SUBSCRIBE, "", 0);
-	if (type == ZMQ_DEALER) /* one identity: the kernel's input_request, sent to
-				 * the shell client's, must reach our stdin socket */
-		zmq_setsockopt(s, ZMQ_ROUTING_ID, px->px_session, strlen(px->px_session));
-	if (type == ZMQ_REQ) {
-		int one = 1;
-		zmq_setsockopt(s, ZMQ_REQ_RELAXED, &one, sizeof(one));
-		zmq_setsockopt(s, ZMQ_REQ_CORRELATE, &one, sizeof(one));
-	}
-	if (zmq_connect(s, endpoint) < 0) {
-		log_err("kernel %s: connect %s: %s", px->px_ks->ks_name, endpoint,
-			zmq_strerror(errno));
-		zmq_close(s);
-		return NULL;
-	}
-	return s;
+	return zmtp_open(type, endpoint, type == ZMTP_DEALER ? px->px_session : NULL);
 }
 
 static void
 close_sockets(struct proxy *px)
 {
-	void **socks[5] = {&px->px_shell, &px->px_iopub, &px->px_control, &px->px_hb,
-			   &px->px_stdin};
+	struct zmtp **socks[5] = {&px->px_shell, &px->px_iopub, &px->px_control, &px->px_hb,
+				  &px->px_stdin};
 
-	for (int i = 0; i < 5; i++)
-		if (*socks[i]) {
-			zmq_close(*socks[i]);
-			*socks[i] = NULL;
-		}
+	for (int i = 0; i < 5; i++) {
+		zmtp_close(*socks[i]);
+		*socks[i] = NULL;
+	}
+	px->px_zgen++;
 	for (int i = 1; i <= 5; i++) {
 		char *p = xasprintf("%s/k-%d", px->px_kdir, i);
 		unlink(p); /* kernels leave their ipc files behind */
@@ -137,19 +93,11 @@ kernel_start(struct proxy *px)
 		start_failed(px, "write %s: %s", conn, strerror(-rc));
 		return rc;
 	}
-	/* connect before the kernel binds: nothing it says at start-up is lost */
-	px->px_shell = zsock(px, ZMQ_DEALER, ep[0]);
-	px->px_iopub = zsock(px, ZMQ_SUB, ep[1]);
-	free(px->px_iopub_ep);
-	px->px_iopub_ep = xstrdup(ep[1]);
-	px->px_control = zsock(px, ZMQ_DEALER, ep[3]);
-	px->px_hb = zsock(px, ZMQ_REQ, ep[4]);
-	px->px_stdin = zsock(px, ZMQ_DEALER, ep[2]);
-	if (!px->px_shell || !px->px_iopub || !px->px_control || !px->px_hb || !px->px_stdin) {
-		rc = -EIO;
-		start_failed(px, "could not connect its sockets");
-		goto err;
-	}
+	px->px_shell = zsock(px, ZMTP_DEALER, ep[0]);
+	px->px_iopub = zsock(px, ZMTP_SUB, ep[1]);
+	px->px_control = zsock(px, ZMTP_DEALER, ep[3]);
+	px->px_hb = zsock(px, ZMTP_REQ, ep[4]);
+	px->px_stdin = zsock(px, ZMTP_DEALER, ep[2]);
 	home = xasprintf("%s/home", px->px_kdir);
 	if ((rc = mkdir_p(home, 0700)) < 0) {
 		start_failed(px, "mkdir %s: %s", home, strerror(-rc));
@@ -282,16 +230,16 @@ kernel_stop(struct proxy *px)
 }
 
 /*
- * libzmq closes a connection that brought a frame over ZMQ_MAXMSGSIZE and may
- * not connect it again: a fresh SUB socket does.
+ * iopub went silent after a reply: its connection is made again (the loop
+ * watches the new one).
  */
 void
 kernel_iopub_reconnect(struct proxy *px)
 {
-	if (!px->px_iopub || !px->px_iopub_ep)
+	if (!px->px_iopub)
 		return;
-	zmq_close(px->px_iopub);
-	px->px_iopub = zsock(px, ZMQ_SUB, px->px_iopub_ep);
+	zmtp_reconnect(px->px_iopub);
+	px->px_zgen++;
 	log_warn("context %s: iopub connected again", px->px_id);
 	/*
 	 * Slow joiner: what the kernel publishes before the new subscription is in
@@ -407,7 +355,6 @@ kernel_on_stdin(struct proxy *px, struct jmsg *jm)
 	if (strcmp(jm->jm_type, "input_request"))
 		return;
 	log_debug("context %s: input_request answered with an empty line", px->px_id);
-	px->px_zsent = true;
 	if ((rc = wire_send(px->px_stdin, px->px_key, px->px_session, "input_reply",
 			    json_pack("{s:s}", "value", ""), NULL)) < 0)
 		log_warn("context %s: send input_reply: %s", px->px_id, strerror(-rc));
@@ -522,19 +469,11 @@ kernel_tick(struct proxy *px, uint64_t now)
 		px->px_kinfo_at = now;
 	}
 	/*
-	 * Heartbeat, once per period rather than on every loop turn (each libzmq
-	 * call costs syscalls): the kernel's hb thread echoes even while code runs.
-	 * The control socket's replies (interrupt_reply) are only read to keep it
-	 * empty, so they are drained here too instead of being polled.
+	 * Heartbeat, once per period: the kernel's hb thread echoes even while
+	 * code runs. Its pongs are read by the loop (kernel_on_pong).
 	 */
 	if (now < px->px_hb_sent + hb_every(px))
 		return;
-	char pong[16];
-	struct jmsg jm;
-	while (zmq_recv(px->px_hb, pong, sizeof(pong), ZMQ_DONTWAIT) >= 0)
-		px->px_hb_ok = now;
-	while (wire_recv(px->px_control, px->px_key, &jm) != -EAGAIN)
-		jmsg_free(&jm);
 	if (now > px->px_hb_ok + px->px_hb_dead_ms) {
 		/* the kernel itself, not its box's init */
 		char state = proc_state(px->px_kshown ? px->px_kshown : px->px_kpid);
@@ -558,7 +497,7 @@ kernel_tick(struct proxy *px, uint64_t now)
 			return;
 		}
 	}
-	zmq_send(px->px_hb, "ping", 4, ZMQ_DONTWAIT);
+	zmtp_send(px->px_hb, &(struct wire_frame){"ping", 4}, 1);
 	px->px_hb_sent = now;
 }
 
@@ -571,7 +510,6 @@ kernel_execute(struct proxy *px, const char *code, bool silent, char msgid[40])
 
 	if (!c)
 		return -EINVAL; /* code is not valid UTF-8 */
-	px->px_zsent = true;
 	return wire_send(px->px_shell, px->px_key, px->px_session, "execute_request", c,
 			 msgid);
 }
@@ -579,7 +517,6 @@ kernel_execute(struct proxy *px, const char *code, bool silent, char msgid[40])
 int
 kernel_probe(struct proxy *px, char msgid[40])
 {
-	px->px_zsent = true;
 	return wire_send(px->px_shell, px->px_key, px->px_session, "kernel_info_request",
 			 json_object(), msgid);
 }

@@ -1,7 +1,7 @@
 /*
  * main.c — sandcell-proxy: start-up, the dispatch of the broker's requests
- * (whose link is ipc.c's), and the event loop over the kernel's ZeroMQ
- * sockets, the link to the broker (its eventfd) and a signalfd.
+ * (whose link is ipc.c's), and the event loop over the kernel's sockets
+ * (zmtp.c), the link to the broker (its eventfd) and a signalfd.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,7 +23,6 @@
 #include <nng/nng.h>
 #include <nng/supplemental/util/platform.h>
 #include <sodium.h>
-#include <zmq.h>
 
 #include "proxy.h"
 
@@ -130,40 +129,47 @@ drain_ipc(struct proxy *p)
 }
 
 /*
- * Reads what a kernel socket holds; stops if handling closed the socket.
- * Returns whether it may hold more (the loop comes back without sleeping):
- * ZMQ_FD only says that something changed, so an empty read is confirmed
- * with ZMQ_EVENTS, which also consumes the fd's signal.
+ * Reads what a kernel socket holds, at most 256 messages a turn; stops if
+ * handling closed or replaced a socket. Returns whether it may hold more
+ * (the loop comes back without sleeping).
  */
 static bool
-drain_kernel(struct proxy *p, void **sockp, const char *name)
+drain_kernel(struct proxy *p, struct zmtp **sockp, const char *name)
 {
-	bool iopub = !strcmp(name, "iopub");
-	void *sock = *sockp;
+	bool iopub = sockp == &p->px_iopub;
+	unsigned gen = p->px_zgen;
 
-	for (int i = 0; i < 256 && sock && *sockp == sock; i++) {
+	for (int i = 0; i < 256 && *sockp && p->px_zgen == gen; i++) {
 		struct jmsg jm;
-		int e = wire_recv(sock, p->px_key, &jm);
-		if (e == -EAGAIN) {
-			int ev = 0;
-			size_t len = sizeof(ev);
-			if (zmq_getsockopt(sock, ZMQ_EVENTS, &ev, &len) == 0 && (ev & ZMQ_POLLIN))
-				continue;
-			return false;
+		int e;
+		if (sockp == &p->px_hb) { /* any echo is a pong */
+			const struct wire_frame *f;
+			size_t n;
+			if ((e = zmtp_recv(*sockp, &f, &n)) == -EAGAIN)
+				return false;
+			p->px_hb_ok = now_ms();
+			continue;
 		}
+		if ((e = wire_recv(*sockp, p->px_key, &jm)) == -EAGAIN)
+			return false;
 		if (iopub)
 			p->px_iopub_at = now_ms();
 		if (e < 0) {
 			log_warn("context %s: %s message from kernel dropped: %s", p->px_id, name,
-				 e == -EPERM ? "bad signature" : strerror(-e));
+				 e == -EPERM   ? "bad signature"
+				 : e == -E2BIG ? "over 64 frames or 64 MiB"
+					       : strerror(-e));
+			if (iopub && e == -E2BIG)
+				admit_output_lost(p);
 			continue;
 		}
 		if (iopub)
 			kernel_on_iopub(p, &jm);
 		else if (sockp == &p->px_stdin)
 			kernel_on_stdin(p, &jm);
-		else
+		else if (sockp == &p->px_shell)
 			kernel_on_shell(p, &jm);
+		/* control: interrupt_reply, read only to keep the socket empty */
 		jmsg_free(&jm);
 		/*
 		 * Hand output on as it fills chunks, the message freed first: a
@@ -173,7 +179,7 @@ drain_kernel(struct proxy *p, void **sockp, const char *name)
 		if (iopub && p->px_run && buf_pending(&p->px_run->u_out) >= OUTPUT_CHUNK)
 			admit_flush(p);
 	}
-	return sock && *sockp == sock;
+	return *sockp && p->px_zgen == gen;
 }
 
 static void
@@ -259,7 +265,7 @@ usage(void)
 }
 
 /* What the loop's epoll reports, as its data. */
-enum { W_IPC, W_SIG, W_BOX, W_IOPUB, W_SHELL, W_STDIN };
+enum { W_IPC, W_SIG, W_BOX, W_KERNEL };
 
 static void
 watch(int ep, int op, int fd, int what)
@@ -270,46 +276,56 @@ watch(int ep, int op, int fd, int what)
 		fatal("epoll_ctl: %s", strerror(errno));
 }
 
-/*
- * The kernel's sockets are watched through their ZMQ_FD in the loop's epoll
- * rather than by zmq_poll, which asks every socket for its events (a poll(2)
- * and a getpid(2) each) twice per turn. Sockets made since the last turn
- * (a start, a restart, iopub connected again) replace the watched ones.
- */
+/* The kernel's sockets, each watched by its connection's fd while it has one. */
 struct zwatch {
-	void **zw_sockp;
+	struct zmtp **zw_sockp;
 	const char *zw_name;
-	int zw_fd;       /* watched, or -1 */
-	bool zw_pending; /* may hold messages: read before sleeping */
+	const struct zmtp *zw_z; /* watched: this connection, fd and events */
+	unsigned zw_conns, zw_ev;
+	int zw_fd;               /* -1: none */
+	bool zw_pending;         /* may hold messages: read before sleeping */
 };
 
+/*
+ * A connection made or lost since the last turn (a start, a restart, a
+ * kernel that closed one) changes the fds: every old one out before any new
+ * one in, since a new fd may have an old one's number (or the box pidfd's:
+ * box_sync puts that in again after px_zgen moved).
+ */
 static void
-zwatch_sync(struct proxy *p, int ep, struct zwatch zw[3], unsigned *gen)
+zwatch_sync(struct proxy *p, int ep, struct zwatch *zw, int nzw, unsigned *gen)
 {
-	bool sent = p->px_zsent;
+	bool moved = *gen != p->px_zgen;
 
-	p->px_zsent = false;
-	for (int i = 1; i < 3 && sent; i++) /* shell, stdin: a send may have taken the
-					       * fd's signal (zw[0], iopub, is never sent on) */
-		zw[i].zw_pending = true;
-	if (*gen == p->px_zgen)
-		return;
-	*gen = p->px_zgen;
-	/* every old one out before any new one in: a new socket may have an old
-	 * one's number (closing a box's pidfd and socket shifts them) */
-	for (int i = 0; i < 3; i++) {
-		if (zw[i].zw_fd >= 0)
-			watch(ep, EPOLL_CTL_DEL, zw[i].zw_fd, 0);
-		zw[i].zw_fd = -1;
+	for (int i = 0; i < nzw && !moved; i++) {
+		const struct zmtp *z = *zw[i].zw_sockp;
+		moved = z != zw[i].zw_z || (z && (z->z_conns != zw[i].zw_conns ||
+						  zmtp_fd(z) != zw[i].zw_fd));
 	}
-	for (int i = 0; i < 3; i++) {
-		size_t len = sizeof(int);
-		if (!*zw[i].zw_sockp)
+	if (moved) {
+		p->px_zgen++;
+		*gen = p->px_zgen;
+		for (int i = 0; i < nzw; i++) {
+			if (zw[i].zw_fd >= 0)
+				watch(ep, EPOLL_CTL_DEL, zw[i].zw_fd, 0);
+			zw[i].zw_fd = -1;
+			zw[i].zw_ev = 0;
+			zw[i].zw_z = *zw[i].zw_sockp;
+			zw[i].zw_conns = zw[i].zw_z ? zw[i].zw_z->z_conns : 0;
+			zw[i].zw_pending = zw[i].zw_z != NULL;
+		}
+	}
+	for (int i = 0; i < nzw; i++) {
+		const struct zmtp *z = zw[i].zw_z;
+		int fd = z ? zmtp_fd(z) : -1;
+		unsigned ev = fd >= 0 ? zmtp_events(z) : 0;
+		if (ev == zw[i].zw_ev)
 			continue;
-		if (zmq_getsockopt(*zw[i].zw_sockp, ZMQ_FD, &zw[i].zw_fd, &len) < 0)
-			fatal("zmq %s fd: %s", zw[i].zw_name, zmq_strerror(errno));
-		watch(ep, EPOLL_CTL_ADD, zw[i].zw_fd, W_IOPUB + i);
-		zw[i].zw_pending = true;
+		struct epoll_event e = {.events = ev, .data.u32 = W_KERNEL + i};
+		if (epoll_ctl(ep, zw[i].zw_fd < 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &e) < 0)
+			fatal("epoll_ctl kernel %s: %s", zw[i].zw_name, strerror(errno));
+		zw[i].zw_fd = fd;
+		zw[i].zw_ev = ev;
 	}
 }
 
@@ -337,9 +353,12 @@ static void
 loop(struct proxy *p)
 {
 	/* iopub before shell: a reply must not overtake its output */
-	struct zwatch zw[3] = {{&p->px_iopub, "iopub", -1, false},
-			       {&p->px_shell, "shell", -1, false},
-			       {&p->px_stdin, "stdin", -1, false}};
+	struct zwatch zw[] = {{&p->px_iopub, "iopub", NULL, 0, 0, -1, false},
+			      {&p->px_shell, "shell", NULL, 0, 0, -1, false},
+			      {&p->px_stdin, "stdin", NULL, 0, 0, -1, false},
+			      {&p->px_control, "control", NULL, 0, 0, -1, false},
+			      {&p->px_hb, "heartbeat", NULL, 0, 0, -1, false}};
+	const int nzw = sizeof(zw) / sizeof(zw[0]);
 	unsigned gen = p->px_zgen - 1, box_gen = gen;
 	int box_fd = -1;
 	int ep = epoll_create1(EPOLL_CLOEXEC);
@@ -357,9 +376,14 @@ loop(struct proxy *p)
 
 		if (wait < 0 || wait > kw)
 			wait = kw;
-		zwatch_sync(p, ep, zw, &gen);
+		for (int i = 0; i < nzw; i++) {
+			long zt = *zw[i].zw_sockp ? zmtp_wait(*zw[i].zw_sockp, now) : -1;
+			if (zt >= 0 && zt < wait)
+				wait = zt;
+		}
+		zwatch_sync(p, ep, zw, nzw, &gen);
 		box_sync(p, ep, &box_fd, &box_gen);
-		for (int i = 0; i < 3; i++)
+		for (int i = 0; i < nzw; i++)
 			if (zw[i].zw_pending && *zw[i].zw_sockp)
 				wait = 0;
 		if ((n = epoll_wait(ep, evs, 8, (int)wait)) < 0 && errno != EINTR)
@@ -372,8 +396,12 @@ loop(struct proxy *p)
 				sig = true;
 			else if (w == W_BOX)
 				box = true;
-			else if (w >= W_IOPUB)
-				zw[w - W_IOPUB].zw_pending = true;
+			else if (w >= W_KERNEL && w < W_KERNEL + (uint32_t)nzw) {
+				struct zmtp *z = *zw[w - W_KERNEL].zw_sockp;
+				if (z && z == zw[w - W_KERNEL].zw_z && (evs[i].events & ~EPOLLIN))
+					zmtp_flush(z); /* connected, room to write, or an error */
+				zw[w - W_KERNEL].zw_pending = true;
+			}
 		}
 		if (sig)
 			reap(p);
@@ -381,13 +409,16 @@ loop(struct proxy *p)
 			p->px_kpid = 0; /* not ours to kill or reap: it has ended */
 			kernel_reaped(p, SIGKILL); /* the init's report, if any, says better */
 		}
-		for (int i = 0; i < 3; i++)
+		for (int i = 0; i < nzw; i++)
 			if (zw[i].zw_pending)
 				zw[i].zw_pending = *zw[i].zw_sockp &&
 						   drain_kernel(p, zw[i].zw_sockp, zw[i].zw_name);
 		if (ipc)
 			drain_ipc(p);
 		now = now_ms();
+		for (int i = 0; i < nzw; i++)
+			if (*zw[i].zw_sockp)
+				zmtp_tick(*zw[i].zw_sockp, now);
 		admit_tick(p, now);
 		kernel_tick(p, now);
 		admit_flush(p);
@@ -591,8 +622,6 @@ main(int argc, char **argv)
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	if ((px.px_sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
 		fatal("signalfd: %s", strerror(errno));
-	if (!(px.px_zctx = zmq_ctx_new()))
-		fatal("zmq_ctx_new: %s", zmq_strerror(errno));
 
 	ipc_listen(&px);
 	write_state_file(&px);
@@ -607,7 +636,6 @@ main(int argc, char **argv)
 	sandbox_cleanup(&px);
 	chan_flush(&px.px_link, 500); /* the last replies leave: written, they arrive */
 	chan_close(&px.px_link);
-	zmq_ctx_term(px.px_zctx);
 	if (strcmp(px.px_kdir, px.px_dir))
 		rm_rf(px.px_kdir);
 	rm_rf(px.px_dir);

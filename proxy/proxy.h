@@ -34,8 +34,9 @@
  * streamed response where one of each does, with no output seen earlier.
  */
 #define OUTPUT_HOLD_MS 20
-#define IOPUB_HWM 16 /* kernel messages queued here, for kernels that wait (NODROP) */
-#define WIRE_MAX_FRAME (64LL << 20) /* larger kernel frames are dropped by libzmq */
+/* a kernel message of more is skipped as it streams past (zmtp.c) */
+#define ZMTP_MAX_BYTES (64ULL << 20)
+#define ZMTP_MAX_FRAMES 64
 
 /* One execution unit: [set env] + code + [restore env]. */
 struct unit {
@@ -76,6 +77,41 @@ struct jmsg {
 struct wire_frame {
 	const void *wf_data;
 	size_t wf_len;
+};
+
+/* A message's frames as wire_build makes them: six strings it owns. */
+struct wire_out {
+	char *wo_part[4]; /* header, parent header, metadata, content (JSON) */
+	char wo_hmac[65];
+	struct wire_frame wo_frames[6];
+};
+
+/* One connection to a kernel's socket (zmtp.c). */
+enum zmtp_type { ZMTP_DEALER, ZMTP_SUB, ZMTP_REQ };
+
+struct zbuf {
+	unsigned char *zb_data;
+	size_t zb_off, zb_len, zb_cap; /* bytes [off, len) are held */
+};
+
+struct zmtp {
+	enum zmtp_type z_type;
+	int z_fd, z_state;
+	unsigned z_ivl;      /* ms before the next try to connect */
+	unsigned z_conns;    /* connections made: each a new fd for the loop */
+	uint64_t z_retry_at;
+	char *z_ep;          /* NULL: fed by zmtp_feed (tests, fuzzing) */
+	char z_id[64];
+	size_t z_idlen;
+	struct zbuf z_out, z_in;
+	struct zbuf z_pend;  /* sent before the handshake was done: written after it */
+	/* the message being cut out of z_in: its frames at offsets from zb_off */
+	size_t z_cur, z_nframes;
+	uint64_t z_msg_bytes;
+	size_t z_foff[ZMTP_MAX_FRAMES];
+	struct wire_frame z_frames[ZMTP_MAX_FRAMES];
+	uint64_t z_skip;     /* bytes of a dropped frame still to pass */
+	bool z_skipping, z_skip_more, z_dropping, z_quiet, z_have;
 };
 
 struct proxy {
@@ -130,10 +166,8 @@ struct proxy {
 	struct chan px_link;  /* to the broker; px_ipc_fd is its eventfd */
 	int px_ipc_fd;
 
-	void *px_zctx;
-	void *px_shell, *px_control, *px_iopub, *px_hb, *px_stdin;
+	struct zmtp *px_shell, *px_control, *px_iopub, *px_hb, *px_stdin;
 	unsigned px_zgen; /* bumped for every socket made: the loop watches the new ones */
-	bool px_zsent;    /* shell or stdin was sent on: their ZMQ_EVENTS need a look */
 	char px_key[65];
 	char px_session[37];
 	char px_kinfo_id[40];
@@ -144,7 +178,6 @@ struct proxy {
 	uint64_t px_hb_sent, px_hb_ok;
 	uint64_t px_hb_dead_ms; /* --heartbeat-timeout: an idle kernel silent this long is dead */
 	uint64_t px_iopub_at; /* last message of any kind on iopub */
-	char *px_iopub_ep;    /* to connect iopub again after libzmq dropped it */
 	int px_start_failures;
 	bool px_kinfo_reply, px_iopub_seen;
 	bool px_iopub_rejoin; /* a fresh iopub SUB: no unit starts until a status shows it joined */
@@ -233,6 +266,7 @@ void admit_detach_all(struct proxy *px);
 void admit_on_reply(struct proxy *px, struct jmsg *jm);
 void admit_on_probe(struct proxy *px, struct jmsg *jm);
 void admit_on_iopub(struct proxy *px, struct jmsg *jm);
+void admit_output_lost(struct proxy *px);
 void admit_flush(struct proxy *px);
 void admit_interrupt(struct proxy *px);
 long admit_wait(struct proxy *px, uint64_t now);
@@ -242,10 +276,28 @@ void unit_free(struct unit *u);
 /* wire.c */
 int wire_sign(const char *key, const struct wire_frame parts[4], char hex[65]);
 int wire_parse(const char *key, const struct wire_frame *f, size_t n, struct jmsg *jm);
-int wire_send(void *sock, const char *key, const char *session, const char *type,
+int wire_build(const char *key, const char *session, const char *type, json_t *content,
+	       char msgid[40], struct wire_out *wo);
+void wire_out_free(struct wire_out *wo);
+int wire_send(struct zmtp *z, const char *key, const char *session, const char *type,
 	      json_t *content, char msgid[40]);
-int wire_recv(void *sock, const char *key, struct jmsg *jm);
+int wire_recv(struct zmtp *z, const char *key, struct jmsg *jm);
 void jmsg_free(struct jmsg *jm);
+
+/* zmtp.c */
+struct zmtp *zmtp_open(enum zmtp_type type, const char *ep, const char *id);
+struct zmtp *zmtp_open_buffer(enum zmtp_type type);
+void zmtp_close(struct zmtp *z);
+void zmtp_reconnect(struct zmtp *z);
+bool zmtp_up(const struct zmtp *z);
+int zmtp_fd(const struct zmtp *z);
+unsigned zmtp_events(const struct zmtp *z);
+long zmtp_wait(const struct zmtp *z, uint64_t now);
+void zmtp_tick(struct zmtp *z, uint64_t now);
+void zmtp_flush(struct zmtp *z);
+int zmtp_send(struct zmtp *z, const struct wire_frame *f, size_t n);
+int zmtp_recv(struct zmtp *z, const struct wire_frame **f, size_t *n);
+int zmtp_feed(struct zmtp *z, const void *p, size_t n);
 
 /* output.c */
 json_t *output_result(json_t *data, bool is_main);

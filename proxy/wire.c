@@ -1,6 +1,6 @@
 /*
- * wire.c — the Jupyter wire protocol over ZeroMQ: build, sign, receive, verify
- * and parse messages. Frames are located by the <IDS|MSG> delimiter, never by
+ * wire.c — the Jupyter wire protocol: build, sign, verify and parse messages,
+ * sent and received through zmtp.c. Frames are located by the <IDS|MSG> delimiter, never by
  * counting, since the identity/topic frames before it differ per kernel.
  */
 #include <errno.h>
@@ -9,12 +9,10 @@
 #include <time.h>
 
 #include <sodium.h>
-#include <zmq.h>
 
 #include "proxy.h"
 
 #define DELIM "<IDS|MSG>"
-#define MAX_FRAMES 64
 
 int
 wire_sign(const char *key, const struct wire_frame parts[4], char hex[65])
@@ -115,92 +113,84 @@ wire_msgid(char out[37])
 	out[36] = '\0';
 }
 
-/* Sends a request; takes ownership of content. */
+/*
+ * Builds a request's six frames (delimiter, signature, four JSON parts);
+ * takes ownership of content. wire_out_free frees them.
+ */
 int
-wire_send(void *sock, const char *key, const char *session, const char *type,
-	  json_t *content, char msgid[40])
+wire_build(const char *key, const char *session, const char *type, json_t *content,
+	   char msgid[40], struct wire_out *wo)
 {
-	char date[64], id[37], hex[65];
+	char date[64], id[37];
 	json_t *hdr;
-	char *parts[4];
-	struct wire_frame wf[4];
-	int rc = 0;
 
+	memset(wo, 0, sizeof(*wo));
 	wire_msgid(id);
 	iso_time(date);
 	hdr = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "msg_id", id, "session", session,
 			"username", "sandcell", "date", date, "msg_type", type, "version",
 			"5.3");
-	parts[0] = json_dumps(hdr, JSON_COMPACT);
-	parts[1] = xstrdup("{}");
-	parts[2] = xstrdup("{}");
-	parts[3] = json_dumps(content, JSON_COMPACT);
+	wo->wo_part[0] = json_dumps(hdr, JSON_COMPACT);
+	wo->wo_part[1] = xstrdup("{}");
+	wo->wo_part[2] = xstrdup("{}");
+	wo->wo_part[3] = json_dumps(content, JSON_COMPACT);
 	json_decref(hdr);
 	json_decref(content);
-	if (!parts[0] || !parts[3]) {
-		rc = -ENOMEM;
-		goto out;
+	if (!wo->wo_part[0] || !wo->wo_part[3]) {
+		wire_out_free(wo);
+		return -ENOMEM;
 	}
+	wo->wo_frames[0] = (struct wire_frame){DELIM, strlen(DELIM)};
 	for (int i = 0; i < 4; i++)
-		wf[i] = (struct wire_frame){parts[i], strlen(parts[i])};
-	wire_sign(key, wf, hex);
-	if (zmq_send(sock, DELIM, strlen(DELIM), ZMQ_SNDMORE) < 0 ||
-	    zmq_send(sock, hex, 64, ZMQ_SNDMORE) < 0) {
-		rc = -errno;
-		goto out;
-	}
-	for (int i = 0; i < 4; i++)
-		if (zmq_send(sock, wf[i].wf_data, wf[i].wf_len, i < 3 ? ZMQ_SNDMORE : 0) < 0) {
-			rc = -errno;
-			goto out;
-		}
+		wo->wo_frames[2 + i] = (struct wire_frame){wo->wo_part[i], strlen(wo->wo_part[i])};
+	wire_sign(key, &wo->wo_frames[2], wo->wo_hmac);
+	wo->wo_frames[1] = (struct wire_frame){wo->wo_hmac, 64};
 	if (msgid)
 		snprintf(msgid, 40, "%s", id);
-out:
+	return 0;
+}
+
+void
+wire_out_free(struct wire_out *wo)
+{
 	for (int i = 0; i < 4; i++)
-		free(parts[i]);
+		free(wo->wo_part[i]);
+	memset(wo, 0, sizeof(*wo));
+}
+
+/* Sends a request to the kernel; takes ownership of content. */
+int
+wire_send(struct zmtp *z, const char *key, const char *session, const char *type,
+	  json_t *content, char msgid[40])
+{
+	struct wire_out wo;
+	int rc;
+
+	if (!z) {
+		json_decref(content);
+		return -ENOTCONN;
+	}
+	if ((rc = wire_build(key, session, type, content, msgid, &wo)) < 0)
+		return rc;
+	rc = zmtp_send(z, wo.wo_frames, 6);
+	wire_out_free(&wo);
 	return rc;
 }
 
 /*
- * Receives one whole multipart message without blocking. Returns 0 with jm
- * filled, -EAGAIN when nothing is waiting, or another negative error for a
- * message that was read and dropped (bad signature, bad JSON, too many frames).
+ * Receives one whole message without blocking. Returns 0 with jm filled,
+ * -EAGAIN when none is waiting, or another negative error for a message that
+ * was read and dropped (too big, bad signature, bad JSON).
  */
 int
-wire_recv(void *sock, const char *key, struct jmsg *jm)
+wire_recv(struct zmtp *z, const char *key, struct jmsg *jm)
 {
-	zmq_msg_t parts[MAX_FRAMES];
-	struct wire_frame wf[MAX_FRAMES];
-	size_t n = 0;
-	bool over = false;
-	int more, rc;
+	const struct wire_frame *f;
+	size_t n;
+	int rc;
 
 	memset(jm, 0, sizeof(*jm));
-	for (;;) {
-		zmq_msg_t scratch, *m = n < MAX_FRAMES ? &parts[n] : &scratch;
-		zmq_msg_init(m);
-		if (zmq_msg_recv(m, sock, n == 0 && !over ? ZMQ_DONTWAIT : 0) < 0) {
-			rc = -errno;
-			zmq_msg_close(m);
-			if (n == 0 && !over)
-				return rc;
-			goto out;
-		}
-		more = zmq_msg_more(m);
-		if (m == &scratch) {
-			over = true;
-			zmq_msg_close(m);
-		} else {
-			wf[n] = (struct wire_frame){zmq_msg_data(m), zmq_msg_size(m)};
-			n++;
-		}
-		if (!more)
-			break;
-	}
-	rc = over ? -E2BIG : wire_parse(key, wf, n, jm);
-out:
-	for (size_t i = 0; i < n; i++)
-		zmq_msg_close(&parts[i]);
-	return rc;
+	if ((rc = zmtp_recv(z, &f, &n)) < 0)
+		return rc;
+	return wire_parse(key, f, n, jm);
 }

@@ -68,7 +68,7 @@ build() {
 		$CC_FUZZ $CFLAGS_FUZZ -fsanitize=fuzzer -o $OUT/fuzz_wire tests/fuzz/fuzz_wire.c \
 			$proxy $proto $LIBS &&
 		$CC_FUZZ $CFLAGS_FUZZ -fsanitize=fuzzer-no-link -o $OUT/seeds tests/fuzz/seeds.c \
-			$broker $OBJ/proxy/wire.o $proto $LIBS
+			$broker $OBJ/proxy/wire.o $OBJ/proxy/zmtp.o $proto $LIBS
 }
 
 # Largest input per target: a frame, a body, a multipart message.

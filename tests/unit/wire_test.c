@@ -1,14 +1,23 @@
 /*
  * wire_test.c — the Jupyter wire protocol: HMAC-SHA256 signing against known
  * vectors, locating the <IDS|MSG> delimiter after any identity frames,
- * verification and parsing, and a real ZeroMQ round trip over inproc://.
+ * verification and parsing; and zmtp.c, the proxy's own ZMTP connection,
+ * against libzmq's ROUTER, PUB and REP over ipc:// (as kernels bind them), a
+ * peer that speaks no ZMTP, and bytes fed in pieces.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* strcasestr, strptime, timegm, memmem when built without the       \
                        Makefile flags */
 #endif
 #include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 #include <zmq.h>
@@ -368,175 +377,218 @@ is_iso_utc_us(const char *s)
 	return true;
 }
 
-struct zpair {
-	void *ctx, *a, *b;
+/* ---- zmtp: the proxy's connection to a kernel's socket ---- */
+
+static char tdir[64];
+static int tn;
+
+/* An ipc:// endpoint in a directory of this test's own. */
+static const char *
+endpoint(void)
+{
+	static char ep[128];
+
+	if (!tdir[0]) {
+		snprintf(tdir, sizeof(tdir), "/tmp/sandcell-zmtp-XXXXXX");
+		cr_assert_not_null(mkdtemp(tdir));
+	}
+	snprintf(ep, sizeof(ep), "ipc://%s/k-%d", tdir, ++tn);
+	return ep;
+}
+
+struct kpeer {
+	void *ctx, *s;
 };
 
+/* The kernel's side: a libzmq socket bound at ep. */
 static void
-zpair_open(struct zpair *z, int ta, int tb, const char *ep)
+kpeer_open(struct kpeer *k, int type, const char *ep)
 {
 	int linger = 0;
 
-	z->ctx = zmq_ctx_new();
-	cr_assert_not_null(z->ctx);
-	z->a = zmq_socket(z->ctx, ta);
-	z->b = zmq_socket(z->ctx, tb);
-	cr_assert(z->a && z->b);
-	zmq_setsockopt(z->a, ZMQ_LINGER, &linger, sizeof(linger));
-	zmq_setsockopt(z->b, ZMQ_LINGER, &linger, sizeof(linger));
-	cr_assert_eq(zmq_bind(z->b, ep), 0, "bind %s: %s", ep, zmq_strerror(errno));
-	cr_assert_eq(zmq_connect(z->a, ep), 0, "connect %s: %s", ep, zmq_strerror(errno));
+	k->ctx = zmq_ctx_new();
+	k->s = zmq_socket(k->ctx, type);
+	cr_assert(k->ctx && k->s);
+	zmq_setsockopt(k->s, ZMQ_LINGER, &linger, sizeof(linger));
+	cr_assert_eq(zmq_bind(k->s, ep), 0, "bind %s: %s", ep, zmq_strerror(errno));
 }
 
 static void
-zpair_close(struct zpair *z)
+kpeer_close(struct kpeer *k)
 {
-	zmq_close(z->a);
-	zmq_close(z->b);
-	zmq_ctx_term(z->ctx);
+	zmq_close(k->s);
+	zmq_ctx_term(k->ctx);
 }
 
-/* wire_recv never blocks for the first frame, so wait until one is there. */
+/*
+ * Runs the connection as the proxy's loop would, for up to ms; reads only
+ * the handshake (what follows is for zmtp_recv).
+ */
 static void
-await_readable(void *sock)
+pump(struct zmtp *z, int ms)
 {
-	zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
+	const struct wire_frame *f;
+	size_t n;
 
-	cr_assert_eq(zmq_poll(&it, 1, 2000), 1, "nothing arrived within 2 s");
+	struct pollfd p = {zmtp_fd(z), 0, 0};
+	long wait = zmtp_wait(z, now_ms());
+
+	p.events = (zmtp_events(z) & EPOLLIN ? POLLIN : 0) | (zmtp_events(z) & EPOLLOUT ? POLLOUT : 0);
+	if (wait >= 0 && wait < ms)
+		ms = (int)wait;
+	if (p.fd >= 0 && poll(&p, 1, ms) > 0) {
+		if (p.revents & ~POLLIN)
+			zmtp_flush(z);
+		if ((p.revents & POLLIN) && !zmtp_up(z))
+			cr_assert_eq(zmtp_recv(z, &f, &n), -EAGAIN, "a message before READY");
+	} else if (p.fd < 0) {
+		usleep(ms * 1000);
+	}
+	zmtp_tick(z, now_ms());
 }
 
-static void
-assert_round_trip(int ta, int tb, const char *ep)
+/* The next message on z within 3 s (0), or what zmtp_recv said other than EAGAIN. */
+static int
+zrecv(struct zmtp *z, const struct wire_frame **f, size_t *n)
 {
-	struct zpair z;
-	struct jmsg jm;
-	char msgid[40] = "";
-	json_t *content = json_pack(
-	    "{s:s, s:b, s:{}, s:b, s:s}", "code", "print('h\xc3\xa9llo')\n", "silent", 0,
-	    "user_expressions", "allow_stdin", 0, "note", "quotes \" ' and \\ and \n");
-	json_t *expect = json_deep_copy(content);
+	uint64_t until = now_ms() + 3000;
+	int rc;
 
-	zpair_open(&z, ta, tb, ep);
-	cr_assert_eq(wire_send(z.a, KEY, "session-1", "execute_request", content, msgid),
-	             0);
-	cr_assert(uuid_valid(msgid), "msgid '%s' is not a uuid", msgid);
-	await_readable(z.b);
-	cr_assert_eq(wire_recv(z.b, KEY, &jm), 0);
-	cr_assert_str_eq(jm.jm_type, "execute_request");
-	cr_assert_str_eq(jm.jm_parent_id, "");
-	cr_assert(json_equal(jm.jm_content, expect), "content changed on the way");
-	cr_assert_str_eq(json_string_value(json_object_get(jm.jm_header, "msg_id")),
-	                 msgid);
-	cr_assert_str_eq(json_string_value(json_object_get(jm.jm_header, "session")),
-	                 "session-1");
-	cr_assert_str_eq(json_string_value(json_object_get(jm.jm_header, "version")),
-	                 "5.3");
-	cr_assert_str_eq(json_string_value(json_object_get(jm.jm_header, "username")),
-	                 "sandcell");
-	const char *date = json_string_value(json_object_get(jm.jm_header, "date"));
-	cr_assert(date && is_iso_utc_us(date), "date '%s'", date ? date : "(none)");
-	cr_assert_eq(json_object_size(jm.jm_parent), 0);
-	cr_assert_eq(json_object_size(jm.jm_meta), 0);
-	jmsg_free(&jm);
-	cr_assert_eq(wire_recv(z.b, KEY, &jm), -EAGAIN, "exactly one message was sent");
-	json_decref(expect);
-	zpair_close(&z);
+	while ((rc = zmtp_recv(z, f, n)) == -EAGAIN && now_ms() < until)
+		pump(z, 10);
+	return rc;
 }
 
-Test(wire_zmq, pair_send_then_recv_gives_back_type_content_and_a_verified_header)
+/* A message from the kernel's socket within 3 s, while z is run. */
+static int
+krecv(struct kpeer *k, struct zmtp *z, zmq_msg_t *parts, int max)
 {
-	assert_round_trip(ZMQ_PAIR, ZMQ_PAIR, "inproc://wire-pair");
-}
+	uint64_t until = now_ms() + 3000;
+	int n = 0;
 
-Test(wire_zmq, dealer_to_router_recv_skips_the_routing_identity)
-{
-	assert_round_trip(ZMQ_DEALER, ZMQ_ROUTER, "inproc://wire-router");
-}
-
-Test(wire_zmq, recv_on_an_empty_socket_is_eagain)
-{
-	struct zpair z;
-	struct jmsg jm;
-
-	zpair_open(&z, ZMQ_DEALER, ZMQ_ROUTER, "inproc://wire-empty");
-	cr_assert_eq(wire_recv(z.b, KEY, &jm), -EAGAIN);
-	cr_assert_eq(wire_recv(z.a, KEY, &jm), -EAGAIN);
-	assert_jmsg_empty(&jm);
-	zpair_close(&z);
-}
-
-Test(wire_zmq, a_message_under_the_wrong_key_is_read_whole_and_refused)
-{
-	struct zpair z;
-	struct jmsg jm;
-
-	zpair_open(&z, ZMQ_PAIR, ZMQ_PAIR, "inproc://wire-key");
-	cr_assert_eq(
-	    wire_send(z.a, "sender-key", "s", "kernel_info_request", json_object(), NULL),
-	    0);
-	await_readable(z.b);
-	cr_assert_eq(wire_recv(z.b, KEY, &jm), -EPERM);
-	assert_jmsg_empty(&jm);
-	cr_assert_eq(wire_recv(z.b, KEY, &jm), -EAGAIN,
-	             "the refused message left frames behind");
-	zpair_close(&z);
+	while (now_ms() < until) {
+		zmq_msg_init(&parts[n]);
+		if (zmq_msg_recv(&parts[n], k->s, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&parts[n]);
+			cr_assert_eq(n, 0, "a message arrived in part");
+			pump(z, 10);
+			continue;
+		}
+		if (!zmq_msg_more(&parts[n++]) || n == max)
+			return n;
+	}
+	return n;
 }
 
 static void
-send_frames(void *s, const char **frames, size_t n)
+kparts_close(zmq_msg_t *parts, int n)
+{
+	for (int i = 0; i < n; i++)
+		zmq_msg_close(&parts[i]);
+}
+
+static void
+ksend(struct kpeer *k, const char **frames, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
-		cr_assert_geq(zmq_send(s, frames[i], strlen(frames[i]),
+		cr_assert_geq(zmq_send(k->s, frames[i], strlen(frames[i]),
 		                       i + 1 < n ? ZMQ_SNDMORE : 0),
 		              0);
 }
 
-Test(wire_zmq, raw_frames_from_a_kernel_are_verified_and_parsed)
+Test(zmtp, a_dealer_reaches_a_router_under_its_identity_and_gets_the_reply)
 {
-	struct zpair z;
+	const char *ep = endpoint();
+	struct kpeer k;
+	struct zmtp *z;
+	zmq_msg_t parts[16];
+	const struct wire_frame *f;
 	struct jmsg jm;
-	const char *good[] = {"kernel.1.status", DELIM, SIG, HDR, PARENT, META, CONTENT};
-	const char *badjson[] = {DELIM, "", "{", PARENT, META, CONTENT};
+	char msgid[40];
+	size_t n;
 
-	zpair_open(&z, ZMQ_PAIR, ZMQ_PAIR, "inproc://wire-raw");
-	send_frames(z.a, good, 7);
-	await_readable(z.b);
-	cr_assert_eq(wire_recv(z.b, KEY, &jm), 0);
-	cr_assert_str_eq(jm.jm_type, "status");
-	cr_assert_str_eq(jm.jm_parent_id, "p-1");
+	kpeer_open(&k, ZMQ_ROUTER, ep);
+	z = zmtp_open(ZMTP_DEALER, ep, "session-1");
+	cr_assert_eq(wire_send(z, KEY, "session-1", "execute_request",
+	                       json_pack("{s:s}", "code", "x=1"), msgid),
+	             0);
+	int np = krecv(&k, z, parts, 16);
+	cr_assert_eq(np, 7, "identity and six frames, got %d", np);
+	cr_assert_eq(zmq_msg_size(&parts[0]), 9);
+	cr_assert(!memcmp(zmq_msg_data(&parts[0]), "session-1", 9), "the identity is ours");
+	struct wire_frame wfs[6];
+	for (int i = 0; i < 6; i++)
+		wfs[i] = (struct wire_frame){zmq_msg_data(&parts[i + 1]), zmq_msg_size(&parts[i + 1])};
+	cr_assert_eq(wire_parse(KEY, wfs, 6, &jm), 0);
+	cr_assert_str_eq(jm.jm_type, "execute_request");
+	cr_assert_str_eq(json_string_value(json_object_get(jm.jm_content, "code")), "x=1");
+	cr_assert(uuid_valid(msgid), "msgid '%s' is not a uuid", msgid);
+	cr_assert_str_eq(json_string_value(json_object_get(jm.jm_header, "msg_id")), msgid);
+	cr_assert_str_eq(json_string_value(json_object_get(jm.jm_header, "session")),
+	                 "session-1");
+	const char *date = json_string_value(json_object_get(jm.jm_header, "date"));
+	cr_assert(date && is_iso_utc_us(date), "date '%s'", date ? date : "(none)");
 	jmsg_free(&jm);
+	kparts_close(parts, np);
 
-	send_frames(z.a, badjson, 6);
-	await_readable(z.b);
-	cr_assert_eq(wire_recv(z.b, "", &jm), -EINVAL);
-	cr_assert_eq(wire_recv(z.b, "", &jm), -EAGAIN);
-	zpair_close(&z);
+	const char *reply[] = {"session-1", DELIM, SIG, HDR, PARENT, META, CONTENT};
+	ksend(&k, reply, 7);
+	cr_assert_eq(zrecv(z, &f, &n), 0);
+	cr_assert_eq(n, 6, "the router took the identity off");
+	cr_assert_eq(wire_parse(KEY, f, n, &jm), 0);
+	cr_assert_str_eq(jm.jm_type, "status");
+	jmsg_free(&jm);
+	cr_assert_eq(zmtp_recv(z, &f, &n), -EAGAIN, "one message was sent");
+	zmtp_close(z);
+	kpeer_close(&k);
 }
 
-Test(wire_zmq, a_message_of_too_many_frames_is_dropped_whole)
+Test(zmtp, a_sub_subscribes_to_everything_a_pub_publishes)
 {
-	struct zpair z;
-	struct jmsg jm;
-	const char *frames[100];
+	const char *ep = endpoint();
+	struct kpeer k;
+	struct zmtp *z;
+	const struct wire_frame *f;
+	const char *msg[] = {"kernel.1.status", DELIM, SIG, HDR, PARENT, META, CONTENT};
+	size_t n;
+	int rc = -EAGAIN;
 
-	for (int i = 0; i < 94; i++)
-		frames[i] = "id";
-	frames[94] = DELIM;
-	frames[95] = SIG;
-	frames[96] = HDR;
-	frames[97] = PARENT;
-	frames[98] = META;
-	frames[99] = CONTENT;
-	zpair_open(&z, ZMQ_PAIR, ZMQ_PAIR, "inproc://wire-many");
-	send_frames(z.a, frames, 100);
-	await_readable(z.b);
-	cr_assert_eq(wire_recv(z.b, KEY, &jm), -E2BIG);
-	cr_assert_eq(wire_recv(z.b, KEY, &jm), -EAGAIN,
-	             "frames of the dropped message remain");
-	/* the socket still works afterwards */
-	send_frames(z.a, frames + 94, 6);
-	await_readable(z.b);
-	cr_assert_eq(wire_recv(z.b, KEY, &jm), 0);
-	jmsg_free(&jm);
-	zpair_close(&z);
+	kpeer_open(&k, ZMQ_PUB, ep);
+	z = zmtp_open(ZMTP_SUB, ep, NULL);
+	/* a PUB drops what it publishes before the subscription is in */
+	for (int i = 0; i < 300 && rc == -EAGAIN; i++) {
+		ksend(&k, msg, 7);
+		pump(z, 10);
+		rc = zmtp_recv(z, &f, &n);
+	}
+	cr_assert_eq(rc, 0, "nothing published reached the SUB");
+	cr_assert_eq(n, 7);
+	cr_assert_eq(f[0].wf_len, strlen("kernel.1.status"));
+	zmtp_close(z);
+	kpeer_close(&k);
+}
+
+Test(zmtp, a_req_ping_comes_back_from_a_rep)
+{
+	const char *ep = endpoint();
+	struct kpeer k;
+	struct zmtp *z;
+	zmq_msg_t parts[4];
+	const struct wire_frame *f;
+	size_t n;
+
+	kpeer_open(&k, ZMQ_REP, ep);
+	z = zmtp_open(ZMTP_REQ, ep, NULL);
+	cr_assert_eq(zmtp_send(z, &(struct wire_frame){"ping", 4}, 1), 0);
+	int np = krecv(&k, z, parts, 4);
+	cr_assert_eq(np, 1, "the REP took the envelope off");
+	cr_assert_eq(zmq_msg_size(&parts[0]), 4);
+	cr_assert_eq(zmq_send(k.s, zmq_msg_data(&parts[0]), 4, 0), 4);
+	kparts_close(parts, np);
+	cr_assert_eq(zrecv(z, &f, &n), 0);
+	cr_assert_eq(n, 2, "an empty delimiter, then the echo");
+	cr_assert_eq(f[1].wf_len, 4);
+	cr_assert(!memcmp(f[1].wf_data, "ping", 4));
+	zmtp_close(z);
+	kpeer_close(&k);
 }
