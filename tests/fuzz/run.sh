@@ -3,7 +3,7 @@
 # and runs each for FUZZ_SECONDS (default 60) on a copy of its seed corpus, so
 # tests/fuzz/corpus is never written to. Crashes go to build/fuzz/crashes/NAME/;
 # the exit status is non-zero if any target found one.
-#   tests/fuzz/run.sh               build, then fuzz msg, http and wire
+#   tests/fuzz/run.sh               build, then fuzz msg, http, wire and zmtp
 #   tests/fuzz/run.sh wire http     only these targets
 #   tests/fuzz/run.sh build         build only
 #   tests/fuzz/run.sh seeds         rewrite tests/fuzz/corpus from seeds.c
@@ -59,13 +59,15 @@ build() {
 	proto=$(objs proto/*.c lib/*.c) || return 1
 	broker=$(objs $(ls broker/*.c | grep -v -e broker/main.c)) ||
 		return 1
-	proxy=$(objs $(ls proxy/*.c | grep -v proxy/main.c)) || return 1
-	echo "fuzz: building $OUT/fuzz_msg $OUT/fuzz_http $OUT/fuzz_wire $OUT/seeds"
+	proxy=$(objs $(ls proxy/*.c | grep -v -e proxy/main.c -e proxy/init.c)) || return 1
+	echo "fuzz: building $OUT/fuzz_msg $OUT/fuzz_http $OUT/fuzz_wire $OUT/fuzz_zmtp $OUT/seeds"
 	$CC_FUZZ $CFLAGS_FUZZ -fsanitize=fuzzer -o $OUT/fuzz_msg tests/fuzz/fuzz_msg.c $proto \
 		$LIBS &&
 		$CC_FUZZ $CFLAGS_FUZZ -fsanitize=fuzzer -o $OUT/fuzz_http tests/fuzz/fuzz_http.c \
 			$broker $proto $LIBS &&
 		$CC_FUZZ $CFLAGS_FUZZ -fsanitize=fuzzer -o $OUT/fuzz_wire tests/fuzz/fuzz_wire.c \
+			$proxy $proto $LIBS &&
+		$CC_FUZZ $CFLAGS_FUZZ -fsanitize=fuzzer -o $OUT/fuzz_zmtp tests/fuzz/fuzz_zmtp.c \
 			$proxy $proto $LIBS &&
 		$CC_FUZZ $CFLAGS_FUZZ -fsanitize=fuzzer-no-link -o $OUT/seeds tests/fuzz/seeds.c \
 			$broker $OBJ/proxy/wire.o $OBJ/proxy/zmtp.o $proto $LIBS
@@ -77,6 +79,7 @@ max_len() {
 	msg) echo 4096 ;;
 	http) echo 8192 ;;
 	wire) echo 16384 ;;
+	zmtp) echo 16384 ;;
 	esac
 }
 
@@ -133,7 +136,8 @@ $line"
 case "${1:-}" in
 seeds)
 	build || exit 1
-	rm -rf tests/fuzz/corpus/msg tests/fuzz/corpus/http tests/fuzz/corpus/wire
+	rm -rf tests/fuzz/corpus/msg tests/fuzz/corpus/http tests/fuzz/corpus/wire \
+		tests/fuzz/corpus/zmtp
 	exec $OUT/seeds tests/fuzz/corpus
 	;;
 build)
@@ -143,13 +147,13 @@ build)
 esac
 
 build || exit 1
-targets=${*:-msg http wire}
+targets=${*:-msg http wire zmtp}
 failed=0
 summary=$(printf '%-10s %6s %10s %6s %7s %8s  %s' target seconds execs cov ft corpus result)
 for t in $targets; do
 	case $t in
-	msg | http | wire) fuzz "$t" ;;
-	*) echo "fuzz: unknown target '$t' (msg, http, wire)" >&2; exit 2 ;;
+	msg | http | wire | zmtp) fuzz "$t" ;;
+	*) echo "fuzz: unknown target '$t' (msg, http, wire, zmtp)" >&2; exit 2 ;;
 	esac
 done
 echo "$summary"

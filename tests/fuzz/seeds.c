@@ -1,8 +1,8 @@
 /*
  * seeds.c — writes the fuzz seed corpora: tests/fuzz/corpus/msg (frames of
  * every message type from msg_encode, plus broken ones), .../http (/execute
- * bodies, valid and not) and .../wire (signed kernel messages, plus broken
- * ones). Deterministic; `tests/fuzz/run.sh seeds` rebuilds and reruns it.
+ * bodies, valid and not), .../wire (signed kernel messages, plus broken
+ * ones) and .../zmtp (a kernel's ZMTP streams, whole and broken). Deterministic; `tests/fuzz/run.sh seeds` rebuilds and reruns it.
  * Which fields a type takes is probed from the decoder, so seeds follow the
  * schema in proto.c without a copy of it here.
  */
@@ -20,7 +20,7 @@ static int nfiles;
 /*
  * A seed's name says what it is: "bad-..." is rejected (msg: by msg_decode;
  * http: as JSON or by request_validate_execute; wire: by wire_parse under the
- * key), anything else accepted. Checked here so a seed cannot silently stop
+ * key; zmtp: no message cut out of it), anything else accepted. Checked here so a seed cannot silently stop
  * testing what its name claims.
  */
 static void
@@ -47,6 +47,8 @@ expect(const char *sub, const char *name, const uint8_t *data, size_t len)
 		if (ok)
 			msg_free(&m);
 		json_decref(j);
+	} else if (!strcmp(sub, "zmtp")) {
+		ok = fuzz_zmtp_cut(data, len) > 0;
 	} else {
 		struct wire_frame f[FUZZ_MAX_FRAMES];
 		size_t n = fuzz_wire_split(data, len, f, FUZZ_MAX_FRAMES);
@@ -742,6 +744,117 @@ seeds_wire(void)
 	buf_free(&b);
 }
 
+/* ---- zmtp ---- */
+
+/* A ZMTP frame: flags, a one- or eight-byte size, the body. */
+static void
+zframe(struct buf *b, unsigned flags, const void *p, size_t len, bool long_size)
+{
+	uint8_t h[9];
+	size_t hl = 0;
+
+	if (long_size || len > 255) {
+		h[hl++] = flags | 2;
+		for (int i = 7; i >= 0; i--)
+			h[hl++] = (uint64_t)len >> (8 * i);
+	} else {
+		h[hl++] = flags;
+		h[hl++] = len;
+	}
+	buf_append(b, h, hl);
+	buf_append(b, p, len);
+}
+
+/* The piece size and socket type byte, a greeting and the kernel's READY. */
+static void
+zstart(struct buf *b, uint8_t lead, uint8_t minor, const char *mech, const char *type)
+{
+	uint8_t g[64] = {0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f, 3, minor};
+	char ready[64];
+	int n = snprintf(ready, sizeof(ready), "%cREADY%cSocket-Type%c%c%c%c%s", 5, 11, 0, 0, 0,
+	                 (int)strlen(type), type);
+
+	buf_append(b, &lead, 1);
+	memcpy(g + 12, mech, strlen(mech));
+	buf_append(b, g, sizeof(g));
+	zframe(b, 4, ready, n, false);
+}
+
+/* A signed status message as frames, with a topic first when given. */
+static void
+zstatus(struct buf *b, const char *topic, bool long_content)
+{
+	const char *parts[4] = {"{\"msg_id\": \"z-1\", \"msg_type\": \"status\"}",
+	                        "{\"msg_id\": \"p-1\"}", "{}",
+	                        "{\"execution_state\": \"idle\"}"};
+	struct wire_frame wf[4];
+	char hex[65];
+
+	for (int i = 0; i < 4; i++)
+		wf[i] = (struct wire_frame){parts[i], strlen(parts[i])};
+	wire_sign(FUZZ_KEY, wf, hex);
+	if (topic)
+		zframe(b, 1, topic, strlen(topic), false);
+	zframe(b, 1, "<IDS|MSG>", 9, false);
+	zframe(b, 1, hex, 64, false);
+	for (int i = 0; i < 4; i++)
+		zframe(b, i < 3, parts[i], strlen(parts[i]), long_content && i == 3);
+}
+
+static void
+seeds_zmtp(void)
+{
+	struct buf b = {0};
+
+#define ZPUT(name) (put("zmtp", name, buf_head(&b), buf_pending(&b)), b.b_off = b.b_len = 0)
+	zstart(&b, 0x3f, 1, "NULL", "ROUTER");
+	zstatus(&b, NULL, false);
+	ZPUT("dealer-status-whole");
+	zstart(&b, 0x00, 1, "NULL", "ROUTER");
+	zstatus(&b, NULL, true);
+	zstatus(&b, NULL, false);
+	ZPUT("dealer-two-a-byte-at-a-time");
+	zstart(&b, 0x40 | 6, 1, "NULL", "PUB");
+	zstatus(&b, "kernel.1.status", true);
+	ZPUT("sub-topic-long-frame");
+	zstart(&b, 0x80 | 3, 1, "NULL", "REP");
+	zframe(&b, 1, "", 0, false);
+	zframe(&b, 0, "ping", 4, false);
+	ZPUT("req-pong");
+	zstart(&b, 0x3f, 1, "NULL", "ROUTER");
+	zframe(&b, 4, "\4PING\0\0\0\0", 9, false);
+	zstatus(&b, NULL, false);
+	ZPUT("ping-command-between-messages");
+	zstart(&b, 0x3f, 0, "NULL", "ROUTER");
+	for (int i = 0; i < 70; i++)
+		zframe(&b, 1, "x", 1, false);
+	zframe(&b, 0, "x", 1, false);
+	zstatus(&b, NULL, false);
+	ZPUT("too-many-frames-then-status");
+	zstart(&b, 0x3f, 1, "NULL", "ROUTER");
+	buf_append(&b, "\x02\x00\x00\x01\x00\x00\x00\x00\x00" "abc", 12); /* 2^40 bytes */
+	ZPUT("bad-frame-of-a-terabyte-cut-short");
+	zstart(&b, 0x3f, 1, "PLAIN", "ROUTER");
+	zstatus(&b, NULL, false);
+	ZPUT("bad-mechanism-plain");
+	zstart(&b, 0x3f, 1, "NULL", "ROUTER");
+	((uint8_t *)buf_head(&b))[1 + 10] = 2;
+	zstatus(&b, NULL, false);
+	ZPUT("bad-zmtp-2");
+	zstart(&b, 0x3f, 1, "NULL", "ROUTER");
+	b.b_len = 65; /* greeting only, then a message where READY belongs */
+	zstatus(&b, NULL, false);
+	ZPUT("bad-message-before-ready");
+	zstart(&b, 0x3f, 1, "NULL", "ROUTER");
+	buf_append(&b, "\x10\x01x", 3);
+	zstatus(&b, NULL, false);
+	ZPUT("bad-reserved-flag");
+	buf_append(&b, "\x3fGET / HTTP/1.1\r\nHost: x\r\n\r\n", 28);
+	ZPUT("bad-not-zmtp");
+#undef ZPUT
+	buf_free(&b);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -755,6 +868,7 @@ main(int argc, char **argv)
 	seeds_msg();
 	seeds_http();
 	seeds_wire();
+	seeds_zmtp();
 	printf("seeds: %d files under %s\n", nfiles, out_dir);
 	return 0;
 }

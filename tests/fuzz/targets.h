@@ -8,6 +8,7 @@
 #ifndef SANDCELL_FUZZ_TARGETS_H
 #define SANDCELL_FUZZ_TARGETS_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -442,6 +443,69 @@ fuzz_wire_one(const uint8_t *data, size_t size)
 		jmsg_free(&open_jm);
 		FUZZ_CHECK(fuzz_jmsg_empty(&open_jm));
 	}
+	return 0;
+}
+
+/* ---- zmtp: a kernel's byte stream, cut into messages ---- */
+
+/*
+ * Input layout: one byte, then the stream a kernel would send (greeting,
+ * READY, frames). The byte's low six bits less one are the size of the pieces
+ * the stream is fed in, less one (1 to 64 bytes), its top two the socket type.
+ * Every message cut lies inside what was read, within the limits, and goes on
+ * to wire_parse. Returns how many messages were cut.
+ */
+static inline size_t
+fuzz_zmtp_cut(const uint8_t *data, size_t size)
+{
+	struct zmtp *z;
+	size_t piece, fed = 0, msgs = 0;
+
+	if (size < 1)
+		return 0;
+	piece = (data[0] & 0x3f) + 1;
+	z = zmtp_open_buffer(data[0] >> 6 == 1 ? ZMTP_SUB : data[0] >> 6 == 2 ? ZMTP_REQ
+	                                                                       : ZMTP_DEALER);
+	data++, size--;
+	while (fed < size) {
+		size_t n = size - fed < piece ? size - fed : piece;
+		const struct wire_frame *f;
+		size_t nf;
+		int rc;
+
+		FUZZ_CHECK(zmtp_feed(z, data + fed, n) == 0);
+		fed += n;
+		while ((rc = zmtp_recv(z, &f, &nf)) != -EAGAIN) {
+			const unsigned char *lo = z->z_in.zb_data + z->z_in.zb_off,
+			                    *hi = z->z_in.zb_data + z->z_in.zb_len;
+			uint64_t bytes = 0;
+			struct jmsg jm;
+
+			FUZZ_CHECK(rc == 0 || rc == -E2BIG);
+			if (rc)
+				continue;
+			FUZZ_CHECK(zmtp_up(z));
+			FUZZ_CHECK(nf >= 1 && nf <= ZMTP_MAX_FRAMES);
+			for (size_t i = 0; i < nf; i++) {
+				const unsigned char *p = f[i].wf_data;
+				FUZZ_CHECK(p >= lo && p <= hi && f[i].wf_len <= (size_t)(hi - p));
+				bytes += f[i].wf_len;
+			}
+			FUZZ_CHECK(bytes <= ZMTP_MAX_BYTES);
+			if (wire_parse(FUZZ_KEY, f, nf, &jm) == 0)
+				jmsg_free(&jm);
+			msgs++;
+		}
+		FUZZ_CHECK(z->z_in.zb_len - z->z_in.zb_off <= fed);
+	}
+	zmtp_close(z);
+	return msgs;
+}
+
+static inline int
+fuzz_zmtp_one(const uint8_t *data, size_t size)
+{
+	fuzz_zmtp_cut(data, size);
 	return 0;
 }
 

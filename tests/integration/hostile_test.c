@@ -639,9 +639,10 @@ Test(hostile, misbehaving_kernel_messages_are_dropped, .fini = priv_stop, .timeo
 	free(out);
 	json_decref(l);
 
-	/* a frame over the size limit: the unit ends, the proxy heals, nothing crashes */
+	/* a frame over the size limit: skipped, the unit says so and ends, nothing crashes */
 	l = run(b->b_url, evil, "HUGE");
 	cr_assert_not_null(line_of(l, "end_of_execution", 0));
+	cr_assert_str_eq(error_name(l), "OutputLost");
 	json_decref(l);
 	l = run(b->b_url, evil, "after");
 	out = stdout_of(l);
@@ -659,6 +660,66 @@ Test(hostile, misbehaving_kernel_messages_are_dropped, .fini = priv_stop, .timeo
 	free(evil);
 	free(good);
 	cr_assert_eq(broker_stop(b), 0);
+}
+
+/*
+ * Code in a context writes junk to its proxy as fast as it can, in messages
+ * just under the size limit, on the control connection (from a thread) and
+ * the shell one: the proxy reads a message only when its loop asks for one,
+ * so it holds at most about one, and the context goes on. (Through libzmq,
+ * which read everything into its queues, a proxy grew by 1.5 GB in 10 s.)
+ */
+#define FLOOD_S "4"
+static const char flood_code[] =
+    "import threading, time\n"
+    "k = get_ipython().kernel\n"
+    "sid = k.get_parent()['header']['session'].encode()\n"
+    "junk = b'x' * (60 << 20)\n"
+    "sent = [0, 0]\n"
+    "def flood(sock, i):\n"
+    "    end = time.time() + " FLOOD_S "\n"
+    "    while time.time() < end:\n"
+    "        sock.send_multipart([sid, junk]); sent[i] += 1\n"
+    "t = threading.Thread(target=flood, args=(k.control_stream.socket, 0))\n"
+    "print('flooding', flush=True)\n"
+    "t.start(); flood(k.shell_stream.socket, 1); t.join()\n"
+    "print(sent[0], sent[1])\n";
+
+Test(hostile, a_kernel_flooding_its_proxy_cannot_grow_it, .timeout = 120)
+{
+	char *id = context_new(URL, "python", NULL), *keep = keeper(URL);
+	pid_t proxy = context_pid(URL, id, "proxy_pid");
+	struct bg flood = {.ctx = id, .code = flood_code, .timeout_ms = 60000};
+	long most = 0, before = proc_rss_kb(proxy);
+	int control = 0, shell = 0;
+
+	cr_assert_gt(proxy, 0);
+	bg_start(&flood);
+	cr_assert_eq(bg_wait_stdout(&flood, 30000), 0, "the flood did not start");
+	/* the flood lasts FLOOD_S seconds: that is the scenario */
+	for (double t0 = ms_now(); ms_since(t0) < 1000 * atoi(FLOOD_S) + 500;) {
+		long kb = proc_rss_kb(proxy);
+		if (kb > most)
+			most = kb;
+		usleep(20000);
+	}
+	bg_join(&flood);
+	char *out = stdout_of(flood.lines);
+	cr_assert_eq(sscanf(out, "flooding\n%d %d", &control, &shell), 2, "%s", out);
+	cr_assert_geq(control + shell, 10, "hardly a flood: %d and %d messages of 60 MB", control,
+		      shell);
+	cr_assert_lt(most, before + (192L << 10),
+		     "the proxy grew from %ld to %ld KiB under a flood of %d + %d messages of 60 MB",
+		     before, most, control, shell);
+	free(out);
+	json_decref(flood.lines);
+	out = run_stdout(URL, id, "print('after')");
+	cr_assert_str_eq(out, "after\n", "the flooded context goes on");
+	free(out);
+	check_keeper(URL, keep);
+	cr_assert_eq(context_pid(URL, id, "proxy_pid"), proxy, "the proxy was replaced");
+	free(id);
+	free(keep);
 }
 
 /* The broker's open fds fall to at most limit before ms pass; the last count. */

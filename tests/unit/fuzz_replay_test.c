@@ -130,3 +130,8 @@ Test(fuzz_replay, every_wire_seed_and_regression_parses_and_maps_or_is_rejected_
 {
 	replay("wire", fuzz_wire_one);
 }
+
+Test(fuzz_replay, every_zmtp_seed_and_regression_is_cut_into_messages_or_dropped_cleanly)
+{
+	replay("zmtp", fuzz_zmtp_one);
+}

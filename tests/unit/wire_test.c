@@ -592,3 +592,276 @@ Test(zmtp, a_req_ping_comes_back_from_a_rep)
 	zmtp_close(z);
 	kpeer_close(&k);
 }
+
+Test(zmtp, what_is_sent_before_the_kernel_binds_arrives_once_it_does)
+{
+	const char *ep = endpoint();
+	struct kpeer k;
+	struct zmtp *z;
+	zmq_msg_t parts[16];
+
+	z = zmtp_open(ZMTP_DEALER, ep, "session-1");
+	cr_assert_eq(wire_send(z, KEY, "session-1", "kernel_info_request", json_object(), NULL),
+	             0);
+	for (int i = 0; i < 5; i++)
+		pump(z, 10); /* refused: nothing is bound there yet */
+	cr_assert_lt(zmtp_fd(z), 0, "connected to nothing");
+	kpeer_open(&k, ZMQ_ROUTER, ep);
+	int np = krecv(&k, z, parts, 16);
+	cr_assert_eq(np, 7, "the request queued while down arrived (%d frames)", np);
+	kparts_close(parts, np);
+	zmtp_close(z);
+	kpeer_close(&k);
+}
+
+/* Sends n bytes of x as one frame after the routing identity. */
+static void
+ksend_big(struct kpeer *k, size_t n)
+{
+	char *big = malloc(n);
+
+	cr_assert_not_null(big);
+	memset(big, 'x', n);
+	cr_assert_eq(zmq_send(k->s, "session-1", 9, ZMQ_SNDMORE), 9);
+	cr_assert_eq(zmq_send(k->s, big, n, 0), (int)n);
+	free(big);
+}
+
+Test(zmtp, a_message_over_the_limit_is_skipped_as_it_passes_and_the_next_arrives)
+{
+	const char *ep = endpoint();
+	struct kpeer k;
+	struct zmtp *z;
+	const struct wire_frame *f;
+	const char *good[] = {"session-1", DELIM, SIG, HDR, PARENT, META, CONTENT};
+	size_t n, most = 0;
+	int rc;
+
+	kpeer_open(&k, ZMQ_ROUTER, ep);
+	z = zmtp_open(ZMTP_DEALER, ep, "session-1");
+	/* the router knows us once we said something */
+	cr_assert_eq(zmtp_send(z, &(struct wire_frame){"hello", 5}, 1), 0);
+	zmq_msg_t parts[4];
+	kparts_close(parts, krecv(&k, z, parts, 4));
+	ksend_big(&k, ZMTP_MAX_BYTES + 1);
+	ksend(&k, good, 7);
+	uint64_t until = now_ms() + 10000;
+	while ((rc = zmtp_recv(z, &f, &n)) == -EAGAIN && now_ms() < until) {
+		if (z->z_in.zb_cap > most)
+			most = z->z_in.zb_cap;
+		pump(z, 10);
+	}
+	cr_assert_eq(rc, -E2BIG, "the big message is reported dropped");
+	cr_assert_lt(most, (size_t)1 << 20, "%zu bytes were held for a message skipped", most);
+	cr_assert_eq(zrecv(z, &f, &n), 0, "the message after it arrives");
+	cr_assert_eq(n, 6);
+	cr_assert_eq(zmtp_fd(z) >= 0, true, "the connection was kept");
+	cr_assert_eq(z->z_conns, 1);
+	zmtp_close(z);
+	kpeer_close(&k);
+}
+
+Test(zmtp, a_message_at_the_limit_arrives_whole)
+{
+	const char *ep = endpoint();
+	struct kpeer k;
+	struct zmtp *z;
+	const struct wire_frame *f;
+	size_t n;
+
+	kpeer_open(&k, ZMQ_ROUTER, ep);
+	z = zmtp_open(ZMTP_DEALER, ep, "session-1");
+	cr_assert_eq(zmtp_send(z, &(struct wire_frame){"hello", 5}, 1), 0);
+	zmq_msg_t parts[4];
+	kparts_close(parts, krecv(&k, z, parts, 4));
+	ksend_big(&k, ZMTP_MAX_BYTES);
+	cr_assert_eq(zrecv(z, &f, &n), 0);
+	cr_assert_eq(n, 1);
+	cr_assert_eq(f[0].wf_len, ZMTP_MAX_BYTES);
+	cr_assert_eq(((const char *)f[0].wf_data)[ZMTP_MAX_BYTES - 1], 'x');
+	zmtp_close(z);
+	kpeer_close(&k);
+}
+
+Test(zmtp, a_message_of_too_many_frames_is_dropped_whole)
+{
+	const char *ep = endpoint();
+	struct kpeer k;
+	struct zmtp *z;
+	const struct wire_frame *f;
+	struct jmsg jm;
+	const char *frames[101];
+	size_t n;
+
+	frames[0] = "session-1";
+	for (int i = 1; i < 95; i++)
+		frames[i] = "id";
+	frames[95] = DELIM;
+	frames[96] = SIG;
+	frames[97] = HDR;
+	frames[98] = PARENT;
+	frames[99] = META;
+	frames[100] = CONTENT;
+	kpeer_open(&k, ZMQ_ROUTER, ep);
+	z = zmtp_open(ZMTP_DEALER, ep, "session-1");
+	cr_assert_eq(zmtp_send(z, &(struct wire_frame){"hello", 5}, 1), 0);
+	zmq_msg_t parts[4];
+	kparts_close(parts, krecv(&k, z, parts, 4));
+	ksend(&k, frames, 101);
+	cr_assert_eq(zrecv(z, &f, &n), -E2BIG);
+	const char *ok[] = {"session-1", DELIM, SIG, HDR, PARENT, META, CONTENT};
+	ksend(&k, ok, 7);
+	cr_assert_eq(zrecv(z, &f, &n), 0, "the socket still works afterwards");
+	cr_assert_eq(wire_parse(KEY, f, n, &jm), 0);
+	jmsg_free(&jm);
+	zmtp_close(z);
+	kpeer_close(&k);
+}
+
+Test(zmtp, a_kernel_that_goes_away_and_comes_back_is_connected_again)
+{
+	const char *ep = endpoint();
+	struct kpeer k;
+	struct zmtp *z;
+	zmq_msg_t parts[4];
+	int np;
+
+	kpeer_open(&k, ZMQ_ROUTER, ep);
+	z = zmtp_open(ZMTP_DEALER, ep, "session-1");
+	cr_assert_eq(zmtp_send(z, &(struct wire_frame){"one", 3}, 1), 0);
+	kparts_close(parts, krecv(&k, z, parts, 4));
+	kpeer_close(&k);
+	for (int i = 0; i < 20 && zmtp_fd(z) >= 0; i++) {
+		const struct wire_frame *f;
+		size_t n;
+		pump(z, 10);
+		cr_assert_eq(zmtp_recv(z, &f, &n), -EAGAIN);
+	}
+	cr_assert_lt(zmtp_fd(z), 0, "the closed connection was noticed");
+	kpeer_open(&k, ZMQ_ROUTER, ep);
+	cr_assert_eq(zmtp_send(z, &(struct wire_frame){"two", 3}, 1), 0);
+	np = krecv(&k, z, parts, 4);
+	cr_assert_eq(np, 2, "identity and the message sent while down");
+	cr_assert_eq(zmq_msg_size(&parts[1]), 3);
+	cr_assert(!memcmp(zmq_msg_data(&parts[1]), "two", 3));
+	kparts_close(parts, np);
+	cr_assert_geq(z->z_conns, 2);
+	zmtp_close(z);
+	kpeer_close(&k);
+}
+
+Test(zmtp, a_peer_that_speaks_no_zmtp_is_dropped_and_tried_again)
+{
+	const char *ep = endpoint();
+	struct sockaddr_un un = {.sun_family = AF_UNIX};
+	int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), c;
+	struct zmtp *z;
+	char junk[100];
+
+	memset(junk, 'H', sizeof(junk));
+	snprintf(un.sun_path, sizeof(un.sun_path), "%s", ep + 6);
+	cr_assert_eq(bind(l, (struct sockaddr *)&un, sizeof(un)), 0);
+	cr_assert_eq(listen(l, 4), 0);
+	z = zmtp_open(ZMTP_DEALER, ep, "session-1");
+	cr_assert_geq(c = accept(l, NULL, NULL), 0);
+	cr_assert_eq(write(c, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+	for (int i = 0; i < 50 && z->z_conns < 2; i++) {
+		const struct wire_frame *f;
+		size_t n;
+		pump(z, 10);
+		cr_assert_eq(zmtp_recv(z, &f, &n), -EAGAIN, "junk made a message");
+	}
+	cr_assert_geq(z->z_conns, 2, "not connected again after the junk");
+	close(c);
+	close(l);
+	zmtp_close(z);
+}
+
+/* A kernel's side of the stream: greeting, READY, then frames. */
+static size_t
+stream(unsigned char *out, const char *const *frames, size_t n, bool long_last)
+{
+	static const char ready[] = "\5READY\13Socket-Type\0\0\0\6ROUTER";
+	size_t o = 0;
+
+	memset(out, 0, 64);
+	out[0] = 0xff, out[8] = 1, out[9] = 0x7f, out[10] = 3, out[11] = 1;
+	memcpy(out + 12, "NULL", 4);
+	o = 64;
+	out[o++] = 4;
+	out[o++] = sizeof(ready) - 1;
+	memcpy(out + o, ready, sizeof(ready) - 1);
+	o += sizeof(ready) - 1;
+	for (size_t i = 0; i < n; i++) {
+		size_t len = strlen(frames[i]);
+		unsigned more = i + 1 < n;
+		if (long_last && i + 1 == n) {
+			out[o++] = 2 | more;
+			for (int b = 7; b >= 0; b--)
+				out[o++] = (uint64_t)len >> (8 * b);
+		} else {
+			out[o++] = more;
+			out[o++] = len;
+		}
+		memcpy(out + o, frames[i], len);
+		o += len;
+	}
+	return o;
+}
+
+Test(zmtp, a_stream_that_comes_a_byte_at_a_time_gives_the_same_message)
+{
+	const char *frames[] = {DELIM, SIG, HDR, PARENT, META, CONTENT};
+	unsigned char s[1024];
+	size_t len = stream(s, frames, 6, true), n;
+	struct zmtp *z = zmtp_open_buffer(ZMTP_DEALER);
+	const struct wire_frame *f;
+	struct jmsg jm;
+
+	for (size_t i = 0; i + 1 < len; i++) {
+		cr_assert_eq(zmtp_feed(z, s + i, 1), 0);
+		cr_assert_eq(zmtp_recv(z, &f, &n), -EAGAIN, "a message after %zu of %zu bytes", i + 1, len);
+	}
+	cr_assert_eq(zmtp_feed(z, s + len - 1, 1), 0);
+	cr_assert_eq(zmtp_recv(z, &f, &n), 0);
+	cr_assert_eq(n, 6);
+	cr_assert_eq(wire_parse(KEY, f, n, &jm), 0);
+	cr_assert_str_eq(jm.jm_type, "status");
+	jmsg_free(&jm);
+	cr_assert_eq(zmtp_recv(z, &f, &n), -EAGAIN);
+	zmtp_close(z);
+}
+
+Test(zmtp, a_bad_greeting_or_handshake_ends_the_connection)
+{
+	const char *frames[] = {"x"};
+	unsigned char s[256];
+	const struct wire_frame *f;
+	size_t len = stream(s, frames, 1, false), n;
+	static const struct {
+		size_t at;
+		unsigned char v;
+		const char *what;
+	} breaks[] = {
+	    {0, 0x00, "no signature"},  {9, 0x00, "ZMTP 1.0"},
+	    {10, 2, "ZMTP 2"},          {12, 'P', "the PLAIN mechanism"},
+	    {64, 0, "a message before READY"}, {67, 'X', "another command"},
+	    {94, 0x80, "reserved flag bits"},
+	};
+
+	for (size_t i = 0; i < sizeof(breaks) / sizeof(breaks[0]); i++) {
+		unsigned char b[256];
+		struct zmtp *z = zmtp_open_buffer(ZMTP_DEALER);
+		memcpy(b, s, len);
+		b[breaks[i].at] = breaks[i].v;
+		cr_assert_eq(zmtp_feed(z, b, len), 0);
+		cr_assert_eq(zmtp_recv(z, &f, &n), -EAGAIN, "%s gave a message", breaks[i].what);
+		cr_assert(!zmtp_up(z), "%s", breaks[i].what);
+		cr_assert_eq(zmtp_recv(z, &f, &n), -EAGAIN);
+		zmtp_close(z);
+	}
+	struct zmtp *z = zmtp_open_buffer(ZMTP_DEALER);
+	cr_assert_eq(zmtp_feed(z, s, len), 0);
+	cr_assert_eq(zmtp_recv(z, &f, &n), 0, "the stream unbroken is fine");
+	zmtp_close(z);
+}
