@@ -132,8 +132,8 @@ soak: deps all $(BUILD)/soak
 	SANDCELL_BIN=$(abspath $(BIN)) $(BUILD)/soak
 
 # libFuzzer targets (clang, ASan+UBSan; run.sh installs clang if missing) on the
-# IPC codec, /execute validation and the Jupyter wire parser: FUZZ_SECONDS each
-# (default 60), FUZZ="msg http wire" to choose. Not part of make test, which
+# IPC codec, /execute validation, the Jupyter wire parser and the ZMTP stream
+# reader: FUZZ_SECONDS each (default 60), FUZZ="msg http wire zmtp" to choose. Not part of make test, which
 # replays the seeds and saved crashes instead (tests/unit/fuzz_replay_test.c).
 fuzz: deps
 	@sh tests/fuzz/run.sh $(FUZZ)

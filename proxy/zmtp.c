@@ -46,9 +46,10 @@ buf_room(struct zbuf *b, size_t need)
 	}
 	if (b->zb_cap - b->zb_len >= need)
 		return 0;
-	size_t cap = b->zb_cap ? b->zb_cap : READ_MIN;
-	while (cap - b->zb_len < need)
-		cap *= 2;
+	/* double, or exactly what one message needs: a big one is held once */
+	size_t cap = b->zb_cap ? 2 * b->zb_cap : READ_MIN;
+	if (cap < b->zb_len + need)
+		cap = b->zb_len + need;
 	unsigned char *d = realloc(b->zb_data, cap);
 	if (!d)
 		return -ENOMEM;
@@ -368,13 +369,18 @@ zmtp_send(struct zmtp *z, const struct wire_frame *f, size_t n)
 		bytes += f[i].wf_len + 9;
 	if (b->zb_len - b->zb_off + bytes > OUT_MAX)
 		return -ENOBUFS;
-	if (z->z_type == ZMTP_REQ) /* REQ's envelope: an empty frame first */
+	size_t mark = b->zb_len - b->zb_off; /* a message goes whole or not at all */
+	if (z->z_type == ZMTP_REQ)          /* REQ's envelope: an empty frame first */
 		rc = put_frame(b, "", 0, F_MORE);
 	for (size_t i = 0; i < n && rc == 0; i++)
 		rc = put_frame(b, f[i].wf_data, f[i].wf_len, i + 1 < n ? F_MORE : 0);
-	if (rc == 0 && z->z_state == ZS_UP)
+	if (rc < 0) {
+		b->zb_len = b->zb_off + mark;
+		return rc;
+	}
+	if (z->z_state == ZS_UP)
 		zmtp_flush(z);
-	return rc;
+	return 0;
 }
 
 /* The frame header at p (avail bytes): its size, its body's length, flags. */
