@@ -262,10 +262,10 @@ def _capture_fds():
 
 def _iopub_flow_control(ip):
     """A PUB socket drops what its subscriber cannot take yet; with NODROP
-    the kernel's sending thread waits instead. sandcell's proxy then bounds
-    what it queues (it sets a receive high-water mark for kernels that run
-    this profile), and a flood of output slows the code that makes it rather
-    than filling the proxy's memory. Set on the socket's own thread."""
+    the kernel's sending thread waits instead. sandcell's proxy reads a
+    kernel's messages only as it relays them, so a flood of output slows the
+    code that makes it rather than being dropped. Set on the socket's own
+    thread."""
     import zmq
 
     thread = getattr(getattr(ip, "kernel", None), "iopub_thread", None)

@@ -1,7 +1,8 @@
 /*
  * raw.c — the baseline: a small Jupyter client that spawns the python
- * kernelspec itself and drives it over ZeroMQ with proxy/wire.c, as sandcell's
- * proxy does but with no broker, no proxy and no HTTP in between. What sandcell
+ * kernelspec itself and drives it through libzmq with proxy/wire.c's
+ * messages, as sandcell's proxy does (with its own ZMTP) but with no broker,
+ * no proxy and no HTTP in between. What sandcell
  * adds is measured against what this client gets in the same run.
  */
 #include <errno.h>
@@ -36,6 +37,65 @@ struct raw_figs raw_figs;
 const int raw_nkernels[3] = {1, 4, 16};
 
 static void *raw_zctx;
+
+#define RAW_MAX_FRAMES 64
+
+/* wire_send over a libzmq socket: the same frames the proxy sends. */
+static int
+raw_send(void *sock, const char *key, const char *session, const char *type,
+	 json_t *content, char msgid[40])
+{
+	struct wire_out wo;
+	int rc;
+
+	if ((rc = wire_build(key, session, type, content, msgid, &wo)) < 0)
+		return rc;
+	for (int i = 0; i < 6 && rc == 0; i++)
+		if (zmq_send(sock, wo.wo_frames[i].wf_data, wo.wo_frames[i].wf_len,
+			     i < 5 ? ZMQ_SNDMORE : 0) < 0)
+			rc = -errno;
+	wire_out_free(&wo);
+	return rc;
+}
+
+/* wire_recv over a libzmq socket: one whole message without blocking, or -EAGAIN. */
+static int
+raw_recv(void *sock, const char *key, struct jmsg *jm)
+{
+	zmq_msg_t parts[RAW_MAX_FRAMES];
+	struct wire_frame wf[RAW_MAX_FRAMES];
+	size_t n = 0;
+	bool over = false;
+	int more, rc;
+
+	memset(jm, 0, sizeof(*jm));
+	for (;;) {
+		zmq_msg_t scratch, *m = n < RAW_MAX_FRAMES ? &parts[n] : &scratch;
+		zmq_msg_init(m);
+		if (zmq_msg_recv(m, sock, n == 0 && !over ? ZMQ_DONTWAIT : 0) < 0) {
+			rc = -errno;
+			zmq_msg_close(m);
+			if (n == 0 && !over)
+				return rc;
+			goto out;
+		}
+		more = zmq_msg_more(m);
+		if (m == &scratch) {
+			over = true;
+			zmq_msg_close(m);
+		} else {
+			wf[n] = (struct wire_frame){zmq_msg_data(m), zmq_msg_size(m)};
+			n++;
+		}
+		if (!more)
+			break;
+	}
+	rc = over ? -E2BIG : wire_parse(key, wf, n, jm);
+out:
+	for (size_t i = 0; i < n; i++)
+		zmq_msg_close(&parts[i]);
+	return rc;
+}
 
 static void *
 raw_zsock(int type, const char *dir, int port)
@@ -234,7 +294,7 @@ raw_ready(struct raw_kernel *k, int timeout_ms)
 	bool reply = false, status = false;
 	struct jmsg jm;
 
-	if (wire_send(k->rk_shell, k->rk_key, k->rk_session, "kernel_info_request",
+	if (raw_send(k->rk_shell, k->rk_key, k->rk_session, "kernel_info_request",
 	              json_object(), NULL) < 0)
 		return -EIO;
 	last = ms_now();
@@ -248,27 +308,27 @@ raw_ready(struct raw_kernel *k, int timeout_ms)
 			return -ECHILD;
 		}
 		zmq_poll(it, 2, 20);
-		while (wire_recv(k->rk_shell, k->rk_key, &jm) != -EAGAIN) {
+		while (raw_recv(k->rk_shell, k->rk_key, &jm) != -EAGAIN) {
 			if (jm.jm_type && !strcmp(jm.jm_type, "kernel_info_reply"))
 				reply = true;
 			jmsg_free(&jm);
 		}
-		while (wire_recv(k->rk_iopub, k->rk_key, &jm) != -EAGAIN) {
+		while (raw_recv(k->rk_iopub, k->rk_key, &jm) != -EAGAIN) {
 			if (jm.jm_type && !strcmp(jm.jm_type, "status"))
 				status = true;
 			jmsg_free(&jm);
 		}
 		if (reply && !status && ms_since(last) >= 100) {
-			wire_send(k->rk_shell, k->rk_key, k->rk_session,
+			raw_send(k->rk_shell, k->rk_key, k->rk_session,
 			          "kernel_info_request", json_object(), NULL);
 			last = ms_now();
 		}
 	}
 	/* a resent request's reply and status may still come: let them pass */
 	usleep(50000);
-	while (wire_recv(k->rk_shell, k->rk_key, &jm) != -EAGAIN)
+	while (raw_recv(k->rk_shell, k->rk_key, &jm) != -EAGAIN)
 		jmsg_free(&jm);
-	while (wire_recv(k->rk_iopub, k->rk_key, &jm) != -EAGAIN)
+	while (raw_recv(k->rk_iopub, k->rk_key, &jm) != -EAGAIN)
 		jmsg_free(&jm);
 	return 0;
 }
@@ -304,7 +364,7 @@ raw_exec(struct raw_kernel *k, const char *code, struct raw_out *out, int timeou
 	if (!out)
 		out = &scratch;
 	memset(out, 0, sizeof(*out));
-	if (wire_send(k->rk_shell, k->rk_key, k->rk_session, "execute_request", c, id) <
+	if (raw_send(k->rk_shell, k->rk_key, k->rk_session, "execute_request", c, id) <
 	    0)
 		return -EIO;
 	while (!(reply && idle)) {
@@ -314,7 +374,7 @@ raw_exec(struct raw_kernel *k, const char *code, struct raw_out *out, int timeou
 			return -ETIMEDOUT;
 		if (zmq_poll(it, 2, 100) < 0 && errno != EINTR)
 			return -EIO;
-		while (wire_recv(k->rk_iopub, k->rk_key, &jm) != -EAGAIN) {
+		while (raw_recv(k->rk_iopub, k->rk_key, &jm) != -EAGAIN) {
 			if (jm.jm_type && !strcmp(jm.jm_parent_id, id)) {
 				raw_count(&jm, out);
 				if (is_status(&jm, id, "idle"))
@@ -322,7 +382,7 @@ raw_exec(struct raw_kernel *k, const char *code, struct raw_out *out, int timeou
 			}
 			jmsg_free(&jm);
 		}
-		while (wire_recv(k->rk_shell, k->rk_key, &jm) != -EAGAIN) {
+		while (raw_recv(k->rk_shell, k->rk_key, &jm) != -EAGAIN) {
 			if (jm.jm_type && !strcmp(jm.jm_type, "execute_reply") &&
 			    !strcmp(jm.jm_parent_id, id)) {
 				const char *st = json_string_value(
