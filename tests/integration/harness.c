@@ -38,19 +38,42 @@ ms_since(double t0)
 	return ms_now() - t0;
 }
 
+/*
+ * A port to listen on, below the ephemeral range: one bind(0) handed out is
+ * in that range, where any connection made before the broker binds it (a
+ * Deno kernel's, a client's) may take it as its own local port.
+ */
 int
 free_port(void)
 {
-	struct sockaddr_in a = {.sin_family = AF_INET};
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+	static unsigned seed;
+	int lo = 32768, hi = 60999;
+	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
 
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-		port = ntohs(a.sin_port);
-	close(fd);
-	return port;
+	if (f) {
+		if (fscanf(f, "%d %d", &lo, &hi) != 2)
+			lo = 32768;
+		fclose(f);
+	}
+	if (!seed)
+		seed = (unsigned)getpid() ^ (unsigned)ms_now();
+	for (int i = 0; i < 200; i++) {
+		int port = lo > 12000 ? 10000 + (int)(rand_r(&seed) % (unsigned)(lo - 10000))
+				      : 0;
+		struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+		socklen_t len = sizeof(a);
+		int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+		    getsockname(fd, (struct sockaddr *)&a, &len) == 0) {
+			close(fd);
+			return ntohs(a.sin_port);
+		}
+		close(fd);
+	}
+	return -1;
 }
 
 /*
@@ -620,7 +643,14 @@ broker_restart(struct broker *b, const char *const *extra)
 		int st;
 		if (waitpid(b->b_pid, &st, WNOHANG) == b->b_pid) {
 			b->b_exit = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-			fprintf(stderr, "broker exited at start-up; log in %s\n", b->b_log);
+			/* its last words here: a test that expected it keeps quiet
+			 * about them, one that did not fails, and the log may go */
+			char cmd[600];
+			fprintf(stderr, "broker exited at start-up (status %d); log in %s:\n",
+				b->b_exit, b->b_log);
+			snprintf(cmd, sizeof(cmd), "tail -n 3 '%s' >&2", b->b_log);
+			if (system(cmd) != 0)
+				fprintf(stderr, "(could not show it)\n");
 			b->b_pid = 0;
 			return -1;
 		}
