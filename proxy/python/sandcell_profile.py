@@ -86,7 +86,7 @@ def _install(ip):
 
     ip.set_custom_exc((KeyboardInterrupt,), _interrupted)
     _own_thread_output(ip)  # first: _capture_fds's write check stays the outer frame
-    _capture_fds()
+    _capture_fds(ip)
     _iopub_flow_control(ip)
 
     sys.meta_path.insert(
@@ -214,9 +214,12 @@ def _interrupted(shell, etype, value, tb, tb_offset=None):
     return stb
 
 
-def _capture_fds():
+def _capture_fds(ip):
     """Output written to fds 1 and 2 (os.write, subprocesses) reaches the
-    streams through a pipe of ours. ipykernel's own reader thread decodes
+    streams through a pipe of ours, and what was written there before an
+    execution ended is in its output: at its end the pipes are checked, and
+    waited on (50 ms at most) until the reader has taken what they held, as
+    it otherwise may only after the reply, for the next execution or none. ipykernel's own reader thread decodes
     each 1000-byte read as strict UTF-8, so one undecodable byte (or a
     character cut by the read) kills it: later fd output is lost and a writer
     of more than a pipe's worth blocks for good. Ours decodes incrementally,
@@ -232,15 +235,28 @@ def _capture_fds():
 
     from ipykernel.iostream import OutStream
 
+    pipes = []
     for fd, stream in ((1, sys.stdout), (2, sys.stderr)):
         if not isinstance(stream, OutStream) or not hasattr(stream, "watch_fd_thread"):
             continue
         r, w = os.pipe()
         os.dup2(w, fd)  # fd stays inheritable: subprocesses write to it
         os.close(w)
+        lock = threading.Lock()  # held from a read to the write of what it read
+        pipes.append((r, lock))
         threading.Thread(
-            target=_pump, args=(r, stream), name="sandcell-fd%d" % fd, daemon=True
+            target=_pump, args=(r, stream, lock), name="sandcell-fd%d" % fd, daemon=True
         ).start()
+    if pipes:
+        import array
+        import fcntl
+        import termios
+        import time
+
+        def drain():
+            _drain_fds(pipes, fcntl.ioctl, termios.FIONREAD, array.array("i", [0]), time)
+
+        ip.events.register("post_execute", drain)
 
     write = OutStream.write
 
@@ -274,21 +290,48 @@ def _iopub_flow_control(ip):
         thread.schedule(lambda: sock.setsockopt(zmq.XPUB_NODROP, 1))
 
 
-def _pump(fd, stream):
+def _pump(fd, stream, lock):
     import codecs
+    import select
 
     decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+    ready = select.poll()
+    ready.register(fd, select.POLLIN)
     while True:
         try:
-            data = os.read(fd, 65536)
+            ready.poll()
         except OSError:
             return
-        if not data:
-            return
-        try:
-            stream.write(decode(data))
-        except Exception:  # a closed stream at shutdown: keep draining
-            pass
+        with lock:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            try:
+                stream.write(decode(data))
+            except Exception:  # a closed stream at shutdown: keep draining
+                pass
+
+
+def _drain_fds(pipes, ioctl, fionread, held, time):
+    """At an execution's end: until each pipe is empty with its reader idle,
+    every byte written to it so far is in the stream (50 ms at most)."""
+    deadline = time.monotonic() + 0.05
+    for r, lock in pipes:
+        while True:
+            if not lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                return
+            try:
+                ioctl(r, fionread, held)
+            except OSError:
+                held[0] = 0
+            finally:
+                lock.release()
+            if not held[0] or time.monotonic() >= deadline:
+                break
+            time.sleep(0.0002)
 
 
 def _quietly(fallback):
