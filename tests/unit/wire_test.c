@@ -614,6 +614,20 @@ Test(zmtp, what_is_sent_before_the_kernel_binds_arrives_once_it_does)
 	kpeer_close(&k);
 }
 
+/* A DEALER connected to a ROUTER that knows it (it said something first). */
+static struct zmtp *
+dealer_to_router(struct kpeer *k, const char *ep)
+{
+	struct zmtp *z;
+	zmq_msg_t parts[4];
+
+	kpeer_open(k, ZMQ_ROUTER, ep);
+	z = zmtp_open(ZMTP_DEALER, ep, "session-1");
+	cr_assert_eq(zmtp_send(z, &(struct wire_frame){"hello", 5}, 1), 0);
+	kparts_close(parts, krecv(k, z, parts, 4));
+	return z;
+}
+
 /* Sends n bytes of x as one frame after the routing identity. */
 static void
 ksend_big(struct kpeer *k, size_t n)
@@ -637,12 +651,7 @@ Test(zmtp, a_message_over_the_limit_is_skipped_as_it_passes_and_the_next_arrives
 	size_t n, most = 0;
 	int rc;
 
-	kpeer_open(&k, ZMQ_ROUTER, ep);
-	z = zmtp_open(ZMTP_DEALER, ep, "session-1");
-	/* the router knows us once we said something */
-	cr_assert_eq(zmtp_send(z, &(struct wire_frame){"hello", 5}, 1), 0);
-	zmq_msg_t parts[4];
-	kparts_close(parts, krecv(&k, z, parts, 4));
+	z = dealer_to_router(&k, ep);
 	ksend_big(&k, ZMTP_MAX_BYTES + 1);
 	ksend(&k, good, 7);
 	uint64_t until = now_ms() + 10000;
@@ -669,11 +678,7 @@ Test(zmtp, a_message_at_the_limit_arrives_whole)
 	const struct wire_frame *f;
 	size_t n;
 
-	kpeer_open(&k, ZMQ_ROUTER, ep);
-	z = zmtp_open(ZMTP_DEALER, ep, "session-1");
-	cr_assert_eq(zmtp_send(z, &(struct wire_frame){"hello", 5}, 1), 0);
-	zmq_msg_t parts[4];
-	kparts_close(parts, krecv(&k, z, parts, 4));
+	z = dealer_to_router(&k, ep);
 	ksend_big(&k, ZMTP_MAX_BYTES);
 	cr_assert_eq(zrecv(z, &f, &n), 0);
 	cr_assert_eq(n, 1);
@@ -702,11 +707,7 @@ Test(zmtp, a_message_of_too_many_frames_is_dropped_whole)
 	frames[98] = PARENT;
 	frames[99] = META;
 	frames[100] = CONTENT;
-	kpeer_open(&k, ZMQ_ROUTER, ep);
-	z = zmtp_open(ZMTP_DEALER, ep, "session-1");
-	cr_assert_eq(zmtp_send(z, &(struct wire_frame){"hello", 5}, 1), 0);
-	zmq_msg_t parts[4];
-	kparts_close(parts, krecv(&k, z, parts, 4));
+	z = dealer_to_router(&k, ep);
 	ksend(&k, frames, 101);
 	cr_assert_eq(zrecv(z, &f, &n), -E2BIG);
 	const char *ok[] = {"session-1", DELIM, SIG, HDR, PARENT, META, CONTENT};
