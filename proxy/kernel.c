@@ -231,7 +231,7 @@ kernel_stop(struct proxy *px)
 
 /*
  * iopub went silent after a reply: its connection is made again (the loop
- * watches the new one).
+ * sees its fd change and watches the new one).
  */
 void
 kernel_iopub_reconnect(struct proxy *px)
@@ -239,7 +239,6 @@ kernel_iopub_reconnect(struct proxy *px)
 	if (!px->px_iopub)
 		return;
 	zmtp_reconnect(px->px_iopub);
-	px->px_zgen++;
 	log_warn("context %s: iopub connected again", px->px_id);
 	/*
 	 * Slow joiner: what the kernel publishes before the new subscription is in

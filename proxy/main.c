@@ -155,10 +155,13 @@ drain_kernel(struct proxy *p, struct zmtp **sockp, const char *name)
 		if (iopub)
 			p->px_iopub_at = now_ms();
 		if (e < 0) {
-			log_warn("context %s: %s message from kernel dropped: %s", p->px_id, name,
-				 e == -EPERM   ? "bad signature"
-				 : e == -E2BIG ? "over 64 frames or 64 MiB"
-					       : strerror(-e));
+			if (e == -E2BIG)
+				log_warn("context %s: %s message from kernel dropped: over %d "
+					 "frames or %llu MiB", p->px_id, name, ZMTP_MAX_FRAMES,
+					 (unsigned long long)(ZMTP_MAX_BYTES >> 20));
+			else
+				log_warn("context %s: %s message from kernel dropped: %s", p->px_id,
+					 name, e == -EPERM ? "bad signature" : strerror(-e));
 			if (iopub && e == -E2BIG)
 				admit_output_lost(p);
 			continue;

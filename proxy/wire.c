@@ -1,7 +1,8 @@
 /*
  * wire.c — the Jupyter wire protocol: build, sign, verify and parse messages,
- * sent and received through zmtp.c. Frames are located by the <IDS|MSG> delimiter, never by
- * counting, since the identity/topic frames before it differ per kernel.
+ * sent and received through zmtp.c. Frames are located by the <IDS|MSG>
+ * delimiter, never by counting, since the identity/topic frames before it
+ * differ per kernel.
  */
 #include <errno.h>
 #include <stdio.h>

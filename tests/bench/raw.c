@@ -38,8 +38,6 @@ const int raw_nkernels[3] = {1, 4, 16};
 
 static void *raw_zctx;
 
-#define RAW_MAX_FRAMES 64
-
 /* wire_send over a libzmq socket: the same frames the proxy sends. */
 static int
 raw_send(void *sock, const char *key, const char *session, const char *type,
@@ -62,15 +60,15 @@ raw_send(void *sock, const char *key, const char *session, const char *type,
 static int
 raw_recv(void *sock, const char *key, struct jmsg *jm)
 {
-	zmq_msg_t parts[RAW_MAX_FRAMES];
-	struct wire_frame wf[RAW_MAX_FRAMES];
+	zmq_msg_t parts[ZMTP_MAX_FRAMES];
+	struct wire_frame wf[ZMTP_MAX_FRAMES];
 	size_t n = 0;
 	bool over = false;
 	int more, rc;
 
 	memset(jm, 0, sizeof(*jm));
 	for (;;) {
-		zmq_msg_t scratch, *m = n < RAW_MAX_FRAMES ? &parts[n] : &scratch;
+		zmq_msg_t scratch, *m = n < ZMTP_MAX_FRAMES ? &parts[n] : &scratch;
 		zmq_msg_init(m);
 		if (zmq_msg_recv(m, sock, n == 0 && !over ? ZMQ_DONTWAIT : 0) < 0) {
 			rc = -errno;

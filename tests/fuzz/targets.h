@@ -33,7 +33,7 @@ static const char *fuzz_input;
 	} while (0)
 
 #define FUZZ_KEY "sandcell-fuzz-key" /* the fixed HMAC key of the wire seeds */
-#define FUZZ_MAX_FRAMES 64           /* as many as wire_recv keeps */
+#define FUZZ_MAX_FRAMES ZMTP_MAX_FRAMES /* as many as wire_recv keeps */
 
 /* ---- msg: the IPC codec ---- */
 
