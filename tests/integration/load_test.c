@@ -222,7 +222,13 @@ Test(load, ended_stream_still_sent_to_a_slow_reader_holds_no_queue_slot, .timeou
 	free(id);
 }
 
-/* Its kernel was started before t (seconds since boot), so not for the request. */
+/*
+ * Its kernel was started before t (seconds since boot), so not for the
+ * request. A start time is in clock ticks, cut down to one: a kernel started
+ * just after t may read up to a tick before it, so the bound is two ticks
+ * before t. (It was 0.1 s: a pooled kernel forked from the template is ready
+ * sooner than that, and the test failed on one just ready.)
+ */
 static void
 assert_warm(const char *id, double t)
 {
@@ -230,7 +236,7 @@ assert_warm(const char *id, double t)
 	double started = proc_started_s(kpid);
 
 	cr_assert(kpid > 0 && started > 0, "no kernel pid for %s", id);
-	cr_assert(started < t - 0.1,
+	cr_assert(started < t - 2.0 / sysconf(_SC_CLK_TCK),
 		  "the kernel started %.2f s after the request: not from the pool", started - t);
 }
 
