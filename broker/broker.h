@@ -148,7 +148,7 @@ TAILQ_HEAD(requestq, request);
  */
 struct proxy_link {
 	char pl_slot[37];    /* the proxy's name: ctx/<slot>/proxy.sock */
-	struct chan pl_chan; /* its ch_in.mr_fd is watched (pl_ev_recv) */
+	struct chan pl_chan; /* its ch_fd is watched (pl_ev_recv) */
 	int pl_pidfd;        /* adopted proxies: readable when it exits; else -1 */
 	struct evsrc pl_ev_recv, pl_ev_pidfd;
 	pid_t pl_pid;

@@ -26,7 +26,7 @@ link_open(struct context *c, const char *slot)
 	if ((e = chan_dial(&c->c_pl->pl_chan, url)))
 		goto out;
 	c->c_pl->pl_ev_recv = (struct evsrc){EV_CTX_RECV, c};
-	server_watch(c->c_pl->pl_chan.ch_in.mr_fd, EPOLLIN, &c->c_pl->pl_ev_recv);
+	server_watch(c->c_pl->pl_chan.ch_fd, EPOLLIN, &c->c_pl->pl_ev_recv);
 out:
 	if (e)
 		log_err("context %s: connect %s: %s", c->c_id, url, nng_strerror(e));
@@ -43,7 +43,7 @@ link_close(struct proxy_link *pl)
 	server_forget(&pl->pl_ev_recv);
 	server_forget(&pl->pl_ev_pidfd);
 	if (pl->pl_ev_recv.ev_obj)
-		server_unwatch(pl->pl_chan.ch_in.mr_fd);
+		server_unwatch(pl->pl_chan.ch_fd);
 	if (pl->pl_pidfd >= 0) {
 		server_unwatch(pl->pl_pidfd);
 		close(pl->pl_pidfd);

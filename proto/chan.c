@@ -7,13 +7,33 @@
  * messages crosses two or three of nng's threads; a stream receive is one
  * poller wake and one completion callback, and a send is written in place.
  *
+ * Receiving, two ways. A connection starts on nng's callbacks: each read is
+ * one poller wake and one completion callback, and the messages reach the
+ * loop through ch_in's eventfd. Once the peer's handshake is in, it goes
+ * direct when it can: the loop polls the connection's own socket (added to
+ * ch_fd, the epoll set it polls) and, when it is readable, receives on nng's
+ * stream in place; a receive that finds bytes completes in the caller, with
+ * no thread hand-off, so a message costs the loop one wake, as a plain socket
+ * would. nng does not give out the socket, so chan_stream_fd finds it by
+ * what it is; when two sockets fit, the connection stays on the callbacks.
+ * (The handshake is on the callbacks so that what the dialer queued goes out
+ * without the loop's help, as it always did.) Sending is the same in both:
+ * written in place (chan_tx).
+ *
  * Threads: nng's callbacks only move bytes and queue whole messages (ch_in);
  * a connection is attached and dropped on the loop's thread, in chan_next, so
  * the loop sees a connection's messages, then its end, then the next one.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <poll.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "proto.h"
@@ -30,16 +50,18 @@ static const uint8_t chan_hello[8] = {0, 'S', 'P', 0, 0, 0x10, 0, 0};
 struct chan_conn {
 	struct chan *cn_ch;
 	nng_stream *cn_s;
-	nng_aio *cn_rx, *cn_tx, *cn_txi; /* cn_txi: chan_tx's, no callback */
+	int cn_fd; /* its socket, or -1: not certain, so always on cn_rx's callbacks */
+	nng_aio *cn_rx, *cn_tx, *cn_txi, *cn_rxi; /* cn_txi, cn_rxi: in place, no callback */
 	/* guarded by ch_mu */
 	bool cn_dead;       /* a receive or send failed: the loop drops it */
+	bool cn_direct;     /* received by the loop (cn_fd in ch_fd), no more on cn_rx */
 	bool cn_shook;      /* the peer's handshake came: frames may go (a refused
 			     * connection never gets one, and loses nothing) */
 	bool cn_sending;    /* a write (cn_txi or cn_tx) is under way, of cn_tx_frames frames */
 	size_t cn_tx_frames;
 	size_t cn_hello_off; /* bytes of our handshake written */
 	size_t cn_off;       /* bytes of the queue's first frame written */
-	/* the receive callback's alone */
+	/* the receiver's alone (the loop's, or cn_rx's callback) */
 	uint8_t *cn_buf;     /* received, not parsed: cn_buf[cn_start .. cn_end) */
 	size_t cn_start, cn_end;
 	nng_msg *cn_big;     /* a frame bigger than cn_buf, received into its own */
@@ -176,8 +198,9 @@ chan_tx(struct chan_conn *cn)
 		nng_stream_send(cn->cn_s, cn->cn_tx);
 }
 
+/* The next receive of aio: into a big frame's rest, or cn_buf's room. */
 static void
-chan_rx_more(struct chan_conn *cn)
+chan_rx_iov(struct chan_conn *cn, nng_aio *aio)
 {
 	nng_iov iov;
 
@@ -186,7 +209,13 @@ chan_rx_more(struct chan_conn *cn)
 				nng_msg_len(cn->cn_big) - cn->cn_big_got};
 	else
 		iov = (nng_iov){cn->cn_buf + cn->cn_end, CHAN_BUF - cn->cn_end};
-	nng_aio_set_iov(cn->cn_rx, 1, &iov);
+	nng_aio_set_iov(aio, 1, &iov);
+}
+
+static void
+chan_rx_more(struct chan_conn *cn)
+{
+	chan_rx_iov(cn, cn->cn_rx);
 	nng_stream_recv(cn->cn_s, cn->cn_rx);
 }
 
@@ -235,7 +264,7 @@ chan_parse(struct chan_conn *cn)
 			cn->cn_big_got = take;
 			break;
 		}
-		mrecv_put(&ch->ch_in, nm);
+		mrecv_put(&ch->ch_in, nm, !cn->cn_direct); /* the receiver's own flag */
 	}
 	if (cn->cn_start == cn->cn_end) {
 		cn->cn_start = cn->cn_end = 0;
@@ -247,22 +276,22 @@ chan_parse(struct chan_conn *cn)
 	return NULL;
 }
 
-/* On nng's thread: parse what came, receive again unless the loop is behind. */
-static void
-chan_rx_cb(void *arg)
+/*
+ * A receive ended (e, n bytes): whole frames go to ch_in. Returns whether the
+ * connection lives on.
+ */
+static bool
+chan_rx_got(struct chan_conn *cn, int e, size_t n)
 {
-	struct chan_conn *cn = arg;
-	int e = nng_aio_result(cn->cn_rx);
-	size_t n = nng_aio_count(cn->cn_rx);
 	const char *why;
 
 	if (e) {
 		chan_fail(cn, e == NNG_ECONNSHUT ? "closed by the peer" : nng_strerror(e), false);
-		return;
+		return false;
 	}
 	if (cn->cn_big) {
 		if ((cn->cn_big_got += n) == nng_msg_len(cn->cn_big)) {
-			mrecv_put(&cn->cn_ch->ch_in, cn->cn_big);
+			mrecv_put(&cn->cn_ch->ch_in, cn->cn_big, !cn->cn_direct);
 			cn->cn_big = NULL;
 		}
 	} else {
@@ -270,10 +299,56 @@ chan_rx_cb(void *arg)
 	}
 	if (!cn->cn_big && (why = chan_parse(cn))) {
 		chan_fail(cn, why, true);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * On nng's thread: parse what came; past the handshake, hand the receiving to
+ * the loop if it can take it, else receive again unless the loop is behind.
+ */
+static void
+chan_rx_cb(void *arg)
+{
+	struct chan_conn *cn = arg;
+	struct chan *ch = cn->cn_ch;
+	struct epoll_event ev = {.events = EPOLLIN};
+
+	if (!chan_rx_got(cn, nng_aio_result(cn->cn_rx), nng_aio_count(cn->cn_rx)))
+		return;
+	if (cn->cn_shook && cn->cn_fd >= 0) {
+		pthread_mutex_lock(&ch->ch_mu);
+		cn->cn_direct = true; /* no receive is left on cn_rx: the loop's from here */
+		pthread_mutex_unlock(&ch->ch_mu);
+		if (epoll_ctl(ch->ch_fd, EPOLL_CTL_ADD, cn->cn_fd, &ev) < 0)
+			chan_fail(cn, strerror(errno), true);
 		return;
 	}
-	if (!mrecv_full(&cn->cn_ch->ch_in))
+	if (!mrecv_full(&ch->ch_in))
 		chan_rx_more(cn);
+}
+
+/*
+ * On the loop, a direct connection: receives what its socket holds, in
+ * place. Returns false when the socket had nothing (nothing was done).
+ */
+static bool
+chan_rx_direct(struct chan_conn *cn)
+{
+	struct pollfd p = {.fd = cn->cn_fd, .events = POLLIN};
+	int e;
+
+	if (poll(&p, 1, 0) != 1)
+		return false;
+	chan_rx_iov(cn, cn->cn_rxi);
+	nng_stream_recv(cn->cn_s, cn->cn_rxi); /* readable: it reads now */
+	nng_aio_cancel(cn->cn_rxi);
+	nng_aio_wait(cn->cn_rxi);
+	if ((e = nng_aio_result(cn->cn_rxi)) == NNG_ECANCELED)
+		return false; /* nothing after all (a wake with no bytes) */
+	chan_rx_got(cn, e, nng_aio_count(cn->cn_rxi));
+	return true;
 }
 
 /* On the loop (mrecv_next): the loop took what paused the receiving. */
@@ -287,7 +362,7 @@ chan_resume(void *arg)
 	pthread_mutex_lock(&ch->ch_mu);
 	live = cn && !cn->cn_dead;
 	pthread_mutex_unlock(&ch->ch_mu);
-	if (live)
+	if (live && !cn->cn_direct)
 		chan_rx_more(cn);
 }
 
@@ -298,6 +373,9 @@ chan_conn_free(struct chan_conn *cn)
 	nng_aio_free(cn->cn_rx);    /* and waits for their callbacks */
 	nng_aio_free(cn->cn_tx);
 	nng_aio_free(cn->cn_txi);
+	nng_aio_free(cn->cn_rxi);
+	if (cn->cn_direct) /* set by the callback, which has returned */
+		epoll_ctl(cn->cn_ch->ch_fd, EPOLL_CTL_DEL, cn->cn_fd, NULL);
 	nng_stream_free(cn->cn_s);
 	if (cn->cn_big)
 		nng_msg_free(cn->cn_big);
@@ -398,12 +476,17 @@ chan_init(struct chan *ch, const char *url, bool listen)
 	int e;
 
 	memset(ch, 0, sizeof(*ch));
+	ch->ch_fd = -1;
 	ch->ch_url = xstrdup(url);
 	ch->ch_listen = listen;
 	ch->ch_backoff = CHAN_BACKOFF_MIN;
 	pthread_mutex_init(&ch->ch_mu, NULL);
 	if ((e = mrecv_init(&ch->ch_in, chan_resume, ch)))
 		return e;
+	struct epoll_event ev = {.events = EPOLLIN};
+	if ((ch->ch_fd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+	    epoll_ctl(ch->ch_fd, EPOLL_CTL_ADD, ch->ch_in.mr_fd, &ev) < 0)
+		return NNG_ENOMEM;
 	return nng_aio_alloc(&ch->ch_aio, chan_conn_cb, ch);
 }
 
@@ -433,49 +516,154 @@ chan_dial(struct chan *ch, const char *url)
 	return 0;
 }
 
+bool chan_callbacks_only;
+
+/*
+ * Whether fd is a live connection (a unix stream socket, neither end shut)
+ * of peer pid at path (ours or the peer's).
+ */
+static bool
+chan_fd_fits(int fd, uint64_t pid, const char *path, bool ours)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	struct sockaddr_un sa;
+	struct ucred cr;
+	struct stat st;
+	socklen_t l;
+	int v;
+
+	if (fstat(fd, &st) || !S_ISSOCK(st.st_mode))
+		return false;
+	l = sizeof(v);
+	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &v, &l) || v != AF_UNIX)
+		return false;
+	l = sizeof(v);
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &l) || v != SOCK_STREAM)
+		return false;
+	l = sizeof(v);
+	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &l) || v)
+		return false;
+	l = sizeof(cr);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &l) || (uint64_t)cr.pid != pid)
+		return false;
+	l = sizeof(sa);
+	if ((ours ? getsockname : getpeername)(fd, (struct sockaddr *)&sa, &l) ||
+	    l <= offsetof(struct sockaddr_un, sun_path))
+		return false;
+	if (strnlen(sa.sun_path, l - offsetof(struct sockaddr_un, sun_path)) != strlen(path) ||
+	    memcmp(sa.sun_path, path, strlen(path)))
+		return false;
+	/* last: a dropped connection that nng has yet to close is shut */
+	return poll(&p, 1, 0) >= 0 && !(p.revents & (POLLHUP | POLLERR | POLLNVAL));
+}
+
+/*
+ * The socket under s, found by what it is, since nng does not say: this
+ * process's one live unix stream connection whose peer is the pid nng names
+ * and whose path is ours (the listener's end) or the one dialed. -1 unless
+ * exactly one fits (a second live connection between the same two
+ * processes: none is made, but nothing here relies on that).
+ */
+static int
+chan_stream_fd(struct chan *ch, nng_stream *s)
+{
+	const char *path = ch->ch_url + strlen("ipc://");
+	struct dirent *de;
+	int found = -1, n = 0;
+	uint64_t pid;
+	DIR *d;
+
+	if (chan_callbacks_only || strncmp(ch->ch_url, "ipc://", strlen("ipc://")) ||
+	    nng_stream_get_uint64(s, NNG_OPT_IPC_PEER_PID, &pid) || !(d = opendir("/proc/self/fd")))
+		return -1;
+	while ((de = readdir(d))) {
+		char *end;
+		long fd = strtol(de->d_name, &end, 10);
+		if (*end || end == de->d_name || fd == dirfd(d))
+			continue;
+		if (chan_fd_fits((int)fd, pid, path, ch->ch_listen)) {
+			found = (int)fd;
+			n++;
+		}
+	}
+	closedir(d);
+	return n == 1 ? found : -1;
+}
+
+/* The pending stream becomes the connection (under ch_mu; the loop's). */
+static struct chan_conn *
+chan_attach(struct chan *ch)
+{
+	struct chan_conn *cn = xcalloc(1, sizeof(*cn));
+
+	cn->cn_ch = ch;
+	cn->cn_s = ch->ch_pending;
+	ch->ch_pending = NULL;
+	cn->cn_buf = xmalloc(CHAN_BUF);
+	if (nng_aio_alloc(&cn->cn_rx, chan_rx_cb, cn) ||
+	    nng_aio_alloc(&cn->cn_tx, chan_tx_cb, cn) || nng_aio_alloc(&cn->cn_txi, NULL, NULL) ||
+	    nng_aio_alloc(&cn->cn_rxi, NULL, NULL))
+		fatal("%s: nng_aio_alloc: out of memory", ch->ch_url);
+	if ((cn->cn_fd = chan_stream_fd(ch, cn->cn_s)) < 0)
+		log_debug("%s: connection received on nng's callbacks", ch->ch_url);
+	ch->ch_cur = cn;
+	ch->ch_why = NULL;
+	ch->ch_told = false;
+	return cn;
+}
+
 int
 chan_next(struct chan *ch, struct msg *m)
 {
 	struct chan_conn *cn;
-	nng_stream *s;
-	int e = mrecv_next(&ch->ch_in, m);
 
-	if (e != NNG_EAGAIN)
-		return e;
-	/* nothing queued: the dead connection's messages have all been taken */
-	pthread_mutex_lock(&ch->ch_mu);
-	if ((cn = ch->ch_cur) && cn->cn_dead) {
-		ch->ch_cur = NULL;
-		pthread_mutex_unlock(&ch->ch_mu);
-		chan_conn_free(cn);
+	for (;;) {
+		int e = mrecv_next(&ch->ch_in, m);
+		if (e != NNG_EAGAIN)
+			return e;
+		/* nothing queued: the dead connection's messages have all been taken */
 		pthread_mutex_lock(&ch->ch_mu);
-		nng_duration ms = ch->ch_listen ? 0 : chan_backoff(ch);
-		if (ch->ch_listen) /* what was for that peer is not for the next */
-			msgq_clear(&ch->ch_outq);
+		if ((cn = ch->ch_cur) && cn->cn_dead) {
+			ch->ch_cur = NULL;
+			pthread_mutex_unlock(&ch->ch_mu);
+			chan_conn_free(cn);
+			pthread_mutex_lock(&ch->ch_mu);
+			nng_duration ms = ch->ch_listen ? 0 : chan_backoff(ch);
+			if (ch->ch_listen) /* what was for that peer is not for the next */
+				msgq_clear(&ch->ch_outq);
+			pthread_mutex_unlock(&ch->ch_mu);
+			if (!ch->ch_listen)
+				chan_again(ch, ms);
+			return CHAN_DOWN;
+		}
+		if (cn) {
+			bool direct = cn->cn_direct;
+			pthread_mutex_unlock(&ch->ch_mu);
+			if (direct && chan_rx_direct(cn))
+				continue; /* frames, or its end */
+			return CHAN_EMPTY;
+		}
+		if (!ch->ch_pending) {
+			pthread_mutex_unlock(&ch->ch_mu);
+			return CHAN_EMPTY;
+		}
+		cn = chan_attach(ch);
 		pthread_mutex_unlock(&ch->ch_mu);
-		if (!ch->ch_listen)
-			chan_again(ch, ms);
-		return CHAN_DOWN;
+		chan_tx(cn); /* our handshake: frames wait for the peer's */
+		chan_rx_more(cn);
+		return CHAN_UP;
 	}
-	if (cn || !(s = ch->ch_pending)) {
-		pthread_mutex_unlock(&ch->ch_mu);
-		return CHAN_EMPTY;
-	}
-	ch->ch_pending = NULL;
-	cn = xcalloc(1, sizeof(*cn));
-	cn->cn_ch = ch;
-	cn->cn_s = s;
-	cn->cn_buf = xmalloc(CHAN_BUF);
-	if (nng_aio_alloc(&cn->cn_rx, chan_rx_cb, cn) ||
-	    nng_aio_alloc(&cn->cn_tx, chan_tx_cb, cn) || nng_aio_alloc(&cn->cn_txi, NULL, NULL))
-		fatal("%s: nng_aio_alloc: out of memory", ch->ch_url);
-	ch->ch_cur = cn;
-	ch->ch_why = NULL;
-	ch->ch_told = false;
+}
+
+bool
+chan_direct(struct chan *ch)
+{
+	bool direct;
+
+	pthread_mutex_lock(&ch->ch_mu);
+	direct = ch->ch_cur && ch->ch_cur->cn_direct;
 	pthread_mutex_unlock(&ch->ch_mu);
-	chan_tx(cn); /* our handshake: frames wait for the peer's */
-	chan_rx_more(cn);
-	return CHAN_UP;
+	return direct;
 }
 
 int
@@ -546,9 +734,11 @@ chan_close(struct chan *ch)
 	nng_stream_listener_free(ch->ch_listener);
 	nng_stream_dialer_free(ch->ch_dialer);
 	mrecv_close(&ch->ch_in);
+	if (ch->ch_fd >= 0)
+		close(ch->ch_fd);
 	msgq_free(&ch->ch_outq);
 	pthread_mutex_destroy(&ch->ch_mu);
 	free(ch->ch_url);
 	memset(ch, 0, sizeof(*ch));
-	ch->ch_in.mr_fd = -1; /* not stdin: a stray read must fail, not block */
+	ch->ch_in.mr_fd = ch->ch_fd = -1; /* not stdin: a stray read must fail, not block */
 }

@@ -619,17 +619,15 @@ msg_recv(nng_socket s, struct msg *m, int flags)
 }
 
 void
-mrecv_put(struct mrecv *r, nng_msg *nm)
+mrecv_put(struct mrecv *r, nng_msg *nm, bool wake)
 {
-	bool wake;
-
 	pthread_mutex_lock(&r->mr_mu);
 	if (r->mr_n == r->mr_cap) {
 		r->mr_cap = r->mr_cap ? r->mr_cap * 2 : 16;
 		r->mr_q = xrealloc(r->mr_q, r->mr_cap * sizeof(*r->mr_q));
 	}
 	r->mr_q[r->mr_n++] = nm;
-	wake = r->mr_n == 1;
+	wake = wake && r->mr_n == 1;
 	pthread_mutex_unlock(&r->mr_mu);
 	if (wake) {
 		uint64_t one = 1;
@@ -669,7 +667,7 @@ mrecv_cb(void *arg)
 	if (e == NNG_ECLOSED || e == NNG_ECANCELED)
 		return; /* the socket is closing: mrecv_close follows */
 	if (!e) {
-		mrecv_put(r, nng_aio_get_msg(r->mr_aio));
+		mrecv_put(r, nng_aio_get_msg(r->mr_aio), true);
 		if (mrecv_full(r))
 			return;
 	}

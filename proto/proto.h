@@ -196,8 +196,9 @@ struct mrecv {
 };
 int mrecv_open(struct mrecv *r, nng_socket s); /* 0 or an nng error */
 int mrecv_init(struct mrecv *r, void (*resume)(void *), void *arg);
-/* On the receiving thread: queue nm, wake the loop if it was idle. */
-void mrecv_put(struct mrecv *r, nng_msg *nm);
+/* On the receiving thread: queue nm, wake the loop if it was idle (and wake:
+ * false when the receiver is the loop itself, which takes it next). */
+void mrecv_put(struct mrecv *r, nng_msg *nm, bool wake);
 /* After a receive's puts: true when the loop fell behind; the receiver then
  * stops, and r's resume hook starts it again once the loop has taken them. */
 bool mrecv_full(struct mrecv *r);
@@ -227,7 +228,9 @@ struct chan {
 	nng_aio *ch_aio; /* the accept or dial, or the pause before the next */
 	bool ch_pausing;
 	nng_duration ch_backoff;
-	struct mrecv ch_in; /* what came; ch_in.mr_fd is the fd the loop polls */
+	struct mrecv ch_in; /* what came */
+	int ch_fd; /* the fd the loop polls: an epoll set of ch_in's eventfd and
+		    * the connection's socket (received directly, see chan.c) */
 	pthread_mutex_t ch_mu; /* guards what follows, and each chan_conn's state */
 	nng_stream *ch_pending; /* accepted or dialed: the loop attaches it (chan_next) */
 	struct chan_conn *ch_cur; /* the attached connection, set by the loop */
@@ -242,6 +245,10 @@ int chan_next(struct chan *ch, struct msg *m);
 /* Queues m; order is kept, nothing blocks. No peer: the listener drops it, the dialer keeps it. */
 int chan_send(struct chan *ch, const struct msg *m);
 bool chan_up(struct chan *ch);
+/* On the loop: whether the connection is received directly, on the loop's thread. */
+bool chan_direct(struct chan *ch);
+/* For tests: every connection on nng's callbacks, as when its socket is not certain. */
+extern bool chan_callbacks_only;
 void chan_flush(struct chan *ch, int ms); /* waits up to ms for the queue to be written */
 void chan_close(struct chan *ch);
 

@@ -99,6 +99,6 @@ ipc_listen(struct proxy *p)
 	unlink(url + strlen("ipc://")); /* a stale socket of a dead proxy of this id */
 	if ((e = chan_listen(&p->px_link, url)))
 		fatal("context %s: listen %s: %s", p->px_id, url, nng_strerror(e));
-	p->px_ipc_fd = p->px_link.ch_in.mr_fd;
+	p->px_ipc_fd = p->px_link.ch_fd;
 	free(url);
 }

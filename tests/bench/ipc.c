@@ -68,7 +68,7 @@ end_recv(struct end *e, char *buf)
 		if (rv == CHAN_UP)
 			continue;
 		if (rv == CHAN_EMPTY) {
-			struct pollfd p = {e->e_chan->ch_in.mr_fd, POLLIN, 0};
+			struct pollfd p = {e->e_chan->ch_fd, POLLIN, 0};
 			if (poll(&p, 1, 10000) <= 0)
 				return -1;
 			continue;
@@ -275,7 +275,7 @@ measure(const char *label, enum kind kind)
 		struct msg m;
 		int rv = CHAN_EMPTY;
 		for (int i = 0; i < 1000 && rv != CHAN_UP; i++) {
-			struct pollfd p = {ch.ch_in.mr_fd, POLLIN, 0};
+			struct pollfd p = {ch.ch_fd, POLLIN, 0};
 			poll(&p, 1, 10);
 			rv = chan_next(&ch, &m);
 		}

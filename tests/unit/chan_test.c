@@ -4,7 +4,9 @@
  * backlog; it speaks a pair0 socket's wire format either way (peers of an
  * older version); the listener takes one peer at a time; a bad frame is
  * dropped alone, a bad length or handshake drops only that connection, and
- * the dialer comes back after the listener's restart.
+ * the dialer comes back after the listener's restart. Each end receives on
+ * its loop's thread when it can tell its socket apart, and on nng's callbacks
+ * when it cannot; the same messages cross either way.
  */
 #include <poll.h>
 #include <stdio.h>
@@ -49,10 +51,22 @@ next_of(struct chan *ch, struct msg *m)
 		int e = chan_next(ch, m);
 		if (e != CHAN_EMPTY)
 			return e;
-		struct pollfd p = {.fd = ch->ch_in.mr_fd, .events = POLLIN};
+		struct pollfd p = {.fd = ch->ch_fd, .events = POLLIN};
 		poll(&p, 1, 10);
 	}
 	return CHAN_EMPTY;
+}
+
+/* Whether ch's connection goes direct within 2 s (nng's thread hands it over). */
+static bool
+direct_within(struct chan *ch)
+{
+	for (int i = 0; i < 200; i++) {
+		if (chan_direct(ch))
+			return true;
+		usleep(10000);
+	}
+	return false;
 }
 
 static void
@@ -105,7 +119,8 @@ closed_within(int fd)
 	}
 }
 
-Test(chan, messages_arrive_whole_and_in_order_both_ways)
+static void
+messages_both_ways(bool direct)
 {
 	struct chan l, d;
 	struct msg m;
@@ -119,6 +134,7 @@ Test(chan, messages_arrive_whole_and_in_order_both_ways)
 	cr_assert_eq(next_of(&l, &m), CHAN_UP);
 	cr_assert_eq(next_of(&d, &m), CHAN_UP);
 	expect_cancel(&l, 0);
+	cr_assert_eq(direct_within(&l), direct); /* once the handshake is in */
 	for (int i = 1; i < n; i++)
 		send_cancel(&d, i);
 	/* a frame bigger than the receive buffer, between small ones */
@@ -142,10 +158,68 @@ Test(chan, messages_arrive_whole_and_in_order_both_ways)
 	cr_assert_eq(memcmp(m.m_data.s, data, blen), 0);
 	msg_free(&m);
 	expect_cancel(&d, 6);
+	cr_assert_eq(direct_within(&d), direct);
 	free(data);
 	chan_close(&d);
 	cr_assert_eq(next_of(&l, &m), CHAN_DOWN);
 	chan_close(&l);
+}
+
+Test(chan, messages_arrive_whole_and_in_order_both_ways)
+{
+	messages_both_ways(true);
+}
+
+Test(chan, messages_arrive_whole_and_in_order_on_nngs_callbacks_too)
+{
+	chan_callbacks_only = true;
+	messages_both_ways(false);
+}
+
+/*
+ * The dialer's socket has a twin: another live connection of this process to
+ * the same path and peer (here the test's own listener takes both). It cannot
+ * tell which is nng's, so it receives on nng's callbacks, and nothing is lost.
+ */
+Test(chan, a_socket_that_cannot_be_told_apart_is_received_on_callbacks)
+{
+	uint8_t hello[] = {0, 'S', 'P', 0, 0, 0x10, 0, 0};
+	uint8_t frame[] = {1, 0, 0, 0, 0, 0, 0, 0, 5, 0x92, MSG_CANCEL, 0x81, F_STREAM, 7};
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	uint8_t got[sizeof(hello) + sizeof(frame)];
+	struct chan d;
+	struct msg m;
+	size_t n = 0;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", url + strlen("ipc://"));
+	int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+	cr_assert_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(lfd, 4), 0);
+	int twin = raw_connect(), twin_peer = accept(lfd, NULL, NULL);
+	cr_assert_eq(chan_dial(&d, url), 0);
+	send_cancel(&d, 6);
+	int fd = accept(lfd, NULL, NULL);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, hello, sizeof(hello)), (ssize_t)sizeof(hello));
+	cr_assert_eq(write(fd, frame, sizeof(frame)), (ssize_t)sizeof(frame));
+	cr_assert_eq(next_of(&d, &m), CHAN_UP);
+	expect_cancel(&d, 7);
+	while (n < sizeof(got)) { /* our handshake, then what was queued */
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		cr_assert_eq(poll(&p, 1, 5000), 1, "the dialer's frame never came");
+		ssize_t k = read(fd, got + n, sizeof(got) - n);
+		cr_assert_gt(k, 0);
+		n += (size_t)k;
+	}
+	cr_assert_eq(memcmp(got, hello, sizeof(hello)), 0);
+	cr_assert_eq(got[sizeof(hello) + 11], 0x81); /* one field: the stream, 6 */
+	cr_assert_eq(got[sizeof(hello) + 13], 6);
+	cr_assert_not(chan_direct(&d));
+	chan_close(&d);
+	close(fd);
+	close(twin);
+	close(twin_peer);
+	close(lfd);
 }
 
 /* An older broker or proxy had a pair0 socket: the wire is the same. */
