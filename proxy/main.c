@@ -296,7 +296,7 @@ struct zwatch {
  * box_sync puts that in again after px_zgen moved).
  */
 static void
-zwatch_sync(struct proxy *p, int ep, struct zwatch *zw, int nzw, unsigned *gen)
+zwatch_sync(struct proxy *p, int ep, struct zwatch *zw, int nzw, unsigned *gen, bool rest)
 {
 	bool moved = *gen != p->px_zgen;
 
@@ -322,6 +322,8 @@ zwatch_sync(struct proxy *p, int ep, struct zwatch *zw, int nzw, unsigned *gen)
 		const struct zmtp *z = zw[i].zw_z;
 		int fd = z ? zmtp_fd(z) : -1;
 		unsigned ev = fd >= 0 ? zmtp_events(z) : 0;
+		if (rest && zw[i].zw_sockp == &p->px_iopub && zmtp_up(z))
+			ev &= ~(unsigned)EPOLLIN;
 		if (ev == zw[i].zw_ev)
 			continue;
 		struct epoll_event e = {.events = ev, .data.u32 = W_KERNEL + i};
@@ -330,6 +332,25 @@ zwatch_sync(struct proxy *p, int ep, struct zwatch *zw, int nzw, unsigned *gen)
 		zw[i].zw_fd = fd;
 		zw[i].zw_ev = ev;
 	}
+}
+
+/*
+ * Whether iopub may rest (not wake the loop) for now: a unit's first
+ * OUTPUT_HOLD_MS, before its reply, on a kernel whose iopub waits for the
+ * proxy rather than drop (px_iopub_waits). What it publishes meanwhile
+ * (busy, execute_input, the first output) is held that long anyway, and is
+ * read at the loop's next wake for anything (iopub is read first on every
+ * wake, so a reply never overtakes its output), at the latest when the hold
+ * ends. An `x=1` then wakes the loop three times (request, reply, idle)
+ * rather than four. Not while an interrupt waits for execute_input.
+ */
+static bool
+iopub_rest(struct proxy *p, uint64_t now)
+{
+	const struct unit *u = p->px_run;
+
+	return p->px_iopub_waits && u && !u->u_replied && !u->u_interrupt_at &&
+	       now < u->u_hold_until;
 }
 
 /*
@@ -384,7 +405,10 @@ loop(struct proxy *p)
 			if (zt >= 0 && zt < wait)
 				wait = zt;
 		}
-		zwatch_sync(p, ep, zw, nzw, &gen);
+		bool rest = iopub_rest(p, now);
+		if (rest && (long)(p->px_run->u_hold_until - now) < wait)
+			wait = (long)(p->px_run->u_hold_until - now);
+		zwatch_sync(p, ep, zw, nzw, &gen, rest);
 		box_sync(p, ep, &box_fd, &box_gen);
 		for (int i = 0; i < nzw; i++)
 			if (zw[i].zw_pending && *zw[i].zw_sockp)
@@ -406,6 +430,8 @@ loop(struct proxy *p)
 				zw[w - W_KERNEL].zw_pending = true;
 			}
 		}
+		if (rest && n > 0)
+			zw[0].zw_pending = true; /* iopub (zw[0]) first, whatever woke us */
 		if (sig)
 			reap(p);
 		if (box && p->px_kpidfd >= 0) {
@@ -560,6 +586,13 @@ main(int argc, char **argv)
 		fatal("context %s: bad language '%s'", px.px_id, px.px_lang);
 	px.px_lang = lang;
 	px.px_display_is_result = !strcmp(px.px_ks->ks_lang, "r");
+	/* the profile, which sets NODROP, runs in ipykernel's Python kernels */
+	px.px_iopub_waits = px.px_py_startup && !strcmp(px.px_ks->ks_lang, "python");
+	for (char **a = px.px_ks->ks_argv; px.px_iopub_waits && *a; a++)
+		if (strstr(*a, "ipykernel"))
+			break;
+		else if (!a[1])
+			px.px_iopub_waits = false;
 	if (env_file && load_env_file(&px, env_file) < 0)
 		exit(1);
 	TAILQ_INIT(&px.px_queue);
