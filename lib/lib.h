@@ -61,6 +61,23 @@ void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
 #define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
 #define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
+
+/*
+ * Lines a peer can cause as often as it likes (a hostile kernel's junk): at
+ * most LOG_LIMIT_BURST in each LOG_LIMIT_WINDOW_MS, the rest counted, and
+ * the count said once the window is over (at the next such line, or
+ * log_limit_flush from a tick).
+ */
+#define LOG_LIMIT_BURST 20
+#define LOG_LIMIT_WINDOW_MS 60000
+struct loglimit {
+	const char *ll_what; /* "warnings about ...", for the count's line */
+	uint64_t ll_start;   /* the window's start (ms) */
+	unsigned ll_n, ll_suppressed;
+};
+void log_limited(struct loglimit *ll, uint64_t now, int level, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void log_limit_flush(struct loglimit *ll, uint64_t now);
 void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t sz);

@@ -62,6 +62,36 @@ log_msg(int level, const char *fmt, ...)
 }
 
 void
+log_limit_flush(struct loglimit *ll, uint64_t now)
+{
+	if (now - ll->ll_start < LOG_LIMIT_WINDOW_MS)
+		return;
+	if (ll->ll_suppressed)
+		log_msg(LOG_WARN, "%u more %s in the last %d s, not logged", ll->ll_suppressed,
+			ll->ll_what, LOG_LIMIT_WINDOW_MS / 1000);
+	ll->ll_start = now;
+	ll->ll_n = ll->ll_suppressed = 0;
+}
+
+void
+log_limited(struct loglimit *ll, uint64_t now, int level, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (level > log_level_max)
+		return;
+	log_limit_flush(ll, now);
+	if (ll->ll_n >= LOG_LIMIT_BURST) {
+		ll->ll_suppressed++;
+		return;
+	}
+	ll->ll_n++;
+	va_start(ap, fmt);
+	vlog(level, fmt, ap);
+	va_end(ap);
+}
+
+void
 fatal(const char *fmt, ...)
 {
 	va_list ap;

@@ -306,7 +306,8 @@ foreign(struct proxy *px, struct jmsg *jm)
 
 	if (!s || !*s || !strcmp(s, px->px_session))
 		return false;
-	log_warn("context %s: %s message of another session dropped", px->px_id, jm->jm_type);
+	log_limited(&px->px_klog, now_ms(), LOG_WARN,
+		    "context %s: %s message of another session dropped", px->px_id, jm->jm_type);
 	return true;
 }
 

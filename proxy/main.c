@@ -156,12 +156,15 @@ drain_kernel(struct proxy *p, struct zmtp **sockp, const char *name)
 			p->px_iopub_at = now_ms();
 		if (e < 0) {
 			if (e == -E2BIG)
-				log_warn("context %s: %s message from kernel dropped: over %d "
-					 "frames or %llu MiB", p->px_id, name, ZMTP_MAX_FRAMES,
-					 (unsigned long long)(ZMTP_MAX_BYTES >> 20));
+				log_limited(&p->px_klog, now_ms(), LOG_WARN,
+					    "context %s: %s message from kernel dropped: over %d "
+					    "frames or %llu MiB", p->px_id, name, ZMTP_MAX_FRAMES,
+					    (unsigned long long)(ZMTP_MAX_BYTES >> 20));
 			else
-				log_warn("context %s: %s message from kernel dropped: %s", p->px_id,
-					 name, e == -EPERM ? "bad signature" : strerror(-e));
+				log_limited(&p->px_klog, now_ms(), LOG_WARN,
+					    "context %s: %s message from kernel dropped: %s",
+					    p->px_id, name,
+					    e == -EPERM ? "bad signature" : strerror(-e));
 			if (iopub && e == -E2BIG)
 				admit_output_lost(p);
 			continue;
@@ -450,6 +453,7 @@ loop(struct proxy *p)
 				zmtp_tick(*zw[i].zw_sockp, now);
 		admit_tick(p, now);
 		kernel_tick(p, now);
+		log_limit_flush(&p->px_klog, now);
 		admit_flush(p);
 	}
 	close(ep);
@@ -586,6 +590,7 @@ main(int argc, char **argv)
 		fatal("context %s: bad language '%s'", px.px_id, px.px_lang);
 	px.px_lang = lang;
 	px.px_display_is_result = !strcmp(px.px_ks->ks_lang, "r");
+	px.px_klog.ll_what = "warnings about the kernel's messages";
 	/* the profile, which sets NODROP, runs in ipykernel's Python kernels */
 	px.px_iopub_waits = px.px_py_startup && !strcmp(px.px_ks->ks_lang, "python");
 	for (char **a = px.px_ks->ks_argv; px.px_iopub_waits && *a; a++)

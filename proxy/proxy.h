@@ -132,6 +132,7 @@ struct proxy {
 	const char *px_py_startup; /* run in every IPython kernel at start */
 	bool px_display_is_result; /* IRkernel shows values as display_data */
 	bool px_iopub_waits; /* ipykernel under the profile: its iopub waits for us (NODROP) */
+	struct loglimit px_klog; /* warnings a kernel can cause at will (what it sends) */
 	uint64_t px_mem_limit;  /* bytes; 0 = none (RLIMIT_DATA, and the cgroup's) */
 	uint64_t px_cpu_limit;  /* seconds of CPU per kernel; 0 = none */
 	char *px_cgroup;        /* the kernel's own cgroup dir, or NULL */

@@ -168,13 +168,16 @@ set_down(struct zmtp *z)
 	z->z_skipping = z->z_skip_more = z->z_dropping = z->z_quiet = z->z_have = false;
 }
 
+/* A kernel can break its connections at will: their lines are limited. */
+static struct loglimit zmtp_log = {.ll_what = "warnings about the kernel's connections"};
+
 /* A protocol error or a closed connection: down, tried again later. */
 static void
 lost(struct zmtp *z, const char *why)
 {
 	if (why && z->z_ep)
-		log_warn("kernel %s %s: connection dropped: %s", type_names[z->z_type], z->z_ep,
-			 why);
+		log_limited(&zmtp_log, now_ms(), LOG_WARN, "kernel %s %s: connection dropped: %s",
+			    type_names[z->z_type], z->z_ep, why);
 	set_down(z);
 }
 
@@ -319,6 +322,7 @@ zmtp_wait(const struct zmtp *z, uint64_t now)
 void
 zmtp_tick(struct zmtp *z, uint64_t now)
 {
+	log_limit_flush(&zmtp_log, now);
 	if (z->z_state == ZS_DOWN && z->z_ep && now >= z->z_retry_at) {
 		connect_now(z);
 		if (z->z_state >= ZS_GREETING)

@@ -727,6 +727,42 @@ Test(hostile, a_kernel_flooding_its_proxy_cannot_grow_it, .timeout = 120)
 	free(keep);
 }
 
+/*
+ * Code in a context sends its proxy junk, small and fast: every message is
+ * dropped, but the log says so only LOG_LIMIT_BURST times a minute (the
+ * count of the rest follows once the minute is over), so a kernel cannot
+ * fill the disk or the journal through its proxy.
+ */
+Test(hostile, a_kernel_sending_junk_cannot_fill_the_log, .fini = priv_stop, .timeout = 120)
+{
+	const char *args[] = {"--no-default-context", NULL};
+	static const char junk_code[] =
+	    "k = get_ipython().kernel\n"
+	    "sid = k.get_parent()['header']['session'].encode()\n"
+	    "for i in range(5000):\n"
+	    "    k.shell_stream.socket.send_multipart([sid, b'junk'])\n"
+	    "print('sent')\n";
+	char cmd[512], n[16] = "";
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	char *id = context_new(priv.b_url, "python", NULL);
+	cr_assert_not_null(id);
+	char *out = run_stdout(priv.b_url, id, junk_code);
+	cr_assert_str_eq(out, "sent\n");
+	free(out);
+	out = run_stdout(priv.b_url, id, "print('after')"); /* the junk was read before this */
+	cr_assert_str_eq(out, "after\n", "the context goes on");
+	free(out);
+	snprintf(cmd, sizeof(cmd), "grep -c 'message from kernel dropped' '%s'", priv.b_log);
+	FILE *p = popen(cmd, "r");
+	cr_assert(fgets(n, sizeof(n), p));
+	pclose(p);
+	cr_assert_gt(atoi(n), 0, "the drops are logged");
+	cr_assert_leq(atoi(n), LOG_LIMIT_BURST, "5000 junk messages, %d log lines", atoi(n));
+	free(id);
+	cr_assert_eq(broker_stop(&priv), 0);
+}
+
 /* The broker's open fds fall to at most limit before ms pass; the last count. */
 static int
 fds_settle(pid_t pid, int limit, int ms)

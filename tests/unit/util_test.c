@@ -1,11 +1,13 @@
 /*
  * util_test.c — rm_rf and chown_r on trees a kernel's user owns: they never
- * leave the tree through a symlink or a hard link.
+ * leave the tree through a symlink or a hard link. log_limited: a peer that
+ * causes warnings at will gets a few lines a minute, and the count of the rest.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -67,4 +69,49 @@ Test(util, chown_r_leaves_what_links_name, .init = setup, .fini = teardown)
 	cr_assert_eq(st.st_uid, 0, "chown_r changed a file outside the tree (hard link)");
 	cr_assert_eq(stat(outside, &st), 0);
 	cr_assert_eq(st.st_uid, 0, "chown_r followed a symlink out of the tree");
+}
+
+/* The lines of the file at path that hold needle. */
+static int
+lines_of(const char *path, const char *needle)
+{
+	char line[4096];
+	int n = 0;
+	FILE *f = fopen(path, "r");
+
+	cr_assert_not_null(f);
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
+}
+
+Test(util, log_limited_says_a_few_lines_a_window_and_counts_the_rest)
+{
+	char path[] = "/tmp/sandcell-log-XXXXXX";
+	struct loglimit ll = {.ll_what = "warnings about junk"};
+	int fd = mkstemp(path), saved = dup(2);
+	uint64_t t0 = 5000000;
+
+	cr_assert(fd >= 0 && saved >= 0);
+	fflush(stderr);
+	dup2(fd, 2);
+	for (int i = 0; i < 1000; i++) /* a flood, within one window */
+		log_limited(&ll, t0 + (uint64_t)i, LOG_WARN, "junk %d dropped", i);
+	log_limit_flush(&ll, t0 + LOG_LIMIT_WINDOW_MS - 1); /* not yet over */
+	fflush(stderr);
+	cr_assert_eq(lines_of(path, "dropped"), LOG_LIMIT_BURST);
+	cr_assert_eq(lines_of(path, "not logged"), 0);
+	log_limit_flush(&ll, t0 + LOG_LIMIT_WINDOW_MS); /* the window is over: the count */
+	log_limited(&ll, t0 + LOG_LIMIT_WINDOW_MS + 1, LOG_WARN, "junk again dropped");
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	close(fd);
+	cr_assert_eq(lines_of(path, "dropped"), LOG_LIMIT_BURST + 1);
+	char want[128];
+	snprintf(want, sizeof(want), "%d more warnings about junk in the last %d s, not logged",
+		 1000 - LOG_LIMIT_BURST, LOG_LIMIT_WINDOW_MS / 1000);
+	cr_assert_eq(lines_of(path, want), 1, "no count line '%s'", want);
+	unlink(path);
 }
