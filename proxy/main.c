@@ -155,16 +155,16 @@ drain_kernel(struct proxy *p, struct zmtp **sockp, const char *name)
 		if (iopub)
 			p->px_iopub_at = now_ms();
 		if (e < 0) {
+			char why[64];
 			if (e == -E2BIG)
-				log_limited(&p->px_klog, now_ms(), LOG_WARN,
-					    "context %s: %s message from kernel dropped: over %d "
-					    "frames or %llu MiB", p->px_id, name, ZMTP_MAX_FRAMES,
-					    (unsigned long long)(ZMTP_MAX_BYTES >> 20));
+				snprintf(why, sizeof(why), "over %d frames or %llu MiB",
+					 ZMTP_MAX_FRAMES, (unsigned long long)(ZMTP_MAX_BYTES >> 20));
 			else
-				log_limited(&p->px_klog, now_ms(), LOG_WARN,
-					    "context %s: %s message from kernel dropped: %s",
-					    p->px_id, name,
-					    e == -EPERM ? "bad signature" : strerror(-e));
+				snprintf(why, sizeof(why), "%s",
+					 e == -EPERM ? "bad signature" : strerror(-e));
+			log_limited(&p->px_klog, now_ms(), LOG_WARN,
+				    "context %s: %s message from kernel dropped: %s", p->px_id, name,
+				    why);
 			if (iopub && e == -E2BIG)
 				admit_output_lost(p);
 			continue;
@@ -344,8 +344,9 @@ zwatch_sync(struct proxy *p, int ep, struct zwatch *zw, int nzw, unsigned *gen, 
  * (busy, execute_input, the first output) is held that long anyway, and is
  * read at the loop's next wake for anything (iopub is read first on every
  * wake, so a reply never overtakes its output), at the latest when the hold
- * ends. An `x=1` then wakes the loop three times (request, reply, idle)
- * rather than four. Not while an interrupt waits for execute_input.
+ * ends. An `x=1` then wakes the loop at most three times (request, reply,
+ * idle; two when the idle is in by the reply) rather than four. Not while
+ * an interrupt waits for execute_input.
  */
 static bool
 iopub_rest(struct proxy *p, uint64_t now)
@@ -592,12 +593,9 @@ main(int argc, char **argv)
 	px.px_display_is_result = !strcmp(px.px_ks->ks_lang, "r");
 	px.px_klog.ll_what = "warnings about the kernel's messages";
 	/* the profile, which sets NODROP, runs in ipykernel's Python kernels */
-	px.px_iopub_waits = px.px_py_startup && !strcmp(px.px_ks->ks_lang, "python");
-	for (char **a = px.px_ks->ks_argv; px.px_iopub_waits && *a; a++)
-		if (strstr(*a, "ipykernel"))
-			break;
-		else if (!a[1])
-			px.px_iopub_waits = false;
+	for (char **a = px.px_ks->ks_argv; *a && !px.px_iopub_waits; a++)
+		px.px_iopub_waits = px.px_py_startup && !strcmp(px.px_ks->ks_lang, "python") &&
+				    strstr(*a, "ipykernel");
 	if (env_file && load_env_file(&px, env_file) < 0)
 		exit(1);
 	TAILQ_INIT(&px.px_queue);
