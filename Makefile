@@ -10,7 +10,7 @@ CFLAGS  ?= -O2 -g
 override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers \
            -D_GNU_SOURCE -MMD -MP
 LDLIBS_PROTO  = -lnng -lmsgpackc -ljansson -lpthread
-LDLIBS_PROXY  = $(LDLIBS_PROTO) -lsodium -lseccomp
+LDLIBS_PROXY  = $(LDLIBS_PROTO) -lcjson -lsodium -lseccomp
 LDLIBS_BROKER = $(LDLIBS_PROTO) -lmicrohttpd -lsodium
 LDLIBS_TEST   = -lcriterion -lcurl
 

@@ -302,7 +302,7 @@ set_ready(struct proxy *px)
 static bool
 foreign(struct proxy *px, struct jmsg *jm)
 {
-	const char *s = json_string_value(json_object_get(jm->jm_parent, "session"));
+	const char *s = jm->jm_session;
 
 	if (!s || !*s || !strcmp(s, px->px_session))
 		return false;

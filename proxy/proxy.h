@@ -68,10 +68,13 @@ struct unit {
 TAILQ_HEAD(unitq, unit);
 
 /* A parsed, verified Jupyter message (wire.c). */
+struct cJSON;
 struct jmsg {
-	json_t *jm_header, *jm_parent, *jm_meta, *jm_content;
-	const char *jm_type;     /* header.msg_type */
+	struct cJSON *jm_header, *jm_parent; /* cJSON trees (wire.c says why) */
+	json_t *jm_meta, *jm_content;
+	const char *jm_type;      /* header.msg_type */
 	const char *jm_parent_id; /* parent_header.msg_id or "" */
+	const char *jm_session;   /* parent_header.session or NULL */
 };
 
 struct wire_frame {

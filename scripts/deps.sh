@@ -6,7 +6,7 @@ set -eu
 cd "$(dirname "$0")/.."
 
 PKGS="build-essential pkg-config libnng-dev libmsgpack-dev libmicrohttpd-dev
-libcriterion-dev libzmq3-dev libjansson-dev libsodium-dev libcurl4-openssl-dev
+libcriterion-dev libzmq3-dev libjansson-dev libcjson-dev libsodium-dev libcurl4-openssl-dev
 python3-ipykernel python3-matplotlib python3-matplotlib-inline curl
 r-cran-irkernel
 python3-numpy python3-pandas python3-scipy python3-sklearn python3-seaborn

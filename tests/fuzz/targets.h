@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "../../broker/broker.h"
 #include "../../proxy/proxy.h"
 
@@ -434,8 +436,8 @@ fuzz_wire_one(const uint8_t *data, size_t size)
 		jmsg_free(&signed_jm);
 	}
 	if (ro == 0) {
-		FUZZ_CHECK(json_is_object(open_jm.jm_header) &&
-		           json_is_object(open_jm.jm_parent) &&
+		FUZZ_CHECK(cJSON_IsObject(open_jm.jm_header) &&
+		           cJSON_IsObject(open_jm.jm_parent) &&
 		           json_is_object(open_jm.jm_meta) &&
 		           json_is_object(open_jm.jm_content));
 		FUZZ_CHECK(open_jm.jm_type && open_jm.jm_parent_id);

@@ -19,6 +19,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <zmq.h>
 
@@ -134,6 +135,22 @@ Test(wire_sign, keys_longer_than_a_block_and_empty_keys_sign_like_python_hmac)
 	cr_assert_str_eq(hex, long_key_sig);
 	wire_sign("", empty, hex);
 	cr_assert_str_eq(hex, empty_sig);
+}
+
+/* wire.c keeps the last key's HMAC state: a new key must replace it. */
+Test(wire_sign, signing_under_one_key_then_another_and_back_gives_each_its_own)
+{
+	struct wire_frame parts[4] = {wf(HDR), wf(PARENT), wf(META), wf(CONTENT)};
+	char hex[65], other[65];
+
+	for (int i = 0; i < 3; i++) {
+		wire_sign(KEY, parts, hex);
+		cr_assert_str_eq(hex, SIG, "round %d", i);
+		wire_sign("another-key", parts, other);
+		cr_assert_str_neq(other, SIG, "round %d", i);
+		wire_sign("sandcell-test-ke", parts, other); /* a prefix of KEY */
+		cr_assert_str_neq(other, SIG, "round %d", i);
+	}
 }
 
 /* ---- wire_parse ---- */
@@ -335,6 +352,24 @@ Test(wire_parse, an_empty_key_skips_the_signature_check)
 	}
 }
 
+Test(wire_parse, the_parent_session_is_read_and_headers_may_end_in_whitespace)
+{
+	struct wmsg w;
+	struct jmsg jm;
+
+	wmsg_build(&w, KEY, 1, HDR " \n", "{\"msg_id\":\"p-1\",\"session\":\"s-9\"}\t", META,
+	           CONTENT);
+	cr_assert_eq(wire_parse(KEY, w.f, w.n, &jm), 0);
+	cr_assert_str_eq(jm.jm_type, "status");
+	cr_assert_str_eq(jm.jm_parent_id, "p-1");
+	cr_assert_str_eq(jm.jm_session, "s-9");
+	jmsg_free(&jm);
+	wmsg_build(&w, KEY, 1, HDR, PARENT, META, CONTENT);
+	cr_assert_eq(wire_parse(KEY, w.f, w.n, &jm), 0);
+	cr_assert_null(jm.jm_session, "no session in the parent");
+	jmsg_free(&jm);
+}
+
 Test(wire_parse, parent_id_is_empty_when_there_is_no_parent_msg_id)
 {
 	static const struct {
@@ -523,10 +558,10 @@ Test(zmtp, a_dealer_reaches_a_router_under_its_identity_and_gets_the_reply)
 	cr_assert_str_eq(jm.jm_type, "execute_request");
 	cr_assert_str_eq(json_string_value(json_object_get(jm.jm_content, "code")), "x=1");
 	cr_assert(uuid_valid(msgid), "msgid '%s' is not a uuid", msgid);
-	cr_assert_str_eq(json_string_value(json_object_get(jm.jm_header, "msg_id")), msgid);
-	cr_assert_str_eq(json_string_value(json_object_get(jm.jm_header, "session")),
+	cr_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(jm.jm_header, "msg_id")), msgid);
+	cr_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(jm.jm_header, "session")),
 	                 "session-1");
-	const char *date = json_string_value(json_object_get(jm.jm_header, "date"));
+	const char *date = cJSON_GetStringValue(cJSON_GetObjectItem(jm.jm_header, "date"));
 	cr_assert(date && is_iso_utc_us(date), "date '%s'", date ? date : "(none)");
 	jmsg_free(&jm);
 	kparts_close(parts, np);
