@@ -767,6 +767,7 @@ main(int argc, char **argv)
 	if (want(only, "ipc")) {
 		watch_start(&w);
 		ipc_bench();
+		wire_bench();
 		watch_end(&w, "ipc");
 	}
 	if (want(only, "sandbox")) {

@@ -128,4 +128,7 @@ void box_bench(void);
 void ipc_bench(void);
 int ipc_echo_main(const char *where);
 
+/* wire.c: (8) the proxy's parse of one kernel message */
+void wire_bench(void);
+
 #endif
