@@ -264,14 +264,28 @@ box_peer_is_context(int fd)
 	return boxes_use_the_range() && uid >= a && uid <= b;
 }
 
-/* The first uid of --kernel-uid-range: the kernels' uid in shared isolation. */
+/*
+ * The kernels' uid in shared isolation: as root, the first uid of
+ * --kernel-uid-range this broker can lease (uidlease.c), kept for its life.
+ */
 unsigned
 box_uid(void)
 {
-	unsigned a, b;
+	static unsigned uid;
+	unsigned a, b, u;
+	int fd;
 
 	uid_range(&a, &b);
-	return a;
+	if (!boxes_use_the_range())
+		return a;
+	for (u = a; !uid && u <= b; u++)
+		if ((fd = uid_lease(u)) != -EBUSY)
+			uid = u; /* fd stays open: the lease lasts as long as we do */
+	if (!uid)
+		fatal("no uid of --kernel-uid-range %s is free: other brokers or processes "
+		      "hold them all",
+		      sv.sv_cf.cf_uid_range);
+	return uid;
 }
 
 /*
@@ -318,6 +332,9 @@ box_isolate(struct context *c, char *err, size_t errsz)
 		used = false;
 		TAILQ_FOREACH(o, &sv.sv_tb.tb_contexts, c_link)
 			used |= o != c && o->c_uid == uid;
+		/* and no other broker's or process's (uidlease.c) */
+		if (!used && boxes_use_the_range())
+			used = (c->c_uid_lease = uid_lease(uid)) == -EBUSY;
 	}
 	if (used) {
 		snprintf(err, errsz, "no free uid in --kernel-uid-range %s", sv.sv_cf.cf_uid_range);
@@ -346,8 +363,9 @@ box_args(struct context *c, const char **argv, int *n)
 
 	if (!sv.sv_cf.cf_sandbox)
 		return;
-	if (c->c_uid) {
-		snprintf(uid, sizeof(uid), "%u", c->c_uid); /* execv copies it at once */
+	if (c->c_uid || (boxes_use_the_range() && !sv.sv_cf.cf_kernel_user)) {
+		/* execv copies it at once */
+		snprintf(uid, sizeof(uid), "%u", c->c_uid ? c->c_uid : box_uid());
 		argv[(*n)++] = "--uid";
 		argv[(*n)++] = uid;
 	}

@@ -175,6 +175,7 @@ struct context {
 	int c_nstreams;
 	struct requestq c_waiters;
 	unsigned c_uid;       /* --isolation context: its kernels' uid; 0 = shared */
+	int c_uid_lease;      /* the descriptor holding c_uid's lease (uidlease.c), or -1 */
 	bool c_own_ws;        /* c_cwd is its own workspace (removed with it) */
 };
 TAILQ_HEAD(contextq, context);
@@ -470,6 +471,9 @@ const char *box_workspace(void);
 int box_isolate(struct context *c, char *err, size_t errsz);
 void box_args(struct context *c, const char **argv, int *n);
 json_t *box_json(const char *slot);
+
+/* uidlease.c */
+int uid_lease(unsigned uid);
 
 /* peer.c */
 enum { PEER_REMOTE, PEER_UID, PEER_UNKNOWN };

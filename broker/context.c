@@ -130,6 +130,7 @@ context_new(const char *id, const char *lang, const char *kernel, const char *cw
 	c->c_cwd = xstrdup(cwd);
 	c->c_default = is_default;
 	c->c_created = now_ms();
+	c->c_uid_lease = -1;
 	TAILQ_INIT(&c->c_streams);
 	TAILQ_INIT(&c->c_waiters);
 	return c;
@@ -167,6 +168,8 @@ context_free(struct context *c)
 	free(c->c_kernel);
 	free(c->c_cwd);
 	free(c->c_error);
+	if (c->c_uid_lease >= 0)
+		close(c->c_uid_lease);
 	free(c);
 }
 

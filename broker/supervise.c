@@ -297,6 +297,9 @@ supervise_adopt_all(void)
 				char *own = xasprintf("%s/%s", sv.sv_cf.cf_cwd, id);
 				c->c_uid = json_integer_value(json_object_get(box, "uid"));
 				c->c_own_ws = !strcmp(cwd, own);
+				if (c->c_uid && (c->c_uid_lease = uid_lease(c->c_uid)) == -EBUSY)
+					log_warn("context %s: its uid %u is leased by another "
+						 "broker", id, c->c_uid);
 				free(own);
 			}
 			TAILQ_INSERT_TAIL(&sv.sv_tb.tb_contexts, c, c_link);

@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -614,6 +616,103 @@ Test(sandbox, isolation_context_hides_a_neighbours_workspace, .timeout = 180)
 	free(a);
 	free(v);
 	cr_assert_eq(broker_stop(&b), 0);
+}
+
+/*
+ * Brokers on one machine share the host's uids, and each hides only its own
+ * run dir from its kernels: a uid of --kernel-uid-range is one broker's at a
+ * time (broker/uidlease.c), and a uid some process already runs as (a kernel
+ * a dead broker left behind, a systemd DynamicUser service) is not handed out.
+ */
+static struct broker other, other2;
+static pid_t uid_holder;
+
+static void
+others_stop(void)
+{
+	if (other.b_pid > 0)
+		broker_stop(&other);
+	if (other2.b_pid > 0)
+		broker_stop(&other2);
+	if (uid_holder > 0) {
+		kill(uid_holder, SIGKILL);
+		waitpid(uid_holder, NULL, 0);
+	}
+}
+
+static unsigned
+uid_of(const char *base, const char *id)
+{
+	char *out = run_stdout(base, id, "import os; print(os.getuid())");
+	unsigned u = 0;
+
+	cr_assert_eq(sscanf(out ? out : "", "%u", &u), 1, "uid: %s", out ? out : "(none)");
+	free(out);
+	return u;
+}
+
+Test(sandbox, two_brokers_on_one_machine_give_their_kernels_other_uids, .fini = others_stop,
+     .timeout = 240)
+{
+	const char *shared[] = {"--no-default-context", NULL};
+	const char *isolated[] = {"--no-default-context", "--isolation", "context", NULL};
+	char *k = keeper(URL);
+	unsigned u0 = uid_of(URL, k);
+
+	cr_assert_eq(broker_start(&other, shared), 0);
+	char *a = context_new(other.b_url, "python", NULL);
+	cr_assert_not_null(a);
+	unsigned u1 = uid_of(other.b_url, a);
+	cr_assert_eq(broker_start(&other2, isolated), 0);
+	char *c = context_new(other2.b_url, "python", NULL);
+	cr_assert_not_null(c);
+	unsigned u2 = uid_of(other2.b_url, c);
+	cr_assert(u0 != u1 && u0 != u2 && u1 != u2,
+		  "the test broker's kernels run as %u, a second broker's as %u, a third's as %u",
+		  u0, u1, u2);
+	/* a broker that died and comes back keeps its uid: its kept kernels run as it */
+	kill(other.b_pid, SIGKILL);
+	waitpid(other.b_pid, NULL, 0);
+	cr_assert_eq(broker_restart(&other, shared), 0);
+	cr_assert_eq(uid_of(other.b_url, a), u1, "the kept context");
+	char *a2 = context_new(other.b_url, "python", NULL);
+	cr_assert_not_null(a2);
+	cr_assert_eq(uid_of(other.b_url, a2), u1, "a new context beside the kept one");
+	free(a2);
+	free(a);
+	free(c);
+	free(k);
+}
+
+Test(sandbox, a_uid_a_process_already_runs_as_is_not_handed_out, .fini = others_stop,
+     .timeout = 120)
+{
+	const char *args[] = {"--no-default-context", "--kernel-uid-range", "64000-64003", NULL};
+	char path[64], line[256];
+	unsigned r = 0;
+
+	if ((uid_holder = fork()) == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (setresgid(64000, 64000, 64000) == 0 && setresuid(64000, 64000, 64000) == 0)
+			pause();
+		_exit(1);
+	}
+	cr_assert(uid_holder > 0);
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)uid_holder);
+	for (double t0 = ms_now(); r != 64000 && ms_since(t0) < 10000; usleep(10000)) {
+		FILE *f = fopen(path, "re");
+		while (f && fgets(line, sizeof(line), f))
+			if (sscanf(line, "Uid: %u", &r) == 1)
+				break;
+		if (f)
+			fclose(f);
+	}
+	cr_assert_eq(r, 64000, "the holder never ran as 64000");
+	cr_assert_eq(broker_start(&other, args), 0);
+	char *a = context_new(other.b_url, "python", NULL);
+	cr_assert_not_null(a);
+	cr_assert_eq(uid_of(other.b_url, a), 64001, "a uid in use was handed out");
+	free(a);
 }
 
 /*

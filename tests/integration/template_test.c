@@ -232,7 +232,9 @@ Test(template, a_forked_kernel_is_fresh_and_boxed, .timeout = 180)
  * flags, and the app's command line and config as traitlets parsed them (a
  * fork sets what `-f FILE` parses to without traitlets' parser:
  * parse_quickly in sandcell_template.py). Paths in the broker's run dir,
- * and the connection file, are named alike so that two brokers compare; the
+ * the connection file, and the kernel's uid (two brokers lease two, as in
+ * MPLCONFIGDIR's cache/matplotlib-UID) are named alike so that two brokers
+ * compare; the
  * variables that a broker started in a test has and the shared one not
  * (criterion's BXFI_ and GMON_, the harness's SANDCELL_TEST_) are left out.
  */
@@ -256,7 +258,8 @@ interpreter_of(const struct broker_url_dir *b, const char *id)
 		 "s = json.dumps([sys.path, sorted(e.items()), sys.argv[0], sys.flags.optimize,\n"
 		 "                sys.getdefaultencoding(), sys.stdout.encoding, app.argv,\n"
 		 "                repr(app.cli_config), app.extra_args, repr(app.config)])\n"
-		 "print(s.replace(app.connection_file, 'CF').replace('%s', 'RUN'))",
+		 "print(s.replace(app.connection_file, 'CF').replace('%s', 'RUN')\n"
+		 "       .replace('-%%d' %% os.getuid(), '-UID'))",
 		 b->run_dir);
 	return run_stdout(b->url, id, code);
 }
