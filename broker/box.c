@@ -265,8 +265,10 @@ box_peer_is_context(int fd)
 }
 
 /*
- * The kernels' uid in shared isolation: as root, the first uid of
- * --kernel-uid-range this broker can lease (uidlease.c), kept for its life.
+ * The kernels' uid in shared isolation, as root: the one this broker held
+ * before a restart (its kept contexts run as it) if it can lease it again,
+ * else the first uid of --kernel-uid-range it can lease (uidlease.c); kept
+ * for the broker's life.
  */
 unsigned
 box_uid(void)
@@ -276,8 +278,9 @@ box_uid(void)
 	int fd;
 
 	uid_range(&a, &b);
-	if (!boxes_use_the_range())
-		return a;
+	if (!boxes_use_the_range() || uid)
+		return uid ? uid : a;
+	uid = uid_lease_ours(a, b, &fd);
 	for (u = a; !uid && u <= b; u++)
 		if ((fd = uid_lease(u)) != -EBUSY)
 			uid = u; /* fd stays open: the lease lasts as long as we do */

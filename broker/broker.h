@@ -474,6 +474,7 @@ json_t *box_json(const char *slot);
 
 /* uidlease.c */
 int uid_lease(unsigned uid);
+unsigned uid_lease_ours(unsigned a, unsigned b, int *fd);
 
 /* peer.c */
 enum { PEER_REMOTE, PEER_UID, PEER_UNKNOWN };

@@ -74,6 +74,14 @@ no_leases(int err)
 	return -ENOTSUP;
 }
 
+/* Our run dir, as lease files name it. */
+static void
+run_dir_of_ours(char mine[PATH_MAX])
+{
+	if (!realpath(sv.sv_cf.cf_run_dir, mine))
+		snprintf(mine, PATH_MAX, "%s", sv.sv_cf.cf_run_dir);
+}
+
 /*
  * Leases uid for this broker: returns the descriptor that holds the lease
  * (close it to end the lease), -EBUSY when the uid is another's, or
@@ -88,8 +96,7 @@ uid_lease(unsigned uid)
 	int fd;
 	ssize_t n;
 
-	if (!realpath(sv.sv_cf.cf_run_dir, mine))
-		snprintf(mine, sizeof(mine), "%s", sv.sv_cf.cf_run_dir);
+	run_dir_of_ours(mine);
 	if (mkdir(UIDLEASE_DIR, 0700) < 0 && errno != EEXIST)
 		return no_leases(errno);
 	snprintf(path, sizeof(path), UIDLEASE_DIR "/%u", uid);
@@ -112,4 +119,40 @@ uid_lease(unsigned uid)
 		return no_leases(err);
 	}
 	return fd;
+}
+
+/*
+ * The lowest uid of [a, b] whose lease file names our run dir, leased again
+ * (*fd), or 0: after a restart, the uid our kept contexts run as comes
+ * before a lower one that has become free meanwhile.
+ */
+unsigned
+uid_lease_ours(unsigned a, unsigned b, int *fd)
+{
+	char mine[PATH_MAX], held[PATH_MAX + 1], path[300];
+	DIR *d = opendir(UIDLEASE_DIR);
+	struct dirent *de;
+	unsigned best = 0, u;
+
+	if (!d)
+		return 0;
+	run_dir_of_ours(mine);
+	while ((de = readdir(d))) {
+		int f;
+		ssize_t n;
+		if (sscanf(de->d_name, "%u", &u) != 1 || u < a || u > b || (best && u > best))
+			continue;
+		snprintf(path, sizeof(path), UIDLEASE_DIR "/%s", de->d_name);
+		if ((f = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
+			continue;
+		n = pread(f, held, sizeof(held) - 1, 0);
+		held[n > 0 ? n : 0] = '\0';
+		close(f);
+		if (!strcmp(held, mine))
+			best = u;
+	}
+	closedir(d);
+	if (best && (*fd = uid_lease(best)) == -EBUSY)
+		best = 0;
+	return best;
 }
