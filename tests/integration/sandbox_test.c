@@ -709,6 +709,8 @@ Test(sandbox, two_brokers_on_one_machine_give_their_kernels_other_uids, .fini = 
 	free(a);
 	free(c);
 	free(k);
+	cr_assert_eq(broker_stop(&other), 0); /* no sanitizer report */
+	cr_assert_eq(broker_stop(&other2), 0);
 }
 
 Test(sandbox, a_restarted_broker_keeps_its_uid_when_a_lower_one_is_free, .fini = others_stop,
@@ -740,6 +742,7 @@ Test(sandbox, a_restarted_broker_keeps_its_uid_when_a_lower_one_is_free, .fini =
 	free(a);
 	free(b);
 	free(b2);
+	cr_assert_eq(broker_stop(&other2), 0);
 }
 
 Test(sandbox, a_uid_a_process_already_runs_as_is_not_handed_out, .fini = others_stop,
@@ -762,6 +765,7 @@ Test(sandbox, a_uid_a_process_already_runs_as_is_not_handed_out, .fini = others_
 	cr_assert_not_null(a);
 	cr_assert_eq(uid_of(other.b_url, a), 64001, "a uid in use was handed out");
 	free(a);
+	cr_assert_eq(broker_stop(&other), 0);
 }
 
 /*
