@@ -288,6 +288,8 @@ box_uid(void)
 		fatal("no uid of --kernel-uid-range %s is free: other brokers or processes "
 		      "hold them all",
 		      sv.sv_cf.cf_uid_range);
+	log_info("sandbox: kernels run as uid %u%s", uid,
+		 fd >= 0 ? ", leased for this broker's life" : "");
 	return uid;
 }
 

@@ -487,7 +487,7 @@ main(int argc, char **argv)
 		const char *who = ku ? sv.sv_cf.cf_kernel_user : geteuid() ? "1000" : sv.sv_cf.cf_uid_range;
 		const char *how = geteuid()		 ? " in a user namespace"
 				  : ku || sv.sv_cf.cf_isolated ? ""
-							 : " first";
+							 : ", one leased for all contexts";
 		log_info("sandbox: on (uid %s%s, isolation %s, network %s, pids %s, tmp %s "
 			 "bytes, memory %s)",
 			 who, how, sv.sv_cf.cf_isolated ? "context" : "shared",
