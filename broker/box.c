@@ -309,9 +309,17 @@ box_workspace(void)
 	if ((rc = mkdir_p(dir, 0755)) < 0)
 		fatal("workspace %s: %s", dir, strerror(-rc));
 	/* not root: the kernels are our uid on the host, the workspace is ours */
-	if (geteuid() == 0 && !sv.sv_cf.cf_isolated && !sv.sv_cf.cf_kernel_user &&
-	    chown(dir, box_uid(), box_uid()) < 0)
-		fatal("workspace %s: chown: %s", dir, strerror(errno));
+	if (geteuid() == 0 && !sv.sv_cf.cf_isolated && !sv.sv_cf.cf_kernel_user) {
+		struct stat st;
+		unsigned uid = box_uid();
+		/* another broker leased our last uid while we were down: said, not fixed */
+		if (stat(dir, &st) == 0 && st.st_uid && st.st_uid != uid)
+			log_warn("workspace %s: was uid %u's, now uid %u's; what is in it "
+				 "stays uid %u's, which may be another broker's kernels' now",
+				 dir, (unsigned)st.st_uid, uid, (unsigned)st.st_uid);
+		if (chown(dir, uid, uid) < 0)
+			fatal("workspace %s: chown: %s", dir, strerror(errno));
+	}
 	/* isolated: root's, or the context holding the first uid could rename the others' */
 	if (sv.sv_cf.cf_isolated && (chown(dir, 0, 0) < 0 || chmod(dir, 0711) < 0))
 		fatal("workspace %s: chown/chmod: %s", dir, strerror(errno));
