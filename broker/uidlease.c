@@ -74,6 +74,15 @@ no_leases(int err)
 	return -ENOTSUP;
 }
 
+/* The run dir a lease file names ("" if none). */
+static void
+holder_of(int fd, char held[PATH_MAX + 1])
+{
+	ssize_t n = pread(fd, held, PATH_MAX, 0);
+
+	held[n > 0 ? n : 0] = '\0';
+}
+
 /* Our run dir, as lease files name it. */
 static void
 run_dir_of_ours(char mine[PATH_MAX])
@@ -94,7 +103,6 @@ uid_lease(unsigned uid)
 {
 	char path[64], held[PATH_MAX + 1], mine[PATH_MAX];
 	int fd;
-	ssize_t n;
 
 	run_dir_of_ours(mine);
 	if (mkdir(UIDLEASE_DIR, 0700) < 0 && errno != EEXIST)
@@ -107,8 +115,7 @@ uid_lease(unsigned uid)
 		close(fd);
 		return err == EWOULDBLOCK ? -EBUSY : no_leases(err);
 	}
-	n = pread(fd, held, sizeof(held) - 1, 0);
-	held[n > 0 ? n : 0] = '\0';
+	holder_of(fd, held);
 	if (strcmp(held, mine) && uid_in_use(uid)) {
 		close(fd);
 		return -EBUSY;
@@ -139,14 +146,12 @@ uid_lease_ours(unsigned a, unsigned b, int *fd)
 	run_dir_of_ours(mine);
 	while ((de = readdir(d))) {
 		int f;
-		ssize_t n;
 		if (sscanf(de->d_name, "%u", &u) != 1 || u < a || u > b || (best && u > best))
 			continue;
 		snprintf(path, sizeof(path), UIDLEASE_DIR "/%s", de->d_name);
 		if ((f = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
 			continue;
-		n = pread(f, held, sizeof(held) - 1, 0);
-		held[n > 0 ? n : 0] = '\0';
+		holder_of(f, held);
 		close(f);
 		if (!strcmp(held, mine))
 			best = u;

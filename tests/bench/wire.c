@@ -27,9 +27,11 @@ static const char *const parts[4] = {
     "{\"status\": \"ok\", \"execution_count\": 17, \"user_expressions\": {}, \"payload\": []}",
 };
 
+enum what { W_PARSE, W_HEADERS_CJSON, W_HEADERS_JANSSON };
+
 /* Median of WIRE_RUNS / 100 batches of 100, us per item. */
 static double
-per_item_us(int what, const char *key, const struct wire_frame *f)
+per_item_us(enum what what, const char *key, const struct wire_frame *f)
 {
 	double v[WIRE_RUNS / 100];
 	struct stats st;
@@ -37,13 +39,13 @@ per_item_us(int what, const char *key, const struct wire_frame *f)
 	for (int b = 0; b < WIRE_RUNS / 100; b++) {
 		double t0 = ms_now();
 		for (int i = 0; i < 100; i++) {
-			if (what == 0) {
+			if (what == W_PARSE) {
 				struct jmsg jm;
 				if (wire_parse(key, f, 6, &jm) == 0)
 					jmsg_free(&jm);
 			} else {
 				for (int p = 2; p < 4; p++) {
-					if (what == 1) {
+					if (what == W_HEADERS_CJSON) {
 						cJSON_Delete(cJSON_ParseWithLength(f[p].wf_data,
 										   f[p].wf_len));
 					} else {
@@ -77,8 +79,8 @@ wire_bench(void)
 		return;
 	}
 	jmsg_free(&jm);
-	double whole = per_item_us(0, key, f), cj = per_item_us(1, key, f),
-	       jn = per_item_us(2, key, f);
+	double whole = per_item_us(W_PARSE, key, f), cj = per_item_us(W_HEADERS_CJSON, key, f),
+	       jn = per_item_us(W_HEADERS_JANSSON, key, f);
 	table_add("8 ipc", fmt("the proxy's parse of a kernel's execute_reply (%d runs)", WIRE_RUNS),
 		  fmt("%.1f us", whole), NULL, NULL, NULL);
 	table_detail("signature and four JSON parts; its two headers alone: %.1f us with cJSON "
