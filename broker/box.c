@@ -277,9 +277,11 @@ box_uid(void)
 	unsigned a, b, u;
 	int fd;
 
+	if (uid)
+		return uid;
 	uid_range(&a, &b);
-	if (!boxes_use_the_range() || uid)
-		return uid ? uid : a;
+	if (!boxes_use_the_range())
+		return a;
 	uid = uid_lease_ours(a, b, &fd);
 	for (u = a; !uid && u <= b; u++)
 		if ((fd = uid_lease(u)) != -EBUSY)

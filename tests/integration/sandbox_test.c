@@ -640,31 +640,28 @@ others_stop(void)
 	}
 }
 
-/* Whether a process of this machine runs as uid (real uid). */
+static long host_uid_of(pid_t pid);
+
+/* Whether a process of this machine runs as *uid (real uid); for wait_until. */
 static bool
-uid_runs(unsigned uid)
+uid_runs(void *uid)
 {
 	DIR *d = opendir("/proc");
 	struct dirent *de;
 	bool found = false;
 
-	while (d && !found && (de = readdir(d))) {
-		char path[300], line[256];
-		unsigned r;
-		FILE *f;
-		snprintf(path, sizeof(path), "/proc/%s/status", de->d_name);
-		if (de->d_name[0] < '0' || de->d_name[0] > '9' || !(f = fopen(path, "re")))
-			continue;
-		while (fgets(line, sizeof(line), f))
-			if (sscanf(line, "Uid: %u", &r) == 1) {
-				found = r == uid;
-				break;
-			}
-		fclose(f);
-	}
+	while (d && !found && (de = readdir(d)))
+		found = de->d_name[0] >= '1' && de->d_name[0] <= '9' &&
+			host_uid_of(atoi(de->d_name)) == *(long *)uid;
 	if (d)
 		closedir(d);
 	return found;
+}
+
+static bool
+uid_idle(void *uid)
+{
+	return !uid_runs(uid);
 }
 
 static unsigned
@@ -729,9 +726,8 @@ Test(sandbox, a_restarted_broker_keeps_its_uid_when_a_lower_one_is_free, .fini =
 	cr_assert_not_null(b);
 	cr_assert_eq(uid_of(other2.b_url, b), 64011, "the first broker's uid was handed out");
 	cr_assert_eq(broker_stop(&other), 0); /* 64010 is free again, once its kernel is gone */
-	for (double t0 = ms_now(); uid_runs(64010) && ms_since(t0) < 20000;)
-		usleep(20000);
-	cr_assert(!uid_runs(64010), "the stopped broker's kernel still runs");
+	long freed = 64010;
+	cr_assert_eq(wait_until(uid_idle, &freed, 20000), 0, "the stopped broker's kernel still runs");
 	kill(other2.b_pid, SIGKILL);
 	waitpid(other2.b_pid, NULL, 0);
 	cr_assert_eq(broker_restart(&other2, args), 0);
@@ -757,9 +753,8 @@ Test(sandbox, a_uid_a_process_already_runs_as_is_not_handed_out, .fini = others_
 		_exit(1);
 	}
 	cr_assert(uid_holder > 0);
-	for (double t0 = ms_now(); !uid_runs(64000) && ms_since(t0) < 10000;)
-		usleep(10000);
-	cr_assert(uid_runs(64000), "the holder never ran as 64000");
+	long held = 64000;
+	cr_assert_eq(wait_until(uid_runs, &held, 10000), 0, "the holder never ran as 64000");
 	cr_assert_eq(broker_start(&other, args), 0);
 	char *a = context_new(other.b_url, "python", NULL);
 	cr_assert_not_null(a);
