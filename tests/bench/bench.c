@@ -789,8 +789,9 @@ main(int argc, char **argv)
 
 	note_load("at end");
 	table_note("p50/p99: over the runs named; throughput rows: p50 is the request "
-	           "latency, the value executions/s in a %d s window after a 1 s ramp",
-	           5);
+	           "latency over all windows, the value the median executions/s of %d "
+	           "windows of %.1f s (each after a %.1f s ramp), raw and sandcell in turn",
+	           TP_ROUNDS, TP_WINDOW_MS / 1000.0, TP_RAMP_MS / 1000.0);
 	table_note(
 	    "CPU/exec: user+system CPU from /proc (10 ms ticks) over the measured runs, "
 	    "divided by the executions; client = this process");

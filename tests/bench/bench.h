@@ -77,9 +77,24 @@ int raw_start(struct raw_kernel *ks, int n, bool profile); /* n side by side */
 void template_bench(void); /* template.c */
 void raw_bench_stream(void);
 void raw_bench_aggregate(void);
+/*
+ * One throughput window: executions/s and CPU per execution (us) of the
+ * kernels, the client (this process), the broker and the proxies (0: none).
+ * A figure is the median of TP_ROUNDS windows, raw and sandcell in turn.
+ */
+#define TP_ROUNDS 3
+#define TP_RAMP_MS 500    /* each window starts after this */
+#define TP_WINDOW_MS 3000 /* and measures this long */
+struct tp_win {
+	double w_rate;
+	long w_done, w_failed;
+	double w_kernels, w_client, w_broker, w_proxies;
+};
+double tp_median(const struct tp_win *w, int n, size_t off); /* of a double field */
 int raw_agg_start(void);
-void raw_agg_run(int c); /* raw_nkernels[c] kernels */
-void raw_agg_rotate(int c); /* one client, raw_nkernels[c] kernels in turn */
+void raw_agg_run(int c, struct tp_win *w);    /* raw_nkernels[c] kernels */
+void raw_agg_rotate(int c, struct tp_win *w); /* one client, the kernels in turn */
+void raw_agg_show(int c, bool rot, const struct tp_win *w, int n); /* its row */
 void raw_agg_stop(void);
 
 /* hc.c: POST /execute over one reused connection, output counted, not kept */
@@ -114,8 +129,10 @@ void load_bench_memory(void);
  * its row of the goals table and returns the main table's target cell */
 const char *goals_cpu(double broker_us, double proxy_us, double kernel_us);
 const char *goals_profile(double with_ms, double without_ms);
-/* NULL for shapes other than 8 and 64 clients over 4 and 16 contexts */
-const char *goals_throughput(int nclients, int nctx, double rate, double raw);
+/* NULL for shapes other than 8 and 64 clients over 4 and 16 contexts; ratio:
+ * the median of the rounds' ratios to raw, rate and raw: the median rates */
+const char *goals_throughput(int nclients, int nctx, double ratio, double rate,
+                             double raw);
 void goals_profile_run(const char *section); /* raw kernels with and without it */
 void goals_contexts(const char *section);    /* burst, first import pandas, PSS */
 void goals_bench(void);

@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +18,6 @@
 
 #include "bench.h"
 
-#define TP_RAMP_MS 1000
-#define TP_WINDOW_MS 5000
 #define TP_MAX_LAT 200000
 #define CREATE_RUNS 10
 #define BURST_RUNS 8
@@ -89,28 +88,38 @@ sleep_until(double t)
 		usleep((useconds_t)(left * 1000));
 }
 
+/* One shape's windows: its latencies (all windows) and each window's figures. */
+struct tp_row {
+	double *r_lat;
+	int r_nlat;
+	struct tp_win r_win[TP_ROUNDS];
+	double r_ratio[TP_ROUNDS]; /* against the raw window of the same round */
+	int r_n;
+};
+
+/* One window of nclients over nctx contexts, added to row. */
 static void
-tp_run(const struct broker *b, char **bodies, const pid_t *proxies, const pid_t *kernels,
-       int nctx, int nclients, int raw_idx)
+tp_window(const struct broker *b, char **bodies, const pid_t *proxies, const pid_t *kernels,
+          int nctx, int nclients, double raw, struct tp_row *row)
 {
-	const char *url = b->b_url;
 	double cpu[4]; /* broker, proxies, kernels, this client */
 	struct tp_client *cl = calloc(nclients, sizeof(*cl));
-	double t0 = ms_now(), *lat = malloc(TP_MAX_LAT * sizeof(*lat));
-	long done = 0, failed = 0;
-	int nlat = 0;
-	struct stats st;
+	struct tp_win *w = &row->r_win[row->r_n];
+	double t0 = ms_now();
 
+	progress("throughput: %d clients over %d contexts (%d s)", nclients, nctx,
+	         TP_WINDOW_MS / 1000);
+	*w = (struct tp_win){0};
 	for (int i = 0; i < nclients; i++) {
 		cl[i] = (struct tp_client){
-		    .c_url = url,
+		    .c_url = b->b_url,
 		    .c_bodies = bodies,
 		    .c_nctx = nctx,
 		    .c_first = i,
 		    .c_start = t0 + TP_RAMP_MS,
 		    .c_end = t0 + TP_RAMP_MS + TP_WINDOW_MS,
-		    .c_cap = TP_MAX_LAT / nclients,
-		    .c_lat = malloc(TP_MAX_LAT / nclients * sizeof(double))};
+		    .c_cap = TP_MAX_LAT / TP_ROUNDS / nclients,
+		    .c_lat = malloc(TP_MAX_LAT / TP_ROUNDS / nclients * sizeof(double))};
 		pthread_create(&cl[i].c_thread, NULL, tp_client_run, &cl[i]);
 	}
 	sleep_until(t0 + TP_RAMP_MS);
@@ -125,45 +134,75 @@ tp_run(const struct broker *b, char **bodies, const pid_t *proxies, const pid_t 
 	cpu[3] += self_cpu_ms();
 	for (int i = 0; i < nclients; i++) {
 		pthread_join(cl[i].c_thread, NULL);
-		done += cl[i].c_done;
-		failed += cl[i].c_failed;
-		for (int j = 0; j < cl[i].c_nlat && nlat < TP_MAX_LAT; j++)
-			lat[nlat++] = cl[i].c_lat[j];
+		w->w_done += cl[i].c_done;
+		w->w_failed += cl[i].c_failed;
+		for (int j = 0; j < cl[i].c_nlat && row->r_nlat < TP_MAX_LAT; j++)
+			row->r_lat[row->r_nlat++] = cl[i].c_lat[j];
 		free(cl[i].c_lat);
 	}
-	stats_of(lat, nlat, &st);
+	w->w_rate = w->w_done / (TP_WINDOW_MS / 1000.0);
+	if (w->w_done) {
+		w->w_broker = cpu[0] * 1000 / w->w_done;
+		w->w_proxies = cpu[1] * 1000 / w->w_done;
+		w->w_kernels = cpu[2] * 1000 / w->w_done;
+		w->w_client = cpu[3] * 1000 / w->w_done;
+	}
+	row->r_ratio[row->r_n] = raw > 0 ? w->w_rate / raw : 0;
+	row->r_n++;
+	free(cl);
+}
+
+/* The row of a shape: its median rate, and the median of its ratios to raw. */
+static void
+tp_show(struct tp_row *row, int nctx, int nclients, int raw_idx)
+{
+	const struct tp_win *w = row->r_win;
+	int n = row->r_n;
+	long failed = 0;
+	struct stats st, rs;
+	double ratios[TP_ROUNDS];
+	char *each = "";
+
+	for (int i = 0; i < n; i++) {
+		failed += w[i].w_failed;
+		ratios[i] = row->r_ratio[i];
+		each = fmt("%s%s%.2f", each, i ? " " : "", row->r_ratio[i]);
+	}
+	stats_of(row->r_lat, row->r_nlat, &st);
+	stats_of(ratios, n, &rs);
 	/* one client over several contexts: raw is one client over as many kernels */
-	bool rot = nclients == 1 && nctx > 1 && raw_figs.rf_rate_rot[raw_idx] > 0;
-	double rate = done / (TP_WINDOW_MS / 1000.0),
+	bool rot = nclients == 1 && nctx > 1;
+	bool have_raw = raw_figs.rf_have_rate && n && rs.st_p50 > 0;
+	double rate = tp_median(w, n, offsetof(struct tp_win, w_rate)),
 	       raw = rot ? raw_figs.rf_rate_rot[raw_idx] : raw_figs.rf_rate[raw_idx];
 	/* the rows of issue 17's goals carry its bound, the others 0.90 */
 	const char *goal =
-	    raw_figs.rf_have_rate && !rot ? goals_throughput(nclients, nctx, rate, raw) : NULL;
-	if (!goal && raw_figs.rf_have_rate)
-		goal = fmt(">= 0.90 of raw: %s", rate >= 0.9 * raw ? "met" : "MISSED");
+	    have_raw && !rot ? goals_throughput(nclients, nctx, rs.st_p50, rate, raw) : NULL;
+	if (!goal && have_raw)
+		goal = fmt(">= 0.90 of raw: %s", rs.st_p50 >= 0.9 ? "met" : "MISSED");
 	table_add("3 throughput",
 	          fmt("x=1, %d client%s over %d context%s%s", nclients,
 	              nclients > 1 ? "s" : "", nctx, nctx > 1 ? "s" : "",
 	              failed ? fmt(" (%ld failed)", failed) : ""),
 	          fmt("%.1f ms", st.st_p50), fmt("%.0f exec/s", rate),
-	          raw_figs.rf_have_rate
-	              ? fmt("%.2f of raw %d k%s", rate / raw, raw_nkernels[raw_idx],
-	                    rot ? " in turn" : "")
-	              : NULL,
+	          have_raw ? fmt("%.2f of raw %d k%s", rs.st_p50, raw_nkernels[raw_idx],
+	                         rot ? " in turn" : "")
+	                   : NULL,
 	          goal);
-	if (done)
-		table_detail(
-		    "latency p99 %.1f ms; CPU/exec: broker %.0f us, proxies %.0f us, "
-		    "kernels %.0f us, client %.0f us",
-		    st.st_p99, cpu[0] * 1000 / done, cpu[1] * 1000 / done,
-		    cpu[2] * 1000 / done, cpu[3] * 1000 / done);
-	free(lat);
-	free(cl);
+	table_detail("median of %d windows, each against the raw window before it (%s); "
+	             "latency p99 %.1f ms; CPU/exec: broker %.0f us, proxies %.0f us, "
+	             "kernels %.0f us, client %.0f us",
+	             n, each, st.st_p99, tp_median(w, n, offsetof(struct tp_win, w_broker)),
+	             tp_median(w, n, offsetof(struct tp_win, w_proxies)),
+	             tp_median(w, n, offsetof(struct tp_win, w_kernels)),
+	             tp_median(w, n, offsetof(struct tp_win, w_client)));
 }
 
 /*
  * (3) executions/s of 1, 8, 64 clients over 1, 4, 16 contexts; goal_rows: 8
- * and 64 clients over 4 and 16 only (the goals section)
+ * and 64 clients over 4 and 16 only (the goals section). The machines are
+ * shared: each figure is the median of TP_ROUNDS rounds, and each round
+ * measures the raw kernels right before the sandcell windows it compares with.
  */
 void
 load_bench_throughput(const struct broker *b, bool goal_rows)
@@ -188,19 +227,34 @@ load_bench_throughput(const struct broker *b, bool goal_rows)
 		for (int j = 0; j < 5; j++) /* first executions are slower */
 			json_decref(run(url, ids[i], "x=1"));
 	}
-	/* each raw ceiling measured right before the sandcell figures it bounds */
 	bool raw = raw_agg_start() == 0;
 	for (int c = goal_rows ? 1 : 0; c < 3; c++) {
-		if (raw) {
-			raw_agg_run(c);
-			if (c && !goal_rows)
-				raw_agg_rotate(c);
+		struct tp_win agg[TP_ROUNDS], rot[TP_ROUNDS];
+		struct tp_row rows[3] = {0};
+		bool with_rot = raw && c && !goal_rows;
+		for (int k = 0; k < 3; k++)
+			rows[k].r_lat = malloc(TP_MAX_LAT * sizeof(double));
+		for (int r = 0; r < TP_ROUNDS; r++) {
+			if (raw)
+				raw_agg_run(c, &agg[r]);
+			if (with_rot)
+				raw_agg_rotate(c, &rot[r]);
+			for (int k = goal_rows ? 1 : 0; k < 3; k++) {
+				double base = tp_clients[k] == 1 && c
+				                  ? (with_rot ? rot[r].w_rate : 0)
+				                  : (raw ? agg[r].w_rate : 0);
+				tp_window(b, bodies, proxies, kernels, nctxs[c], tp_clients[k],
+				          base, &rows[k]);
+			}
 		}
-		for (int k = goal_rows ? 1 : 0; k < 3; k++) {
-			progress("throughput: %d clients over %d contexts (%d s)",
-			         tp_clients[k], nctxs[c], TP_WINDOW_MS / 1000);
-			tp_run(b, bodies, proxies, kernels, nctxs[c], tp_clients[k], c);
-		}
+		if (raw)
+			raw_agg_show(c, false, agg, TP_ROUNDS);
+		if (with_rot)
+			raw_agg_show(c, true, rot, TP_ROUNDS);
+		for (int k = goal_rows ? 1 : 0; k < 3; k++)
+			tp_show(&rows[k], nctxs[c], tp_clients[k], c);
+		for (int k = 0; k < 3; k++)
+			free(rows[k].r_lat);
 	}
 	raw_agg_stop();
 out:

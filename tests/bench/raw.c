@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +30,6 @@ extern char **environ;
 #define RAW_WARMUP 20
 #define RAW_RUNS 300
 #define RAW_STREAM_RUNS 3
-#define RAW_WINDOW_MS 5000
-#define RAW_RAMP_MS 1000
 #define RAW_MAX_ENV 512
 
 struct raw_figs raw_figs;
@@ -560,84 +559,124 @@ raw_agg_stop(void)
 	raw_agg_up = false;
 }
 
-/* The aggregate x=1 rate of raw_nkernels[c] kernels, one thread each. */
+/* The median of a double field (offsetof) over n windows. */
+double
+tp_median(const struct tp_win *w, int n, size_t off)
+{
+	double v[TP_ROUNDS];
+	struct stats st;
+
+	n = n < TP_ROUNDS ? n : TP_ROUNDS;
+	for (int i = 0; i < n; i++)
+		v[i] = *(const double *)((const char *)&w[i] + off);
+	stats_of(v, n, &st);
+	return n ? st.st_p50 : 0;
+}
+
+/* One window of the aggregate x=1 rate of raw_nkernels[c] kernels, one thread each. */
 void
-raw_agg_run(int c)
+raw_agg_run(int c, struct tp_win *w)
 {
 	struct raw_drive d[16];
 	int n = raw_nkernels[c];
 	double t0 = ms_now(), kcpu = 0, ccpu;
-	long done = 0, failed = 0;
 
+	*w = (struct tp_win){0};
 	if (!raw_agg_up)
 		return;
 	progress("raw: aggregate x=1 rate of %d kernel%s (%d s)", n, n > 1 ? "s" : "",
-	         RAW_WINDOW_MS / 1000);
+	         TP_WINDOW_MS / 1000);
 	for (int i = 0; i < n; i++) {
 		d[i] = (struct raw_drive){.d_k = &raw_agg[i],
-		                          .d_start = t0 + RAW_RAMP_MS,
-		                          .d_end = t0 + RAW_RAMP_MS + RAW_WINDOW_MS};
+		                          .d_start = t0 + TP_RAMP_MS,
+		                          .d_end = t0 + TP_RAMP_MS + TP_WINDOW_MS};
 		pthread_create(&d[i].d_thread, NULL, raw_drive, &d[i]);
 	}
-	usleep(RAW_RAMP_MS * 1000);
+	usleep(TP_RAMP_MS * 1000);
 	for (int i = 0; i < n; i++)
 		kcpu -= cpu_ms(raw_agg[i].rk_pid);
 	ccpu = -self_cpu_ms();
-	usleep(RAW_WINDOW_MS * 1000);
+	usleep(TP_WINDOW_MS * 1000);
 	for (int i = 0; i < n; i++)
 		kcpu += cpu_ms(raw_agg[i].rk_pid);
 	ccpu += self_cpu_ms();
 	for (int i = 0; i < n; i++) {
 		pthread_join(d[i].d_thread, NULL);
-		done += d[i].d_done;
-		failed += d[i].d_failed;
+		w->w_done += d[i].d_done;
+		w->w_failed += d[i].d_failed;
 	}
-	raw_figs.rf_rate[c] = done / (RAW_WINDOW_MS / 1000.0);
-	raw_figs.rf_have_rate = true;
-	table_add("1 raw",
-	          fmt("aggregate x=1, %d kernel%s, 1 in flight each%s", n,
-	              n > 1 ? "s" : "", failed ? fmt(" (%ld failed)", failed) : ""),
-	          NULL, fmt("%.0f exec/s", raw_figs.rf_rate[c]), "1.00 (baseline)", NULL);
-	if (done)
-		table_detail("CPU/exec: kernels %.0f us, client %.0f us",
-		             kcpu * 1000 / done, ccpu * 1000 / done);
+	w->w_rate = w->w_done / (TP_WINDOW_MS / 1000.0);
+	if (w->w_done) {
+		w->w_kernels = kcpu * 1000 / w->w_done;
+		w->w_client = ccpu * 1000 / w->w_done;
+	}
 }
 
 /*
- * One client, one execution in flight, taking raw_nkernels[c] kernels in
- * turn: the ceiling of one sandcell client over as many contexts (each kernel
- * runs every n-th execution, so it is colder than a kernel run back to back).
+ * One window of one client, one execution in flight, taking raw_nkernels[c]
+ * kernels in turn: the ceiling of one sandcell client over as many contexts
+ * (each kernel runs every n-th execution, so it is colder than a kernel run
+ * back to back).
  */
 void
-raw_agg_rotate(int c)
+raw_agg_rotate(int c, struct tp_win *w)
 {
 	int n = raw_nkernels[c];
 	double t0 = ms_now(), t, kcpu = 0;
-	long done = 0, failed = 0;
 	bool measuring = false;
 
+	*w = (struct tp_win){0};
 	if (!raw_agg_up)
 		return;
-	progress("raw: one client over %d kernels in turn (%d s)", n, RAW_WINDOW_MS / 1000);
-	for (long i = 0; (t = ms_now()) < t0 + RAW_RAMP_MS + RAW_WINDOW_MS; i++) {
-		if (t >= t0 + RAW_RAMP_MS && !measuring) {
+	progress("raw: one client over %d kernels in turn (%d s)", n, TP_WINDOW_MS / 1000);
+	for (long i = 0; (t = ms_now()) < t0 + TP_RAMP_MS + TP_WINDOW_MS; i++) {
+		if (t >= t0 + TP_RAMP_MS && !measuring) {
 			measuring = true;
 			for (int j = 0; j < n; j++)
 				kcpu -= cpu_ms(raw_agg[j].rk_pid);
 		}
 		int rc = raw_exec(&raw_agg[i % n], "x=1", NULL, 30000);
 		if (measuring)
-			rc == 0 ? done++ : failed++;
+			rc == 0 ? w->w_done++ : w->w_failed++;
 	}
 	for (int j = 0; j < n; j++)
 		kcpu += cpu_ms(raw_agg[j].rk_pid);
-	raw_figs.rf_rate_rot[c] = done / (RAW_WINDOW_MS / 1000.0);
+	w->w_rate = w->w_done / (TP_WINDOW_MS / 1000.0);
+	if (w->w_done)
+		w->w_kernels = kcpu * 1000 / w->w_done;
+}
+
+/* The row of n windows: their median rate, which the sandcell rows compare with. */
+void
+raw_agg_show(int c, bool rot, const struct tp_win *w, int n)
+{
+	long failed = 0;
+	double rate = tp_median(w, n, offsetof(struct tp_win, w_rate)),
+	       kus = tp_median(w, n, offsetof(struct tp_win, w_kernels)),
+	       cus = tp_median(w, n, offsetof(struct tp_win, w_client));
+
+	if (!raw_agg_up || n < 1)
+		return;
+	for (int i = 0; i < n; i++)
+		failed += w[i].w_failed;
+	if (rot) {
+		raw_figs.rf_rate_rot[c] = rate;
+	} else {
+		raw_figs.rf_rate[c] = rate;
+		raw_figs.rf_have_rate = true;
+	}
 	table_add("1 raw",
-	          fmt("x=1, 1 client over %d kernels in turn%s", n,
-	              failed ? fmt(" (%ld failed)", failed) : ""),
-	          NULL, fmt("%.0f exec/s", raw_figs.rf_rate_rot[c]), "1.00 (baseline)", NULL);
-	if (done)
-		table_detail("CPU/exec: kernels %.0f us", kcpu * 1000 / done);
+	          rot ? fmt("x=1, 1 client over %d kernels in turn%s", raw_nkernels[c],
+	                    failed ? fmt(" (%ld failed)", failed) : "")
+	              : fmt("aggregate x=1, %d kernel%s, 1 in flight each%s", raw_nkernels[c],
+	                    raw_nkernels[c] > 1 ? "s" : "",
+	                    failed ? fmt(" (%ld failed)", failed) : ""),
+	          NULL, fmt("%.0f exec/s", rate), "1.00 (baseline)", NULL);
+	if (rot)
+		table_detail("median of %d windows; CPU/exec: kernels %.0f us", n, kus);
+	else
+		table_detail("median of %d windows; CPU/exec: kernels %.0f us, client %.0f us",
+		             n, kus, cus);
 }
 
 void
@@ -646,9 +685,13 @@ raw_bench_aggregate(void)
 	if (raw_agg_start() < 0)
 		return;
 	for (int c = 0; c < 3; c++) {
-		raw_agg_run(c);
-		if (c)
-			raw_agg_rotate(c);
+		struct tp_win w;
+		raw_agg_run(c, &w);
+		raw_agg_show(c, false, &w, 1);
+		if (c) {
+			raw_agg_rotate(c, &w);
+			raw_agg_show(c, true, &w, 1);
+		}
 	}
 	raw_agg_stop();
 }
