@@ -25,7 +25,7 @@ RUN_ARGS ?=
 
 # proto/ (the IPC codec) and lib/ (shared helpers) go into every binary.
 PROTO_SRC  = $(wildcard proto/*.c lib/*.c)
-PROXY_SRC  = $(filter-out proxy/main.c proxy/boxlib.c proxy/init.c,$(wildcard proxy/*.c))
+PROXY_SRC  = $(filter-out proxy/main.c proxy/boxlib.c proxy/hotpages.c proxy/init.c,$(wildcard proxy/*.c))
 BROKER_SRC = $(filter-out broker/main.c,$(wildcard broker/*.c))
 
 obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
@@ -37,7 +37,7 @@ PROGS = $(BIN)/sandcell-broker $(BIN)/sandcell-proxy $(BIN)/sandcellctl $(BIN)/l
         $(BIN)/sandcell-init
 # The box's code (sandbox.c and what it uses) for the Python template, which
 # loads it with ctypes: the same sources as the proxy's, built position-independent.
-BOXLIB_SRC = proxy/boxlib.c proxy/sandbox.c proxy/boxinit.c proxy/filter.c proxy/limits.c \
+BOXLIB_SRC = proxy/boxlib.c proxy/hotpages.c proxy/sandbox.c proxy/boxinit.c proxy/filter.c proxy/limits.c \
              lib/util.c
 UNIT_TESTS = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
 INTEG_TESTS = $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/*_test.c))
@@ -103,6 +103,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(PROTO_OBJ)
 
 $(BUILD)/tests/control_test $(BUILD)/tests/http_test: $(BROKER_OBJ)
 $(BUILD)/tests/output_test: $(BUILD)/proxy/output.o
+$(BUILD)/tests/hotpages_test: $(BUILD)/proxy/hotpages.o
 $(BUILD)/tests/wire_test: $(BUILD)/proxy/wire.o $(BUILD)/proxy/zmtp.o
 $(BUILD)/tests/fuzz_replay_test: $(BROKER_OBJ) $(BUILD)/proxy/wire.o $(BUILD)/proxy/zmtp.o \
 				 $(BUILD)/proxy/output.o

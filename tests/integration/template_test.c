@@ -142,6 +142,42 @@ pid_with_args(const char *a0, const char *a1)
 	return pid_where(has_args, a);
 }
 
+/* The kernel (host pid) has run for at least 3 s: the template's HOT_AGE is 2. */
+static bool
+older_than_3s(void *arg)
+{
+	double t = proc_started_s(*(pid_t *)arg);
+
+	return t > 0 && boot_now_s() - t >= 3;
+}
+
+static void
+wait_started(const char *base, const char *id)
+{
+	pid_t k = context_pid(base, id, "kernel_pid");
+
+	cr_assert_gt(k, 0);
+	cr_assert_eq(wait_until(older_than_3s, &k, 30000), 0, "kernel %d did not age", (int)k);
+}
+
+struct logcond {
+	const struct broker *b;
+	const char *text;
+};
+
+static bool
+log_says(void *arg)
+{
+	struct logcond *lc = arg;
+	char *log = broker_log(lc->b);
+	bool yes = log && strstr(log, lc->text);
+
+	free(log);
+	return yes;
+}
+
+#define HOT_LINE "ahead as they start"
+
 static json_t *
 box_of(const char *base, const char *id)
 {
@@ -309,8 +345,41 @@ Test(template, isolation_context_gives_each_forked_kernel_its_uid, .fini = priv_
 	out = run_stdout(priv.b_url, b, "import os; print(os.getuid())");
 	cr_assert_str_eq(out, want);
 	free(out);
+	/* another tenant's started kernels never say what a new kernel copies */
+	wait_started(priv.b_url, a);
+	wait_started(priv.b_url, b);
+	char *c = forked_context(priv.b_url);
+	struct logcond lc = {&priv, HOT_LINE};
+	cr_expect_not(log_says(&lc), "a kernel of one uid copied pages after another uid's");
 	json_decref(ja);
 	json_decref(jb);
+	free(a);
+	free(b);
+	free(c);
+}
+
+/*
+ * Once a kernel has started, the template lists the pages it copied and the
+ * next kernels copy them at once (hotpages.c); they are still fresh.
+ */
+Test(template, kernels_forked_after_one_started_copy_its_pages_ahead, .fini = priv_stop,
+     .timeout = 180)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", NULL};
+	struct logcond lc = {&priv, HOT_LINE};
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	priv_up = true;
+	char *a = forked_context(priv.b_url), *out;
+	free(run_stdout(priv.b_url, a, "hot_probe = 1"));
+	cr_expect_not(log_says(&lc), "pages listed before any kernel had started");
+	wait_started(priv.b_url, a);
+	char *b = forked_context(priv.b_url);
+	cr_assert(log_says(&lc), "the template listed no pages after a kernel had started");
+	out = run_stdout(priv.b_url, b,
+			 "print('hot_probe' in globals(), 'pandas' in __import__('sys').modules)");
+	cr_expect_str_eq(out, "False True\n");
+	free(out);
 	free(a);
 	free(b);
 }
