@@ -1,9 +1,10 @@
 /*
  * boxlib.c — the box for kernels forked from the template: the entry points
  * of libsandcell-box.so, which the template (proxy/python/sandcell_template.py)
- * loads with ctypes and calls after each os.fork(). They run sandbox.c's,
- * filter.c's and limits.c's own steps, so a forked kernel's box is the cold
- * one's: one implementation. Not linked into the proxy.
+ * loads with ctypes: boxlib_fork makes a box and its kernel for each request.
+ * They run sandbox.c's, filter.c's and limits.c's own steps, so a forked
+ * kernel's box is the cold one's: one implementation. Not linked into the
+ * proxy.
  *
  * The template forks B straight into a new PID namespace (boxlib_newpid
  * before the fork, boxlib_ownpid after), where B is PID 1; B leaves for the
@@ -31,6 +32,8 @@
 #include <unistd.h>
 
 #include "proxy.h"
+
+long boxlib_hot_fill(void); /* hotpages.c */
 
 /* The box of this fork: one per process (each request is a fork of its own). */
 static struct proxy bx = {.px_sb_initfd = -1};
@@ -307,6 +310,60 @@ boxlib_wait(int kid)
 		}
 	}
 	boxinit_wait(kid, true);
+}
+
+/*
+ * In the template, for one request: B and the kernel in one call, so that
+ * neither runs Python between the forks (each Python step of B's copied
+ * some of the template's pages: ~1300 faults per box). B is forked into a
+ * new PID namespace (boxlib_newpid, then boxlib_ownpid for us), leaves for
+ * the box's other namespaces, shows the cold start's argv and env, says
+ * hello and builds the box (boxlib_init), forks the kernel and becomes its
+ * init (boxlib_wait). The kernel copies the template's hot pages
+ * (hotpages.c) and takes its own steps (boxlib_kernel).
+ *
+ * Returns in two processes: here, B's pid or -errno (-EPROTO: we could not go
+ * back to our own PID namespace, and must start again); in the kernel, 0.
+ * The caller brackets the call as os.fork() does (PyOS_BeforeFork, then
+ * PyOS_AfterFork_Parent here and PyOS_AfterFork_Child in the kernel). B
+ * never returns: it exits with the code of the step that failed.
+ */
+int
+boxlib_fork(int ownpid, const char *conf, int netfd, const char *args, size_t alen,
+	    const char *env, size_t elen, int sock, int errfd)
+{
+	pid_t b, k;
+	int rc;
+
+	if ((rc = boxlib_newpid()) < 0)
+		return rc;
+	b = fork();
+	if (b != 0) {
+		rc = b < 0 ? -errno : b;
+		return boxlib_ownpid(ownpid) < 0 ? -EPROTO : rc;
+	}
+	signal(SIGCHLD, SIG_DFL);
+	if ((rc = boxlib_unshare(conf, netfd)) < 0) {
+		dprintf(2, "sandcell-template[%d] info: box namespaces: %s\n", (int)getpid(),
+			strerror(-rc));
+		_exit(120);
+	}
+	if ((rc = boxlib_show(args, alen, env, elen)) < 0)
+		dprintf(2,
+			"sandcell-template[%d] info: the kernel's /proc cmdline and environ: %s\n",
+			(int)getpid(), strerror(-rc));
+	if ((rc = boxlib_init(sock, errfd)))
+		_exit(rc);
+	if ((k = fork()) < 0)
+		_exit(127);
+	if (k) {
+		boxlib_wait(k); /* never returns */
+		_exit(127);
+	}
+	boxlib_hot_fill();
+	if ((rc = boxlib_kernel()))
+		_exit(rc);
+	return 0;
 }
 
 /*

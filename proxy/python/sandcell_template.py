@@ -19,6 +19,7 @@
 # or the data stack start) gets "n" and a reason: the proxy starts it cold.
 
 import ctypes
+import errno
 import gc
 import json
 import os
@@ -156,53 +157,40 @@ def parse_quickly(args):
     IPKernelApp.parse_command_line = parse_command_line
 
 
-def fork_box(lib, ownpid):
-    """Forks B, PID 1 of a new PID namespace; our own children stay in ours."""
-    rc = lib.boxlib_newpid()
-    if rc < 0:
-        raise OSError(-rc, "a PID namespace for the box: %s" % os.strerror(-rc))
+def fork_box(lib, ownpid, srv, conn, req, fds):
+    """Forks B, PID 1 of a new PID namespace (our own children stay in ours),
+    and from B the kernel, in one C call (boxlib_fork) bracketed as
+    os.fork() brackets its fork: no Python runs in B, which ends as the
+    box's init. Returns B's pid here, and 0 in the kernel."""
+    box = json.dumps(req["box"]).encode()
+    args = b"".join(a.encode() + b"\0" for a in req["argv"])
+    env = b"".join(kv.encode() + b"\0" for kv in req["env"])
+    netfd = fds[1] if len(fds) > 1 else -1
+    api, pid = ctypes.pythonapi, -1
+    api.PyOS_BeforeFork()
     try:
-        return os.fork()
+        pid = lib.boxlib_fork(ownpid, box, netfd, args, len(args), env, len(env),
+                              conn.fileno(), fds[0])
     finally:
-        if os.getpid() != 1:
-            rc = lib.boxlib_ownpid(ownpid)
-            if rc < 0:  # our next kernels would nest in this box: start again
-                log("back to our PID namespace: %s" % os.strerror(-rc))
-                os._exit(1)
+        if pid == 0:
+            api.PyOS_AfterFork_Child()
+        else:
+            api.PyOS_AfterFork_Parent()
+    if pid == 0:
+        return 0
+    if pid == -errno.EPROTO:  # our next kernels would nest in this box: start again
+        log("back to our PID namespace: %s" % os.strerror(errno.EPROTO))
+        os._exit(1)
+    if pid < 0:
+        raise OSError(-pid, "the box: %s" % os.strerror(-pid))
+    return pid
 
 
-def child(lib, srv, conn, req, fds):
-    """B: the box's init; then the kernel, which ends with SystemExit:
-    nothing else returns."""
-    try:
-        srv.detach()  # closed by boxlib_init with every other descriptor of ours
-        sock = conn.detach()
-        errfd = fds[0]
-        netfd = fds[1] if len(fds) > 1 else -1
-        box = json.dumps(req["box"]).encode()
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        rc = lib.boxlib_unshare(box, netfd)
-        if rc < 0:
-            log("box namespaces: %s" % os.strerror(-rc))
-            os._exit(120)
-        args = b"".join(a.encode() + b"\0" for a in req["argv"])
-        env = b"".join(kv.encode() + b"\0" for kv in req["env"])
-        rc = lib.boxlib_show(args, len(args), env, len(env))
-        if rc < 0:
-            log("the kernel's /proc cmdline and environ: %s" % os.strerror(-rc))
-        rc = lib.boxlib_init(sock, errfd)
-        if rc:
-            os._exit(rc)
-        kid = os.fork()
-        if kid:
-            lib.boxlib_wait(kid)  # never returns
-            os._exit(127)
-        lib.boxlib_hot_fill()
-        rc = lib.boxlib_kernel()
-        if rc:
-            os._exit(rc)
-    except BaseException:
-        os._exit(127)
+def child(srv, conn, req, fds):
+    """The kernel, in its box: it ends with SystemExit; nothing else returns."""
+    # closed by boxlib_init with every other descriptor of ours: not again
+    srv.detach()
+    conn.detach()
     # The kernel: from here on it ends as `python -m` would, through the
     # interpreter's own exit (SystemExit leaves the template's frames: main()
     # catches no BaseException, and has nothing left to close of ours).
@@ -293,14 +281,11 @@ def main():
         sys.exit(2)
     started = time.monotonic()
     lib = ctypes.CDLL(sys.argv[1])
-    lib.boxlib_unshare.argtypes = [ctypes.c_char_p, ctypes.c_int]
-    lib.boxlib_init.argtypes = [ctypes.c_int, ctypes.c_int]
-    lib.boxlib_wait.argtypes = [ctypes.c_int]
-    lib.boxlib_show.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
-    lib.boxlib_ownpid.argtypes = [ctypes.c_int]
+    lib.boxlib_fork.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                                ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t,
+                                ctypes.c_int, ctypes.c_int]
     lib.boxlib_hot_scan.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
     lib.boxlib_hot_scan.restype = ctypes.c_long
-    lib.boxlib_hot_fill.restype = ctypes.c_long
     ownpid = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     path = sys.argv[2]
     if lib.boxlib_template() < 0:
@@ -342,13 +327,13 @@ def main():
             # reaped only once it is in BOXES
             signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
             try:
-                pid = fork_box(lib, ownpid)
+                pid = fork_box(lib, ownpid, srv, conn, req, fds)
                 if pid:
                     BOXES[pid] = (time.monotonic(), uid)
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
             if pid == 0:
-                child(lib, srv, conn, req, fds)
+                child(srv, conn, req, fds)
         except Exception as e:
             log("request: %s: %s" % (type(e).__name__, e))
             refuse(conn, "bad request")
