@@ -157,7 +157,7 @@ def parse_quickly(args):
     IPKernelApp.parse_command_line = parse_command_line
 
 
-def fork_box(lib, ownpid, srv, conn, req, fds):
+def fork_box(lib, ownpid, conn, req, fds):
     """Forks B, PID 1 of a new PID namespace (our own children stay in ours),
     and from B the kernel, in one C call (boxlib_fork) bracketed as
     os.fork() brackets its fork: no Python runs in B, which ends as the
@@ -322,12 +322,12 @@ def main():
                 continue
             box = req.get("box")
             uid = box.get("uid") if isinstance(box, dict) else None
-            hot = hot_pages(lib, hot, uid)
-            sys.stderr.flush()
-            # reaped only once it is in BOXES
+            # BOXES stays as it is (reap) until the new box is in it
             signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
             try:
-                pid = fork_box(lib, ownpid, srv, conn, req, fds)
+                hot = hot_pages(lib, hot, uid)
+                sys.stderr.flush()
+                pid = fork_box(lib, ownpid, conn, req, fds)
                 if pid:
                     BOXES[pid] = (time.monotonic(), uid)
             finally:
