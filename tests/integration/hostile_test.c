@@ -676,7 +676,7 @@ static const char flood_code[] =
     "junk = b'x' * (60 << 20)\n"
     "sent = [0, 0]\n"
     "def flood(sock, i):\n"
-    "    end = time.time() + 4\n"
+    "    end = time.time() + 6\n"
     "    while time.time() < end:\n"
     "        sock.send_multipart([sid, junk]); sent[i] += 1\n"
     "t = threading.Thread(target=flood, args=(k.control_stream.socket, 0))\n"
