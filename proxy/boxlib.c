@@ -1,10 +1,10 @@
 /*
  * boxlib.c — the box for kernels forked from the template: the entry points
  * of libsandcell-box.so, which the template (proxy/python/sandcell_template.py)
- * loads with ctypes: boxlib_fork makes a box and its kernel for each request.
- * They run sandbox.c's, filter.c's and limits.c's own steps, so a forked
- * kernel's box is the cold one's: one implementation. Not linked into the
- * proxy.
+ * loads with ctypes: boxlib_fork makes a box and its kernel for each request
+ * from the steps below, which run sandbox.c's, filter.c's and limits.c's own
+ * steps, so a forked kernel's box is the cold one's: one implementation. Not
+ * linked into the proxy.
  *
  * The template forks B straight into a new PID namespace (boxlib_newpid
  * before the fork, boxlib_ownpid after), where B is PID 1; B leaves for the
@@ -105,7 +105,7 @@ out:
  * for the box instead of two: an intermediate process would copy, then tear
  * down, the template's page tables, the largest cost of a fork. 0 or -errno.
  */
-int
+static int
 boxlib_newpid(void)
 {
 	return unshare(CLONE_NEWPID) < 0 ? -errno : 0;
@@ -116,7 +116,7 @@ boxlib_newpid(void)
  * namespace again (ownfd: /proc/self/ns/pid, opened at start), so that the
  * next boxlib_newpid can make another one. 0 or -errno.
  */
-int
+static int
 boxlib_ownpid(int ownfd)
 {
 	return setns(ownfd, CLONE_NEWPID) < 0 ? -errno : 0;
@@ -127,7 +127,7 @@ boxlib_ownpid(int ownfd)
  * other namespaces and, with --network none, the proxy's network namespace.
  * 0 or -errno.
  */
-int
+static int
 boxlib_unshare(const char *conf, int netfd)
 {
 	int rc;
@@ -149,7 +149,7 @@ boxlib_unshare(const char *conf, int netfd)
  * copy of them, NUL-separated, becomes those areas (PR_SET_MM_MAP, which
  * needs no capability; the rest of the map is passed on as it is).
  */
-int
+static int
 boxlib_show(const char *args, size_t alen, const char *env, size_t elen)
 {
 	struct prctl_mm_map mm = {.exe_fd = (__u32)-1};
@@ -230,7 +230,7 @@ hello(int sock)
  * proxy's log as 2, its socket as 3, sandcell-init (opened before the mounts
  * could hide it) as 4. 0, or an exit code (sb_init's).
  */
-int
+static int
 boxlib_init(int sock, int errfd)
 {
 	int rc, fd = -1;
@@ -266,7 +266,7 @@ boxlib_init(int sock, int errfd)
 }
 
 /* In the kernel, forked from B: sandbox.c's kernel steps (Python's signals stay). */
-int
+static int
 boxlib_kernel(void)
 {
 	/*
@@ -287,7 +287,7 @@ boxlib_kernel(void)
  * then leaves us non-dumpable, as the uid change did, so the kernel cannot
  * reach into us. Otherwise (not found, or readable) we stay as we are.
  */
-void
+static void
 boxlib_wait(int kid)
 {
 	char num[16], *argv[] = {"sandcell-init", num, NULL}, *envp[] = {NULL};

@@ -103,7 +103,8 @@ scan_range(int pm, const int *ref, int nref, uintptr_t a, uintptr_t b, size_t pa
 /*
  * In the template, before a fork: the list, from its private writable memory
  * without a file (heap, Python's arenas) and the pagemaps of refs, kernels
- * forked from it that have started. The pages listed, or -errno (no list).
+ * forked from it that have started. The pages listed, or -errno: no list
+ * (-ESRCH: no reference could be read).
  */
 long
 boxlib_hot_scan(const int *refs, int nrefs)
@@ -146,13 +147,6 @@ out:
 	while (nref > 0)
 		close(ref[--nref]);
 	return rc < 0 ? rc : (long)hot_pages;
-}
-
-/* Forgets the list (no kernel to compare with). */
-void
-boxlib_hot_clear(void)
-{
-	nhot = hot_pages = 0;
 }
 
 /*

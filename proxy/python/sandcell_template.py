@@ -264,10 +264,9 @@ def hot_pages(lib, hot, uid):
                 refs.append(int(f.read().split()[0]))
         except (OSError, IndexError, ValueError):
             continue
-    if not refs:
-        lib.boxlib_hot_clear()
-        return (now, None, uid)
     n = lib.boxlib_hot_scan((ctypes.c_int * len(refs))(*refs), len(refs))
+    if n == -errno.ESRCH:  # no list: try again with the next request
+        return (now, None, uid)
     if n > 0 and not HOT_SAID:
         HOT_SAID.append(n)
         log("kernels copy %d pages (%d MiB) ahead as they start, in %.1f ms" %

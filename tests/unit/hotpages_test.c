@@ -5,6 +5,7 @@
  * that copies the listed pages and no other.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -16,7 +17,6 @@
 
 long boxlib_hot_scan(const int *refs, int nrefs);
 long boxlib_hot_fill(void);
-void boxlib_hot_clear(void);
 
 #define PAGES 16384 /* 64 MiB: the test process's other pages (ASan's too) stay well under a third */
 #define PG 4096
@@ -37,7 +37,7 @@ setup(void)
 static void
 teardown(void)
 {
-	boxlib_hot_clear();
+	boxlib_hot_scan(NULL, 0); /* no list */
 	munmap(region, (size_t)PAGES * PG);
 }
 
@@ -119,6 +119,26 @@ fill_in_fork(unsigned char *copied, long *filled)
 	waitpid(pid, NULL, 0);
 }
 
+/*
+ * The list made against references that wrote the pages named (one -1-ended
+ * array each), which then end; then a fork's fill: what it reported and which
+ * pages it copied. The scan's result.
+ */
+static long
+scan_then_fill(const int *const *writes, int nrefs, unsigned char *copied, long *filled)
+{
+	pid_t refs[4];
+	long n;
+
+	for (int k = 0; k < nrefs; k++)
+		refs[k] = reference(writes[k]);
+	n = boxlib_hot_scan(refs, nrefs);
+	for (int k = 0; k < nrefs; k++)
+		end(refs[k]);
+	fill_in_fork(copied, filled);
+	return n;
+}
+
 static void
 need_frames(void)
 {
@@ -135,11 +155,8 @@ Test(hotpages, a_fork_copies_the_pages_the_reference_copied_and_no_other)
 	long filled;
 
 	need_frames();
-	pid_t ref = reference(wrote);
-	long n = boxlib_hot_scan(&ref, 1);
-	end(ref);
+	long n = scan_then_fill((const int *const[]){wrote}, 1, copied, &filled);
 	cr_assert_geq(n, 6, "listed %ld pages", n);
-	fill_in_fork(copied, &filled);
 	cr_assert_geq(filled, 6);
 	for (size_t i = 0, k = 0; i < PAGES; i++) {
 		bool listed = (int)i == wrote[k];
@@ -156,12 +173,8 @@ Test(hotpages, with_two_references_only_the_pages_both_copied_are_listed)
 	long filled;
 
 	need_frames();
-	pid_t refs[2] = {reference(a), reference(b)};
-	long n = boxlib_hot_scan(refs, 2);
-	end(refs[0]);
-	end(refs[1]);
+	long n = scan_then_fill((const int *const[]){a, b}, 2, copied, &filled);
 	cr_assert_geq(n, 2);
-	fill_in_fork(copied, &filled);
 	for (size_t i = 0; i < PAGES; i++)
 		cr_expect_eq(copied[i], i == 10 || i == 20, "page %zu: copied %d", i, copied[i]);
 }
@@ -176,11 +189,8 @@ Test(hotpages, a_reference_that_copied_most_pages_gives_no_list)
 	for (int i = 0; i < PAGES; i++)
 		all[i] = i;
 	all[PAGES] = -1;
-	pid_t ref = reference(all);
-	long n = boxlib_hot_scan(&ref, 1);
-	end(ref);
+	long n = scan_then_fill((const int *const[]){all}, 1, copied, &filled);
 	cr_assert_lt(n, 0, "a list of %ld pages, more than a third of ours", n);
-	fill_in_fork(copied, &filled);
 	cr_assert_eq(filled, 0);
 	for (size_t i = 0; i < PAGES; i++)
 		cr_expect_eq(copied[i], 0, "page %zu copied", i);
@@ -191,15 +201,13 @@ Test(hotpages, without_a_reference_there_is_no_list)
 	static const int wrote[] = {3, -1};
 	static unsigned char copied[PAGES];
 	long filled;
-	int gone;
 
 	need_frames();
 	pid_t ref = reference(wrote);
 	cr_assert_gt(boxlib_hot_scan(&ref, 1), 0);
-	end(ref);
-	gone = ref; /* reaped: its pagemap is gone */
-	cr_assert_lt(boxlib_hot_scan(&gone, 1), 0);
-	cr_assert_lt(boxlib_hot_scan(NULL, 0), 0);
+	end(ref); /* reaped: its pagemap is gone */
+	cr_assert_eq(boxlib_hot_scan(&ref, 1), -ESRCH);
+	cr_assert_eq(boxlib_hot_scan(NULL, 0), -ESRCH);
 	fill_in_fork(copied, &filled);
 	cr_assert_eq(filled, 0);
 	cr_expect_eq(copied[3], 0);
