@@ -127,7 +127,7 @@ fill_in_fork(unsigned char *copied, long *filled)
 static long
 scan_then_fill(const int *const *writes, int nrefs, unsigned char *copied, long *filled)
 {
-	pid_t refs[4];
+	pid_t refs[4] = {0};
 	long n;
 
 	for (int k = 0; k < nrefs; k++)
