@@ -66,15 +66,13 @@ struct chan_conn {
 	size_t cn_start, cn_end;
 	nng_msg *cn_big;     /* a frame bigger than cn_buf, received into its own */
 	size_t cn_big_got;
+	bool cn_drained;     /* the loop's last direct read emptied the socket */
 };
 
 static void
 chan_wake(struct chan *ch)
 {
-	uint64_t one = 1;
-
-	if (write(ch->ch_in.mr_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		log_warn("%s: eventfd: %s", ch->ch_url, strerror(errno));
+	mrecv_wake(&ch->ch_in);
 }
 
 /* On any thread: the connection is done; the loop drops it. */
@@ -198,8 +196,8 @@ chan_tx(struct chan_conn *cn)
 		nng_stream_send(cn->cn_s, cn->cn_tx);
 }
 
-/* The next receive of aio: into a big frame's rest, or cn_buf's room. */
-static void
+/* The next receive of aio: into a big frame's rest, or cn_buf's room; its size. */
+static size_t
 chan_rx_iov(struct chan_conn *cn, nng_aio *aio)
 {
 	nng_iov iov;
@@ -210,6 +208,7 @@ chan_rx_iov(struct chan_conn *cn, nng_aio *aio)
 	else
 		iov = (nng_iov){cn->cn_buf + cn->cn_end, CHAN_BUF - cn->cn_end};
 	nng_aio_set_iov(aio, 1, &iov);
+	return iov.iov_len;
 }
 
 static void
@@ -332,21 +331,30 @@ chan_rx_cb(void *arg)
 /*
  * On the loop, a direct connection: receives what its socket holds, in
  * place. Returns false when the socket had nothing (nothing was done).
+ * After a read that got less than it asked for, the socket was empty: the
+ * next call says so without a poll(2) (bytes that came since keep the
+ * socket readable in ch_fd, which wakes the loop again).
  */
 static bool
 chan_rx_direct(struct chan_conn *cn)
 {
 	struct pollfd p = {.fd = cn->cn_fd, .events = POLLIN};
+	size_t want;
 	int e;
 
+	if (cn->cn_drained) {
+		cn->cn_drained = false;
+		return false;
+	}
 	if (poll(&p, 1, 0) != 1)
 		return false;
-	chan_rx_iov(cn, cn->cn_rxi);
+	want = chan_rx_iov(cn, cn->cn_rxi);
 	nng_stream_recv(cn->cn_s, cn->cn_rxi); /* readable: it reads now */
 	nng_aio_cancel(cn->cn_rxi);
 	nng_aio_wait(cn->cn_rxi);
 	if ((e = nng_aio_result(cn->cn_rxi)) == NNG_ECANCELED)
 		return false; /* nothing after all (a wake with no bytes) */
+	cn->cn_drained = !e && nng_aio_count(cn->cn_rxi) < want;
 	chan_rx_got(cn, e, nng_aio_count(cn->cn_rxi));
 	return true;
 }

@@ -618,6 +618,27 @@ msg_recv(nng_socket s, struct msg *m, int flags)
 	return e;
 }
 
+/* Under mr_mu: mr_fd is readable exactly while mr_woken is set. */
+static void
+mrecv_wake_locked(struct mrecv *r)
+{
+	uint64_t one = 1;
+
+	if (r->mr_woken)
+		return;
+	r->mr_woken = true;
+	if (write(r->mr_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		log_warn("eventfd: %s", strerror(errno));
+}
+
+void
+mrecv_wake(struct mrecv *r)
+{
+	pthread_mutex_lock(&r->mr_mu);
+	mrecv_wake_locked(r);
+	pthread_mutex_unlock(&r->mr_mu);
+}
+
 void
 mrecv_put(struct mrecv *r, nng_msg *nm, bool wake)
 {
@@ -627,13 +648,9 @@ mrecv_put(struct mrecv *r, nng_msg *nm, bool wake)
 		r->mr_q = xrealloc(r->mr_q, r->mr_cap * sizeof(*r->mr_q));
 	}
 	r->mr_q[r->mr_n++] = nm;
-	wake = wake && r->mr_n == 1;
+	if (wake)
+		mrecv_wake_locked(r);
 	pthread_mutex_unlock(&r->mr_mu);
-	if (wake) {
-		uint64_t one = 1;
-		if (write(r->mr_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-			log_warn("eventfd: %s", strerror(errno));
-	}
 }
 
 /* Set in one step with the count: mrecv_take resumes only what did pause. */
@@ -730,11 +747,18 @@ mrecv_next(struct mrecv *r, struct msg *m)
 	int e;
 
 	if (r->mr_bat == r->mr_bn && !mrecv_take(r)) {
-		uint64_t v;
 		/* cleared, then looked at again: a message that came between the
-		 * two has written the eventfd after this read, or is taken now */
-		if (read(r->mr_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-			log_warn("eventfd: %s", strerror(errno));
+		 * two has written the eventfd after this read, or is taken now.
+		 * Read only when written: a loop that receives in place (a direct
+		 * chan) finds it unwritten, and saves the syscall. */
+		pthread_mutex_lock(&r->mr_mu);
+		if (r->mr_woken) {
+			uint64_t v;
+			r->mr_woken = false;
+			if (read(r->mr_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+				log_warn("eventfd: %s", strerror(errno));
+		}
+		pthread_mutex_unlock(&r->mr_mu);
 		if (!mrecv_take(r))
 			return NNG_EAGAIN;
 	}

@@ -188,6 +188,7 @@ struct mrecv {
 	void *mr_resume_arg;
 	int mr_fd; /* eventfd, for the loop's epoll */
 	pthread_mutex_t mr_mu;
+	bool mr_woken; /* mr_fd was written and not read since: guarded by mr_mu */
 	nng_msg **mr_q; /* what the callback received: guarded by mr_mu */
 	size_t mr_n, mr_cap;
 	bool mr_paused; /* MRECV_MAX wait: receiving resumes when the loop takes them */
@@ -199,6 +200,8 @@ int mrecv_init(struct mrecv *r, void (*resume)(void *), void *arg);
 /* On the receiving thread: queue nm, wake the loop if it was idle (and wake:
  * false when the receiver is the loop itself, which takes it next). */
 void mrecv_put(struct mrecv *r, nng_msg *nm, bool wake);
+/* On any thread: the loop comes to mrecv_next (once, however many wakes). */
+void mrecv_wake(struct mrecv *r);
 /* After a receive's puts: true when the loop fell behind; the receiver then
  * stops, and r's resume hook starts it again once the loop has taken them. */
 bool mrecv_full(struct mrecv *r);

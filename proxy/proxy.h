@@ -115,6 +115,7 @@ struct zmtp {
 	struct wire_frame z_frames[ZMTP_MAX_FRAMES];
 	uint64_t z_skip;     /* bytes of a dropped frame still to pass */
 	bool z_skipping, z_skip_more, z_dropping, z_quiet, z_have;
+	bool z_drained;      /* the last read got less than it asked: the socket was empty */
 };
 
 struct proxy {

@@ -234,6 +234,7 @@ connect_now(struct zmtp *z)
 	if (ss.ss_family == AF_INET)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	z->z_fd = fd;
+	z->z_drained = false;
 	z->z_conns++;
 	buf_reset(&z->z_out);
 	if (handshake(z, &z->z_out) < 0) {
@@ -564,14 +565,24 @@ zmtp_recv(struct zmtp *z, const struct wire_frame **f, size_t *n)
 			need = GREETING;
 		if (z->z_fd < 0)
 			return -EAGAIN;
+		/* A read that got less than it asked for emptied the socket: the
+		 * next one would find nothing (EAGAIN), so it is not made. Bytes
+		 * that came since keep the socket readable for the loop's epoll,
+		 * and every loop reads each socket it woke for again (the flag
+		 * lasts only until the call that skips the read). */
+		if (z->z_drained) {
+			z->z_drained = false;
+			return -EAGAIN;
+		}
 		if (buf_room(&z->z_in, need > READ_MIN ? need : READ_MIN) < 0) {
 			lost(z, "out of memory");
 			return -EAGAIN;
 		}
-		r = recv(z->z_fd, z->z_in.zb_data + z->z_in.zb_len, z->z_in.zb_cap - z->z_in.zb_len,
-			 MSG_DONTWAIT);
+		size_t want = z->z_in.zb_cap - z->z_in.zb_len;
+		r = recv(z->z_fd, z->z_in.zb_data + z->z_in.zb_len, want, MSG_DONTWAIT);
 		if (r > 0) {
 			z->z_in.zb_len += r;
+			z->z_drained = (size_t)r < want;
 			continue;
 		}
 		if (r < 0 && errno == EINTR)
