@@ -36,6 +36,7 @@
  * client costs. */
 #define HTTP_CONN_MEMORY (12u << 10)
 #define TICK_MS 250
+#define MHD_PASSES 4 /* MHD_run again at most this often per wake when it has more to do */
 #define POOL_BACKOFF_MS 10000 /* no pool refill after a warm kernel failed to start */
 #define POOL_YIELD_MS 5000    /* ... nor while a context a client asked for starts (pool_yield) */
 #define MAX_LANG 64
@@ -88,9 +89,10 @@ struct stream {
 	struct MHD_Connection *st_conn;
 	struct buf st_buf;
 	struct evsrc st_ev;
-	int st_fd;            /* the client's socket, watched while suspended */
+	int st_fd;            /* the client's socket, watched while suspended past its park */
 	bool st_final;        /* the proxy ended the stream */
 	bool st_suspended;
+	bool st_watched;      /* st_fd is in the loop's epoll set (watch_hangup) */
 	bool st_gone;         /* the client went away */
 	bool st_halfclosed;   /* the client shut its write side: maybe still reading */
 	bool st_cancel_sent;

@@ -83,8 +83,18 @@ static struct MHD_Response *stream_whole(struct stream *s);
 static void
 watch_hangup(struct stream *s)
 {
-	if (s->st_fd >= 0)
-		server_watch(s->st_fd, s->st_halfclosed ? 0 : EPOLLRDHUP, &s->st_ev);
+	if (s->st_fd < 0)
+		return;
+	server_watch(s->st_fd, s->st_halfclosed ? 0 : EPOLLRDHUP, &s->st_ev);
+	s->st_watched = true;
+}
+
+static void
+unwatch_hangup(struct stream *s)
+{
+	if (s->st_watched)
+		server_unwatch(s->st_fd);
+	s->st_watched = false;
 }
 
 /*
@@ -98,7 +108,7 @@ unwatch(struct stream *s)
 {
 	if (!s->st_suspended)
 		return;
-	server_unwatch(s->st_fd);
+	unwatch_hangup(s);
 	s->st_suspended = false;
 	if (s->st_rq) {
 		struct request *rq = s->st_rq;
@@ -129,8 +139,13 @@ stream_park(struct stream *s, struct request *rq)
 	s->st_park_until = now_ms() + PARK_MS;
 	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_parked, s, st_park_link);
 	http_suspend(rq);
+	/* Not watched for a hangup while parked: most executions end within
+	 * PARK_MS, and their client's socket is then never added to the epoll
+	 * set and taken out again (two syscalls per request). A client gone
+	 * meanwhile is found when the park ends, at most PARK_MS later: the
+	 * streamed response's first wait watches its socket, whose hangup is
+	 * then reported at once. */
 	s->st_suspended = true;
-	watch_hangup(s);
 }
 
 /*
@@ -528,7 +543,7 @@ void
 stream_closed(struct stream *s)
 {
 	if (s->st_suspended) {
-		server_unwatch(s->st_fd);
+		unwatch_hangup(s);
 		s->st_suspended = false;
 	}
 	if (!s->st_final) {
