@@ -149,4 +149,7 @@ link_recv(struct context *c)
 		}
 		msg_free(&m);
 	}
+	/* more than a turn's share: the rest comes at the next turn, after the
+	 * other contexts' (the socket may be empty, all of it read) */
+	chan_wake(&pl->pl_chan);
 }

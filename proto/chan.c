@@ -69,7 +69,7 @@ struct chan_conn {
 	bool cn_drained;     /* the loop's last direct read emptied the socket */
 };
 
-static void
+void
 chan_wake(struct chan *ch)
 {
 	mrecv_wake(&ch->ch_in);

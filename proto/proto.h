@@ -245,6 +245,10 @@ int chan_listen(struct chan *ch, const char *url); /* 0 or an nng error */
 int chan_dial(struct chan *ch, const char *url);
 /* On the loop: 0 (CHAN_MSG) with *m, another chan_ev, or a PROTO_ error (a bad frame, dropped). */
 int chan_next(struct chan *ch, struct msg *m);
+/* On any thread: ch_fd is readable until the loop's next chan_next. A loop
+ * that stops taking before CHAN_EMPTY calls it: messages already read from
+ * the socket wait in ch->ch_in, which nothing else would wake it for. */
+void chan_wake(struct chan *ch);
 /* Queues m; order is kept, nothing blocks. No peer: the listener drops it, the dialer keeps it. */
 int chan_send(struct chan *ch, const struct msg *m);
 bool chan_up(struct chan *ch);

@@ -268,6 +268,41 @@ Test(chan, after_a_direct_read_that_emptied_the_socket_the_next_call_reads_nothi
 	chan_close(&l);
 }
 
+/*
+ * One read brings many messages; a loop that takes only part of them (the
+ * broker's turn for one context) leaves the rest queued with the socket
+ * empty, so nothing would wake it for them: chan_wake does.
+ */
+Test(chan, a_loop_that_stops_taking_is_woken_for_the_rest_by_chan_wake)
+{
+	struct chan l, d;
+	struct msg m;
+	const int n = 100; /* few enough for the socket to hold them all unread */
+
+	cr_assert_eq(chan_listen(&l, url), 0);
+	cr_assert_eq(chan_dial(&d, url), 0);
+	send_cancel(&d, 0);
+	cr_assert_eq(next_of(&l, &m), CHAN_UP);
+	cr_assert_eq(next_of(&d, &m), CHAN_UP);
+	expect_cancel(&l, 0);
+	cr_assert(direct_within(&l));
+	for (int i = 1; i <= n; i++)
+		send_cancel(&d, i);
+	chan_flush(&d, 5000);
+	struct pollfd p = {.fd = l.ch_fd, .events = POLLIN};
+	cr_assert_eq(poll(&p, 1, 5000), 1);
+	for (int i = 1; i <= 10; i++) /* one read took them all; ten are taken */
+		expect_cancel(&l, i);
+	cr_assert_eq(poll(&p, 1, 0), 0, "the rest wait, and the socket is empty");
+	chan_wake(&l);
+	cr_assert_eq(poll(&p, 1, 0), 1, "chan_wake makes the loop come back");
+	for (int i = 11; i <= n; i++)
+		expect_cancel(&l, i);
+	expect_idle(&l);
+	chan_close(&d);
+	chan_close(&l);
+}
+
 /* An older broker or proxy had a pair0 socket: the wire is the same. */
 Test(chan, speaks_to_a_pair0_socket_either_way)
 {
