@@ -258,7 +258,8 @@ Test(chan, after_a_direct_read_that_emptied_the_socket_the_next_call_reads_nothi
 	send_cancel(&d, 3);
 	struct pollfd p = {.fd = l.ch_fd, .events = POLLIN};
 	cr_assert_eq(poll(&p, 1, 5000), 1, "the third message is in the socket");
-	cr_assert_eq(chan_next(&l, &m), CHAN_EMPTY, "no read right after one that emptied it");
+	cr_assert_eq(chan_next(&l, &m), CHAN_EMPTY,
+	             "no read right after one that emptied it");
 	cr_assert_eq(chan_next(&l, &m), CHAN_MSG, "the next call reads it");
 	cr_assert_eq(m.m_type, MSG_CANCEL);
 	cr_assert_eq(m.m_stream, 3);
