@@ -717,7 +717,12 @@ mrecv_open(struct mrecv *r, nng_socket s)
 	return 0;
 }
 
-/* Moves what the callback received to the loop's batch; the number moved. */
+/*
+ * Moves what the callback received to the loop's batch; the number moved.
+ * The eventfd is cleared in the same step, and only when it was written (a
+ * chan received on the loop never writes it): what is put after this takes
+ * writes it again, so no wake is lost and none is left over.
+ */
 static size_t
 mrecv_take(struct mrecv *r)
 {
@@ -726,6 +731,12 @@ mrecv_take(struct mrecv *r)
 	bool resume;
 
 	pthread_mutex_lock(&r->mr_mu);
+	if (r->mr_woken) {
+		uint64_t v;
+		r->mr_woken = false;
+		if (read(r->mr_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+			log_warn("eventfd: %s", strerror(errno));
+	}
 	q = r->mr_q, cap = r->mr_cap;
 	r->mr_q = r->mr_batch, r->mr_cap = r->mr_bcap;
 	r->mr_batch = q, r->mr_bcap = cap;
@@ -746,22 +757,8 @@ mrecv_next(struct mrecv *r, struct msg *m)
 	nng_msg *nm;
 	int e;
 
-	if (r->mr_bat == r->mr_bn && !mrecv_take(r)) {
-		/* cleared, then looked at again: a message that came between the
-		 * two has written the eventfd after this read, or is taken now.
-		 * Read only when written: a loop that receives in place (a direct
-		 * chan) finds it unwritten, and saves the syscall. */
-		pthread_mutex_lock(&r->mr_mu);
-		if (r->mr_woken) {
-			uint64_t v;
-			r->mr_woken = false;
-			if (read(r->mr_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-				log_warn("eventfd: %s", strerror(errno));
-		}
-		pthread_mutex_unlock(&r->mr_mu);
-		if (!mrecv_take(r))
-			return NNG_EAGAIN;
-	}
+	if (r->mr_bat == r->mr_bn && !mrecv_take(r))
+		return NNG_EAGAIN;
 	nm = r->mr_batch[r->mr_bat++];
 	e = msg_decode(nng_msg_body(nm), nng_msg_len(nm), m);
 	nng_msg_free(nm);

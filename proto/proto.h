@@ -175,10 +175,12 @@ int msg_recv(nng_socket s, struct msg *m, int flags);
 
 /*
  * Incoming messages, taken by an nng aio callback (on nng's thread) and
- * handed to a loop through an eventfd, readable while messages wait: no
- * pollable pipe, no aio made and freed per message, no receive that finds
- * nothing. mrecv_open feeds it from a socket; a chan feeds it from its stream
- * (mrecv_init, mrecv_put).
+ * handed to a loop through an eventfd, readable from a put (or mrecv_wake)
+ * until the loop's next take of the queue: no pollable pipe, no aio made and
+ * freed per message, no receive that finds nothing. A loop that stops taking
+ * before NNG_EAGAIN calls mrecv_wake to come back for the rest. mrecv_open
+ * feeds it from a socket; a chan feeds it from its stream (mrecv_init,
+ * mrecv_put).
  */
 #define MRECV_MAX 1024
 struct mrecv {
@@ -246,8 +248,8 @@ int chan_dial(struct chan *ch, const char *url);
 /* On the loop: 0 (CHAN_MSG) with *m, another chan_ev, or a PROTO_ error (a bad frame, dropped). */
 int chan_next(struct chan *ch, struct msg *m);
 /* On any thread: ch_fd is readable until the loop's next chan_next. A loop
- * that stops taking before CHAN_EMPTY calls it: messages already read from
- * the socket wait in ch->ch_in, which nothing else would wake it for. */
+ * that stops taking before CHAN_EMPTY calls it: messages already read wait
+ * in ch->ch_in, which nothing else would wake it for. */
 void chan_wake(struct chan *ch);
 /* Queues m; order is kept, nothing blocks. No peer: the listener drops it, the dialer keeps it. */
 int chan_send(struct chan *ch, const struct msg *m);
