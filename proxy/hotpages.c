@@ -111,8 +111,8 @@ boxlib_hot_scan(const int *refs, int nrefs)
 {
 	size_t pagesz = (size_t)sysconf(_SC_PAGESIZE), present = 0;
 	char line[512], path[64];
-	FILE *maps = fopen("/proc/self/maps", "re");
-	int pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC), ref[HOT_REFS], nref = 0;
+	FILE *maps = NULL;
+	int pm = -1, ref[HOT_REFS], nref = 0;
 	int rc = 0;
 
 	nhot = hot_pages = 0;
@@ -121,8 +121,11 @@ boxlib_hot_scan(const int *refs, int nrefs)
 		if ((ref[nref] = open(path, O_RDONLY | O_CLOEXEC)) >= 0)
 			nref++;
 	}
-	if (!maps || pm < 0 || !nref) {
-		rc = !nref ? -ESRCH : -errno;
+	if (!nref)
+		return -ESRCH; /* our own maps are not read for nothing */
+	if (!(maps = fopen("/proc/self/maps", "re")) ||
+	    (pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC)) < 0) {
+		rc = -errno;
 		goto out;
 	}
 	while (rc == 0 && fgets(line, sizeof(line), maps)) {

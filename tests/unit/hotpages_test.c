@@ -130,6 +130,7 @@ scan_then_fill(const int *const *writes, int nrefs, unsigned char *copied, long 
 	pid_t refs[4] = {0};
 	long n;
 
+	cr_assert_leq(nrefs, 4);
 	for (int k = 0; k < nrefs; k++)
 		refs[k] = reference(writes[k]);
 	n = boxlib_hot_scan(refs, nrefs);
