@@ -38,6 +38,16 @@ long boxlib_hot_fill(void); /* hotpages.c */
 /* The box of this fork: one per process (each request is a fork of its own). */
 static struct proxy bx = {.px_sb_initfd = -1};
 
+/*
+ * The seccomp filter, the same for every box: compiled once in the template
+ * (boxlib_template), inherited by each fork. Compiled in B, libseccomp's
+ * ~1300 allocations took chunks from the template's free lists all over its
+ * heap, and each page they wrote was a copy-on-write fault (~750 per box).
+ * Its -errno until then, or when it could not be compiled.
+ */
+static struct sock_fprog filter = {0};
+static int filter_rc = -EAGAIN;
+
 static int
 strv(json_t *a, char **out, int max)
 {
@@ -93,7 +103,8 @@ parse(const char *conf)
 			goto out;
 		bx.px_kgroups[bx.px_kngroups++] = json_integer_value(g);
 	}
-	rc = filter_build(&bx);
+	if ((rc = filter_rc) == 0)
+		bx.px_sb_prog = filter;
 out:
 	json_decref(o);
 	return rc;
@@ -367,14 +378,23 @@ boxlib_fork(int ownpid, const char *conf, int netfd, const char *args, size_t al
 }
 
 /*
- * The template itself: orphaned inits come back to it, to be reaped. It also
- * finds sandcell-init, beside this library (build tree and install alike).
+ * The template itself: orphaned inits come back to it, to be reaped. It
+ * compiles the boxes' seccomp filter, and finds sandcell-init, beside this
+ * library (build tree and install alike).
  */
 int
 boxlib_template(void)
 {
+	struct proxy built = {0};
 	Dl_info di;
 	struct stat st;
+
+	if ((filter_rc = filter_build(&built)) == 0)
+		filter = built.px_sb_prog;
+	else
+		fprintf(stderr, "sandcell-template[%d] warn: seccomp filter: %s: boxes cannot "
+				"be made here, kernels start cold\n",
+			(int)getpid(), strerror(-filter_rc));
 
 	if (dladdr((void *)boxlib_template, &di) && di.dli_fname && strrchr(di.dli_fname, '/')) {
 		const char *slash = strrchr(di.dli_fname, '/');

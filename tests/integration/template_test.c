@@ -237,6 +237,14 @@ Test(template, a_forked_kernel_is_fresh_and_boxed, .timeout = 180)
 	cr_assert_str_eq(out, want);
 	free(out);
 	json_decref(j);
+	/* the filter is the cold box's (compiled once in the template): clone3 and
+	 * unshare(0), which succeeds unfiltered, are refused */
+	out = run_stdout(URL, a, "import ctypes, errno\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+			     "r = libc.syscall(435, 0, 0)\ne = ctypes.get_errno()\n"
+			     "print(r, errno.errorcode[e], libc.unshare(0), "
+			     "errno.errorcode[ctypes.get_errno()])");
+	cr_assert_str_eq(out, "-1 ENOSYS -1 EPERM\n", "%s", out);
+	free(out);
 
 	/* the cold start's env: the broker's --env, its own HOME, not the template's */
 	out = run_stdout(URL, a, "import os, sys\n"
