@@ -42,7 +42,7 @@ static struct proxy bx = {.px_sb_initfd = -1};
  * The seccomp filter, the same for every box: compiled once in the template
  * (boxlib_template), inherited by each fork. Compiled in B, libseccomp's
  * ~1300 allocations took chunks from the template's free lists all over its
- * heap, and each page they wrote was a copy-on-write fault (~750 per box).
+ * heap, and each page they wrote was a copy-on-write fault (~660 per box).
  * Its -errno until then, or when it could not be compiled.
  */
 static struct sock_fprog filter = {0};
