@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,8 +28,10 @@ supervise_spawn(struct context *c)
 	char wait[24];
 	uint64_t wait_ms;
 	int n = 0;
+	posix_spawnattr_t at;
 	sigset_t none;
 	pid_t pid;
+	int e;
 
 	argv[n++] = sv.sv_cf.cf_proxy_bin;
 	argv[n++] = "--run-dir";
@@ -94,17 +97,24 @@ supervise_spawn(struct context *c)
 		argv[n++] = sv.sv_cf.cf_heartbeat_timeout;
 	}
 	argv[n] = NULL;
+	/*
+	 * A spawn, not a fork: a fork of this process (its heap, nng's threads)
+	 * copies its page tables, write-protects every page of every thread (a
+	 * TLB shootdown on each CPU they ran on) and then each first write of
+	 * any thread is a fault, until the child's exec tears its copy down. Its
+	 * own session: a terminal's Ctrl-C reaches the broker, which stops us.
+	 */
 	sigemptyset(&none);
-	if ((pid = fork()) < 0) {
-		log_err("context %s: fork: %s", c->c_id, strerror(errno));
-		return -errno;
+	if ((e = posix_spawnattr_init(&at)) == 0) {
+		posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK);
+		posix_spawnattr_setsigmask(&at, &none);
+		e = posix_spawn(&pid, sv.sv_cf.cf_proxy_bin, NULL, &at, (char *const *)argv,
+				environ);
+		posix_spawnattr_destroy(&at);
 	}
-	if (pid == 0) {
-		/* own session: a terminal's Ctrl-C reaches the broker, which stops us */
-		setsid();
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		execv(sv.sv_cf.cf_proxy_bin, (char *const *)argv);
-		_exit(127);
+	if (e) {
+		log_err("context %s: start %s: %s", c->c_id, sv.sv_cf.cf_proxy_bin, strerror(e));
+		return -e;
 	}
 	c->c_pl->pl_pid = pid;
 	c->c_pl->pl_child = true;
