@@ -597,7 +597,10 @@ machine_busy_ms(void)
 	return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) * 1000.0 / sysconf(_SC_CLK_TCK);
 }
 
-/* One look at our processes (us and our descendants): each one's own CPU so far. */
+/*
+ * One look at our processes (us and our descendants): each one's own CPU so
+ * far. One thread at a time: the sampler, or watch_start/watch_end around it.
+ */
 static void
 watch_scan(bool first)
 {
