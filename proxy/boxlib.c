@@ -39,13 +39,12 @@ long boxlib_hot_fill(void); /* hotpages.c */
 static struct proxy bx = {.px_sb_initfd = -1};
 
 /*
- * The seccomp filter, the same for every box: compiled once in the template
- * (boxlib_template), inherited by each fork. Compiled in B, libseccomp's
- * ~1300 allocations took chunks from the template's free lists all over its
- * heap, and each page they wrote was a copy-on-write fault (~660 per box).
- * Its -errno until then, or when it could not be compiled.
+ * The seccomp filter (bx.px_sb_prog), the same for every box: compiled once
+ * in the template (boxlib_template), inherited by each fork. Compiled in B,
+ * libseccomp's ~1300 allocations took chunks from the template's free lists
+ * all over its heap, and each page they wrote was a copy-on-write fault
+ * (~660 per box). Its -errno until then, or when it could not be compiled.
  */
-static struct sock_fprog filter = {0};
 static int filter_rc = -EAGAIN;
 
 static int
@@ -103,8 +102,7 @@ parse(const char *conf)
 			goto out;
 		bx.px_kgroups[bx.px_kngroups++] = json_integer_value(g);
 	}
-	if ((rc = filter_rc) == 0)
-		bx.px_sb_prog = filter;
+	rc = filter_rc;
 out:
 	json_decref(o);
 	return rc;
@@ -385,13 +383,10 @@ boxlib_fork(int ownpid, const char *conf, int netfd, const char *args, size_t al
 int
 boxlib_template(void)
 {
-	struct proxy built = {0};
 	Dl_info di;
 	struct stat st;
 
-	if ((filter_rc = filter_build(&built)) == 0)
-		filter = built.px_sb_prog;
-	else
+	if ((filter_rc = filter_build(&bx)) < 0)
 		fprintf(stderr, "sandcell-template[%d] warn: seccomp filter: %s: boxes cannot "
 				"be made here, kernels start cold\n",
 			(int)getpid(), strerror(-filter_rc));
