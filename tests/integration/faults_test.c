@@ -138,23 +138,6 @@ Test(faults, queued_units_fail_with_the_kernel, .timeout = 60)
 	free(id);
 }
 
-/* The session a process leads or belongs to (stat's field 6), or -1. */
-static pid_t
-session_of(pid_t pid)
-{
-	char path[64], buf[512], *p;
-	long sid = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if (!(f = fopen(path, "re")))
-		return -1;
-	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')))
-		sscanf(p + 2, "%*c %*d %*d %ld", &sid);
-	fclose(f);
-	return (pid_t)sid;
-}
-
 Test(faults, proxy_killed_while_another_context_streams, .timeout = 90)
 {
 	char *victim = context_new(URL, "python", NULL), *other = context_new(URL, "python", NULL);
@@ -169,7 +152,7 @@ Test(faults, proxy_killed_while_another_context_streams, .timeout = 90)
 	pid_t ppid = context_pid(URL, victim, "proxy_pid");
 	cr_assert(ppid > 0);
 	/* its own session: a terminal's Ctrl-C reaches the broker alone */
-	cr_assert_eq(session_of(ppid), ppid);
+	cr_assert_eq(proc_stat_field(ppid, 6), ppid); /* session */
 	bg_start(&v);
 	bg_start(&o);
 	cr_assert_eq(bg_wait_stdout(&v, 10000), 0, "the victim's code never started");
@@ -201,7 +184,7 @@ Test(faults, proxy_killed_while_another_context_streams, .timeout = 90)
 	json_decref(l);
 	pid_t respawned = context_pid(URL, victim, "proxy_pid");
 	cr_assert_neq(respawned, ppid);
-	cr_assert_eq(session_of(respawned), respawned);
+	cr_assert_eq(proc_stat_field(respawned, 6), respawned);
 	free(victim);
 	free(other);
 }

@@ -1015,11 +1015,11 @@ wait_pool_ready(const char *run_dir, int min, long timeout_ms)
 	return wait_until(pool_ready, &pc, timeout_ms);
 }
 
-double
-proc_started_s(pid_t pid)
+long long
+proc_stat_field(pid_t pid, int field)
 {
 	char path[64], buf[2048], *p;
-	unsigned long long start = 0;
+	long long v = -1;
 	FILE *f;
 	size_t n;
 
@@ -1029,14 +1029,22 @@ proc_started_s(pid_t pid)
 	n = fread(buf, 1, sizeof(buf) - 1, f);
 	fclose(f);
 	buf[n] = '\0';
-	/* field 22, counted after the command name's closing parenthesis */
-	if (!(p = strrchr(buf, ')')))
+	/* counted after the command name's closing parenthesis (field 2) */
+	if (field < 4 || !(p = strrchr(buf, ')')))
 		return -1;
-	for (int field = 2; field < 22 && p; field++)
+	for (int i = 2; i < field && p; i++)
 		p = strchr(p + 1, ' ');
-	if (!p || sscanf(p + 1, "%llu", &start) != 1)
+	if (!p || sscanf(p + 1, "%lld", &v) != 1)
 		return -1;
-	return (double)start / sysconf(_SC_CLK_TCK);
+	return v;
+}
+
+double
+proc_started_s(pid_t pid)
+{
+	long long start = proc_stat_field(pid, 22);
+
+	return start < 0 ? -1 : (double)start / sysconf(_SC_CLK_TCK);
 }
 
 double
