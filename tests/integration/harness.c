@@ -545,6 +545,8 @@ broker_start(struct broker *b, const char *const *extra)
 	return broker_start_as(b, 0, extra);
 }
 
+bool (*harness_log_name)(char *path, size_t len);
+
 /* A broker not started yet: its port (0: a free one), URL, run dir and log. */
 static int
 broker_prepare(struct broker *b, int port)
@@ -555,7 +557,9 @@ broker_prepare(struct broker *b, int port)
 	snprintf(b->b_run_dir, sizeof(b->b_run_dir), "/tmp/sandcell-test.XXXXXX");
 	if (!mkdtemp(b->b_run_dir))
 		return -1;
-	snprintf(b->b_log, sizeof(b->b_log), "%s.log", b->b_run_dir);
+	b->b_test_log = harness_log_name && harness_log_name(b->b_log, sizeof(b->b_log));
+	if (!b->b_test_log)
+		snprintf(b->b_log, sizeof(b->b_log), "%s.log", b->b_run_dir);
 	return 0;
 }
 
@@ -757,7 +761,7 @@ broker_stop(struct broker *b)
 		if (sanitizer_reports(b->b_log)) {
 			fprintf(stderr, "sanitizer reports: the whole log is %s\n", b->b_log);
 			rc = -1;
-		} else if (!getenv("SANDCELL_KEEP_LOGS")) {
+		} else if (!getenv("SANDCELL_KEEP_LOGS") && !b->b_test_log) {
 			unlink(b->b_log);
 		}
 	}

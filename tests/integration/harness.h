@@ -20,6 +20,7 @@ struct broker {
 	char b_url[64];
 	char b_run_dir[128];
 	char b_log[160];
+	bool b_test_log; /* named for its test (harness_log_name): the runner keeps or removes it */
 	uid_t b_uid; /* runs as this uid (and gid), not ours; 0: ours */
 	int b_exit; /* its exit status if it exited at start-up, else -1 */
 	int b_listen_fd; /* > 0: passed at each (re)start as systemd passes a socket */
@@ -51,6 +52,13 @@ extern const char *const harness_broker_args[];
 #define HARNESS_SHARED_BROKER(...)                                                       \
 	const char *const harness_broker_args[] = {__VA_ARGS__, NULL}
 
+/*
+ * Where a broker started in a test's worker writes its log, named for that
+ * test (hooks.c), so that the runner can show a failed test's broker logs
+ * once every test has run; false (or NULL, outside criterion): beside its
+ * run dir, removed by broker_stop.
+ */
+extern bool (*harness_log_name)(char *path, size_t len);
 
 struct resp {
 	long r_status;

@@ -1,12 +1,15 @@
 /*
  * hooks.c — the shared broker of an integration test binary, started in
- * criterion's runner before all tests and stopped after them.
+ * criterion's runner before all tests and stopped after them; and the logs
+ * of the brokers a test starts itself, shown when that test failed.
  */
 #include <criterion/criterion.h>
 #include <criterion/hooks.h>
 #include <curl/curl.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -14,13 +17,97 @@
  * its address through the environment (criterion re-executes each test). */
 static struct broker shared;
 
+/*
+ * A test's own brokers log into the runner's directory of logs (made before
+ * all tests, named in SANDCELL_TEST_LOGS), as SUITE.TEST.PID.N.log: each
+ * test runs in a worker process of its own, which criterion's runner cannot
+ * see into, and which a timeout kills before its fixtures' end.
+ */
+static bool
+test_log_name(char *path, size_t len)
+{
+	static int n;
+	const char *dir = getenv("SANDCELL_TEST_LOGS");
+	const struct criterion_test *t = criterion_current_test;
+
+	if (!dir || !t)
+		return false; /* the runner's own: the shared broker */
+	return snprintf(path, len, "%s/%s.%s.%d.%d.log", dir, t->category, t->name,
+			(int)getpid(), n++) < (int)len;
+}
+
+__attribute__((constructor)) static void
+hooks_init(void)
+{
+	harness_log_name = test_log_name;
+}
+
+static void
+show_tail(const char *what, const char *path, int lines)
+{
+	char cmd[700];
+
+	fprintf(stderr, "== %s: the last lines of its log (%s):\n", what, path);
+	snprintf(cmd, sizeof(cmd), "tail -n %d '%s' >&2", lines, path);
+	if (system(cmd) != 0)
+		fprintf(stderr, "(could not show it)\n");
+}
+
+/* Shows the end of each log of a failed test; true when it had any. */
+static bool
+show_test_logs(const char *dir, const struct criterion_test *t)
+{
+	char pattern[512];
+	glob_t g;
+	bool any;
+
+	snprintf(pattern, sizeof(pattern), "%s/%s.%s.*.log", dir, t->category, t->name);
+	if (glob(pattern, 0, NULL, &g) != 0)
+		return false;
+	any = g.gl_pathc > 0;
+	for (size_t i = 0; i < g.gl_pathc; i++) {
+		char what[300];
+		snprintf(what, sizeof(what), "%s::%s failed, a broker it started", t->category,
+			 t->name);
+		show_tail(what, g.gl_pathv[i], 80);
+	}
+	globfree(&g);
+	return any;
+}
+
+/* After all tests: a failed test's logs are shown and kept, the others removed. */
+static void
+test_logs_end(struct criterion_global_stats *st)
+{
+	const char *dir = getenv("SANDCELL_TEST_LOGS");
+	bool kept = getenv("SANDCELL_KEEP_LOGS") != NULL;
+	char cmd[300];
+
+	if (!dir)
+		return;
+	for (struct criterion_suite_stats *s = st->suites; s; s = s->next)
+		for (struct criterion_test_stats *t = s->tests; t; t = t->next)
+			if (t->test_status == CR_STATUS_FAILED || t->crashed || t->timed_out)
+				kept |= show_test_logs(dir, t->test);
+	if (kept) {
+		fprintf(stderr, "== the test brokers' logs are kept in %s\n", dir);
+		return;
+	}
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", dir);
+}
+
 ReportHook(PRE_ALL)(struct criterion_test_set *set)
 {
 	struct broker *b = &shared;
-	char pid[32];
+	char pid[32], logs[64];
 
 	(void)set;
 	curl_global_init(CURL_GLOBAL_ALL);
+	snprintf(logs, sizeof(logs), "/tmp/sandcell-test-logs.XXXXXX");
+	if (mkdtemp(logs))
+		setenv("SANDCELL_TEST_LOGS", logs, 1);
 	if (broker_start(b, harness_broker_args) < 0) {
 		fprintf(stderr, "harness: the shared broker did not start\n");
 		exit(1);
@@ -33,15 +120,11 @@ ReportHook(PRE_ALL)(struct criterion_test_set *set)
 
 ReportHook(POST_ALL)(struct criterion_global_stats *st)
 {
+	test_logs_end(st);
 	/* a failed run keeps the shared broker's log and shows its end */
 	if (st->tests_failed || st->tests_crashed) {
-		char cmd[300];
 		setenv("SANDCELL_KEEP_LOGS", "1", 1);
-		fprintf(stderr, "== the last lines of the shared broker's log (%s):\n",
-			shared.b_log);
-		snprintf(cmd, sizeof(cmd), "tail -n 120 '%s' >&2", shared.b_log);
-		if (system(cmd) != 0)
-			fprintf(stderr, "(could not show it)\n");
+		show_tail("the shared broker", shared.b_log, 120);
 	}
 	if (broker_stop(&shared) < 0)
 		exit(1); /* a sanitizer report fails the run */
