@@ -201,6 +201,7 @@ struct server_config {
 	size_t cf_max_body;
 	int cf_max_queue;
 	int cf_max_contexts;
+	char cf_max_starting[24]; /* kernels starting at once, for the proxies; "0": any */
 	unsigned cf_conn_timeout;
 	bool cf_no_default;
 	bool cf_keep_contexts;  /* proxies outlive a stop (restart path) */

@@ -10,6 +10,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <pwd.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,8 @@ usage(void)
 		"  --max-body SIZE         largest request body (default 16M, at most 64M)\n"
 		"  --max-queue N           queued executions per context (default 64)\n"
 		"  --max-contexts N        contexts in total (default 256)\n"
+		"  --max-starting N        kernels that start at once; the others wait\n"
+		"                          their turn (default: CPUs + 1; 0: no limit)\n"
 		"  --conn-timeout DURATION idle HTTP connection timeout (default 2m)\n"
 		"  --no-default-context    do not start the default contexts at start-up\n"
 		"  --keep-contexts         proxies and kernels outlive a stop; the next\n"
@@ -242,6 +245,7 @@ main(int argc, char **argv)
 		{"max-body", required_argument, NULL, 'b'},
 		{"max-queue", required_argument, NULL, 'q'},
 		{"max-contexts", required_argument, NULL, 'm'},
+		{"max-starting", required_argument, NULL, 's'},
 		{"conn-timeout", required_argument, NULL, 't'},
 		{"no-default-context", no_argument, NULL, 'n'},
 		{"keep-contexts", no_argument, NULL, 'k'},
@@ -340,6 +344,13 @@ main(int argc, char **argv)
 				parse_fail("sandcell-broker", origin, optarg, rc,
 					   "a count from 1 to 1000000");
 			sv.sv_cf.cf_max_contexts = v;
+			break;
+		case 's':
+			if ((rc = parse_count(optarg, 0, 1000000, &v)) < 0)
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a count from 0 to 1000000");
+			snprintf(sv.sv_cf.cf_max_starting, sizeof(sv.sv_cf.cf_max_starting), "%llu",
+				 (unsigned long long)v);
 			break;
 		case 't':
 			if ((rc = parse_seconds(optarg, MAX_WAIT_S, &v)) < 0)
@@ -473,6 +484,13 @@ main(int argc, char **argv)
 	}
 	if (optind != oe.oe_argc)
 		usage();
+	if (!sv.sv_cf.cf_max_starting[0]) {
+		/* a start is CPU work: one per CPU we may run on, and one more to
+		 * keep them busy while a slot changes hands */
+		cpu_set_t cpus;
+		int n = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+		snprintf(sv.sv_cf.cf_max_starting, sizeof(sv.sv_cf.cf_max_starting), "%d", n + 1);
+	}
 	log_init("sandcell-broker", level);
 	if (sodium_init() < 0)
 		fatal("sodium_init failed");

@@ -84,6 +84,8 @@ supervise_spawn(struct context *c)
 			argv[n++] = wait;
 		}
 	}
+	argv[n++] = "--max-starting";
+	argv[n++] = sv.sv_cf.cf_max_starting;
 	if (sv.sv_cf.cf_interrupt_retry[0]) {
 		argv[n++] = "--interrupt-retry";
 		argv[n++] = sv.sv_cf.cf_interrupt_retry;

@@ -75,8 +75,8 @@ start_failed(struct proxy *px, const char *fmt, ...)
 	log_err("context %s: %s", px->px_id, px->px_dead_reason);
 }
 
-int
-kernel_start(struct proxy *px)
+static int
+kernel_launch(struct proxy *px)
 {
 	char conn[PATH_MAX], ep[5][EP_MAX], *home = NULL, *exe = NULL;
 	char **argv = NULL, **envp = NULL, *procs = NULL;
@@ -208,10 +208,35 @@ out:
 	return rc;
 }
 
+/*
+ * Starts the kernel when a start slot is free (startgate.c); until then it
+ * is starting, and kernel_tick tries again.
+ */
+int
+kernel_start(struct proxy *px)
+{
+	int rc;
+
+	px->px_kstate = KS_STARTING;
+	if (!startgate_take(px)) {
+		if (!px->px_start_wait)
+			log_info("context %s: kernel %s waits for a start slot (%d start at once)",
+				 px->px_id, px->px_ks->ks_name, px->px_max_starting);
+		px->px_start_wait = true;
+		return 0;
+	}
+	px->px_start_wait = false;
+	if ((rc = kernel_launch(px)) < 0)
+		startgate_give(px);
+	return rc;
+}
+
 /* Kills the kernel's whole session and reaps it. */
 void
 kernel_stop(struct proxy *px)
 {
+	startgate_give(px);
+	px->px_start_wait = false;
 	if (px->px_kpidfd >= 0) {
 		template_kill(px); /* not our child: its pidfd, no waitpid */
 		px->px_kpid = 0;
@@ -287,6 +312,7 @@ set_ready(struct proxy *px)
 		log_warn("context %s: could not send R's interrupt guard", px->px_id);
 	log_info("context %s: kernel %s ready in %llu ms", px->px_id, px->px_ks->ks_name,
 		 (unsigned long long)(now_ms() - px->px_kstarted_at));
+	startgate_give(px); /* after the line: the log never shows more starting than slots */
 	ipc_state(px, NULL);
 	if (px->px_restart_pending) {
 		struct msg m;
@@ -448,6 +474,14 @@ hb_every(struct proxy *px)
 void
 kernel_tick(struct proxy *px, uint64_t now)
 {
+	if (px->px_start_wait) {
+		/* the broker hears of it when it is ready (its pid too), or dead */
+		if (kernel_start(px) < 0) {
+			px->px_kstate = KS_DEAD;
+			ipc_state(px, px->px_dead_reason);
+		}
+		return;
+	}
 	if (px->px_kstate == KS_STARTING) {
 		/* forward comparisons: a restart this tick stamps a time after now */
 		if (now > px->px_kstarted_at + KERNEL_START_MS) {

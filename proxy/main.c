@@ -266,7 +266,7 @@ usage(void)
 			"       [--uid-range A-B] [--isolation shared|context] [--network host|none]\n"
 			"       [--pids N] [--tmp-size BYTES] [--uid UID] [--own-workspace]\n"
 			"       [--template SOCKET [--template-wait MS]]]\n"
-			"       [--log-level LEVEL]\n");
+			"       [--max-starting N] [--log-level LEVEL]\n");
 	exit(2);
 }
 
@@ -491,6 +491,7 @@ main(int argc, char **argv)
 		{"heartbeat-timeout", required_argument, NULL, 'H'},
 		{"template", required_argument, NULL, 'Z'},
 		{"template-wait", required_argument, NULL, 'Y'},
+		{"max-starting", required_argument, NULL, 'g'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *env_file = NULL, *kernel = NULL, *kuser = NULL;
@@ -503,6 +504,7 @@ main(int argc, char **argv)
 	px.px_interrupt_retry_ms = INTERRUPT_RETRY_MS;
 	px.px_interrupt_grace_ms = INTERRUPT_GRACE_MS;
 	px.px_hb_dead_ms = HB_DEAD_MS;
+	px.px_slot_fd = -1;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case 'r': px.px_run_dir = optarg; break;
@@ -552,6 +554,12 @@ main(int argc, char **argv)
 		case 'W': px.px_sb_own_ws = true; break;
 		case 'Z': px.px_template = optarg; break;
 		case 'Y': px.px_template_until = now_ms() + strtoull(optarg, NULL, 10); break;
+		case 'g':
+			if ((c = parse_count(optarg, 0, 1000000, &v)) < 0)
+				parse_fail("sandcell-proxy", "--max-starting", optarg, c,
+					   "a count from 0 to 1000000");
+			px.px_max_starting = v;
+			break;
 		case 'R':
 		case 'A':
 		case 'H': {

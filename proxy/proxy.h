@@ -168,6 +168,9 @@ struct proxy {
 	const char *px_template; /* the template's socket (--template), or NULL */
 	uint64_t px_template_until; /* ... which is starting: waited for until then (ms) */
 	int px_kpidfd;          /* a box forked from the template: its init; -1 = none */
+	int px_max_starting;    /* --max-starting: kernels starting at once (0: any) */
+	int px_slot_fd;         /* the start slot held (startgate.c); -1 = none */
+	bool px_start_wait;     /* the kernel waits for a start slot */
 
 	struct chan px_link;  /* to the broker; px_ipc_fd is its eventfd */
 	int px_ipc_fd;
@@ -250,6 +253,8 @@ void template_kill(struct proxy *px);
 
 /* kernel.c */
 int kernel_start(struct proxy *px);
+bool startgate_take(struct proxy *px);
+void startgate_give(struct proxy *px);
 void kernel_stop(struct proxy *px);
 void kernel_interrupt(struct proxy *px);
 void kernel_restart(struct proxy *px, const char *why);

@@ -5,9 +5,14 @@
  * while the broker's memory stays flat; the warm pool hands out fresh kernels.
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
@@ -278,5 +283,130 @@ Test(load, restart_from_the_pool_clears_state_and_keeps_id_and_cwd, .timeout = 9
 	cr_assert_str_eq(out, "/tmp False\n");
 	free(out);
 	json_decref(l);
+	free(id);
+}
+
+static struct broker priv; /* stopped by fini, even when an assertion fails */
+
+static void
+priv_stop(void)
+{
+	if (priv.b_pid > 0)
+		cr_expect_eq(broker_stop(&priv), 0, "sanitizer report in the broker log");
+}
+
+static void *
+create_thread(void *arg)
+{
+	return context_new(arg, "python", NULL);
+}
+
+/*
+ * The most kernels of a broker's log that were starting at once: between a
+ * proxy's "kernel ... started" line and its "ready in" (a slot is taken
+ * before the first and given back after the second). *waited: the lines of
+ * proxies that waited for a slot.
+ */
+static int
+most_starting(const char *log, int *waited)
+{
+	int now = 0, most = 0;
+
+	*waited = 0;
+	for (const char *l = log; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+		const char *end = strchr(l, '\n') ? strchr(l, '\n') : l + strlen(l);
+		const char *k = memmem(l, end - l, ": kernel python3 ", 17);
+		if (!k || !memmem(l, end - l, "sandcell-proxy[", 15))
+			continue;
+		k += 17;
+		if (!strncmp(k, "started", 7) && ++now > most)
+			most = now;
+		else if (!strncmp(k, "ready in", 8))
+			now--;
+		else if (!strncmp(k, "waits for a start slot", 22))
+			(*waited)++;
+	}
+	return most;
+}
+
+/*
+ * Six creations at once on a broker that starts two kernels at a time: the
+ * others wait for a slot, and every one is created.
+ */
+Test(load, a_burst_of_creations_starts_at_most_max_starting_kernels_at_once,
+     .fini = priv_stop, .timeout = 180)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", "--max-starting", "2",
+			      "--log-level", "info", NULL};
+	pthread_t t[6];
+	char *ids[6];
+	int waited;
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	for (int i = 0; i < 6; i++)
+		pthread_create(&t[i], NULL, create_thread, priv.b_url);
+	for (int i = 0; i < 6; i++)
+		pthread_join(t[i], (void **)&ids[i]);
+	for (int i = 0; i < 6; i++)
+		cr_expect_not_null(ids[i], "creation %d failed", i);
+	char *log = broker_log(&priv);
+	int most = most_starting(log, &waited);
+	free(log);
+	cr_expect_eq(most, 2, "%d kernels were starting at once", most);
+	cr_expect_geq(waited, 1, "no creation waited for a slot");
+	for (int i = 0; i < 6; i++)
+		free(ids[i]);
+}
+
+static bool
+log_says(void *needle)
+{
+	char *log = broker_log(&priv);
+	bool yes = log && strstr(log, needle);
+
+	free(log);
+	return yes;
+}
+
+/*
+ * A start slot is a lock on a file of the run dir: whoever holds it, a
+ * creation waits, and when the holder dies (kill -9) the slot is free and
+ * the creation goes on.
+ */
+Test(load, a_start_slot_of_a_killed_holder_is_free_again, .fini = priv_stop, .timeout = 120)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", "--max-starting", "1",
+			      "--log-level", "info", NULL};
+	char slot[200];
+	int ready[2];
+	pthread_t t;
+	char *id, c;
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	snprintf(slot, sizeof(slot), "%s/start-slot.0", priv.b_run_dir);
+	cr_assert_eq(pipe(ready), 0);
+	pid_t holder = fork();
+	if (holder == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a test that dies takes it along */
+		int fd = open(slot, O_RDWR | O_CREAT, 0600);
+		if (fd < 0 || flock(fd, LOCK_EX) < 0)
+			_exit(1);
+		if (write(ready[1], "y", 1) != 1)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	close(ready[1]);
+	cr_assert_eq(read(ready[0], &c, 1), 1, "the holder could not take the slot");
+	close(ready[0]);
+	pthread_create(&t, NULL, create_thread, priv.b_url);
+	int waits = wait_until(log_says, "kernel python3 waits for a start slot", 30000);
+	bool started = log_says(": kernel python3 started");
+	kill(holder, SIGKILL);
+	waitpid(holder, NULL, 0);
+	pthread_join(t, (void **)&id);
+	cr_assert_eq(waits, 0, "the creation never waited for the slot");
+	cr_assert_not(started, "a kernel started while the slot was held");
+	cr_assert_not_null(id, "the creation failed after the holder died");
 	free(id);
 }
