@@ -251,10 +251,12 @@ void boxinit_wait(pid_t kid, bool watch) __attribute__((noreturn));
 int template_spawn(struct proxy *px, const char *exe, char **argv, char **envp);
 void template_kill(struct proxy *px);
 
-/* kernel.c */
-int kernel_start(struct proxy *px);
+/* startgate.c: a start slot, taken (true: held, or no gate) and given back */
 bool startgate_take(struct proxy *px);
 void startgate_give(struct proxy *px);
+
+/* kernel.c */
+int kernel_start(struct proxy *px);
 void kernel_stop(struct proxy *px);
 void kernel_interrupt(struct proxy *px);
 void kernel_restart(struct proxy *px, const char *why);
