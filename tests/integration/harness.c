@@ -539,6 +539,12 @@ context_new(const char *base, const char *language, const char *cwd)
 	return id;
 }
 
+void *
+context_new_thread(void *base)
+{
+	return context_new(base, "python", NULL);
+}
+
 int
 broker_start(struct broker *b, const char *const *extra)
 {

@@ -114,6 +114,8 @@ const char *result_text(json_t *lines);
 
 /* POST /contexts; returns the new id (caller frees) or NULL. */
 char *context_new(const char *base, const char *language, const char *cwd);
+/* A pthread start routine: context_new(base, "python", NULL), the id its result. */
+void *context_new_thread(void *base);
 
 /*
  * Waiting on state instead of sleeping: each polls until its condition holds

@@ -57,7 +57,7 @@ show_tail(const char *what, const char *path, int lines)
 static bool
 show_test_logs(const char *dir, const struct criterion_test *t)
 {
-	char pattern[512];
+	char pattern[512], what[300];
 	glob_t g;
 	bool any;
 
@@ -65,12 +65,9 @@ show_test_logs(const char *dir, const struct criterion_test *t)
 	if (glob(pattern, 0, NULL, &g) != 0)
 		return false;
 	any = g.gl_pathc > 0;
-	for (size_t i = 0; i < g.gl_pathc; i++) {
-		char what[300];
-		snprintf(what, sizeof(what), "%s::%s failed, a broker it started", t->category,
-			 t->name);
+	snprintf(what, sizeof(what), "%s::%s failed, a broker it started", t->category, t->name);
+	for (size_t i = 0; i < g.gl_pathc; i++)
 		show_tail(what, g.gl_pathv[i], 80);
-	}
 	globfree(&g);
 	return any;
 }

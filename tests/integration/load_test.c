@@ -295,12 +295,6 @@ priv_stop(void)
 		cr_expect_eq(broker_stop(&priv), 0, "sanitizer report in the broker log");
 }
 
-static void *
-create_thread(void *arg)
-{
-	return context_new(arg, "python", NULL);
-}
-
 /*
  * The most kernels of a broker's log that were starting at once: between a
  * proxy's "kernel ... started" line and its "ready in" (a slot is taken
@@ -310,21 +304,23 @@ create_thread(void *arg)
 static int
 most_starting(const char *log, int *waited)
 {
+	static const char kernel[] = ": kernel python3 ";
 	int now = 0, most = 0;
 
 	*waited = 0;
-	for (const char *l = log; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
-		const char *end = strchr(l, '\n') ? strchr(l, '\n') : l + strlen(l);
-		const char *k = memmem(l, end - l, ": kernel python3 ", 17);
-		if (!k || !memmem(l, end - l, "sandcell-proxy[", 15))
-			continue;
-		k += 17;
-		if (!strncmp(k, "started", 7) && ++now > most)
-			most = now;
-		else if (!strncmp(k, "ready in", 8))
-			now--;
-		else if (!strncmp(k, "waits for a start slot", 22))
-			(*waited)++;
+	for (const char *l = log; l && *l;) {
+		const char *nl = strchr(l, '\n'), *end = nl ? nl : l + strlen(l);
+		const char *k = memmem(l, end - l, kernel, strlen(kernel));
+		if (k && !strncmp(l, "sandcell-proxy[", 15)) {
+			k += strlen(kernel);
+			if (!strncmp(k, "started", 7))
+				most = ++now > most ? now : most;
+			else if (!strncmp(k, "ready in", 8))
+				now--;
+			else if (!strncmp(k, "waits for a start slot", 22))
+				(*waited)++;
+		}
+		l = nl ? nl + 1 : NULL;
 	}
 	return most;
 }
@@ -344,7 +340,7 @@ Test(load, a_burst_of_creations_starts_at_most_max_starting_kernels_at_once,
 
 	cr_assert_eq(broker_start(&priv, args), 0);
 	for (int i = 0; i < 6; i++)
-		pthread_create(&t[i], NULL, create_thread, priv.b_url);
+		pthread_create(&t[i], NULL, context_new_thread, priv.b_url);
 	for (int i = 0; i < 6; i++)
 		pthread_join(t[i], (void **)&ids[i]);
 	for (int i = 0; i < 6; i++)
@@ -399,7 +395,7 @@ Test(load, a_start_slot_of_a_killed_holder_is_free_again, .fini = priv_stop, .ti
 	close(ready[1]);
 	cr_assert_eq(read(ready[0], &c, 1), 1, "the holder could not take the slot");
 	close(ready[0]);
-	pthread_create(&t, NULL, create_thread, priv.b_url);
+	pthread_create(&t, NULL, context_new_thread, priv.b_url);
 	int waits = wait_until(log_says, "kernel python3 waits for a start slot", 30000);
 	bool started = log_says(": kernel python3 started");
 	kill(holder, SIGKILL);

@@ -625,12 +625,6 @@ Test(template, the_default_context_is_forked, .fini = priv_stop, .timeout = 120)
 	cr_assert(is_forked(priv.b_url, NULL), "the default context's kernel started cold");
 }
 
-static void *
-create_thread(void *arg)
-{
-	return context_new(arg, "python", NULL);
-}
-
 /*
  * A burst of creations larger than the pool: the pool is refilled only once
  * the contexts clients asked for, which were starting, are ready (a kernel
@@ -649,7 +643,7 @@ Test(template, the_pool_refills_after_the_creations_clients_wait_for, .fini = pr
 	priv_up = true;
 	cr_assert_eq(wait_pool_ready(priv.b_run_dir, 1, 60000), 0, "the pool never filled");
 	for (int i = 0; i < 3; i++)
-		pthread_create(&t[i], NULL, create_thread, priv.b_url);
+		pthread_create(&t[i], NULL, context_new_thread, priv.b_url);
 	for (int i = 0; i < 3; i++) {
 		pthread_join(t[i], (void **)&ids[i]);
 		cr_assert_not_null(ids[i]);
