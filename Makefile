@@ -104,6 +104,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(PROTO_OBJ)
 $(BUILD)/tests/control_test $(BUILD)/tests/http_test: $(BROKER_OBJ)
 $(BUILD)/tests/output_test: $(BUILD)/proxy/output.o
 $(BUILD)/tests/hotpages_test: $(BUILD)/proxy/hotpages.o
+$(BUILD)/tests/cpus_test: $(BUILD)/broker/cpus.o
 $(BUILD)/tests/wire_test: $(BUILD)/proxy/wire.o $(BUILD)/proxy/zmtp.o
 $(BUILD)/tests/fuzz_replay_test: $(BROKER_OBJ) $(BUILD)/proxy/wire.o $(BUILD)/proxy/zmtp.o \
 				 $(BUILD)/proxy/output.o

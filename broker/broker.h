@@ -479,6 +479,11 @@ json_t *box_json(const char *slot);
 int uid_lease(unsigned uid);
 unsigned uid_lease_ours(unsigned a, unsigned b, int *fd);
 
+/* cpus.c: CPUs the affinity mask gives, or fewer by a cgroup's CPU quota
+ * (*quota: that quota in CPUs, 0 if none); cpus_quota on given texts, for tests */
+int cpus_usable(int *quota);
+int cpus_quota(const char *proc_cgroup, const char *root);
+
 /* peer.c */
 enum { PEER_REMOTE, PEER_UID, PEER_UNKNOWN };
 int peer_uid(int fd, uid_t *uid);

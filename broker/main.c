@@ -10,7 +10,6 @@
 #include <getopt.h>
 #include <limits.h>
 #include <pwd.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,7 +51,7 @@ usage(void)
 		"  --max-queue N           queued executions per context (default 64)\n"
 		"  --max-contexts N        contexts in total (default 256)\n"
 		"  --max-starting N        kernels that start at once; the others wait\n"
-		"                          their turn (default: CPUs + 1; 0: no limit)\n"
+		"                          their turn (default: CPUs or CPU quota + 1; 0: none)\n"
 		"  --conn-timeout DURATION idle HTTP connection timeout (default 2m)\n"
 		"  --no-default-context    do not start the default contexts at start-up\n"
 		"  --keep-contexts         proxies and kernels outlive a stop; the next\n"
@@ -484,14 +483,15 @@ main(int argc, char **argv)
 	}
 	if (optind != oe.oe_argc)
 		usage();
-	if (!sv.sv_cf.cf_max_starting[0]) {
-		/* a start is CPU work: one per CPU we may run on, and one more to
-		 * keep them busy while a slot changes hands */
-		cpu_set_t cpus;
-		int n = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-		snprintf(sv.sv_cf.cf_max_starting, sizeof(sv.sv_cf.cf_max_starting), "%d", n + 1);
-	}
 	log_init("sandcell-broker", level);
+	if (!sv.sv_cf.cf_max_starting[0]) {
+		/* a start is CPU work: one per CPU we can use, and one more to
+		 * keep them busy while a slot changes hands */
+		int quota, n = cpus_usable(&quota);
+		snprintf(sv.sv_cf.cf_max_starting, sizeof(sv.sv_cf.cf_max_starting), "%d", n + 1);
+		log_info("start gate: at most %d kernels start at once (%d CPU%s%s)", n + 1, n,
+			 n == 1 ? "" : "s", quota == n ? ", the cgroup's CPU quota" : "");
+	}
 	if (sodium_init() < 0)
 		fatal("sodium_init failed");
 	if (sv.sv_cf.cf_kernel_user) {

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -405,4 +406,102 @@ Test(load, a_start_slot_of_a_killed_holder_is_free_again, .fini = priv_stop, .ti
 	cr_assert_not(started, "a kernel started while the slot was held");
 	cr_assert_not_null(id, "the creation failed after the holder died");
 	free(id);
+}
+
+/*
+ * A cgroup (v1's cpu controller) with a quota of one CPU, which this test's
+ * worker joins before it starts a broker, so that the broker and its kernels
+ * run under it as in a container with a CPU limit of 1. Left by fini.
+ */
+static char quota_cg[300], quota_home[256];
+
+static void
+quota_leave(void)
+{
+	priv_stop();
+	if (!quota_cg[0])
+		return;
+	char procs[320], pid[24];
+	snprintf(procs, sizeof(procs), "%s/cgroup.procs", quota_home);
+	snprintf(pid, sizeof(pid), "%d", getpid());
+	int fd = open(procs, O_WRONLY);
+	cr_expect(fd >= 0 && write(fd, pid, strlen(pid)) > 0, "could not leave %s", quota_cg);
+	if (fd >= 0)
+		close(fd);
+	/* the broker's kernels leave the cgroup as they exit */
+	for (int i = 0; i < 100 && rmdir(quota_cg) != 0; i++)
+		usleep(100000);
+	cr_expect_eq(access(quota_cg, F_OK), -1, "%s is left behind", quota_cg);
+}
+
+/* Writes text to dir/name; 0 or -1. */
+static int
+put(const char *dir, const char *name, const char *text)
+{
+	char path[360];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	int fd = open(path, O_WRONLY), ok = fd >= 0 && write(fd, text, strlen(text)) > 0;
+	if (fd >= 0)
+		close(fd);
+	return ok ? 0 : -1;
+}
+
+/*
+ * Without --max-starting, a broker under a CPU quota of one CPU (on a
+ * machine with more) starts at most 2 kernels at once: the quota's CPUs + 1,
+ * not the machine's.
+ */
+Test(load, the_default_start_gate_follows_the_cgroups_cpu_quota, .fini = quota_leave,
+     .timeout = 180)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", "--log-level", "info",
+			      NULL};
+	char cg[4096] = "", *line, *save = NULL;
+	pthread_t t[4];
+	char *ids[4];
+	int waited, fd;
+
+	if (geteuid() != 0 || access("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", F_OK) != 0)
+		cr_skip_test("needs root and cgroup v1's cpu controller at /sys/fs/cgroup/cpu");
+	if ((fd = open("/proc/self/cgroup", O_RDONLY)) >= 0) {
+		ssize_t n = read(fd, cg, sizeof(cg) - 1);
+		cg[n > 0 ? n : 0] = '\0';
+		close(fd);
+	}
+	for (line = strtok_r(cg, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char *p = strstr(line, ":cpu,"), *q = strstr(line, ":cpu:");
+		if (p || q) {
+			snprintf(quota_home, sizeof(quota_home), "/sys/fs/cgroup/cpu%s",
+				 strchr((p ? p : q) + 1, ':') + 1);
+			break;
+		}
+	}
+	cr_assert(quota_home[0], "no cpu cgroup in /proc/self/cgroup");
+	snprintf(quota_cg, sizeof(quota_cg), "%s/sandcell-test-%d", quota_home, getpid());
+	cr_assert_eq(mkdir(quota_cg, 0755), 0, "mkdir %s", quota_cg);
+	char pid[24];
+	snprintf(pid, sizeof(pid), "%d", getpid());
+	cr_assert_eq(put(quota_cg, "cpu.cfs_period_us", "100000"), 0);
+	cr_assert_eq(put(quota_cg, "cpu.cfs_quota_us", "100000"), 0);
+	cr_assert_eq(put(quota_cg, "cgroup.procs", pid), 0);
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	char *log = broker_log(&priv);
+	bool said = log && strstr(log, "start gate: at most 2 kernels start at once (1 CPU, "
+				       "the cgroup's CPU quota)");
+	free(log);
+	cr_expect(said, "the broker did not take the quota as its CPUs");
+	for (int i = 0; i < 4; i++)
+		pthread_create(&t[i], NULL, context_new_thread, priv.b_url);
+	for (int i = 0; i < 4; i++)
+		pthread_join(t[i], (void **)&ids[i]);
+	for (int i = 0; i < 4; i++)
+		cr_expect_not_null(ids[i], "creation %d failed", i);
+	log = broker_log(&priv);
+	int most = most_starting(log, &waited);
+	free(log);
+	cr_expect_leq(most, 2, "%d kernels were starting at once", most);
+	cr_expect_geq(waited, 1, "no creation waited for a slot");
+	for (int i = 0; i < 4; i++)
+		free(ids[i]);
 }
