@@ -505,6 +505,7 @@ main(int argc, char **argv)
 	px.px_interrupt_grace_ms = INTERRUPT_GRACE_MS;
 	px.px_hb_dead_ms = HB_DEAD_MS;
 	px.px_slot_fd = -1;
+	px.px_queue_fd = -1;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case 'r': px.px_run_dir = optarg; break;

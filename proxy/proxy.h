@@ -171,6 +171,9 @@ struct proxy {
 	int px_max_starting;    /* --max-starting: kernels starting at once (0: any) */
 	int px_slot_fd;         /* the start slot held (startgate.c); -1 = none */
 	bool px_start_wait;     /* the kernel waits for a start slot */
+	int px_queue_fd;        /* its place in the start queue, held (startgate.c); -1 = none */
+	bool px_queue_none;     /* the queue could not be made: slots in no order */
+	char px_queue_name[40], px_queue_path[PATH_MAX + 56];
 
 	struct chan px_link;  /* to the broker; px_ipc_fd is its eventfd */
 	int px_ipc_fd;
@@ -251,7 +254,8 @@ void boxinit_wait(pid_t kid, bool watch) __attribute__((noreturn));
 int template_spawn(struct proxy *px, const char *exe, char **argv, char **envp);
 void template_kill(struct proxy *px);
 
-/* startgate.c: a start slot, taken (true: held, or no gate) and given back */
+/* startgate.c: a start slot, taken in turn (true: held, or no gate) and given back
+ * (with the place in the queue of a start that waited) */
 bool startgate_take(struct proxy *px);
 void startgate_give(struct proxy *px);
 

@@ -14,21 +14,111 @@
  * goes with its open file, so a proxy that dies (kill -9) frees its slot;
  * the file is close-on-exec, and a box's init closes it with every other
  * descriptor of ours before its kernel runs.
+ *
+ * Waiting starts are served in the order they came (the queue below): a
+ * start tries for a slot only when fewer than N starts that came before it
+ * still wait, so none is passed over for long, however many come after it.
+ * Its place is a file in the run dir's start-queue/, named by when it came
+ * (CLOCK_MONOTONIC, which every process of the machine shares) and its pid,
+ * and locked for as long as it waits. The file appears already locked (made
+ * unnamed with O_TMPFILE, locked, then linked), so an unlocked one is of a
+ * proxy that died: whoever sees it removes it. Where the queue cannot be
+ * made (no O_TMPFILE), starts take free slots in no order, as before.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "proxy.h"
+
+/* Takes a place at the queue's end: 0, or -errno (no queue for this start). */
+static int
+queue_join(struct proxy *px)
+{
+	char dir[PATH_MAX], fdpath[64];
+	struct timespec ts;
+	int fd;
+
+	snprintf(dir, sizeof(dir), "%s/start-queue", px->px_run_dir);
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	if ((fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600)) < 0)
+		return -errno;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	snprintf(px->px_queue_name, sizeof(px->px_queue_name), "%016llx.%d",
+		 (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec,
+		 (int)getpid());
+	snprintf(px->px_queue_path, sizeof(px->px_queue_path), "%s/%s", dir, px->px_queue_name);
+	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fd);
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0 ||
+	    linkat(AT_FDCWD, fdpath, AT_FDCWD, px->px_queue_path, AT_SYMLINK_FOLLOW) < 0) {
+		int e = errno;
+		close(fd);
+		return -e;
+	}
+	px->px_queue_fd = fd;
+	return 0;
+}
+
+static void
+queue_leave(struct proxy *px)
+{
+	if (px->px_queue_fd < 0)
+		return;
+	unlink(px->px_queue_path);
+	close(px->px_queue_fd);
+	px->px_queue_fd = -1;
+}
+
+/* How many starts that came before ours still wait; those of dead proxies are removed. */
+static int
+queue_ahead(struct proxy *px)
+{
+	char dir[PATH_MAX];
+	struct dirent *de;
+	int ahead = 0;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "%s/start-queue", px->px_run_dir);
+	if (!(d = opendir(dir)))
+		return 0;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.' || strcmp(de->d_name, px->px_queue_name) >= 0)
+			continue;
+		int fd = openat(dirfd(d), de->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0)
+			continue; /* gone meanwhile */
+		if (flock(fd, LOCK_SH | LOCK_NB) == 0)
+			unlinkat(dirfd(d), de->d_name, 0); /* no one holds it: its proxy died */
+		else
+			ahead++;
+		close(fd);
+	}
+	closedir(d);
+	return ahead;
+}
 
 bool
 startgate_take(struct proxy *px)
 {
 	if (px->px_slot_fd >= 0 || px->px_max_starting <= 0)
 		return true;
+	if (px->px_queue_fd < 0 && !px->px_queue_none) {
+		int e = queue_join(px);
+		if (e < 0) {
+			log_warn("context %s: start queue: %s; slots taken in no order", px->px_id,
+				 strerror(-e));
+			px->px_queue_none = true;
+		}
+	}
+	if (px->px_queue_fd >= 0 && queue_ahead(px) >= px->px_max_starting)
+		return false;
 	for (int k = 0; k < px->px_max_starting; k++) {
 		char path[PATH_MAX];
 		int fd;
@@ -38,10 +128,12 @@ startgate_take(struct proxy *px)
 			/* no gate rather than no kernel */
 			log_warn("context %s: start slot %s: %s; starting without one", px->px_id,
 				 path, strerror(errno));
+			queue_leave(px);
 			return true;
 		}
 		if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
 			px->px_slot_fd = fd;
+			queue_leave(px);
 			return true;
 		}
 		close(fd);
@@ -52,6 +144,7 @@ startgate_take(struct proxy *px)
 void
 startgate_give(struct proxy *px)
 {
+	queue_leave(px);
 	if (px->px_slot_fd < 0)
 		return;
 	flock(px->px_slot_fd, LOCK_UN); /* even if a child still holds a copy */

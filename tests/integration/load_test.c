@@ -5,6 +5,7 @@
  * while the broker's memory stays flat; the warm pool hands out fresh kernels.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -365,21 +366,13 @@ log_says(void *needle)
 	return yes;
 }
 
-/*
- * A start slot is a lock on a file of the run dir: whoever holds it, a
- * creation waits, and when the holder dies (kill -9) the slot is free and
- * the creation goes on.
- */
-Test(load, a_start_slot_of_a_killed_holder_is_free_again, .fini = priv_stop, .timeout = 120)
+/* A child of the test that holds priv's start-slot.0 until it is killed. */
+static pid_t
+hold_slot0(void)
 {
-	const char *args[] = {"--no-default-context", "--pool", "python=0", "--max-starting", "1",
-			      "--log-level", "info", NULL};
-	char slot[200];
+	char slot[200], c;
 	int ready[2];
-	pthread_t t;
-	char *id, c;
 
-	cr_assert_eq(broker_start(&priv, args), 0);
 	snprintf(slot, sizeof(slot), "%s/start-slot.0", priv.b_run_dir);
 	cr_assert_eq(pipe(ready), 0);
 	pid_t holder = fork();
@@ -396,6 +389,23 @@ Test(load, a_start_slot_of_a_killed_holder_is_free_again, .fini = priv_stop, .ti
 	close(ready[1]);
 	cr_assert_eq(read(ready[0], &c, 1), 1, "the holder could not take the slot");
 	close(ready[0]);
+	return holder;
+}
+
+/*
+ * A start slot is a lock on a file of the run dir: whoever holds it, a
+ * creation waits, and when the holder dies (kill -9) the slot is free and
+ * the creation goes on.
+ */
+Test(load, a_start_slot_of_a_killed_holder_is_free_again, .fini = priv_stop, .timeout = 120)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", "--max-starting", "1",
+			      "--log-level", "info", NULL};
+	pthread_t t;
+	char *id;
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	pid_t holder = hold_slot0();
 	pthread_create(&t, NULL, context_new_thread, priv.b_url);
 	int waits = wait_until(log_says, "kernel python3 waits for a start slot", 30000);
 	bool started = log_says(": kernel python3 started");
@@ -406,6 +416,94 @@ Test(load, a_start_slot_of_a_killed_holder_is_free_again, .fini = priv_stop, .ti
 	cr_assert_not(started, "a kernel started while the slot was held");
 	cr_assert_not_null(id, "the creation failed after the holder died");
 	free(id);
+}
+
+/*
+ * The contexts of the proxies' log lines that say what, in the order written:
+ * "sandcell-proxy[PID] info: context ID: WHAT". Returns how many (at most max).
+ */
+static int
+ids_saying(const char *log, const char *what, char ids[][37], int max)
+{
+	static const char ctx[] = " info: context ";
+	int n = 0;
+
+	for (const char *l = log; l && *l && n < max;) {
+		const char *nl = strchr(l, '\n'), *end = nl ? nl : l + strlen(l);
+		const char *c = memmem(l, end - l, ctx, strlen(ctx));
+		if (c && !strncmp(l, "sandcell-proxy[", 15) && c + strlen(ctx) + 38 <= end &&
+		    memmem(c, end - c, what, strlen(what))) {
+			memcpy(ids[n], c + strlen(ctx), 36);
+			ids[n++][36] = '\0';
+		}
+		l = nl ? nl + 1 : NULL;
+	}
+	return n;
+}
+
+static const char waits[] = ": kernel python3 waits for a start slot";
+static int waiting_for;
+
+static bool
+n_wait(void *unused)
+{
+	char ids[8][37], *log = broker_log(&priv);
+	int n = log ? ids_saying(log, waits, ids, 8) : 0;
+
+	(void)unused;
+	free(log);
+	return n >= waiting_for;
+}
+
+/*
+ * Starts that wait are served in the order they came: with the one slot
+ * held, five creations made one after another start in that order once it
+ * is free, past the place of a proxy that died waiting (a queue file no one
+ * holds, first in the queue), which is removed.
+ */
+Test(load, waiting_starts_are_served_in_the_order_they_came, .fini = priv_stop, .timeout = 180)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", "--max-starting", "1",
+			      "--log-level", "info", NULL};
+	char queue[200], dead[260], waited[5][37], started[5][37];
+	pthread_t t[5];
+	char *ids[5];
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	snprintf(queue, sizeof(queue), "%s/start-queue", priv.b_run_dir);
+	snprintf(dead, sizeof(dead), "%s/0000000000000001.1", queue);
+	cr_assert(mkdir(queue, 0700) == 0 || errno == EEXIST, "mkdir %s", queue);
+	int fd = open(dead, O_RDWR | O_CREAT, 0600);
+	cr_assert_geq(fd, 0, "%s", dead);
+	close(fd);
+	pid_t holder = hold_slot0();
+	for (int i = 0; i < 5; i++) {
+		pthread_create(&t[i], NULL, context_new_thread, priv.b_url);
+		waiting_for = i + 1;
+		if (wait_until(n_wait, NULL, 30000) != 0) {
+			kill(holder, SIGKILL);
+			waitpid(holder, NULL, 0);
+			cr_assert_fail("creation %d never waited for the slot", i);
+		}
+	}
+	kill(holder, SIGKILL);
+	waitpid(holder, NULL, 0);
+	for (int i = 0; i < 5; i++)
+		pthread_join(t[i], (void **)&ids[i]);
+	for (int i = 0; i < 5; i++)
+		cr_expect_not_null(ids[i], "creation %d failed", i);
+	char *log = broker_log(&priv);
+	int nw = ids_saying(log, waits, waited, 5);
+	int ns = ids_saying(log, ": kernel python3 started", started, 5);
+	free(log);
+	cr_assert_eq(nw, 5);
+	cr_assert_eq(ns, 5, "%d of 5 kernels started", ns);
+	for (int i = 0; i < 5; i++)
+		cr_expect_str_eq(started[i], waited[i], "the %d. to start came %s", i + 1,
+				 "at another place");
+	cr_expect_neq(access(dead, F_OK), 0, "the dead proxy's place was not removed");
+	for (int i = 0; i < 5; i++)
+		free(ids[i]);
 }
 
 /*
