@@ -53,7 +53,8 @@ quota_cpus(const char *quota, const char *period)
 	p = strtoll(period, &end, 10);
 	if (end == period || *end || p <= 0)
 		return 0;
-	return (int)((q + p - 1) / p > 1 << 20 ? 1 << 20 : (q + p - 1) / p);
+	long long n = q / p + (q % p != 0);
+	return n > 1 << 20 ? 1 << 20 : (int)n;
 }
 
 /* The quota (in CPUs, 0: none) set on one cgroup directory. */

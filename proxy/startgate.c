@@ -76,9 +76,13 @@ queue_leave(struct proxy *px)
 	px->px_queue_fd = -1;
 }
 
-/* How many starts that came before ours still wait; those of dead proxies are removed. */
+/*
+ * How many starts that came before ours still wait, counted up to enough
+ * (a waiter far back opens no more than that many of the others' places);
+ * the places of dead proxies met on the way are removed.
+ */
 static int
-queue_ahead(struct proxy *px)
+queue_ahead(struct proxy *px, int enough)
 {
 	char dir[PATH_MAX];
 	struct dirent *de;
@@ -88,7 +92,7 @@ queue_ahead(struct proxy *px)
 	snprintf(dir, sizeof(dir), "%s/start-queue", px->px_run_dir);
 	if (!(d = opendir(dir)))
 		return 0;
-	while ((de = readdir(d))) {
+	while (ahead < enough && (de = readdir(d))) {
 		if (de->d_name[0] == '.' || strcmp(de->d_name, px->px_queue_name) >= 0)
 			continue;
 		int fd = openat(dirfd(d), de->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -117,7 +121,7 @@ startgate_take(struct proxy *px)
 			px->px_queue_none = true;
 		}
 	}
-	if (px->px_queue_fd >= 0 && queue_ahead(px) >= px->px_max_starting)
+	if (px->px_queue_fd >= 0 && queue_ahead(px, px->px_max_starting) >= px->px_max_starting)
 		return false;
 	for (int k = 0; k < px->px_max_starting; k++) {
 		char path[PATH_MAX];
