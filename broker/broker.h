@@ -39,6 +39,7 @@
 #define MHD_PASSES 4 /* MHD_run again at most this often per wake when it has more to do */
 #define POOL_BACKOFF_MS 10000 /* no pool refill after a warm kernel failed to start */
 #define POOL_YIELD_MS 5000    /* ... nor while a context a client asked for starts (pool_yield) */
+#define POOL_CLAIM_GRACE_MS 200 /* ... nor this soon after a claim: the rest of a burst first */
 #define MAX_LANG 64
 
 /* What an epoll event belongs to. */
@@ -271,6 +272,7 @@ struct server_tables {
 /* The warm pool's state (its sizes are cf_pool). */
 struct server_pool {
 	uint64_t po_backoff; /* no refill before this (a warm kernel failed) */
+	uint64_t po_claimed; /* when a warm kernel was last handed out (ms) */
 	bool po_kick;        /* refill the pool once this round's responses are out */
 };
 

@@ -57,6 +57,7 @@ pool_use(const char *kernel, const char *cwd, bool is_default)
 	free(c->c_cwd);
 	c->c_cwd = xstrdup(cwd);
 	pool_claim(c);
+	sv.sv_po.po_claimed = now_ms();
 	log_info("context %s: created from the warm pool (%s, cwd %s%s)", c->c_id, c->c_lang,
 		 cwd, is_default ? ", default" : "");
 	control_event(json_pack("{s:s, s:s, s:s, s:s, s:b}", "event", "context_created",
@@ -69,12 +70,18 @@ pool_use(const char *kernel, const char *cwd, bool is_default)
  * Whether the pool should wait: a context a client asked for is starting (not
  * from the pool), less than POOL_YIELD_MS ago. A kernel warmed now would take
  * CPU from the creations clients wait for (a burst of them is CPU-bound); it
- * is warmed as soon as they are ready (link.c kicks the pool then).
+ * is warmed as soon as they are ready (link.c kicks the pool then). Nor for
+ * POOL_CLAIM_GRACE_MS after a warm kernel was handed out: a burst's first
+ * requests take the pool, and its refill, started before the rest of the
+ * burst is read, would take a start slot from them (startgate.c).
  */
 static bool
 pool_yield(uint64_t now)
 {
 	struct context *c;
+
+	if (now < sv.sv_po.po_claimed + POOL_CLAIM_GRACE_MS)
+		return true;
 
 	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
 		if (!c->c_pooled && !c->c_ready && !c->c_deleting &&
@@ -157,6 +164,7 @@ pool_restart(struct context *x)
 	free(p->c_error);
 	free(p);
 	pool_claim(x);
+	sv.sv_po.po_claimed = now_ms();
 	metrics_count(M_KERNEL_RESTART, 1);
 	log_info("context %s: restarted with a warm kernel (proxy %d)", x->c_id,
 		 (int)x->c_pl->pl_pid);

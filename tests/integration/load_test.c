@@ -471,7 +471,7 @@ Test(load, waiting_starts_are_served_in_the_order_they_came, .fini = priv_stop, 
 
 	cr_assert_eq(broker_start(&priv, args), 0);
 	snprintf(queue, sizeof(queue), "%s/start-queue", priv.b_run_dir);
-	snprintf(dead, sizeof(dead), "%s/0000000000000001.1", queue);
+	snprintf(dead, sizeof(dead), "%s/0.0000000000000001.1", queue);
 	cr_assert(mkdir(queue, 0700) == 0 || errno == EEXIST, "mkdir %s", queue);
 	int fd = open(dead, O_RDWR | O_CREAT, 0600);
 	cr_assert_geq(fd, 0, "%s", dead);
@@ -504,6 +504,94 @@ Test(load, waiting_starts_are_served_in_the_order_they_came, .fini = priv_stop, 
 	cr_expect_neq(access(dead, F_OK), 0, "the dead proxy's place was not removed");
 	for (int i = 0; i < 5; i++)
 		free(ids[i]);
+}
+
+/*
+ * The warm pool's refill does not take a start slot from the creations that
+ * come right after a claim (the rest of a burst): with one slot, a creation
+ * made just after the pool's kernel was handed out starts its kernel before
+ * the refill does.
+ */
+Test(load, a_refill_leaves_the_start_slot_to_the_creation_after_a_claim, .fini = priv_stop,
+     .timeout = 120)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=1", "--max-starting", "1",
+			      "--log-level", "debug", NULL};
+	char needle[128];
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	cr_assert_eq(wait_pool_ready(priv.b_run_dir, 1, 60000), 0, "the pool never filled");
+	char *claimed = context_new(priv.b_url, "python", NULL);
+	char *fresh = context_new(priv.b_url, "python", NULL);
+	cr_assert_not_null(claimed);
+	cr_assert_not_null(fresh);
+	cr_assert_eq(wait_pool_ready(priv.b_run_dir, 1, 60000), 0, "the pool was not refilled");
+	char *log = broker_log(&priv);
+	snprintf(needle, sizeof(needle), "context %s: created from the warm pool", claimed);
+	cr_assert_not_null(strstr(log, needle), "the first creation did not take the pool's kernel");
+	/* the refill: the second "warming" line; its proxy's "started" line */
+	char *warm = strstr(log, "pool: warming a python3 kernel (proxy ");
+	cr_assert_not_null(warm);
+	warm = strstr(warm + 1, "pool: warming a python3 kernel (proxy ");
+	cr_assert_not_null(warm, "no refill in the log");
+	snprintf(needle, sizeof(needle), "sandcell-proxy[%d] info: context ",
+		 atoi(warm + strlen("pool: warming a python3 kernel (proxy ")));
+	char *refill = NULL;
+	for (char *l = strstr(log, needle); l && !refill; l = strstr(l + 1, needle)) {
+		char *nl = strchr(l, '\n');
+		char *st = strstr(l, ": kernel python3 started");
+		if (st && (!nl || st < nl))
+			refill = l;
+	}
+	snprintf(needle, sizeof(needle), "context %s: kernel python3 started", fresh);
+	char *started = strstr(log, needle);
+	cr_assert_not_null(refill, "the refill's kernel never started");
+	cr_assert_not_null(started, "the creation's kernel never started");
+	cr_expect(started < refill, "the refill's kernel started before the creation's");
+	free(log);
+	free(claimed);
+	free(fresh);
+}
+
+/*
+ * The warm pool's starts queue behind every start a client waits for: with
+ * the one slot held while the pool's two kernels wait for it, a creation
+ * made after them starts its kernel first once the slot is free.
+ */
+Test(load, a_creation_starts_before_the_pools_waiting_kernels, .fini = priv_stop, .timeout = 120)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=2", "--max-starting", "1",
+			      "--log-level", "info", NULL};
+	char ids[4][37];
+	pthread_t t;
+	char *id;
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	pid_t holder = hold_slot0(); /* before the template is ready, and the pool with it */
+	waiting_for = 2;
+	int pool_waits = wait_until(n_wait, NULL, 30000);
+	char *log = broker_log(&priv);
+	bool warm = strstr(log, "pool: a python3 kernel is warm") != NULL;
+	free(log);
+	if (pool_waits != 0 || warm) {
+		kill(holder, SIGKILL);
+		waitpid(holder, NULL, 0);
+		cr_assert_fail("the pool's kernels did not both wait for the slot");
+	}
+	pthread_create(&t, NULL, context_new_thread, priv.b_url);
+	waiting_for = 3;
+	int waits = wait_until(n_wait, NULL, 30000);
+	kill(holder, SIGKILL);
+	waitpid(holder, NULL, 0);
+	pthread_join(t, (void **)&id);
+	cr_assert_eq(waits, 0, "the creation never waited for the slot");
+	cr_assert_not_null(id, "the creation failed");
+	log = broker_log(&priv);
+	int n = ids_saying(log, ": kernel python3 started", ids, 4);
+	free(log);
+	cr_assert_geq(n, 1);
+	cr_expect_str_eq(ids[0], id, "a pool's kernel started before the creation's");
+	free(id);
 }
 
 /*
