@@ -20,12 +20,14 @@
  * still wait, so none is passed over for long, however many come after it.
  * Its place is a file in the run dir's start-queue/, named by when it came
  * (CLOCK_MONOTONIC, which every process of the machine shares) and its pid,
- * and locked for as long as it waits. The warm pool's starts queue behind
- * every start a client waits for (their names sort after), however early
- * they came: a burst's creations are not held up by refills it set off. The file appears already locked (made
+ * and locked for as long as it waits. The file appears already locked (made
  * unnamed with O_TMPFILE, locked, then linked), so an unlocked one is of a
  * proxy that died: whoever sees it removes it. Where the queue cannot be
  * made (no O_TMPFILE), starts take free slots in no order, as before.
+ *
+ * The warm pool's starts queue behind every start a client waits for (their
+ * names sort after), however early they came: a burst's creations are not
+ * held up by the refills it set off.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -54,7 +56,8 @@ queue_join(struct proxy *px)
 		return -errno;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	/* a pool's start (1) after every start a client waits for (0) */
-	snprintf(px->px_queue_name, sizeof(px->px_queue_name), "%d.%016llx.%d", px->px_pooled ? 1 : 0,
+	snprintf(px->px_queue_name, sizeof(px->px_queue_name), "%d.%016llx.%d",
+		 px->px_pooled ? 1 : 0,
 		 (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec,
 		 (int)getpid());
 	snprintf(px->px_queue_path, sizeof(px->px_queue_path), "%s/%s", dir, px->px_queue_name);
