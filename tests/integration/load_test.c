@@ -328,6 +328,34 @@ most_starting(const char *log, int *waited)
 }
 
 /*
+ * n creations at once on priv's broker, whose gate lets slots kernels start
+ * at once (n > slots): every one is created, slots kernels and no more
+ * were starting at once, and some creation waited for a slot.
+ */
+static void
+burst_through_gate(int n, int slots)
+{
+	pthread_t t[8];
+	char *ids[8];
+	int waited;
+
+	cr_assert(n <= 8 && n > slots);
+	for (int i = 0; i < n; i++)
+		pthread_create(&t[i], NULL, context_new_thread, priv.b_url);
+	for (int i = 0; i < n; i++)
+		pthread_join(t[i], (void **)&ids[i]);
+	for (int i = 0; i < n; i++) {
+		cr_expect_not_null(ids[i], "creation %d failed", i);
+		free(ids[i]);
+	}
+	char *log = broker_log(&priv);
+	int most = most_starting(log, &waited);
+	free(log);
+	cr_expect_eq(most, slots, "%d kernels were starting at once", most);
+	cr_expect_geq(waited, 1, "no creation waited for a slot");
+}
+
+/*
  * Six creations at once on a broker that starts two kernels at a time: the
  * others wait for a slot, and every one is created.
  */
@@ -336,24 +364,9 @@ Test(load, a_burst_of_creations_starts_at_most_max_starting_kernels_at_once,
 {
 	const char *args[] = {"--no-default-context", "--pool", "python=0", "--max-starting", "2",
 			      "--log-level", "info", NULL};
-	pthread_t t[6];
-	char *ids[6];
-	int waited;
 
 	cr_assert_eq(broker_start(&priv, args), 0);
-	for (int i = 0; i < 6; i++)
-		pthread_create(&t[i], NULL, context_new_thread, priv.b_url);
-	for (int i = 0; i < 6; i++)
-		pthread_join(t[i], (void **)&ids[i]);
-	for (int i = 0; i < 6; i++)
-		cr_expect_not_null(ids[i], "creation %d failed", i);
-	char *log = broker_log(&priv);
-	int most = most_starting(log, &waited);
-	free(log);
-	cr_expect_eq(most, 2, "%d kernels were starting at once", most);
-	cr_expect_geq(waited, 1, "no creation waited for a slot");
-	for (int i = 0; i < 6; i++)
-		free(ids[i]);
+	burst_through_gate(6, 2);
 }
 
 static bool
@@ -601,25 +614,6 @@ Test(load, a_creation_starts_before_the_pools_waiting_kernels, .fini = priv_stop
  */
 static char quota_cg[300], quota_home[256];
 
-static void
-quota_leave(void)
-{
-	priv_stop();
-	if (!quota_cg[0])
-		return;
-	char procs[320], pid[24];
-	snprintf(procs, sizeof(procs), "%s/cgroup.procs", quota_home);
-	snprintf(pid, sizeof(pid), "%d", getpid());
-	int fd = open(procs, O_WRONLY);
-	cr_expect(fd >= 0 && write(fd, pid, strlen(pid)) > 0, "could not leave %s", quota_cg);
-	if (fd >= 0)
-		close(fd);
-	/* the broker's kernels leave the cgroup as they exit */
-	for (int i = 0; i < 100 && rmdir(quota_cg) != 0; i++)
-		usleep(100000);
-	cr_expect_eq(access(quota_cg, F_OK), -1, "%s is left behind", quota_cg);
-}
-
 /* Writes text to dir/name; 0 or -1. */
 static int
 put(const char *dir, const char *name, const char *text)
@@ -630,6 +624,28 @@ put(const char *dir, const char *name, const char *text)
 	if (fd >= 0)
 		close(fd);
 	return ok ? 0 : -1;
+}
+
+/* Whether the cgroup dir is gone: its last process has left it (rmdir then works). */
+static bool
+cgroup_removed(void *dir)
+{
+	return rmdir(dir) == 0 || errno == ENOENT;
+}
+
+static void
+quota_leave(void)
+{
+	char pid[24];
+
+	priv_stop();
+	if (!quota_cg[0])
+		return;
+	snprintf(pid, sizeof(pid), "%d", getpid());
+	cr_expect_eq(put(quota_home, "cgroup.procs", pid), 0, "could not leave %s", quota_cg);
+	/* the broker's kernels leave the cgroup as they exit */
+	cr_expect_eq(wait_until(cgroup_removed, quota_cg, 10000), 0, "%s is left behind",
+		     quota_cg);
 }
 
 /*
@@ -643,9 +659,7 @@ Test(load, the_default_start_gate_follows_the_cgroups_cpu_quota, .fini = quota_l
 	const char *args[] = {"--no-default-context", "--pool", "python=0", "--log-level", "info",
 			      NULL};
 	char cg[4096] = "", *line, *save = NULL;
-	pthread_t t[4];
-	char *ids[4];
-	int waited, fd;
+	int fd;
 
 	if (geteuid() != 0 || access("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", F_OK) != 0)
 		cr_skip_test("needs root and cgroup v1's cpu controller at /sys/fs/cgroup/cpu");
@@ -677,17 +691,5 @@ Test(load, the_default_start_gate_follows_the_cgroups_cpu_quota, .fini = quota_l
 				       "the cgroup's CPU quota)");
 	free(log);
 	cr_expect(said, "the broker did not take the quota as its CPUs");
-	for (int i = 0; i < 4; i++)
-		pthread_create(&t[i], NULL, context_new_thread, priv.b_url);
-	for (int i = 0; i < 4; i++)
-		pthread_join(t[i], (void **)&ids[i]);
-	for (int i = 0; i < 4; i++)
-		cr_expect_not_null(ids[i], "creation %d failed", i);
-	log = broker_log(&priv);
-	int most = most_starting(log, &waited);
-	free(log);
-	cr_expect_leq(most, 2, "%d kernels were starting at once", most);
-	cr_expect_geq(waited, 1, "no creation waited for a slot");
-	for (int i = 0; i < 4; i++)
-		free(ids[i]);
+	burst_through_gate(4, 2);
 }
