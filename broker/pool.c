@@ -22,11 +22,16 @@ pool_take(const char *kernel)
 	return NULL;
 }
 
-/* Tells a proxy which context it now is: id, cwd (applied in its kernel), default. */
+/*
+ * Tells a proxy which context it now is: id, cwd (applied in its kernel),
+ * default; and the pool when it was last drawn on (pool_yield).
+ */
 static void
 pool_claim(struct context *c)
 {
 	struct msg m;
+
+	sv.sv_po.po_claimed = now_ms();
 
 	msg_init(&m, MSG_CLAIM);
 	msg_set_u64(&m, F_REQ, sv.sv_tb.tb_next_req++);
@@ -57,7 +62,6 @@ pool_use(const char *kernel, const char *cwd, bool is_default)
 	free(c->c_cwd);
 	c->c_cwd = xstrdup(cwd);
 	pool_claim(c);
-	sv.sv_po.po_claimed = now_ms();
 	log_info("context %s: created from the warm pool (%s, cwd %s%s)", c->c_id, c->c_lang,
 		 cwd, is_default ? ", default" : "");
 	control_event(json_pack("{s:s, s:s, s:s, s:s, s:b}", "event", "context_created",
@@ -164,7 +168,6 @@ pool_restart(struct context *x)
 	free(p->c_error);
 	free(p);
 	pool_claim(x);
-	sv.sv_po.po_claimed = now_ms();
 	metrics_count(M_KERNEL_RESTART, 1);
 	log_info("context %s: restarted with a warm kernel (proxy %d)", x->c_id,
 		 (int)x->c_pl->pl_pid);

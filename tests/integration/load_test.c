@@ -298,6 +298,24 @@ priv_stop(void)
 }
 
 /*
+ * The next line of a broker's log written by a proxy that contains what, from
+ * *at on: its start, with *at moved past it and where what starts in *found;
+ * NULL when there is none.
+ */
+static const char *
+proxy_line(const char **at, const char *what, const char **found)
+{
+	while (*at && **at) {
+		const char *l = *at, *nl = strchr(l, '\n'), *end = nl ? nl : l + strlen(l);
+		*at = nl ? nl + 1 : NULL;
+		if (!strncmp(l, "sandcell-proxy[", 15) &&
+		    (*found = memmem(l, end - l, what, strlen(what))))
+			return l;
+	}
+	return NULL;
+}
+
+/*
  * The most kernels of a broker's log that were starting at once: between a
  * proxy's "kernel ... started" line and its "ready in" (a slot is taken
  * before the first and given back after the second). *waited: the lines of
@@ -307,22 +325,18 @@ static int
 most_starting(const char *log, int *waited)
 {
 	static const char kernel[] = ": kernel python3 ";
+	const char *at = log, *k;
 	int now = 0, most = 0;
 
 	*waited = 0;
-	for (const char *l = log; l && *l;) {
-		const char *nl = strchr(l, '\n'), *end = nl ? nl : l + strlen(l);
-		const char *k = memmem(l, end - l, kernel, strlen(kernel));
-		if (k && !strncmp(l, "sandcell-proxy[", 15)) {
-			k += strlen(kernel);
-			if (!strncmp(k, "started", 7))
-				most = ++now > most ? now : most;
-			else if (!strncmp(k, "ready in", 8))
-				now--;
-			else if (!strncmp(k, "waits for a start slot", 22))
-				(*waited)++;
-		}
-		l = nl ? nl + 1 : NULL;
+	while (proxy_line(&at, kernel, &k)) {
+		k += strlen(kernel);
+		if (!strncmp(k, "started", 7))
+			most = ++now > most ? now : most;
+		else if (!strncmp(k, "ready in", 8))
+			now--;
+		else if (!strncmp(k, "waits for a start slot", 22))
+			(*waited)++;
 	}
 	return most;
 }
@@ -439,33 +453,30 @@ static int
 ids_saying(const char *log, const char *what, char ids[][37], int max)
 {
 	static const char ctx[] = " info: context ";
+	const char *at = log, *l, *w;
 	int n = 0;
 
-	for (const char *l = log; l && *l && n < max;) {
-		const char *nl = strchr(l, '\n'), *end = nl ? nl : l + strlen(l);
-		const char *c = memmem(l, end - l, ctx, strlen(ctx));
-		if (c && !strncmp(l, "sandcell-proxy[", 15) && c + strlen(ctx) + 38 <= end &&
-		    memmem(c, end - c, what, strlen(what))) {
+	while (n < max && (l = proxy_line(&at, what, &w))) {
+		const char *c = memmem(l, w - l, ctx, strlen(ctx));
+		if (c && c + strlen(ctx) + 36 <= w) {
 			memcpy(ids[n], c + strlen(ctx), 36);
 			ids[n++][36] = '\0';
 		}
-		l = nl ? nl + 1 : NULL;
 	}
 	return n;
 }
 
 static const char waits[] = ": kernel python3 waits for a start slot";
-static int waiting_for;
 
+/* Whether *(int *)n proxies have logged that their kernel waits for a slot. */
 static bool
-n_wait(void *unused)
+n_wait(void *n)
 {
 	char ids[8][37], *log = broker_log(&priv);
-	int n = log ? ids_saying(log, waits, ids, 8) : 0;
+	int have = log ? ids_saying(log, waits, ids, 8) : 0;
 
-	(void)unused;
 	free(log);
-	return n >= waiting_for;
+	return have >= *(int *)n;
 }
 
 /*
@@ -492,8 +503,8 @@ Test(load, waiting_starts_are_served_in_the_order_they_came, .fini = priv_stop, 
 	pid_t holder = hold_slot0();
 	for (int i = 0; i < 5; i++) {
 		pthread_create(&t[i], NULL, context_new_thread, priv.b_url);
-		waiting_for = i + 1;
-		if (wait_until(n_wait, NULL, 30000) != 0) {
+		int n = i + 1;
+		if (wait_until(n_wait, &n, 30000) != 0) {
 			kill(holder, SIGKILL);
 			waitpid(holder, NULL, 0);
 			cr_assert_fail("creation %d never waited for the slot", i);
@@ -539,28 +550,13 @@ Test(load, a_refill_leaves_the_start_slot_to_the_creation_after_a_claim, .fini =
 	cr_assert_not_null(claimed);
 	cr_assert_not_null(fresh);
 	cr_assert_eq(wait_pool_ready(priv.b_run_dir, 1, 60000), 0, "the pool was not refilled");
-	char *log = broker_log(&priv);
+	char *log = broker_log(&priv), ids[4][37];
 	snprintf(needle, sizeof(needle), "context %s: created from the warm pool", claimed);
 	cr_assert_not_null(strstr(log, needle), "the first creation did not take the pool's kernel");
-	/* the refill: the second "warming" line; its proxy's "started" line */
-	char *warm = strstr(log, "pool: warming a python3 kernel (proxy ");
-	cr_assert_not_null(warm);
-	warm = strstr(warm + 1, "pool: warming a python3 kernel (proxy ");
-	cr_assert_not_null(warm, "no refill in the log");
-	snprintf(needle, sizeof(needle), "sandcell-proxy[%d] info: context ",
-		 atoi(warm + strlen("pool: warming a python3 kernel (proxy ")));
-	char *refill = NULL;
-	for (char *l = strstr(log, needle); l && !refill; l = strstr(l + 1, needle)) {
-		char *nl = strchr(l, '\n');
-		char *st = strstr(l, ": kernel python3 started");
-		if (st && (!nl || st < nl))
-			refill = l;
-	}
-	snprintf(needle, sizeof(needle), "context %s: kernel python3 started", fresh);
-	char *started = strstr(log, needle);
-	cr_assert_not_null(refill, "the refill's kernel never started");
-	cr_assert_not_null(started, "the creation's kernel never started");
-	cr_expect(started < refill, "the refill's kernel started before the creation's");
+	/* the pool's first kernel, then the creation's and the refill's in some order */
+	int n = ids_saying(log, ": kernel python3 started", ids, 4);
+	cr_assert_eq(n, 3, "%d kernels started, not 3", n);
+	cr_expect_str_eq(ids[1], fresh, "the refill's kernel started before the creation's");
 	free(log);
 	free(claimed);
 	free(fresh);
@@ -581,8 +577,8 @@ Test(load, a_creation_starts_before_the_pools_waiting_kernels, .fini = priv_stop
 
 	cr_assert_eq(broker_start(&priv, args), 0);
 	pid_t holder = hold_slot0(); /* before the template is ready, and the pool with it */
-	waiting_for = 2;
-	int pool_waits = wait_until(n_wait, NULL, 30000);
+	int n = 2;
+	int pool_waits = wait_until(n_wait, &n, 30000);
 	char *log = broker_log(&priv);
 	bool warm = strstr(log, "pool: a python3 kernel is warm") != NULL;
 	free(log);
@@ -592,15 +588,15 @@ Test(load, a_creation_starts_before_the_pools_waiting_kernels, .fini = priv_stop
 		cr_assert_fail("the pool's kernels did not both wait for the slot");
 	}
 	pthread_create(&t, NULL, context_new_thread, priv.b_url);
-	waiting_for = 3;
-	int waits = wait_until(n_wait, NULL, 30000);
+	n = 3;
+	int waits = wait_until(n_wait, &n, 30000);
 	kill(holder, SIGKILL);
 	waitpid(holder, NULL, 0);
 	pthread_join(t, (void **)&id);
 	cr_assert_eq(waits, 0, "the creation never waited for the slot");
 	cr_assert_not_null(id, "the creation failed");
 	log = broker_log(&priv);
-	int n = ids_saying(log, ": kernel python3 started", ids, 4);
+	n = ids_saying(log, ": kernel python3 started", ids, 4);
 	free(log);
 	cr_assert_geq(n, 1);
 	cr_expect_str_eq(ids[0], id, "a pool's kernel started before the creation's");
