@@ -52,8 +52,8 @@ close_sockets(struct proxy *px)
 		*socks[i] = NULL;
 	}
 	px->px_zgen++;
-	for (int i = 1; i <= 5; i++) {
-		char *p = xasprintf("%s/k-%d", px->px_kdir, i);
+	for (int i = 1; px->px_kchan[0] && i <= 5; i++) {
+		char *p = xasprintf("%s/%s-%d", px->px_kdir, px->px_kchan, i);
 		unlink(p); /* kernels leave their ipc files behind */
 		free(p);
 	}
@@ -88,6 +88,12 @@ kernel_launch(struct proxy *px)
 	randombytes_buf(key, sizeof(key));
 	sodium_bin2hex(px->px_key, sizeof(px->px_key), key, sizeof(key));
 	uuid_v4(px->px_session);
+	/*
+	 * Sockets named for this launch alone: a box outlives its proxy until its
+	 * init notices, and a respawned proxy connecting to the same names would
+	 * reach the old kernel, which drops what the new key signed.
+	 */
+	snprintf(px->px_kchan, sizeof(px->px_kchan), "k%d.%u", (int)getpid(), ++px->px_klaunches);
 	snprintf(conn, sizeof(conn), "%s/kernel.json", px->px_kdir);
 	if ((rc = launch_connection_file(px, conn, ports, ep)) < 0) {
 		start_failed(px, "write %s: %s", conn, strerror(-rc));

@@ -204,7 +204,7 @@ launch_connection_file(struct proxy *px, const char *path, int ports[5], char ep
 			snprintf(ep[i], EP_MAX, "tcp://127.0.0.1:%d", ports[i]);
 		}
 	} else {
-		snprintf(ip, sizeof(ip), "%s/k", px->px_kdir);
+		snprintf(ip, sizeof(ip), "%s/%s", px->px_kdir, px->px_kchan);
 		for (int i = 0; i < 5; i++) {
 			ports[i] = i + 1;
 			snprintf(ep[i], EP_MAX, "ipc://%s-%d", ip, ports[i]);

@@ -124,6 +124,8 @@ struct proxy {
 	bool px_pooled;    /* started ahead of time; no context until CLAIM */
 	char *px_lang, *px_cwd, *px_dir, *px_run_dir;
 	char *px_kdir;     /* the kernel's files: connection file, ipc sockets, HOME */
+	char px_kchan[48]; /* this launch's ipc socket names in px_kdir: "k<pid>.<n>" */
+	unsigned px_klaunches; /* kernels launched by this proxy: names each launch's sockets */
 	char *px_mplcache; /* matplotlib's cache, shared by the kernels of a run dir */
 	uid_t px_kuid;     /* --kernel-user, or -1 */
 	gid_t px_kgid;

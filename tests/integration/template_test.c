@@ -551,6 +551,36 @@ Test(template, a_killed_proxy_takes_its_forked_box_along, .timeout = 120)
 	free(id);
 }
 
+/*
+ * A respawned proxy talks to its own kernel, never to its predecessor's: a
+ * forked box ends only once its init notices that its proxy is gone (here:
+ * never, its init is stopped), and until then its kernel still listens. The
+ * new kernel's channels are not the old one's, so the new proxy's handshake
+ * cannot go to the old kernel and be lost (it waited for it 60 s).
+ */
+Test(template, a_respawned_proxy_starts_its_own_kernel_while_the_old_box_lingers,
+     .timeout = 180)
+{
+	char *id = forked_context(URL);
+	pid_t proxy = context_pid(URL, id, "proxy_pid"), kernel = context_pid(URL, id, "kernel_pid");
+	cr_assert(proxy > 0 && kernel > 0);
+	pid_t init = (pid_t)proc_stat_field(kernel, 4); /* the box's init */
+	cr_assert(init > 1 && init != proxy, "init %d", (int)init);
+	double before = metric_value(URL, "sandcell_proxy_restarts_total");
+
+	cr_assert_eq(kill(init, SIGSTOP), 0); /* the old box cannot end: its kernel stays up */
+	cr_assert_eq(kill(proxy, SIGKILL), 0);
+	int respawned = wait_metric(URL, "sandcell_proxy_restarts_total", before + 1, 10000);
+	json_t *l = respawned == 0 ? execute_code(URL, id, "41 + 1", NULL, 20000, NULL) : NULL;
+	kill(init, SIGKILL); /* its PID namespace, the old kernel with it */
+	cr_assert_eq(respawned, 0, "the proxy was not respawned");
+	cr_assert_not_null(l, "the execution after the respawn did not end");
+	cr_assert_str_eq(result_text(l), "42", "%s", error_value(l));
+	cr_assert_eq(wait_pid_gone(kernel, 10000), 0, "the old kernel outlived its box");
+	json_decref(l);
+	free(id);
+}
+
 Test(template, broker_restart_reattaches_a_forked_kernel, .fini = priv_stop, .timeout = 240)
 {
 	const char *args[] = {"--no-default-context", "--pool", "python=0", NULL};
