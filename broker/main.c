@@ -276,7 +276,6 @@ main(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	sigset_t mask;
 	int c, li, level = LOG_INFO;
 	char err[512];
 	static struct optenv oe; /* the configuration points into it: lives as long as we do */
@@ -484,6 +483,9 @@ main(int argc, char **argv)
 	if (optind != oe.oe_argc)
 		usage();
 	log_init("sandcell-broker", level);
+	/* first: the sandbox's probe below waits for a child */
+	if ((sv.sv_io.io_sigfd = signal_fd()) < 0)
+		fatal("signalfd: %s", strerror(errno));
 	if (!sv.sv_cf.cf_max_starting[0]) {
 		/* a start is CPU work: one per CPU we can use, and one more to
 		 * keep them busy while a slot changes hands */
@@ -566,16 +568,8 @@ main(int argc, char **argv)
 	sv.sv_tb.tb_next_req = 1;
 	config_run_dir();
 
-	signal(SIGPIPE, SIG_IGN);
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGCHLD);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGINT);
-	sigprocmask(SIG_BLOCK, &mask, NULL);
 	if ((sv.sv_io.io_epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
 		fatal("epoll_create1: %s", strerror(errno));
-	if ((sv.sv_io.io_sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
-		fatal("signalfd: %s", strerror(errno));
 	if ((sv.sv_io.io_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
 		fatal("eventfd: %s", strerror(errno));
 	sv.sv_io.io_ev_sig = (struct evsrc){EV_SIGNAL, NULL};

@@ -90,6 +90,7 @@ void iso_time(char out[64]);
 uint64_t now_us(void);
 void uuid_v4(char out[37]);
 bool uuid_valid(const char *s);
+int signal_fd(void);
 int mkdir_p(const char *path, unsigned mode);
 int rm_rf(const char *path);
 int chown_r(const char *path, unsigned uid, unsigned gid);

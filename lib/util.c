@@ -8,8 +8,10 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -218,6 +220,30 @@ uuid_valid(const char *s)
 		}
 	}
 	return s[36] == '\0';
+}
+
+/*
+ * A daemon's stop signals and SIGCHLD as a descriptor for its loop
+ * (SIGPIPE ignored), taken first thing in main. Their dispositions are ours
+ * whatever the starter left: with SIGCHLD ignored, the kernel reaps every
+ * child itself and no waitpid learns how one ended (the broker then took its
+ * sandbox probe for a failure and refused to start). -1 with errno.
+ */
+int
+signal_fd(void)
+{
+	static const int taken[] = {SIGCHLD, SIGTERM, SIGINT};
+	sigset_t mask;
+
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&mask);
+	for (size_t i = 0; i < sizeof(taken) / sizeof(taken[0]); i++) {
+		signal(taken[i], SIG_DFL);
+		sigaddset(&mask, taken[i]);
+	}
+	if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+		return -1;
+	return signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
 }
 
 int

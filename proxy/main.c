@@ -497,7 +497,6 @@ main(int argc, char **argv)
 	const char *env_file = NULL, *kernel = NULL, *kuser = NULL;
 	unsigned long uid_arg = 0;
 	char lang[128];
-	sigset_t mask;
 	int c, level = LOG_INFO;
 	uint64_t v;
 
@@ -587,6 +586,8 @@ main(int argc, char **argv)
 	if (!px.px_run_dir || !px.px_id || !px.px_lang || !px.px_cwd || !uuid_valid(px.px_id))
 		usage();
 	log_init("sandcell-proxy", level);
+	if ((px.px_sigfd = signal_fd()) < 0)
+		fatal("signalfd: %s", strerror(errno));
 	px.px_ctx = xstrdup(px.px_id);
 	px.px_cwd = xstrdup(px.px_cwd);
 	if (sodium_init() < 0)
@@ -662,14 +663,6 @@ main(int argc, char **argv)
 	 * passed (glibc's adaptive threshold would keep up to 32 MiB ones).
 	 */
 	mallopt(M_MMAP_THRESHOLD, 256 << 10);
-	signal(SIGPIPE, SIG_IGN);
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGCHLD);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGINT);
-	sigprocmask(SIG_BLOCK, &mask, NULL);
-	if ((px.px_sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
-		fatal("signalfd: %s", strerror(errno));
 
 	ipc_listen(&px);
 	write_state_file(&px);

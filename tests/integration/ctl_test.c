@@ -391,6 +391,9 @@ Test(ctl, watch_prints_live_events, .timeout = 60)
 	pid_t pid = fork();
 	if (pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed or timed-out test ends it too */
+		/* Ctrl-C in a terminal: a background job of a non-interactive
+		 * shell (make test run so) would start it with SIGINT ignored */
+		signal(SIGINT, SIG_DFL);
 		dup2(fds[1], 1);
 		close(fds[0]);
 		snprintf(cmd, sizeof(cmd), "%s/sandcellctl", bin ? bin : "bin");
@@ -416,10 +419,15 @@ Test(ctl, watch_prints_live_events, .timeout = 60)
 		json_decref(ev);
 	}
 	kill(pid, SIGINT);
-	waitpid(pid, NULL, 0);
+	int st = 0;
+	int stopped = wait_pid_exit(pid, &st, 5000);
+	if (stopped < 0)
+		kill(pid, SIGKILL);
 	fclose(f);
 	cr_assert(created && started && ended, "created %d started %d ended %d", created,
 		  started, ended);
+	cr_assert_eq(stopped, 0, "sandcellctl watch did not end on Ctrl-C");
+	cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGINT, "status 0x%x", st);
 	free(id);
 }
 

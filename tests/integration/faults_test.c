@@ -399,6 +399,36 @@ Test(faults, sigterm_drains_running_executions, .fini = priv_stop, .timeout = 90
 		  "a drained stop exits 0 (status 0x%x)", status);
 }
 
+/*
+ * With SIGCHLD ignored (a starter may leave it so), the kernel reaps every
+ * child itself and waitpid learns nothing: the broker took its sandbox
+ * probe's end for a failure and refused to start. It takes SIGCHLD as its
+ * own, starts, and sees a proxy die.
+ */
+Test(faults, a_broker_started_with_sigchld_ignored_starts_and_respawns_proxies,
+     .fini = priv_stop, .timeout = 90)
+{
+	struct broker *b = &priv;
+	const char *args[] = {"--no-default-context", "--pool", "0", NULL};
+
+	signal(SIGCHLD, SIG_IGN); /* inherited by the broker */
+	int started = broker_start(b, args);
+	signal(SIGCHLD, SIG_DFL);
+	cr_assert_eq(started, 0, "the broker did not start");
+	char *id = context_new(b->b_url, "python", NULL);
+	cr_assert_not_null(id);
+	json_decref(run(b->b_url, id, "x = 1"));
+	pid_t proxy = context_pid(b->b_url, id, "proxy_pid");
+	cr_assert(proxy > 0);
+	cr_assert_eq(kill(proxy, SIGKILL), 0);
+	cr_assert_eq(wait_metric(b->b_url, "sandcell_proxy_restarts_total", 1, 10000), 0,
+		     "the proxy's death was not seen");
+	json_t *l = run(b->b_url, id, "41 + 1");
+	cr_assert_str_eq(result_text(l), "42");
+	json_decref(l);
+	free(id);
+}
+
 Test(faults, sigterm_stops_at_the_grace_and_exits_0, .fini = priv_stop, .timeout = 90)
 {
 	struct broker *b = &priv;
