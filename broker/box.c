@@ -270,29 +270,38 @@ box_peer_is_context(int fd)
  * else the first uid of --kernel-uid-range it can lease (uidlease.c); kept
  * for the broker's life.
  */
+static unsigned shared_uid;
+static int shared_lease = -1; /* shared_uid's, held for the broker's life */
+
 unsigned
 box_uid(void)
 {
-	static unsigned uid;
 	unsigned a, b, u;
-	int fd;
 
-	if (uid)
-		return uid;
+	if (shared_uid)
+		return shared_uid;
 	uid_range(&a, &b);
 	if (!boxes_use_the_range())
 		return a;
-	uid = uid_lease_ours(a, b, &fd);
-	for (u = a; !uid && u <= b; u++)
-		if ((fd = uid_lease(u)) != -EBUSY)
-			uid = u; /* fd stays open: the lease lasts as long as we do */
-	if (!uid)
+	shared_uid = uid_lease_ours(a, b, &shared_lease);
+	for (u = a; !shared_uid && u <= b; u++)
+		if ((shared_lease = uid_lease(u)) != -EBUSY)
+			shared_uid = u;
+	if (!shared_uid)
 		fatal("no uid of --kernel-uid-range %s is free: other brokers or processes "
 		      "hold them all",
 		      sv.sv_cf.cf_uid_range);
-	log_info("sandbox: kernels run as uid %u%s", uid,
-		 fd >= 0 ? ", leased for this broker's life" : "");
-	return uid;
+	log_info("sandbox: kernels run as uid %u%s", shared_uid,
+		 shared_lease >= 0 ? ", leased for this broker's life" : "");
+	return shared_uid;
+}
+
+/* A stop that ended every context: the shared uid is no longer ours. */
+void
+box_release(void)
+{
+	uid_release(shared_uid, shared_lease);
+	shared_lease = -1;
 }
 
 /*

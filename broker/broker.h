@@ -472,6 +472,7 @@ int box_check(char *err, size_t errsz);
 void box_peer_check(void);
 bool box_peer_is_context(int fd);
 unsigned box_uid(void);
+void box_release(void);
 const char *box_workspace(void);
 int box_isolate(struct context *c, char *err, size_t errsz);
 void box_args(struct context *c, const char **argv, int *n);
@@ -480,6 +481,7 @@ json_t *box_json(const char *slot);
 /* uidlease.c */
 int uid_lease(unsigned uid);
 unsigned uid_lease_ours(unsigned a, unsigned b, int *fd);
+void uid_release(unsigned uid, int fd);
 
 /* cpus.c: CPUs the affinity mask gives, or fewer by a cgroup's CPU quota
  * (*quota: that quota in CPUs, 0 if none); cpus_quota on given texts, for tests */

@@ -168,8 +168,7 @@ context_free(struct context *c)
 	free(c->c_kernel);
 	free(c->c_cwd);
 	free(c->c_error);
-	if (c->c_uid_lease >= 0)
-		close(c->c_uid_lease);
+	uid_release(c->c_uid, c->c_uid_lease);
 	free(c);
 }
 
@@ -242,6 +241,10 @@ context_detach_all(void)
 {
 	struct context *c;
 
-	while ((c = TAILQ_FIRST(&sv.sv_tb.tb_contexts)))
+	while ((c = TAILQ_FIRST(&sv.sv_tb.tb_contexts))) {
+		if (c->c_uid_lease >= 0) /* kept: the next broker leases it again */
+			close(c->c_uid_lease);
+		c->c_uid_lease = -1;
 		context_free(c);
+	}
 }

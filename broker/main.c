@@ -616,8 +616,10 @@ main(int argc, char **argv)
 	else
 		supervise_shutdown_all();
 	control_stop();
-	if (!sv.sv_cf.cf_keep_contexts)
+	if (!sv.sv_cf.cf_keep_contexts) {
 		unlink(sv.sv_cf.cf_env_file);
+		box_release();
+	}
 	log_info("stopped%s", sv.sv_cf.cf_keep_contexts ? "; contexts kept running" : "");
 	return 0;
 }

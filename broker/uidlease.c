@@ -108,12 +108,20 @@ uid_lease(unsigned uid)
 	if (mkdir(UIDLEASE_DIR, 0700) < 0 && errno != EEXIST)
 		return no_leases(errno);
 	snprintf(path, sizeof(path), UIDLEASE_DIR "/%u", uid);
-	if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0)
-		return no_leases(errno);
-	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-		int err = errno;
+	for (;;) {
+		struct stat held_st, path_st;
+		if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0)
+			return no_leases(errno);
+		if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+			int err = errno;
+			close(fd);
+			return err == EWOULDBLOCK ? -EBUSY : no_leases(err);
+		}
+		/* the file its last holder removed as it let go (uid_release): open it again */
+		if (fstat(fd, &held_st) == 0 && stat(path, &path_st) == 0 &&
+		    held_st.st_ino == path_st.st_ino && held_st.st_dev == path_st.st_dev)
+			break;
 		close(fd);
-		return err == EWOULDBLOCK ? -EBUSY : no_leases(err);
 	}
 	holder_of(fd, held);
 	if (strcmp(held, mine) && uid_in_use(uid)) {
@@ -160,4 +168,22 @@ uid_lease_ours(unsigned a, unsigned b, int *fd)
 	if (best && (*fd = uid_lease(best)) == -EBUSY)
 		best = 0;
 	return best;
+}
+
+/*
+ * Ends the lease fd holds on uid for good: no context of ours runs as it any
+ * more (deleted, or all ended at a stop), so its file goes, while still
+ * locked. A lease kept across a restart is only closed: its file names our
+ * run dir for the next broker.
+ */
+void
+uid_release(unsigned uid, int fd)
+{
+	char path[64];
+
+	if (fd < 0)
+		return;
+	snprintf(path, sizeof(path), UIDLEASE_DIR "/%u", uid);
+	unlink(path);
+	close(fd);
 }

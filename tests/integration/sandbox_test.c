@@ -741,6 +741,55 @@ Test(sandbox, a_restarted_broker_keeps_its_uid_when_a_lower_one_is_free, .fini =
 	cr_assert_eq(broker_stop(&other2), 0);
 }
 
+/* A lease file is there while a uid may run a context of the broker. */
+static bool
+leased(void *uid)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/run/sandcell-uids/%ld", *(long *)uid);
+	return access(path, F_OK) == 0;
+}
+
+static bool
+unleased(void *uid)
+{
+	return !leased(uid);
+}
+
+/*
+ * A uid no context of the broker runs as any more (its context deleted, or
+ * every context ended at a stop) is let go with its lease file: brokers that
+ * come and go leave nothing in /run/sandcell-uids. A broker killed with its
+ * contexts running leaves its file, naming its run dir, for its next start.
+ */
+Test(sandbox, a_uid_no_context_runs_as_any_more_leaves_no_lease_file, .fini = others_stop,
+     .timeout = 120)
+{
+	const char *shared[] = {"--no-default-context", "--pool", "0", "--kernel-uid-range",
+				"64020-64023", NULL};
+	const char *isolated[] = {"--no-default-context", "--isolation", "context",
+				  "--kernel-uid-range", "64024-64027", NULL};
+
+	cr_assert_eq(broker_start(&other, shared), 0);
+	char *a = context_new(other.b_url, "python", NULL);
+	cr_assert_not_null(a);
+	long u1 = uid_of(other.b_url, a);
+	cr_assert(leased(&u1), "no lease file for uid %ld", u1);
+	cr_assert_eq(broker_start(&other2, isolated), 0);
+	char *c = context_new(other2.b_url, "python", NULL);
+	cr_assert_not_null(c);
+	long u2 = uid_of(other2.b_url, c);
+	cr_assert(leased(&u2), "no lease file for uid %ld", u2);
+
+	context_delete(other2.b_url, c);
+	cr_assert_eq(wait_until(unleased, &u2, 10000), 0, "a deleted context's uid stays leased");
+	cr_assert_eq(broker_stop(&other), 0);
+	cr_assert(!leased(&u1), "a stopped broker's uid stays leased");
+	free(a);
+	free(c);
+}
+
 Test(sandbox, a_uid_a_process_already_runs_as_is_not_handed_out, .fini = others_stop,
      .timeout = 120)
 {
