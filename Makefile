@@ -109,23 +109,30 @@ $(BUILD)/tests/wire_test: $(BUILD)/proxy/wire.o $(BUILD)/proxy/zmtp.o
 $(BUILD)/tests/fuzz_replay_test: $(BROKER_OBJ) $(BUILD)/proxy/wire.o $(BUILD)/proxy/zmtp.o \
 				 $(BUILD)/proxy/output.o
 
+# The integration harness (real brokers, libcurl; the runner's sweep of what
+# tests leave) and the runner's hooks.
+HARNESS = tests/integration/harness.c tests/integration/sweep.c
+
 # (only these sources: a test's .d may name a .c it includes, as lang_isolated_test does)
-$(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.c tests/integration/hooks.c $(PROTO_OBJ)
+$(BUILD)/tests/%: tests/integration/%.c $(HARNESS) tests/integration/hooks.c $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< tests/integration/harness.c tests/integration/hooks.c \
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(HARNESS) tests/integration/hooks.c \
 	  $(PROTO_OBJ) $(LDLIBS_PROTO) $(LDLIBS_TEST)
+
+# A test binary whose test times out, run by faults_test (not a test itself).
+$(BUILD)/tests/faults_test: $(BUILD)/tests/timeout_probe
 
 # The language tests again, with --isolation context (it #includes lang_test.c).
 $(BUILD)/tests/lang_isolated_test: tests/integration/lang_test.c
 
 # The benchmarks include a raw Jupyter client (the baseline): libzmq, with
 # proxy/wire.c's messages.
-$(BUILD)/bench: $(wildcard tests/bench/*.c) tests/integration/harness.c $(BUILD)/proxy/wire.o \
+$(BUILD)/bench: $(wildcard tests/bench/*.c) $(HARNESS) $(BUILD)/proxy/wire.o \
 		$(BUILD)/proxy/zmtp.o $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS_PROXY) -lzmq -lcurl
 
-$(BUILD)/soak: tests/soak/soak.c tests/integration/harness.c $(PROTO_OBJ)
+$(BUILD)/soak: tests/soak/soak.c $(HARNESS) $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS_PROTO) -lcurl
 

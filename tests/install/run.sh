@@ -14,7 +14,7 @@ broker=
 pass=0 fail=0
 cleanup() {
 	[ -n "$broker" ] && kill "$broker" 2>/dev/null && wait "$broker" 2>/dev/null
-	rm -rf "$dest" "$stamp" "$run_dir" "$dest.log"
+	rm -rf "$dest" "$stamp" "$run_dir" "$run_dir.work" "$dest.log"
 }
 trap cleanup EXIT INT TERM
 check() { # NAME CONDITION...

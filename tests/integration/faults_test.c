@@ -5,7 +5,9 @@
  */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -427,6 +429,67 @@ Test(faults, a_broker_started_with_sigchld_ignored_starts_and_respawns_proxies,
 	cr_assert_str_eq(result_text(l), "42");
 	json_decref(l);
 	free(id);
+}
+
+/* Whether a process of this machine has an argument naming dir. */
+static bool
+something_runs_from(void *dir)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	bool found = false;
+
+	while (d && !found && (de = readdir(d))) {
+		char buf[8192];
+		size_t n = proc_cmdline(atoi(de->d_name), buf, sizeof(buf));
+		for (size_t i = 0; i < n && !found; i += strlen(buf + i) + 1)
+			found = strstr(buf + i, dir) != NULL;
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/*
+ * A test that times out leaves nothing behind: its worker is killed before its
+ * fixtures run, and a broker it started with --keep-contexts leaves its
+ * context running. The runner's sweep (sweep.c) ends it, and removes its
+ * cgroup, its uid's lease and its run dir.
+ */
+Test(faults, a_test_that_times_out_leaves_nothing_behind, .timeout = 120)
+{
+	char out[] = "/tmp/sandcell-probe.XXXXXX", exe[PATH_MAX], cmd[PATH_MAX + 300];
+	char run_dir[256], id[64], path[600];
+	unsigned uid = 0;
+	int fd = mkstemp(out);
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	cr_assert(fd >= 0 && n > 0);
+	close(fd);
+	exe[n] = '\0';
+	*strrchr(exe, '/') = '\0'; /* the probe is built beside this binary */
+	/* a runner of its own: not this worker's (criterion's BXFI_MAP), nor its broker's */
+	snprintf(cmd, sizeof(cmd),
+		 "env -u BXFI_MAP -u SANDCELL_TEST_URL -u SANDCELL_TEST_RUN_DIR -u SANDCELL_TEST_PID "
+		 "-u SANDCELL_TEST_LOGS SANDCELL_PROBE_OUT=%s %s/timeout_probe --jobs 1 >/dev/null 2>&1",
+		 out, exe);
+	int st = system(cmd);
+	FILE *f = fopen(out, "r");
+	int got = f ? fscanf(f, "%255s %63s %u", run_dir, id, &uid) : 0;
+	if (f)
+		fclose(f);
+	unlink(out);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0, "the probe's test did not fail (0x%x)", st);
+	cr_assert_eq(got, 3, "the probe never had its context running");
+
+	cr_assert(!something_runs_from(run_dir), "something still runs from %s", run_dir);
+	cr_assert(access(run_dir, F_OK) != 0, "%s is left", run_dir);
+	snprintf(path, sizeof(path), "/sys/fs/cgroup/pids/sandcell/%s", id);
+	cr_assert(access(path, F_OK) != 0, "%s is left", path);
+	snprintf(path, sizeof(path), "/sys/fs/cgroup/sandcell/%s", id);
+	cr_assert(access(path, F_OK) != 0, "%s is left", path);
+	snprintf(path, sizeof(path), "/run/sandcell-uids/%u", uid);
+	cr_assert(access(path, F_OK) != 0, "the lease of uid %u is left", uid);
 }
 
 Test(faults, sigterm_stops_at_the_grace_and_exits_0, .fini = priv_stop, .timeout = 90)

@@ -563,6 +563,7 @@ broker_prepare(struct broker *b, int port)
 	snprintf(b->b_run_dir, sizeof(b->b_run_dir), "/tmp/sandcell-test.XXXXXX");
 	if (!mkdtemp(b->b_run_dir))
 		return -1;
+	harness_track(b->b_run_dir);
 	b->b_test_log = harness_log_name && harness_log_name(b->b_log, sizeof(b->b_log));
 	if (!b->b_test_log)
 		snprintf(b->b_log, sizeof(b->b_log), "%s.log", b->b_run_dir);

@@ -26,6 +26,16 @@ struct broker {
 	int b_listen_fd; /* > 0: passed at each (re)start as systemd passes a socket */
 };
 
+/*
+ * A run dir the runner sweeps once every test has run (hooks.c): whatever
+ * still runs from it (a timed-out test's kept proxies) is killed, and its
+ * contexts' cgroups, its uid leases and the dir itself are removed.
+ * broker_start does it for its brokers' run dirs.
+ */
+void harness_track(const char *run_dir);
+/* Done by the runner after all tests: quiet when there was nothing to do. */
+void harness_sweep(void);
+
 /* Starts a broker with extra arguments (NULL-terminated); waits for /health
  * and for the default python context to be ready unless --no-default-context.
  * -1 (and nothing left running) when it never became healthy. */

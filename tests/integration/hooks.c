@@ -117,13 +117,15 @@ ReportHook(PRE_ALL)(struct criterion_test_set *set)
 
 ReportHook(POST_ALL)(struct criterion_global_stats *st)
 {
-	test_logs_end(st);
 	/* a failed run keeps the shared broker's log and shows its end */
 	if (st->tests_failed || st->tests_crashed) {
 		setenv("SANDCELL_KEEP_LOGS", "1", 1);
 		show_tail("the shared broker", shared.b_log, 120);
 	}
-	if (broker_stop(&shared) < 0)
+	int stopped = broker_stop(&shared);
+	harness_sweep(); /* before the logs go: it lists the run dirs there */
+	test_logs_end(st);
+	if (stopped < 0)
 		exit(1); /* a sanitizer report fails the run */
 }
 

@@ -15,10 +15,12 @@
 #include <nng/protocol/pair1/pair.h>
 #include <pwd.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <fcntl.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -548,6 +550,23 @@ exec_code(nng_socket s, uint64_t stream, const char *code)
 	return out.b_data;
 }
 
+/* Connections the test's dialer has made to the proxy (on nng's thread). */
+static atomic_int pipes_up;
+
+static void
+pipe_up(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	(void)p, (void)ev, (void)arg;
+	atomic_fetch_add(&pipes_up, 1);
+}
+
+static bool
+reconnected(void *arg)
+{
+	(void)arg;
+	return atomic_load(&pipes_up) >= 2;
+}
+
 /*
  * The proxy socket accepts one peer: a proxy started alone here, with the test
  * as its broker, gets truncated, oversized and garbage frames, and still runs
@@ -560,10 +579,12 @@ Test(hostile, garbage_on_the_proxy_socket, .timeout = 90)
 	nng_socket s;
 
 	cr_assert_not_null(mkdtemp(run_dir));
+	harness_track(run_dir); /* swept if this test times out */
 	uuid_v4(id);
 	snprintf(exe, sizeof(exe), "%s/sandcell-proxy", bin ? bin : "bin");
 	pid_t pid = fork();
 	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a test that dies takes it along */
 		execl(exe, exe, "--run-dir", run_dir, "--id", id, "--language", "python", "--cwd",
 		      "/tmp", "--log-level", "error", (char *)NULL);
 		_exit(127);
@@ -572,6 +593,8 @@ Test(hostile, garbage_on_the_proxy_socket, .timeout = 90)
 	cr_assert_eq(nng_pair0_open(&s), 0);
 	nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME);
 	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 30000);
+	nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, 30000); /* a proxy that stops reading fails it */
+	cr_assert_eq(nng_pipe_notify(s, NNG_PIPE_EV_ADD_POST, pipe_up, NULL), 0);
 	nng_socket_set_ms(s, NNG_OPT_RECONNMINT, 10);
 	cr_assert_eq(nng_dial(s, url, NULL, NNG_FLAG_NONBLOCK), 0);
 
@@ -605,6 +628,8 @@ Test(hostile, garbage_on_the_proxy_socket, .timeout = 90)
 	huge[0] = 0x92;
 	nng_send(s, huge, big, 0); /* the proxy drops the connection: the dialer comes back */
 	free(huge);
+	/* on the new connection: one sent before the drop would go down with the old */
+	cr_assert_eq(wait_until(reconnected, NULL, 10000), 0, "the dialer never came back");
 
 	o = exec_code(s, 2, "print(kept)");
 	cr_assert(strstr(o, "\"text\":\"intact\\n\""), "%s", o);

@@ -18,7 +18,7 @@ broker=$!
 cleanup() {
 	kill "$broker" 2>/dev/null
 	wait "$broker" 2>/dev/null
-	rm -rf "$run_dir" "$run_dir.log"
+	rm -rf "$run_dir" "$run_dir.work" "$run_dir.log"
 }
 trap cleanup EXIT INT TERM
 for _ in $(seq 100); do

@@ -417,6 +417,17 @@ is_iso_utc_us(const char *s)
 static char tdir[64];
 static int tn;
 
+/* The test's directory goes with its worker process. */
+static void
+tdir_remove(void)
+{
+	char cmd[100];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tdir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", tdir);
+}
+
 /* An ipc:// endpoint in a directory of this test's own. */
 static const char *
 endpoint(void)
@@ -426,6 +437,7 @@ endpoint(void)
 	if (!tdir[0]) {
 		snprintf(tdir, sizeof(tdir), "/tmp/sandcell-zmtp-XXXXXX");
 		cr_assert_not_null(mkdtemp(tdir));
+		atexit(tdir_remove);
 	}
 	snprintf(ep, sizeof(ep), "ipc://%s/k-%d", tdir, ++tn);
 	return ep;

@@ -1,0 +1,175 @@
+/*
+ * sweep.c — a test binary leaves nothing behind. Each run dir a test makes is
+ * listed in the runner's directory of logs; once every test has run, the
+ * runner kills whatever still runs from one (a timed-out test's worker is
+ * killed before its fixtures run, and a broker it started with
+ * --keep-contexts leaves its proxies), then removes the contexts' cgroups,
+ * the uid leases naming the run dir, and the run dir and its workspace.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static const char *
+list_path(char *buf, size_t len)
+{
+	const char *logs = getenv("SANDCELL_TEST_LOGS");
+
+	if (!logs || snprintf(buf, len, "%s/run-dirs", logs) >= (int)len)
+		return NULL;
+	return buf;
+}
+
+void
+harness_track(const char *run_dir)
+{
+	char path[PATH_MAX];
+	FILE *f;
+
+	if (!list_path(path, sizeof(path)) || !(f = fopen(path, "a")))
+		return; /* outside a test binary's runner: nothing sweeps */
+	fprintf(f, "%s\n", run_dir);
+	fclose(f);
+}
+
+/* Whether an argument of pid names something in dir. */
+static bool
+runs_from(pid_t pid, const char *dir)
+{
+	char buf[8192];
+	size_t n = proc_cmdline(pid, buf, sizeof(buf));
+
+	for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
+		if (strstr(buf + i, dir))
+			return true;
+	return false;
+}
+
+/* SIGKILLs what runs from dir until nothing does (or 10 s); how many it killed. */
+static int
+kill_all_from(const char *dir)
+{
+	int killed = 0, left = 1;
+
+	for (double t0 = ms_now(); left && ms_since(t0) < 10000; usleep(20000)) {
+		DIR *d = opendir("/proc");
+		struct dirent *de;
+		left = 0;
+		while (d && (de = readdir(d))) {
+			pid_t pid = atoi(de->d_name);
+			if (pid <= 1 || pid == getpid() || !runs_from(pid, dir))
+				continue;
+			if (proc_stat_field(pid, 3) == 'Z')
+				continue; /* dead, its parent's to reap */
+			left++;
+			killed += kill(pid, SIGKILL) == 0;
+		}
+		if (d)
+			closedir(d);
+	}
+	return killed;
+}
+
+/* The cgroups a context's box was given (proxy/sandbox.c, proxy/limits.c), v1 and v2. */
+static int
+remove_cgroups(const char *id)
+{
+	static const char *const where[] = {"/sys/fs/cgroup/pids/sandcell/%s",
+					    "/sys/fs/cgroup/memory/sandcell/sandcell-%s",
+					    "/sys/fs/cgroup/sandcell/%s",
+					    "/sys/fs/cgroup/sandcell/sandcell-%s"};
+	int removed = 0;
+
+	for (size_t i = 0; i < sizeof(where) / sizeof(where[0]); i++) {
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), where[i], id);
+		int rc = -1;
+		/* its processes may take a moment to leave it */
+		for (double t0 = ms_now(); ms_since(t0) < 5000; usleep(20000))
+			if ((rc = rmdir(path)) == 0 || errno == ENOENT)
+				break;
+		if (rc == 0)
+			removed++;
+		else if (errno != ENOENT)
+			fprintf(stderr, "sweep: could not remove %s: %s\n", path, strerror(errno));
+	}
+	return removed;
+}
+
+/* Lease files (broker/uidlease.c) that name dir: its brokers are gone. */
+static int
+remove_leases(const char *dir)
+{
+	DIR *d = opendir("/run/sandcell-uids");
+	struct dirent *de;
+	char real[PATH_MAX], path[PATH_MAX + 300], held[PATH_MAX + 1];
+	int removed = 0;
+
+	if (!realpath(dir, real))
+		snprintf(real, sizeof(real), "%s", dir);
+	while (d && (de = readdir(d))) {
+		int fd;
+		ssize_t n;
+		snprintf(path, sizeof(path), "/run/sandcell-uids/%s", de->d_name);
+		if (de->d_name[0] == '.' || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+			continue;
+		n = read(fd, held, sizeof(held) - 1);
+		close(fd);
+		held[n > 0 ? n : 0] = '\0';
+		if (!strcmp(held, real) && unlink(path) == 0)
+			removed++;
+	}
+	if (d)
+		closedir(d);
+	return removed;
+}
+
+static void
+sweep_one(const char *dir)
+{
+	char ctx[PATH_MAX + 8], cmd[PATH_MAX * 2 + 32];
+	int procs, cgroups = 0, leases;
+	struct dirent *de;
+	DIR *d;
+
+	procs = kill_all_from(dir);
+	snprintf(ctx, sizeof(ctx), "%s/ctx", dir);
+	if ((d = opendir(ctx))) {
+		while ((de = readdir(d)))
+			if (de->d_name[0] != '.')
+				cgroups += remove_cgroups(de->d_name);
+		closedir(d);
+	}
+	leases = remove_leases(dir);
+	if (procs || cgroups || leases)
+		fprintf(stderr, "sweep: %s was left: %d processes killed, %d cgroups and %d lease "
+			"files removed\n", dir, procs, cgroups, leases);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s.work'", dir, dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "sweep: could not remove %s\n", dir);
+}
+
+void
+harness_sweep(void)
+{
+	char path[PATH_MAX], line[PATH_MAX];
+	FILE *f;
+
+	if (!list_path(path, sizeof(path)) || !(f = fopen(path, "r")))
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = '\0';
+		if (line[0] == '/')
+			sweep_one(line);
+	}
+	fclose(f);
+	unlink(path);
+}
