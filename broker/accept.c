@@ -33,13 +33,6 @@ struct pending {
 	struct evsrc pd_ev;
 };
 
-static bool
-tchar(unsigned char ch)
-{
-	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-	       (ch && strchr("!#$%&'*+-.^_`|~", ch));
-}
-
 /*
  * Whether b[0..n) can start an HTTP request line: 1 once a method, a space
  * and the first byte of a target are seen, -1 when it cannot be one, 0 while
@@ -53,7 +46,7 @@ accept_classify(const char *b, size_t n)
 	while (i < n && (b[i] == '\r' || b[i] == '\n'))
 		if (++i > BLANK_LINES_MAX * 2)
 			return -1;
-	for (m = i; m < n && tchar(b[m]); m++)
+	for (m = i; m < n && frame_tchar(b[m]); m++)
 		if (m - i >= METHOD_MAX)
 			return -1;
 	if (m == n)
