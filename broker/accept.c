@@ -1,10 +1,11 @@
 /*
  * accept.c — the HTTP listening socket. A new connection waits here until its
- * first bytes show the start of a request line (a method, a space, a target)
- * and is then handed to libmicrohttpd; bytes that cannot start one (binary,
- * TLS, a lone word) get a 400 at once and the connection is closed, where MHD
- * would close without a word or wait for the header timeout. One from code
- * in a context (box_peer_is_context) gets a 403 instead.
+ * first request's head has come and is then handed to libmicrohttpd; bytes
+ * that cannot start a request line (binary, TLS, a lone word) get a 400 at
+ * once and the connection is closed, where MHD would close without a word or
+ * wait for the header timeout, and so does a head whose framing is bad
+ * (frame_head), which MHD would misread. One from code in a context
+ * (box_peer_is_context) gets a 403 instead.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,13 +34,6 @@ struct pending {
 	struct evsrc pd_ev;
 };
 
-static bool
-tchar(unsigned char ch)
-{
-	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-	       (ch && strchr("!#$%&'*+-.^_`|~", ch));
-}
-
 /*
  * Whether b[0..n) can start an HTTP request line: 1 once a method, a space
  * and the first byte of a target are seen, -1 when it cannot be one, 0 while
@@ -53,7 +47,7 @@ accept_classify(const char *b, size_t n)
 	while (i < n && (b[i] == '\r' || b[i] == '\n'))
 		if (++i > BLANK_LINES_MAX * 2)
 			return -1;
-	for (m = i; m < n && tchar(b[m]); m++)
+	for (m = i; m < n && frame_tchar(b[m]); m++)
 		if (m - i >= METHOD_MAX)
 			return -1;
 	if (m == n)
@@ -181,17 +175,16 @@ pending_close(struct pending *pd)
 	free(pd);
 }
 
-/* Answers 400 and closes. */
+/* Answers 400, saying why, and closes. */
 static void
-refuse(struct pending *pd)
+refuse(struct pending *pd, const char *why)
 {
-	static const char body[] = "not an HTTP request: expected a request line such as "
-				   "'GET /health HTTP/1.1'\n";
-	char head[256];
-	int n = snprintf(head, sizeof(head),
-			 "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n"
-			 "Content-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n\r\n%s",
-			 sizeof(body) - 1, body);
+	char head[512];
+	int n = snprintf(
+	    head, sizeof(head),
+	    "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n"
+	    "Content-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n\r\n%s\n",
+	    strlen(why) + 1, why);
 
 	if (send(pd->pd_fd, head, n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
 		log_debug("http: 400 to a malformed request: %s", strerror(errno));
@@ -285,8 +278,10 @@ accept_ready(void)
 void
 accept_sniff(struct pending *pd, uint32_t events)
 {
-	char b[128];
+	char b[HTTP_CONN_MEMORY]; /* a head MHD could hold */
 	ssize_t n = recv(pd->pd_fd, b, sizeof(b), MSG_PEEK | MSG_DONTWAIT);
+	bool ended = events & (EPOLLRDHUP | EPOLLHUP);
+	const char *why = NULL;
 	int verdict;
 
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -300,11 +295,18 @@ accept_sniff(struct pending *pd, uint32_t events)
 		return;
 	}
 	verdict = accept_classify(b, n);
-	if (verdict < 0 || (verdict == 0 && (events & (EPOLLRDHUP | EPOLLHUP)))) {
-		refuse(pd); /* not HTTP, or it stopped sending halfway */
+	if (verdict < 0 || (verdict == 0 && ended)) {
+		/* not HTTP, or it stopped sending halfway */
+		refuse(pd, "not an HTTP request: expected a request line such as "
+		           "'GET /health HTTP/1.1'");
 		return;
 	}
-	if (verdict == 0)
+	if (verdict > 0 && (verdict = frame_head(b, n, &why)) < 0) {
+		refuse(pd, why);
+		return;
+	}
+	/* a head cut short, or over MHD's limit, is MHD's to answer */
+	if (verdict == 0 && !ended && (size_t)n < sizeof(b))
 		return;
 	server_unwatch(pd->pd_fd);
 	TAILQ_REMOVE(&sv.sv_tb.tb_pending, pd, pd_link);

@@ -344,6 +344,17 @@ void accept_stop(void);
 /* cwd.c */
 int cwd_check(const char *dir, char *err, size_t errsz);
 
+/* frame.c */
+struct frame {
+	const char *fr_why; /* the first thing wrong with its framing, or NULL */
+	bool fr_cl, fr_te;  /* a Content-Length, a Transfer-Encoding seen */
+	uint64_t fr_len;    /* the Content-Length */
+};
+bool frame_tchar(unsigned char ch);
+void frame_field(struct frame *fr, const char *name, size_t namelen, const char *value,
+                 size_t valuelen);
+int frame_head(const char *b, size_t n, const char **why);
+
 /* metrics.c */
 enum metric {
 	M_DISCONNECT,

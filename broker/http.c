@@ -426,6 +426,28 @@ conn_of(struct MHD_Connection *c)
 }
 
 static enum MHD_Result
+frame_of(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+         const char *value, size_t value_size)
+{
+	(void)kind;
+	frame_field(cls, key, key_size, value ? value : "", value ? value_size : 0);
+	return MHD_YES;
+}
+
+/*
+ * A request whose body's end is unclear (frame.c), before anything else is
+ * answered: what follows it on the connection is not read as a request.
+ */
+static const char *
+framing_refusal(struct MHD_Connection *conn)
+{
+	struct frame fr = {0};
+
+	MHD_get_connection_values_n(conn, MHD_HEADER_KIND, frame_of, &fr);
+	return fr.fr_why;
+}
+
+static enum MHD_Result
 on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
 	   const char *version, const char *upload, size_t *upload_size, void **con_cls)
 {
@@ -445,6 +467,11 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		*con_cls = rq;
 		if (cn)
 			cn->cn_in_request = true;
+		if ((refused = framing_refusal(conn))) {
+			struct MHD_Response *r = http_text("%s", refused);
+			MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+			return respond(rq, 400, r);
+		}
 		if (sv.sv_tb.tb_nconns + sv.sv_tb.tb_npending > sv.sv_cf.cf_max_conns)
 			return respond(rq, 503,
 				       http_text("too many connections (limit %u); try again",

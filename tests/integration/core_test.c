@@ -4,6 +4,8 @@
  */
 #include <criterion/criterion.h>
 #include <criterion/hooks.h>
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -406,6 +408,194 @@ Test(core, unknown_paths_and_methods, .timeout = 30)
 	cr_assert_eq(http(URL, "GET", "/contexts/../../etc/passwd", NULL, &r, 5), 0);
 	cr_assert_eq(r.r_status, 404);
 	resp_free(&r);
+}
+
+/*
+ * Request framing (RFC 9112 6.1, 6.3, 5.1, 5.2): a request whose body's end is
+ * unclear gets a 400 and its connection is closed, so that the bytes after it
+ * are never read as a request (request smuggling). Each is sent with a GET
+ * pipelined behind it. later: also refused as a connection's second request,
+ * which only MHD reads: there it joins a folded line to the field's name
+ * unseen, and answers a Content-Length it cannot parse itself (and closes).
+ */
+#define SMUGGLED "GET /contexts HTTP/1.1\r\nHost: x\r\n\r\n"
+
+static const struct {
+	const char *name, *head, *says;
+	bool later;
+} bad_framing[] = {
+    {"Content-Length and Transfer-Encoding",
+     "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+     "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+     "Transfer-Encoding", true},
+    {"Transfer-Encoding and Content-Length",
+     "POST /execute HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+     "Content-Length: 5\r\n\r\n0\r\n\r\n",
+     "Transfer-Encoding", true},
+    {"two Content-Lengths that differ",
+     "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+     "Content-Length: 5\r\n\r\n",
+     "Content-Length", true},
+    {"a Content-Length list",
+     "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 6\r\n\r\n",
+     "Content-Length", false},
+    {"a Content-Length that is no number",
+     "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", "Content-Length",
+     false},
+    {"Transfer-Encoding gzip",
+     "POST /execute HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
+     "Transfer-Encoding", true},
+    {"Transfer-Encoding chunked, gzip",
+     "POST /execute HTTP/1.1\r\nHost: x\r\n"
+     "Transfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n",
+     "Transfer-Encoding", true},
+    {"Transfer-Encoding identity",
+     "POST /execute HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n",
+     "Transfer-Encoding", true},
+    {"obs-fold with a space", "GET /health HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n",
+     "obs-fold", false},
+    {"obs-fold with a tab", "GET /health HTTP/1.1\r\nHost: x\r\nX-A: a\r\n\tb\r\n\r\n",
+     "obs-fold", false},
+    {"whitespace before a colon", "GET /health HTTP/1.1\r\nHost : x\r\n\r\n",
+     "header name", true},
+};
+
+/*
+ * Sends req on a new connection and reads until the server closes it or 5 s
+ * pass; what came back in out. Returns whether the server closed it.
+ */
+static bool
+exchange(const char *req, char *out, size_t outsz)
+{
+	int fd = tcp_connect(URL);
+	size_t n = 0, len = strlen(req);
+	double t0 = ms_now();
+	bool closed = false;
+
+	cr_assert(fd >= 0);
+	cr_assert_eq(write(fd, req, len), (ssize_t)len);
+	out[0] = '\0';
+	while (!closed && ms_since(t0) < 5000) {
+		struct pollfd p = {fd, POLLIN, 0};
+		cr_assert_lt(n, outsz - 1, "more than %zu bytes came back: '%s'", n, out);
+		if (poll(&p, 1, 5000 - (int)ms_since(t0)) <= 0)
+			continue;
+		ssize_t k = read(fd, out + n, outsz - 1 - n);
+		cr_assert_geq(k, 0, "read: %s", strerror(errno));
+		closed = k == 0;
+		n += k;
+		out[n] = '\0';
+	}
+	close(fd);
+	return closed;
+}
+
+/* Status lines in what came back: how many responses. */
+static int
+responses_in(const char *out)
+{
+	int n = 0;
+
+	for (const char *p = out; (p = strstr(p, "HTTP/1.1 ")); p++)
+		n++;
+	return n;
+}
+
+/* The body of the response at r, as much as its Content-Length says ("" if none). */
+static const char *
+body_of(const char *r, char *body, size_t bodysz)
+{
+	const char *cl = strstr(r, "\r\nContent-Length: "), *end = strstr(r, "\r\n\r\n");
+	size_t len = cl ? strtoul(cl + 18, NULL, 10) : 0;
+
+	body[0] = '\0';
+	if (cl && end && cl < end && len < bodysz && strlen(end + 4) >= len)
+		snprintf(body, bodysz, "%.*s", (int)len, end + 4);
+	return body;
+}
+
+Test(core, bad_framing_is_400_and_the_connection_closed, .timeout = 120)
+{
+	char req[1024], out[8192], body[512];
+
+	for (size_t i = 0; i < sizeof(bad_framing) / sizeof(bad_framing[0]); i++) {
+		snprintf(req, sizeof(req), "%s%s", bad_framing[i].head, SMUGGLED);
+		bool closed = exchange(req, out, sizeof(out));
+		cr_expect(closed, "%s: the connection stayed open; came back: '%s'",
+		          bad_framing[i].name, out);
+		cr_expect_eq(responses_in(out), 1, "%s: %d responses: '%s'",
+		             bad_framing[i].name, responses_in(out), out);
+		cr_expect(!strncmp(out, "HTTP/1.1 400 ", 13), "%s: '%s'",
+		          bad_framing[i].name, out);
+		cr_expect(strstr(out, "\r\nContent-Type: text/plain"), "%s: '%s'",
+		          bad_framing[i].name, out);
+		cr_expect(strstr(body_of(out, body, sizeof(body)), bad_framing[i].says),
+		          "%s: the answer does not name '%s': '%s'", bad_framing[i].name,
+		          bad_framing[i].says, out);
+	}
+	struct resp r; /* other connections go on */
+	cr_assert_eq(http(URL, "GET", "/health", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 200);
+	resp_free(&r);
+}
+
+Test(core, bad_framing_after_a_good_request_is_400_and_the_connection_closed,
+     .timeout = 120)
+{
+	char req[1024], out[8192], body[512];
+
+	for (size_t i = 0; i < sizeof(bad_framing) / sizeof(bad_framing[0]); i++) {
+		if (!bad_framing[i].later)
+			continue;
+		snprintf(req, sizeof(req), "GET /health HTTP/1.1\r\nHost: x\r\n\r\n%s%s",
+		         bad_framing[i].head, SMUGGLED);
+		bool closed = exchange(req, out, sizeof(out));
+		cr_expect(closed, "%s: the connection stayed open; came back: '%s'",
+		          bad_framing[i].name, out);
+		cr_expect_eq(responses_in(out), 2, "%s: %d responses: '%s'",
+		             bad_framing[i].name, responses_in(out), out);
+		const char *second = strstr(out + 1, "HTTP/1.1 ");
+		cr_expect(!strncmp(out, "HTTP/1.1 200 ", 13) && second &&
+		              !strncmp(second, "HTTP/1.1 400 ", 13),
+		          "%s: '%s'", bad_framing[i].name, out);
+		cr_expect(second && strstr(body_of(second, body, sizeof(body)),
+		                           bad_framing[i].says),
+		          "%s: the answer does not name '%s': '%s'", bad_framing[i].name,
+		          bad_framing[i].says, out);
+	}
+}
+
+/* The control: well-framed requests keep the connection for those after them. */
+Test(core, pipelined_requests_after_well_framed_ones_are_answered, .timeout = 60)
+{
+	static const struct {
+		const char *name, *head, *status;
+	} good[] = {
+	    {"no body", "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", "200"},
+	    {"a Content-Length",
+	     "POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello", "405"},
+	    {"chunked",
+	     "POST /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+	     "5\r\nhello\r\n0\r\n\r\n",
+	     "405"},
+	};
+	char req[1024], out[8192], want[32];
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		snprintf(
+		    req, sizeof(req),
+		    "%sGET /contexts HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+		    good[i].head);
+		cr_expect(exchange(req, out, sizeof(out)),
+		          "%s: open after Connection: close: '%s'", good[i].name, out);
+		cr_expect_eq(responses_in(out), 2, "%s: %d responses: '%s'", good[i].name,
+		             responses_in(out), out);
+		snprintf(want, sizeof(want), "HTTP/1.1 %s ", good[i].status);
+		const char *second = strstr(out + 1, "HTTP/1.1 ");
+		cr_expect(!strncmp(out, want, strlen(want)) && second &&
+		              !strncmp(second, "HTTP/1.1 200 ", 13),
+		          "%s: '%s'", good[i].name, out);
+	}
 }
 
 /* The ids of the listed contexts of a language. */

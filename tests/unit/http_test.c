@@ -735,6 +735,88 @@ Test(accept_classify, a_method_a_space_and_a_target_start_a_request_line)
 	}
 }
 
+/* ---- frame_head: where a request's body ends, or why that is unclear ---- */
+
+Test(frame_head, one_length_or_chunked_passes_anything_else_is_refused_naming_why)
+{
+	static const struct {
+		const char *head;
+		int want;
+		const char *says; /* in the reason, when refused */
+	} cases[] = {
+	    {"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 1, NULL},
+	    /* bare LFs, as MHD takes them */
+	    {"\r\nGET / HTTP/1.1\nHost: x\n\n", 1, NULL},
+	    {"POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", 1, NULL},
+	    {"POST / HTTP/1.1\r\ncontent-length:5\r\n\r\n", 1, NULL},
+	    {"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 05\r\n\r\n", 1,
+	     NULL},
+	    {"POST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n", 1, NULL},
+	    /* no version, a line without a colon: MHD's to refuse */
+	    {"GET /\r\n", 1, NULL},
+	    {"GET / HTTP/1.1\r\nNo colon\r\n\r\n", 1, NULL},
+	    {"GET / HTTP/1.1", 0, NULL},
+	    {"GET / HTTP/1.1\r\nHost: x\r\n", 0, NULL},
+	    {"GET / HTTP/1.1\r\nHost: x\r\n\r", 0, NULL},
+	    {"POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+	     -1, "both"},
+	    {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 1\r\n\r\n",
+	     -1, "both"},
+	    {"POST / HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 5\r\n\r\n", -1,
+	     "differ"},
+	    {"POST / HTTP/1.1\r\nContent-Length: 5, 6\r\n\r\n", -1, "one decimal"},
+	    {"POST / HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\n", -1, "one decimal"},
+	    {"POST / HTTP/1.1\r\nContent-Length: abc\r\n\r\n", -1, "one decimal"},
+	    {"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", -1, "one decimal"},
+	    {"POST / HTTP/1.1\r\nContent-Length: \r\n\r\n", -1, "one decimal"},
+	    {"POST / HTTP/1.1\r\nContent-Length: 5 \r\n\r\n", -1, "one decimal"},
+	    {"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", -1,
+	     "other than chunked"},
+	    {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", -1,
+	     "other than"},
+	    {"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", -1,
+	     "other than"},
+	    {"POST / HTTP/1.1\r\nTransfer-Encoding: identity\r\n\r\n", -1, "other than"},
+	    {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked \r\n\r\n", -1, "other than"},
+	    {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+	     "Transfer-Encoding: chunked\r\n\r\n",
+	     -1, "other than"},
+	    {"GET / HTTP/1.1\r\nX-A: a\r\n b\r\n\r\n", -1, "obs-fold"},
+	    {"GET / HTTP/1.1\r\nX-A: a\r\n\tb\r\n\r\n", -1, "obs-fold"},
+	    {"GET / HTTP/1.1\r\n Host: x\r\n\r\n", -1, "obs-fold"},
+	    {"GET / HTTP/1.1\r\nHost : x\r\n\r\n", -1, "header name"},
+	    {"GET / HTTP/1.1\r\n: x\r\n\r\n", -1, "header name"},
+	    /* refused before the head ends */
+	    {"GET / HTTP/1.1\r\nX-A: a\r\n b\r\n", -1, "obs-fold"},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *why = NULL;
+		int got = frame_head(cases[i].head, strlen(cases[i].head), &why);
+		cr_expect_eq(got, cases[i].want, "case %zu '%s': %d (%s)", i,
+		             cases[i].head, got, why ? why : "");
+		if (cases[i].says)
+			cr_expect(why && strstr(why, cases[i].says), "case %zu: '%s'", i,
+			          why ? why : "(none)");
+	}
+}
+
+/* Fields as MHD parsed them: the first reason found is the one given. */
+Test(frame_field, the_first_reason_stays_and_a_huge_length_is_left_to_the_413)
+{
+	struct frame fr = {0};
+
+	frame_field(&fr, "Host", 4, "x", 1);
+	frame_field(&fr, "Content-Length", 14, "18446744073709551616", 20);
+	cr_expect_null(fr.fr_why, "a length too large is a 413, not a framing error");
+	fr = (struct frame){0};
+	frame_field(&fr, "Transfer-Encoding", 17, "chunked", 7);
+	frame_field(&fr, "content-length", 14, "3", 1);
+	cr_expect(fr.fr_why && strstr(fr.fr_why, "both"), "%s", fr.fr_why);
+	frame_field(&fr, "X", 1, "y", 1);
+	cr_expect(strstr(fr.fr_why, "both"), "the first reason stays: %s", fr.fr_why);
+}
+
 /* ---- env_key_valid and uuid_valid ---- */
 
 Test(env_key_valid, portable_names_only)
