@@ -296,6 +296,21 @@ box_uid(void)
 	return shared_uid;
 }
 
+/*
+ * The uid a context's kernel runs as on the host (NULL: a shared context's),
+ * or (uid_t)-1 when it is ours: no sandbox, or a rootless one, whose user
+ * namespace maps the kernel to our uid.
+ */
+uid_t
+box_kernel_uid(const struct context *c)
+{
+	if (sv.sv_cf.cf_kernel_user)
+		return sv.sv_cf.cf_kernel_uid;
+	if (!boxes_use_the_range())
+		return (uid_t)-1;
+	return c && c->c_uid ? c->c_uid : box_uid();
+}
+
 /* A stop that ended every context: the shared uid is no longer ours. */
 void
 box_release(void)
@@ -337,10 +352,18 @@ box_workspace(void)
 	return dir;
 }
 
+/* Whether each context gets a uid of its own (box_isolate). */
+bool
+box_isolates(void)
+{
+	return sv.sv_cf.cf_sandbox && sv.sv_cf.cf_isolated && !sv.sv_cf.cf_kernel_user;
+}
+
 /*
  * --isolation context: a uid of the range no live context holds and, when the
  * context was given no cwd, a workspace of its own (<workspace>/<id>, 0700,
- * its uid's). The workspace root is 0711: no context lists the others.
+ * its uid's); a cwd it was given must be one that uid can enter (-EINVAL).
+ * The workspace root is 0711: no context lists the others.
  */
 int
 box_isolate(struct context *c, char *err, size_t errsz)
@@ -349,7 +372,7 @@ box_isolate(struct context *c, char *err, size_t errsz)
 	struct context *o;
 	bool used = true;
 
-	if (!sv.sv_cf.cf_sandbox || !sv.sv_cf.cf_isolated || sv.sv_cf.cf_kernel_user)
+	if (!box_isolates())
 		return 0;
 	uid_range(&a, &b);
 	for (uid = a; uid <= b && used; uid += used) {
@@ -365,8 +388,14 @@ box_isolate(struct context *c, char *err, size_t errsz)
 		return -EAGAIN;
 	}
 	c->c_uid = uid;
-	if (strcmp(c->c_cwd, sv.sv_cf.cf_cwd))
+	if (strcmp(c->c_cwd, sv.sv_cf.cf_cwd)) { /* a cwd of the client's: it must enter it */
+		char why[256];
+		if (cwd_check(c->c_cwd, uid, why, sizeof(why)) < 0) {
+			snprintf(err, errsz, "cwd '%.256s' cannot be used: %s", c->c_cwd, why);
+			return -EINVAL;
+		}
 		return 0;
+	}
 	char *ws = xasprintf("%s/%s", sv.sv_cf.cf_cwd, c->c_id);
 	if (mkdir(ws, 0700) < 0 || chown(ws, uid, uid) < 0) {
 		snprintf(err, errsz, "workspace %s: %s", ws, strerror(errno));

@@ -342,7 +342,7 @@ void accept_tick(uint64_t now);
 void accept_stop(void);
 
 /* cwd.c */
-int cwd_check(const char *dir, char *err, size_t errsz);
+int cwd_check(const char *dir, uid_t uid, char *err, size_t errsz);
 
 /* frame.c */
 struct frame {
@@ -484,6 +484,8 @@ void box_peer_check(void);
 bool box_peer_is_context(int fd);
 unsigned box_uid(void);
 void box_release(void);
+uid_t box_kernel_uid(const struct context *c);
+bool box_isolates(void);
 const char *box_workspace(void);
 int box_isolate(struct context *c, char *err, size_t errsz);
 void box_args(struct context *c, const char **argv, int *n);

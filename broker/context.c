@@ -183,7 +183,7 @@ context_create(const char *want, const char *cwd, bool is_default, struct contex
 {
 	struct context *c;
 	const struct kspec *ks;
-	int n = 0;
+	int n = 0, rc;
 
 	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
 		n += !c->c_pooled && !c->c_deleting;
@@ -204,9 +204,9 @@ context_create(const char *want, const char *cwd, bool is_default, struct contex
 	}
 	c = context_new(NULL, ks->ks_lang, ks->ks_name, cwd, is_default);
 	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_contexts, c, c_link);
-	if (box_isolate(c, err, errsz) < 0) {
+	if ((rc = box_isolate(c, err, errsz)) < 0) {
 		context_free(c);
-		return -EAGAIN;
+		return rc;
 	}
 	cwd = c->c_cwd;
 	if (link_open(c, c->c_id) < 0 || supervise_spawn(c) < 0) {

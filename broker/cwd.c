@@ -1,8 +1,10 @@
 /*
  * cwd.c — whether kernels can start in a directory: an absolute path to a
- * directory that the user kernels run as (--kernel-user, else ours) can
- * enter. With --kernel-user the check runs in a child that takes that user's
- * ids, so the kernel's own rules (modes, ACLs, groups) decide, not a copy.
+ * directory that the uid kernels run as (box_kernel_uid: the sandbox's, or
+ * --kernel-user's) can enter. The check runs in a child that takes that
+ * uid's ids, so the kernel's own rules (modes, ACLs, groups) decide, not a
+ * copy; a request naming one it cannot enter is refused before any kernel is
+ * started for it.
  */
 #include <errno.h>
 #include <grp.h>
@@ -15,12 +17,16 @@
 
 #include "broker.h"
 
-/* 0, or a negative errno with err saying why dir cannot be a kernel's cwd. */
+/*
+ * 0, or a negative errno with err saying why dir cannot be the cwd of a kernel
+ * running as uid ((uid_t)-1: as we do).
+ */
 int
-cwd_check(const char *dir, char *err, size_t errsz)
+cwd_check(const char *dir, uid_t uid, char *err, size_t errsz)
 {
-	gid_t groups[256];
-	int ngroups = sizeof(groups) / sizeof(groups[0]), status, e;
+	gid_t groups[256], gid = uid;
+	char who[96];
+	int ngroups = 0, status, e;
 	struct passwd *pw;
 	struct stat st;
 	pid_t pid;
@@ -36,23 +42,27 @@ cwd_check(const char *dir, char *err, size_t errsz)
 	}
 	if (!S_ISDIR(st.st_mode))
 		return snprintf(err, errsz, "not a directory"), -ENOTDIR;
-	if (!sv.sv_cf.cf_kernel_user) {
+	if (uid == (uid_t)-1) {
 		if (access(dir, X_OK) == 0)
 			return 0;
 		e = errno;
 		return snprintf(err, errsz, "cannot enter it: %s", strerror(e)), -e;
 	}
-	if (!(pw = getpwnam(sv.sv_cf.cf_kernel_user)))
-		return snprintf(err, errsz, "no user %s", sv.sv_cf.cf_kernel_user), -ENOENT;
-	if (getgrouplist(sv.sv_cf.cf_kernel_user, pw->pw_gid, groups, &ngroups) < 0)
-		ngroups = 0;
+	if ((pw = getpwuid(uid))) { /* an account's groups count (--kernel-user) */
+		ngroups = sizeof(groups) / sizeof(groups[0]);
+		gid = pw->pw_gid;
+		if (getgrouplist(pw->pw_name, pw->pw_gid, groups, &ngroups) < 0)
+			ngroups = 0;
+		snprintf(who, sizeof(who), "user %s", pw->pw_name);
+	} else {
+		snprintf(who, sizeof(who), "the kernels' uid %u", (unsigned)uid);
+	}
 	if ((pid = fork()) < 0) {
 		e = errno;
 		return snprintf(err, errsz, "fork: %s", strerror(e)), -e;
 	}
 	if (pid == 0) { /* as the proxy starts a kernel: groups, gid, uid, then chdir */
-		if (setgroups(ngroups, groups) < 0 || setgid(pw->pw_gid) < 0 ||
-		    setuid(pw->pw_uid) < 0)
+		if (setgroups(ngroups, groups) < 0 || setgid(gid) < 0 || setuid(uid) < 0)
 			_exit(255);
 		_exit(chdir(dir) < 0 ? errno : 0);
 	}
@@ -60,12 +70,10 @@ cwd_check(const char *dir, char *err, size_t errsz)
 		if (errno != EINTR)
 			return snprintf(err, errsz, "waitpid: %s", strerror(errno)), -EIO;
 	if (!WIFEXITED(status) || WEXITSTATUS(status) == 255)
-		return snprintf(err, errsz, "could not take the ids of user %s to check it",
-				sv.sv_cf.cf_kernel_user),
+		return snprintf(err, errsz, "could not take the ids of uid %u to check it",
+				(unsigned)uid),
 		       -EPERM;
 	if ((e = WEXITSTATUS(status)))
-		return snprintf(err, errsz, "user %s cannot enter it: %s", sv.sv_cf.cf_kernel_user,
-				strerror(e)),
-		       -e;
+		return snprintf(err, errsz, "%s cannot enter it: %s", who, strerror(e)), -e;
 	return 0;
 }

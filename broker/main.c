@@ -543,7 +543,8 @@ main(int argc, char **argv)
 	bool cwd_given = sv.sv_cf.cf_cwd;
 	if (!sv.sv_cf.cf_cwd)
 		sv.sv_cf.cf_cwd = sv.sv_cf.cf_sandbox ? box_workspace() : config_default_cwd();
-	if (cwd_check(sv.sv_cf.cf_cwd, err, sizeof(err)) < 0) {
+	if (cwd_check(sv.sv_cf.cf_cwd, box_isolates() ? (uid_t)-1 : box_kernel_uid(NULL), err,
+		      sizeof(err)) < 0) {
 		log_err("%s %s: %s%s", cwd_given ? "--cwd" : "default cwd", sv.sv_cf.cf_cwd, err,
 			cwd_given ? "" : "; give one with --cwd DIR");
 		exit(2);

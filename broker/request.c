@@ -188,7 +188,7 @@ request_wait(struct request *rq)
 static int
 create_status(int rc)
 {
-	return rc == -EAGAIN ? 429 : rc == -ENOENT ? 400 : 500;
+	return rc == -EAGAIN ? 429 : rc == -ENOENT || rc == -EINVAL ? 400 : 500;
 }
 
 /* The context an execution names, or the default of its language (created on first use). */
@@ -290,11 +290,12 @@ request_create(struct request *rq, const char *language, const char *cwd)
 		request_done(rq, 400, NULL, "%s", err);
 		return;
 	}
-	if (cwd && cwd_check(cwd, why, sizeof(why)) < 0) {
+	/* as the kernel's uid; under --isolation context once it has one (box_isolate) */
+	if (cwd && !box_isolates() && cwd_check(cwd, box_kernel_uid(NULL), why, sizeof(why)) < 0) {
 		request_done(rq, 400, NULL, "cwd '%.256s' cannot be used: %s", cwd, why);
 		return;
 	}
-	if (!cwd && cwd_check((cwd = sv.sv_cf.cf_cwd), why, sizeof(why)) < 0) {
+	if (!cwd && cwd_check((cwd = sv.sv_cf.cf_cwd), (uid_t)-1, why, sizeof(why)) < 0) {
 		/* checked at start; gone or closed since: not the client's fault */
 		request_done(rq, 500, NULL,
 			     "the server's default cwd '%.256s' (--cwd) cannot be used: %s", cwd,

@@ -790,6 +790,55 @@ Test(sandbox, a_uid_no_context_runs_as_any_more_leaves_no_lease_file, .fini = ot
 	free(c);
 }
 
+/* How many contexts a broker's log says it created (a proxy each). */
+static int
+created_in_log(const struct broker *b)
+{
+	char *log = broker_log(b), *p = log;
+	int n = 0;
+
+	while ((p = strstr(p, ": created ")))
+		n++, p++;
+	free(log);
+	return n;
+}
+
+/* POST /contexts with cwd /root: 400 naming it and why, at once, no proxy started. */
+static void
+root_cwd_refused_at_once(struct broker *b)
+{
+	struct resp r;
+	int before = created_in_log(b);
+	double t0 = ms_now();
+
+	cr_assert_eq(http(b->b_url, "POST", "/contexts", "{\"cwd\": \"/root\"}", &r, 60), 0);
+	double took = ms_since(t0);
+	cr_assert_eq(r.r_status, 400, "%ld %s", r.r_status, r.r_body);
+	cr_assert(strstr(r.r_body, "/root") && strstr(r.r_body, "cannot enter it"), "%s",
+		  r.r_body);
+	resp_free(&r);
+	cr_assert(took < 1000, "answered after %.0f ms", took);
+	cr_assert_eq(created_in_log(b), before, "a context was started for it");
+}
+
+/*
+ * E2B's SDK suites create contexts with cwd /root. A boxed kernel is not root:
+ * the broker checks the cwd as the kernel's uid and answers 400 at once, with
+ * no kernel started for it (it once crash-looped the kernel three times and
+ * answered 500), in either isolation mode.
+ */
+Test(sandbox, a_cwd_the_kernels_uid_cannot_enter_is_400_at_once, .fini = others_stop,
+     .timeout = 120)
+{
+	const char *shared[] = {"--no-default-context", "--pool", "0", NULL};
+	const char *isolated[] = {"--no-default-context", "--isolation", "context", NULL};
+
+	cr_assert_eq(broker_start(&other, shared), 0);
+	root_cwd_refused_at_once(&other);
+	cr_assert_eq(broker_start(&other2, isolated), 0);
+	root_cwd_refused_at_once(&other2);
+}
+
 Test(sandbox, a_uid_a_process_already_runs_as_is_not_handed_out, .fini = others_stop,
      .timeout = 120)
 {
