@@ -355,28 +355,46 @@ ParameterizedTest(int *ci, lang, late_output_goes_to_no_later_execution, .timeou
 	free(id);
 }
 
+static bool
+file_exists(void *path)
+{
+	return access(path, F_OK) == 0;
+}
+
 Test(lang, bash_background_output_goes_to_no_later_execution, .timeout = 60)
 {
 	char *id = context_new(URL, "bash", NULL);
 	json_t *l;
 
 	cr_assert_not_null(id);
+	char done[300], code[400];
 	double dropped = metric_value(URL, "sandcell_output_dropped_total");
-	l = run(URL, id, "(sleep 0.3; echo late; echo late-err >&2) & echo started");
+	/* a file in the context's cwd (its workspace) says when the job has printed */
+	json_t *ctx = context_get(URL, id);
+	cr_assert_not_null(ctx);
+	snprintf(done, sizeof(done), "%s/late-done.%d",
+		 json_string_value(json_object_get(ctx, "cwd")), (int)getpid());
+	json_decref(ctx);
+	snprintf(code, sizeof(code),
+		 "(sleep 0.3; echo late; echo late-err >&2; touch late-done.%d) & echo started",
+		 (int)getpid());
+	l = run(URL, id, code);
 	char *out = stdout_of(l);
 	cr_expect_str_eq(out, "started\n");
 	free(out);
 	json_decref(l);
-	usleep(1000000); /* the background job prints while no execution runs */
+	cr_assert_eq(wait_until(file_exists, done, 10000), 0, "the background job never printed");
+	unlink(done);
+	/* it printed while no execution ran: the next one does not get it */
 	l = run(URL, id, "echo next");
 	out = stdout_of(l);
 	cr_expect_str_eq(out, "next\n", "got '%s'", out);
 	cr_expect_null(line_of(l, "stderr", 0), "the late stderr came with the next execution");
 	free(out);
 	json_decref(l);
-	wait_metric(URL, "sandcell_output_dropped_total", dropped + 1, 10000);
-	double now = metric_value(URL, "sandcell_output_dropped_total");
-	cr_expect(now > dropped, "sandcell_output_dropped_total stayed at %.0f", now);
+	cr_expect_eq(wait_metric(URL, "sandcell_output_dropped_total", dropped + 1, 10000), 0,
+		     "sandcell_output_dropped_total stayed at %.0f",
+		     metric_value(URL, "sandcell_output_dropped_total"));
 	free(id);
 }
 

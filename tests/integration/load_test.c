@@ -604,9 +604,10 @@ Test(load, a_creation_starts_before_the_pools_waiting_kernels, .fini = priv_stop
 }
 
 /*
- * A cgroup (v1's cpu controller) with a quota of one CPU, which this test's
- * worker joins before it starts a broker, so that the broker and its kernels
- * run under it as in a container with a CPU limit of 1. Left by fini.
+ * A cgroup with a quota of one CPU (v1's cpu controller, or v2's cpu.max),
+ * which this test's worker joins before it starts a broker, so that the
+ * broker and its kernels run under it as in a container with a CPU limit of
+ * 1. Left by fini.
  */
 static char quota_cg[300], quota_home[256];
 
@@ -654,31 +655,42 @@ Test(load, the_default_start_gate_follows_the_cgroups_cpu_quota, .fini = quota_l
 {
 	const char *args[] = {"--no-default-context", "--pool", "python=0", "--log-level", "info",
 			      NULL};
-	char cg[4096] = "", *line, *save = NULL;
+	char cg[4096] = "", *line, *save = NULL, pid[24];
+	bool v1 = access("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", F_OK) == 0;
 	int fd;
 
-	if (geteuid() != 0 || access("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", F_OK) != 0)
-		cr_skip_test("needs root and cgroup v1's cpu controller at /sys/fs/cgroup/cpu");
+	if (geteuid() != 0)
+		cr_skip_test("needs root to make a cgroup");
 	if ((fd = open("/proc/self/cgroup", O_RDONLY)) >= 0) {
 		ssize_t n = read(fd, cg, sizeof(cg) - 1);
 		cg[n > 0 ? n : 0] = '\0';
 		close(fd);
 	}
+	/* where this worker is now: v1's cpu line, or v2's "0::" one */
 	for (line = strtok_r(cg, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		char *p = strstr(line, ":cpu,"), *q = strstr(line, ":cpu:");
-		if (p || q) {
+		if (v1 && (p || q))
 			snprintf(quota_home, sizeof(quota_home), "/sys/fs/cgroup/cpu%s",
 				 strchr((p ? p : q) + 1, ':') + 1);
-			break;
-		}
+		else if (!v1 && !strncmp(line, "0::", 3))
+			snprintf(quota_home, sizeof(quota_home), "/sys/fs/cgroup%s", line + 3);
 	}
-	cr_assert(quota_home[0], "no cpu cgroup in /proc/self/cgroup");
-	snprintf(quota_cg, sizeof(quota_cg), "%s/sandcell-test-%d", quota_home, getpid());
-	cr_assert_eq(mkdir(quota_cg, 0755), 0, "mkdir %s", quota_cg);
-	char pid[24];
+	cr_assert(quota_home[0], "no %s cgroup in /proc/self/cgroup", v1 ? "cpu" : "v2");
 	snprintf(pid, sizeof(pid), "%d", getpid());
-	cr_assert_eq(put(quota_cg, "cpu.cfs_period_us", "100000"), 0);
-	cr_assert_eq(put(quota_cg, "cpu.cfs_quota_us", "100000"), 0);
+	if (v1) {
+		snprintf(quota_cg, sizeof(quota_cg), "%s/sandcell-test-%d", quota_home, getpid());
+		cr_assert_eq(mkdir(quota_cg, 0755), 0, "mkdir %s", quota_cg);
+		cr_assert_eq(put(quota_cg, "cpu.cfs_period_us", "100000"), 0);
+		cr_assert_eq(put(quota_cg, "cpu.cfs_quota_us", "100000"), 0);
+	} else {
+		/* under the root, the one cgroup v2 lets enable a controller for its
+		 * children while it holds processes itself */
+		cr_assert_eq(put("/sys/fs/cgroup", "cgroup.subtree_control", "+cpu"), 0,
+			     "cannot enable v2's cpu controller");
+		snprintf(quota_cg, sizeof(quota_cg), "/sys/fs/cgroup/sandcell-test-%d", getpid());
+		cr_assert_eq(mkdir(quota_cg, 0755), 0, "mkdir %s", quota_cg);
+		cr_assert_eq(put(quota_cg, "cpu.max", "100000 100000"), 0);
+	}
 	cr_assert_eq(put(quota_cg, "cgroup.procs", pid), 0);
 
 	cr_assert_eq(broker_start(&priv, args), 0);

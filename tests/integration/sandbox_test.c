@@ -270,11 +270,43 @@ Test(sandbox, no_privilege_to_gain_through_a_setuid_binary, .timeout = 120)
 	free(id);
 }
 
+/*
+ * A context's pids cgroup (proxy/sandbox.c): "sandcell/<id>" under v1's pids
+ * hierarchy where it is mounted, else under the v2 root.
+ */
+static void
+pids_cgroup(const char *id, char *path, size_t len)
+{
+	struct stat st;
+
+	if (stat("/sys/fs/cgroup/pids", &st) == 0 && S_ISDIR(st.st_mode))
+		snprintf(path, len, "/sys/fs/cgroup/pids/sandcell/%s", id);
+	else
+		snprintf(path, len, "/sys/fs/cgroup/sandcell/%s", id);
+}
+
+static bool
+path_gone(void *path)
+{
+	return access(path, F_OK) != 0;
+}
+
+static bool
+arg_runs(void *arg)
+{
+	return process_with_arg(arg);
+}
+
+static bool
+arg_gone(void *arg)
+{
+	return !process_with_arg(arg);
+}
+
 /* A setsid child is still the context's: it ends with it, as does the box's cgroup. */
 Test(sandbox, delete_ends_every_process_of_the_context, .timeout = 120)
 {
 	char *id = context_new(URL, "python", NULL), code[512], arg[32], cg[256];
-	struct stat st;
 
 	cr_assert_not_null(id);
 	snprintf(arg, sizeof(arg), "%d.25", 3000 + (int)getpid() % 1000);
@@ -285,18 +317,12 @@ Test(sandbox, delete_ends_every_process_of_the_context, .timeout = 120)
 	char *out = run_stdout(URL, id, code);
 	cr_assert_str_eq(out, "started\n");
 	free(out);
-	double t0 = ms_now();
-	while (!process_with_arg(arg) && ms_since(t0) < 5000)
-		usleep(20000);
-	cr_assert(process_with_arg(arg), "the detached child never ran");
-	snprintf(cg, sizeof(cg), "/sys/fs/cgroup/pids/sandcell/%s", id);
-	bool had_cg = stat(cg, &st) == 0;
+	cr_assert_eq(wait_until(arg_runs, arg, 5000), 0, "the detached child never ran");
+	pids_cgroup(id, cg, sizeof(cg));
+	cr_assert(access(cg, F_OK) == 0, "the context has no pids cgroup %s", cg);
 	context_delete(URL, id);
-	t0 = ms_now();
-	while ((process_with_arg(arg) || (had_cg && stat(cg, &st) == 0)) && ms_since(t0) < 10000)
-		usleep(20000);
-	cr_assert(!process_with_arg(arg), "a setsid child outlived its context");
-	cr_assert(!had_cg || stat(cg, &st) < 0, "the context's cgroup %s is left", cg);
+	cr_assert_eq(wait_until(arg_gone, arg, 10000), 0, "a setsid child outlived its context");
+	cr_assert_eq(wait_until(path_gone, cg, 10000), 0, "the context's cgroup %s is left", cg);
 	free(id);
 }
 
@@ -327,12 +353,8 @@ Test(sandbox, fork_bomb_is_contained, .timeout = 180)
 	context_delete(b.b_url, py);
 	context_delete(b.b_url, sh);
 	char cg[256];
-	struct stat st;
-	snprintf(cg, sizeof(cg), "/sys/fs/cgroup/pids/sandcell/%s", sh);
-	double t0 = ms_now();
-	while (stat(cg, &st) == 0 && ms_since(t0) < 10000)
-		usleep(20000);
-	cr_assert(stat(cg, &st) < 0, "the bomb's cgroup is left");
+	pids_cgroup(sh, cg, sizeof(cg));
+	cr_assert_eq(wait_until(path_gone, cg, 10000), 0, "the bomb's cgroup %s is left", cg);
 	check_unharmed(b.b_url, victim, b.b_pid);
 	free(victim);
 	free(py);
@@ -552,10 +574,7 @@ Test(sandbox, a_killed_proxy_takes_its_box_along, .timeout = 60)
 
 	cr_assert(proxy > 0 && kpid > 0);
 	cr_assert_eq(kill(proxy, SIGKILL), 0);
-	double t0 = ms_now();
-	while (kill(kpid, 0) == 0 && ms_since(t0) < 5000)
-		usleep(20000);
-	cr_assert(kill(kpid, 0) < 0, "the kernel %d outlived its proxy", (int)kpid);
+	cr_assert_eq(wait_pid_gone(kpid, 5000), 0, "the kernel %d outlived its proxy", (int)kpid);
 	free(id);
 }
 
@@ -607,10 +626,8 @@ Test(sandbox, isolation_context_hides_a_neighbours_workspace, .timeout = 180)
 	cr_assert_str_eq(out, "True\nrefused\nrefused\nrefused\n", "%s", out);
 	free(out);
 	context_delete(b.b_url, v);
-	double t0 = ms_now();
-	while (stat(vcwd, &st) == 0 && ms_since(t0) < 10000)
-		usleep(20000);
-	cr_assert(stat(vcwd, &st) < 0, "a deleted context's workspace %s is left", vcwd);
+	cr_assert_eq(wait_until(path_gone, vcwd, 10000), 0,
+		     "a deleted context's workspace %s is left", vcwd);
 	free(acwd);
 	free(vcwd);
 	free(a);
