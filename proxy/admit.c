@@ -19,6 +19,7 @@ unit_free(struct unit *u)
 	}
 	free(u->u_env);
 	free(u->u_code);
+	free(u->u_notice);
 	buf_free(&u->u_out);
 	free(u);
 }
@@ -145,6 +146,8 @@ unit_start(struct proxy *px, struct unit *u)
 	char *set = NULL;
 	int rc;
 
+	if (u->u_notice && !u->u_detached)
+		output_stderr(&u->u_out, u->u_notice);
 	if (u->u_nenv) {
 		if (!(set = envset_set(px->px_ks->ks_lang, u->u_env, u->u_nenv))) {
 			unit_end(px, u, "EnvVarsUnsupported",
@@ -448,6 +451,33 @@ admit_interrupt(struct proxy *px)
 		interrupt_unit(px, px->px_run);
 }
 
+/*
+ * The running unit did not stop after an interrupt: the kernel is restarted.
+ * The units queued behind it still run, on the new kernel, and say first
+ * on stderr that the state they may expect is gone, and whose code cost it.
+ */
+static void
+restart_stuck(struct proxy *px, struct unit *u)
+{
+	char *notice = xasprintf("sandcell: the kernel was restarted before this code ran: "
+				 "the execution ahead of it (stream %llu) did not stop after "
+				 "an interrupt; the context's state (variables, imports) is "
+				 "lost\n",
+				 (unsigned long long)u->u_stream);
+	struct unit *q;
+
+	TAILQ_FOREACH(q, &px->px_queue, u_link)
+		if (!q->u_notice)
+			q->u_notice = xstrdup(notice);
+	free(notice);
+	unit_end(px, u, "ContextRestarted",
+		 "the kernel did not stop after an interrupt; it was restarted and its state "
+		 "is lost");
+	unit_free(u);
+	px->px_run = NULL;
+	kernel_restart(px, "the kernel did not stop after an interrupt");
+}
+
 void
 admit_tick(struct proxy *px, uint64_t now)
 {
@@ -493,16 +523,7 @@ admit_tick(struct proxy *px, uint64_t now)
 		return;
 	/* compare forwards: the interrupt may carry a later time than now */
 	if (now >= u->u_interrupt_at + px->px_interrupt_grace_ms) {
-		/* the queue goes with the state; its clients learn whose code caused it */
-		char *v = xasprintf("the kernel was restarted before this code ran: the "
-				    "execution ahead of it (stream %llu) did not stop after an "
-				    "interrupt; this code did not run and the context's state is "
-				    "lost",
-				    (unsigned long long)u->u_stream);
-		fail_queued(px, "ContextRestarted", v);
-		free(v);
-		kernel_restart(px, "the kernel did not stop after an interrupt; it was "
-				   "restarted and its state is lost");
+		restart_stuck(px, u);
 		return;
 	}
 	if (now >= u->u_reinterrupt_at + px->px_interrupt_retry_ms)

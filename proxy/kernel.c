@@ -555,15 +555,18 @@ kernel_probe(struct proxy *px, char msgid[40])
 			 json_object(), msgid);
 }
 
+/* What becomes of the units is the caller's: queued ones run on the new kernel. */
 void
 kernel_restart(struct proxy *px, const char *why)
 {
 	log_info("context %s: restarting kernel (%s)", px->px_id, why);
-	admit_fail_all(px, "ContextRestarted", why);
 	kernel_stop(px);
 	px->px_start_failures = 0;
 	if (kernel_start(px) < 0) {
 		px->px_kstate = KS_DEAD;
+		admit_fail_all(px, "KernelDied",
+			       px->px_dead_reason ? px->px_dead_reason
+						  : "kernel could not be started");
 		ipc_state(px, px->px_dead_reason);
 		return;
 	}

@@ -51,6 +51,7 @@ struct unit {
 	uint64_t u_started_at;
 	uint64_t u_interrupt_at; /* first interrupt sent; 0 = none */
 	uint64_t u_reinterrupt_at;
+	char *u_notice;          /* said on stderr before it runs (the state it lost) */
 	char u_msgid[40];   /* msg_id of the code's execute_request */
 	bool u_replied, u_idle;
 	uint64_t u_replied_at;
@@ -322,6 +323,7 @@ char *output_strip_ansi(const char *s);
 void output_line(struct buf *b, json_t *obj);
 void output_json_string(struct buf *b, const char *s, size_t n);
 void output_error(struct buf *b, const char *name, const char *value, const char *tb);
+void output_stderr(struct buf *b, const char *text);
 void output_end(struct buf *b);
 bool output_iopub(struct buf *b, const char *type, json_t *content, bool display_is_result);
 
