@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,12 +26,25 @@
  * current execution's nor, during the fence, the one just ended is not
  * printed but counted; the next fence reports the count in a message marked
  * "sandcell_late" (the proxy drops it and adds the count to its metric).
- * Deno.jupyter.broadcast from a callback outside a request hangs the kernel,
- * hence the report from the fence.
+ *
+ * It also lets an interrupt end an execution that awaits. Deno's interrupt
+ * terminates the JavaScript that runs; one that comes while the code awaits
+ * leaves the isolate terminating, so no callback runs again and the await
+ * never ends. So the proxy first sends KSPEC_DENO_ABORT_SIGNAL (SIGURG,
+ * ignored by default: harmless to a kernel with no listener yet), whose
+ * listener runs as soon as no code does: it marks the execution aborted (a
+ * timer it sets from then on throws), clears the timers it set, says so
+ * ("sandcell_aborted", stamped with whatever request came last) and collects
+ * garbage. An await that nothing can resume any more is collected, and Deno
+ * ends its execution with an error ("Promise was collected"), the state
+ * kept. An await something else still holds (a fetch, a promise kept in a
+ * variable) is not: that kernel is restarted. Code that computes runs no
+ * listener; the proxy interrupts it (admit.c), and the code after an await
+ * that Deno's interrupt drops is collected when the listener runs next.
  */
 #define KSPEC_DENO_FENCE \
 	"(globalThis[Symbol.for('sandcell')] ?" "?= (() => {\n" \
-	"  const s = { gen: 0, grace: 0, dropped: 0, next() {} };\n" \
+	"  const s = { gen: 0, grace: 0, dropped: 0, aborted: -1, next() {} };\n" \
 	"  try {\n" \
 	"    const { AsyncLocalStorage } = process.getBuiltinModule('node:async_hooks');\n" \
 	"    const als = new AsyncLocalStorage();\n" \
@@ -50,11 +64,41 @@
 	"      if (dropped) Promise.resolve(Deno.jupyter.broadcast('stream', { name: 'stdout', text: '' },\n" \
 	"        { metadata: { sandcell_late: true, sandcell_dropped: dropped } })).catch(() => {});\n" \
 	"    };\n" \
+	"    const timers = new Map(), clear = clearTimeout;\n" \
+	"    const track = (set, once) => function (f, ...args) {\n" \
+	"      const g = als.getStore() ?? 0;\n" \
+	"      if (g === s.aborted)\n" \
+	"        throw Object.assign(new Error('execution interrupted'),\n" \
+	"          { name: 'KeyboardInterrupt' });\n" \
+	"      if (typeof f !== 'function') return set(f, ...args);\n" \
+	"      const id = set(function (...a) {\n" \
+	"        if (once) timers.delete(id);\n" \
+	"        return f.apply(this, a);\n" \
+	"      }, ...args);\n" \
+	"      timers.set(id, g);\n" \
+	"      return id;\n" \
+	"    };\n" \
+	"    globalThis.setTimeout = track(setTimeout, true);\n" \
+	"    globalThis.setInterval = track(setInterval, false);\n" \
+	"    globalThis.clearTimeout = globalThis.clearInterval = (id) => {\n" \
+	"      timers.delete(id);\n" \
+	"      clear(id);\n" \
+	"    };\n" \
+	"    Deno.addSignalListener('SIGURG', () => {\n" \
+	"      s.aborted = s.gen;\n" \
+	"      for (const [id, g] of timers) if (g === s.gen) { timers.delete(id); clear(id); }\n" \
+	"      Promise.resolve(Deno.jupyter.broadcast('stream', { name: 'stdout', text: '' },\n" \
+	"        { metadata: { sandcell_aborted: true } })).catch(() => {});\n" \
+	"      globalThis.gc?.();\n" \
+	"    });\n" \
 	"  } catch { /* no async context here: output stays unmarked */ }\n" \
 	"  return s;\n" \
 	"})()).next();\n" \
 	"await new Promise((r) => setTimeout(r, 0));\n" \
 	"globalThis[Symbol.for('sandcell')].grace = -1;"
+#define KSPEC_DENO_ABORT_SIGNAL SIGURG
+/* the listener's garbage collection needs V8's gc() */
+#define KSPEC_DENO_ENV "DENO_V8_FLAGS=--expose-gc"
 
 #define MAX_DIRS 32
 
@@ -206,7 +250,7 @@ kspec_load(const char *dir, const char *name)
 		return NULL;
 	}
 	env = json_object_get(root, "env");
-	ks->ks_env = xcalloc(json_object_size(env) + 1, sizeof(char *));
+	ks->ks_env = xcalloc(json_object_size(env) + 2, sizeof(char *)); /* + KSPEC_DENO_ENV */
 	json_object_foreach(env, key, val)
 	{
 		if (json_is_string(val) && !strchr(key, '='))
@@ -223,8 +267,12 @@ kspec_load(const char *dir, const char *name)
 	const char *fence = json_string_value(json_object_get(meta, "fence"));
 	if (fence)
 		ks->ks_fence = xstrdup(fence);
-	else if (!strcmp(base ? base + 1 : ks->ks_argv[0], "deno"))
+	else if (!strcmp(base ? base + 1 : ks->ks_argv[0], "deno")) {
 		ks->ks_fence = xstrdup(KSPEC_DENO_FENCE);
+		ks->ks_abort_signal = KSPEC_DENO_ABORT_SIGNAL;
+		if (!json_object_get(env, "DENO_V8_FLAGS"))
+			ks->ks_env[n++] = xstrdup(KSPEC_DENO_ENV);
+	}
 	json_decref(root);
 	return ks;
 }

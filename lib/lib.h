@@ -22,6 +22,8 @@ struct kspec {
 	bool ks_tcp;        /* metadata.sandcell.transport == "tcp" */
 	char *ks_fence;     /* code run silently after each unit to collect output the
 			     * kernel publishes after idle (Deno); NULL: none needed */
+	int ks_abort_signal; /* ends an awaiting execution, before an interrupt (Deno's
+			      * fence installs its listener); 0: none */
 };
 int kspec_find(const char *want, struct kspec **out);
 int kspec_index(struct kspec *const *v, size_t n, const char *want);

@@ -19,6 +19,7 @@ unit_free(struct unit *u)
 	}
 	free(u->u_env);
 	free(u->u_code);
+	free(u->u_notice);
 	buf_free(&u->u_out);
 	free(u);
 }
@@ -145,6 +146,8 @@ unit_start(struct proxy *px, struct unit *u)
 	char *set = NULL;
 	int rc;
 
+	if (u->u_notice && !u->u_detached)
+		output_stderr(&u->u_out, u->u_notice);
 	if (u->u_nenv) {
 		if (!(set = envset_set(px->px_ks->ks_lang, u->u_env, u->u_nenv))) {
 			unit_end(px, u, "EnvVarsUnsupported",
@@ -199,6 +202,9 @@ maybe_complete(struct proxy *px, struct unit *u)
 {
 	if (!u->u_replied || !u->u_idle)
 		return;
+	/* the abort listener has yet to run: not once the next unit has started */
+	if (u->u_abort_at && !u->u_aborted)
+		return;
 	if (px->px_ks->ks_fence && !u->u_fenced) {
 		if (!u->u_fence[0] && kernel_execute(px, px->px_ks->ks_fence, true, u->u_fence) < 0)
 			u->u_fenced = true;
@@ -222,6 +228,25 @@ maybe_complete(struct proxy *px, struct unit *u)
 }
 
 /*
+ * The kernel's interrupt, or its abort signal first when it has one (Deno):
+ * there the interrupt terminates running code but freezes code that awaits
+ * (no callback runs again until the next request), and the signal's listener
+ * ends what awaits. Which to send after the signal is abort_tick's.
+ */
+static void
+send_interrupt(struct proxy *px, struct unit *u)
+{
+	if (u->u_abort_at)
+		return;
+	if (kernel_abort(px) == 0) {
+		u->u_abort_at = u->u_cpu_at = now_ms();
+		u->u_cpu_ms = kernel_cpu_ms(px);
+		return;
+	}
+	kernel_interrupt(px);
+}
+
+/*
  * Interrupts a unit, but not before its code has started (execute_input):
  * ipykernel ignores a SIGINT that comes before its execute handler runs, and
  * one in the handler's preamble ends the request with no reply at all (see
@@ -237,7 +262,37 @@ interrupt_unit(struct proxy *px, struct unit *u)
 		u->u_interrupt_at = now;
 	u->u_reinterrupt_at = now;
 	if (u->u_ran || u->u_interrupts++ > 0)
+		send_interrupt(px, u);
+}
+
+/*
+ * After the abort signal, the kernel gets its interrupt only while its
+ * listener has not run and it keeps computing (its CPU time says so): the
+ * listener cannot run then, and runs after the interrupt, which leaves code
+ * that awaited before the computation for it to collect. An interrupt while
+ * the code awaits would freeze it before the listener ran; one sent late
+ * (the kernel reads it when it will) would hit the next execution. At most
+ * one interrupt per retry period, none once the code has finished.
+ */
+static void
+abort_tick(struct proxy *px, struct unit *u, uint64_t now)
+{
+	if ((u->u_replied && u->u_idle) || u->u_aborted || now < u->u_cpu_at + ABORT_CHECK_MS)
+		return;
+	long cpu = kernel_cpu_ms(px);
+	bool busy = cpu < 0 || u->u_cpu_ms < 0 ||
+		    (cpu - u->u_cpu_ms) * 100 >= (long)(now - u->u_cpu_at) * ABORT_BUSY_PCT;
+	if (!busy)
+		u->u_busy_since = 0;
+	else if (!u->u_busy_since)
+		u->u_busy_since = u->u_cpu_at;
+	u->u_cpu_ms = cpu;
+	u->u_cpu_at = now;
+	if (u->u_busy_since && now >= u->u_busy_since + ABORT_COMPUTE_MS &&
+	    (!u->u_terminated_at || now >= u->u_terminated_at + px->px_interrupt_retry_ms)) {
 		kernel_interrupt(px);
+		u->u_terminated_at = now;
+	}
 }
 
 void
@@ -313,6 +368,14 @@ admit_on_iopub(struct proxy *px, struct jmsg *jm)
 {
 	struct unit *u = px->px_run;
 
+	if (json_object_get(jm->jm_meta, "sandcell_aborted")) {
+		/* the abort signal's listener ran (whatever request Deno stamped it with) */
+		if (u && u->u_abort_at) {
+			u->u_aborted = true;
+			maybe_complete(px, u);
+		}
+		return;
+	}
 	bool fence = u && u->u_fence[0] && !strcmp(jm->jm_parent_id, u->u_fence);
 	/* the kernel says it is an earlier execution's, whatever its header (Deno's fence) */
 	bool late = json_is_true(json_object_get(jm->jm_meta, "sandcell_late"));
@@ -350,7 +413,7 @@ admit_on_iopub(struct proxy *px, struct jmsg *jm)
 		u->u_ran = true;
 		px->px_count++;
 		if (u->u_interrupt_at)
-			kernel_interrupt(px); /* deferred until the code started */
+			send_interrupt(px, u); /* deferred until the code started */
 	}
 	if (!strcmp(jm->jm_type, "error"))
 		u->u_errored = true;
@@ -448,6 +511,33 @@ admit_interrupt(struct proxy *px)
 		interrupt_unit(px, px->px_run);
 }
 
+/*
+ * The running unit did not stop after an interrupt: the kernel is restarted.
+ * The units queued behind it still run, on the new kernel, and say first
+ * on stderr that the state they may expect is gone, and whose code cost it.
+ */
+static void
+restart_stuck(struct proxy *px, struct unit *u)
+{
+	char *notice = xasprintf("sandcell: the kernel was restarted before this code ran: "
+				 "the execution ahead of it (stream %llu) did not stop after "
+				 "an interrupt; the context's state (variables, imports) is "
+				 "lost\n",
+				 (unsigned long long)u->u_stream);
+	struct unit *q;
+
+	TAILQ_FOREACH(q, &px->px_queue, u_link)
+		if (!q->u_notice)
+			q->u_notice = xstrdup(notice);
+	free(notice);
+	unit_end(px, u, "ContextRestarted",
+		 "the kernel did not stop after an interrupt; it was restarted and its state "
+		 "is lost");
+	unit_free(u);
+	px->px_run = NULL;
+	kernel_restart(px, "the kernel did not stop after an interrupt");
+}
+
 void
 admit_tick(struct proxy *px, uint64_t now)
 {
@@ -489,23 +579,24 @@ admit_tick(struct proxy *px, uint64_t now)
 		free(v);
 		interrupt_unit(px, u);
 	}
+	if (u->u_replied && u->u_idle && u->u_abort_at && !u->u_aborted &&
+	    now >= u->u_replied_at + ABORT_ACK_MS) {
+		log_warn("context %s: stream %llu: the kernel's abort listener never said it ran",
+			 px->px_id, (unsigned long long)u->u_stream);
+		u->u_aborted = true;
+		maybe_complete(px, u);
+		return;
+	}
 	if (!u->u_interrupt_at)
 		return;
 	/* compare forwards: the interrupt may carry a later time than now */
 	if (now >= u->u_interrupt_at + px->px_interrupt_grace_ms) {
-		/* the queue goes with the state; its clients learn whose code caused it */
-		char *v = xasprintf("the kernel was restarted before this code ran: the "
-				    "execution ahead of it (stream %llu) did not stop after an "
-				    "interrupt; this code did not run and the context's state is "
-				    "lost",
-				    (unsigned long long)u->u_stream);
-		fail_queued(px, "ContextRestarted", v);
-		free(v);
-		kernel_restart(px, "the kernel did not stop after an interrupt; it was "
-				   "restarted and its state is lost");
+		restart_stuck(px, u);
 		return;
 	}
-	if (now >= u->u_reinterrupt_at + px->px_interrupt_retry_ms)
+	if (u->u_abort_at)
+		abort_tick(px, u, now);
+	else if (now >= u->u_reinterrupt_at + px->px_interrupt_retry_ms)
 		interrupt_unit(px, u);
 }
 
@@ -551,12 +642,18 @@ admit_wait(struct proxy *px, uint64_t now)
 	if ((u = px->px_run)) {
 		if (u->u_deadline && !u->u_detached)
 			wait_min(&w, u->u_deadline, now);
+		bool done = u->u_replied && u->u_idle;
 		if (u->u_interrupt_at) {
-			wait_min(&w, u->u_reinterrupt_at + px->px_interrupt_retry_ms, now);
+			if (!u->u_abort_at)
+				wait_min(&w, u->u_reinterrupt_at + px->px_interrupt_retry_ms, now);
+			else if (!done && !u->u_aborted)
+				wait_min(&w, u->u_cpu_at + ABORT_CHECK_MS, now);
 			wait_min(&w, u->u_interrupt_at + px->px_interrupt_grace_ms, now);
 		}
 		if (u->u_replied)
 			wait_min(&w, u->u_replied_at + IOPUB_QUIET_MS, now);
+		if (done && u->u_abort_at && !u->u_aborted)
+			wait_min(&w, u->u_replied_at + ABORT_ACK_MS, now);
 		if (buf_pending(&u->u_out) && !u->u_detached)
 			wait_min(&w, u->u_hold_until, now);
 	}

@@ -281,6 +281,51 @@ kernel_iopub_reconnect(struct proxy *px)
 	px->px_kinfo_at = now_ms();
 }
 
+/* /proc/PID/FILE into buf (NUL-terminated); its length, or -1 if unreadable. */
+static ssize_t
+proc_read(pid_t pid, const char *file, char *buf, size_t size)
+{
+	char path[64];
+	ssize_t n;
+	int fd;
+
+	if (pid <= 0)
+		return -1;
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return -1;
+	n = read(fd, buf, size - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	return n;
+}
+
+/* /proc/PID/stat from its third field (the state) on, or NULL if unreadable. */
+static const char *
+proc_stat(pid_t pid, char *buf, size_t size)
+{
+	char *p;
+
+	if (proc_read(pid, "stat", buf, size) < 0)
+		return NULL;
+	/* "pid (comm) S ...": comm may hold spaces and parentheses */
+	if (!(p = strrchr(buf, ')')) || p[1] != ' ')
+		return NULL;
+	return p + 2;
+}
+
+/* The state letter of /proc/PID/stat (R, S, D, T, Z...), or 0 if unreadable. */
+static char
+proc_state(pid_t pid)
+{
+	char buf[512];
+	const char *p = proc_stat(pid, buf, sizeof(buf));
+
+	return p ? p[0] : 0;
+}
+
 void
 kernel_interrupt(struct proxy *px)
 {
@@ -293,6 +338,68 @@ kernel_interrupt(struct proxy *px)
 		kill(px->px_kpid, SIGINT);
 	log_info("context %s: interrupt sent (%s)", px->px_id,
 		 px->px_ks->ks_interrupt_msg ? "message" : "SIGINT");
+}
+
+/* The kernel process itself: in a box, not its init. */
+static pid_t
+kernel_pid(struct proxy *px)
+{
+	return px->px_kshown > 0 ? px->px_kshown : px->px_kpid;
+}
+
+/* Whether the process has a handler for sig (SigCgt of /proc/PID/status). */
+static bool
+proc_catches(pid_t pid, int sig)
+{
+	char buf[2048];
+	const char *p;
+	unsigned long long mask;
+
+	if (proc_read(pid, "status", buf, sizeof(buf)) < 0 || !(p = strstr(buf, "\nSigCgt:")) ||
+	    sscanf(p + 8, "%llx", &mask) != 1)
+		return false;
+	return mask >> (sig - 1) & 1;
+}
+
+/*
+ * Sends the kernel's abort signal (ks_abort_signal), which ends what the
+ * running code awaits, to the kernel process alone (its group holds the
+ * code's own children, which the signal is not for), and only once its
+ * listener is there: a kernel that does not catch it gets none. -1 if
+ * none was sent.
+ */
+int
+kernel_abort(struct proxy *px)
+{
+	int sig = px->px_ks->ks_abort_signal;
+	pid_t pid = kernel_pid(px);
+
+	if (!sig || !proc_catches(pid, sig))
+		return -1;
+	if (kill(pid, sig) < 0) {
+		log_warn("context %s: kill %d SIG%s: %s", px->px_id, (int)pid, sigabbrev_np(sig),
+			 strerror(errno));
+		return -1;
+	}
+	log_info("context %s: abort signal sent (SIG%s)", px->px_id, sigabbrev_np(sig));
+	return 0;
+}
+
+/* CPU time the kernel process has used (all its threads), in ms; -1 if unknown. */
+long
+kernel_cpu_ms(struct proxy *px)
+{
+	char buf[1024];
+	const char *p = proc_stat(kernel_pid(px), buf, sizeof(buf));
+	unsigned long long utime, stime;
+	long hz = sysconf(_SC_CLK_TCK);
+
+	/* from the state (field 3) on: utime and stime are fields 14 and 15 */
+	if (!p || hz <= 0 ||
+	    sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
+		   &stime) != 2)
+		return -1;
+	return (long)((utime + stime) * 1000 / hz);
 }
 
 /*
@@ -316,6 +423,10 @@ set_ready(struct proxy *px)
 	if (!strcmp(px->px_ks->ks_lang, "r") &&
 	    kernel_execute(px, R_INTERRUPT_GUARD, true, NULL) < 0)
 		log_warn("context %s: could not send R's interrupt guard", px->px_id);
+	/* the fence once before the first unit too: what it installs (Deno's abort
+	 * listener) is there when the first unit runs */
+	if (px->px_ks->ks_fence && kernel_execute(px, px->px_ks->ks_fence, true, NULL) < 0)
+		log_warn("context %s: could not send the kernel's fence", px->px_id);
 	log_info("context %s: kernel %s ready in %llu ms", px->px_id, px->px_ks->ks_name,
 		 (unsigned long long)(now_ms() - px->px_kstarted_at));
 	startgate_give(px); /* after the line: the log never shows more starting than slots */
@@ -444,30 +555,6 @@ kernel_reaped(struct proxy *px, int status)
 	free(why);
 }
 
-/* The state letter of /proc/PID/stat (R, S, D, T, Z...), or 0 if unreadable. */
-static char
-proc_state(pid_t pid)
-{
-	char path[64], buf[512], *p;
-	ssize_t n;
-	int fd;
-
-	if (pid <= 0)
-		return 0;
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	/* "pid (comm) S ...": comm may hold spaces and parentheses */
-	if (!(p = strrchr(buf, ')')) || p[1] != ' ')
-		return 0;
-	return p[2];
-}
-
 /* Pings per death time: at least four, at most one every HB_EVERY_MS. */
 static uint64_t
 hb_every(struct proxy *px)
@@ -516,7 +603,7 @@ kernel_tick(struct proxy *px, uint64_t now)
 		return;
 	if (now > px->px_hb_ok + px->px_hb_dead_ms) {
 		/* the kernel itself, not its box's init */
-		char state = proc_state(px->px_kshown ? px->px_kshown : px->px_kpid);
+		char state = proc_state(kernel_pid(px));
 		if (px->px_run && state && !strchr("TtZX", state)) {
 			/*
 			 * Busy and its process runs: IRkernel answers heartbeats only
@@ -561,15 +648,18 @@ kernel_probe(struct proxy *px, char msgid[40])
 			 json_object(), msgid);
 }
 
+/* What becomes of the units is the caller's: queued ones run on the new kernel. */
 void
 kernel_restart(struct proxy *px, const char *why)
 {
 	log_info("context %s: restarting kernel (%s)", px->px_id, why);
-	admit_fail_all(px, "ContextRestarted", why);
 	kernel_stop(px);
 	px->px_start_failures = 0;
 	if (kernel_start(px) < 0) {
 		px->px_kstate = KS_DEAD;
+		admit_fail_all(px, "KernelDied",
+			       px->px_dead_reason ? px->px_dead_reason
+						  : "kernel could not be started");
 		ipc_state(px, px->px_dead_reason);
 		return;
 	}

@@ -83,6 +83,7 @@ handle_ipc(struct proxy *p, struct msg *m)
 		p->px_restart_pending = true;
 		free(p->px_dead_reason);
 		p->px_dead_reason = NULL;
+		admit_fail_all(p, "ContextRestarted", "restart requested");
 		kernel_restart(p, "restart requested");
 		if (p->px_kstate == KS_DEAD) {
 			ipc_reply(p, MSG_FAIL, m->m_req,

@@ -286,6 +286,13 @@ stream_lines(struct buf *b, const char *type, const char *s, size_t n)
 	} while (at < n);
 }
 
+/* A line of the proxy's own on stderr. */
+void
+output_stderr(struct buf *b, const char *text)
+{
+	stream_lines(b, "stderr", text, strlen(text));
+}
+
 /*
  * Maps one iopub message; returns whether it produced a line. Kernels that
  * show values as display_data (IRkernel) have them marked as main results.

@@ -26,6 +26,17 @@
 #define OUTPUT_LINE_TEXT (1u << 20) /* most bytes of stream text in one NDJSON line */
 #define IOPUB_QUIET_MS 5000 /* reply in, idle missing, iopub silent: output lost */
 /*
+ * A kernel sent its abort signal (Deno: kspec.c) gets its interrupt only when
+ * its listener did not run and it computes: looked at every ABORT_CHECK_MS, it
+ * used ABORT_BUSY_PCT % of a CPU each time for ABORT_COMPUTE_MS (a cell's
+ * transpiling or the listener's collection takes less). Its unit ends only
+ * once the listener said it ran, or ABORT_ACK_MS after the reply and idle.
+ */
+#define ABORT_CHECK_MS 50
+#define ABORT_BUSY_PCT 40
+#define ABORT_COMPUTE_MS 150
+#define ABORT_ACK_MS 1000
+/*
  * Output of a unit's first milliseconds is held (up to OUTPUT_CHUNK) so that
  * a short execution reaches the broker as one message and its client as one
  * response; after that, output is handed on as it comes. As long as the
@@ -51,6 +62,13 @@ struct unit {
 	uint64_t u_started_at;
 	uint64_t u_interrupt_at; /* first interrupt sent; 0 = none */
 	uint64_t u_reinterrupt_at;
+	uint64_t u_abort_at;     /* the kernel's abort signal sent; 0 = none */
+	bool u_aborted;          /* ... and its listener said it ran */
+	uint64_t u_cpu_at;       /* the kernel's CPU time (u_cpu_ms) last read then */
+	long u_cpu_ms;
+	uint64_t u_busy_since;   /* it has computed since then; 0 = it does not */
+	uint64_t u_terminated_at; /* the interrupt sent after the abort signal; 0 = none */
+	char *u_notice;          /* said on stderr before it runs (the state it lost) */
 	char u_msgid[40];   /* msg_id of the code's execute_request */
 	bool u_replied, u_idle;
 	uint64_t u_replied_at;
@@ -265,6 +283,8 @@ void startgate_give(struct proxy *px);
 int kernel_start(struct proxy *px);
 void kernel_stop(struct proxy *px);
 void kernel_interrupt(struct proxy *px);
+int kernel_abort(struct proxy *px);
+long kernel_cpu_ms(struct proxy *px);
 void kernel_restart(struct proxy *px, const char *why);
 void kernel_iopub_reconnect(struct proxy *px);
 void kernel_reaped(struct proxy *px, int status);
@@ -324,6 +344,7 @@ char *output_strip_ansi(const char *s);
 void output_line(struct buf *b, json_t *obj);
 void output_json_string(struct buf *b, const char *s, size_t n);
 void output_error(struct buf *b, const char *name, const char *value, const char *tb);
+void output_stderr(struct buf *b, const char *text);
 void output_end(struct buf *b);
 bool output_iopub(struct buf *b, const char *type, json_t *content, bool display_is_result);
 

@@ -404,6 +404,7 @@ bg_main(void *arg)
 					b->timeout_ms ? b->timeout_ms : 60000, NULL,
 					&b->stdout_seen);
 	b->took = ms_since(t0);
+	__atomic_store_n(&b->done, 1, __ATOMIC_SEQ_CST);
 	return NULL;
 }
 

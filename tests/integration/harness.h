@@ -103,6 +103,7 @@ struct bg {
 	json_t *lines;
 	double took;      /* ms from start to the end of the stream */
 	int stdout_seen;  /* stdout lines arrived so far (while it runs) */
+	int done;         /* the request is over (lines may be NULL: no answer) */
 	pthread_t t;
 };
 void bg_start(struct bg *b);

@@ -643,3 +643,159 @@ Test(lang, python_task_output_goes_to_no_later_execution, .timeout = 60)
 	    "task = asyncio.ensure_future(show())",
 	    "ev.set()\nawait task\nprint('next', task.done())");
 }
+
+/*
+ * Deno's interrupt stops running code but not an await: the proxy makes it
+ * stop both. A client that leaves while its code awaits costs the execution
+ * queued behind it nothing (it runs, in the same kernel, and sees the state);
+ * an interrupt ends an awaiting execution with an interrupt error at once.
+ */
+struct deno_case {
+	const char *lang;
+	const char *set_v; /* %d: sets v to it */
+	const char *print_v;
+};
+
+static const struct deno_case deno_cases[] = {
+	{"javascript", "var v = %d;", "console.log(v)"},
+	{"typescript", "var v: number = %d;", "const w: number = v; console.log(w)"},
+};
+
+ParameterizedTestParameters(lang,
+			    deno_interrupt_after_a_disconnect_costs_the_next_execution_nothing)
+{
+	static int idx[] = {0, 1};
+	return cr_make_param_array(int, idx, sizeof(deno_cases) / sizeof(deno_cases[0]));
+}
+
+struct arrived {
+	const char *id;
+	struct bg *b;
+};
+
+/* The execution is in the broker's queue, or its client has already left. */
+static bool
+arrived(void *arg)
+{
+	struct arrived *a = arg;
+	json_t *j = context_get(URL, a->id);
+	bool in = json_integer_value(json_object_get(j, "queue")) >= 1;
+
+	json_decref(j);
+	return in || __atomic_load_n(&a->b->done, __ATOMIC_SEQ_CST);
+}
+
+static void
+set_v(const struct deno_case *c, const char *id, int v)
+{
+	char code[64];
+
+	snprintf(code, sizeof(code), c->set_v, v);
+	json_t *l = run(URL, id, code);
+	cr_assert_str_eq(error_name(l), "(none)", "%s: set v: %s", c->lang, error_value(l));
+	json_decref(l);
+}
+
+ParameterizedTest(int *ci, lang, deno_interrupt_after_a_disconnect_costs_the_next_execution_nothing,
+		  .timeout = 120)
+{
+	const struct deno_case *c = &deno_cases[*ci];
+	char *id = context_new(URL, c->lang, NULL);
+	int rounds = 30, lost = 0, restarts = 0;
+
+	cr_assert_not_null(id, "%s: no context", c->lang);
+	pid_t kpid = context_pid(URL, id, "kernel_pid");
+	double t0 = ms_now();
+	for (int i = 0; i < rounds; i++) {
+		/* the client leaves 1 to 50 ms after its request */
+		struct bg a = {.ctx = id, .code = "await new Promise((r) => setTimeout(r, 5000))",
+			       .timeout_ms = 1 + i * 49 / (rounds - 1)};
+		struct bg q = {.ctx = id, .code = c->print_v, .timeout_ms = 30000};
+		struct arrived arr = {id, &a};
+		char want[16];
+
+		set_v(c, id, 100 + i);
+		bg_start(&a);
+		cr_assert_eq(wait_until(arrived, &arr, 10000), 0, "%s: round %d: never queued",
+			     c->lang, i);
+		bg_start(&q);
+		bg_join(&a);
+		bg_join(&q);
+		snprintf(want, sizeof(want), "%d\n", 100 + i);
+		char *out = stdout_of(q.lines);
+		if (strcmp(out, want)) {
+			lost++;
+			cr_log_error("%s: round %d (left after %ld ms): the next execution "
+				     "got '%s', %s: %s", c->lang, i, a.timeout_ms, out,
+				     error_name(q.lines), error_value(q.lines));
+		}
+		free(out);
+		pid_t now = context_pid(URL, id, "kernel_pid");
+		if (now != kpid) {
+			restarts++;
+			kpid = now;
+		}
+		json_decref(a.lines);
+		json_decref(q.lines);
+	}
+	cr_expect_eq(lost, 0, "%s: %d of %d next executions did not see the state", c->lang, lost,
+		     rounds);
+	cr_expect_eq(restarts, 0, "%s: the kernel was restarted in %d of %d rounds", c->lang,
+		     restarts, rounds);
+	cr_log_info("%s: %d rounds in %.0f ms", c->lang, rounds, ms_since(t0));
+	free(id);
+}
+
+ParameterizedTestParameters(lang, deno_interrupt_ends_an_awaiting_execution_and_keeps_state)
+{
+	static int idx[] = {0, 1};
+	return cr_make_param_array(int, idx, sizeof(deno_cases) / sizeof(deno_cases[0]));
+}
+
+ParameterizedTest(int *ci, lang, deno_interrupt_ends_an_awaiting_execution_and_keeps_state,
+		  .timeout = 120)
+{
+	/* each prints "started" once it awaits (or computes) */
+	static const char *const awaiting[] = {
+	    "console.log('started'); await new Promise((r) => setTimeout(r, 30000))",
+	    "console.log('started'); await new Promise(() => {})",
+	    "for (let i = 0; ; i++) { if (i == 1) console.log('started'); "
+	    "await new Promise((r) => setTimeout(r, 10)); }",
+	    "try { console.log('started'); await new Promise((r) => setTimeout(r, 30000)); } "
+	    "catch { console.log('caught'); }",
+	    "await new Promise((r) => setTimeout(r, 1)); console.log('started'); "
+	    "let t = Date.now(); while (Date.now() - t < 30000) {}",
+	};
+	const struct deno_case *c = &deno_cases[*ci];
+	char *id = context_new(URL, c->lang, NULL);
+
+	cr_assert_not_null(id, "%s: no context", c->lang);
+	pid_t kpid = context_pid(URL, id, "kernel_pid");
+	for (size_t i = 0; i < sizeof(awaiting) / sizeof(awaiting[0]); i++) {
+		struct bg b = {.ctx = id, .code = awaiting[i]};
+		char want[16];
+
+		set_v(c, id, 200 + (int)i);
+		bg_start(&b);
+		cr_assert_eq(bg_wait_stdout(&b, 10000), 0, "%s: case %zu never started", c->lang, i);
+		double t0 = ms_now();
+		cr_assert_eq(context_post(URL, id, "interrupt", 10), 200);
+		bg_join(&b);
+		double took = ms_since(t0);
+		cr_expect(took < 1000, "%s: case %zu: the interrupt took %.0f ms", c->lang, i, took);
+		cr_expect_str_eq(error_name(b.lines), "KeyboardInterrupt", "%s: case %zu: %s",
+				 c->lang, i, error_value(b.lines));
+		json_decref(b.lines);
+		json_t *l = run(URL, id, c->print_v);
+		char *out = stdout_of(l);
+		snprintf(want, sizeof(want), "%d\n", 200 + (int)i);
+		cr_expect_str_eq(out, want, "%s: case %zu: the state after the interrupt: %s",
+				 c->lang, i, error_value(l));
+		free(out);
+		json_decref(l);
+		cr_expect_eq(context_pid(URL, id, "kernel_pid"), kpid,
+			     "%s: case %zu: the kernel was restarted", c->lang, i);
+		kpid = context_pid(URL, id, "kernel_pid");
+	}
+	free(id);
+}
