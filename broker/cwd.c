@@ -7,6 +7,7 @@
  * started for it.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
 #include <stdio.h>
@@ -26,7 +27,7 @@ cwd_check(const char *dir, uid_t uid, char *err, size_t errsz)
 {
 	gid_t groups[256], gid = uid;
 	char who[96];
-	int ngroups = 0, status, e;
+	int ngroups = 0, status, e, fd;
 	struct passwd *pw;
 	struct stat st;
 	pid_t pid;
@@ -57,15 +58,26 @@ cwd_check(const char *dir, uid_t uid, char *err, size_t errsz)
 	} else {
 		snprintf(who, sizeof(who), "the kernels' uid %u", (unsigned)uid);
 	}
+	/*
+	 * The box shows the directory at its path on directories of its own:
+	 * what the kernel needs is to enter the directory itself, reached here
+	 * through a descriptor of ours, not through the host's parents.
+	 */
+	if ((fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		e = errno;
+		return snprintf(err, errsz, "%s", strerror(e)), -e;
+	}
 	if ((pid = fork()) < 0) {
 		e = errno;
+		close(fd);
 		return snprintf(err, errsz, "fork: %s", strerror(e)), -e;
 	}
 	if (pid == 0) { /* as the proxy starts a kernel: groups, gid, uid, then chdir */
 		if (setgroups(ngroups, groups) < 0 || setgid(gid) < 0 || setuid(uid) < 0)
 			_exit(255);
-		_exit(chdir(dir) < 0 ? errno : 0);
+		_exit(fchdir(fd) < 0 ? errno : 0);
 	}
+	close(fd);
 	while (waitpid(pid, &status, 0) < 0)
 		if (errno != EINTR)
 			return snprintf(err, errsz, "waitpid: %s", strerror(errno)), -EIO;
