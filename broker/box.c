@@ -270,30 +270,84 @@ box_peer_is_context(int fd)
  * else the first uid of --kernel-uid-range it can lease (uidlease.c); kept
  * for the broker's life.
  */
-static unsigned shared_uid;
-static int shared_lease = -1; /* shared_uid's, held for the broker's life */
+static unsigned shared_uid, shared_net_uid;
+static int shared_lease = -1, shared_net_lease = -1; /* held for the broker's life */
 
+/* Whether uid is one of ours already (a context's, or the shared ones). */
+static bool
+ours(unsigned uid)
+{
+	struct context *o;
+
+	if (uid == shared_uid || uid == shared_net_uid)
+		return true;
+	TAILQ_FOREACH(o, &sv.sv_tb.tb_contexts, c_link)
+		if (o->c_uid == uid || o->c_net_uid == uid)
+			return true;
+	return false;
+}
+
+/*
+ * A uid of the range for role ("" a kernel's, "net" a network's): the one
+ * that role had before a restart (our kept contexts use it), else the first
+ * no context of ours uses and that we can lease; its lease in *fd (-1 when
+ * leases cannot be kept here). 0 when none is free.
+ */
+static unsigned
+lease_one(const char *role, bool again, int *fd)
+{
+	unsigned a, b, u;
+
+	uid_range(&a, &b);
+	*fd = -1;
+	if (again && (u = uid_lease_ours(a, b, role, fd)))
+		return u;
+	for (u = a; u <= b; u++)
+		if (!ours(u) && (*fd = uid_lease(u, role)) != -EBUSY)
+			return u;
+	return 0;
+}
+
+/*
+ * The uid kernels run as with shared isolation: the one our kept contexts run
+ * as, else the first of --kernel-uid-range this broker can lease
+ * (uidlease.c); kept for the broker's life.
+ */
 unsigned
 box_uid(void)
 {
-	unsigned a, b, u;
+	unsigned a, b;
 
 	if (shared_uid)
 		return shared_uid;
 	uid_range(&a, &b);
 	if (!boxes_use_the_range())
 		return a;
-	shared_uid = uid_lease_ours(a, b, &shared_lease);
-	for (u = a; !shared_uid && u <= b; u++)
-		if ((shared_lease = uid_lease(u)) != -EBUSY)
-			shared_uid = u;
-	if (!shared_uid)
+	if (!(shared_uid = lease_one("", true, &shared_lease)))
 		fatal("no uid of --kernel-uid-range %s is free: other brokers or processes "
 		      "hold them all",
 		      sv.sv_cf.cf_uid_range);
 	log_info("sandbox: kernels run as uid %u%s", shared_uid,
 		 shared_lease >= 0 ? ", leased for this broker's life" : "");
 	return shared_uid;
+}
+
+/*
+ * The uid that owns the boxes' network namespaces and runs pasta (boxnet.c):
+ * of the range, so that the broker takes pasta's connections for a
+ * context's, and never a kernel's, so that no kernel has a capability over
+ * the network it sits in. Shared: one for the broker's life.
+ */
+static unsigned
+box_net_uid(void)
+{
+	if (shared_net_uid || !boxes_use_the_range())
+		return shared_net_uid;
+	box_uid(); /* the kernels' first: after a restart, theirs is taken again */
+	if (!(shared_net_uid = lease_one("net", true, &shared_net_lease)))
+		fatal("no uid of --kernel-uid-range %s is free for the boxes' network",
+		      sv.sv_cf.cf_uid_range);
+	return shared_net_uid;
 }
 
 /*
@@ -311,12 +365,13 @@ box_kernel_uid(const struct context *c)
 	return c && c->c_uid ? c->c_uid : box_uid();
 }
 
-/* A stop that ended every context: the shared uid is no longer ours. */
+/* A stop that ended every context: the shared uids are no longer ours. */
 void
 box_release(void)
 {
 	uid_release(shared_uid, shared_lease);
-	shared_lease = -1;
+	uid_release(shared_net_uid, shared_net_lease);
+	shared_lease = shared_net_lease = -1;
 }
 
 /*
@@ -360,59 +415,51 @@ box_isolates(void)
 }
 
 /*
- * --isolation context: a uid of the range no live context holds and, when the
- * context was given no cwd, a workspace of its own (<workspace>/<id>, 0700,
- * its uid's); a cwd it was given must be one that uid can enter (-EINVAL).
- * The workspace root is 0711: no context lists the others.
+ * --isolation context: two uids of the range no live context holds, its
+ * kernels' and its network's, and a workspace of its own
+ * (<workspace>/<id>, 0700, its uid's), which its box shows at BOX_HOME.
+ * A cwd it was given is checked against that. The workspace root is 0711:
+ * no context lists the others.
  */
 int
 box_isolate(struct context *c, char *err, size_t errsz)
 {
-	unsigned a, b, uid;
-	struct context *o;
-	bool used = true;
-
 	if (!box_isolates())
 		return 0;
-	uid_range(&a, &b);
-	for (uid = a; uid <= b && used; uid += used) {
-		used = false;
-		TAILQ_FOREACH(o, &sv.sv_tb.tb_contexts, c_link)
-			used |= o != c && o->c_uid == uid;
-		/* and no other broker's or process's (uidlease.c) */
-		if (!used && boxes_use_the_range())
-			used = (c->c_uid_lease = uid_lease(uid)) == -EBUSY;
-	}
-	if (used) {
+	if (!(c->c_uid = lease_one("", false, &c->c_uid_lease)) ||
+	    (boxes_use_the_range() && !(c->c_net_uid = lease_one("net", false, &c->c_net_lease)))) {
 		snprintf(err, errsz, "no free uid in --kernel-uid-range %s", sv.sv_cf.cf_uid_range);
 		return -EAGAIN;
 	}
-	c->c_uid = uid;
-	if (strcmp(c->c_cwd, sv.sv_cf.cf_cwd)) { /* a cwd of the client's: it must enter it */
-		char why[256];
-		if (cwd_check(c->c_cwd, uid, why, sizeof(why)) < 0) {
-			snprintf(err, errsz, "cwd '%.256s' cannot be used: %s", c->c_cwd, why);
-			return -EINVAL;
-		}
-		return 0;
-	}
 	char *ws = xasprintf("%s/%s", sv.sv_cf.cf_cwd, c->c_id);
-	if (mkdir(ws, 0700) < 0 || chown(ws, uid, uid) < 0) {
+	if (mkdir(ws, 0700) < 0 || chown(ws, c->c_uid, c->c_uid) < 0) {
 		snprintf(err, errsz, "workspace %s: %s", ws, strerror(errno));
 		free(ws);
 		return -EIO;
 	}
-	free(c->c_cwd);
-	c->c_cwd = ws;
-	c->c_own_ws = true;
-	return 0;
+	c->c_workspace = ws;
+	return cwd_usable(c, c->c_cwd, err, errsz) < 0 ? -EINVAL : 0;
+}
+
+/* The workspace a context's box shows at BOX_HOME, on the host. */
+const char *
+box_workspace_of(const struct context *c)
+{
+	return c && c->c_workspace ? c->c_workspace : sv.sv_cf.cf_cwd;
+}
+
+/* A context's cwd when it was given none: the workspace, as its kernel sees it. */
+const char *
+box_default_cwd(void)
+{
+	return sv.sv_cf.cf_sandbox ? BOX_HOME : sv.sv_cf.cf_cwd;
 }
 
 /* The proxy's sandbox flags, appended to argv at *n. */
 void
 box_args(struct context *c, const char **argv, int *n)
 {
-	static char uid[16];
+	static char uid[16], net_uid[16];
 
 	if (!sv.sv_cf.cf_sandbox)
 		return;
@@ -422,8 +469,19 @@ box_args(struct context *c, const char **argv, int *n)
 		argv[(*n)++] = "--uid";
 		argv[(*n)++] = uid;
 	}
-	if (c->c_own_ws)
+	if (boxes_use_the_range()) {
+		snprintf(net_uid, sizeof(net_uid), "%u", c->c_net_uid ? c->c_net_uid : box_net_uid());
+		argv[(*n)++] = "--net-uid";
+		argv[(*n)++] = net_uid;
+	}
+	if (c->c_workspace)
 		argv[(*n)++] = "--own-workspace";
+	argv[(*n)++] = "--workspace";
+	argv[(*n)++] = box_workspace_of(c);
+	if (sv.sv_cf.cf_token_file) {
+		argv[(*n)++] = "--hide";
+		argv[(*n)++] = sv.sv_cf.cf_token_file;
+	}
 	argv[(*n)++] = "--sandbox";
 	argv[(*n)++] = "--uid-range";
 	argv[(*n)++] = sv.sv_cf.cf_uid_range;

@@ -179,7 +179,9 @@ struct context {
 	struct requestq c_waiters;
 	unsigned c_uid;       /* --isolation context: its kernels' uid; 0 = shared */
 	int c_uid_lease;      /* the descriptor holding c_uid's lease (uidlease.c), or -1 */
-	bool c_own_ws;        /* c_cwd is its own workspace (removed with it) */
+	unsigned c_net_uid;   /* ... and its network's (boxnet.c); 0 = shared */
+	int c_net_lease;
+	char *c_workspace;    /* its own workspace on the host (--isolation context), or NULL */
 };
 TAILQ_HEAD(contextq, context);
 
@@ -219,6 +221,7 @@ struct server_config {
 	size_t cf_npool;
 	unsigned char cf_token_hash[32]; /* BLAKE2b of the access token */
 	bool cf_token;
+	const char *cf_token_file; /* --access-token-file: hidden in every box */
 	unsigned cf_max_conns;
 	unsigned cf_header_timeout; /* s a connection gets to send a request head */
 	uint64_t cf_stream_cap;     /* bytes a stream may hold for a slow client */
@@ -323,6 +326,7 @@ void server_forget(struct evsrc *ev);
 void server_notify(const char *state);
 
 /* config.c */
+uint64_t config_default_memory(uint64_t *of);
 void config_token_set(const char *token);
 int config_token_file(const char *path);
 int config_pool_parse(const char *arg);
@@ -343,6 +347,7 @@ void accept_stop(void);
 
 /* cwd.c */
 int cwd_check(const char *dir, uid_t uid, char *err, size_t errsz);
+int cwd_usable(const struct context *c, const char *cwd, char *err, size_t errsz);
 
 /* frame.c */
 struct frame {
@@ -485,6 +490,8 @@ bool box_peer_is_context(int fd);
 unsigned box_uid(void);
 void box_release(void);
 uid_t box_kernel_uid(const struct context *c);
+const char *box_workspace_of(const struct context *c);
+const char *box_default_cwd(void);
 bool box_isolates(void);
 const char *box_workspace(void);
 int box_isolate(struct context *c, char *err, size_t errsz);
@@ -492,8 +499,8 @@ void box_args(struct context *c, const char **argv, int *n);
 json_t *box_json(const char *slot);
 
 /* uidlease.c */
-int uid_lease(unsigned uid);
-unsigned uid_lease_ours(unsigned a, unsigned b, int *fd);
+int uid_lease(unsigned uid, const char *role);
+unsigned uid_lease_ours(unsigned a, unsigned b, const char *role, int *fd);
 void uid_release(unsigned uid, int fd);
 
 /* cpus.c: CPUs the affinity mask gives, or fewer by a cgroup's CPU quota

@@ -4,6 +4,7 @@
  * and the run directory (ours alone, locked, with the global env file).
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -214,4 +215,46 @@ config_proxy_bin(void)
 	char *slash = strrchr(path, '/');
 	strcpy(slash + 1, "sandcell-proxy");
 	return path;
+}
+
+/* A number from the first line of a file, or 0 ("max", absent, garbage). */
+static uint64_t
+first_number(const char *path)
+{
+	FILE *f = fopen(path, "re");
+	unsigned long long v = 0;
+
+	if (f && fscanf(f, "%llu", &v) != 1)
+		v = 0;
+	if (f)
+		fclose(f);
+	return v;
+}
+
+/*
+ * The memory limit of each context when none is given: a quarter of what
+ * the machine has, or of a container's limit (the cgroup at its root, v2 or
+ * v1) when that is less. At least 256 MiB; the caller says it at start.
+ */
+uint64_t
+config_default_memory(uint64_t *of)
+{
+	uint64_t total = 0, lim;
+	char line[256];
+	FILE *f = fopen("/proc/meminfo", "re");
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemTotal: %" SCNu64 " kB", &total) == 1) {
+			total <<= 10;
+			break;
+		}
+	if (f)
+		fclose(f);
+	if ((lim = first_number("/sys/fs/cgroup/memory.max")) && lim < total)
+		total = lim;
+	if ((lim = first_number("/sys/fs/cgroup/memory/memory.limit_in_bytes")) && lim < total)
+		total = lim;
+	*of = total;
+	lim = (total / 4) & ~((1ull << 20) - 1);
+	return lim < (256ull << 20) ? 256ull << 20 : lim;
 }

@@ -130,7 +130,7 @@ context_new(const char *id, const char *lang, const char *kernel, const char *cw
 	c->c_cwd = xstrdup(cwd);
 	c->c_default = is_default;
 	c->c_created = now_ms();
-	c->c_uid_lease = -1;
+	c->c_uid_lease = c->c_net_lease = -1;
 	TAILQ_INIT(&c->c_streams);
 	TAILQ_INIT(&c->c_waiters);
 	return c;
@@ -169,6 +169,8 @@ context_free(struct context *c)
 	free(c->c_cwd);
 	free(c->c_error);
 	uid_release(c->c_uid, c->c_uid_lease);
+	uid_release(c->c_net_uid, c->c_net_lease);
+	free(c->c_workspace);
 	free(c);
 }
 
@@ -242,9 +244,12 @@ context_detach_all(void)
 	struct context *c;
 
 	while ((c = TAILQ_FIRST(&sv.sv_tb.tb_contexts))) {
-		if (c->c_uid_lease >= 0) /* kept: the next broker leases it again */
+		/* kept: the next broker leases them again */
+		if (c->c_uid_lease >= 0)
 			close(c->c_uid_lease);
-		c->c_uid_lease = -1;
+		if (c->c_net_lease >= 0)
+			close(c->c_net_lease);
+		c->c_uid_lease = c->c_net_lease = -1;
 		context_free(c);
 	}
 }

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <grp.h>
 #include <pwd.h>
 #include <stdio.h>
@@ -88,4 +89,33 @@ cwd_check(const char *dir, uid_t uid, char *err, size_t errsz)
 	if ((e = WEXITSTATUS(status)))
 		return snprintf(err, errsz, "%s cannot enter it: %s", who, strerror(e)), -e;
 	return 0;
+}
+
+/*
+ * Whether cwd, as a client gave it, can be a context's (c NULL: a shared
+ * one's): boxed, a path of the box's view (lib/boxview.c) that the kernel's
+ * uid can enter; unboxed, a host directory it can enter. err says why not.
+ */
+int
+cwd_usable(const struct context *c, const char *cwd, char *err, size_t errsz)
+{
+	char host[PATH_MAX], why[320];
+	int rc;
+
+	if (!sv.sv_cf.cf_sandbox)
+		rc = cwd_check(cwd, box_kernel_uid(c), why, sizeof(why));
+	else if ((rc = boxview_host_path(box_workspace_of(c), cwd, host, sizeof(host))) == -ENOENT)
+		snprintf(why, sizeof(why),
+			 "not in the context's box, which shows %s (the workspace), /tmp, "
+			 "/usr and /etc",
+			 BOX_HOME);
+	else if (rc == -EINVAL)
+		snprintf(why, sizeof(why), "not an absolute path free of . and ..");
+	else if (rc < 0)
+		snprintf(why, sizeof(why), "%s", strerror(-rc));
+	else if (*host) /* (the box's /tmp is its own: always there) */
+		rc = cwd_check(host, box_kernel_uid(c), why, sizeof(why));
+	if (rc < 0)
+		snprintf(err, errsz, "cwd '%.256s' cannot be used: %s", cwd, why);
+	return rc;
 }

@@ -42,9 +42,10 @@ usage(void)
 		"  --listen HOST:PORT      HTTP address (default 127.0.0.1:49999)\n"
 		"  --run-dir DIR           sockets and state (default $XDG_RUNTIME_DIR/sandcell\n"
 		"                          or /tmp/sandcell-$UID)\n"
-		"  --cwd DIR               default working directory of contexts, one the\n"
-		"                          kernel user can enter\n"
-		"                          (default /home/user if it exists, else $HOME)\n"
+		"  --cwd DIR               the workspace: boxed, shown at /home/user in every\n"
+		"                          box (HOME, the default cwd); unboxed, the default\n"
+		"                          cwd (default: <run dir>.work boxed; unboxed\n"
+		"                          /home/user if it exists, else $HOME)\n"
 		"  --env KEY=VALUE         global env var for every context (repeatable)\n"
 		"  --env-file FILE         global env vars, KEY=VALUE lines\n"
 		"  --max-body SIZE         largest request body (default 16M, at most 64M)\n"
@@ -58,8 +59,9 @@ usage(void)
 		"                          broker on the same run dir re-attaches them\n"
 		"  --grace DURATION        on SIGTERM, running executions get this long to\n"
 		"                          finish while new ones get 503 (default 30)\n"
-		"  --kernel-memory SIZE    memory limit of each kernel (RLIMIT_DATA, and\n"
-		"                          the cgroup's limit with --kernel-cgroup)\n"
+		"  --kernel-memory SIZE    memory limit of each context (a cgroup of its\n"
+		"                          own; else RLIMIT_DATA); default a quarter of the\n"
+		"                          machine's memory in a box; 0: none\n"
 		"  --kernel-cpu DURATION   CPU-time limit of each kernel (RLIMIT_CPU)\n"
 		"  --kernel-cgroup DIR     give each kernel its own cgroup under DIR\n"
 		"                          (v2, or v1 memory), so that a kernel over its\n"
@@ -88,7 +90,8 @@ usage(void)
 		"                          time (shared isolation: one for all contexts)\n"
 		"  --isolation MODE        shared (default: one uid, one workspace) or\n"
 		"                          context (a uid and a workspace per context)\n"
-		"  --kernel-network MODE   host (default) or none (loopback only)\n"
+		"  --kernel-network MODE   outbound (default: a network of the context's own\n"
+		"                          with a way out, pasta) or none (loopback only)\n"
 		"  --kernel-pids N         processes per context (default 1024; 0: none)\n"
 		"  --kernel-tmp-size SIZE  size of each context's private /tmp (default\n"
 		"                          512M)\n"
@@ -298,7 +301,7 @@ main(int argc, char **argv)
 	sv.sv_cf.cf_sandbox = true;
 	sv.sv_cf.cf_template = true;
 	sv.sv_cf.cf_uid_range = "61184-65519";
-	sv.sv_cf.cf_kernel_network = "host";
+	sv.sv_cf.cf_kernel_network = "outbound";
 	sv.sv_cf.cf_kernel_pids = "1024";
 	sv.sv_cf.cf_kernel_tmp = "536870912";
 	/* SANDCELL_<FLAG> for every flag; the command line comes after, so it wins */
@@ -367,9 +370,10 @@ main(int argc, char **argv)
 		case 'M':
 			/* below a few MiB no interpreter starts: a missing unit, surely */
 			if ((rc = parse_size(optarg, UINT64_MAX, &v)) < 0 ||
-			    (rc = v >= (16u << 20) ? 0 : -ERANGE))
+			    (rc = !v || v >= (16u << 20) ? 0 : -ERANGE))
 				parse_fail("sandcell-broker", origin, optarg, rc,
-					   "a size of at least 16M, such as 4G or 512M");
+					   "a size of at least 16M, such as 4G or 512M, or 0 for "
+					   "no limit");
 			sv.sv_cf.cf_kernel_memory = xasprintf("%llu", (unsigned long long)v);
 			break;
 		case 'C':
@@ -388,6 +392,7 @@ main(int argc, char **argv)
 		case 'F':
 			if (config_token_file(optarg) < 0)
 				exit(2);
+			sv.sv_cf.cf_token_file = optarg; /* hidden in every box */
 			break;
 		case 'x':
 			if ((rc = parse_count(optarg, 1, 1000000, &v)) < 0)
@@ -422,8 +427,14 @@ main(int argc, char **argv)
 			sv.sv_cf.cf_isolated = !strcmp(optarg, "context");
 			break;
 		case 'N':
-			if (strcmp(optarg, "host") && strcmp(optarg, "none")) {
-				log_err("--kernel-network %s: host or none", optarg);
+			if (!strcmp(optarg, "host")) {
+				log_err("--kernel-network host: kernels no longer share the host's "
+					"network (a context could reach what another listens on); "
+					"'outbound' keeps their way out");
+				exit(2);
+			}
+			if (strcmp(optarg, "outbound") && strcmp(optarg, "none")) {
+				log_err("--kernel-network %s: outbound or none", optarg);
 				exit(2);
 			}
 			sv.sv_cf.cf_kernel_network = optarg;
@@ -513,6 +524,13 @@ main(int argc, char **argv)
 	if (sv.sv_cf.cf_sandbox) {
 		if (box_check(err, sizeof(err)) < 0)
 			fatal("sandbox: %s", err);
+		if (!sv.sv_cf.cf_kernel_memory && geteuid() == 0) { /* a memory cgroup each */
+			uint64_t of, m = config_default_memory(&of);
+			sv.sv_cf.cf_kernel_memory = xasprintf("%llu", (unsigned long long)m);
+			log_info("sandbox: each context may use %llu MiB of memory, a quarter of "
+				 "the machine's %llu MiB; --kernel-memory changes it, 0 lifts it",
+				 (unsigned long long)(m >> 20), (unsigned long long)(of >> 20));
+		}
 		struct passwd *ku = sv.sv_cf.cf_kernel_user ? getpwnam(sv.sv_cf.cf_kernel_user) : NULL;
 		if (ku && (ku->pw_uid == 0 || ku->pw_uid == geteuid()))
 			fatal("--kernel-user %s: kernels never run as root or as the broker's uid",
@@ -591,7 +609,7 @@ main(int argc, char **argv)
 		struct context *ctx;
 		if (context_default(lang) || !kcache_find(lang))
 			continue;
-		if (context_create(lang, sv.sv_cf.cf_cwd, true, &ctx, err, sizeof(err)) < 0)
+		if (context_create(lang, box_default_cwd(), true, &ctx, err, sizeof(err)) < 0)
 			log_err("default %s context: %s", lang, err);
 	}
 	sv.sv_tp.tp_defaults = false;

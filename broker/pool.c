@@ -118,7 +118,7 @@ pool_fill(void)
 		TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
 			have += c->c_pooled && !c->c_deleting && !strcmp(c->c_kernel, ks->ks_name);
 		for (; have < ps->ps_size; have++) {
-			c = context_new(NULL, ks->ks_lang, ks->ks_name, sv.sv_cf.cf_cwd, false);
+			c = context_new(NULL, ks->ks_lang, ks->ks_name, box_default_cwd(), false);
 			c->c_pooled = true;
 			TAILQ_INSERT_TAIL(&sv.sv_tb.tb_contexts, c, c_link);
 			if (link_open(c, c->c_id) < 0 || supervise_spawn(c) < 0) {

@@ -211,7 +211,7 @@ execute_context(const char *ctx_id, char *lang, size_t langsz, struct context **
 	if ((ks = kcache_find(lang))) /* the default is per language */
 		snprintf(lang, langsz, "%s", ks->ks_lang);
 	if (!(*out = context_default(lang)) &&
-	    (rc = context_create(lang, sv.sv_cf.cf_cwd, true, out, err, errsz)) < 0)
+	    (rc = context_create(lang, box_default_cwd(), true, out, err, errsz)) < 0)
 		return create_status(rc);
 	return 0;
 }
@@ -291,17 +291,19 @@ request_create(struct request *rq, const char *language, const char *cwd)
 		return;
 	}
 	/* as the kernel's uid; under --isolation context once it has one (box_isolate) */
-	if (cwd && !box_isolates() && cwd_check(cwd, box_kernel_uid(NULL), why, sizeof(why)) < 0) {
-		request_done(rq, 400, NULL, "cwd '%.256s' cannot be used: %s", cwd, why);
+	if (cwd && !box_isolates() && cwd_usable(NULL, cwd, err, sizeof(err)) < 0) {
+		request_done(rq, 400, NULL, "%s", err);
 		return;
 	}
-	if (!cwd && cwd_check((cwd = sv.sv_cf.cf_cwd), (uid_t)-1, why, sizeof(why)) < 0) {
+	if (!cwd && cwd_check(box_workspace_of(NULL), (uid_t)-1, why, sizeof(why)) < 0) {
 		/* checked at start; gone or closed since: not the client's fault */
 		request_done(rq, 500, NULL,
-			     "the server's default cwd '%.256s' (--cwd) cannot be used: %s", cwd,
-			     why);
+			     "the server's workspace '%.256s' (--cwd) cannot be used: %s",
+			     box_workspace_of(NULL), why);
 		return;
 	}
+	if (!cwd)
+		cwd = box_default_cwd();
 	if ((rc = context_create(lang, cwd, false, &c, err, sizeof(err))) < 0) {
 		request_done(rq, create_status(rc), NULL, "%s", err);
 		return;

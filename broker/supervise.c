@@ -305,14 +305,16 @@ supervise_adopt_all(void)
 			json_t *box = json_object_get(j, "sandbox");
 			const char *iso = json_string_value(json_object_get(box, "isolation"));
 			c->c_pooled = pooled;
-			if (iso && !strcmp(iso, "context")) { /* its uid stays taken */
-				char *own = xasprintf("%s/%s", sv.sv_cf.cf_cwd, id);
+			if (iso && !strcmp(iso, "context")) { /* its uids stay taken */
+				const char *ws = json_string_value(json_object_get(box, "workspace"));
 				c->c_uid = json_integer_value(json_object_get(box, "uid"));
-				c->c_own_ws = !strcmp(cwd, own);
-				if (c->c_uid && (c->c_uid_lease = uid_lease(c->c_uid)) == -EBUSY)
-					log_warn("context %s: its uid %u is leased by another "
-						 "broker", id, c->c_uid);
-				free(own);
+				c->c_net_uid = json_integer_value(json_object_get(box, "net_uid"));
+				c->c_workspace = ws ? xstrdup(ws) : NULL;
+				if ((c->c_uid && (c->c_uid_lease = uid_lease(c->c_uid, "")) == -EBUSY) ||
+				    (c->c_net_uid &&
+				     (c->c_net_lease = uid_lease(c->c_net_uid, "net")) == -EBUSY))
+					log_warn("context %s: its uids %u and %u are leased by another "
+						 "broker", id, c->c_uid, c->c_net_uid);
 			}
 			TAILQ_INSERT_TAIL(&sv.sv_tb.tb_contexts, c, c_link);
 			if (link_open(c, slot) < 0) {

@@ -8,7 +8,8 @@
  *
  * A uid is leased through a file, UIDLEASE_DIR/<uid>, locked (flock) for as
  * long as a context may run as it, with the run dir of the broker holding
- * it written inside. A uid is free for this broker when no live broker
+ * it written inside, and what it is for when it is not a kernel's (a box's
+ * network: "<run dir> net"). A uid is free for this broker when no live broker
  * locks its file and either the file names our run dir (our own kept
  * contexts, from before a restart) or no process on the machine runs as
  * that uid (a broker that died may have left kernels behind; another
@@ -83,12 +84,15 @@ holder_of(int fd, char held[PATH_MAX + 1])
 	held[n > 0 ? n : 0] = '\0';
 }
 
-/* Our run dir, as lease files name it. */
+/* Our run dir and the role, as lease files name them. */
 static void
-run_dir_of_ours(char mine[PATH_MAX])
+run_dir_of_ours(char mine[PATH_MAX + 8], const char *role)
 {
-	if (!realpath(sv.sv_cf.cf_run_dir, mine))
-		snprintf(mine, PATH_MAX, "%s", sv.sv_cf.cf_run_dir);
+	char dir[PATH_MAX];
+
+	if (!realpath(sv.sv_cf.cf_run_dir, dir))
+		snprintf(dir, PATH_MAX, "%s", sv.sv_cf.cf_run_dir);
+	snprintf(mine, PATH_MAX + 8, "%s%s%s", dir, *role ? " " : "", role);
 }
 
 /*
@@ -99,12 +103,12 @@ run_dir_of_ours(char mine[PATH_MAX])
  * shares its uids).
  */
 int
-uid_lease(unsigned uid)
+uid_lease(unsigned uid, const char *role)
 {
-	char path[64], held[PATH_MAX + 1], mine[PATH_MAX];
+	char path[64], held[PATH_MAX + 1], mine[PATH_MAX + 8];
 	int fd;
 
-	run_dir_of_ours(mine);
+	run_dir_of_ours(mine, role);
 	if (mkdir(UIDLEASE_DIR, 0700) < 0 && errno != EEXIST)
 		return no_leases(errno);
 	snprintf(path, sizeof(path), UIDLEASE_DIR "/%u", uid);
@@ -142,16 +146,16 @@ uid_lease(unsigned uid)
  * before a lower one that has become free meanwhile.
  */
 unsigned
-uid_lease_ours(unsigned a, unsigned b, int *fd)
+uid_lease_ours(unsigned a, unsigned b, const char *role, int *fd)
 {
-	char mine[PATH_MAX], held[PATH_MAX + 1], path[300];
+	char mine[PATH_MAX + 8], held[PATH_MAX + 1], path[300];
 	DIR *d = opendir(UIDLEASE_DIR);
 	struct dirent *de;
 	unsigned best = 0, u;
 
 	if (!d)
 		return 0;
-	run_dir_of_ours(mine);
+	run_dir_of_ours(mine, role);
 	while ((de = readdir(d))) {
 		int f;
 		if (sscanf(de->d_name, "%u", &u) != 1 || u < a || u > b || (best && u > best))
@@ -165,7 +169,7 @@ uid_lease_ours(unsigned a, unsigned b, int *fd)
 			best = u;
 	}
 	closedir(d);
-	if (best && (*fd = uid_lease(best)) == -EBUSY)
+	if (best && (*fd = uid_lease(best, role)) == -EBUSY)
 		best = 0;
 	return best;
 }

@@ -33,6 +33,12 @@ void kspec_list_free(struct kspec **v, size_t n);
 char *kspec_languages(void);
 int lang_normalise(const char *in, char *out, size_t outsz);
 
+/* boxview.c */
+#define BOX_HOME "/home/user" /* the workspace in a box: HOME and the default cwd */
+extern const char *const boxview_system[];
+bool boxview_is_system(const char *path);
+int boxview_host_path(const char *workspace, const char *path, char *out, size_t outsz);
+
 /* optenv.c */
 struct optenv {
 	int oe_argc;

@@ -36,10 +36,11 @@
 long boxlib_hot_fill(void); /* hotpages.c */
 
 /* The box of this fork: one per process (each request is a fork of its own). */
-static struct proxy bx = {.px_sb_initfd = -1};
+static struct box bx = {.bx_on = true, .bx_sock = -1, .bx_pidfd = -1, .bx_initfd = -1};
+static char *bx_cwd; /* the kernel's */
 
 /*
- * The seccomp filter (bx.px_sb_prog), the same for every box: compiled once
+ * The seccomp filter (bx.bx_prog), the same for every box: compiled once
  * in the template (boxlib_template), inherited by each fork. Compiled in B,
  * libseccomp's ~1300 allocations took chunks from the template's free lists
  * all over its heap, and each page they wrote was a copy-on-write fault
@@ -47,61 +48,53 @@ static struct proxy bx = {.px_sb_initfd = -1};
  */
 static int filter_rc = -EAGAIN;
 
-static int
-strv(json_t *a, char **out, int max)
-{
-	int n = 0;
-	size_t i;
-	json_t *v;
-
-	json_array_foreach(a, i, v)
-	{
-		if (!json_is_string(v) || n >= max)
-			return -EINVAL;
-		out[n++] = xstrdup(json_string_value(v));
-	}
-	return n;
-}
-
 /* What the proxy computed of the box (template.c's box_json). */
 static int
 parse(const char *conf)
 {
-	json_t *o = json_loads(conf, 0, NULL), *groups;
-	json_int_t uid = -1, gid = -1, mem = 0, cpu = 0;
-	const char *cwd = NULL, *tmp = NULL, *id = NULL;
-	json_t *cover = NULL, *keep = NULL;
+	json_t *o = json_loads(conf, 0, NULL), *groups, *binds, *b;
+	json_int_t uid = -1, gid = -1, mem = 0, cpu = 0, tmp = 0;
+	const char *ws = NULL, *hide = NULL, *id = NULL, *cwd = NULL, *kdir = NULL;
 	int cg = 0, rc = -EINVAL;
 	size_t i;
-	json_t *g;
 
-	if (!o || json_unpack(o, "{s:s, s:s, s:o, s:o, s:s, s:I, s:I, s:o, s:I, s:I, s:b}", "id",
-			      &id, "cwd", &cwd, "cover", &cover, "keep", &keep, "tmp_opts", &tmp,
-			      "uid", &uid, "gid", &gid, "groups", &groups, "memory", &mem, "cpu",
-			      &cpu, "cgroup", &cg) < 0)
+	if (!o || json_unpack(o, "{s:s, s:s, s:s, s:s, s:o, s:s, s:I, s:I, s:I, s:o, s:I, s:I, s:b}",
+			      "id", &id, "cwd", &cwd, "workspace", &ws, "kdir", &kdir, "binds", &binds,
+			      "hide",
+			      &hide, "tmp_size",
+			      &tmp, "uid", &uid, "gid", &gid, "groups", &groups, "memory", &mem,
+			      "cpu", &cpu, "cgroup", &cg) < 0)
 		goto out;
 	/* never root, never unboxed: the proxy's sandbox_init checked, so do we */
 	if (uid <= 0 || gid <= 0 || uid >= (json_int_t)UINT32_MAX || gid >= (json_int_t)UINT32_MAX ||
-	    *cwd != '/')
+	    *ws != '/' || *kdir != '/' || *cwd != '/' || !json_is_array(binds) || !json_is_array(groups) ||
+	    json_array_size(binds) > BOX_MAX_BINDS || json_array_size(groups) > 64)
 		goto out;
-	bx.px_id = xstrdup(id);
-	bx.px_cwd = xstrdup(cwd);
-	bx.px_sb_tmp_opts = xstrdup(tmp);
-	bx.px_sandbox = true;
-	bx.px_kuid = uid;
-	bx.px_kgid = gid;
-	bx.px_mem_limit = mem;
-	bx.px_cpu_limit = cpu;
-	bx.px_cgroup = cg ? xstrdup("(the proxy's)") : NULL; /* limits.c: a cgroup, no RLIMIT_DATA */
-	if ((bx.px_sb_ncover = strv(cover, bx.px_sb_cover, 8)) < 0 ||
-	    (bx.px_sb_nkeep = strv(keep, bx.px_sb_keep, 8)) < 0)
-		goto out;
-	json_array_foreach(groups, i, g)
+	bx.bx_id = xstrdup(id);
+	bx.bx_workspace = xstrdup(ws);
+	bx.bx_kdir = xstrdup(kdir);
+	bx.bx_hide = *hide ? xstrdup(hide) : NULL;
+	bx.bx_tmp_size = tmp;
+	bx.bx_uid = uid;
+	bx.bx_gid = gid;
+	bx.bx_mem = mem;
+	bx.bx_cpu = cpu;
+	bx.bx_cg_mem = cg ? xstrdup("(the proxy's)") : NULL; /* limits.c: a cgroup, no RLIMIT_DATA */
+	json_array_foreach(binds, i, b)
 	{
-		if (!json_is_integer(g) || bx.px_kngroups >= 64)
+		const char *path = json_string_value(json_object_get(b, "path"));
+		if (!path || *path != '/')
 			goto out;
-		bx.px_kgroups[bx.px_kngroups++] = json_integer_value(g);
+		bx.bx_binds[bx.bx_nbinds++] =
+			(struct box_bind){xstrdup(path), json_is_true(json_object_get(b, "write"))};
 	}
+	json_array_foreach(groups, i, b)
+	{
+		if (!json_is_integer(b))
+			goto out;
+		bx.bx_groups[bx.bx_ngroups++] = json_integer_value(b);
+	}
+	bx_cwd = xstrdup(cwd);
 	rc = filter_rc;
 out:
 	json_decref(o);
@@ -252,9 +245,9 @@ boxlib_init(int sock, int errfd)
 		return 127;
 	if (recv(sock, &c, 1, 0) != 1 || c != 'g') /* the proxy gave up on us */
 		return 127;
-	if (bx.px_sb_init && (fd = open(bx.px_sb_init, O_PATH | O_CLOEXEC)) >= 0) {
+	if (bx.bx_init && (fd = open(bx.bx_init, O_PATH | O_CLOEXEC)) >= 0) {
 		/* above 3, which the dup2s below take */
-		bx.px_sb_initfd = fcntl(fd, F_DUPFD_CLOEXEC, 4);
+		bx.bx_initfd = fcntl(fd, F_DUPFD_CLOEXEC, 4);
 		close(fd);
 	}
 	if ((rc = sandbox_enter(&bx)))
@@ -264,13 +257,13 @@ boxlib_init(int sock, int errfd)
 		return 127;
 	if (dup2(errfd, 2) < 0 || dup2(sock, 3) < 0)
 		return 122;
-	if (bx.px_sb_initfd >= 0 && bx.px_sb_initfd != 4) {
-		if (dup3(bx.px_sb_initfd, 4, O_CLOEXEC) < 0)
+	if (bx.bx_initfd >= 0 && bx.bx_initfd != 4) {
+		if (dup3(bx.bx_initfd, 4, O_CLOEXEC) < 0)
 			return 122;
-		bx.px_sb_initfd = 4;
+		bx.bx_initfd = 4;
 	}
 	/* the template's own descriptors (its socket first) stay out of the box */
-	syscall(SYS_close_range, bx.px_sb_initfd >= 0 ? 5 : 4, ~0U, 0);
+	syscall(SYS_close_range, bx.bx_initfd >= 0 ? 5 : 4, ~0U, 0);
 	return 0;
 }
 
@@ -285,9 +278,9 @@ boxlib_kernel(void)
 	 */
 	if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
 		return 122;
-	if (bx.px_sb_initfd >= 0)
-		close(bx.px_sb_initfd);
-	return sandbox_kernel_child(&bx, false);
+	if (bx.bx_initfd >= 0)
+		close(bx.bx_initfd);
+	return sandbox_kernel_child(bx_cwd, false);
 }
 
 /*
@@ -305,17 +298,17 @@ boxlib_wait(int kid)
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	signal(SIGCHLD, SIG_DFL);
-	if (bx.px_sb_initfd >= 0) {
+	if (bx.bx_initfd >= 0) {
 		snprintf(num, sizeof(num), "%d", kid);
-		if (faccessat(bx.px_sb_initfd, "", R_OK, AT_EMPTY_PATH) < 0 && errno == EACCES) {
-			syscall(SYS_execveat, bx.px_sb_initfd, "", argv, envp, AT_EMPTY_PATH);
-			dprintf(2, "sandcell-box warning: context %s: exec %s: %s\n", bx.px_id,
-				bx.px_sb_init, strerror(errno));
+		if (faccessat(bx.bx_initfd, "", R_OK, AT_EMPTY_PATH) < 0 && errno == EACCES) {
+			syscall(SYS_execveat, bx.bx_initfd, "", argv, envp, AT_EMPTY_PATH);
+			dprintf(2, "sandcell-box warning: context %s: exec %s: %s\n", bx.bx_id,
+				bx.bx_init, strerror(errno));
 		} else {
 			dprintf(2, "sandcell-box warning: context %s: %s is readable by uid %u "
 				   "(it must be mode 0711, another's): the box's init stays a "
 				   "fork of the template\n",
-				bx.px_id, bx.px_sb_init, (unsigned)getuid());
+				bx.bx_id, bx.bx_init, (unsigned)getuid());
 		}
 	}
 	boxinit_wait(kid, true);
@@ -396,7 +389,7 @@ boxlib_template(void)
 		char *path = xasprintf("%.*s/sandcell-init", (int)(slash - di.dli_fname),
 				       di.dli_fname);
 		if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && !(st.st_mode & S_IROTH))
-			bx.px_sb_init = path;
+			bx.bx_init = path;
 		else {
 			fprintf(stderr, "sandcell-template[%d] warn: %s: %s: boxes keep a fork "
 					"of the template as their init\n",

@@ -34,7 +34,7 @@ static const char *const sb_refused[] = {
 
 /* The filter as a BPF program, built once before any fork. */
 int
-filter_build(struct proxy *px)
+filter_build(struct box *bx)
 {
 	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
 	int rc = -EINVAL, fd = -1;
@@ -70,9 +70,9 @@ filter_build(struct proxy *px)
 		rc = -EIO;
 		goto out;
 	}
-	px->px_sb_prog.len = st.st_size / sizeof(struct sock_filter);
-	px->px_sb_prog.filter = xmalloc(st.st_size);
-	if (pread(fd, px->px_sb_prog.filter, st.st_size, 0) != st.st_size) {
+	bx->bx_prog.len = st.st_size / sizeof(struct sock_filter);
+	bx->bx_prog.filter = xmalloc(st.st_size);
+	if (pread(fd, bx->bx_prog.filter, st.st_size, 0) != st.st_size) {
 		rc = -EIO;
 		goto out;
 	}

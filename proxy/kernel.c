@@ -52,8 +52,9 @@ close_sockets(struct proxy *px)
 		*socks[i] = NULL;
 	}
 	px->px_zgen++;
-	for (int i = 1; px->px_kchan[0] && i <= 5; i++) {
-		char *p = xasprintf("%s/%s-%d", px->px_kdir, px->px_kchan, i);
+	/* ipc sockets by path (an unboxed kernel's; a box's are abstract) */
+	for (int i = 1; px->px_kchan[0] == '/' && i <= 5; i++) {
+		char *p = xasprintf("%s-%d", px->px_kchan, i);
 		unlink(p); /* kernels leave their ipc files behind */
 		free(p);
 	}
@@ -75,25 +76,33 @@ start_failed(struct proxy *px, const char *fmt, ...)
 	log_err("context %s: %s", px->px_id, px->px_dead_reason);
 }
 
+/* The kernel's process, in its box or not: 0 with px_kpid set, or -errno. */
+static int
+spawn(struct proxy *px, const char *exe, char **argv, char **envp)
+{
+	int rc;
+
+	if (!px->px_box.bx_on)
+		return launch_unboxed(px, exe, argv, envp);
+	/* forked from the template when there is one; cold otherwise */
+	if (template_spawn(px, exe, argv, envp) == 0)
+		return 0;
+	if ((rc = sandbox_spawn(px, exe, argv, envp)) < 0)
+		start_failed(px, "the sandbox did not start it: %s", strerror(-rc));
+	return rc;
+}
+
 static int
 kernel_launch(struct proxy *px)
 {
-	char conn[PATH_MAX], ep[5][EP_MAX], *home = NULL, *exe = NULL;
-	char **argv = NULL, **envp = NULL, *procs = NULL;
+	char conn[PATH_MAX], ep[5][EP_MAX], *exe = NULL;
+	char **argv = NULL, **envp = NULL;
 	unsigned char key[32];
-	int ports[5], rc, argc = 0;
-	sigset_t none;
-	pid_t parent = getpid(), pid;
+	int ports[5], rc;
 
 	randombytes_buf(key, sizeof(key));
 	sodium_bin2hex(px->px_key, sizeof(px->px_key), key, sizeof(key));
 	uuid_v4(px->px_session);
-	/*
-	 * Sockets named for this launch alone: a box outlives its proxy until its
-	 * init notices, and a respawned proxy connecting to the same names would
-	 * reach the old kernel, which drops what the new key signed.
-	 */
-	snprintf(px->px_kchan, sizeof(px->px_kchan), "k%d.%u", (int)getpid(), ++px->px_klaunches);
 	snprintf(conn, sizeof(conn), "%s/kernel.json", px->px_kdir);
 	if ((rc = launch_connection_file(px, conn, ports, ep)) < 0) {
 		start_failed(px, "write %s: %s", conn, strerror(-rc));
@@ -104,96 +113,26 @@ kernel_launch(struct proxy *px)
 	px->px_control = zsock(px, ZMTP_DEALER, ep[3]);
 	px->px_hb = zsock(px, ZMTP_REQ, ep[4]);
 	px->px_stdin = zsock(px, ZMTP_DEALER, ep[2]);
-	home = xasprintf("%s/home", px->px_kdir);
-	if ((rc = mkdir_p(home, 0700)) < 0) {
-		start_failed(px, "mkdir %s: %s", home, strerror(-rc));
+	if ((rc = launch_dirs(px)) < 0) {
+		start_failed(px, "its files in %s: %s", px->px_kdir, strerror(-rc));
 		goto err;
 	}
-	launch_ipython_profile(px, home);
-	if (px->px_kuid != (uid_t)-1) /* everything the kernel touches is its own */
-		chown_r(px->px_kdir, px->px_kuid, px->px_kgid);
-	while (px->px_ks->ks_argv[argc])
-		argc++;
-	argv = xcalloc(argc + 16, sizeof(*argv));
-	int a = 0;
-	if (px->px_cgroup_parent && !strcmp(px->px_cgroup_parent, "systemd")) {
-		/* a transient scope of its own under sandcell.slice: systemd-run
-		 * registers it and execs the kernel in place */
-		argv[a++] = xstrdup("systemd-run");
-		argv[a++] = xstrdup("--scope");
-		argv[a++] = xstrdup("--quiet");
-		argv[a++] = xstrdup("--collect");
-		argv[a++] = xstrdup("--slice=sandcell.slice");
-		argv[a++] = xasprintf("--unit=sandcell-kernel-%.8s-%d", px->px_id, (int)getpid());
-		if (px->px_mem_limit) {
-			argv[a++] = xstrdup("-p");
-			argv[a++] = xasprintf("MemoryMax=%llu",
-					      (unsigned long long)px->px_mem_limit);
-			argv[a++] = xstrdup("-p");
-			argv[a++] = xstrdup("MemorySwapMax=0");
-		}
-		argv[a++] = xstrdup("--");
-	}
-	for (int i = 0; i < argc; i++)
-		argv[a++] = launch_subst(px->px_ks->ks_argv[i], conn, px->px_ks->ks_dir);
+	argv = launch_argv(px, conn);
 	exe = launch_which(argv[0]);
-	envp = launch_env(px, home);
-	sigemptyset(&none);
-	if ((rc = limits_prepare(px)) < 0) {
-		log_err("kernel %s: not started without its cgroup", px->px_ks->ks_name);
+	envp = launch_env(px);
+	if ((rc = limits_prepare(&px->px_box)) < 0) {
+		start_failed(px, "its cgroup: %s", strerror(-rc));
 		goto err;
 	}
-	if (px->px_sandbox) {
-		/* forked from the template when there is one; cold otherwise */
-		if (template_spawn(px, exe, argv, envp) == 0) {
-			pid = px->px_kpid;
-			goto started;
-		}
-		if ((rc = sandbox_spawn(px, exe, argv, envp)) < 0)
-			goto err;
-		pid = px->px_kpid;
-		goto started;
-	}
-	procs = px->px_cgroup ? xasprintf("%s/cgroup.procs", px->px_cgroup) : NULL;
-
-	pid = fork();
-	if (pid < 0) {
-		rc = -errno;
-		start_failed(px, "fork: %s", strerror(errno));
+	if ((rc = spawn(px, exe, argv, envp)) < 0)
 		goto err;
-	}
-	if (pid == 0) {
-		/* child: async-signal-safe calls only */
-		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		setsid();
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(127);
-		signal(SIGPIPE, SIG_DFL); /* ignored in the proxy, not in kernels */
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		limits_apply_child(px, procs);
-		/* --kernel-user: drop to it for good (groups were looked up before fork) */
-		if (px->px_kuid != (uid_t)-1 &&
-		    (setgroups(px->px_kngroups, px->px_kgroups) < 0 || setgid(px->px_kgid) < 0 ||
-		     setuid(px->px_kuid) < 0 || setuid(0) == 0))
-			_exit(124);
-		if (fd >= 0)
-			dup2(fd, 0);
-		dup2(2, 1); /* kernel's own stdout is the proxy's log, not a stream */
-		if (chdir(px->px_cwd) < 0)
-			_exit(126);
-		execve(exe, argv, envp);
-		_exit(127);
-	}
-	px->px_kpid = pid;
-started:
 	px->px_kstate = KS_STARTING;
 	px->px_kstarted_at = now_ms();
 	px->px_kinfo_reply = px->px_iopub_seen = px->px_iopub_rejoin = false;
 	px->px_hb_sent = px->px_hb_ok = px->px_kstarted_at;
 	log_info("context %s: kernel %s started%s, pid %d", px->px_id, px->px_ks->ks_name,
-		 px->px_kpidfd >= 0 ? " from the template" : "",
-		 (int)(px->px_kshown ? px->px_kshown : pid));
+		 px->px_box.bx_pidfd >= 0 ? " from the template" : "",
+		 (int)(px->px_kshown ? px->px_kshown : px->px_kpid));
 	if ((rc = kernel_probe(px, px->px_kinfo_id)) < 0) {
 		/* without it the kernel is never found ready */
 		log_err("kernel %s: send kernel_info_request: %s", px->px_ks->ks_name,
@@ -208,9 +147,7 @@ err:
 out:
 	launch_free_strv(argv);
 	launch_free_strv(envp);
-	free(home);
 	free(exe);
-	free(procs);
 	return rc;
 }
 
@@ -243,7 +180,7 @@ kernel_stop(struct proxy *px)
 {
 	startgate_give(px);
 	px->px_start_wait = false;
-	if (px->px_kpidfd >= 0) {
+	if (px->px_box.bx_pidfd >= 0) {
 		template_kill(px); /* not our child: its pidfd, no waitpid */
 		px->px_kpid = 0;
 	} else if (px->px_kpid > 0) {
@@ -417,6 +354,9 @@ set_ready(struct proxy *px)
 {
 	if (px->px_kstate != KS_STARTING || !px->px_kinfo_reply || !px->px_iopub_seen)
 		return;
+	/* its code may want the network at once: not ready before the box's way out is */
+	if (!boxnet_ready(&px->px_box, px->px_kstarted_at))
+		return;
 	px->px_kstate = KS_IDLE;
 	px->px_start_failures = 0;
 	px->px_hb_sent = px->px_hb_ok = now_ms(); /* start-up time is not silence */
@@ -506,12 +446,12 @@ kernel_on_stdin(struct proxy *px, struct jmsg *jm)
 static char *
 describe_status(struct proxy *px, int status)
 {
-	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && limits_oom_killed(px))
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && limits_oom_killed(&px->px_box))
 		return xasprintf("kernel was killed: out of memory (limit %llu MB)",
-				 (unsigned long long)(px->px_mem_limit >> 20));
+				 (unsigned long long)(px->px_box.bx_mem >> 20));
 	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGXCPU)
 		return xasprintf("kernel was killed: CPU time limit of %llu s reached",
-				 (unsigned long long)px->px_cpu_limit);
+				 (unsigned long long)px->px_box.bx_cpu);
 	if (WIFSIGNALED(status))
 		return xasprintf("kernel was killed by signal %d (%s)", WTERMSIG(status),
 				 strsignal(WTERMSIG(status)));
@@ -581,6 +521,9 @@ kernel_tick(struct proxy *px, uint64_t now)
 			respawn(px, "kernel did not answer kernel_info in time");
 			return;
 		}
+		set_ready(px); /* when only the network was missing */
+		if (px->px_kstate != KS_STARTING)
+			return;
 		/* slow joiner: ask again until iopub shows it is subscribed */
 		if (px->px_kinfo_reply && !px->px_iopub_seen &&
 		    now >= px->px_kinfo_at + KINFO_RESEND_MS) {

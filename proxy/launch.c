@@ -1,14 +1,18 @@
 /*
- * launch.c — what a kernel is started with: its environment, its argv with the
- * kernelspec's placeholders filled in and resolved on PATH, the IPython
- * profile, and the connection file (ipc paths, or free loopback ports).
+ * launch.c — what a kernel is started with: its environment, its argv with
+ * the kernelspec's placeholders filled in and resolved on PATH (and the
+ * interpreters told to read nothing of the workspace as they start), the
+ * IPython profile, the connection file, and the start of an unboxed one.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -17,6 +21,18 @@
 #include "proxy.h"
 
 extern char **environ;
+
+/*
+ * `python -m MOD ARGS`, safely: with -m the cwd (the workspace) is first on
+ * sys.path as the interpreter starts, so a module there named like one the
+ * kernel imports (ipykernel_launcher, IPython, zmq) would run in its place.
+ * With -c the cwd comes first only once site has run, and this takes it off
+ * before anything is imported; -s keeps the user's site-packages (in HOME,
+ * the workspace) out too. IPython puts the cwd back for the user's imports.
+ */
+#define SAFE_RUN_MODULE                                                                     \
+	"import runpy, sys; del sys.path[0]; m = sys.argv.pop(1); sys.argv[0] = m; "         \
+	"runpy.run_module(m, run_name='__main__', alter_sys=True)"
 
 /* A free loopback TCP port, for kernels that cannot use ipc (Deno). */
 static int
@@ -52,23 +68,33 @@ env_put(char ***v, size_t *n, size_t *cap, char *kv)
 	(*v)[(*n)++] = kv;
 }
 
+/* HOME: the workspace in a box, a dir of the kernel's own otherwise. */
+static char *
+home_of(struct proxy *px)
+{
+	return px->px_box.bx_on ? xstrdup(BOX_HOME) : xasprintf("%s/home", px->px_kdir);
+}
+
 /* environ, overridden by the kernelspec's env, then ours, then the global env. */
 char **
-launch_env(struct proxy *px, const char *home)
+launch_env(struct proxy *px)
 {
 	size_t n = 0, cap = 64;
-	char **v = xmalloc(cap * sizeof(*v));
+	char **v = xmalloc(cap * sizeof(*v)), *home = home_of(px);
+	bool box = px->px_box.bx_on;
 	char *ours[] = {
 		xasprintf("HOME=%s", home),
-		xasprintf("IPYTHONDIR=%s/.ipython", home),
-		xasprintf("JUPYTER_RUNTIME_DIR=%s/.jupyter-runtime", home),
+		/* the profile is sandcell's, beside the connection file: not in the workspace */
+		xasprintf("IPYTHONDIR=%s/ipython", px->px_kdir),
+		box ? xstrdup("JUPYTER_RUNTIME_DIR=/tmp/.jupyter")
+		    : xasprintf("JUPYTER_RUNTIME_DIR=%s/.jupyter-runtime", home),
 		xasprintf("PWD=%s", px->px_cwd),
 		xstrdup("PYDEVD_DISABLE_FILE_VALIDATION=1"),
-		/* one font cache for every kernel, built once, not per context */
-		xasprintf("MPLCONFIGDIR=%s", px->px_mplcache),
+		/* unboxed, one font cache for every kernel; boxed, the workspace's */
+		box ? NULL : xasprintf("MPLCONFIGDIR=%s/cache/matplotlib", px->px_run_dir),
 		/* in a box the kernel's parent is its init, PID 1: "1" turns
 		 * ipykernel's parent poller off (PR_SET_PDEATHSIG does its job) */
-		xasprintf("JPY_PARENT_PID=%d", px->px_sandbox ? 1 : (int)getpid()),
+		xasprintf("JPY_PARENT_PID=%d", box ? 1 : (int)getpid()),
 		NULL,
 	};
 
@@ -77,8 +103,9 @@ launch_env(struct proxy *px, const char *home)
 			env_put(&v, &n, &cap, xstrdup(*e));
 	for (char **e = px->px_ks->ks_env; *e; e++)
 		env_put(&v, &n, &cap, xstrdup(*e));
-	for (char **e = ours; *e; e++)
-		env_put(&v, &n, &cap, *e);
+	for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
+		if (ours[i])
+			env_put(&v, &n, &cap, ours[i]);
 	if (!getenv("LANG") && !getenv("LC_ALL")) /* R and bash need it for UTF-8 */
 		env_put(&v, &n, &cap, xstrdup("LANG=C.UTF-8"));
 	for (size_t i = 0; i < px->px_ngenv; i++)
@@ -96,6 +123,7 @@ launch_env(struct proxy *px, const char *home)
 		env_put(&v, &n, &cap, names.b_data);
 	}
 	v[n] = NULL;
+	free(home);
 	return v;
 }
 
@@ -153,21 +181,92 @@ launch_which(const char *prog)
 	return xstrdup(prog);
 }
 
+/* The program's name without its directory. */
+static const char *
+base_of(const char *path)
+{
+	const char *s = strrchr(path, '/');
+
+	return s ? s + 1 : path;
+}
+
+/*
+ * The kernelspec's argv with its placeholders filled in and, for the
+ * interpreters the project ships kernels for, the flags that keep what the
+ * workspace holds from running as they start: Python's safe module run (and
+ * -s), R's --no-init-file --no-environ --no-restore (.Rprofile, .Renviron,
+ * .RData in the cwd or HOME). Under `--cgroup systemd` (unboxed), a
+ * transient scope of its own under sandcell.slice comes first.
+ */
+char **
+launch_argv(struct proxy *px, const char *conn)
+{
+	char *const *ks = px->px_ks->ks_argv;
+	int argc = 0, a = 0;
+	char **argv;
+
+	while (ks[argc])
+		argc++;
+	argv = xcalloc(argc + 20, sizeof(*argv));
+	if (px->px_box.bx_cg_parent && !strcmp(px->px_box.bx_cg_parent, "systemd")) {
+		/* systemd-run registers the scope and execs the kernel in place */
+		argv[a++] = xstrdup("systemd-run");
+		argv[a++] = xstrdup("--scope");
+		argv[a++] = xstrdup("--quiet");
+		argv[a++] = xstrdup("--collect");
+		argv[a++] = xstrdup("--slice=sandcell.slice");
+		argv[a++] = xasprintf("--unit=sandcell-kernel-%.8s-%d", px->px_id, (int)getpid());
+		if (px->px_box.bx_mem) {
+			argv[a++] = xstrdup("-p");
+			argv[a++] = xasprintf("MemoryMax=%llu", (unsigned long long)px->px_box.bx_mem);
+			argv[a++] = xstrdup("-p");
+			argv[a++] = xstrdup("MemorySwapMax=0");
+		}
+		argv[a++] = xstrdup("--");
+	}
+	for (int i = 0; i < argc; i++) {
+		argv[a++] = launch_subst(ks[i], conn, px->px_ks->ks_dir);
+		if (i > 0)
+			continue;
+		const char *prog = base_of(ks[0]);
+		if (!strncmp(prog, "python", 6) && argc > 2 && !strcmp(ks[1], "-m")) {
+			argv[a++] = xstrdup("-s");
+			argv[a++] = xstrdup("-c");
+			argv[a++] = xstrdup(SAFE_RUN_MODULE);
+			i++; /* the -m */
+		} else if (!strncmp(prog, "python", 6)) {
+			argv[a++] = xstrdup("-s");
+		} else if (!strcmp(prog, "R")) {
+			argv[a++] = xstrdup("--no-init-file");
+			argv[a++] = xstrdup("--no-environ");
+			argv[a++] = xstrdup("--no-restore");
+		}
+	}
+	argv[a] = NULL;
+	return argv;
+}
+
 /*
  * The IPython kernel's configuration: history in memory, not in an sqlite
  * file (a kernel killed mid-write leaves the file to its successor, which then
  * prints "Session/line number was not unique" into the user's output), and
- * sandcell's start-up profile (rich results for data work) run at start.
+ * sandcell's start-up profile (rich results for data work) run at start. Its
+ * dirs exist already: a box shows the profile read-only.
  */
-void
-launch_ipython_profile(struct proxy *px, const char *home)
+static int
+ipython_profile(struct proxy *px)
 {
-	char *dir = xasprintf("%s/.ipython/profile_default", home);
+	static const char *const sub[] = {"startup", "security", "log", "pid", "db"};
+	char *dir = xasprintf("%s/ipython/profile_default", px->px_kdir);
 	char *path = xasprintf("%s/ipython_kernel_config.py", dir);
 	struct buf cfg = {0};
-	int fd;
+	int fd, rc;
 
 	buf_append(&cfg, "c.HistoryManager.hist_file = ':memory:'\n", 40);
+	/* the cwd for the user's imports, once the kernel has started (launch_argv) */
+	static const char cwd_path[] =
+		"c.InteractiveShellApp.exec_lines = [\"__import__('sys').path.insert(0, '')\"]\n";
+	buf_append(&cfg, cwd_path, sizeof(cwd_path) - 1);
 	if (px->px_py_startup) {
 		json_t *p = json_string(px->px_py_startup);
 		char *lit = json_dumps(p, JSON_ENCODE_ANY);
@@ -177,17 +276,57 @@ launch_ipython_profile(struct proxy *px, const char *home)
 		free(lit);
 		json_decref(p);
 	}
-	if (mkdir_p(dir, 0700) == 0 &&
-	    (fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) >= 0) {
+	rc = mkdir_p(dir, 0700);
+	for (size_t i = 0; rc == 0 && i < sizeof(sub) / sizeof(sub[0]); i++) {
+		char *s = xasprintf("%s/%s", dir, sub[i]);
+		rc = mkdir_p(s, 0700);
+		free(s);
+	}
+	if (rc == 0 && (fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) >= 0) {
 		if (write(fd, buf_head(&cfg), buf_pending(&cfg)) < 0)
-			log_warn("context %s: write %s: %s", px->px_id, path, strerror(errno));
+			rc = -errno;
 		close(fd);
+	} else if (rc == 0) {
+		rc = -errno;
 	}
 	buf_free(&cfg);
 	free(path);
 	free(dir);
+	return rc;
 }
 
+/*
+ * The kernel's own files before each start: its profile, and (unboxed) its
+ * HOME; all of them its uid's. A box shows them read-only.
+ */
+int
+launch_dirs(struct proxy *px)
+{
+	struct box *bx = &px->px_box;
+	int rc;
+
+	if (!bx->bx_on) {
+		char *home = home_of(px);
+		rc = mkdir_p(home, 0700);
+		free(home);
+		if (rc < 0)
+			return rc;
+	}
+	if ((rc = ipython_profile(px)) < 0)
+		return rc;
+	if (bx->bx_uid != (uid_t)-1)
+		chown_r(px->px_kdir, bx->bx_uid, bx->bx_gid);
+	return 0;
+}
+
+/*
+ * The connection file: ipc sockets, abstract in a box (names in the proxy's
+ * network namespace, which only it and its box share; no file to fill or
+ * find) and by path in the kernel's dir otherwise; TCP on loopback for
+ * kernels that speak nothing else (Deno). Named for this launch alone: a
+ * box outlives its proxy until its init notices, and a kernel restarted
+ * must not be mistaken for the one before it.
+ */
 int
 launch_connection_file(struct proxy *px, const char *path, int ports[5], char ep[5][EP_MAX])
 {
@@ -196,15 +335,22 @@ launch_connection_file(struct proxy *px, const char *path, int ports[5], char ep
 	int rc, fd;
 	char *s;
 
+	px->px_klaunches++;
 	if (px->px_ks->ks_tcp) {
 		snprintf(ip, sizeof(ip), "127.0.0.1");
+		px->px_kchan[0] = '\0';
 		for (int i = 0; i < 5; i++) {
 			if ((ports[i] = free_port()) < 0)
 				return -EADDRNOTAVAIL;
 			snprintf(ep[i], EP_MAX, "tcp://127.0.0.1:%d", ports[i]);
 		}
 	} else {
-		snprintf(ip, sizeof(ip), "%s/%s", px->px_kdir, px->px_kchan);
+		if (px->px_box.bx_on)
+			snprintf(px->px_kchan, sizeof(px->px_kchan), "@k%u", px->px_klaunches);
+		else
+			snprintf(px->px_kchan, sizeof(px->px_kchan), "%s/k%d.%u", px->px_kdir,
+				 (int)getpid(), px->px_klaunches);
+		snprintf(ip, sizeof(ip), "%s", px->px_kchan);
 		for (int i = 0; i < 5; i++) {
 			ports[i] = i + 1;
 			snprintf(ep[i], EP_MAX, "ipc://%s-%d", ip, ports[i]);
@@ -222,7 +368,8 @@ launch_connection_file(struct proxy *px, const char *path, int ports[5], char ep
 	if (fd < 0) {
 		rc = -errno;
 	} else {
-		if (px->px_kuid != (uid_t)-1 && fchown(fd, px->px_kuid, px->px_kgid) < 0)
+		uid_t uid = px->px_box.bx_uid;
+		if (uid != (uid_t)-1 && fchown(fd, uid, px->px_box.bx_gid) < 0)
 			log_warn("context %s: chown %s: %s", px->px_id, path, strerror(errno));
 		size_t len = strlen(s);
 		ssize_t n = write(fd, s, len);
@@ -233,4 +380,47 @@ launch_connection_file(struct proxy *px, const char *path, int ports[5], char ep
 	}
 	free(s);
 	return rc;
+}
+
+/*
+ * An unboxed kernel (--no-sandbox): our child in a session of its own, in
+ * its memory cgroup (limits.c) and, with --kernel-user, as that user. Only
+ * async-signal-safe calls between fork and exec.
+ */
+int
+launch_unboxed(struct proxy *px, const char *exe, char **argv, char **envp)
+{
+	const struct box *bx = &px->px_box;
+	pid_t parent = getpid(), pid;
+	sigset_t none;
+
+	sigemptyset(&none);
+	if ((pid = fork()) < 0)
+		return -errno;
+	if (pid == 0) {
+		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		setsid();
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
+		signal(SIGPIPE, SIG_DFL); /* ignored in the proxy, not in kernels */
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		if (limits_join(bx, getpid()) < 0)
+			_exit(125);
+		limits_apply_child(bx);
+		/* --kernel-user: drop to it for good (groups were looked up before fork) */
+		if (bx->bx_uid != (uid_t)-1 &&
+		    (setgroups(bx->bx_ngroups, bx->bx_groups) < 0 || setgid(bx->bx_gid) < 0 ||
+		     setuid(bx->bx_uid) < 0 || setuid(0) == 0))
+			_exit(124);
+		if (fd >= 0)
+			dup2(fd, 0);
+		dup2(2, 1); /* kernel's own stdout is the proxy's log, not a stream */
+		if (chdir(px->px_cwd) < 0)
+			_exit(126);
+		execve(exe, argv, envp);
+		_exit(127);
+	}
+	px->px_kpid = pid;
+	return 0;
 }

@@ -1,9 +1,12 @@
 /*
- * limits.c — per-kernel resource limits: RLIMIT_CPU for CPU time; for memory
- * RLIMIT_DATA (an allocation over it fails) unless the kernel has a memory
- * cgroup (--cgroup, or the sandbox's): then it gets a cgroup of its own (v2 memory.max, or
- * v1 memory.limit_in_bytes) so that going over the limit kills that kernel
- * alone, with its children, and the death is reported as out of memory.
+ * limits.c — what a box may use: processes (pids.max) and memory in a cgroup
+ * of its own, CPU time as RLIMIT_CPU. On cgroup v2 one cgroup holds both
+ * controllers (a process is in one cgroup of the one hierarchy); on v1 each
+ * controller's hierarchy has one. A kernel over its memory is killed alone,
+ * with its children, and its death is told as out of memory. Without a
+ * memory cgroup (not root, no controller) the memory limit is RLIMIT_DATA,
+ * under which V8 cannot start. Unboxed kernels get a memory cgroup under
+ * --cgroup's directory, or none.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,65 +32,160 @@ write_file(const char *dir, const char *name, const char *value)
 	return rc;
 }
 
-/* Creates the kernel's cgroup and sets its memory limit (parent side). */
-int
-limits_prepare(struct proxy *px)
+/*
+ * Where this controller's per-box cgroups go: "sandcell" under the v1
+ * hierarchy of that controller, or under the v2 root with the controller
+ * enabled for its children. NULL when neither is usable.
+ */
+static char *
+cgroup_base(const char *controller)
 {
-	char *limit;
-	bool v2;
-	int rc;
+	char *v1 = xasprintf("/sys/fs/cgroup/%s", controller), *base, buf[256] = "";
+	struct stat st;
+	int fd;
 
-	if (!px->px_cgroup_parent || px->px_cgroup || !strcmp(px->px_cgroup_parent, "systemd"))
-		return 0; /* systemd mode: systemd-run makes the scope (kernel.c) */
-	px->px_cgroup = xasprintf("%s/sandcell-%s", px->px_cgroup_parent, px->px_id);
-	if (mkdir(px->px_cgroup, 0755) < 0 && errno != EEXIST) {
-		rc = -errno;
-		log_err("context %s: cgroup %s: %s", px->px_id, px->px_cgroup, strerror(errno));
-		free(px->px_cgroup);
-		px->px_cgroup = NULL;
-		return rc;
+	if (stat(v1, &st) == 0 && S_ISDIR(st.st_mode)) {
+		base = xasprintf("%s/sandcell", v1);
+		free(v1);
+		if (mkdir(base, 0755) < 0 && errno != EEXIST) {
+			free(base);
+			return NULL;
+		}
+		return base;
 	}
-	if (!px->px_mem_limit)
-		return 0;
-	limit = xasprintf("%llu", (unsigned long long)px->px_mem_limit);
-	v2 = write_file(px->px_cgroup, "memory.max", limit) == 0;
-	rc = v2 ? 0 : write_file(px->px_cgroup, "memory.limit_in_bytes", limit);
-	if (v2)
-		write_file(px->px_cgroup, "memory.swap.max", "0");
-	free(limit);
-	if (rc < 0)
-		log_err("context %s: cgroup %s: cannot set a memory limit: %s", px->px_id,
-			px->px_cgroup, strerror(-rc));
-	return rc;
+	free(v1);
+	if ((fd = open("/sys/fs/cgroup/cgroup.controllers", O_RDONLY | O_CLOEXEC)) < 0)
+		return NULL;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	if (!strstr(buf, controller))
+		return NULL;
+	char *enable = xasprintf("+%s", controller);
+	base = xstrdup("/sys/fs/cgroup/sandcell");
+	if (write_file("/sys/fs/cgroup", "cgroup.subtree_control", enable) < 0 ||
+	    (mkdir(base, 0755) < 0 && errno != EEXIST) ||
+	    write_file(base, "cgroup.subtree_control", enable) < 0) {
+		free(base);
+		base = NULL;
+	}
+	free(enable);
+	return base;
 }
 
-/* In the forked child, before exec: only async-signal-safe calls. */
+/* The box's cgroup of controller (made if new, listed in bx_cg), or NULL. */
+static char *
+box_cgroup(struct box *bx, const char *controller)
+{
+	char *base, *dir;
+
+	if (!strcmp(controller, "memory") && bx->bx_cg_parent)
+		dir = xasprintf("%s/sandcell-%s", bx->bx_cg_parent, bx->bx_id);
+	else if ((base = cgroup_base(controller))) {
+		dir = xasprintf("%s/%s", base, bx->bx_id);
+		free(base);
+	} else {
+		log_err("context %s: no %s cgroup controller for the box's limit", bx->bx_id,
+			controller);
+		return NULL;
+	}
+	for (int i = 0; i < 2; i++)
+		if (bx->bx_cg[i] && !strcmp(bx->bx_cg[i], dir)) {
+			free(dir);
+			return bx->bx_cg[i]; /* v2: one cgroup for both */
+		}
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+		log_err("context %s: cgroup %s: %s", bx->bx_id, dir, strerror(errno));
+		free(dir);
+		return NULL;
+	}
+	bx->bx_cg[bx->bx_cg[0] ? 1 : 0] = dir;
+	return dir;
+}
+
+/*
+ * The box's cgroups, made before its first kernel starts (parent side): the
+ * process limit for a root box, the memory limit where a cgroup can hold it.
+ */
+int
+limits_prepare(struct box *bx)
+{
+	bool own = bx->bx_on && !bx->bx_userns; /* root's box: cgroups of its own */
+	char num[24], *dir;
+	int rc;
+
+	if (bx->bx_cg[0])
+		return 0; /* made for an earlier kernel */
+	if (own && bx->bx_pids) {
+		if (!(dir = box_cgroup(bx, "pids")))
+			return -ENOTSUP;
+		snprintf(num, sizeof(num), "%llu", (unsigned long long)bx->bx_pids);
+		if ((rc = write_file(dir, "pids.max", num)) < 0) {
+			log_err("context %s: cgroup %s: pids.max: %s", bx->bx_id, dir, strerror(-rc));
+			return rc;
+		}
+	}
+	if (!bx->bx_mem || !(own || (bx->bx_cg_parent && strcmp(bx->bx_cg_parent, "systemd"))))
+		return 0; /* RLIMIT_DATA (limits_apply_child), or systemd's scope (kernel.c) */
+	if (!(dir = box_cgroup(bx, "memory"))) {
+		log_warn("context %s: the memory limit is RLIMIT_DATA (Deno cannot start under it)",
+			 bx->bx_id);
+		return 0;
+	}
+	snprintf(num, sizeof(num), "%llu", (unsigned long long)bx->bx_mem);
+	if ((rc = write_file(dir, "memory.max", num)) == 0)
+		write_file(dir, "memory.swap.max", "0");
+	else
+		rc = write_file(dir, "memory.limit_in_bytes", num);
+	if (rc < 0) {
+		log_err("context %s: cgroup %s: cannot set a memory limit: %s", bx->bx_id, dir,
+			strerror(-rc));
+		return rc;
+	}
+	bx->bx_cg_mem = dir;
+	return 0;
+}
+
+/* pid into the box's cgroups; raw calls only (also in a forked child, for itself). */
+int
+limits_join(const struct box *bx, pid_t pid)
+{
+	char path[PATH_MAX], num[24], *p = num + sizeof(num);
+
+	*--p = '\0';
+	do
+		*--p = '0' + pid % 10;
+	while ((pid /= 10));
+	for (int i = 0; i < 2 && bx->bx_cg[i]; i++) {
+		size_t n = strlen(bx->bx_cg[i]);
+		if (n + sizeof("/cgroup.procs") > sizeof(path))
+			return -ENAMETOOLONG;
+		memcpy(path, bx->bx_cg[i], n);
+		memcpy(path + n, "/cgroup.procs", sizeof("/cgroup.procs"));
+		int fd = open(path, O_WRONLY | O_CLOEXEC), rc = 0;
+		if (fd < 0 || write(fd, p, strlen(p)) < 0)
+			rc = -errno;
+		if (fd >= 0)
+			close(fd);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* In the kernel's process (or its box's init), before exec: the rlimits. */
 void
-limits_apply_child(struct proxy *px, const char *procs_path)
+limits_apply_child(const struct box *bx)
 {
 	/* a memory cgroup is the limit when there is one: V8 (Deno) reserves
 	 * address space at start and dies under RLIMIT_DATA */
-	if (px->px_mem_limit && !px->px_cgroup) {
-		struct rlimit rl = {px->px_mem_limit, px->px_mem_limit};
+	if (bx->bx_mem && !bx->bx_cg_mem) {
+		struct rlimit rl = {bx->bx_mem, bx->bx_mem};
 		setrlimit(RLIMIT_DATA, &rl);
 	}
-	if (px->px_cpu_limit) {
-		struct rlimit rl = {px->px_cpu_limit, px->px_cpu_limit + 5};
+	if (bx->bx_cpu) {
+		struct rlimit rl = {bx->bx_cpu, bx->bx_cpu + 5};
 		setrlimit(RLIMIT_CPU, &rl);
-	}
-	if (procs_path) {
-		char num[24], *p = num + sizeof(num);
-		pid_t pid = getpid();
-		*--p = '\0';
-		do
-			*--p = '0' + pid % 10;
-		while ((pid /= 10));
-		int fd = open(procs_path, O_WRONLY);
-		if (fd >= 0) {
-			if (write(fd, p, strlen(p)) < 0)
-				_exit(125);
-			close(fd);
-		}
 	}
 }
 
@@ -110,23 +208,25 @@ oom_kills(const char *dir, const char *file)
 
 /* Did the cgroup's OOM killer act since the last call? (v2 memory.events, v1 oom_control) */
 bool
-limits_oom_killed(struct proxy *px)
+limits_oom_killed(struct box *bx)
 {
 	long long n;
 
-	if (!px->px_cgroup)
+	if (!bx->bx_cg_mem)
 		return false;
-	if ((n = oom_kills(px->px_cgroup, "memory.events")) < 0)
-		n = oom_kills(px->px_cgroup, "memory.oom_control");
-	if (n <= (long long)px->px_oom_seen)
+	if ((n = oom_kills(bx->bx_cg_mem, "memory.events")) < 0)
+		n = oom_kills(bx->bx_cg_mem, "memory.oom_control");
+	if (n <= (long long)bx->bx_oom_seen)
 		return false;
-	px->px_oom_seen = n;
+	bx->bx_oom_seen = n;
 	return true;
 }
 
 void
-limits_cleanup(struct proxy *px)
+limits_cleanup(struct box *bx)
 {
-	if (px->px_cgroup && rmdir(px->px_cgroup) < 0 && errno != ENOENT)
-		log_warn("context %s: rmdir %s: %s", px->px_id, px->px_cgroup, strerror(errno));
+	for (int i = 0; i < 2 && bx->bx_cg[i]; i++)
+		if (rmdir(bx->bx_cg[i]) < 0 && errno != ENOENT)
+			log_warn("context %s: rmdir %s: %s", bx->bx_id, bx->bx_cg[i],
+				 strerror(errno));
 }

@@ -204,6 +204,8 @@ reap(struct proxy *p)
 	while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
 		if (pid == p->px_kpid)
 			kernel_reaped(p, status);
+		else
+			boxnet_reaped(&p->px_box, pid, status);
 }
 
 static int
@@ -242,7 +244,7 @@ write_state_file(struct proxy *p)
 			      p->px_pooled ? NULL : p->px_ctx, "slot", p->px_id, "language",
 			      p->px_lang, "kernel", p->px_ks->ks_name, "cwd", p->px_cwd, "pid",
 			      (int)getpid(), "default", p->px_default, "sandbox",
-			      sandbox_json(p));
+			      sandbox_json(&p->px_box));
 
 	/* without it a restarted broker cannot re-attach this proxy: say so */
 	if (json_dump_file(o, tmp, JSON_COMPACT) < 0)
@@ -370,9 +372,9 @@ box_sync(struct proxy *p, int ep, int *fd, unsigned *gen)
 {
 	struct epoll_event ev = {.events = EPOLLIN, .data.u32 = W_BOX};
 
-	if (p->px_kpidfd == *fd && p->px_zgen == *gen)
+	if (p->px_box.bx_pidfd == *fd && p->px_zgen == *gen)
 		return;
-	*fd = p->px_kpidfd;
+	*fd = p->px_box.bx_pidfd;
 	*gen = p->px_zgen;
 	if (*fd >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, *fd, &ev) < 0 && errno != EEXIST)
 		fatal("epoll_ctl: %s", strerror(errno));
@@ -439,7 +441,7 @@ loop(struct proxy *p)
 			zw[0].zw_pending = true; /* iopub (zw[0]) first, whatever woke us */
 		if (sig)
 			reap(p);
-		if (box && p->px_kpidfd >= 0) {
+		if (box && p->px_box.bx_pidfd >= 0) {
 			p->px_kpid = 0; /* not ours to kill or reap: it has ended */
 			kernel_reaped(p, SIGKILL); /* the init's report, if any, says better */
 		}
@@ -459,6 +461,52 @@ loop(struct proxy *p)
 		admit_flush(p);
 	}
 	close(ep);
+}
+
+/* The ids kernels run as: --kernel-user's, the broker's --uid for a box, or ours (-1). */
+static void
+kernel_ids(struct box *bx, const char *kuser, unsigned long uid)
+{
+	bx->bx_uid = (uid_t)-1;
+	if (kuser) {
+		struct passwd *pw = getpwnam(kuser);
+		if (!pw)
+			fatal("--kernel-user %s: no such user", kuser);
+		bx->bx_uid = pw->pw_uid;
+		bx->bx_gid = pw->pw_gid;
+		bx->bx_ngroups = sizeof(bx->bx_groups) / sizeof(bx->bx_groups[0]);
+		if (getgrouplist(kuser, pw->pw_gid, bx->bx_groups, &bx->bx_ngroups) < 0)
+			bx->bx_ngroups = 0;
+	} else if (uid) { /* a uid of its own, from the broker */
+		bx->bx_uid = bx->bx_gid = uid;
+		bx->bx_ngroups = 0;
+	}
+}
+
+/*
+ * The kernel's own files (connection file, IPython profile; ipc sockets when
+ * unboxed): in a box, this context's dir, which its box shows read-only;
+ * unboxed as another user, a dir of its own under <run dir>.kernels (0711),
+ * outside the run dir (0700, ours); else the context's dir.
+ */
+static void
+kernel_dir(struct proxy *p, bool other_user)
+{
+	int c;
+
+	if (p->px_box.bx_on) {
+		p->px_kdir = xasprintf("%s/kernel", p->px_dir);
+	} else if (other_user) {
+		char *root = xasprintf("%s.kernels", p->px_run_dir);
+		mkdir_p(root, 0711);
+		chmod(root, 0711);
+		p->px_kdir = xasprintf("%s/%s", root, p->px_id);
+		free(root);
+	} else {
+		p->px_kdir = xstrdup(p->px_dir);
+	}
+	if ((c = mkdir_p(p->px_kdir, 0700)) < 0)
+		fatal("context %s: kernel dir: %s", p->px_id, strerror(-c));
 }
 
 int
@@ -487,6 +535,9 @@ main(int argc, char **argv)
 		{"tmp-size", required_argument, NULL, 'T'},
 		{"uid", required_argument, NULL, 'U'},
 		{"own-workspace", no_argument, NULL, 'W'},
+		{"workspace", required_argument, NULL, 'w'},
+		{"net-uid", required_argument, NULL, 'n'},
+		{"hide", required_argument, NULL, 'h'},
 		{"interrupt-retry", required_argument, NULL, 'R'},
 		{"interrupt-grace", required_argument, NULL, 'A'},
 		{"heartbeat-timeout", required_argument, NULL, 'H'},
@@ -521,38 +572,41 @@ main(int argc, char **argv)
 		case 'M':
 			if ((c = parse_size(optarg, UINT64_MAX, &v)) < 0)
 				parse_fail("sandcell-proxy", "--memory", optarg, c, "a size such as 4G");
-			px.px_mem_limit = v;
+			px.px_box.bx_mem = v;
 			break;
 		case 'C':
 			if ((c = parse_seconds(optarg, UINT32_MAX, &v)) < 0)
 				parse_fail("sandcell-proxy", "--cpu", optarg, c,
 					   "a CPU time such as 600 or 2h");
-			px.px_cpu_limit = v;
+			px.px_box.bx_cpu = v;
 			break;
-		case 'G': px.px_cgroup_parent = optarg; break;
-		case 'S': px.px_sandbox = true; break;
+		case 'G': px.px_box.bx_cg_parent = optarg; break;
+		case 'S': px.px_box.bx_on = true; break;
 		case 'Q': {
 			unsigned a, b;
 			if (sscanf(optarg, "%u-%u", &a, &b) != 2 || !a || a > b)
 				usage();
-			px.px_sb_uid_first = a;
-			px.px_sb_uid_last = b;
+			px.px_box.bx_uid_first = a;
+			px.px_box.bx_uid_last = b;
 			break;
 		}
 		case 'I':
 			if (strcmp(optarg, "shared") && strcmp(optarg, "context"))
 				usage();
-			px.px_sb_isolated = !strcmp(optarg, "context");
+			px.px_box.bx_isolated = !strcmp(optarg, "context");
 			break;
 		case 'N':
-			if (strcmp(optarg, "host") && strcmp(optarg, "none"))
+			if (strcmp(optarg, "outbound") && strcmp(optarg, "none"))
 				usage();
-			px.px_sb_net_none = !strcmp(optarg, "none");
+			px.px_box.bx_net = strcmp(optarg, "none") ? BOX_NET_OUTBOUND : BOX_NET_NONE;
 			break;
-		case 'p': px.px_sb_pids = strtoull(optarg, NULL, 10); break;
-		case 'T': px.px_sb_tmp_size = strtoull(optarg, NULL, 10); break;
+		case 'p': px.px_box.bx_pids = strtoull(optarg, NULL, 10); break;
+		case 'T': px.px_box.bx_tmp_size = strtoull(optarg, NULL, 10); break;
 		case 'U': uid_arg = strtoul(optarg, NULL, 10); break;
-		case 'W': px.px_sb_own_ws = true; break;
+		case 'W': px.px_box.bx_own_ws = true; break;
+		case 'w': px.px_box.bx_workspace = optarg; break;
+		case 'n': px.px_box.bx_net_uid = strtoul(optarg, NULL, 10); break;
+		case 'h': px.px_box.bx_hide = optarg; break;
 		case 'Z': px.px_template = optarg; break;
 		case 'Y': px.px_template_until = now_ms() + strtoull(optarg, NULL, 10); break;
 		case 'g':
@@ -596,8 +650,6 @@ main(int argc, char **argv)
 	if (lang_normalise(kernel ? kernel : px.px_lang, lang, sizeof(lang)) < 0 ||
 	    kspec_find(lang, &px.px_ks) < 0)
 		fatal("context %s: no kernelspec '%s'", px.px_id, kernel ? kernel : px.px_lang);
-	if (sandbox_network(&px) < 0) /* while no thread exists */
-		exit(1);
 	if (lang_normalise(px.px_lang, lang, sizeof(lang)) < 0)
 		fatal("context %s: bad language '%s'", px.px_id, px.px_lang);
 	px.px_lang = lang;
@@ -613,50 +665,12 @@ main(int argc, char **argv)
 	px.px_dir = xasprintf("%s/ctx/%s", px.px_run_dir, px.px_id);
 	if ((c = mkdir_p(px.px_dir, 0700)) < 0)
 		fatal("mkdir %s: %s", px.px_dir, strerror(-c));
-	px.px_kuid = (uid_t)-1;
-	if (kuser) {
-		struct passwd *pw = getpwnam(kuser);
-		if (!pw)
-			fatal("--kernel-user %s: no such user", kuser);
-		px.px_kuid = pw->pw_uid;
-		px.px_kgid = pw->pw_gid;
-		px.px_kngroups = sizeof(px.px_kgroups) / sizeof(px.px_kgroups[0]);
-		if (getgrouplist(kuser, pw->pw_gid, px.px_kgroups, &px.px_kngroups) < 0)
-			px.px_kngroups = 0;
-	}
-	if (uid_arg && !kuser) { /* a uid of its own, from the broker */
-		px.px_kuid = px.px_kgid = uid_arg;
-		px.px_kngroups = 0;
-	}
+	kernel_ids(&px.px_box, kuser, uid_arg);
+	kernel_dir(&px, kuser != NULL);
 	if ((c = sandbox_init(&px)) < 0)
 		fatal("context %s: cannot build the sandbox: %s", px.px_id, strerror(-c));
-	if (px.px_sandbox) {
-		/* the box sees this dir (bound into its hidden run dir), nothing else of ours */
-		px.px_kdir = xasprintf("%s/kernel", px.px_dir);
-		px.px_mplcache = xasprintf("%s/cache/matplotlib-%u", px.px_run_dir,
-					   (unsigned)(px.px_sb_userns ? geteuid() : px.px_kuid));
-	} else if (kuser) {
-		/*
-		 * The kernel runs as another user: its files live outside the run dir
-		 * (0700, ours) in a dir of its own under <run dir>.kernels (0711).
-		 */
-		char *root = xasprintf("%s.kernels", px.px_run_dir);
-		mkdir_p(root, 0711);
-		chmod(root, 0711);
-		px.px_kdir = xasprintf("%s/%s", root, px.px_id);
-		px.px_mplcache = xasprintf("%s/cache-%u", root, (unsigned)px.px_kuid);
-		free(root);
-	} else {
-		px.px_kdir = xstrdup(px.px_dir);
-		px.px_mplcache = xasprintf("%s/cache/matplotlib", px.px_run_dir);
-	}
-	if ((c = mkdir_p(px.px_kdir, 0700)) < 0 || (c = mkdir_p(px.px_mplcache, 0700)) < 0)
-		fatal("context %s: kernel dirs: %s", px.px_id, strerror(-c));
-	if (px.px_kuid != (uid_t)-1) {
-		chown_r(px.px_kdir, px.px_kuid, px.px_kgid);
-		if (chown(px.px_mplcache, px.px_kuid, px.px_kgid) < 0)
-			fatal("chown %s: %s", px.px_mplcache, strerror(errno));
-	}
+	if (boxnet_start(&px.px_box) < 0) /* while no thread exists */
+		exit(1);
 
 	/*
 	 * Output passes through in buffers of about a MiB: mapped, not taken from
@@ -674,7 +688,6 @@ main(int argc, char **argv)
 
 	admit_fail_all(&px, "ContextDeleted", "the context was shut down");
 	kernel_stop(&px);
-	limits_cleanup(&px);
 	sandbox_cleanup(&px);
 	chan_flush(&px.px_link, 500); /* the last replies leave: written, they arrive */
 	chan_close(&px.px_link);

@@ -136,19 +136,72 @@ struct zmtp {
 	bool z_drained;      /* the last read got less than it asked: the socket was empty */
 };
 
+/*
+ * The box a kernel runs in: what it is made of, and its live parts. Built by
+ * sandbox.c (namespaces, uid, privileges, the init), boxroot.c (the
+ * filesystem it sees), boxnet.c (its network), limits.c (its cgroups and
+ * rlimits) and filter.c (its seccomp filter); boxlib.c builds the same box
+ * for kernels forked from the template.
+ */
+#define BOX_MAX_BINDS 12
+struct box_bind {
+	char *bb_path;  /* host path, shown at the same path in the box */
+	bool bb_write;  /* read-write (else read-only) */
+};
+enum box_net { BOX_NET_OUTBOUND, BOX_NET_NONE };
+struct box {
+	const char *bx_id;    /* the context's (or pooled proxy's): for log lines */
+	bool bx_on;           /* --sandbox; else kernels run unboxed */
+	bool bx_isolated;     /* --isolation context: a uid of its own */
+	bool bx_userns;       /* not root: a user namespace maps the kernel's uid */
+	uid_t bx_uid;         /* the kernel's, on the host; -1: ours (unboxed) */
+	gid_t bx_gid;
+	gid_t bx_groups[64];
+	int bx_ngroups;
+	uid_t bx_inuid;       /* in its user namespace (bx_userns) */
+	uid_t bx_uid_first, bx_uid_last;
+
+	/* what it sees (boxroot.c) */
+	char *bx_workspace;   /* host directory shown at BOX_HOME */
+	bool bx_own_ws;       /* ... this context's own (--isolation context) */
+	const char *bx_kdir;  /* the kernel's own dir: a copy of it in a tmpfs of the box */
+	struct box_bind bx_binds[BOX_MAX_BINDS]; /* the kernel's own files, its program */
+	int bx_nbinds;
+	char *bx_hide;        /* a host file covered with an empty one (the token), or NULL */
+	uint64_t bx_tmp_size; /* /tmp, /var/tmp, /dev/shm: tmpfs of this size */
+
+	/* its network (boxnet.c) */
+	enum box_net bx_net;
+	uid_t bx_net_uid;     /* owns the network namespace and runs pasta (root) */
+	pid_t bx_net_holder;  /* holds the namespace while the proxy lives; 0: none */
+	pid_t bx_pasta;       /* pasta, the namespace's way out; 0: none */
+	bool bx_net_ready;    /* the way out is set up (or known not to come) */
+
+	/* its limits (limits.c) */
+	uint64_t bx_pids;     /* pids.max; 0: none */
+	uint64_t bx_mem;      /* bytes; 0: none */
+	uint64_t bx_cpu;      /* seconds of CPU per kernel; 0: none */
+	char *bx_cg_parent;   /* --cgroup: where the memory cgroup goes (unboxed) */
+	char *bx_cg[2];       /* its cgroup dirs: one on v2, pids and memory on v1 */
+	char *bx_cg_mem;      /* the one of them with the memory limit, or NULL */
+	unsigned long long bx_oom_seen;
+
+	/* its init (sandbox.c, boxlib.c) */
+	struct sock_fprog bx_prog; /* the seccomp filter (filter.c) */
+	int bx_sock;          /* the init's status reports; -1: none */
+	int bx_pidfd;         /* an init forked from the template; -1: none */
+	char *bx_init;        /* boxlib.c: sandcell-init, which a forked init runs */
+	int bx_initfd;        /* ... opened by that init before its mounts; -1: none */
+};
+
 struct proxy {
 	char *px_id;       /* the proxy's own name: its dir and socket in the run dir */
 	char *px_ctx;      /* the context it serves (px_id unless it came from the pool) */
 	bool px_pooled;    /* started ahead of time; no context until CLAIM */
 	char *px_lang, *px_cwd, *px_dir, *px_run_dir;
-	char *px_kdir;     /* the kernel's files: connection file, ipc sockets, HOME */
-	char px_kchan[48]; /* this launch's ipc socket names in px_kdir: "k<pid>.<n>" */
+	char *px_kdir;     /* the kernel's files: connection file, IPython profile */
+	char px_kchan[PATH_MAX]; /* this launch's ipc socket names, less "-N" (launch.c) */
 	unsigned px_klaunches; /* kernels launched by this proxy: names each launch's sockets */
-	char *px_mplcache; /* matplotlib's cache, shared by the kernels of a run dir */
-	uid_t px_kuid;     /* --kernel-user, or -1 */
-	gid_t px_kgid;
-	gid_t px_kgroups[64];
-	int px_kngroups;
 	struct kspec *px_ks;
 	struct penv *px_genv; /* global env: applied at spawn */
 	size_t px_ngenv;
@@ -157,37 +210,14 @@ struct proxy {
 	bool px_display_is_result; /* IRkernel shows values as display_data */
 	bool px_iopub_waits; /* ipykernel under the profile: its iopub waits for us (NODROP) */
 	struct loglimit px_klog; /* warnings a kernel can cause at will (what it sends) */
-	uint64_t px_mem_limit;  /* bytes; 0 = none (RLIMIT_DATA, and the cgroup's) */
-	uint64_t px_cpu_limit;  /* seconds of CPU per kernel; 0 = none */
-	char *px_cgroup;        /* the kernel's own cgroup dir, or NULL */
-	char *px_cgroup_parent; /* --cgroup: where to create it */
 	uint64_t px_interrupt_retry_ms; /* an interrupt unanswered this long is sent again */
 	uint64_t px_interrupt_grace_ms; /* ... and this long after the first, a restart */
-	unsigned long long px_oom_seen;
 
-	/* the sandbox (sandbox.c); px_kpid is then the box's init */
-	bool px_sandbox;
-	bool px_sb_isolated;    /* --isolation context: a uid of its own */
-	bool px_sb_net_none;    /* own network namespace, loopback only */
-	uid_t px_sb_uid_first, px_sb_uid_last;
-	uint64_t px_sb_pids;    /* pids.max; 0 = no limit */
-	uint64_t px_sb_tmp_size;
-	char *px_sb_tmp_opts;
-	char *px_sb_pids_cg;    /* the box's pids cgroup dir, or NULL */
-	char *px_sb_cover[8], *px_sb_keep[8]; /* hidden paths; paths shown again */
-	int px_sb_ncover, px_sb_nkeep;
-	struct sock_fprog px_sb_prog;
-	int px_sb_sock;         /* the init's status reports; -1 = none */
-	bool px_sb_own_ws;      /* px_cwd is this context's own workspace */
-	bool px_sb_userns;      /* not root: a user namespace maps the box's uid */
-	uid_t px_sb_inuid;      /* ... this uid inside it, the proxy's on the host */
-	char *px_sb_init;       /* boxlib.c: sandcell-init, which a forked box's init runs */
-	int px_sb_initfd;       /* ... opened by that init before its mounts; -1 = none */
+	struct box px_box;      /* the sandbox (px_kpid is then the box's init) */
 	bool px_shutdown;       /* the broker ended the context (SHUTDOWN) */
 	pid_t px_kshown;        /* the kernel process itself (operators, signals) */
 	const char *px_template; /* the template's socket (--template), or NULL */
 	uint64_t px_template_until; /* ... which is starting: waited for until then (ms) */
-	int px_kpidfd;          /* a box forked from the template: its init; -1 = none */
 	int px_max_starting;    /* --max-starting: kernels starting at once (0: any) */
 	int px_slot_fd;         /* the start slot held (startgate.c); -1 = none */
 	bool px_start_wait;     /* the kernel waits for a start slot */
@@ -232,40 +262,48 @@ void ipc_reply(struct proxy *px, enum msg_type t, uint64_t req, const char *text
 void ipc_link_event(struct proxy *px, int ev);
 
 /* limits.c */
-int limits_prepare(struct proxy *px);
-void limits_apply_child(struct proxy *px, const char *procs_path);
-bool limits_oom_killed(struct proxy *px);
-void limits_cleanup(struct proxy *px);
+int limits_prepare(struct box *bx);
+int limits_join(const struct box *bx, pid_t pid);
+void limits_apply_child(const struct box *bx);
+bool limits_oom_killed(struct box *bx);
+void limits_cleanup(struct box *bx);
 
 /* launch.c */
 #define EP_MAX (PATH_MAX + 32) /* a ZeroMQ endpoint: ipc:// and a path */
-char **launch_env(struct proxy *px, const char *home);
+int launch_dirs(struct proxy *px);
+char **launch_argv(struct proxy *px, const char *conn);
+char **launch_env(struct proxy *px);
 void launch_free_strv(char **v);
 char *launch_subst(const char *arg, const char *conn, const char *resdir);
 char *launch_which(const char *prog);
-void launch_ipython_profile(struct proxy *px, const char *home);
 int launch_connection_file(struct proxy *px, const char *path, int ports[5],
 			   char ep[5][EP_MAX]);
+int launch_unboxed(struct proxy *px, const char *exe, char **argv, char **envp);
 
-/* filter.c */
-int filter_build(struct proxy *px);
-
-/* sandbox.c */
+/* filter.c: clone with any of these flags is refused in a box */
 #define SB_NS_FLAGS                                                                         \
 	(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUSER | CLONE_NEWIPC |          \
 	 CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_NEWTIME)
+int filter_build(struct box *bx);
+
+/* boxroot.c */
+int boxroot_enter(const struct box *bx);
+
+/* boxnet.c */
+int boxnet_start(struct box *bx);
+bool boxnet_ready(struct box *bx, uint64_t since);
+bool boxnet_reaped(struct box *bx, pid_t pid, int status);
+
+/* sandbox.c */
 int sandbox_init(struct proxy *px);
-void sandbox_paths(struct proxy *px);
-int sandbox_enter(struct proxy *px);
-int sandbox_kernel_child(struct proxy *px, bool reset_signals);
-int sandbox_join_cgroups(struct proxy *px, pid_t pid);
+int sandbox_enter(const struct box *bx);
+int sandbox_kernel_child(const char *cwd, bool reset_signals);
 pid_t sandbox_recv(int sock, void *data, size_t len, ssize_t *got, int flags, int *fd);
-int sandbox_network(struct proxy *px);
 int sandbox_spawn(struct proxy *px, const char *exe, char **argv, char **envp);
 int sandbox_status(struct proxy *px, int status);
 void sandbox_reaped(struct proxy *px);
 void sandbox_cleanup(struct proxy *px);
-json_t *sandbox_json(struct proxy *px);
+json_t *sandbox_json(const struct box *bx);
 
 /* boxinit.c */
 void boxinit_wait(pid_t kid, bool watch) __attribute__((noreturn));

@@ -9,7 +9,7 @@
  * with and what the box is made of, joins the init to the context's cgroups
  * when it says hello (its pidfd with it), lets it go, and waits for the
  * kernel's hello. The init is not our child: its pidfd says when it ends,
- * its socket (px_sb_sock) carries the kernel's wait status, and the init
+ * its socket (bx_sock) carries the kernel's wait status, and the init
  * ends itself, and its box, when our end of that socket closes.
  *
  * Any failure before the init's hello (no template, refused, gone) is not an
@@ -45,32 +45,32 @@ strv_json(char **v)
 
 /* What the box is made of, for boxlib.c (computed here, as for a cold box). */
 static json_t *
-box_json(struct proxy *px)
+box_json(const struct box *bx, const char *cwd)
 {
-	json_t *cover = json_array(), *keep = json_array(), *groups = json_array();
+	json_t *binds = json_array(), *groups = json_array();
 
-	for (int i = 0; i < px->px_sb_ncover; i++)
-		json_array_append_new(cover, json_string(px->px_sb_cover[i]));
-	for (int i = 0; i < px->px_sb_nkeep; i++)
-		json_array_append_new(keep, json_string(px->px_sb_keep[i]));
-	for (int i = 0; i < px->px_kngroups; i++)
-		json_array_append_new(groups, json_integer(px->px_kgroups[i]));
-	return json_pack("{s:s, s:s, s:o, s:o, s:s, s:I, s:I, s:o, s:I, s:I, s:b}", "id",
-			 px->px_id, "cwd", px->px_cwd, "cover", cover, "keep", keep, "tmp_opts",
-			 px->px_sb_tmp_opts, "uid", (json_int_t)px->px_kuid, "gid",
-			 (json_int_t)px->px_kgid, "groups", groups, "memory",
-			 (json_int_t)px->px_mem_limit, "cpu", (json_int_t)px->px_cpu_limit,
-			 "cgroup", px->px_cgroup != NULL);
+	for (int i = 0; i < bx->bx_nbinds; i++)
+		json_array_append_new(binds, json_pack("{s:s, s:b}", "path", bx->bx_binds[i].bb_path,
+						       "write", bx->bx_binds[i].bb_write));
+	for (int i = 0; i < bx->bx_ngroups; i++)
+		json_array_append_new(groups, json_integer(bx->bx_groups[i]));
+	return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:I, s:I, s:I, s:o, s:I, s:I, s:b}", "id",
+			 bx->bx_id, "cwd", cwd, "workspace", bx->bx_workspace, "kdir", bx->bx_kdir,
+			 "binds", binds, "hide",
+			 bx->bx_hide ? bx->bx_hide : "", "tmp_size", (json_int_t)bx->bx_tmp_size, "uid",
+			 (json_int_t)bx->bx_uid, "gid", (json_int_t)bx->bx_gid, "groups", groups,
+			 "memory", (json_int_t)bx->bx_mem, "cpu", (json_int_t)bx->bx_cpu,
+			 "cgroup", bx->bx_cg_mem != NULL);
 }
 
-/* The request and our log (fd 2) and, with --network none, our network namespace. */
+/* The request, our log (fd 2) and our network namespace, which the box joins. */
 static int
 send_request(struct proxy *px, int s, const char *exe, char **argv, char **envp)
 {
 	json_t *o = json_pack("{s:s, s:o, s:o, s:s, s:o}", "exe", exe, "argv", strv_json(argv),
-			      "env", strv_json(envp), "cwd", px->px_cwd, "box", box_json(px));
+			      "env", strv_json(envp), "cwd", px->px_cwd, "box", box_json(&px->px_box, px->px_cwd));
 	char *body = json_dumps(o, JSON_COMPACT);
-	int fds[2] = {2, -1}, nfds = 1, rc = 0;
+	int fds[2] = {2, -1}, nfds = 2, rc = 0;
 	char cbuf[CMSG_SPACE(sizeof(fds))];
 	struct iovec iov = {body, body ? strlen(body) : 0};
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf};
@@ -79,7 +79,7 @@ send_request(struct proxy *px, int s, const char *exe, char **argv, char **envp)
 	json_decref(o);
 	if (!body)
 		return -EINVAL;
-	if (px->px_sb_net_none && (fds[nfds++] = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC)) < 0) {
+	if ((fds[1] = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC)) < 0) {
 		rc = -errno;
 		goto out;
 	}
@@ -93,7 +93,7 @@ send_request(struct proxy *px, int s, const char *exe, char **argv, char **envp)
 	if (sendmsg(s, &mh, MSG_NOSIGNAL) < 0)
 		rc = -errno;
 out:
-	if (nfds > 1 && fds[1] >= 0)
+	if (fds[1] >= 0)
 		close(fds[1]);
 	free(body);
 	return rc;
@@ -116,10 +116,10 @@ template_spawn(struct proxy *px, const char *exe, char **argv, char **envp)
 	ssize_t got = 0;
 	pid_t pid;
 
-	if (!px->px_template || !px->px_sandbox || px->px_sb_userns)
+	if (!px->px_template || !px->px_box.bx_on || px->px_box.bx_userns)
 		return -ENOTSUP;
 	/* a memory limit that is RLIMIT_DATA would count the template's heap */
-	if (px->px_mem_limit && !px->px_cgroup)
+	if (px->px_box.bx_mem && !px->px_box.bx_cg_mem)
 		return -ENOTSUP;
 	if (strlen(px->px_template) >= sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
@@ -142,7 +142,6 @@ template_spawn(struct proxy *px, const char *exe, char **argv, char **envp)
 		close(s);
 		return rc;
 	}
-	sandbox_paths(px);
 	if ((rc = send_request(px, s, exe, argv, envp)) < 0) {
 		log_warn("context %s: template: send: %s: a cold start", px->px_id, strerror(-rc));
 		close(s);
@@ -166,10 +165,10 @@ template_spawn(struct proxy *px, const char *exe, char **argv, char **envp)
 		return -EAGAIN;
 	}
 	px->px_kpid = pid;
-	px->px_kpidfd = pidfd;
-	px->px_sb_sock = s;
+	px->px_box.bx_pidfd = pidfd;
+	px->px_box.bx_sock = s;
 	/* into its cgroups before it runs anything: a failure stops the kernel */
-	if ((rc = sandbox_join_cgroups(px, pid)) < 0) {
+	if ((rc = limits_join(&px->px_box, pid)) < 0) {
 		log_err("context %s: move the kernel into its cgroup: %s", px->px_id,
 			strerror(-rc));
 		goto kill;
@@ -202,10 +201,12 @@ kill:
 void
 template_kill(struct proxy *px)
 {
-	if (px->px_kpidfd < 0)
+	int pidfd = px->px_box.bx_pidfd;
+
+	if (pidfd < 0)
 		return;
-	if (syscall(SYS_pidfd_send_signal, px->px_kpidfd, SIGKILL, NULL, 0) < 0 && errno != ESRCH)
+	if (syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0) < 0 && errno != ESRCH)
 		log_warn("context %s: kill the kernel's box: %s", px->px_id, strerror(errno));
-	if (!readable(px->px_kpidfd, 5000))
+	if (!readable(pidfd, 5000))
 		log_warn("context %s: the kernel's box did not end within 5 s", px->px_id);
 }

@@ -9,6 +9,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -188,11 +189,15 @@ endpoint(const char *ep, struct sockaddr_storage *ss, socklen_t *len)
 	memset(ss, 0, sizeof(*ss));
 	if (!strncmp(ep, "ipc://", 6)) {
 		struct sockaddr_un *un = (struct sockaddr_un *)ss;
-		if (strlen(ep + 6) >= sizeof(un->sun_path))
-			return -ENAMETOOLONG;
+		size_t n = strlen(ep + 6);
+		if (n >= sizeof(un->sun_path) || !strcmp(ep + 6, "@"))
+			return n ? -ENAMETOOLONG : -EINVAL;
 		un->sun_family = AF_UNIX;
-		strcpy(un->sun_path, ep + 6);
-		*len = sizeof(*un);
+		memcpy(un->sun_path, ep + 6, n);
+		/* "@name": an abstract socket (ZeroMQ's form), as long as its name */
+		if (un->sun_path[0] == '@')
+			un->sun_path[0] = '\0';
+		*len = offsetof(struct sockaddr_un, sun_path) + n;
 		return 0;
 	}
 	if (!strncmp(ep, "tcp://", 6)) {

@@ -78,8 +78,10 @@ def refuse(conn, why):
 def check(req):
     """Why this request cannot be a fork, or None."""
     argv = req.get("argv")
-    if not isinstance(argv, list) or len(argv) < 3 or argv[1:3] != ["-m", "ipykernel_launcher"]:
-        return "not python -m ipykernel_launcher"
+    # launch.c's safe run of `python -m ipykernel_launcher ARGS`: -s -c CODE MODULE ARGS
+    if not isinstance(argv, list) or len(argv) < 5 or argv[1:3] != ["-s", "-c"] or \
+            argv[4] != "ipykernel_launcher":
+        return "not python -s -c <run module> ipykernel_launcher"
     exe = req.get("exe", "")
     if os.path.realpath(exe) != os.path.realpath(sys.executable):
         return "another interpreter (%s)" % exe
@@ -104,17 +106,15 @@ def become_kernel(req):
     os.environ.update(IMPORT_ENV)  # what the preloaded imports set, as they would
     # what the interpreter computed from our environment: again from the kernel's
     tempfile.tempdir = None
-    old_user_site = site.USER_SITE
-    if old_user_site in sys.path:
-        sys.path.remove(old_user_site)
+    # -s: no user site-packages (HOME is the workspace)
+    if site.USER_SITE in sys.path:
+        sys.path.remove(site.USER_SITE)
     site.USER_BASE = site.USER_SITE = None
-    site.ENABLE_USER_SITE = site.check_enableusersite()
-    user_site = site.getusersitepackages()
-    if site.ENABLE_USER_SITE and os.path.isdir(user_site):
-        site.addsitedir(user_site)
-    # -m: the cwd first on sys.path (ours was this file's dir), runpy sets argv[0]
-    sys.path[0] = os.getcwd()
-    sys.argv = ["-m"] + list(req["argv"][3:])
+    site.ENABLE_USER_SITE = False
+    # the safe run takes the first entry off sys.path (the cwd; ours is this
+    # file's dir) before it imports anything; runpy sets argv[0]
+    del sys.path[0]
+    sys.argv = ["-m"] + list(req["argv"][5:])
     parse_quickly(sys.argv[1:])
     sys.orig_argv = list(req["argv"])
     # random state inherited from the template: a fresh one per kernel

@@ -1,0 +1,363 @@
+/*
+ * boxnet.c — the network a proxy's boxes see: a network namespace of the
+ * proxy's own, which the proxy joins and its boxes inherit (or, forked from
+ * the template, join). Nothing a context listens on (its kernel's channels,
+ * abstract ipc sockets and TCP ports alike, a server its code starts) is in
+ * reach of another context, another broker's, or the host. Outbound
+ * connections go out through pasta, user-mode networking: its own TCP/UDP
+ * stack turns the namespace's packets into sockets of the host. pasta lets
+ * nothing in (-t/-u/-T/-U none) and gives no way to the host's loopback
+ * (--no-map-gw). --network none: loopback only, no pasta.
+ *
+ * As root the namespace belongs to a user namespace of its own, owned by
+ * bx_net_uid, a uid of --kernel-uid-range no kernel runs as: pasta runs as
+ * it (so the broker takes its connections for a context's, peer.c), and a
+ * kernel, another uid, has no capability over the network it sits in. A
+ * holder process of that uid keeps the namespace while the proxy lives,
+ * and ends pasta when the proxy's end of a pipe closes. pasta opens
+ * /dev/net/tun as that uid: it gets a device node of its own for it.
+ *
+ * Not root, the proxy makes the namespace itself, in a user namespace that
+ * maps its own uid, and a watcher left in the host's namespace runs pasta
+ * and ends it with the proxy. Everything here runs before the proxy has a
+ * thread (setns and unshare of a user namespace need that).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "proxy.h"
+
+#define NET_READY_MS 3000 /* pasta configures the namespace in ~30 ms */
+
+static int
+write_to(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC), rc = 0;
+
+	if (fd < 0 || write(fd, text, strlen(text)) < 0)
+		rc = -errno;
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+/* Loopback up (a new network namespace's only interface). */
+static int
+loopback_up(void)
+{
+	struct ifreq ifr = {0};
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), rc = -1;
+
+	if (s < 0)
+		return -1;
+	memcpy(ifr.ifr_name, "lo", 3);
+	if (ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
+		ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+		rc = ioctl(s, SIOCSIFFLAGS, &ifr);
+	}
+	close(s);
+	return rc;
+}
+
+/* Reads fd until its other end is closed everywhere. */
+static void
+wait_eof(int fd)
+{
+	char c;
+	ssize_t n;
+
+	while ((n = read(fd, &c, 1)) != 0)
+		if (n < 0 && errno != EINTR)
+			return;
+}
+
+/*
+ * pasta's argv: in through nothing (-t/-u/-T/-U none), the host's loopback
+ * out of reach (--no-map-gw), the interface and routes set up in the
+ * namespace (--config-net), errors on stderr (the proxy's log), as a
+ * foreground child. runas: the uid to run as (root's case), or NULL.
+ */
+static void __attribute__((noreturn))
+exec_pasta(const char *runas, pid_t target)
+{
+	char pid[16];
+	const char *argv[24];
+	int n = 0;
+	sigset_t none;
+
+	snprintf(pid, sizeof(pid), "%d", (int)target);
+	argv[n++] = "pasta";
+	argv[n++] = "--foreground";
+	argv[n++] = "--quiet";
+	argv[n++] = "--stderr";
+	if (runas) {
+		argv[n++] = "--runas";
+		argv[n++] = runas;
+	}
+	const char *rest[] = {"--config-net", "--no-map-gw", "-I", "eth0", "-t", "none", "-u",
+			      "none", "-T", "none", "-U", "none", pid, NULL};
+	for (int i = 0; rest[i]; i++)
+		argv[n++] = rest[i];
+	argv[n] = NULL;
+	/* pasta takes an inherited SIGPIPE of SIG_IGN for a failure to set its own */
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	for (int s = 1; s < NSIG; s++)
+		signal(s, SIG_DFL);
+	int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (null >= 0)
+		dup2(null, 0);
+	dup2(2, 1);
+	syscall(SYS_close_range, 3, ~0U, 0);
+	execvp("pasta", (char **)argv);
+	dprintf(2, "sandcell-proxy: exec pasta: %s\n", strerror(errno));
+	_exit(127);
+}
+
+/*
+ * Root: pasta, as uid, in a mount namespace of its own whose /dev/net/tun is
+ * a node that uid may open (the host's may be root's alone, 0600).
+ */
+static void __attribute__((noreturn))
+pasta_as(uid_t uid, pid_t target)
+{
+	char runas[16];
+	const char *dir = "/tmp/.sandcell-tun", *node = "/tmp/.sandcell-tun/tun";
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    (mkdir(dir, 0700) < 0 && errno != EEXIST) ||
+	    mount("tmpfs", dir, "tmpfs", MS_NOEXEC, "mode=0711,size=4k") < 0 ||
+	    mknod(node, S_IFCHR | 0600, makedev(10, 200)) < 0 || chown(node, uid, uid) < 0 ||
+	    mount(node, "/dev/net/tun", NULL, MS_BIND, NULL) < 0) {
+		dprintf(2, "sandcell-proxy: pasta's /dev/net/tun: %s\n", strerror(errno));
+		_exit(126);
+	}
+	snprintf(runas, sizeof(runas), "%u:%u", (unsigned)uid, (unsigned)uid);
+	exec_pasta(runas, target);
+}
+
+/*
+ * Root: the holder, as bx_net_uid. It makes the user and network
+ * namespaces, says so on up, learns pasta's pid on down, and when down
+ * closes (the proxy ended, however) ends pasta and itself. Dumpable: pasta,
+ * its uid, opens its namespaces through /proc.
+ */
+static void __attribute__((noreturn))
+holder(uid_t uid, pid_t proxy, int up, int down)
+{
+	pid_t pasta = 0;
+
+	if (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0)
+		_exit(1);
+	prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != proxy || unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0)
+		_exit(1);
+	if (write(up, "u", 1) != 1)
+		_exit(1);
+	close(up);
+	while (read(down, &pasta, sizeof(pasta)) < 0 && errno == EINTR)
+		;
+	wait_eof(down); /* the proxy ended */
+	if (pasta > 0)
+		kill(pasta, SIGKILL);
+	_exit(0);
+}
+
+/* Root's way: the holder's namespaces, pasta in them, then the proxy joins them. */
+static int
+start_owned(struct box *bx)
+{
+	int up[2], down[2], netfd = -1, rc = 0;
+	char path[64], map[64], c;
+	pid_t proxy = getpid(), h, p = 0;
+
+	if (pipe2(up, O_CLOEXEC) < 0 || pipe2(down, O_CLOEXEC) < 0)
+		return -errno;
+	if ((h = fork()) == 0) {
+		close(up[0]);
+		close(down[1]);
+		holder(bx->bx_net_uid, proxy, up[1], down[0]);
+	}
+	close(up[1]);
+	close(down[0]);
+	if (h < 0 || read(up[0], &c, 1) != 1) {
+		rc = h < 0 ? -errno : -ECHILD;
+		goto out;
+	}
+	/* root inside is the holder's uid outside: pasta's, which needs its capabilities */
+	snprintf(map, sizeof(map), "0 %u 1", (unsigned)bx->bx_net_uid);
+	snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)h);
+	if ((rc = write_to(path, map)) < 0)
+		goto out;
+	snprintf(path, sizeof(path), "/proc/%d/gid_map", (int)h);
+	if ((rc = write_to(path, map)) < 0)
+		goto out;
+	/* pasta from here, in the host's network namespace, which it takes the way out of */
+	if (bx->bx_net == BOX_NET_OUTBOUND && (p = fork()) == 0)
+		pasta_as(bx->bx_net_uid, h);
+	if (write(down[1], &p, sizeof(p)) != sizeof(p)) {
+		rc = -EPIPE;
+		goto out;
+	}
+	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)h);
+	if ((netfd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || setns(netfd, CLONE_NEWNET) < 0)
+		rc = -errno;
+out:
+	close(up[0]);
+	if (netfd >= 0)
+		close(netfd);
+	bx->bx_net_holder = h > 0 ? h : 0;
+	bx->bx_pasta = p > 0 ? p : 0;
+	/* its end stays open in the holder while we live: down[1] is ours until we end */
+	if (rc < 0)
+		close(down[1]);
+	return rc;
+}
+
+/*
+ * Not root: a watcher stays in the host's namespace and, once the proxy has
+ * its own, runs pasta for it and ends it when the proxy ends.
+ */
+static int
+start_own(struct box *bx)
+{
+	int go[2], rc;
+	char map[64], c;
+	pid_t proxy = getpid(), w = 0;
+
+	if (bx->bx_net == BOX_NET_OUTBOUND) {
+		if (pipe2(go, O_CLOEXEC) < 0)
+			return -errno;
+		if ((w = fork()) == 0) {
+			pid_t p;
+			close(go[1]);
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			if (getppid() != proxy || read(go[0], &c, 1) != 1)
+				_exit(0);
+			if ((p = fork()) == 0)
+				exec_pasta(NULL, proxy);
+			wait_eof(go[0]); /* the proxy ended */
+			if (p > 0)
+				kill(p, SIGKILL);
+			_exit(0);
+		}
+		close(go[0]);
+		if (w < 0) {
+			close(go[1]);
+			return -errno;
+		}
+		bx->bx_net_holder = w;
+	}
+	if (unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0)
+		return -errno;
+	snprintf(map, sizeof(map), "%u %u 1", (unsigned)geteuid(), (unsigned)geteuid());
+	if ((rc = write_to("/proc/self/setgroups", "deny")) < 0 ||
+	    (rc = write_to("/proc/self/uid_map", map)) < 0)
+		return rc;
+	snprintf(map, sizeof(map), "%u %u 1", (unsigned)getegid(), (unsigned)getegid());
+	if ((rc = write_to("/proc/self/gid_map", map)) < 0)
+		return rc;
+	if (w > 0 && write(go[1], "g", 1) != 1)
+		return -EPIPE;
+	return 0; /* go[1] stays open until we end: the watcher's signal */
+}
+
+/*
+ * At the proxy's start, before it has a thread: the network namespace it
+ * and its boxes will be in. Unboxed kernels keep the host's network.
+ */
+int
+boxnet_start(struct box *bx)
+{
+	int rc;
+
+	if (!bx->bx_on)
+		return 0;
+	if (bx->bx_userns)
+		rc = start_own(bx);
+	else if (bx->bx_net == BOX_NET_NONE)
+		rc = unshare(CLONE_NEWNET) < 0 ? -errno : 0;
+	else
+		rc = start_owned(bx);
+	if (rc == 0 && loopback_up() < 0)
+		rc = -errno;
+	if (rc < 0)
+		log_err("context %s: the box's network namespace: %s", bx->bx_id, strerror(-rc));
+	return rc;
+}
+
+/* A default route in our namespace: pasta has set it up. */
+static bool
+routed(void)
+{
+	char line[256];
+	FILE *f = fopen("/proc/self/net/route", "re");
+	bool yes = false;
+
+	while (f && !yes && fgets(line, sizeof(line), f)) {
+		char ifname[32];
+		unsigned dest;
+		yes = sscanf(line, "%31s %x", ifname, &dest) == 2 && dest == 0 &&
+		      strcmp(ifname, "Iface");
+	}
+	if (f)
+		fclose(f);
+	return yes;
+}
+
+/*
+ * Whether the network is there for a kernel's code: loopback at once, the
+ * way out once pasta has configured it (or failed, or NET_READY_MS passed:
+ * said once, and the context goes on with loopback only).
+ */
+bool
+boxnet_ready(struct box *bx, uint64_t since)
+{
+	if (!bx->bx_on || bx->bx_net == BOX_NET_NONE || bx->bx_net_ready)
+		return true;
+	if (routed())
+		return bx->bx_net_ready = true;
+	/* (not root: the watcher runs pasta, and stands for it) */
+	pid_t way = bx->bx_pasta ? bx->bx_pasta : bx->bx_net_holder;
+	if (way && kill(way, 0) == 0 && now_ms() < since + NET_READY_MS)
+		return false;
+	log_warn("context %s: no way out of the box's network (pasta %s): loopback only",
+		 bx->bx_id, bx->bx_pasta ? "did not set it up in time" : "did not start");
+	return bx->bx_net_ready = true;
+}
+
+/* pasta (or the watcher) ended: its status is not the kernel's. */
+bool
+boxnet_reaped(struct box *bx, pid_t pid, int status)
+{
+	if (!pid || (pid != bx->bx_pasta && pid != bx->bx_net_holder))
+		return false;
+	if (pid == bx->bx_pasta) {
+		bx->bx_pasta = 0;
+		if (!bx->bx_net_ready || WIFSIGNALED(status) || WEXITSTATUS(status))
+			log_warn("context %s: pasta ended (status %d): the box has no way out",
+				 bx->bx_id, status);
+	} else {
+		bx->bx_net_holder = 0;
+	}
+	return true;
+}
