@@ -6,14 +6,25 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/personality.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+#include <linux/netlink.h>
 
 #include "harness.h"
 
@@ -231,6 +242,221 @@ Test(sandbox, ptrace_is_refused_with_eperm, .timeout = 120)
 	check_unharmed(URL, victim, test_broker_pid());
 	free(victim);
 	free(id);
+}
+
+/*
+ * The box's seccomp filter (proxy/filter.c), call by call: each call of the
+ * table made from a box with harmless arguments, and the errno it gives, or
+ * "ok". The calls run in a child of the kernel (the prober), which forks a
+ * sleeping victim (kid, pidfd) and makes a pty its controlling terminal
+ * (tty), so that a call the filter let through would succeed, or fail
+ * otherwise, and leave the kernel as it was.
+ */
+#define SC_KID (LONG_MIN + 1)   /* the victim's pid */
+#define SC_PIDFD (LONG_MIN + 2) /* a pidfd of it */
+#define SC_TTY (LONG_MIN + 3)   /* the prober's controlling terminal */
+#define SC_BUF (LONG_MIN + 4)   /* 64 zero bytes */
+#define SC_SELF (LONG_MIN + 5)  /* a pidfd of the prober (a process may advise itself) */
+
+struct sc_call {
+	const char *sc_name; /* a name starting with "clone" ends the child it makes */
+	long sc_nr;
+	int sc_nargs;
+	long sc_args[6];
+	const char *sc_want; /* the errno's name, or "ok" */
+};
+
+static const struct sc_call sc_refused[] = {
+	{"ptrace", SYS_ptrace, 4, {PTRACE_ATTACH, SC_KID, 0, 0}, "EPERM"},
+	{"process_vm_readv", SYS_process_vm_readv, 6, {SC_KID, 0, 0, 0, 0, 0}, "EPERM"},
+	{"process_vm_writev", SYS_process_vm_writev, 6, {SC_KID, 0, 0, 0, 0, 0}, "EPERM"},
+	{"pidfd_getfd", SYS_pidfd_getfd, 3, {SC_PIDFD, 0, 0}, "EPERM"},
+	{"process_madvise", SYS_process_madvise, 5, {SC_SELF, 0, 0, MADV_COLD, 0}, "EPERM"},
+	{"kcmp", SYS_kcmp, 5, {SC_KID, SC_KID, 1 /* KCMP_VM */, 0, 0}, "EPERM"},
+	{"personality ADDR_NO_RANDOMIZE", SYS_personality, 1, {PER_LINUX | ADDR_NO_RANDOMIZE},
+	 "EPERM"},
+	{"personality PER_BSD", SYS_personality, 1, {PER_BSD}, "EPERM"},
+	{"bpf", SYS_bpf, 3, {0 /* BPF_MAP_CREATE */, 0, 0}, "EPERM"},
+	{"perf_event_open", SYS_perf_event_open, 5, {0, 0, -1, -1, 0}, "EPERM"},
+	{"keyctl", SYS_keyctl, 2, {0 /* KEYCTL_GET_KEYRING_ID */, -3 /* session */}, "EPERM"},
+	{"add_key", SYS_add_key, 5, {0, 0, 0, 0, 0}, "EPERM"},
+	{"request_key", SYS_request_key, 4, {0, 0, 0, 0}, "EPERM"},
+	{"userfaultfd", SYS_userfaultfd, 1, {O_CLOEXEC | 1 /* UFFD_USER_MODE_ONLY */}, "EPERM"},
+	{"io_uring_setup", SYS_io_uring_setup, 2, {1, 0}, "EPERM"},
+	{"mount", SYS_mount, 5, {0, 0, 0, 0, 0}, "EPERM"},
+	{"umount2", SYS_umount2, 2, {0, 0}, "EPERM"},
+	{"pivot_root", SYS_pivot_root, 2, {0, 0}, "EPERM"},
+	{"chroot", SYS_chroot, 1, {0}, "EPERM"},
+	{"fsopen", SYS_fsopen, 2, {0, 0}, "EPERM"},
+	{"move_mount", SYS_move_mount, 5, {-1, 0, -1, 0, 0}, "EPERM"},
+	{"open_tree", SYS_open_tree, 3, {AT_FDCWD, SC_BUF, 0}, "EPERM"},
+	{"unshare", SYS_unshare, 1, {CLONE_NEWUSER}, "EPERM"},
+	{"setns", SYS_setns, 2, {-1, 0}, "EPERM"},
+	{"clone CLONE_NEWUSER", SYS_clone, 5, {CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0}, "EPERM"},
+	{"clone CLONE_NEWNET", SYS_clone, 5, {CLONE_NEWNET | SIGCHLD, 0, 0, 0, 0}, "EPERM"},
+	{"clone3", SYS_clone3, 2, {0, 0}, "ENOSYS"},
+	{"open_by_handle_at", SYS_open_by_handle_at, 3, {-1, 0, 0}, "EPERM"},
+	{"kexec_load", SYS_kexec_load, 4, {0, 0, 0, 0}, "EPERM"},
+	{"init_module", SYS_init_module, 3, {0, 0, 0}, "EPERM"},
+	{"finit_module", SYS_finit_module, 3, {-1, 0, 0}, "EPERM"},
+	{"swapon", SYS_swapon, 2, {0, 0}, "EPERM"},
+	{"reboot", SYS_reboot, 4, {0, 0, 0, 0}, "EPERM"},
+	{"acct", SYS_acct, 1, {0}, "EPERM"},
+	{"syslog", SYS_syslog, 3, {10 /* SYSLOG_ACTION_SIZE_BUFFER */, 0, 0}, "EPERM"},
+	{"clock_settime", SYS_clock_settime, 2, {CLOCK_REALTIME, 0}, "EPERM"},
+	{"settimeofday", SYS_settimeofday, 2, {0, 0}, "EPERM"},
+	{"sethostname", SYS_sethostname, 2, {0, 0}, "EPERM"},
+	{"iopl", SYS_iopl, 1, {0}, "EPERM"},
+	{"ioperm", SYS_ioperm, 3, {0, 0, 0}, "EPERM"},
+	{"seccomp", SYS_seccomp, 3, {2 /* SECCOMP_GET_ACTION_AVAIL */, 0, SC_BUF}, "EPERM"},
+	{"prctl PR_SET_MM", SYS_prctl, 5, {PR_SET_MM, PR_SET_MM_START_CODE, 0, 0, 0}, "EPERM"},
+	{"socket AF_PACKET", SYS_socket, 3, {AF_PACKET, SOCK_RAW, 0}, "EPERM"},
+	{"socket AF_INET SOCK_RAW", SYS_socket, 3, {AF_INET, SOCK_RAW, IPPROTO_ICMP}, "EPERM"},
+	{"socket AF_NETLINK NETLINK_AUDIT", SYS_socket, 3, {AF_NETLINK, SOCK_RAW, NETLINK_AUDIT},
+	 "EPERM"},
+	{"socket AF_ALG", SYS_socket, 3, {AF_ALG, SOCK_SEQPACKET, 0}, "EPERM"},
+	{"socket AF_VSOCK", SYS_socket, 3, {AF_VSOCK, SOCK_STREAM, 0}, "EPERM"},
+	{"ioctl TIOCSTI", SYS_ioctl, 3, {SC_TTY, TIOCSTI, SC_BUF}, "EPERM"},
+	/* the kernel reads the command's low 32 bits: high ones change nothing */
+	{"ioctl TIOCSTI, high bits set", SYS_ioctl, 3, {SC_TTY, (1L << 32) | TIOCSTI, SC_BUF},
+	 "EPERM"},
+};
+
+/* What the kernels need, which the same filter lets through. */
+static const struct sc_call sc_allowed[] = {
+	{"clone SIGCHLD", SYS_clone, 5, {SIGCHLD, 0, 0, 0, 0}, "ok"},
+	{"mmap", SYS_mmap, 6, {0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0},
+	 "ok"},
+	{"getrandom", SYS_getrandom, 3, {SC_BUF, 16, 0}, "ok"},
+	{"memfd_create", SYS_memfd_create, 2, {SC_BUF, MFD_CLOEXEC}, "ok"},
+	{"socket AF_INET SOCK_STREAM", SYS_socket, 3, {AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0},
+	 "ok"},
+	{"socket AF_INET6 SOCK_DGRAM", SYS_socket, 3, {AF_INET6, SOCK_DGRAM, 0}, "ok"},
+	{"socket AF_UNIX SOCK_SEQPACKET", SYS_socket, 3, {AF_UNIX, SOCK_SEQPACKET, 0}, "ok"},
+	{"socket AF_NETLINK NETLINK_ROUTE", SYS_socket, 3, {AF_NETLINK, SOCK_RAW, NETLINK_ROUTE},
+	 "ok"},
+	{"socketpair AF_UNIX", SYS_socketpair, 4, {AF_UNIX, SOCK_STREAM, 0, SC_BUF}, "ok"},
+	{"personality query", SYS_personality, 1, {0xffffffffL}, "ok"},
+	{"prctl PR_SET_NAME", SYS_prctl, 2, {PR_SET_NAME, SC_BUF}, "ok"},
+	{"ioctl FIONREAD", SYS_ioctl, 3, {SC_TTY, FIONREAD, SC_BUF}, "ok"},
+	{"kill", SYS_kill, 2, {SC_KID, 0}, "ok"},
+	{"pidfd_send_signal", SYS_pidfd_send_signal, 4, {SC_PIDFD, 0, 0, 0}, "ok"},
+	{"sched_getaffinity", SYS_sched_getaffinity, 3, {0, 64, SC_BUF}, "ok"},
+	{"close_range", SYS_close_range, 3, {1000, 1000, 0}, "ok"},
+};
+
+/* Python that makes each call in the prober and prints "name result" lines. */
+static char *
+sc_probe_py(const struct sc_call *calls, size_t n)
+{
+	size_t cap = 16384, len;
+	char *py = malloc(cap);
+
+	len = snprintf(py, cap, "%s",
+		       "import ctypes, errno, fcntl, os, signal, termios, threading\n"
+		       "libc = ctypes.CDLL(None, use_errno=True)\n"
+		       "libc.syscall.restype = ctypes.c_long\n"
+		       "r, w = os.pipe()\n"
+		       "prober = os.fork()\n"
+		       "if prober == 0:\n"
+		       "    os.close(r)\n"
+		       "    kid = os.fork()\n"
+		       "    if kid == 0:\n"
+		       "        while True:\n"
+		       "            signal.pause()\n"
+		       "    pidfd, self = os.pidfd_open(kid), os.pidfd_open(os.getpid())\n"
+		       "    os.setsid()\n"
+		       "    m, tty = os.openpty()\n"
+		       "    fcntl.ioctl(tty, termios.TIOCSCTTY, 0)\n"
+		       "    out = []\n"
+		       "    def t(name, nr, *a):\n"
+		       "        buf = ctypes.create_string_buffer(64)\n"
+		       "        a = [buf if x == 'buf' else ctypes.c_long(x) for x in a]\n"
+		       "        res = libc.syscall(ctypes.c_long(nr), *a)\n"
+		       "        if res == 0 and name.startswith('clone'):\n"
+		       "            os._exit(0)\n"
+		       "        e = ctypes.get_errno()\n"
+		       "        out.append(name + ' ' + ('ok' if res >= 0 else\n"
+		       "                                 errno.errorcode.get(e, str(e))))\n");
+	for (size_t i = 0; i < n; i++) {
+		len += snprintf(py + len, cap - len, "    t('%s', %ld", calls[i].sc_name,
+				calls[i].sc_nr);
+		for (int a = 0; a < calls[i].sc_nargs; a++) {
+			long v = calls[i].sc_args[a];
+			len += snprintf(py + len, cap - len, ", %s",
+					v == SC_KID     ? "kid"
+					: v == SC_PIDFD ? "pidfd"
+					: v == SC_TTY   ? "tty"
+					: v == SC_BUF   ? "'buf'"
+					: v == SC_SELF  ? "self"
+							: "");
+			if (v != SC_KID && v != SC_PIDFD && v != SC_TTY && v != SC_BUF &&
+			    v != SC_SELF)
+				len += snprintf(py + len, cap - len, "%ld", v);
+		}
+		len += snprintf(py + len, cap - len, ")\n");
+	}
+	len += snprintf(py + len, cap - len, "%s",
+			"    th = threading.Thread(target=out.append, args=('thread ok',))\n"
+			"    th.start()\n"
+			"    th.join()\n"
+			"    os.kill(kid, signal.SIGKILL)\n"
+			"    os.write(w, ''.join(l + '\\n' for l in out).encode())\n"
+			"    os._exit(0)\n"
+			"os.close(w)\n"
+			"got = b''\n"
+			"while chunk := os.read(r, 65536):\n"
+			"    got += chunk\n"
+			"os.waitpid(prober, 0)\n"
+			"print(got.decode(), end='')\n");
+	cr_assert_lt(len, cap, "the probe outgrew its buffer");
+	return py;
+}
+
+/* Runs the calls in a box of lang's (python, or bash running python3). */
+static void
+sc_check(const char *lang, const struct sc_call *calls, size_t n, const char *tail)
+{
+	char *id = context_new(URL, lang, NULL), *py = sc_probe_py(calls, n);
+	size_t cap = strlen(py) + 64;
+	char *code = malloc(cap), want[256];
+
+	cr_assert_not_null(id);
+	if (!strcmp(lang, "bash"))
+		snprintf(code, cap, "python3 - <<'EOF'\n%sEOF", py);
+	else
+		snprintf(code, cap, "%s", py);
+	char *out = run_stdout(URL, id, code), *line = out, *nl;
+	cr_assert_not_null(out);
+	for (size_t i = 0; i < n; i++, line = nl + 1) {
+		snprintf(want, sizeof(want), "%s %s", calls[i].sc_name, calls[i].sc_want);
+		nl = strchr(line, '\n');
+		cr_assert_not_null(nl, "%s: no line for %s in:\n%s", lang, calls[i].sc_name, out);
+		*nl = '\0';
+		cr_expect_str_eq(line, want, "%s: got '%s', want '%s'", lang, line, want);
+	}
+	cr_assert_str_eq(line, tail, "%s: after the calls: %s", lang, line);
+	free(out);
+	free(code);
+	free(py);
+	free(id);
+}
+
+Test(sandbox, seccomp_refuses_each_call_of_the_table_with_its_errno, .timeout = 120)
+{
+	size_t n = sizeof(sc_refused) / sizeof(sc_refused[0]);
+
+	sc_check("python", sc_refused, n, "thread ok\n");
+	/* a cold box (bash's) has the same filter as one forked from the template */
+	sc_check("bash", sc_refused, n, "thread ok\n");
+}
+
+Test(sandbox, seccomp_allows_forks_threads_memory_sockets_and_randomness, .timeout = 120)
+{
+	size_t n = sizeof(sc_allowed) / sizeof(sc_allowed[0]);
+
+	sc_check("python", sc_allowed, n, "thread ok\n");
+	sc_check("bash", sc_allowed, n, "thread ok\n");
 }
 
 /*
