@@ -2,8 +2,9 @@
  * boxroot.c — the filesystem a box sees, built from nothing up: an empty root
  * of its own (pivot_root) given, one line of box_view each, the system
  * read-only, the workspace at BOX_HOME read-write, a private /tmp, its own
- * /proc, a minimal /dev, and the kernel's own files read-only at their host
- * paths. No other host path exists inside. Runs in the box's init, before it
+ * /proc, a minimal /dev, a copy of the kernel's own dir at BOX_KDIR, and
+ * what it is started from read-only at the host's paths. No other host path
+ * exists inside. Runs in the box's init, before it
  * drops its privileges, with raw system calls only (sandbox.c says why).
  */
 #include <errno.h>
@@ -41,7 +42,7 @@ static const struct part_line box_view[] = {
 	{P_DEV, "/dev"},           /* null zero full random urandom tty, pts, shm */
 	{P_PROC, "/proc"},         /* the box's processes only */
 	{P_HOME, BOX_HOME},        /* the workspace, read-write: HOME and the default cwd */
-	{P_KERNEL, NULL},          /* its own dir, a copy in a small tmpfs: connection file,
+	{P_KERNEL, BOX_KDIR},      /* its own dir, a copy in a small tmpfs: connection file,
 				    * IPython profile (the kernel writes both) */
 	{P_BIND, NULL},            /* the kernel's files and program (bx_binds), read-only */
 	{P_HIDE, NULL},            /* the access token, if a part above shows it */
@@ -352,7 +353,7 @@ make_part(const struct box *bx, const struct sources *src, size_t i)
 	case P_KERNEL:
 		if (!bx->bx_kdir)
 			return 0;
-		mkdirs(staged(dst, bx->bx_kdir));
+		mkdirs(staged(dst, path));
 		snprintf(opts, sizeof(opts), "mode=0700,uid=%u,gid=%u,size=8m", (unsigned)inside_uid(bx),
 			 (unsigned)inside_gid(bx));
 		if (mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) < 0)

@@ -117,7 +117,8 @@ kernel_launch(struct proxy *px)
 		start_failed(px, "its files in %s: %s", px->px_kdir, strerror(-rc));
 		goto err;
 	}
-	argv = launch_argv(px, conn);
+	/* the kernel's own dir is BOX_KDIR in its box */
+	argv = launch_argv(px, px->px_box.bx_on ? BOX_KDIR "/kernel.json" : conn);
 	exe = launch_which(argv[0]);
 	envp = launch_env(px);
 	if ((rc = limits_prepare(&px->px_box)) < 0) {

@@ -85,7 +85,7 @@ launch_env(struct proxy *px)
 	char *ours[] = {
 		xasprintf("HOME=%s", home),
 		/* the profile is sandcell's, beside the connection file: not in the workspace */
-		xasprintf("IPYTHONDIR=%s/ipython", px->px_kdir),
+		xasprintf("IPYTHONDIR=%s/ipython", box ? BOX_KDIR : px->px_kdir),
 		box ? xstrdup("JUPYTER_RUNTIME_DIR=/tmp/.jupyter")
 		    : xasprintf("JUPYTER_RUNTIME_DIR=%s/.jupyter-runtime", home),
 		xasprintf("PWD=%s", px->px_cwd),

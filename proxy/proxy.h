@@ -144,6 +144,7 @@ struct zmtp {
  * for kernels forked from the template.
  */
 #define BOX_MAX_BINDS 12
+#define BOX_KDIR "/run/sandcell" /* in a box, the kernel's own dir (a copy of px_kdir) */
 struct box_bind {
 	char *bb_path;  /* host path, shown at the same path in the box */
 	bool bb_write;  /* read-write (else read-only) */
@@ -164,7 +165,7 @@ struct box {
 	/* what it sees (boxroot.c) */
 	char *bx_workspace;   /* host directory shown at BOX_HOME */
 	bool bx_own_ws;       /* ... this context's own (--isolation context) */
-	const char *bx_kdir;  /* the kernel's own dir: a copy of it in a tmpfs of the box */
+	const char *bx_kdir;  /* the kernel's own dir: a copy of it at BOX_KDIR, in a tmpfs */
 	struct box_bind bx_binds[BOX_MAX_BINDS]; /* the kernel's own files, its program */
 	int bx_nbinds;
 	char *bx_hide;        /* a host file covered with an empty one (the token), or NULL */
