@@ -13,9 +13,10 @@
  * bx_net_uid, a uid of --kernel-uid-range no kernel runs as: pasta runs as
  * it (so the broker takes its connections for a context's, peer.c), and a
  * kernel, another uid, has no capability over the network it sits in. A
- * holder process of that uid keeps the namespace while the proxy lives,
- * and ends pasta when the proxy's end of a pipe closes. pasta opens
- * /dev/net/tun as that uid: it gets a device node of its own for it.
+ * holder process of that uid keeps the namespace while the proxy lives.
+ * pasta runs in a pid namespace whose init dies with the proxy, so no
+ * pasta outlives its proxy, however that ends. pasta opens /dev/net/tun as
+ * that uid: it gets a device node of its own for it.
  *
  * Not root, the proxy makes the namespace itself, in a user namespace that
  * maps its own uid, and a watcher left in the host's namespace runs pasta
@@ -155,16 +156,42 @@ pasta_as(uid_t uid, pid_t target)
 }
 
 /*
+ * Root: pasta's minder, pid 1 of a pid namespace of its own, a child of the
+ * proxy that dies with it (PR_SET_PDEATHSIG: as root all along, nothing
+ * clears it; pasta's --runas would). pasta is in the minder's namespace,
+ * so the kernel ends it with the minder, however the proxy ended. alive
+ * reads EOF once the proxy is gone: the proxy may have died before the
+ * minder asked to die with it. The minder's status is pasta's.
+ */
+static pid_t
+spawn_pasta(uid_t uid, pid_t target, int alive)
+{
+	pid_t m = (pid_t)syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, NULL, NULL, NULL, NULL);
+	struct pollfd pf = {.fd = alive, .events = POLLIN};
+	int status = 0;
+	pid_t p;
+
+	if (m != 0)
+		return m;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (poll(&pf, 1, 0) != 0)
+		_exit(0);
+	if ((p = fork()) == 0)
+		pasta_as(uid, target);
+	while (p > 0 && waitpid(p, &status, 0) < 0 && errno == EINTR)
+		;
+	_exit(p < 0 ? 126 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+}
+
+/*
  * Root: the holder, as bx_net_uid. It makes the user and network
- * namespaces, says so on up, learns pasta's pid on down, and when down
- * closes (the proxy ended, however) ends pasta and itself. Dumpable: pasta,
- * its uid, opens its namespaces through /proc.
+ * namespaces, says so on up, and ends when the proxy does (its death
+ * signal, or down closed). Dumpable: pasta, its uid, opens its namespaces
+ * through /proc.
  */
 static void __attribute__((noreturn))
 holder(uid_t uid, pid_t proxy, int up, int down)
 {
-	pid_t pasta = 0;
-
 	if (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0)
 		_exit(1);
 	prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
@@ -174,11 +201,7 @@ holder(uid_t uid, pid_t proxy, int up, int down)
 	if (write(up, "u", 1) != 1)
 		_exit(1);
 	close(up);
-	while (read(down, &pasta, sizeof(pasta)) < 0 && errno == EINTR)
-		;
 	wait_eof(down); /* the proxy ended */
-	if (pasta > 0)
-		kill(pasta, SIGKILL);
 	_exit(0);
 }
 
@@ -190,15 +213,20 @@ start_owned(struct box *bx)
 	char path[64], map[64], c;
 	pid_t proxy = getpid(), h, p = 0;
 
-	if (pipe2(up, O_CLOEXEC) < 0 || pipe2(down, O_CLOEXEC) < 0)
+	if (pipe2(up, O_CLOEXEC) < 0)
 		return -errno;
+	if (pipe2(down, O_CLOEXEC) < 0) {
+		rc = -errno;
+		close(up[0]);
+		close(up[1]);
+		return rc;
+	}
 	if ((h = fork()) == 0) {
 		close(up[0]);
 		close(down[1]);
 		holder(bx->bx_net_uid, proxy, up[1], down[0]);
 	}
 	close(up[1]);
-	close(down[0]);
 	if (h < 0 || read(up[0], &c, 1) != 1) {
 		rc = h < 0 ? -errno : -ECHILD;
 		goto out;
@@ -212,10 +240,8 @@ start_owned(struct box *bx)
 	if ((rc = write_to(path, map)) < 0)
 		goto out;
 	/* pasta from here, in the host's network namespace, which it takes the way out of */
-	if (bx->bx_net == BOX_NET_OUTBOUND && (p = fork()) == 0)
-		pasta_as(bx->bx_net_uid, h);
-	if (write(down[1], &p, sizeof(p)) != sizeof(p)) {
-		rc = -EPIPE;
+	if (bx->bx_net == BOX_NET_OUTBOUND && (p = spawn_pasta(bx->bx_net_uid, h, down[0])) < 0) {
+		rc = -errno;
 		goto out;
 	}
 	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)h);
@@ -223,11 +249,12 @@ start_owned(struct box *bx)
 		rc = -errno;
 out:
 	close(up[0]);
+	close(down[0]);
 	if (netfd >= 0)
 		close(netfd);
 	bx->bx_net_holder = h > 0 ? h : 0;
 	bx->bx_pasta = p > 0 ? p : 0;
-	/* its end stays open in the holder while we live: down[1] is ours until we end */
+	/* the holder and the minder read EOF on down once we end: down[1] is ours till then */
 	if (rc < 0)
 		close(down[1]);
 	return rc;
@@ -250,7 +277,7 @@ start_own(struct box *bx)
 		if ((w = fork()) == 0) {
 			pid_t p;
 			close(go[1]);
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			/* no death signal: it must outlive us, to end pasta (EOF on go) */
 			if (getppid() != proxy || read(go[0], &c, 1) != 1)
 				_exit(0);
 			if ((p = fork()) == 0)
