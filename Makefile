@@ -112,7 +112,7 @@ $(BUILD)/tests/fuzz_replay_test: $(BROKER_OBJ) $(BUILD)/proxy/wire.o $(BUILD)/pr
 
 # The integration harness (real brokers, libcurl; the runner's sweep of what
 # tests leave) and the runner's hooks.
-HARNESS = tests/integration/harness.c tests/integration/sweep.c
+HARNESS = tests/integration/harness.c tests/integration/sweep.c tests/integration/inet.c
 
 # (only these sources: a test's .d may name a .c it includes, as lang_isolated_test does)
 $(BUILD)/tests/%: tests/integration/%.c $(HARNESS) tests/integration/hooks.c $(PROTO_OBJ)

@@ -390,9 +390,9 @@ box_workspace(void)
 	if ((rc = mkdir_p(dir, 0755)) < 0)
 		fatal("workspace %s: %s", dir, strerror(-rc));
 	/* not root: the kernels are our uid on the host, the workspace is ours */
-	if (geteuid() == 0 && !sv.sv_cf.cf_isolated && !sv.sv_cf.cf_kernel_user) {
+	if (geteuid() == 0 && !sv.sv_cf.cf_isolated) {
 		struct stat st;
-		unsigned uid = box_uid();
+		unsigned uid = box_kernel_uid(NULL); /* --kernel-user's, or the one leased */
 		/* another broker leased our last uid while we were down: said, not fixed */
 		if (stat(dir, &st) == 0 && st.st_uid && st.st_uid != uid)
 			log_warn("workspace %s: was uid %u's, now uid %u's; what is in it "

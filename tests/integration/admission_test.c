@@ -269,16 +269,37 @@ Test(admission, env_key_that_is_not_a_name_is_400, .timeout = 30)
 	resp_free(&r);
 }
 
+/*
+ * Where a file the context's code writes under name shows here (its
+ * workspace), the file gone; and that the code's writes do show there, so
+ * that a file's absence means the code never ran.
+ */
+static void
+workspace_file(const char *id, const char *name, char *path, size_t size)
+{
+	char *ws = context_host_cwd(URL, id), code[256];
+	struct stat st;
+
+	cr_assert_not_null(ws);
+	snprintf(path, size, "%s/%s", ws, name);
+	free(ws);
+	unlink(path);
+	snprintf(code, sizeof(code), "open('%s', 'w').write('seen')", name);
+	json_decref(run(URL, id, code));
+	cr_assert_eq(stat(path, &st), 0, "what the code writes is not at %s", path);
+	cr_assert_eq(unlink(path), 0);
+}
+
 Test(admission, queued_request_whose_client_left_never_runs, .timeout = 60)
 {
-	char *id = fresh();
-	char path[512], code[1024]; /* in the workspace, the default cwd: seen from here too */
+	char *id = context_new(URL, "python", NULL); /* its cwd in sight: the workspace */
+	char name[64], path[512], code[1024];
 	struct bg a = {.ctx = id, .code = "import time\ntime.sleep(3)", .timeout_ms = 30000};
 	long st;
 
-	snprintf(path, sizeof(path), "%s.work/sandcell-never-%d", test_run_dir(), (int)getpid());
-	unlink(path);
-	snprintf(code, sizeof(code), "open('%s', 'w').write('ran')", path);
+	snprintf(name, sizeof(name), "sandcell-never-%d", (int)getpid());
+	workspace_file(id, name, path, sizeof(path));
+	snprintf(code, sizeof(code), "open('%s', 'w').write('ran')", name);
 	bg_start(&a);
 	cr_assert_eq(wait_context_int(URL, id, "queue", 1, 10000), 0);
 	json_t *l = exec_body(id, code, NULL, 1000, &st); /* queued behind a, then gone */
@@ -296,16 +317,16 @@ Test(admission, queued_request_whose_client_left_never_runs, .timeout = 60)
 /* Gone before its response head went out (the broker parks it a few ms). */
 Test(admission, client_gone_before_the_response_head_is_cancelled, .timeout = 60)
 {
-	char *id = fresh();
-	char path[512], code[1024], req[2048]; /* in the workspace: seen from here too */
+	char *id = context_new(URL, "python", NULL);
+	char name[64], path[512], code[1024], req[2048];
 	json_t *body;
 	char *js;
 	int fd;
 
-	snprintf(path, sizeof(path), "%s.work/sandcell-parked-%d", test_run_dir(), (int)getpid());
-	unlink(path);
+	snprintf(name, sizeof(name), "sandcell-parked-%d", (int)getpid());
+	workspace_file(id, name, path, sizeof(path));
 	snprintf(code, sizeof(code), "import time\ntime.sleep(2)\nopen('%s', 'w').write('ran')",
-		 path);
+		 name);
 	body = json_pack("{s:s, s:s}", "code", code, "context_id", id);
 	js = json_dumps(body, JSON_COMPACT);
 	snprintf(req, sizeof(req),

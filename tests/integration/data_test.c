@@ -395,13 +395,17 @@ Test(data, unserialisable_dict_gives_no_json, .timeout = 30)
 
 Test(data, pil_save_writes_the_file_and_displays_it, .timeout = 90)
 {
-	char path[512], code[1024]; /* in the workspace: seen from here too */
+	char *id = context_new(URL, "python", NULL), *ws, path[512], code[1024];
 
-	snprintf(path, sizeof(path), "%s.work/sandcell-data-test-%d.png", test_run_dir(), (int)getpid());
+	cr_assert_not_null(id);
+	cr_assert_not_null(ws = context_host_cwd(URL, id));
+	/* a relative path: in the workspace, seen from here too */
+	snprintf(path, sizeof(path), "%s/sandcell-data-test-%d.png", ws, (int)getpid());
 	unlink(path);
 	snprintf(code, sizeof(code),
-		 "from PIL import Image\nImage.new('RGB', (8, 8), 'red').save('%s')", path);
-	json_t *l = run_quiet(NULL, code);
+		 "from PIL import Image\nImage.new('RGB', (8, 8), 'red').save('%s')",
+		 strrchr(path, '/') + 1);
+	json_t *l = run_quiet(id, code);
 	json_t *r = result_with(l, "png");
 
 	cr_assert_not_null(r, "no result with a png");
@@ -409,6 +413,9 @@ Test(data, pil_save_writes_the_file_and_displays_it, .timeout = 90)
 	cr_assert_eq(access(path, F_OK), 0, "%s was not written", path);
 	unlink(path);
 	json_decref(l);
+	cr_assert_eq(context_delete(URL, id), 0);
+	free(ws);
+	free(id);
 }
 
 Test(data, pil_show_displays_instead_of_a_viewer, .timeout = 90)

@@ -561,6 +561,7 @@ broker_prepare(struct broker *b, int port)
 	memset(b, 0, sizeof(*b));
 	b->b_port = port ? port : free_port();
 	snprintf(b->b_url, sizeof(b->b_url), "http://127.0.0.1:%d", b->b_port);
+	snprintf(b->b_host, sizeof(b->b_host), "127.0.0.1");
 	snprintf(b->b_run_dir, sizeof(b->b_run_dir), "/tmp/sandcell-test.XXXXXX");
 	if (!mkdtemp(b->b_run_dir))
 		return -1;
@@ -585,6 +586,15 @@ broker_start_on(struct broker *b, int listen_fd, const char *const *extra)
 }
 
 int
+broker_start_listening(struct broker *b, const char *host, const char *const *extra)
+{
+	if (broker_prepare(b, 0) < 0)
+		return -1;
+	snprintf(b->b_host, sizeof(b->b_host), "%s", host);
+	return broker_restart(b, extra);
+}
+
+int
 broker_start_as(struct broker *b, uid_t uid, const char *const *extra)
 {
 	if (broker_prepare(b, 0) < 0)
@@ -605,7 +615,7 @@ broker_restart(struct broker *b, const char *const *extra)
 	bool want_default = true;
 
 	snprintf(exe, sizeof(exe), "%s/sandcell-broker", bin ? bin : "bin");
-	snprintf(listen, sizeof(listen), "127.0.0.1:%d", b->b_port);
+	snprintf(listen, sizeof(listen), "%s:%d", b->b_host[0] ? b->b_host : "127.0.0.1", b->b_port);
 	b->b_exit = -1;
 	argv[n++] = exe;
 	argv[n++] = "--listen";
@@ -822,6 +832,41 @@ context_get(const char *base, const char *id)
 		j = json_loads(r.r_body, 0, NULL);
 	resp_free(&r);
 	return j;
+}
+
+int
+context_delete(const char *base, const char *id)
+{
+	char path[128];
+	struct resp r;
+	int rc;
+
+	snprintf(path, sizeof(path), "/contexts/%s", id);
+	if (http(base, "DELETE", path, NULL, &r, 30) < 0)
+		return -1;
+	rc = r.r_status == 200 ? 0 : -1;
+	if (rc < 0)
+		fprintf(stderr, "DELETE %s: %ld %s\n", path, r.r_status, r.r_body);
+	resp_free(&r);
+	return rc;
+}
+
+char *
+context_host_cwd(const char *base, const char *id)
+{
+	json_t *j = context_get(base, id);
+	const char *ws = json_string_value(json_object_get(json_object_get(j, "sandbox"), "workspace"));
+	const char *cwd = json_string_value(json_object_get(j, "cwd"));
+	size_t n = strlen("/home/user");
+	char *dir = NULL;
+
+	if (cwd && !ws)
+		dir = strdup(cwd);
+	else if (cwd && !strncmp(cwd, "/home/user", n) && (!cwd[n] || cwd[n] == '/') &&
+		 asprintf(&dir, "%s%s", ws, cwd + n) < 0)
+		dir = NULL;
+	json_decref(j);
+	return dir;
 }
 
 struct ctx_cond {

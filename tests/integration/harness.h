@@ -24,6 +24,7 @@ struct broker {
 	uid_t b_uid; /* runs as this uid (and gid), not ours; 0: ours */
 	int b_exit; /* its exit status if it exited at start-up, else -1 */
 	int b_listen_fd; /* > 0: passed at each (re)start as systemd passes a socket */
+	char b_host[48]; /* the address it listens on ("127.0.0.1"; b_url names loopback) */
 };
 
 /*
@@ -33,8 +34,24 @@ struct broker {
  * broker_start does it for its brokers' run dirs.
  */
 void harness_track(const char *run_dir);
+/* The same for a network namespace a test made (inet.c). */
+void harness_track_netns(const char *name);
 /* Done by the runner after all tests: quiet when there was nothing to do. */
 void harness_sweep(void);
+
+/*
+ * A stand-in for the internet (inet.c): a network namespace joined to the
+ * host by a veth pair, serving INET_PAGE over HTTP at in_url. Needs root
+ * and iproute2: -1 without them. inet_stop removes it all.
+ */
+#define INET_PAGE "sandcell stands in for the internet"
+struct inet {
+	char in_ns[32], in_if[16], in_addr[32], in_url[64], in_dir[64];
+	int in_port;
+	pid_t in_srv;
+};
+int inet_start(struct inet *in);
+void inet_stop(struct inet *in);
 
 /* Starts a broker with extra arguments (NULL-terminated); waits for /health
  * and for the default python context to be ready unless --no-default-context.
@@ -43,6 +60,8 @@ int broker_start(struct broker *b, const char *const *extra);
 /* The same on a listening socket of the caller's, passed as systemd does
  * (fd 3, LISTEN_FDS, LISTEN_PID) at each start and restart; b_port is its. */
 int broker_start_on(struct broker *b, int listen_fd, const char *const *extra);
+/* The same listening on host (e.g. "0.0.0.0", as in a container): b_url is loopback's. */
+int broker_start_listening(struct broker *b, const char *host, const char *const *extra);
 /* The same as an unprivileged uid (and gid) when we are root: the run dir is
  * its; broker_stop removes it as it does any other. */
 int broker_start_as(struct broker *b, uid_t uid, const char *const *extra);
@@ -125,6 +144,8 @@ const char *result_text(json_t *lines);
 
 /* POST /contexts; returns the new id (caller frees) or NULL. */
 char *context_new(const char *base, const char *language, const char *cwd);
+/* DELETE /contexts/{id}: 0 when it answered 200. */
+int context_delete(const char *base, const char *id);
 /* A pthread start routine: context_new(base, "python", NULL), the id its result. */
 void *context_new_thread(void *base);
 
@@ -135,6 +156,13 @@ void *context_new_thread(void *base);
 int wait_until(bool (*cond)(void *arg), void *arg, long timeout_ms);
 /* GET /contexts/{id} as JSON (caller frees), or NULL when it is not 200. */
 json_t *context_get(const char *base, const char *id);
+/*
+ * Where the context's cwd is on this side (caller frees): a file its code
+ * makes under a relative name is there. In a box, the cwd is a path of the
+ * box: under /home/user, it is in sandbox.workspace; elsewhere (the box's
+ * own /tmp) it is not in sight: NULL. Unboxed, the cwd itself.
+ */
+char *context_host_cwd(const char *base, const char *id);
 /* An integer member of GET /contexts/{id} reaches at least min ("queue", "executions"). */
 int wait_context_int(const char *base, const char *id, const char *key, long long min,
 		     long timeout_ms);

@@ -128,7 +128,7 @@ Test(hostile, access_token_guards_every_endpoint_but_the_probes, .fini = priv_st
 		resp_free(&r);
 	}
 	/* wrong token, right token in either header */
-	char cmd[512];
+	char cmd[1024];
 	snprintf(cmd, sizeof(cmd),
 		 "curl -s -o /dev/null -w '%%{http_code}' -H 'X-Access-Token: wrong' %s/contexts",
 		 b->b_url);
@@ -871,30 +871,34 @@ Test(hostile, a_cwd_kernels_cannot_enter_is_refused_at_start, .fini = priv_stop,
 Test(hostile, a_bad_cwd_is_named_only_when_the_client_sent_it, .fini = priv_stop,
      .timeout = 60)
 {
-	char dflt[] = "/tmp/sandcell-cwd-XXXXXX", closed[] = "/tmp/sandcell-closed-XXXXXX";
+	char dflt[] = "/tmp/sandcell-cwd-XXXXXX", closed[64];
 	bool root = geteuid() == 0 && getpwnam("nobody");
 	const char *args[] = {"--no-default-context", "--pool", "0", "--cwd", dflt,
 			      root ? "--kernel-user" : NULL, "nobody", NULL};
-	char body[128];
 	struct resp r;
 
 	cr_assert_not_null(mkdtemp(dflt));
 	cr_assert_eq(chmod(dflt, 0755), 0);
 	cr_assert_eq(broker_start(&priv, args), 0);
 	if (root) {
-		cr_assert_not_null(mkdtemp(closed));
-		snprintf(body, sizeof(body), "{\"cwd\":\"%s\"}", closed);
-		cr_assert_eq(http(priv.b_url, "POST", "/contexts", body, &r, 60), 0);
+		/* a directory of the workspace (the box's /home/user) its kernel cannot enter */
+		snprintf(closed, sizeof(closed), "%s/closed", dflt);
+		cr_assert_eq(mkdir(closed, 0700), 0);
+		cr_assert_eq(http(priv.b_url, "POST", "/contexts", "{\"cwd\":\"/home/user/closed\"}",
+				  &r, 60), 0);
 		cr_expect_eq(r.r_status, 400, "%ld %s", r.r_status, r.r_body);
-		cr_expect(strstr(r.r_body, closed) && strstr(r.r_body, "user nobody cannot enter"),
+		cr_expect(strstr(r.r_body, "'/home/user/closed'") &&
+			  strstr(r.r_body, "user nobody cannot enter"),
 			  "%s", r.r_body);
 		resp_free(&r);
 		rmdir(closed);
 	}
+	/* the server's own workspace gone since start: named as the server's, a 500 */
 	cr_assert_eq(rmdir(dflt), 0);
 	cr_assert_eq(http(priv.b_url, "POST", "/contexts", "{}", &r, 60), 0);
 	cr_expect_eq(r.r_status, 500, "%ld %s", r.r_status, r.r_body);
-	cr_expect(strstr(r.r_body, "default cwd") && strstr(r.r_body, dflt), "%s", r.r_body);
+	cr_expect(strstr(r.r_body, "server's workspace") && strstr(r.r_body, dflt), "%s",
+		  r.r_body);
 	resp_free(&r);
 }
 
@@ -975,24 +979,24 @@ Test(hostile, a_second_broker_on_the_same_port_says_which_address_failed, .fini 
 Test(hostile, kernels_run_as_an_unprivileged_user, .fini = priv_stop, .timeout = 90)
 {
 	struct broker *b = &priv;
-	const char *args[] = {"--no-default-context", "--kernel-user", "nobody", "--cwd", "/tmp",
-			      NULL};
+	const char *args[] = {"--no-default-context", "--kernel-user", "nobody", NULL};
 	struct passwd *pw = getpwnam("nobody");
 
 	if (geteuid() != 0 || !pw)
 		cr_skip_test("needs root and a 'nobody' user");
 	cr_assert_eq(broker_start(b, args), 0);
-	char *id = context_new(b->b_url, "python", "/tmp");
+	char *id = context_new(b->b_url, "python", NULL);
 	cr_assert_not_null(id);
-	char code[512];
+	char code[1024];
+	/* its HOME (the workspace) its to write; the run dir not in its reach */
 	snprintf(code, sizeof(code),
-		 "import os\nprint(os.getuid(), os.stat(os.environ['HOME']).st_uid)\n"
+		 "import os\nprint(os.getuid(), os.access(os.environ['HOME'], os.W_OK))\n"
 		 "try:\n    os.listdir('%s')\n    print('run dir readable')\n"
-		 "except PermissionError:\n    print('run dir closed')",
+		 "except OSError:\n    print('run dir closed')",
 		 b->b_run_dir);
 	json_t *l = run(b->b_url, id, code);
 	char *out = stdout_of(l), want[64];
-	snprintf(want, sizeof(want), "%u %u\nrun dir closed\n", pw->pw_uid, pw->pw_uid);
+	snprintf(want, sizeof(want), "%u True\nrun dir closed\n", pw->pw_uid);
 	cr_assert_str_eq(out, want);
 	free(out);
 	json_decref(l);

@@ -370,11 +370,10 @@ Test(lang, bash_background_output_goes_to_no_later_execution, .timeout = 60)
 	char done[300], code[400];
 	double dropped = metric_value(URL, "sandcell_output_dropped_total");
 	/* a file in the context's cwd (its workspace) says when the job has printed */
-	json_t *ctx = context_get(URL, id);
-	cr_assert_not_null(ctx);
-	snprintf(done, sizeof(done), "%s/late-done.%d",
-		 json_string_value(json_object_get(ctx, "cwd")), (int)getpid());
-	json_decref(ctx);
+	char *ws = context_host_cwd(URL, id);
+	cr_assert_not_null(ws);
+	snprintf(done, sizeof(done), "%s/late-done.%d", ws, (int)getpid());
+	free(ws);
 	snprintf(code, sizeof(code),
 		 "(sleep 0.3; echo late; echo late-err >&2; touch late-done.%d) & echo started",
 		 (int)getpid());

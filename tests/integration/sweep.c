@@ -28,16 +28,31 @@ list_path(char *buf, size_t len)
 	return buf;
 }
 
-void
-harness_track(const char *run_dir)
+static void
+track(const char *what)
 {
 	char path[PATH_MAX];
 	FILE *f;
 
 	if (!list_path(path, sizeof(path)) || !(f = fopen(path, "a")))
 		return; /* outside a test binary's runner: nothing sweeps */
-	fprintf(f, "%s\n", run_dir);
+	fprintf(f, "%s\n", what);
 	fclose(f);
+}
+
+void
+harness_track(const char *run_dir)
+{
+	track(run_dir);
+}
+
+void
+harness_track_netns(const char *name)
+{
+	char line[64];
+
+	snprintf(line, sizeof(line), "netns:%s", name);
+	track(line);
 }
 
 /* Whether an argument of pid names something in dir. */
@@ -83,7 +98,7 @@ static int
 remove_cgroups(const char *id)
 {
 	static const char *const where[] = {"/sys/fs/cgroup/pids/sandcell/%s",
-					    "/sys/fs/cgroup/memory/sandcell/sandcell-%s",
+					    "/sys/fs/cgroup/memory/sandcell/%s",
 					    "/sys/fs/cgroup/sandcell/%s",
 					    "/sys/fs/cgroup/sandcell/sandcell-%s"};
 	int removed = 0;
@@ -167,8 +182,14 @@ harness_sweep(void)
 		return;
 	while (fgets(line, sizeof(line), f)) {
 		line[strcspn(line, "\n")] = '\0';
-		if (line[0] == '/')
+		if (line[0] == '/') {
 			sweep_one(line);
+		} else if (!strncmp(line, "netns:", 6)) { /* (quiet when already gone) */
+			char cmd[128];
+			snprintf(cmd, sizeof(cmd), "ip netns del '%.60s' 2>/dev/null", line + 6);
+			if (system(cmd) == 0)
+				fprintf(stderr, "sweep: network namespace %s was left\n", line + 6);
+		}
 	}
 	fclose(f);
 	unlink(path);

@@ -1,0 +1,129 @@
+/*
+ * inet.c — a stand-in for the internet in tests: a network namespace of the
+ * test's own, joined to the host by a veth pair, where python3's http.server
+ * serves one page. A box reaches it as it would a server outside the
+ * machine: through its way out (pasta), over the host's routes.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int
+sh(const char *fmt, ...)
+{
+	char cmd[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+#define INET_SERVER                                                                      \
+	"import functools, http.server, socketserver, sys\n"                             \
+	"class S(socketserver.ThreadingTCPServer): allow_reuse_address = True\n"         \
+	"class H(http.server.SimpleHTTPRequestHandler): log_message = lambda *a: None\n" \
+	"h = functools.partial(H, directory=sys.argv[3])\n"                              \
+	"S((sys.argv[1], int(sys.argv[2])), h).serve_forever()\n"
+
+static bool
+serving(void *arg)
+{
+	struct inet *in = arg;
+	struct resp r;
+	bool ok = http(in->in_url, "GET", "/", NULL, &r, 2) == 0 && r.r_status == 200 &&
+	          strstr(r.r_body, INET_PAGE);
+
+	resp_free(&r);
+	return ok;
+}
+
+int
+inet_start(struct inet *in)
+{
+	unsigned n = (unsigned)getpid();
+	char page[300];
+	FILE *f;
+
+	memset(in, 0, sizeof(*in));
+	if (geteuid() != 0 || system("ip -V >/dev/null 2>&1") != 0)
+		return -1;
+	snprintf(in->in_ns, sizeof(in->in_ns), "sc-inet-%u", n);
+	snprintf(in->in_if, sizeof(in->in_if), "scv%u", n % 10000000);
+	snprintf(in->in_addr, sizeof(in->in_addr), "10.%u.%u.2", 200 + n % 50,
+	         (n / 50) % 250);
+	snprintf(in->in_dir, sizeof(in->in_dir), "/tmp/sandcell-inet.XXXXXX");
+	if (!mkdtemp(in->in_dir))
+		return -1;
+	snprintf(page, sizeof(page), "%s/index.html", in->in_dir);
+	if (!(f = fopen(page, "w")))
+		return -1;
+	fprintf(f, "%s\n", INET_PAGE);
+	fclose(f);
+	harness_track_netns(in->in_ns);
+	/* the host side .1, the namespace's .2, a /30 of 10.200-249.x */
+	if (sh("ip netns add %s && ip link add %s type veth peer name %sp && "
+	       "ip link set %sp netns %s && ip addr add %.*s.1/30 dev %s && ip link set "
+	       "%s up && "
+	       "ip -n %s addr add %s/30 dev %sp && ip -n %s link set %sp up && "
+	       "ip -n %s link set lo up && ip -n %s route add default via %.*s.1",
+	       in->in_ns, in->in_if, in->in_if, in->in_if, in->in_ns,
+	       (int)(strrchr(in->in_addr, '.') - in->in_addr), in->in_addr, in->in_if,
+	       in->in_if, in->in_ns, in->in_addr, in->in_if, in->in_ns, in->in_if,
+	       in->in_ns, in->in_ns, (int)(strrchr(in->in_addr, '.') - in->in_addr),
+	       in->in_addr) < 0) {
+		inet_stop(in);
+		return -1;
+	}
+	in->in_port = 8000 + n % 1000;
+	snprintf(in->in_url, sizeof(in->in_url), "http://%s:%d", in->in_addr,
+	         in->in_port);
+	if ((in->in_srv = fork()) == 0) {
+		char port[16];
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		snprintf(port, sizeof(port), "%d", in->in_port);
+		/*
+		 * not python3 -m http.server: it looks its own address up in
+		 * DNS, which the namespace has no way to, and starts 10 s late.
+		 */
+		execlp("ip", "ip", "netns", "exec", in->in_ns, "/usr/bin/python3", "-c",
+		       INET_SERVER, in->in_addr, port, in->in_dir, (char *)NULL);
+		_exit(127);
+	}
+	if (in->in_srv < 0 || wait_until(serving, in, 10000) < 0) {
+		inet_stop(in);
+		return -1;
+	}
+	return 0;
+}
+
+void
+inet_stop(struct inet *in)
+{
+	if (in->in_srv > 0) {
+		kill(in->in_srv, SIGKILL);
+		waitpid(in->in_srv, NULL, 0);
+		in->in_srv = 0;
+	}
+	if (in->in_ns[0]) {
+		/* the veth pair goes with the namespace */
+		sh("ip netns del %s 2>/dev/null; ip link del %s 2>/dev/null; true",
+		   in->in_ns, in->in_if);
+		in->in_ns[0] = '\0';
+	}
+	if (in->in_dir[0]) {
+		sh("rm -rf '%s'", in->in_dir);
+		in->in_dir[0] = '\0';
+	}
+}
