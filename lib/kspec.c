@@ -270,6 +270,7 @@ kspec_load(const char *dir, const char *name)
 	else if (!strcmp(base ? base + 1 : ks->ks_argv[0], "deno")) {
 		ks->ks_fence = xstrdup(KSPEC_DENO_FENCE);
 		ks->ks_abort_signal = KSPEC_DENO_ABORT_SIGNAL;
+		ks->ks_config_in_cwd = true;
 		if (!json_object_get(env, "DENO_V8_FLAGS"))
 			ks->ks_env[n++] = xstrdup(KSPEC_DENO_ENV);
 	}

@@ -24,6 +24,9 @@ struct kspec {
 			     * kernel publishes after idle (Deno); NULL: none needed */
 	int ks_abort_signal; /* ends an awaiting execution, before an interrupt (Deno's
 			      * fence installs its listener); 0: none */
+	bool ks_config_in_cwd; /* reads a configuration from its cwd and the cwd's parents
+				* as it starts (Deno: deno.json, package.json): it starts
+				* elsewhere and is moved to its cwd by its first execution */
 };
 int kspec_find(const char *want, struct kspec **out);
 int kspec_index(struct kspec *const *v, size_t n, const char *want);

@@ -364,6 +364,13 @@ set_ready(struct proxy *px)
 	if (!strcmp(px->px_ks->ks_lang, "r") &&
 	    kernel_execute(px, R_INTERRUPT_GUARD, true, NULL) < 0)
 		log_warn("context %s: could not send R's interrupt guard", px->px_id);
+	/* started in its own dir (launch_start_dir): to its cwd, before any unit */
+	if (px->px_ks->ks_config_in_cwd) {
+		char *cd = envset_chdir(px->px_ks->ks_lang, px->px_cwd);
+		if (!cd || kernel_execute(px, cd, true, NULL) < 0)
+			log_warn("context %s: could not move the kernel to %s", px->px_id, px->px_cwd);
+		free(cd);
+	}
 	/* the fence once before the first unit too: what it installs (Deno's abort
 	 * listener) is there when the first unit runs */
 	if (px->px_ks->ks_fence && kernel_execute(px, px->px_ks->ks_fence, true, NULL) < 0)

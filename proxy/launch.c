@@ -27,11 +27,13 @@ extern char **environ;
  * sys.path as the interpreter starts, so a module there named like one the
  * kernel imports (ipykernel_launcher, IPython, zmq) would run in its place.
  * With -c the cwd comes first only once site has run, and this takes it off
- * before anything is imported; -s keeps the user's site-packages (in HOME,
- * the workspace) out too. IPython puts the cwd back for the user's imports.
+ * before anything is imported (sys is built in); -s keeps the user's
+ * site-packages (in HOME, the workspace) out too. IPython puts the cwd back
+ * for the user's imports.
  */
-#define SAFE_RUN_MODULE                                                                     \
-	"import runpy, sys; del sys.path[0]; m = sys.argv.pop(1); sys.argv[0] = m; "         \
+#define SAFE_RUN_MODULE                                                                  \
+	"import sys; del sys.path[0]; import runpy; "                                    \
+	"m = sys.argv.pop(1); sys.argv[0] = m; "                                         \
 	"runpy.run_module(m, run_name='__main__', alter_sys=True)"
 
 /* A free loopback TCP port, for kernels that cannot use ipc (Deno). */
@@ -416,7 +418,7 @@ launch_unboxed(struct proxy *px, const char *exe, char **argv, char **envp)
 		if (fd >= 0)
 			dup2(fd, 0);
 		dup2(2, 1); /* kernel's own stdout is the proxy's log, not a stream */
-		if (chdir(px->px_cwd) < 0)
+		if (chdir(launch_start_dir(px)) < 0)
 			_exit(126);
 		execve(exe, argv, envp);
 		_exit(127);

@@ -133,10 +133,11 @@ limits_prepare(struct box *bx)
 		return 0;
 	}
 	snprintf(num, sizeof(num), "%llu", (unsigned long long)bx->bx_mem);
+	/* no swap beyond it: where the machine has swap, it would page instead of stopping */
 	if ((rc = write_file(dir, "memory.max", num)) == 0)
 		write_file(dir, "memory.swap.max", "0");
-	else
-		rc = write_file(dir, "memory.limit_in_bytes", num);
+	else if ((rc = write_file(dir, "memory.limit_in_bytes", num)) == 0)
+		write_file(dir, "memory.memsw.limit_in_bytes", num); /* absent without swap accounting */
 	if (rc < 0) {
 		log_err("context %s: cgroup %s: cannot set a memory limit: %s", bx->bx_id, dir,
 			strerror(-rc));

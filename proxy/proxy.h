@@ -281,6 +281,20 @@ int launch_connection_file(struct proxy *px, const char *path, int ports[5],
 			   char ep[5][EP_MAX]);
 int launch_unboxed(struct proxy *px, const char *exe, char **argv, char **envp);
 
+/*
+ * Where the kernel starts: its cwd, or its own dir when it reads a
+ * configuration from its cwd and the cwd's parents as it starts (Deno's
+ * deno.json): a file a context wrote there must not keep the next kernel
+ * from starting. set_ready moves it to its cwd before anything else runs.
+ */
+static inline const char *
+launch_start_dir(const struct proxy *px)
+{
+	if (!px->px_ks->ks_config_in_cwd)
+		return px->px_cwd;
+	return px->px_box.bx_on ? BOX_KDIR : px->px_kdir;
+}
+
 /* filter.c: clone with any of these flags is refused in a box */
 #define SB_NS_FLAGS                                                                         \
 	(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUSER | CLONE_NEWIPC |          \

@@ -272,7 +272,7 @@ sb_init(struct proxy *px, int go, int sock, const char *exe, char **argv, char *
 	if (kid < 0)
 		_exit(123);
 	if (kid == 0) {
-		if ((rc = sandbox_kernel_child(px->px_cwd, true)))
+		if ((rc = sandbox_kernel_child(launch_start_dir(px), true)))
 			_exit(rc);
 		execve(exe, argv, envp);
 		_exit(127);

@@ -1477,3 +1477,136 @@ Test(sandbox, rootless_broker_boxes_bash_with_a_user_namespace, .init = rootless
 {
 	rootless_box("bash");
 }
+
+/*
+ * Files a context plants in the workspace, each of which would, if it ran
+ * as a kernel starts, leave a RAN-* file behind and make the start fail:
+ * modules named as the kernels' own, Python's site hooks, a .pth and an
+ * IPython startup file where a user's Python would find them, R's and
+ * bash's start files, Deno's configuration (broken).
+ */
+static const char plant_code[] =
+	"import os, sys\n"
+	"v = 'python%d.%d' % sys.version_info[:2]\n"
+	"def plant(path, text):\n"
+	"    if os.path.dirname(path):\n"
+	"        os.makedirs(os.path.dirname(path), exist_ok=True)\n"
+	"    open(path, 'w').write(text)\n"
+	"evil = \"open('/home/user/RAN-%s', 'w').write('x')\\nraise SystemExit(3)\\n\"\n"
+	"for m in ('ipykernel_launcher', 'ipykernel', 'IPython', 'zmq', 'traitlets',\n"
+	"          'jupyter_client', 'tornado', 'runpy', 'site', 'encodings', 'sitecustomize',\n"
+	"          'usercustomize', 'bash_kernel', 'matplotlib', 'numpy'):\n"
+	"    plant(m + '.py', evil % m)\n"
+	"plant('.local/lib/%s/site-packages/evil.pth' % v,\n"
+	"      \"import os; open('/home/user/RAN-pth', 'w')\\n\")\n"
+	"plant('.ipython/profile_default/startup/00-evil.py', evil % 'ipython-startup')\n"
+	"plant('.ipython/profile_default/ipython_config.py', evil % 'ipython-config')\n"
+	"plant('.jupyter/jupyter_config.py', evil % 'jupyter-config')\n"
+	"plant('.Rprofile', 'file.create(\"/home/user/RAN-Rprofile\"); quit(status = 3)\\n')\n"
+	"plant('.Renviron', 'R_PROFILE_USER=/home/user/.Rprofile\\n')\n"
+	"for f in ('.bashrc', '.bash_profile', '.profile', '.bash_login'):\n"
+	"    plant(f, 'touch /home/user/RAN-%s; exit 3\\n' % f)\n"
+	"plant('deno.json', '{ not json')\n"
+	"plant('package.json', '{ nor this')\n"
+	"print(len(os.listdir('.')))";
+
+/* The RAN-* files in dir: what of the planted files ran. */
+static char *
+ran_in(const char *dir)
+{
+	char s[512] = "";
+	size_t n = 0;
+	DIR *d = opendir(dir);
+	struct dirent *de;
+
+	while (d && (de = readdir(d)))
+		if (!strncmp(de->d_name, "RAN-", 4) && n < sizeof(s) - 64)
+			n += snprintf(s + n, sizeof(s) - n, "%s ", de->d_name);
+	if (d)
+		closedir(d);
+	return strdup(s);
+}
+
+/* The id of the broker's default context of language. */
+static char *
+default_context(const struct broker *b, const char *language)
+{
+	struct resp r;
+	json_t *all, *c;
+	char *id = NULL;
+	size_t i;
+
+	cr_assert_eq(http(b->b_url, "GET", "/contexts", NULL, &r, 5), 0);
+	all = json_loads(r.r_body, 0, NULL);
+	json_array_foreach(all, i, c) { /* the list does not say which is the default */
+		json_t *one = context_get(b->b_url, json_string_value(json_object_get(c, "id")));
+		if (!id && json_is_true(json_object_get(one, "default")) &&
+		    !strcmp(json_string_value(json_object_get(one, "language")), language))
+			id = strdup(json_string_value(json_object_get(one, "id")));
+		json_decref(one);
+	}
+	json_decref(all);
+	resp_free(&r);
+	return id;
+}
+
+/*
+ * Nothing in the workspace runs unless the user runs it: after the plant,
+ * new contexts of five languages start and run, so do three python ones in
+ * a row (the warm pool's kernels, and those it started after the plant),
+ * and the default context after a restart; no planted file ran. A user's
+ * own import still finds a module of the workspace.
+ */
+Test(sandbox, files_planted_in_the_workspace_change_nothing, .fini = priv_box_stop,
+     .timeout = 300)
+{
+	const char *args[] = {"--pool", "python=1", NULL};
+	const char *check[][2] = {
+		{"python", "print(6 * 7)"}, {"bash", "echo $((6 * 7))"}, {"r", "cat(6 * 7, '\\n')"},
+		{"javascript", "console.log(6 * 7)"}, {"java", "System.out.println(6 * 7);"},
+	};
+
+	cr_assert_eq(broker_start(&priv_box, args), 0);
+	const char *url = priv_box.b_url;
+	char *planter = context_new(url, "python", NULL), *ws, *out, *ran;
+	cr_assert_not_null(planter);
+	cr_assert_not_null(ws = context_host_cwd(url, planter));
+	out = run_stdout(url, planter, plant_code);
+	cr_assert(out && atoi(out) > 20, "the plant: %s", out ? out : "(nothing)");
+	free(out);
+
+	for (size_t i = 0; i < sizeof(check) / sizeof(check[0]); i++) {
+		char *id = context_new(url, check[i][0], NULL);
+		cr_assert_not_null(id, "a %s context after the plant", check[i][0]);
+		out = run_stdout(url, id, check[i][1]);
+		cr_expect(out && strstr(out, "42"), "%s: %s", check[i][0], out ? out : "(nothing)");
+		free(out);
+		free(id);
+	}
+	for (int i = 0; i < 3; i++) { /* the pool's kernel, then those it refilled with */
+		char *id = context_new(url, "python", NULL);
+		cr_assert_not_null(id, "python context %d after the plant", i);
+		out = run_stdout(url, id, "import zmq, IPython\nprint(6 * 7, zmq.__file__[:5])");
+		cr_expect_str_eq(out, "42 /usr/\n", "python context %d", i);
+		free(out);
+		free(id);
+	}
+	char *dflt = default_context(&priv_box, "python");
+	cr_assert_not_null(dflt);
+	cr_assert_eq(context_post(url, dflt, "restart", 60), 200);
+	out = run_stdout(url, dflt, "print(6 * 7)");
+	cr_expect_str_eq(out, "42\n", "the default context after a restart");
+	free(out);
+	ran = ran_in(ws);
+	cr_expect_str_eq(ran, "", "planted files ran: %s", ran);
+	free(ran);
+	/* a module of the workspace is the user's to import */
+	out = run_stdout(url, planter, "open('mine.py', 'w').write('print(\\'mine ran\\')')");
+	free(out);
+	out = run_stdout(url, dflt, "import mine");
+	cr_expect_str_eq(out, "mine ran\n", "%s", out ? out : "(nothing)");
+	free(out);
+	free(dflt);
+	free(ws);
+	free(planter);
+}
