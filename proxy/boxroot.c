@@ -120,10 +120,17 @@ kept_flags(const char *path)
 	return f;
 }
 
+/*
+ * A bind remounted nosuid and nodev (the box's devices are /dev's alone, and
+ * no_new_privs ignores set-uid bits anyway), and read-only unless writable.
+ */
 static int
-remount_ro(const char *path)
+remount_bind(const char *path, bool writable)
 {
-	return mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | kept_flags(path), NULL);
+	return mount(NULL, path, NULL,
+		     MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | (writable ? 0 : MS_RDONLY) |
+			     kept_flags(path),
+		     NULL);
 }
 
 /*
@@ -137,7 +144,7 @@ ro_tree(const char *dst)
 	char buf[16384], point[PATH_MAX];
 	size_t n = strlen(dst), have = 0;
 	ssize_t got;
-	int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC), rc = remount_ro(dst);
+	int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC), rc = remount_bind(dst, false);
 
 	if (fd < 0)
 		return rc;
@@ -160,7 +167,7 @@ ro_tree(const char *dst)
 				}
 			point[k] = '\0';
 			if (f && k > n && !strncmp(point, dst, n) && point[n] == '/')
-				rc = remount_ro(point) < 0 ? -1 : rc;
+				rc = remount_bind(point, false) < 0 ? -1 : rc;
 			line = nl + 1;
 		}
 		have = strlen(line);
@@ -170,9 +177,9 @@ ro_tree(const char *dst)
 	return rc;
 }
 
-/* Binds the host's src (an fd opened before the stage) at path in the box. */
+/* Binds the host's src (an fd opened before the stage) at path in the box, as is. */
 static int
-bind_at(int src, const char *path, bool dir, bool writable)
+bind_raw(int src, const char *path, bool dir)
 {
 	char dst[PATH_MAX], fdp[32];
 
@@ -183,9 +190,19 @@ bind_at(int src, const char *path, bool dir, bool writable)
 		mkdirs(dst);
 	else
 		mkfile(dst);
-	if (mount(fdpath(fdp, src), dst, NULL, MS_BIND | MS_REC, NULL) < 0)
+	return mount(fdpath(fdp, src), dst, NULL, MS_BIND | MS_REC, NULL);
+}
+
+/* The same, nosuid and nodev, and read-only (with what is mounted below it) unless writable. */
+static int
+bind_at(int src, const char *path, bool dir, bool writable)
+{
+	char dst[PATH_MAX];
+
+	if (bind_raw(src, path, dir) < 0)
 		return -1;
-	return writable ? 0 : ro_tree(dst);
+	staged(dst, path);
+	return writable ? remount_bind(dst, true) : ro_tree(dst);
 }
 
 /* /dev: a tmpfs of the device nodes listed in devices[], a pts of its own, links. */
@@ -200,7 +217,7 @@ make_dev(const int *devfd, uint64_t shm)
 	for (size_t i = 0; i < sizeof(devices) / sizeof(devices[0]); i++) {
 		char path[32];
 		snprintf(path, sizeof(path), "/dev/%s", devices[i]);
-		if (devfd[i] >= 0 && bind_at(devfd[i], path, false, true) < 0)
+		if (devfd[i] >= 0 && bind_raw(devfd[i], path, false) < 0)
 			return -1;
 	}
 	mkdirs(staged(dst, "/dev/pts"));

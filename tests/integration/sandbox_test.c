@@ -1610,3 +1610,122 @@ Test(sandbox, files_planted_in_the_workspace_change_nothing, .fini = priv_box_st
 	free(ws);
 	free(planter);
 }
+
+/* Whether name is the first component of a path in the colon-separated list env names. */
+static bool
+first_component_of(const char *name, const char *env)
+{
+	const char *list = getenv(env);
+	char *copy = list ? strdup(list) : NULL, *save = NULL;
+	bool yes = false;
+
+	for (char *p = copy ? strtok_r(copy, ":", &save) : NULL; p && !yes;
+	     p = strtok_r(NULL, ":", &save)) {
+		char real[PATH_MAX];
+		for (int i = 0; i < 2 && !yes; i++) {
+			const char *path = i ? (realpath(p, real) ? real : "") : p;
+			size_t n = strlen(name);
+			yes = path[0] == '/' && !strncmp(path + 1, name, n) &&
+			      (path[n + 1] == '/' || !path[n + 1]);
+		}
+	}
+	free(copy);
+	return yes;
+}
+
+/*
+ * The box's view is a short list one can read: its root holds the system
+ * (read-only), a private /tmp, /dev, /proc, /home/user, /run/sandcell and the
+ * top directories of the kernel's own files, nothing else of the host: no
+ * /root, /srv, /opt, /mnt, /boot, /sys, no /run/lock, no /dev/mqueue.
+ */
+Test(sandbox, the_box_shows_its_short_list_and_nothing_else, .timeout = 60)
+{
+	static const char *const system[] = {"bin", "dev", "etc", "home", "lib", "lib32", "lib64",
+					     "libx32", "proc", "run", "sbin", "tmp", "usr", "var"};
+	char *id = context_new(URL, "python", NULL);
+
+	cr_assert_not_null(id);
+	char *out = run_stdout(URL, id, "import os\n"
+				  "print(' '.join(sorted(os.listdir('/'))))\n"
+				  "print(' '.join(sorted(os.listdir('/dev'))))\n"
+				  "print(os.listdir('/run'), os.listdir('/home'), os.listdir('/var'),\n"
+				  "      os.path.lexists('/run/lock'), os.path.lexists('/dev/mqueue'))");
+	cr_assert_not_null(out);
+	char *dev = strchr(out, '\n'), *rest = dev ? strchr(dev + 1, '\n') : NULL;
+	cr_assert(dev && rest, "%s", out);
+	*dev++ = '\0';
+	*rest++ = '\0';
+	char *save = NULL;
+	for (char *e = strtok_r(out, " ", &save); e; e = strtok_r(NULL, " ", &save)) {
+		bool listed = false;
+		for (size_t i = 0; i < sizeof(system) / sizeof(system[0]); i++)
+			listed = listed || !strcmp(e, system[i]);
+		/* the kernelspecs', the profile's and sandcell's own dirs, at their host paths */
+		listed = listed || first_component_of(e, "JUPYTER_PATH") ||
+			 first_component_of(e, "SANDCELL_PYTHON_STARTUP") ||
+			 first_component_of(e, "SANDCELL_BIN");
+		cr_expect(listed, "/%s is in the box", e);
+	}
+	cr_expect_str_eq(dev, "fd full null ptmx pts random shm stderr stdin stdout tty urandom zero");
+	cr_expect_str_eq(rest, "['sandcell'] ['user'] ['tmp'] False False\n");
+	free(out);
+	free(id);
+}
+
+/*
+ * A memory limit by default: a quarter of the machine, said at start and
+ * shown in GET /contexts/{id}. A context that goes past it is killed alone
+ * and told why, its kernel restarted; a neighbour's execution runs on.
+ */
+Test(sandbox, a_context_past_its_default_memory_limit_is_killed_alone, .fini = priv_box_stop,
+     .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "0", NULL};
+	char code[512], said[128];
+	long long total = 0;
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	cr_assert(f && fscanf(f, "MemTotal: %lld kB", &total) == 1);
+	fclose(f);
+	total <<= 10;
+	cr_assert_eq(broker_start(&priv_box, args), 0);
+	const char *url = priv_box.b_url;
+	char *hog = context_new(url, "python", NULL), *nb = context_new(url, "python", NULL);
+	cr_assert(hog && nb);
+	json_t *j = context_get(url, hog);
+	long long limit =
+		json_integer_value(json_object_get(json_object_get(j, "sandbox"), "memory_bytes"));
+	json_decref(j);
+	cr_assert(limit >= 256ll << 20 && limit <= total / 4, "limit %lld of %lld", limit, total);
+	char *log = broker_log(&priv_box);
+	snprintf(said, sizeof(said), "each context may use %lld MiB", limit >> 20);
+	cr_expect(strstr(log, said), "the start-up log does not say '%s'", said);
+	free(log);
+
+	struct bg n = {.base = url, .ctx = nb, .timeout_ms = 120000};
+	n.code = "import time\nfor i in range(20):\n    print(i, flush=True)\n    time.sleep(0.25)\n"
+		 "print('done')";
+	bg_start(&n);
+	cr_assert_eq(bg_wait_stdout(&n, 30000), 0, "the neighbour never started");
+	/* past the limit by 512 MiB, 64 MiB at a time, each page written */
+	snprintf(code, sizeof(code),
+		 "import mmap\nm = mmap.mmap(-1, %lld)\nc = b'x' * (64 << 20)\n"
+		 "while m.tell() + len(c) <= len(m):\n    m.write(c)\nprint('not stopped')",
+		 limit + (512ll << 20));
+	json_t *l = run(url, hog, code);
+	cr_expect_str_eq(error_name(l), "KernelDied", "%s", error_value(l));
+	cr_expect(strstr(error_value(l), "out of memory"), "%s", error_value(l));
+	json_decref(l);
+	bg_join(&n);
+	char *out = stdout_of(n.lines);
+	cr_expect(out && strstr(out, "19\ndone\n"), "the neighbour: %s", out ? out : "(nothing)");
+	cr_expect_str_eq(error_name(n.lines), "(none)");
+	free(out);
+	json_decref(n.lines);
+	out = run_stdout(url, hog, "print('alive')");
+	cr_expect_str_eq(out, "alive\n", "the hog's context after the kill");
+	free(out);
+	free(hog);
+	free(nb);
+}
