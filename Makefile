@@ -39,7 +39,7 @@ PROGS = $(BIN)/sandcell-broker $(BIN)/sandcell-proxy $(BIN)/sandcellctl $(BIN)/l
 # loads it with ctypes: the same sources as the proxy's, built position-independent.
 BOXLIB_SRC = proxy/boxlib.c proxy/hotpages.c proxy/sandbox.c proxy/boxroot.c proxy/boxinit.c \
              proxy/filter.c proxy/limits.c lib/boxview.c \
-             lib/util.c
+             lib/util.c lib/wsdisk.c
 UNIT_TESTS = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
 INTEG_TESTS = $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/*_test.c))
 

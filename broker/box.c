@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pwd.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -365,13 +366,18 @@ box_kernel_uid(const struct context *c)
 	return c && c->c_uid ? c->c_uid : box_uid();
 }
 
-/* A stop that ended every context: the shared uids are no longer ours. */
+/*
+ * A stop that ended every context: the shared uids are no longer ours, nor
+ * is the shared workspace's mount (its image stays, with what it holds).
+ */
 void
 box_release(void)
 {
 	uid_release(shared_uid, shared_lease);
 	uid_release(shared_net_uid, shared_net_lease);
 	shared_lease = shared_net_lease = -1;
+	if (sv.sv_cf.cf_sandbox && !sv.sv_cf.cf_isolated && sv.sv_cf.cf_workspace_size)
+		wsdisk_unmount(sv.sv_cf.cf_cwd, false);
 }
 
 /*
@@ -407,6 +413,55 @@ box_workspace(void)
 	return dir;
 }
 
+/*
+ * The workspace's size bound (lib/wsdisk.c): by default a quarter of the
+ * space free where it is at start. Shared isolation: the server's workspace
+ * gets its filesystem now; --isolation context: each context's, made by its
+ * proxy (box_args). Root only; where it cannot be, said, and none.
+ */
+void
+box_bound_workspace(void)
+{
+	struct server_config *cf = &sv.sv_cf;
+	char err[512];
+	int rc;
+
+	if (!cf->cf_sandbox || (cf->cf_workspace_size_set && !cf->cf_workspace_size))
+		return;
+	if (geteuid() != 0) {
+		if (cf->cf_workspace_size_set)
+			log_warn("--workspace-size: a workspace has a size bound only when the "
+				 "broker is root (a loop-mounted filesystem): none");
+		cf->cf_workspace_size = 0;
+		return;
+	}
+	if (!cf->cf_workspace_size_set)
+		cf->cf_workspace_size = (wsdisk_free(cf->cf_cwd) / 4) & ~((1ull << 20) - 1);
+	if (cf->cf_workspace_size < (16u << 20)) {
+		log_warn("workspace %s: %llu MiB free, too little for a size bound of a quarter: "
+			 "none", cf->cf_cwd, (unsigned long long)(wsdisk_free(cf->cf_cwd) >> 20));
+		cf->cf_workspace_size = 0;
+		return;
+	}
+	if (cf->cf_isolated) {
+		log_info("sandbox: each context's workspace may hold %llu MiB (a filesystem of its "
+			 "own); --workspace-size changes it, 0 lifts it",
+			 (unsigned long long)(cf->cf_workspace_size >> 20));
+		return;
+	}
+	uid_t uid = box_kernel_uid(NULL);
+	struct passwd *pw = cf->cf_kernel_user ? getpwnam(cf->cf_kernel_user) : NULL;
+	if ((rc = wsdisk_mount(cf->cf_cwd, cf->cf_workspace_size, uid, pw ? pw->pw_gid : uid, 0755,
+			       err, sizeof(err))) < 0) {
+		log_warn("workspace %s: no size bound: %s", cf->cf_cwd, err);
+		cf->cf_workspace_size = 0;
+		return;
+	}
+	log_info("sandbox: the workspace %s may hold %llu MiB (a filesystem of its own, %s.img); "
+		 "--workspace-size changes it, 0 lifts it",
+		 cf->cf_cwd, (unsigned long long)(cf->cf_workspace_size >> 20), cf->cf_cwd);
+}
+
 /* Whether each context gets a uid of its own (box_isolate). */
 bool
 box_isolates(void)
@@ -430,6 +485,14 @@ box_isolate(struct context *c, char *err, size_t errsz)
 	    (boxes_use_the_range() && !(c->c_net_uid = lease_one("net", false, &c->c_net_lease)))) {
 		snprintf(err, errsz, "no free uid in --kernel-uid-range %s", sv.sv_cf.cf_uid_range);
 		return -EAGAIN;
+	}
+	/* its filesystem's image takes the host's disk as it fills: room for a full one */
+	uint64_t room = wsdisk_free(sv.sv_cf.cf_cwd);
+	if (room < sv.sv_cf.cf_workspace_size) {
+		snprintf(err, errsz, "no room for another workspace of %llu MiB: %llu MiB free",
+			 (unsigned long long)(sv.sv_cf.cf_workspace_size >> 20),
+			 (unsigned long long)(room >> 20));
+		return -ENOSPC;
 	}
 	char *ws = xasprintf("%s/%s", sv.sv_cf.cf_cwd, c->c_id);
 	if (mkdir(ws, 0700) < 0 || chown(ws, c->c_uid, c->c_uid) < 0) {
@@ -476,6 +539,12 @@ box_args(struct context *c, const char **argv, int *n)
 	}
 	if (c->c_workspace)
 		argv[(*n)++] = "--own-workspace";
+	if (sv.sv_cf.cf_workspace_size) { /* an own one's (its proxy makes it), or shown */
+		static char size[24];
+		snprintf(size, sizeof(size), "%llu", (unsigned long long)sv.sv_cf.cf_workspace_size);
+		argv[(*n)++] = "--workspace-size";
+		argv[(*n)++] = size;
+	}
 	argv[(*n)++] = "--workspace";
 	argv[(*n)++] = box_workspace_of(c);
 	if (sv.sv_cf.cf_token_file) {

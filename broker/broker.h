@@ -217,6 +217,8 @@ struct server_config {
 	bool cf_template;       /* Python kernels forked from a template (off: --no-template) */
 	bool cf_isolated;       /* --isolation context */
 	const char *cf_uid_range, *cf_kernel_network, *cf_kernel_pids, *cf_kernel_tmp;
+	uint64_t cf_workspace_size; /* a workspace's size bound (wsdisk.c); 0: none */
+	bool cf_workspace_size_set; /* given (--workspace-size), not the default */
 	struct pool_spec cf_pool[8]; /* --pool (each one's ps_retry_at is pool.c's) */
 	size_t cf_npool;
 	unsigned char cf_token_hash[32]; /* BLAKE2b of the access token */
@@ -494,6 +496,7 @@ const char *box_workspace_of(const struct context *c);
 const char *box_default_cwd(void);
 bool box_isolates(void);
 const char *box_workspace(void);
+void box_bound_workspace(void);
 int box_isolate(struct context *c, char *err, size_t errsz);
 void box_args(struct context *c, const char **argv, int *n);
 json_t *box_json(const char *slot);

@@ -95,6 +95,10 @@ usage(void)
 		"  --kernel-pids N         processes per context (default 1024; 0: none)\n"
 		"  --kernel-tmp-size SIZE  size of each context's private /tmp (default\n"
 		"                          512M)\n"
+		"  --workspace-size SIZE   the workspace's size bound, a filesystem of its\n"
+		"                          own (shared: the server's; --isolation context:\n"
+		"                          each context's; default a quarter of the space\n"
+		"                          free at start; 0: none)\n"
 		"  --heartbeat-timeout DURATION  an idle kernel that answers no heartbeat\n"
 		"                          for DURATION is restarted (default 20; a busy\n"
 		"                          one is dead only when its process is stopped)\n"
@@ -268,6 +272,7 @@ main(int argc, char **argv)
 		{"kernel-network", required_argument, NULL, 'N'},
 		{"kernel-pids", required_argument, NULL, 'P'},
 		{"kernel-tmp-size", required_argument, NULL, 'Z'},
+		{"workspace-size", required_argument, NULL, 'K'},
 		{"pool", required_argument, NULL, 'W'},
 		{"interrupt-retry", required_argument, NULL, 'I'},
 		{"interrupt-grace", required_argument, NULL, 'J'},
@@ -452,6 +457,14 @@ main(int argc, char **argv)
 					   "a size of at least 1M, such as 512M or 2G");
 			sv.sv_cf.cf_kernel_tmp = xasprintf("%llu", (unsigned long long)v);
 			break;
+		case 'K':
+			if ((rc = parse_size(optarg, UINT64_MAX, &v)) < 0 ||
+			    (rc = !v || v >= (16u << 20) ? 0 : -ERANGE))
+				parse_fail("sandcell-broker", origin, optarg, rc,
+					   "a size of at least 16M, such as 4G, or 0 for none");
+			sv.sv_cf.cf_workspace_size = v;
+			sv.sv_cf.cf_workspace_size_set = true;
+			break;
 		case 'X':
 			if ((rc = parse_size(optarg, UINT64_MAX, &v)) < 0 || (rc = v ? 0 : -ERANGE))
 				parse_fail("sandcell-broker", origin, optarg, rc,
@@ -561,6 +574,7 @@ main(int argc, char **argv)
 	bool cwd_given = sv.sv_cf.cf_cwd;
 	if (!sv.sv_cf.cf_cwd)
 		sv.sv_cf.cf_cwd = sv.sv_cf.cf_sandbox ? box_workspace() : config_default_cwd();
+	box_bound_workspace();
 	if (cwd_check(sv.sv_cf.cf_cwd, box_isolates() ? (uid_t)-1 : box_kernel_uid(NULL), err,
 		      sizeof(err)) < 0) {
 		log_err("%s %s: %s%s", cwd_given ? "--cwd" : "default cwd", sv.sv_cf.cf_cwd, err,

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* kspec.c */
 struct kspec {
@@ -41,6 +42,15 @@ int lang_normalise(const char *in, char *out, size_t outsz);
 extern const char *const boxview_system[];
 bool boxview_is_system(const char *path);
 int boxview_host_path(const char *workspace, const char *path, char *out, size_t outsz);
+
+/* wsdisk.c */
+bool wsdisk_mounted(const char *dir);
+uint64_t wsdisk_free(const char *path);
+/* dir's own filesystem of size bytes (its image made the first time), its
+ * root uid:gid's and mode; 0, or -errno and why in err. */
+int wsdisk_mount(const char *dir, uint64_t size, uid_t uid, gid_t gid, mode_t mode, char *err,
+		 size_t errsz);
+void wsdisk_unmount(const char *dir, bool remove_image);
 
 /* optenv.c */
 struct optenv {

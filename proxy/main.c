@@ -268,6 +268,7 @@ usage(void)
 			"       [--interrupt-grace MS] [--heartbeat-timeout MS] [--sandbox\n"
 			"       [--uid-range A-B] [--isolation shared|context] [--network host|none]\n"
 			"       [--pids N] [--tmp-size BYTES] [--uid UID] [--own-workspace]\n"
+			"       [--workspace-size BYTES]\n"
 			"       [--template SOCKET [--template-wait MS]]]\n"
 			"       [--max-starting N] [--log-level LEVEL]\n");
 	exit(2);
@@ -535,6 +536,7 @@ main(int argc, char **argv)
 		{"tmp-size", required_argument, NULL, 'T'},
 		{"uid", required_argument, NULL, 'U'},
 		{"own-workspace", no_argument, NULL, 'W'},
+		{"workspace-size", required_argument, NULL, 'K'},
 		{"workspace", required_argument, NULL, 'w'},
 		{"net-uid", required_argument, NULL, 'n'},
 		{"hide", required_argument, NULL, 'h'},
@@ -604,6 +606,7 @@ main(int argc, char **argv)
 		case 'T': px.px_box.bx_tmp_size = strtoull(optarg, NULL, 10); break;
 		case 'U': uid_arg = strtoul(optarg, NULL, 10); break;
 		case 'W': px.px_box.bx_own_ws = true; break;
+		case 'K': px.px_box.bx_ws_size = strtoull(optarg, NULL, 10); break;
 		case 'w': px.px_box.bx_workspace = optarg; break;
 		case 'n': px.px_box.bx_net_uid = strtoul(optarg, NULL, 10); break;
 		case 'h': px.px_box.bx_hide = optarg; break;

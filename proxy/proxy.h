@@ -170,6 +170,8 @@ struct box {
 	int bx_nbinds;
 	char *bx_hide;        /* a host file covered with an empty one (the token), or NULL */
 	uint64_t bx_tmp_size; /* /tmp, /var/tmp, /dev/shm: tmpfs of this size */
+	uint64_t bx_ws_size;  /* the workspace's size bound (lib/wsdisk.c; the proxy makes an
+			       * own one's filesystem, the broker the shared one's); 0: none */
 
 	/* its network (boxnet.c) */
 	enum box_net bx_net;

@@ -136,6 +136,16 @@ sandbox_init(struct proxy *px)
 	}
 	if (!bx->bx_tmp_size)
 		bx->bx_tmp_size = 512ull << 20;
+	/* its own workspace, a filesystem of its own (made once: a respawn finds it mounted) */
+	if (bx->bx_own_ws && bx->bx_ws_size) {
+		char err[512];
+		if (wsdisk_mount(bx->bx_workspace, bx->bx_ws_size, bx->bx_uid, bx->bx_gid, 0700, err,
+				 sizeof(err)) < 0) {
+			log_warn("context %s: workspace %s: no size bound: %s", px->px_id,
+				 bx->bx_workspace, err);
+			bx->bx_ws_size = 0;
+		}
+	}
 	sandbox_binds(px);
 	log_info("context %s: sandbox: uid %u%s, isolation %s, network %s, pids %llu, "
 		 "memory %llu, tmp %llu, workspace %s",
@@ -463,9 +473,12 @@ sandbox_cleanup(struct proxy *px)
 	struct box *bx = &px->px_box;
 
 	limits_cleanup(bx);
-	/* an own workspace (--isolation context) ends with its context */
-	if (bx->bx_own_ws && px->px_shutdown && rm_rf(bx->bx_workspace) < 0)
-		log_warn("context %s: remove workspace %s", px->px_id, bx->bx_workspace);
+	/* an own workspace (--isolation context) ends with its context, its image too */
+	if (bx->bx_own_ws && px->px_shutdown) {
+		wsdisk_unmount(bx->bx_workspace, true);
+		if (rm_rf(bx->bx_workspace) < 0)
+			log_warn("context %s: remove workspace %s", px->px_id, bx->bx_workspace);
+	}
 }
 
 /* What GET /contexts/{id} shows of the box (state.json). */
@@ -475,7 +488,8 @@ sandbox_json(const struct box *bx)
 	if (!bx->bx_on)
 		return json_pack("{s:b, s:I, s:I}", "enabled", 0, "memory_bytes",
 				 (json_int_t)bx->bx_mem, "cpu_seconds", (json_int_t)bx->bx_cpu);
-	return json_pack("{s:b, s:i, s:i, s:i, s:b, s:s, s:s, s:s, s:I, s:I, s:I, s:I}", "enabled",
+	return json_pack("{s:b, s:i, s:i, s:i, s:b, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I}",
+			 "enabled",
 			 1, "uid", (int)(bx->bx_userns ? bx->bx_inuid : bx->bx_uid), "host_uid",
 			 (int)(bx->bx_userns ? geteuid() : bx->bx_uid), "net_uid",
 			 (int)bx->bx_net_uid, "user_namespace",
@@ -483,5 +497,5 @@ sandbox_json(const struct box *bx)
 			 "network", bx->bx_net == BOX_NET_NONE ? "none" : "outbound", "workspace",
 			 bx->bx_workspace, "pids_max", (json_int_t)bx->bx_pids, "memory_bytes",
 			 (json_int_t)bx->bx_mem, "cpu_seconds", (json_int_t)bx->bx_cpu, "tmp_bytes",
-			 (json_int_t)bx->bx_tmp_size);
+			 (json_int_t)bx->bx_tmp_size, "workspace_bytes", (json_int_t)bx->bx_ws_size);
 }

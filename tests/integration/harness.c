@@ -771,9 +771,12 @@ broker_stop(struct broker *b)
 	if (b->b_run_dir[0])
 		broker_kill_proxies(b->b_run_dir); /* whatever a test left running */
 	if (b->b_run_dir[0]) {
-		char cmd[300];
-		/* and the sandbox's default workspace beside it */
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s.work'", b->b_run_dir, b->b_run_dir);
+		char cmd[600];
+		/* and the sandbox's default workspace beside it, its filesystem and image */
+		snprintf(cmd, sizeof(cmd), "%s.work", b->b_run_dir);
+		harness_unmount_below(cmd);
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s.work' '%s.work.img'", b->b_run_dir,
+			 b->b_run_dir, b->b_run_dir);
 		if (system(cmd) != 0)
 			fprintf(stderr, "could not remove %s\n", b->b_run_dir);
 		if (sanitizer_reports(b->b_log)) {

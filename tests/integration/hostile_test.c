@@ -873,8 +873,9 @@ Test(hostile, a_bad_cwd_is_named_only_when_the_client_sent_it, .fini = priv_stop
 {
 	char dflt[] = "/tmp/sandcell-cwd-XXXXXX", closed[64];
 	bool root = geteuid() == 0 && getpwnam("nobody");
-	const char *args[] = {"--no-default-context", "--pool", "0", "--cwd", dflt,
-			      root ? "--kernel-user" : NULL, "nobody", NULL};
+	/* a plain directory (no filesystem of its own): the test removes it under the broker */
+	const char *args[] = {"--no-default-context", "--pool", "0", "--workspace-size", "0",
+			      "--cwd", dflt, root ? "--kernel-user" : NULL, "nobody", NULL};
 	struct resp r;
 
 	cr_assert_not_null(mkdtemp(dflt));

@@ -23,6 +23,7 @@
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1728,4 +1729,85 @@ Test(sandbox, a_context_past_its_default_memory_limit_is_killed_alone, .fini = p
 	free(out);
 	free(hog);
 	free(nb);
+}
+
+/* The bytes free for files where path is. */
+static long long
+free_bytes(const char *path)
+{
+	struct statvfs v;
+
+	return statvfs(path, &v) == 0 ? (long long)v.f_bavail * (long long)v.f_frsize : -1;
+}
+
+/* bash code: a GiB written into the cwd, what dd said first (its error), the file removed. */
+#define FILL_GIB "dd if=/dev/zero of=fill bs=1M count=1024 2>&1 | head -n 1; rm -f fill"
+
+/*
+ * The workspace has a size bound, a filesystem of its own: under
+ * --isolation context each context's. Filling one is ENOSPC for that
+ * context: the host lost at most the bound, a neighbour still writes to
+ * its own. A deleted context's filesystem and image go with it.
+ */
+Test(sandbox, filling_a_contexts_workspace_is_enospc_for_it_alone, .fini = priv_box_stop,
+     .timeout = 180)
+{
+	const char *args[] = {"--no-default-context", "--pool", "0", "--isolation", "context",
+			      "--workspace-size", "64M", NULL};
+	char img[PATH_MAX + 8];
+
+	cr_assert_eq(broker_start(&priv_box, args), 0);
+	const char *url = priv_box.b_url;
+	char *a = context_new(url, "bash", NULL), *v = context_new(url, "python", NULL);
+	cr_assert(a && v);
+	char *ws = context_host_cwd(url, a);
+	cr_assert_not_null(ws);
+	json_t *j = context_get(url, a);
+	cr_expect_eq(json_integer_value(
+			     json_object_get(json_object_get(j, "sandbox"), "workspace_bytes")),
+		     64 << 20);
+	json_decref(j);
+	long long before = free_bytes(priv_box.b_run_dir);
+	char *out = run_stdout(url, a, FILL_GIB);
+	long long lost = before - free_bytes(priv_box.b_run_dir);
+	cr_expect(out && strstr(out, "No space left on device"), "dd: %s", out ? out : "");
+	free(out);
+	/* (others write to this disk too: a GiB unbounded, the bound's 64 MiB bounded) */
+	cr_expect(lost < 512ll << 20, "the host lost %lld MiB", lost >> 20);
+	out = run_stdout(url, v, "open('mine', 'w').write('x' * (1 << 20))\nprint('written')");
+	cr_expect_str_eq(out, "written\n", "the neighbour's workspace: %s", out ? out : "");
+	free(out);
+	snprintf(img, sizeof(img), "%s.img", ws);
+	cr_assert_eq(access(img, F_OK), 0, "no image %s", img);
+	cr_assert_eq(context_delete(url, a), 0);
+	cr_expect_eq(wait_until(path_gone, img, 10000), 0, "a deleted context's image is left");
+	cr_expect_eq(wait_until(path_gone, ws, 10000), 0, "a deleted context's workspace is left");
+	free(ws);
+	free(a);
+	free(v);
+}
+
+/* Shared isolation: one bound for the server's workspace, the same for every context. */
+Test(sandbox, filling_the_shared_workspace_is_enospc_not_a_full_disk, .fini = priv_box_stop,
+     .timeout = 180)
+{
+	const char *args[] = {"--no-default-context", "--pool", "0", "--workspace-size", "64M",
+			      NULL};
+
+	cr_assert_eq(broker_start(&priv_box, args), 0);
+	const char *url = priv_box.b_url;
+	char *a = context_new(url, "bash", NULL), *b = context_new(url, "python", NULL);
+	cr_assert(a && b);
+	long long before = free_bytes(priv_box.b_run_dir);
+	char *out = run_stdout(url, a, FILL_GIB);
+	long long lost = before - free_bytes(priv_box.b_run_dir);
+	cr_expect(out && strstr(out, "No space left on device"), "dd: %s", out ? out : "");
+	free(out);
+	cr_expect(lost < 512ll << 20, "the host lost %lld MiB", lost >> 20);
+	/* the other context shares it: full while the fill is there, not after */
+	out = run_stdout(url, b, "open('after', 'w').write('x' * (1 << 20))\nprint('written')");
+	cr_expect_str_eq(out, "written\n", "%s", out ? out : "");
+	free(out);
+	free(a);
+	free(b);
 }

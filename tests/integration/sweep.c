@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -147,10 +148,52 @@ remove_leases(const char *dir)
 	return removed;
 }
 
+/* mountinfo's fifth field (the mount point), its \ooo escapes undone, into out. */
+static bool
+mount_point(const char *line, char *out, size_t len)
+{
+	const char *f = line;
+	size_t k = 0;
+
+	for (int i = 0; i < 4 && f; i++)
+		f = strchr(f, ' ') ? strchr(f, ' ') + 1 : NULL;
+	for (; f && *f && *f != ' ' && k + 1 < len; f++)
+		if (f[0] == '\\' && f[1] && f[2] && f[3]) {
+			out[k++] = (char)((f[1] - '0') * 64 + (f[2] - '0') * 8 + (f[3] - '0'));
+			f += 3;
+		} else {
+			out[k++] = *f;
+		}
+	out[k] = '\0';
+	return f && k;
+}
+
+int
+harness_unmount_below(const char *dir)
+{
+	char line[PATH_MAX * 2], point[PATH_MAX], *points[256];
+	size_t n = strlen(dir), np = 0;
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+	int done = 0;
+
+	while (f && np < 256 && fgets(line, sizeof(line), f))
+		if (mount_point(line, point, sizeof(point)) && !strncmp(point, dir, n) &&
+		    (!point[n] || point[n] == '/'))
+			points[np++] = strdup(point);
+	if (f)
+		fclose(f);
+	/* the deepest first: a context's workspace under the server's */
+	for (size_t i = np; i-- > 0;) {
+		done += umount2(points[i], MNT_DETACH) == 0;
+		free(points[i]);
+	}
+	return done;
+}
+
 static void
 sweep_one(const char *dir)
 {
-	char ctx[PATH_MAX + 8], cmd[PATH_MAX * 2 + 32];
+	char ctx[PATH_MAX + 8], cmd[PATH_MAX * 3 + 48];
 	int procs, cgroups = 0, leases;
 	struct dirent *de;
 	DIR *d;
@@ -164,10 +207,13 @@ sweep_one(const char *dir)
 		closedir(d);
 	}
 	leases = remove_leases(dir);
-	if (procs || cgroups || leases)
-		fprintf(stderr, "sweep: %s was left: %d processes killed, %d cgroups and %d lease "
-			"files removed\n", dir, procs, cgroups, leases);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s.work'", dir, dir);
+	snprintf(ctx, sizeof(ctx), "%s.work", dir);
+	int mounts = harness_unmount_below(ctx);
+	if (procs || cgroups || leases || mounts)
+		fprintf(stderr, "sweep: %s was left: %d processes killed, %d cgroups, %d lease "
+			"files and %d workspace mounts removed\n", dir, procs, cgroups, leases,
+			mounts);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s.work' '%s.work.img'", dir, dir, dir);
 	if (system(cmd) != 0)
 		fprintf(stderr, "sweep: could not remove %s\n", dir);
 }
