@@ -473,10 +473,11 @@ sandbox_cleanup(struct proxy *px)
 	struct box *bx = &px->px_box;
 
 	limits_cleanup(bx);
-	/* an own workspace (--isolation context) ends with its context, its image too */
-	if (bx->bx_own_ws && px->px_shutdown) {
-		wsdisk_unmount(bx->bx_workspace, true);
-		if (rm_rf(bx->bx_workspace) < 0)
+	/* an own workspace (--isolation context) is unmounted when we end (its image
+	 * kept, as the broker's stop keeps the directory), gone with its context */
+	if (bx->bx_own_ws) {
+		wsdisk_unmount(bx->bx_workspace, px->px_shutdown);
+		if (px->px_shutdown && rm_rf(bx->bx_workspace) < 0)
 			log_warn("context %s: remove workspace %s", px->px_id, bx->bx_workspace);
 	}
 }

@@ -1811,3 +1811,43 @@ Test(sandbox, filling_the_shared_workspace_is_enospc_not_a_full_disk, .fini = pr
 	free(a);
 	free(b);
 }
+
+/*
+ * Under --isolation context, an operator's world-writable --cwd and a cwd two
+ * contexts both ask for (/tmp, /home/user) are each context's own: what one
+ * writes there the other does not see.
+ */
+Test(sandbox, a_cwd_two_isolated_contexts_share_by_name_is_private_to_each,
+     .fini = priv_box_stop, .timeout = 180)
+{
+	char dir[] = "/tmp/sandcell-open-XXXXXX";
+	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_eq(chmod(dir, 0777), 0);
+	const char *args[] = {"--no-default-context", "--pool", "0", "--isolation", "context",
+			      "--cwd", dir, NULL};
+	const char *cwds[] = {"/tmp", "/home/user"};
+
+	cr_assert_eq(broker_start(&priv_box, args), 0);
+	for (size_t i = 0; i < 2; i++) {
+		char *a = context_new(priv_box.b_url, "python", cwds[i]);
+		char *b = context_new(priv_box.b_url, "python", cwds[i]);
+		cr_assert(a && b);
+		char *out = run_stdout(priv_box.b_url, a,
+				       "import os\nopen('secret', 'w').write('a')\nprint(os.getcwd())");
+		char want[64];
+		snprintf(want, sizeof(want), "%s\n", cwds[i]);
+		cr_expect_str_eq(out, want);
+		free(out);
+		out = run_stdout(priv_box.b_url, b,
+				 "import os\nprint(os.getcwd(), os.path.exists('secret'))");
+		snprintf(want, sizeof(want), "%s False\n", cwds[i]);
+		cr_expect_str_eq(out, want, "%s is shared", cwds[i]);
+		free(out);
+		free(a);
+		free(b);
+	}
+	broker_stop(&priv_box);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	cr_assert_eq(system(cmd), 0);
+}
