@@ -5,7 +5,9 @@
  * once and the connection is closed, where MHD would close without a word or
  * wait for the header timeout, and so does a head whose framing is bad
  * (frame_head), which MHD would misread. One from code in a context
- * (box_peer_is_context) gets a 403 instead.
+ * (box_peer_is_context) gets a 403 instead. A connection handed over keeps
+ * its accept time until MHD reports it started (accept_since), whenever MHD
+ * does: its header timeout runs from the accept.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,6 +35,9 @@ struct pending {
 	bool pd_context; /* from code in a context: answered 403 (box_peer_is_context) */
 	struct evsrc pd_ev;
 };
+
+/* Handed to MHD, not yet reported started (on_connection): newest last. */
+static struct pendq accept_handed = TAILQ_HEAD_INITIALIZER(accept_handed);
 
 /*
  * Whether b[0..n) can start an HTTP request line: 1 once a method, a space
@@ -308,21 +313,43 @@ accept_sniff(struct pending *pd, uint32_t events)
 	/* a head cut short, or over MHD's limit, is MHD's to answer */
 	if (verdict == 0 && !ended && (size_t)n < sizeof(b))
 		return;
-	server_unwatch(pd->pd_fd);
+	/* pd goes when MHD reports the connection started: before it returns, or later */
+	int fd = pd->pd_fd;
+	struct sockaddr_storage addr = pd->pd_addr;
+	socklen_t addrlen = pd->pd_addrlen;
+	server_unwatch(fd);
 	TAILQ_REMOVE(&sv.sv_tb.tb_pending, pd, pd_link);
 	sv.sv_tb.tb_npending--;
+	TAILQ_INSERT_TAIL(&accept_handed, pd, pd_link);
 	/* MHD owns the socket from here, and closes it if it cannot take it */
-	if (MHD_add_connection(sv.sv_io.io_mhd, pd->pd_fd, (struct sockaddr *)&pd->pd_addr,
-			       pd->pd_addrlen) != MHD_YES) {
+	if (MHD_add_connection(sv.sv_io.io_mhd, fd, (struct sockaddr *)&addr, addrlen) !=
+	    MHD_YES) {
 		log_warn("http: could not take a connection: %s", strerror(errno));
-	} else {
-		/* its header timeout runs from the accept, not from the hand-over */
-		struct conn *cn = TAILQ_LAST(&sv.sv_tb.tb_conns, connq);
-		if (cn && cn->cn_fd == pd->pd_fd)
-			cn->cn_since = pd->pd_since;
+		accept_since(fd); /* forgets it */
 	}
 	sv.sv_lc.lc_mhd_kick = true;
+}
+
+/*
+ * When the connection on fd, which MHD reports started, was accepted: its
+ * header timeout runs from then, not from the hand-over. Now for one that
+ * was not handed over here.
+ */
+uint64_t
+accept_since(int fd)
+{
+	struct pending *pd;
+	uint64_t since;
+
+	TAILQ_FOREACH_REVERSE(pd, &accept_handed, pendq, pd_link)
+		if (pd->pd_fd == fd)
+			break;
+	if (!pd)
+		return now_ms();
+	since = pd->pd_since;
+	TAILQ_REMOVE(&accept_handed, pd, pd_link);
 	free(pd);
+	return since;
 }
 
 /* A connection that sent no request line within the header timeout is closed. */
@@ -336,15 +363,29 @@ accept_tick(uint64_t now)
 		if (now > pd->pd_since + sv.sv_cf.cf_header_timeout * 1000ull)
 			pending_close(pd);
 	}
+	/* one MHD never reported: its fd may be another connection's by now */
+	for (pd = TAILQ_FIRST(&accept_handed); pd; pd = next) {
+		next = TAILQ_NEXT(pd, pd_link);
+		if (now > pd->pd_since + sv.sv_cf.cf_header_timeout * 1000ull) {
+			TAILQ_REMOVE(&accept_handed, pd, pd_link);
+			free(pd);
+		}
+	}
 }
 
 void
 accept_stop(void)
 {
+	struct pending *pd;
+
 	if (sv.sv_io.io_listen_fd <= 0)
 		return;
 	while (!TAILQ_EMPTY(&sv.sv_tb.tb_pending))
 		pending_close(TAILQ_FIRST(&sv.sv_tb.tb_pending));
+	while ((pd = TAILQ_FIRST(&accept_handed))) {
+		TAILQ_REMOVE(&accept_handed, pd, pd_link);
+		free(pd);
+	}
 	server_unwatch(sv.sv_io.io_listen_fd);
 	close(sv.sv_io.io_listen_fd);
 	sv.sv_io.io_listen_fd = -1;

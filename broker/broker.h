@@ -344,6 +344,7 @@ int accept_classify(const char *b, size_t n);
 int accept_listen(const char *where);
 void accept_ready(void);
 void accept_sniff(struct pending *pd, uint32_t events);
+uint64_t accept_since(int fd);
 void accept_tick(uint64_t now);
 void accept_stop(void);
 

@@ -547,7 +547,7 @@ on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
 			MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
 		cn = xcalloc(1, sizeof(*cn));
 		cn->cn_fd = ci ? ci->connect_fd : -1;
-		cn->cn_since = now_ms();
+		cn->cn_since = accept_since(cn->cn_fd); /* its header timeout's start */
 		TAILQ_INSERT_TAIL(&sv.sv_tb.tb_conns, cn, cn_link);
 		sv.sv_tb.tb_nconns++;
 		*socket_context = cn;

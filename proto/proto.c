@@ -746,7 +746,7 @@ mrecv_take(struct mrecv *r)
 	r->mr_paused = false;
 	pthread_mutex_unlock(&r->mr_mu);
 	r->mr_bat = 0;
-	if (resume)
+	if (resume && r->mr_resume)
 		r->mr_resume(r->mr_resume_arg);
 	return r->mr_bn;
 }

@@ -179,14 +179,14 @@ int msg_recv(nng_socket s, struct msg *m, int flags);
  * until the loop's next take of the queue: no pollable pipe, no aio made and
  * freed per message, no receive that finds nothing. A loop that stops taking
  * before NNG_EAGAIN calls mrecv_wake to come back for the rest. mrecv_open
- * feeds it from a socket; a chan feeds it from its stream (mrecv_init,
- * mrecv_put).
+ * feeds it from a socket; a chan's loop feeds it the frames it cut from its
+ * stream (mrecv_init with no resume hook, mrecv_put without a wake).
  */
 #define MRECV_MAX 1024
 struct mrecv {
 	nng_socket mr_sock; /* mrecv_open's socket, and its receive */
 	nng_aio *mr_aio;
-	void (*mr_resume)(void *); /* receives again after a pause */
+	void (*mr_resume)(void *); /* receives again after a pause, or NULL */
 	void *mr_resume_arg;
 	int mr_fd; /* eventfd, for the loop's epoll */
 	pthread_mutex_t mr_mu;
@@ -234,8 +234,8 @@ struct chan {
 	bool ch_pausing;
 	nng_duration ch_backoff;
 	struct mrecv ch_in; /* what came */
-	int ch_fd; /* the fd the loop polls: an epoll set of ch_in's eventfd and
-		    * the connection's socket (received directly, see chan.c) */
+	int ch_fd; /* the fd the loop polls: ch_in's eventfd, which nng's
+		    * callbacks write (see chan.c) */
 	pthread_mutex_t ch_mu; /* guards what follows, and each chan_conn's state */
 	nng_stream *ch_pending; /* accepted or dialed: the loop attaches it (chan_next) */
 	struct chan_conn *ch_cur; /* the attached connection, set by the loop */
@@ -254,10 +254,6 @@ void chan_wake(struct chan *ch);
 /* Queues m; order is kept, nothing blocks. No peer: the listener drops it, the dialer keeps it. */
 int chan_send(struct chan *ch, const struct msg *m);
 bool chan_up(struct chan *ch);
-/* On the loop: whether the connection is received directly, on the loop's thread. */
-bool chan_direct(struct chan *ch);
-/* For tests: every connection on nng's callbacks, as when its socket is not certain. */
-extern bool chan_callbacks_only;
 void chan_flush(struct chan *ch, int ms); /* waits up to ms for the queue to be written */
 void chan_close(struct chan *ch);
 
