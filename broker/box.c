@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <pwd.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -449,10 +448,7 @@ box_bound_workspace(void)
 			 (unsigned long long)(cf->cf_workspace_size >> 20));
 		return;
 	}
-	uid_t uid = box_kernel_uid(NULL);
-	struct passwd *pw = cf->cf_kernel_user ? getpwnam(cf->cf_kernel_user) : NULL;
-	if ((rc = wsdisk_mount(cf->cf_cwd, cf->cf_workspace_size, uid, pw ? pw->pw_gid : uid, 0755,
-			       err, sizeof(err))) < 0) {
+	if ((rc = wsdisk_mount(cf->cf_cwd, cf->cf_workspace_size, err, sizeof(err))) < 0) {
 		log_warn("workspace %s: no size bound: %s", cf->cf_cwd, err);
 		cf->cf_workspace_size = 0;
 		return;

@@ -574,13 +574,13 @@ main(int argc, char **argv)
 	bool cwd_given = sv.sv_cf.cf_cwd;
 	if (!sv.sv_cf.cf_cwd)
 		sv.sv_cf.cf_cwd = sv.sv_cf.cf_sandbox ? box_workspace() : config_default_cwd();
-	box_bound_workspace();
 	if (cwd_check(sv.sv_cf.cf_cwd, box_isolates() ? (uid_t)-1 : box_kernel_uid(NULL), err,
 		      sizeof(err)) < 0) {
 		log_err("%s %s: %s%s", cwd_given ? "--cwd" : "default cwd", sv.sv_cf.cf_cwd, err,
 			cwd_given ? "" : "; give one with --cwd DIR");
 		exit(2);
 	}
+	box_bound_workspace(); /* its filesystem's root takes the directory's owner and mode */
 	if (!sv.sv_cf.cf_proxy_bin)
 		sv.sv_cf.cf_proxy_bin = config_proxy_bin();
 	if (!sv.sv_cf.cf_python_startup)

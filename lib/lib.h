@@ -47,9 +47,8 @@ int boxview_host_path(const char *workspace, const char *path, char *out, size_t
 bool wsdisk_mounted(const char *dir);
 uint64_t wsdisk_free(const char *path);
 /* dir's own filesystem of size bytes (its image made the first time), its
- * root uid:gid's and mode; 0, or -errno and why in err. */
-int wsdisk_mount(const char *dir, uint64_t size, uid_t uid, gid_t gid, mode_t mode, char *err,
-		 size_t errsz);
+ * root with dir's owner and mode; 0, or -errno and why in err. */
+int wsdisk_mount(const char *dir, uint64_t size, char *err, size_t errsz);
 void wsdisk_unmount(const char *dir, bool remove_image);
 
 /* optenv.c */

@@ -121,15 +121,19 @@ loop_attach(int img, char *dev, size_t devsz)
 }
 
 int
-wsdisk_mount(const char *dir, uint64_t size, uid_t uid, gid_t gid, mode_t mode, char *err,
-	     size_t errsz)
+wsdisk_mount(const char *dir, uint64_t size, char *err, size_t errsz)
 {
 	char img[PATH_MAX], dev[32];
-	struct stat st;
+	struct stat st, own;
 	int fd = -1, loop = -1, rc = 0;
 
 	if (wsdisk_mounted(dir))
 		return 0; /* kept across a restart of ours */
+	if (stat(dir, &own) < 0) { /* its owner and mode become its filesystem's root's */
+		rc = -errno;
+		snprintf(err, errsz, "%s: %s", dir, strerror(-rc));
+		return rc;
+	}
 	if (snprintf(img, sizeof(img), "%s.img", dir) >= (int)sizeof(img))
 		return -ENAMETOOLONG;
 	if (stat(img, &st) < 0) {
@@ -145,7 +149,7 @@ wsdisk_mount(const char *dir, uint64_t size, uid_t uid, gid_t gid, mode_t mode, 
 			return -ENOSPC;
 		}
 		if ((fd = open(img, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0 ||
-		    ftruncate(fd, (off_t)size) < 0 || (rc = make_fs(img, uid, gid)) < 0) {
+		    ftruncate(fd, (off_t)size) < 0 || (rc = make_fs(img, own.st_uid, own.st_gid)) < 0) {
 			rc = rc ? rc : -errno;
 			snprintf(err, errsz, "image %s: %s", img, strerror(-rc));
 			if (fd >= 0)
@@ -169,7 +173,7 @@ wsdisk_mount(const char *dir, uint64_t size, uid_t uid, gid_t gid, mode_t mode, 
 	}
 	snprintf(img, sizeof(img), "%s/lost+found", dir);
 	rmdir(img); /* e2fsck makes it again if it must */
-	if (chown(dir, uid, gid) < 0 || chmod(dir, mode) < 0) {
+	if (chown(dir, own.st_uid, own.st_gid) < 0 || chmod(dir, own.st_mode & 07777) < 0) {
 		rc = -errno;
 		snprintf(err, errsz, "%s: %s", dir, strerror(-rc));
 		umount2(dir, MNT_DETACH);

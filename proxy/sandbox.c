@@ -139,8 +139,7 @@ sandbox_init(struct proxy *px)
 	/* its own workspace, a filesystem of its own (made once: a respawn finds it mounted) */
 	if (bx->bx_own_ws && bx->bx_ws_size) {
 		char err[512];
-		if (wsdisk_mount(bx->bx_workspace, bx->bx_ws_size, bx->bx_uid, bx->bx_gid, 0700, err,
-				 sizeof(err)) < 0) {
+		if (wsdisk_mount(bx->bx_workspace, bx->bx_ws_size, err, sizeof(err)) < 0) {
 			log_warn("context %s: workspace %s: no size bound: %s", px->px_id,
 				 bx->bx_workspace, err);
 			bx->bx_ws_size = 0;

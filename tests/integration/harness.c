@@ -234,12 +234,33 @@ sink_write(char *p, size_t sz, size_t n, void *arg)
 	return sz * n;
 }
 
+static char access_token[256]; /* harness_access_token's: sent with every request */
+
+void
+harness_access_token(const char *token)
+{
+	snprintf(access_token, sizeof(access_token), "%s", token ? token : "");
+}
+
+static struct curl_slist *
+json_headers(void)
+{
+	struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+	char line[300];
+
+	if (access_token[0]) {
+		snprintf(line, sizeof(line), "X-Access-Token: %s", access_token);
+		h = curl_slist_append(h, line);
+	}
+	return h;
+}
+
 int
 http(const char *base, const char *method, const char *path, const char *body,
      struct resp *r, long timeout_s)
 {
 	CURL *c = curl_easy_init();
-	struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+	struct curl_slist *h = json_headers();
 	struct sink s = {0};
 	char url[1024];
 	char *ct = NULL;
@@ -321,7 +342,7 @@ execute_counted(const char *base, const char *body_json, long *status, long time
 		int *stdout_seen)
 {
 	CURL *c = curl_easy_init();
-	struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+	struct curl_slist *h = json_headers();
 	struct ndjson nd = {.lines = json_array(), .t0 = ms_now(), .stdout_seen = stdout_seen};
 	char url[512];
 	long st = 0;

@@ -36,6 +36,8 @@ struct broker {
 void harness_track(const char *run_dir);
 /* The same for a network namespace a test made (inet.c). */
 void harness_track_netns(const char *name);
+/* Every request after this carries X-Access-Token: token (NULL: none). */
+void harness_access_token(const char *token);
 /* Unmounts what is mounted at or below dir (a workspace's filesystem); how many. */
 int harness_unmount_below(const char *dir);
 /* Done by the runner after all tests: quiet when there was nothing to do. */
