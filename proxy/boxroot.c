@@ -325,6 +325,26 @@ open_sources(const struct box *bx, struct sources *src)
 	src->s_hide = bx->bx_hide ? open("/dev/null", O_PATH | O_CLOEXEC) : -1;
 }
 
+/* Done with them: nothing of the host's stays open in the init once the root is made. */
+static void
+close_sources(const struct box *bx, const struct sources *src)
+{
+	int fds[] = {src->s_home, src->s_kernel, src->s_hide};
+
+	for (size_t i = 0; i < 8 && boxview_system[i]; i++)
+		if (src->s_system[i] >= 0)
+			close(src->s_system[i]);
+	for (size_t i = 0; i < sizeof(devices) / sizeof(devices[0]); i++)
+		if (src->s_dev[i] >= 0)
+			close(src->s_dev[i]);
+	for (int i = 0; i < bx->bx_nbinds; i++)
+		if (src->s_bind[i] >= 0)
+			close(src->s_bind[i]);
+	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
 /* One line of box_view. */
 static int
 make_part(const struct box *bx, const struct sources *src, size_t i)
@@ -410,9 +430,10 @@ boxroot_enter(const struct box *bx)
 	open_sources(bx, &src);
 	if (src.s_home < 0 ||
 	    mount("tmpfs", STAGE, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m") < 0)
-		return -1;
+		rc = -1;
 	for (size_t i = 0; rc == 0 && i < sizeof(box_view) / sizeof(box_view[0]); i++)
 		rc = make_part(bx, &src, i);
+	close_sources(bx, &src);
 	if (rc < 0)
 		return -1;
 	if (chdir(STAGE) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 ||
