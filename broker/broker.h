@@ -20,7 +20,7 @@
 /*
  * An /execute waits this long for its first output before its response head
  * goes out: an execution that ends meanwhile (the proxy holds a unit's first
- * 10 ms of output) is answered with one response in one write.
+ * 20 ms of output) is answered with one response in one write.
  */
 #define PARK_MS 20
 #define STREAM_MEM_MAX (256u << 10) /* per stream in memory; past it, to disk */
@@ -401,8 +401,6 @@ size_t http_unescape(char *s, bool *bad);
 const char *http_quote(const char *s, char *out, size_t outsz);
 void http_complete(struct request *rq, unsigned status, struct MHD_Response *resp);
 void http_suspend(struct request *rq);
-int http_validate_execute(json_t *body, struct msg *m, const char **ctx_id,
-			  char *lang, size_t langsz, char *err, size_t errsz);
 
 /* stream.c */
 struct stream *stream_open(struct context *c, struct MHD_Connection *conn, const char *code);
