@@ -498,7 +498,7 @@ Test(hostile, garbage_on_the_control_socket, .timeout = 30)
 	snprintf(url, sizeof(url), "ipc://%s/ctl.sock", test_run_dir());
 	cr_assert_eq(nng_pair1_open(&s), 0);
 	cr_assert_eq(nng_dial(s, url, NULL, 0), 0);
-	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 2000);
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 15000); /* no answer at all is the failure */
 	for (int i = 0; i < 200; i++) {
 		uint8_t junk[64];
 		size_t n = 1 + rand_r(&seed) % sizeof(junk);
