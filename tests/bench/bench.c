@@ -24,6 +24,7 @@
 #define LAT_RUNS 300
 #define STREAM_RUNS 3
 #define CANCEL_RUNS 20
+#define INTERRUPT_RUNS 10
 
 static const char *const sections[] = {"raw",       "latency", "throughput", "contexts",
                                        "streaming", "memory",  "cancel",     "ipc",
@@ -550,6 +551,64 @@ bench_cancel(const char *url, int runs)
 }
 
 /*
+ * (7) Interrupt: POST /contexts/{id}/interrupt while code sleeps (Python) or
+ * awaits a timer (Deno); how long from the request until the stream ends
+ * with KeyboardInterrupt. The tests only check that it ends well before the
+ * code would have; this is how fast.
+ */
+static void
+bench_interrupt(const char *url, int runs)
+{
+	static const struct {
+		const char *lang, *code, *what;
+	} cases[] = {
+	    {"python", "print('started', flush=True)\nimport time\ntime.sleep(30)",
+	     "python time.sleep(30)"},
+	    {"javascript",
+	     "console.log('started'); await new Promise((r) => setTimeout(r, 30000))",
+	     "javascript await of a 30 s timer"},
+	};
+
+	progress("interrupt: POST interrupt of a sleep (python) and an await (javascript), "
+	         "%d runs each", runs);
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		char *id = context_new(url, cases[c].lang, NULL);
+		double t[64];
+		int n = 0, bad = 0;
+		struct stats st;
+
+		if (!id) {
+			table_note("interrupt: no %s context", cases[c].lang);
+			continue;
+		}
+		for (int i = 0; i < runs && i < 64; i++) {
+			struct bg b = {.base = url, .ctx = id, .code = cases[c].code};
+			bg_start(&b);
+			double t0 = 0;
+			if (bg_wait_stdout(&b, 30000) == 0) {
+				t0 = ms_now();
+				context_post(url, id, "interrupt", 30);
+			}
+			bg_join(&b);
+			if (t0 > 0 && !strcmp(error_name(b.lines), "KeyboardInterrupt"))
+				t[n++] = ms_since(t0);
+			else if (!bad++)
+				table_note("interrupt, %s: first failed run: %s: %s", cases[c].lang,
+				           error_name(b.lines), error_value(b.lines));
+			json_decref(b.lines);
+		}
+		hc_delete_all(url, &id, 1);
+		if (!n)
+			continue;
+		stats_of(t, n, &st);
+		table_add("7 cancel",
+		          fmt("POST interrupt -> end of stream, %s (%d runs%s)", cases[c].what, n,
+		              bad ? fmt(", %d failed", bad) : ""),
+		          fmt("%.1f ms", st.st_p50), fmt("max %.1f ms", st.st_max), NULL, NULL);
+	}
+}
+
+/*
  * Others' work on this machine skews every figure: per phase, the CPU the
  * machine spent outside this benchmark's processes (/proc/stat's busy time
  * less theirs), as a share of all CPUs. Theirs is each process's own CPU,
@@ -813,6 +872,7 @@ main(int argc, char **argv)
 	if (url && want(only, "cancel")) {
 		watch_start(&w);
 		bench_cancel(url, CANCEL_RUNS);
+		bench_interrupt(url, INTERRUPT_RUNS);
 		watch_end(&w, "cancel");
 	}
 	if (url)

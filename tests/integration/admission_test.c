@@ -70,15 +70,16 @@ post_and_leave(const char *ctx, const char *code, useconds_t usec)
 	json_decref(body);
 }
 
-Test(admission, baseline_print_is_fast, .timeout = 60)
+/* How fast it is, make bench measures: BENCH=latency, POST /execute print('hello'). */
+Test(admission, baseline_print_gives_its_stdout, .timeout = 60)
 {
 	char *id = fresh();
-	double t0 = ms_now();
 	json_t *l = run(URL, id, "print('hello')");
-
-	cr_assert(ms_since(t0) < 1000, "print('hello') took %.0f ms", ms_since(t0));
 	char *out = stdout_of(l);
+
 	cr_assert_str_eq(out, "hello\n");
+	cr_assert_null(line_of(l, "error", 0), "%s: %s", error_name(l), error_value(l));
+	cr_assert_not_null(line_of(l, "end_of_execution", 0));
 	free(out);
 	json_decref(l);
 	free(id);
@@ -149,23 +150,25 @@ Test(admission, request_right_after_disconnect_runs, .timeout = 60)
 	free(id);
 }
 
-Test(admission, no_cascade_after_abandoned_retries, .timeout = 90)
+Test(admission, no_cascade_after_abandoned_retries, .timeout = 120)
 {
 	char *id = fresh();
-	double t0 = ms_now();
+	double t0 = 0;
 	long st;
 
 	for (int i = 0; i < 3; i++) {
-		json_t *l = exec_body(id, "import time\ntime.sleep(15)", NULL, 2000, &st);
+		json_t *l = exec_body(id, "import time\ntime.sleep(30)", NULL, 2000, &st);
 		cr_assert(client_gave_up(l));
 		json_decref(l);
+		t0 = ms_now();
 	}
 	json_t *l = run(URL, id, "print('hello')");
-	double total = ms_since(t0);
+	double waited = ms_since(t0);
 	char *out = stdout_of(l);
 	cr_assert_str_eq(out, "hello\n");
-	/* three 2 s attempts and a prompt answer, not 3 x 15 s */
-	cr_assert(total < 8000, "total %.0f ms", total);
+	/* an abandoned sleep left running (in the kernel or queued) would hold it back
+	 * until 24 s or more after the last client left */
+	cr_assert(waited < 15000, "the next execution waited %.0f ms", waited);
 	free(out);
 	json_decref(l);
 	free(id);
@@ -404,10 +407,10 @@ Test(admission, a_client_that_shuts_its_write_side_gets_the_whole_output, .timeo
 }
 
 /* Half-closed, then gone for good: the next keepalive finds out, and it is cancelled. */
-Test(admission, a_half_closed_client_that_then_closes_is_cancelled, .timeout = 60)
+Test(admission, a_half_closed_client_that_then_closes_is_cancelled, .timeout = 90)
 {
 	char *id = fresh();
-	int fd = raw_execute(id, "import time\ntime.sleep(15)", "1.1");
+	int fd = raw_execute(id, "import time\ntime.sleep(30)", "1.1");
 
 	cr_assert_eq(shutdown(fd, SHUT_WR), 0);
 	usleep(200000); /* the scenario: it still reads for a while, then leaves */
@@ -416,8 +419,9 @@ Test(admission, a_half_closed_client_that_then_closes_is_cancelled, .timeout = 6
 	json_t *l = run(URL, id, "print('next')");
 	char *out = stdout_of(l);
 	cr_assert_str_eq(out, "next\n");
-	/* a keepalive a second (KEEPALIVE_MS) is what meets the closed socket */
-	cr_assert(ms_since(t0) < 3000, "the next execution waited %.0f ms", ms_since(t0));
+	/* a keepalive a second (KEEPALIVE_MS) meets the closed socket; not noticed, the sleep
+	 * holds the next execution back until about 30 s after the close */
+	cr_assert(ms_since(t0) < 15000, "the next execution waited %.0f ms", ms_since(t0));
 	free(out);
 	json_decref(l);
 	free(id);
@@ -427,8 +431,8 @@ Test(admission, timeout_interrupts_and_names_the_error, .timeout = 60)
 {
 	char *id = fresh();
 	long st;
-	double t0 = ms_now();
 	json_decref(run(URL, id, "kept = 'state'"));
+	double t0 = ms_now();
 	json_t *l = exec_body(id, "import time\ntime.sleep(30)", "{\"timeout\":1.5}", 30000, &st);
 	double took = ms_since(t0);
 	json_t *e = line_of(l, "error", 0);
@@ -437,7 +441,8 @@ Test(admission, timeout_interrupts_and_names_the_error, .timeout = 60)
 	cr_assert_str_eq(json_string_value(json_object_get(e, "name")), "TimeoutError");
 	cr_assert_not_null(line_of(l, "end_of_execution", 0));
 	cr_assert_eq(count_of(l, "error"), 1, "no KeyboardInterrupt after the timeout");
-	cr_assert(took > 1400 && took < 5000, "ended after %.0f ms", took);
+	/* not before its 1.5 s; without the timeout the sleep runs 30 s */
+	cr_assert(took > 1400 && took < 15000, "ended after %.0f ms", took);
 	json_decref(l);
 	l = run(URL, id, "print('after', kept)");
 	char *out = stdout_of(l);
@@ -447,10 +452,10 @@ Test(admission, timeout_interrupts_and_names_the_error, .timeout = 60)
 	free(id);
 }
 
-Test(admission, timeout_counts_queue_time, .timeout = 60)
+Test(admission, timeout_counts_queue_time, .timeout = 90)
 {
 	char *id = fresh();
-	struct bg a = {.ctx = id, .code = "import time\ntime.sleep(3)", .timeout_ms = 30000};
+	struct bg a = {.ctx = id, .code = "import time\ntime.sleep(30)", .timeout_ms = 60000};
 	long st;
 
 	bg_start(&a);
@@ -458,12 +463,14 @@ Test(admission, timeout_counts_queue_time, .timeout = 60)
 	double t0 = ms_now();
 	json_t *l = exec_body(id, "print('late')", "{\"timeout\":1}", 30000, &st);
 	double took = ms_since(t0);
+	cr_assert_eq(context_post(URL, id, "interrupt", 10), 200); /* a has done its part */
 	bg_join(&a);
 	json_t *e = line_of(l, "error", 0);
 	cr_assert_not_null(e);
 	cr_assert_str_eq(json_string_value(json_object_get(e, "name")), "TimeoutError");
 	cr_assert_eq(count_of(l, "stdout"), 0, "it never ran");
-	cr_assert(took < 2500, "ended after %.0f ms", took);
+	/* a timeout checked only once it reached the kernel would fire after a's 30 s */
+	cr_assert(took < 15000, "ended after %.0f ms", took);
 	json_decref(l);
 	json_decref(a.lines);
 	free(id);
@@ -478,8 +485,10 @@ Test(admission, interrupt_endpoint_stops_the_running_unit, .timeout = 60)
 
 	bg_start(&a);
 	cr_assert_eq(bg_wait_stdout(&a, 10000), 0, "the code never started");
+	double t0 = ms_now();
 	cr_assert_eq(context_post(URL, id, "interrupt", 10), 200);
 	bg_join(&a);
+	double took = ms_since(t0);
 	json_t *e = line_of(a.lines, "error", 0);
 	cr_assert_not_null(e);
 	cr_assert_str_eq(json_string_value(json_object_get(e, "name")), "KeyboardInterrupt");
@@ -488,7 +497,8 @@ Test(admission, interrupt_endpoint_stops_the_running_unit, .timeout = 60)
 	cr_assert(tb && strstr(tb, "time.sleep(30)"), "traceback: %s", tb);
 	cr_assert(!strstr(tb, "interactiveshell.py"), "traceback: %s", tb);
 	cr_assert_not_null(line_of(a.lines, "end_of_execution", 0));
-	cr_assert(a.took < 5000);
+	/* it ended the sleep, which would have run 30 s */
+	cr_assert(took < 15000, "ended %.0f ms after the interrupt", took);
 	json_decref(a.lines);
 	free(id);
 }
@@ -496,7 +506,9 @@ Test(admission, interrupt_endpoint_stops_the_running_unit, .timeout = 60)
 /*
  * A SIGINT in ipykernel's execute handler before the code runs (here: in an
  * input transformer) ends the request with an idle and no execute_reply. The
- * unit must still end at once, and the kernel must not be restarted for it.
+ * unit must still end at once, and the kernel must not be restarted for it:
+ * not noticed, the unit would hang until the interrupt grace restarted the
+ * kernel (ContextRestarted, a new pid, the state lost), which is checked.
  */
 Test(admission, interrupt_that_ends_a_request_without_a_reply, .timeout = 60)
 {
@@ -519,7 +531,6 @@ Test(admission, interrupt_that_ends_a_request_without_a_reply, .timeout = 60)
 	char *never = stdout_of(a.lines);
 	cr_assert(!strstr(never, "never"), "the interrupted code ran: %s", never);
 	free(never);
-	cr_assert(a.took < 2500, "the interrupted unit ended after %.0f ms", a.took);
 	json_decref(a.lines);
 
 	json_t *l = run(URL, id, "print(kept)"); /* the transformer prints for it too */

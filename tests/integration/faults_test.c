@@ -87,10 +87,11 @@ kernel_fault_mid_execution(int sig, const char *code, const char *why, double ma
 	return id;
 }
 
+/* Its death is seen at once: the heartbeat would find it only after 20 s. */
 Test(faults, kernel_killed_mid_execution, .timeout = 90)
 {
 	free(kernel_fault_mid_execution(
-	    SIGKILL, "import time\nprint('start', flush=True)\ntime.sleep(30)", "signal 9", 1000));
+	    SIGKILL, "import time\nprint('start', flush=True)\ntime.sleep(30)", "signal 9", 15000));
 }
 
 /*
@@ -167,7 +168,8 @@ Test(faults, proxy_killed_while_another_context_streams, .timeout = 90)
 
 	cr_assert_str_eq(error_name(v.lines), "ContextLost");
 	cr_assert(strstr(error_value(v.lines), "state is lost"), "%s", error_value(v.lines));
-	cr_assert(noticed < 1000, "noticed after %.0f ms", noticed);
+	/* not noticed, the stream stays open until the client gives up (60 s) */
+	cr_assert(noticed < 15000, "noticed after %.0f ms", noticed);
 	/* the other context's stream is complete and in order */
 	char *out = stdout_of(o.lines), want[128] = "";
 	for (int i = 0; i < 20; i++)
@@ -232,7 +234,8 @@ Test(faults, context_whose_proxy_keeps_dying_answers_at_once, .timeout = 120)
 	cr_assert_null(execute(URL, body, &st, 30000));
 	free(body);
 	cr_assert_eq(st, 503);
-	cr_assert(ms_since(t0) < 5000, "answered after %.0f ms", ms_since(t0));
+	/* not parked until the client gives up (30 s) */
+	cr_assert(ms_since(t0) < 15000, "answered after %.0f ms", ms_since(t0));
 	snprintf(path, sizeof(path), "/contexts/%s/restart", id);
 	cr_assert_eq(http(URL, "POST", path, NULL, &r, 10), 0);
 	cr_assert_eq(r.r_status, 503);
@@ -264,10 +267,16 @@ Test(faults, broker_restart_keeps_contexts_and_state, .fini = priv_stop, .timeou
 	open.code = started_code("import time\ntime.sleep(2)");
 	bg_start(&open);
 	cr_assert_eq(bg_wait_stdout(&open, 10000), 0, "the code never started");
+	double t0 = ms_now();
 	kill(b->b_pid, SIGKILL);
 	waitpid(b->b_pid, NULL, 0);
 	bg_join(&open);
-	cr_assert(open.took < 2000, "the open stream ended when the broker died");
+	double ended = ms_since(t0);
+	/* its connection was closed on it (a socket held open elsewhere would keep
+	 * it waiting until it gives up, after 60 s) */
+	cr_assert_null(line_of(open.lines, "_client_timeout", 0),
+		       "the open stream outlived the broker");
+	cr_assert(ended < 15000, "the open stream ended %.0f ms after the broker died", ended);
 	json_decref(open.lines);
 
 	cr_assert_eq(broker_restart(b, args), 0);
@@ -369,18 +378,29 @@ Test(faults, stale_context_dir_is_cleaned_not_trusted, .fini = priv_stop, .timeo
 	cr_assert(stat(dir, &st) < 0, "stale dir removed");
 }
 
-Test(faults, sigterm_drains_running_executions, .fini = priv_stop, .timeout = 90)
+/*
+ * The running execution goes on until the test has seen the drain (a file in
+ * the workspace says so; 40 s at most), and the broker stops once it is over,
+ * long before its grace of 60 s.
+ */
+Test(faults, sigterm_drains_running_executions, .fini = priv_stop, .timeout = 120)
 {
 	struct broker *b = &priv;
-	const char *args[] = {"--grace", "10", NULL};
+	const char *args[] = {"--grace", "60", NULL};
+	char go[320], code[640];
 
 	cr_assert_eq(broker_start(b, args), 0);
+	snprintf(go, sizeof(go), "%s.work/drained-go", b->b_run_dir);
+	snprintf(code, sizeof(code),
+		 "import os, time\nfor _ in range(800):\n    if os.path.exists('%s'): break\n"
+		 "    time.sleep(0.05)\nprint('finished')",
+		 go);
 	struct bg run1 = {.base = b->b_url};
-	run1.code = started_code("import time\ntime.sleep(2)\nprint('finished')");
+	run1.code = started_code(code);
 	bg_start(&run1);
 	cr_assert_eq(bg_wait_stdout(&run1, 10000), 0, "the code never started");
 	kill(b->b_pid, SIGTERM);
-	cr_assert_eq(wait_metric(b->b_url, "sandcell_draining", 1, 5000), 0, "never draining");
+	cr_assert_eq(wait_metric(b->b_url, "sandcell_draining", 1, 15000), 0, "never draining");
 	long st;
 	json_t *refused = execute(b->b_url, "{\"code\":\"1\"}", &st, 5000);
 	cr_assert_null(refused);
@@ -389,13 +409,17 @@ Test(faults, sigterm_drains_running_executions, .fini = priv_stop, .timeout = 90
 	cr_assert_eq(http(b->b_url, "GET", "/ready", NULL, &r, 5), 0);
 	cr_assert_eq(r.r_status, 503, "not ready while draining: %s", r.r_body);
 	resp_free(&r);
+	FILE *f = fopen(go, "w");
+	cr_assert_not_null(f, "%s: %s", go, strerror(errno));
+	fclose(f);
 	bg_join(&run1);
 	char *out = stdout_of(run1.lines);
 	cr_assert_str_eq(out, "started\nfinished\n", "the running execution completed");
 	free(out);
 	json_decref(run1.lines);
 	int status = -1;
-	cr_assert_eq(wait_pid_exit(b->b_pid, &status, 5000), 0, "the broker stopped once drained");
+	/* not at the end of the grace, 60 s after SIGTERM */
+	cr_assert_eq(wait_pid_exit(b->b_pid, &status, 20000), 0, "the broker stopped once drained");
 	b->b_pid = 0;
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		  "a drained stop exits 0 (status 0x%x)", status);
@@ -510,7 +534,8 @@ Test(faults, sigterm_stops_at_the_grace_and_exits_0, .fini = priv_stop, .timeout
 	b->b_pid = 0;
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		  "a stop at the end of the grace exits 0 (status 0x%x)", status);
-	cr_assert(took >= 2000 && took < 5000, "stopped %.0f ms after SIGTERM, grace 2 s", took);
+	/* ignoring the grace, it would wait for the 60 s sleep */
+	cr_assert(took >= 2000 && took < 15000, "stopped %.0f ms after SIGTERM, grace 2 s", took);
 	bg_join(&run1);
 	cr_assert_str_eq(error_name(run1.lines), "ServerStopping",
 			 "the cut execution ends with an error line");
@@ -602,7 +627,8 @@ Test(faults, kernel_ignoring_sigint_is_stopped_by_restart, .timeout = 90)
 	double t0 = ms_now();
 	cr_assert_eq(context_post(URL, id, "restart", 30), 200);
 	bg_join(&b);
-	cr_assert(ms_since(t0) < 10000);
+	/* a restart that waited for the code would take its 60 s */
+	cr_assert(ms_since(t0) < 30000, "ended %.0f ms after the restart", ms_since(t0));
 	cr_assert_str_eq(error_name(b.lines), "ContextRestarted");
 	json_decref(b.lines);
 	json_t *l = run(URL, id, "print('fresh')");
@@ -622,9 +648,11 @@ Test(faults, interrupt_of_a_kernel_ignoring_sigint_falls_back_to_restart, .timeo
 			      "time.sleep(60)");
 	bg_start(&b);
 	cr_assert_eq(bg_wait_stdout(&b, 10000), 0, "the code never started");
+	double t0 = ms_now();
 	cr_assert(context_post(URL, id, "interrupt", 30) > 0);
 	bg_join(&b);
-	cr_assert(b.took < 10000, "took %.0f ms", b.took);
+	/* without the fallback the code sleeps on for 60 s */
+	cr_assert(ms_since(t0) < 30000, "ended %.0f ms after the interrupt", ms_since(t0));
 	cr_assert(strstr(error_value(b.lines), "restarted"), "%s", error_value(b.lines));
 	json_decref(b.lines);
 	free(id);

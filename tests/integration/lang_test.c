@@ -169,9 +169,12 @@ ParameterizedTest(int *ci, lang, behaves, .timeout = 120)
 	bg_start(&b);
 	/* running: the proxy holds the interrupt until the code has started */
 	cr_expect_eq(wait_context_int(URL, id, "queue", 1, 10000), 0, "%s: never ran", c->lang);
+	double t0 = ms_now();
 	cr_expect(context_post(URL, id, "interrupt", 10) > 0);
 	bg_join(&b);
-	cr_expect(b.took < 10000, "%s: interrupt took %.0f ms", c->lang, b.took);
+	/* it ends the code, which would run 30 s */
+	cr_expect(ms_since(t0) < 15000, "%s: ended %.0f ms after the interrupt", c->lang,
+		  ms_since(t0));
 	cr_expect_not_null(line_of(b.lines, "error", 0), "%s: interrupted without an error",
 			   c->lang);
 	cr_expect_not_null(line_of(b.lines, "end_of_execution", 0));
@@ -751,6 +754,12 @@ ParameterizedTestParameters(lang, deno_interrupt_ends_an_awaiting_execution_and_
 	return cr_make_param_array(int, idx, sizeof(deno_cases) / sizeof(deno_cases[0]));
 }
 
+/*
+ * A POST interrupt ends what awaits or computes with KeyboardInterrupt, and
+ * the kernel keeps its state. One the kernel does not act on ends in a
+ * restart after the interrupt grace (3 s): another pid, the state lost, both
+ * checked.
+ */
 ParameterizedTest(int *ci, lang, deno_interrupt_ends_an_awaiting_execution_and_keeps_state,
 		  .timeout = 120)
 {
@@ -781,7 +790,9 @@ ParameterizedTest(int *ci, lang, deno_interrupt_ends_an_awaiting_execution_and_k
 		cr_assert_eq(context_post(URL, id, "interrupt", 10), 200);
 		bg_join(&b);
 		double took = ms_since(t0);
-		cr_expect(took < 1000, "%s: case %zu: the interrupt took %.0f ms", c->lang, i, took);
+		/* it ends what would run 30 s or for ever; how fast: make bench BENCH=cancel */
+		cr_expect(took < 15000, "%s: case %zu: ended %.0f ms after the interrupt", c->lang,
+			  i, took);
 		cr_expect_str_eq(error_name(b.lines), "KeyboardInterrupt", "%s: case %zu: %s",
 				 c->lang, i, error_value(b.lines));
 		json_decref(b.lines);
