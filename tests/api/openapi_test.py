@@ -156,6 +156,10 @@ class Api:
         return obj
 
     def errors(self, schema, instance):
+        # a oneOf with a discriminator: the member the instance names, for clear errors
+        d = self.deref(schema).get("discriminator", {})
+        if isinstance(instance, dict) and instance.get(d.get("propertyName")) in d.get("mapping", {}):
+            schema = {"$ref": d["mapping"][instance[d["propertyName"]]]}
         v = Draft202012Validator(schema, resolver=self.resolver, format_checker=FORMATS)
         return [f"{'/'.join(map(str, e.absolute_path)) or '.'}: {e.message}"
                 for e in v.iter_errors(instance)]
