@@ -197,13 +197,15 @@ test-systemd: all
 
 # The Kubernetes manifests against agent-sandbox's CRD schemas, and yamllint;
 # then again as in a checkout without the CRDs: the schema checks are skipped,
-# the rest still runs and passes.
-test-deploy:
+# the rest still runs and passes. Then the monitoring files: promtool on the
+# alerting rules, and each dashboard query's metrics against a live broker's.
+test-deploy: all
 	@/usr/bin/python3 tests/deploy/manifests_test.py
 	@out=$$(SANDCELL_K8S_CRDS=/nonexistent /usr/bin/python3 tests/deploy/manifests_test.py) && \
 	  echo "$$out" | tail -n 1 | grep -q ' 0 failed, 1 skipped$$' && \
 	  echo "manifests without the CRDs: the schema checks skipped, the rest passed" || \
 	  { echo "$$out"; echo "manifests without the CRDs: failed"; exit 1; }
+	@SANDCELL_BIN=$(abspath $(BIN)) /usr/bin/python3 tests/deploy/monitoring_test.py
 
 # The OCI image sandcell:VERSION and sandcell:latest (podman; not in make test).
 image: deps all
