@@ -44,7 +44,7 @@ UNIT_TESTS = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.
 INTEG_TESTS = $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/*_test.c))
 
 .PHONY: all bench deps fuzz install run soak test test-install test-systemd test-unit test-integration test-sdk test-asan clean \
-        check-deps format image test-deploy test-image
+        check-deps format image test-api test-deploy test-image
 
 all: $(PROGS) $(BUILD)/profile.stamp
 
@@ -86,6 +86,9 @@ $(BIN)/sandcell-init: $(BUILD)/nosan/proxy/init.o $(BUILD)/nosan/proxy/boxinit.o
 	@mkdir -p $(BIN)
 	$(CC) $(filter-out -fsanitize% -fno-sanitize%,$(CFLAGS) $(LDFLAGS)) -static -o $@ $^
 	chmod 0711 $@
+
+# The OpenAPI document is assembled into the broker as it is (.incbin).
+$(BUILD)/broker/openapi.o: docs/openapi.json
 
 $(BIN)/sandcell-broker: $(BUILD)/broker/main.o $(BROKER_OBJ) $(PROTO_OBJ)
 	@mkdir -p $(BIN)
@@ -159,7 +162,8 @@ run: deps all
 	exec $(BIN)/sandcell-broker --listen $(LISTEN) $(RUN_ARGS)
 
 test: deps all
-	@$(MAKE) --no-print-directory test-unit test-integration test-sdk test-systemd test-install test-deploy
+	@$(MAKE) --no-print-directory test-unit test-integration test-api test-sdk test-systemd test-install \
+	  test-deploy
 
 test-unit: $(UNIT_TESTS)
 	@set -e; for t in $(UNIT_TESTS); do echo "== $$t"; $$t --jobs 1; done
@@ -167,6 +171,11 @@ test-unit: $(UNIT_TESTS)
 test-integration: all $(INTEG_TESTS)
 	@set -e; for t in $(INTEG_TESTS); do echo "== $$t"; \
 	  SANDCELL_BIN=$(abspath $(BIN)) $$t --jobs 1; done
+
+# docs/openapi.json: valid OpenAPI 3.1, served as GET /openapi.json, and every
+# real answer of a walk over the API (a broker from $(BIN)) valid against it.
+test-api: all
+	@SANDCELL_BIN=$(abspath $(BIN)) /usr/bin/python3 tests/api/openapi_test.py
 
 test-sdk: all
 	@sh tests/sdk/run.sh $(abspath $(BIN))
@@ -189,13 +198,15 @@ test-systemd: all
 
 # The Kubernetes manifests against agent-sandbox's CRD schemas, and yamllint;
 # then again as in a checkout without the CRDs: the schema checks are skipped,
-# the rest still runs and passes.
-test-deploy:
+# the rest still runs and passes. Then the monitoring files: promtool on the
+# alerting rules, and each dashboard query's metrics against a live broker's.
+test-deploy: all
 	@/usr/bin/python3 tests/deploy/manifests_test.py
 	@out=$$(SANDCELL_K8S_CRDS=/nonexistent /usr/bin/python3 tests/deploy/manifests_test.py) && \
 	  echo "$$out" | tail -n 1 | grep -q ' 0 failed, 1 skipped$$' && \
 	  echo "manifests without the CRDs: the schema checks skipped, the rest passed" || \
 	  { echo "$$out"; echo "manifests without the CRDs: failed"; exit 1; }
+	@SANDCELL_BIN=$(abspath $(BIN)) /usr/bin/python3 tests/deploy/monitoring_test.py
 
 # The OCI image sandcell:VERSION and sandcell:latest (podman; not in make test).
 image: deps all

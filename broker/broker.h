@@ -378,6 +378,10 @@ void metrics_execution(struct stream *s, const char *outcome, uint64_t wait_ms,
 void metrics_count(enum metric m, uint64_t n);
 char *metrics_render(size_t *len);
 
+/* openapi.c */
+void openapi_init(void);
+const char *openapi_json(size_t *len);
+
 /* request.c */
 int request_opt_string(json_t *body, const char *key, const char **out, char *err,
 		       size_t errsz);

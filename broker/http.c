@@ -177,7 +177,7 @@ static const char *
 endpoint_of(const char *url)
 {
 	static const char *const fixed[] = {"/health", "/ready", "/execute", "/languages",
-					    "/metrics", "/contexts"};
+					    "/metrics", "/contexts", "/openapi.json"};
 	const char *rest;
 
 	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
@@ -216,6 +216,19 @@ do_metrics(struct request *rq)
 
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
 				"text/plain; version=0.0.4; charset=utf-8");
+	return respond(rq, 200, r);
+}
+
+/* The OpenAPI document of this API (openapi.c). */
+static enum MHD_Result
+do_openapi(struct request *rq)
+{
+	size_t len;
+	const char *doc = openapi_json(&len);
+	struct MHD_Response *r =
+		MHD_create_response_from_buffer(len, (void *)doc, MHD_RESPMEM_PERSISTENT);
+
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, CT_JSON);
 	return respond(rq, 200, r);
 }
 
@@ -351,6 +364,11 @@ route(struct request *rq, const char *url, const char *method)
 		if (!get)
 			goto method;
 		return do_metrics(rq);
+	}
+	if (!strcmp(url, "/openapi.json")) {
+		if (!get)
+			goto method;
+		return do_openapi(rq);
 	}
 	if (!strcmp(url, "/languages")) {
 		if (!get)
@@ -612,6 +630,7 @@ http_start(void)
 	unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
 			 MHD_USE_TURBO | MHD_USE_NO_LISTEN_SOCKET;
 
+	openapi_init();
 	if (accept_listen(sv.sv_cf.cf_listen) < 0)
 		return -1;
 	sv.sv_io.io_mhd = MHD_start_daemon(

@@ -3,9 +3,12 @@
  * format 0.0.4), and the one log line every finished execution gets. All of
  * it lives on the broker's single thread: no locks.
  */
+#include <dirent.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "broker.h"
@@ -145,6 +148,65 @@ histogram(struct buf *b, const char *name, const char *help, struct histogram *h
 	put(b, "%s_sum %.6f\n%s_count %llu\n", name, h->h_sum, name, (unsigned long long)h->h_n);
 }
 
+/* The warm pool per --pool entry: its size, and its kernels ready to be taken. */
+static void
+pool_gauges(struct buf *b)
+{
+	header(b, "sandcell_pool_target", "gauge", "Warm kernels the pool keeps (--pool).");
+	for (size_t i = 0; i < sv.sv_cf.cf_npool; i++) {
+		const struct kspec *ks = kcache_find(sv.sv_cf.cf_pool[i].ps_want);
+		if (ks)
+			put(b, "sandcell_pool_target{kernel=\"%s\"} %d\n", ks->ks_name,
+			    sv.sv_cf.cf_pool[i].ps_size);
+	}
+	header(b, "sandcell_pool_ready", "gauge",
+	       "Warm kernels started and waiting to become a context.");
+	for (size_t i = 0; i < sv.sv_cf.cf_npool; i++) {
+		const struct kspec *ks = kcache_find(sv.sv_cf.cf_pool[i].ps_want);
+		struct context *c;
+		int n = 0;
+		if (!ks)
+			continue;
+		TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
+			n += c->c_pooled && c->c_ready && !c->c_deleting &&
+			     !strcmp(c->c_kernel, ks->ks_name);
+		put(b, "sandcell_pool_ready{kernel=\"%s\"} %d\n", ks->ks_name, n);
+	}
+}
+
+/*
+ * Kernel starts waiting for a slot of --max-starting (proxy/startgate.c): the
+ * places in the run dir's start-queue/ that their proxy still holds locked; a
+ * name starting with 1 is the warm pool's.
+ */
+static void
+start_gate_gauge(struct buf *b)
+{
+	char *path = xasprintf("%s/start-queue", sv.sv_cf.cf_run_dir);
+	int waiting[2] = {0, 0};
+	struct dirent *de;
+	DIR *d = opendir(path);
+
+	free(path);
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] != '0' && de->d_name[0] != '1')
+			continue;
+		int fd = openat(dirfd(d), de->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0)
+			continue;
+		if (flock(fd, LOCK_SH | LOCK_NB) < 0) /* held: its start waits */
+			waiting[de->d_name[0] == '1']++;
+		close(fd);
+	}
+	if (d)
+		closedir(d);
+	header(b, "sandcell_kernel_starts_waiting", "gauge",
+	       "Kernel starts waiting for a start slot (--max-starting), for a client's "
+	       "context or the warm pool.");
+	put(b, "sandcell_kernel_starts_waiting{kind=\"context\"} %d\n", waiting[0]);
+	put(b, "sandcell_kernel_starts_waiting{kind=\"pool\"} %d\n", waiting[1]);
+}
+
 /* The whole exposition, as Prometheus text format. */
 char *
 metrics_render(size_t *len)
@@ -206,6 +268,16 @@ metrics_render(size_t *len)
 	for (size_t i = 0; i < ncs; i++)
 		put(&b, "sandcell_contexts{language=\"%s\",state=\"%s\"} %d\n", cs[i].lang,
 		    cs[i].state, cs[i].n);
+
+	pool_gauges(&b);
+	start_gate_gauge(&b);
+	header(&b, "sandcell_sandbox_enabled", "gauge",
+	       "1 when kernels run in boxes, 0 when unboxed (--no-sandbox).");
+	put(&b, "sandcell_sandbox_enabled %d\n", sv.sv_cf.cf_sandbox ? 1 : 0);
+	header(&b, "sandcell_sandbox_isolated", "gauge",
+	       "1 when each context has its own uid, workspace and network view (--isolation "
+	       "context).");
+	put(&b, "sandcell_sandbox_isolated %d\n", sv.sv_cf.cf_sandbox && sv.sv_cf.cf_isolated);
 
 	counter(&b, "sandcell_client_disconnects_total",
 		"Clients that went away before their stream ended.", mx.disconnects);

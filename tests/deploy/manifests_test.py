@@ -7,7 +7,8 @@ $SANDCELL_K8S_CRDS, default ../shared/k8s/agent-sandbox-crds from the project's
 root). Fields a schema does not know are errors, as with kubectl's strict field
 validation. A Deployment's pod spec is validated against the PodSpec schema
 those CRDs embed. References between the resources must resolve, and yamllint
-must pass on every YAML file. Without the CRDs (a checkout with no ../shared
+must pass on every YAML file. The PrometheusRule's groups must be those of the
+plain rules file (deploy/monitoring/). Without the CRDs (a checkout with no ../shared
 beside it) the schema checks are skipped, said so, and the rest still runs.
 Prints one line per check, then "N passed, M failed, K skipped"; exits 1 if
 anything failed.
@@ -97,7 +98,7 @@ def main():
 
     files = sorted(glob.glob(os.path.join(ROOT, "deploy", "**", "*.y*ml"), recursive=True))
     docs = []
-    for path in files:
+    for path in (f for f in files if f.startswith(os.path.join(ROOT, "deploy", "kubernetes", ""))):
         rel = os.path.relpath(path, ROOT)
         try:
             with open(path) as f:
@@ -155,8 +156,21 @@ def main():
         ref = (doc.get("spec", {}).get("warmPoolRef") or {}).get("name")
         if ref:
             check(f"{rel}: warm pool {ref} exists", ref in names.get("SandboxWarmPool", ()))
+    rules_file = os.path.join(ROOT, "deploy", "monitoring", "sandcell-rules.yml")
+    with open(rules_file) as f:
+        rules = yaml.safe_load(f)
+    for rel, doc in docs:
+        if doc.get("kind") == "PrometheusRule":
+            # no CRD of the Prometheus Operator here: its content is the plain
+            # rules file's, which promtool checks (tests/deploy/monitoring_test.py)
+            check(f"{rel}: monitoring.coreos.com/v1",
+                  doc.get("apiVersion") == "monitoring.coreos.com/v1", doc.get("apiVersion"))
+            check(f"{rel}: spec.groups are deploy/monitoring/sandcell-rules.yml's groups",
+                  doc.get("spec") == {"groups": rules["groups"]},
+                  "edit both, or copy the file's groups under spec")
     kinds = {d.get("kind") for _, d in docs}
-    for k in ("SandboxTemplate", "SandboxWarmPool", "SandboxClaim", "Deployment", "Service"):
+    for k in ("SandboxTemplate", "SandboxWarmPool", "SandboxClaim", "Deployment", "Service",
+              "PrometheusRule"):
         check(f"deploy/ has a {k}", k in kinds)
 
     if schemas:

@@ -80,6 +80,10 @@ for l in $want; do
 	check "the installed broker offers $l without JUPYTER_PATH (got: $langs)" \
 		sh -c "echo '$langs' | grep -q '\"language\":\"$l\"'"
 done
+serves_openapi() {
+	curl -s --max-time 5 "http://127.0.0.1:$port/openapi.json" | grep -q '^{"openapi":"3\.1\.'
+}
+check "the installed broker serves its OpenAPI document" serves_openapi
 
 # as root, Python kernels are forked from the template it finds installed
 if [ "$(id -u)" = 0 ]; then

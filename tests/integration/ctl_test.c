@@ -654,6 +654,18 @@ Test(metrics, proxy_restarts_are_counted, .timeout = 60)
 	free(id);
 }
 
+/* The sandbox gauges say how kernels run: boxed and shared here, unboxed with --no-sandbox. */
+Test(metrics, the_sandbox_gauges_say_how_kernels_run, .timeout = 60, .fini = kept_stop)
+{
+	const char *args[] = {"--no-default-context", "--pool", "0", "--no-sandbox", NULL};
+
+	cr_assert_eq(metric_value(URL, "sandcell_sandbox_enabled"), 1);
+	cr_assert_eq(metric_value(URL, "sandcell_sandbox_isolated"), 0);
+	cr_assert_eq(broker_start(&kept, args), 0);
+	cr_assert_eq(metric_value(kept.b_url, "sandcell_sandbox_enabled"), 0);
+	cr_assert_eq(metric_value(kept.b_url, "sandcell_sandbox_isolated"), 0);
+}
+
 /* A watch (which has no timeout) ends, failing, when its broker stops. */
 Test(ctl, watch_ends_when_the_broker_stops, .timeout = 60, .fini = kept_stop)
 {

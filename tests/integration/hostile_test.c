@@ -120,6 +120,7 @@ Test(hostile, access_token_guards_every_endpoint_but_the_probes, .fini = priv_st
 	static const char *const guarded[][2] = {
 		{"GET", "/contexts"}, {"POST", "/execute"}, {"GET", "/metrics"},
 		{"POST", "/contexts"}, {"GET", "/languages"}, {"DELETE", "/contexts/x"},
+		{"GET", "/openapi.json"},
 	};
 	for (size_t i = 0; i < sizeof(guarded) / sizeof(guarded[0]); i++) {
 		cr_assert_eq(http(b->b_url, guarded[i][0], guarded[i][1], "{\"code\":\"1\"}", &r, 5), 0);

@@ -446,6 +446,47 @@ Test(load, a_start_slot_of_a_killed_holder_is_free_again, .fini = priv_stop, .ti
 }
 
 /*
+ * /metrics shows a start waiting at the gate, a client's as "context" and the
+ * warm pool's as "pool", and neither once the slot is free again; it shows
+ * the pool's size and its warm kernels.
+ */
+Test(load, metrics_show_starts_waiting_at_the_gate_and_the_pool,
+     .fini = priv_stop, .timeout = 120)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=1", "--max-starting", "1",
+			      "--log-level", "info", NULL};
+	pthread_t t;
+	char *id;
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	cr_assert_eq(wait_metric(priv.b_url, "sandcell_pool_ready{kernel=\"python3\"}", 1, 30000),
+		     0, "the pool's kernel never showed as warm");
+	cr_assert_eq(metric_value(priv.b_url, "sandcell_pool_target{kernel=\"python3\"}"), 1);
+	cr_assert_eq(metric_value(priv.b_url, "sandcell_kernel_starts_waiting{kind=\"context\"}"), 0);
+	pid_t holder = hold_slot0();
+	pthread_create(&t, NULL, context_new_thread, priv.b_url); /* takes the warm kernel */
+	int ctx = wait_metric(priv.b_url, "sandcell_kernel_starts_waiting{kind=\"pool\"}", 1, 30000);
+	pthread_join(t, (void **)&id);
+	cr_assert_not_null(id);
+	free(id);
+	/* the pool is drawn on: its refill waits for the slot, as does a client's start */
+	pthread_create(&t, NULL, context_new_thread, priv.b_url);
+	int cl = wait_metric(priv.b_url, "sandcell_kernel_starts_waiting{kind=\"context\"}", 1, 30000);
+	kill(holder, SIGKILL);
+	waitpid(holder, NULL, 0);
+	pthread_join(t, (void **)&id);
+	cr_assert_eq(ctx, 0, "the pool's refill never showed as waiting");
+	cr_assert_eq(cl, 0, "a client's start never showed as waiting");
+	cr_assert_not_null(id, "the creation failed after the slot was freed");
+	free(id);
+	cr_assert_eq(wait_metric(priv.b_url, "sandcell_pool_ready{kernel=\"python3\"}", 1, 30000),
+		     0, "the pool was never warm again");
+	cr_assert_eq(metric_value(priv.b_url, "sandcell_kernel_starts_waiting{kind=\"context\"}") +
+			     metric_value(priv.b_url, "sandcell_kernel_starts_waiting{kind=\"pool\"}"),
+		     0, "a start still shows as waiting");
+}
+
+/*
  * The contexts of the proxies' log lines that say what, in the order written:
  * "sandcell-proxy[PID] info: context ID: WHAT". Returns how many (at most max).
  */

