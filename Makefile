@@ -9,7 +9,9 @@ CFLAGS  ?= -O2 -g
 # Always applied, also when CFLAGS is given on the command line (test-asan).
 override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers \
            -D_GNU_SOURCE -MMD -MP
-LDLIBS_PROTO  = -lnng -lmsgpackc -ljansson -lpthread
+# msgpack-c is msgpack-c.pc (-lmsgpack-c) from Debian 13 on, msgpack.pc (-lmsgpackc) before
+MSGPACK_LIBS := $(shell pkg-config --libs msgpack-c 2>/dev/null || pkg-config --libs msgpack 2>/dev/null || echo -lmsgpackc)
+LDLIBS_PROTO  = -lnng $(MSGPACK_LIBS) -ljansson -lpthread
 LDLIBS_PROXY  = $(LDLIBS_PROTO) -lcjson -lsodium -lseccomp
 LDLIBS_BROKER = $(LDLIBS_PROTO) -lmicrohttpd -lsodium
 LDLIBS_TEST   = -lcriterion -lcurl
@@ -208,7 +210,8 @@ test-deploy: all
 	  { echo "$$out"; echo "manifests without the CRDs: failed"; exit 1; }
 	@SANDCELL_BIN=$(abspath $(BIN)) /usr/bin/python3 tests/deploy/monitoring_test.py
 
-# The OCI image sandcell:VERSION and sandcell:latest (podman; not in make test).
+# The OCI image sandcell:VERSION and sandcell:latest (podman; not in make test);
+# SUITE=trixie builds it on Debian 13 as sandcell:VERSION-trixie and :trixie.
 image: deps all
 	@sh scripts/image.sh
 

@@ -270,6 +270,8 @@ start_own(struct box *bx)
 	int go[2], rc;
 	char map[64], c;
 	pid_t proxy = getpid(), w = 0;
+	/* read before unshare: in the new namespace they are the overflow ids until mapped */
+	unsigned uid = (unsigned)geteuid(), gid = (unsigned)getegid();
 
 	if (bx->bx_net == BOX_NET_OUTBOUND) {
 		if (pipe2(go, O_CLOEXEC) < 0)
@@ -296,11 +298,11 @@ start_own(struct box *bx)
 	}
 	if (unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0)
 		return -errno;
-	snprintf(map, sizeof(map), "%u %u 1", (unsigned)geteuid(), (unsigned)geteuid());
+	snprintf(map, sizeof(map), "%u %u 1", uid, uid);
 	if ((rc = write_to("/proc/self/setgroups", "deny")) < 0 ||
 	    (rc = write_to("/proc/self/uid_map", map)) < 0)
 		return rc;
-	snprintf(map, sizeof(map), "%u %u 1", (unsigned)getegid(), (unsigned)getegid());
+	snprintf(map, sizeof(map), "%u %u 1", gid, gid);
 	if ((rc = write_to("/proc/self/gid_map", map)) < 0)
 		return rc;
 	if (w > 0 && write(go[1], "g", 1) != 1)

@@ -6,15 +6,15 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-PKGS="build-essential pkg-config libnng-dev libmsgpack-dev libmicrohttpd-dev
-libcriterion-dev libzmq3-dev libjansson-dev libcjson-dev libsodium-dev libcurl4-openssl-dev
+PKGS="$(sed 's/#.*//' scripts/build-packages)
+libcriterion-dev libcurl4-openssl-dev libzmq3-dev
 python3-ipykernel python3-matplotlib python3-matplotlib-inline curl
 r-cran-irkernel
 python3-numpy python3-pandas python3-scipy python3-sklearn python3-seaborn
 python3-sympy python3-pil python3-requests python3-bs4 python3-openpyxl
 python3-xlrd python3-plotly
 python3-jsonschema python3-yaml yamllint
-prometheus default-jdk-headless libseccomp-dev passt e2fsprogs iproute2"
+prometheus default-jdk-headless passt e2fsprogs iproute2"
 # Node.js runs the E2B SDK test; keep a Node.js that is already there.
 command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
 command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm"

@@ -148,7 +148,7 @@ def _own_thread_output(ip):
     def flushing_set_parent(self, parent):
         # what was written under the old parent is sent under it, not
         # flushed later under the new one
-        if self._buffer.tell():
+        if _buffered(self):
             self.flush()
         set_parent(self, parent)
         # the kernel's main flow (and what it starts) now works for this request
@@ -265,7 +265,7 @@ def _capture_fds(ip):
             string.encode("utf-8")  # UnicodeEncodeError: surrogates not allowed
         if len(string) <= FLUSH_AT:
             n = write(self, string)
-            if self._buffer.tell() >= FLUSH_AT:
+            if _buffered(self) >= FLUSH_AT:
                 self.flush()
             return n
         for i in range(0, len(string), FLUSH_AT):
@@ -275,6 +275,15 @@ def _capture_fds(ip):
 
     OutStream.write = bounded_write
 
+
+
+def _buffered(stream):
+    """How much an OutStream holds unsent: one buffer up to ipykernel 6.28,
+    one per parent from 6.29 (Debian 13)."""
+    buffers = getattr(stream, "_buffers", None)
+    if buffers is not None:
+        return sum(b.tell() for b in list(buffers.values()))
+    return stream._buffer.tell()
 
 def _iopub_flow_control(ip):
     """A PUB socket drops what its subscriber cannot take yet; with NODROP

@@ -10,7 +10,11 @@
 set -u
 cd "$(dirname "$0")/../.."
 : "${PODMAN_RUN_FLAGS=--runtime runc --ulimit nofile=1024:1024 --ulimit nproc=4096:4096}"
-image=${SANDCELL_IMAGE:-localhost/sandcell:latest}
+# SUITE=trixie: the image `make image SUITE=trixie` built
+case ${SUITE:-bookworm} in
+bookworm) image=${SANDCELL_IMAGE:-localhost/sandcell:latest} ;;
+*) image=${SANDCELL_IMAGE:-localhost/sandcell:$SUITE} ;;
+esac
 grace=5
 name=sandcell-test-$$
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
