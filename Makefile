@@ -43,7 +43,7 @@ BOXLIB_SRC = proxy/boxlib.c proxy/hotpages.c proxy/sandbox.c proxy/boxroot.c pro
 UNIT_TESTS = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
 INTEG_TESTS = $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/*_test.c))
 
-.PHONY: all bench deps fuzz install run soak test test-install test-systemd test-unit test-integration test-sdk test-asan clean \
+.PHONY: all bench deps fuzz install run soak test test-install test-systemd test-unit test-options test-integration test-sdk test-asan clean \
         check-deps format image test-api test-deploy test-image
 
 all: $(PROGS) $(BUILD)/profile.stamp
@@ -162,11 +162,15 @@ run: deps all
 	exec $(BIN)/sandcell-broker --listen $(LISTEN) $(RUN_ARGS)
 
 test: deps all
-	@$(MAKE) --no-print-directory test-unit test-integration test-api test-sdk test-systemd test-install \
-	  test-deploy
+	@$(MAKE) --no-print-directory test-unit test-options test-integration test-api test-sdk \
+	  test-systemd test-install test-deploy
 
 test-unit: $(UNIT_TESTS)
 	@set -e; for t in $(UNIT_TESTS); do echo "== $$t"; $$t --jobs 1; done
+
+# README.md's option table is the one sandcell-broker --help gives.
+test-options: all
+	@sh scripts/options-md.sh $(BIN) --check README.md
 
 test-integration: all $(INTEG_TESTS)
 	@set -e; for t in $(INTEG_TESTS); do echo "== $$t"; \
