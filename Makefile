@@ -116,11 +116,13 @@ $(BUILD)/tests/fuzz_replay_test: $(BROKER_OBJ) $(BUILD)/proxy/wire.o $(BUILD)/pr
 # The integration harness (real brokers, libcurl; the runner's sweep of what
 # tests leave) and the runner's hooks.
 HARNESS = tests/integration/harness.c tests/integration/sweep.c tests/integration/inet.c
+# ...and what only the suites link (criterion's assertions).
+SUITE_ONLY = tests/integration/hooks.c tests/integration/keeper.c
 
 # (only these sources: a test's .d may name a .c it includes, as lang_isolated_test does)
-$(BUILD)/tests/%: tests/integration/%.c $(HARNESS) tests/integration/hooks.c $(PROTO_OBJ)
+$(BUILD)/tests/%: tests/integration/%.c $(HARNESS) $(SUITE_ONLY) $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(HARNESS) tests/integration/hooks.c \
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(HARNESS) $(SUITE_ONLY) \
 	  $(PROTO_OBJ) $(LDLIBS_PROTO) $(LDLIBS_TEST)
 
 # A test binary whose test times out, run by faults_test (not a test itself).

@@ -212,6 +212,11 @@ long proc_uss_kb(pid_t pid); /* its own pages (private clean + dirty), KiB; or -
 unsigned long proc_ns_ino(pid_t pid, const char *which); /* /proc/PID/ns/WHICH's inode, or 0 */
 long proc_huge_kb(pid_t pid); /* AnonHugePages of smaps_rollup, KiB; -1 if unreadable */
 char *run_stdout(const char *base, const char *id, const char *code); /* caller frees */
+
+/* keeper.c (suites only): a python context with a variable set (caller frees
+ * the id), and the assertion that it still has it. */
+char *keeper_new(const char *base);
+void keeper_check(const char *base, const char *id);
 /*
  * Python code, run by a process of a box: whether it can open its init's
  * /proc/1/mem, take the init's fd 3 (the proxy's socket) with pidfd_getfd,
