@@ -40,13 +40,18 @@ PROGS = $(BIN)/sandcell-broker $(BIN)/sandcell-proxy $(BIN)/sandcellctl $(BIN)/l
 BOXLIB_SRC = proxy/boxlib.c proxy/hotpages.c proxy/sandbox.c proxy/boxroot.c proxy/boxinit.c \
              proxy/filter.c proxy/limits.c lib/boxview.c \
              lib/util.c lib/wsdisk.c
+# The wrapper kernels' shared reader of their child's output: one source,
+# copied into each of their kernelspec dirs (not in git), the one dir of its
+# kernel's that a box shows; make install takes the copies along.
+KERNEL_PY = proxy/jupyter/kernels/bash/sandcell_marked.py \
+            proxy/jupyter/kernels/java/sandcell_marked.py
 UNIT_TESTS = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
 INTEG_TESTS = $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/*_test.c))
 
 .PHONY: all bench deps fuzz install run soak test test-install test-systemd test-unit test-options test-integration test-sdk test-asan clean \
         check-deps format image test-api test-deploy test-image
 
-all: $(PROGS) $(BUILD)/profile.stamp
+all: $(PROGS) $(BUILD)/profile.stamp $(KERNEL_PY)
 
 # The profile's bytecode, which kernels load instead of compiling the profile
 # at each start (see proxy/python/sandcell_startup.py). It is checked against
@@ -56,6 +61,9 @@ $(BUILD)/profile.stamp: proxy/python/sandcell_profile.py
 	@if [ -x $(PYTHON) ]; then \
 	  $(PYTHON) -m compileall -q --invalidation-mode checked-hash $<; fi
 	@touch $@
+
+proxy/jupyter/kernels/%/sandcell_marked.py: proxy/jupyter/sandcell_marked.py
+	cp $< $@
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -254,7 +262,7 @@ test-install: all
 	@sh tests/install/run.sh $(abspath $(BIN))
 
 clean:
-	rm -rf $(BUILD) $(BIN)
+	rm -rf $(BUILD) $(BIN) $(KERNEL_PY)
 
 format:
 	clang-format -i $(wildcard */*.c */*.h tests/*/*.c tests/*/*.h)
