@@ -1096,28 +1096,37 @@ wait_pool_ready(const char *run_dir, int min, long timeout_ms)
 	return wait_until(pool_ready, &pc, timeout_ms);
 }
 
+int
+stat_fields(const char *path, int first, int n, long long *out)
+{
+	char buf[2048], *p;
+	FILE *f;
+	size_t len;
+
+	if (first < 4 || !(f = fopen(path, "re")))
+		return -1;
+	len = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[len] = '\0';
+	/* counted after the command name's closing parenthesis (field 2) */
+	if (!(p = strrchr(buf, ')')))
+		return -1;
+	for (int i = 2; i < first && p; i++)
+		p = strchr(p + 1, ' ');
+	for (int i = 0; i < n; i++, p = strchr(p + 1, ' '))
+		if (!p || sscanf(p + 1, "%lld", &out[i]) != 1)
+			return -1;
+	return 0;
+}
+
 long long
 proc_stat_field(pid_t pid, int field)
 {
-	char path[64], buf[2048], *p;
-	long long v = -1;
-	FILE *f;
-	size_t n;
+	char path[64];
+	long long v;
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if (!(f = fopen(path, "r")))
-		return -1;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	/* counted after the command name's closing parenthesis (field 2) */
-	if (field < 4 || !(p = strrchr(buf, ')')))
-		return -1;
-	for (int i = 2; i < field && p; i++)
-		p = strchr(p + 1, ' ');
-	if (!p || sscanf(p + 1, "%lld", &v) != 1)
-		return -1;
-	return v;
+	return stat_fields(path, field, 1, &v) < 0 ? -1 : v;
 }
 
 double

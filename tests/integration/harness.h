@@ -191,7 +191,10 @@ int ctl_executions(const char *run_dir, const char *ctx, const char *state);
 
 /* Warm kernels of the pool that are ready to be taken (sandcellctl status). */
 int wait_pool_ready(const char *run_dir, int min, long timeout_ms);
-/* Field FIELD (4 on, as proc(5) numbers them) of /proc/PID/stat, or -1. */
+/* Fields FIRST to FIRST + N - 1 (4 on, as proc(5) numbers them) of a stat
+ * file (/proc/PID/stat, /proc/PID/task/TID/stat): 0, or -1. */
+int stat_fields(const char *path, int first, int n, long long *out);
+/* Field FIELD of /proc/PID/stat, or -1. */
 long long proc_stat_field(pid_t pid, int field);
 /* When a process started, and now, in seconds since boot: a kernel that
  * started before a request was not started for it (it came from the pool). */
