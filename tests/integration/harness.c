@@ -217,12 +217,7 @@ const char init_probe_py[] =
     "attached = 'attached' if r == 0 else why(ctypes.get_errno())\n"
     "print(mem, took, attached)\n";
 
-struct sink {
-	char *data;
-	size_t len;
-};
-
-static size_t
+size_t
 sink_write(char *p, size_t sz, size_t n, void *arg)
 {
 	struct sink *s = arg;
@@ -852,7 +847,7 @@ context_get(const char *base, const char *id)
 	json_t *j = NULL;
 
 	snprintf(path, sizeof(path), "/contexts/%s", id);
-	if (http(base, "GET", path, NULL, &r, 5) == 0 && r.r_status == 200)
+	if (http(base, "GET", path, NULL, &r, 10) == 0 && r.r_status == 200)
 		j = json_loads(r.r_body, 0, NULL);
 	resp_free(&r);
 	return j;

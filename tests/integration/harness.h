@@ -100,6 +100,13 @@ struct resp {
 	char r_ctype[128];
 };
 /* One request; body may be NULL; timeout in seconds. */
+/* A libcurl write callback that gathers a body (NUL-terminated; caller frees data). */
+struct sink {
+	char *data;
+	size_t len;
+};
+size_t sink_write(char *p, size_t sz, size_t n, void *arg);
+
 int http(const char *base, const char *method, const char *path, const char *body,
 	 struct resp *r, long timeout_s);
 void resp_free(struct resp *r);
