@@ -125,7 +125,7 @@ $(BUILD)/tests/fuzz_replay_test: $(BROKER_OBJ) $(BUILD)/proxy/wire.o $(BUILD)/pr
 # tests leave) and the runner's hooks.
 HARNESS = tests/integration/harness.c tests/integration/sweep.c tests/integration/inet.c
 # ...and what only the suites link (criterion's assertions).
-SUITE_ONLY = tests/integration/hooks.c tests/integration/keeper.c
+SUITE_ONLY = tests/integration/hooks.c tests/integration/keeper.c tests/integration/expect.c
 
 # (only these sources: a test's .d may name a .c it includes, as lang_isolated_test does)
 $(BUILD)/tests/%: tests/integration/%.c $(HARNESS) $(SUITE_ONLY) $(PROTO_OBJ)

@@ -206,11 +206,7 @@ Test(admission, env_restored_after_a_disconnect, .timeout = 60)
 
 	cr_assert(client_gave_up(l));
 	json_decref(l);
-	l = run(URL, id, "import os\nprint(os.environ.get('FOO'))");
-	char *out = stdout_of(l);
-	cr_assert_str_eq(out, "None\n");
-	free(out);
-	json_decref(l);
+	expect_stdout(URL, id, "import os\nprint(os.environ.get('FOO'))", "None\n");
 	free(id);
 }
 
@@ -225,11 +221,8 @@ Test(admission, global_env_is_what_a_request_value_restores_to, .timeout = 60)
 	cr_assert_str_eq(out, "per-request\n");
 	free(out);
 	json_decref(l);
-	l = run(URL, id, "import os\nprint(os.environ['SC_GLOBAL'])");
-	out = stdout_of(l);
-	cr_assert_str_eq(out, "from-broker\n");
-	free(out);
-	json_decref(l);
+	expect_stdout(URL, id, "import os\nprint(os.environ['SC_GLOBAL'])",
+		      "from-broker\n");
 	free(id);
 }
 

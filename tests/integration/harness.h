@@ -227,6 +227,8 @@ char *run_stdout(const char *base, const char *id, const char *code); /* caller 
  * the id), and the assertion that it still has it. */
 char *keeper_new(const char *base);
 void keeper_check(const char *base, const char *id);
+/* expect.c (suites only): code, run in context id, prints exactly want. */
+void expect_stdout(const char *base, const char *id, const char *code, const char *want);
 /*
  * Python code, run by a process of a box: whether it can open its init's
  * /proc/1/mem, take the init's fd 3 (the proxy's socket) with pidfd_getfd,

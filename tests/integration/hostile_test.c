@@ -193,11 +193,7 @@ Test(hostile, slowloris_and_silent_connections_are_cut_while_others_are_served,
 		resp_free(&r);
 		usleep(400000);
 	}
-	json_t *l = run(URL, id, "print(6*7)");
-	char *out = stdout_of(l);
-	cr_assert_str_eq(out, "42\n");
-	free(out);
-	json_decref(l);
+	expect_stdout(URL, id, "print(6*7)", "42\n");
 	/* the header timeout (2 s here) cut the trickler and the silent ones; one it
 	 * missed stays open for the idle timeout (2 min) */
 	cr_assert(closed_within(slow, 15000), "the slowloris connection is still open after %.0f ms",
@@ -657,11 +653,7 @@ Test(hostile, misbehaving_kernel_messages_are_dropped, .fini = priv_stop, .timeo
 	cr_assert_not_null(line_of(l, "end_of_execution", 0));
 	cr_assert_str_eq(error_name(l), "OutputLost");
 	json_decref(l);
-	l = run(b->b_url, evil, "after");
-	out = stdout_of(l);
-	cr_assert_str_eq(out, "GOOD after\n");
-	free(out);
-	json_decref(l);
+	expect_stdout(b->b_url, evil, "after", "GOOD after\n");
 	keeper_check(b->b_url, good);
 	char cmd[512];
 	snprintf(cmd, sizeof(cmd), "grep -c 'bad signature\\|another session\\|dropped' '%s'", b->b_log);
