@@ -1,8 +1,8 @@
 /*
  * main.c — sandcell-broker: start-up in order (options.c, config.c), then the
  * one event loop (epoll) that drives libmicrohttpd, every proxy's IPC socket,
- * client hang-up watches, signals and timers. Everything runs on this thread; nng's own threads only
- * wake it through an eventfd.
+ * client hang-up watches, signals and timers. Everything runs on this thread;
+ * nng's own threads only wake it through an eventfd.
  */
 #include <errno.h>
 #include <fcntl.h>
