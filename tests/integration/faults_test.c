@@ -590,15 +590,22 @@ Test(faults, memory_limit_in_a_cgroup_kills_the_kernel_alone, .fini = cgroup_sto
 	free(hog);
 }
 
+/* b (a context of its own) runs code that ignores SIGINT and sleeps a minute; it has started. */
+static void
+sigint_ignorer_start(struct bg *b)
+{
+	b->code = started_code("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+			       "time.sleep(60)");
+	bg_start(b);
+	cr_assert_eq(bg_wait_stdout(b, 10000), 0, "the code never started");
+}
+
 Test(faults, kernel_ignoring_sigint_is_stopped_by_restart, .timeout = 90)
 {
 	char *id = context_new(URL, "python", NULL);
 	struct bg b = {.base = URL, .ctx = id};
 
-	b.code = started_code("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-			      "time.sleep(60)");
-	bg_start(&b);
-	cr_assert_eq(bg_wait_stdout(&b, 10000), 0, "the code never started");
+	sigint_ignorer_start(&b);
 	double t0 = ms_now();
 	cr_assert_eq(context_post(URL, id, "restart", 30), 200);
 	bg_join(&b);
@@ -615,10 +622,7 @@ Test(faults, interrupt_of_a_kernel_ignoring_sigint_falls_back_to_restart, .timeo
 	char *id = context_new(URL, "python", NULL);
 	struct bg b = {.base = URL, .ctx = id};
 
-	b.code = started_code("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-			      "time.sleep(60)");
-	bg_start(&b);
-	cr_assert_eq(bg_wait_stdout(&b, 10000), 0, "the code never started");
+	sigint_ignorer_start(&b);
 	double t0 = ms_now();
 	cr_assert(context_post(URL, id, "interrupt", 30) > 0);
 	bg_join(&b);
