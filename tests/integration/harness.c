@@ -101,6 +101,33 @@ tcp_connect(const char *url)
 }
 
 int
+raw_execute(const char *url, const char *id, const char *code, const char *version,
+	    const char *headers)
+{
+	json_t *body = json_pack("{s:s, s:s}", "code", code, "context_id", id);
+	char *js = json_dumps(body, JSON_COMPACT), *req = NULL;
+	int fd;
+
+	if (asprintf(&req,
+		     "POST /execute HTTP/%s\r\nHost: x\r\nContent-Type: application/json\r\n"
+		     "%sContent-Length: %zu\r\n\r\n%s",
+		     version, headers, strlen(js), js) < 0)
+		req = NULL;
+	free(js);
+	json_decref(body);
+	if (!req || (fd = tcp_connect(url)) < 0) {
+		free(req);
+		return -1;
+	}
+	if (write(fd, req, strlen(req)) != (ssize_t)strlen(req)) {
+		close(fd);
+		fd = -1;
+	}
+	free(req);
+	return fd;
+}
+
+int
 proc_fd_count(pid_t pid)
 {
 	char path[64];

@@ -212,6 +212,10 @@ double ms_since(double t0);
 double ms_now(void);
 int free_port(void);
 int tcp_connect(const char *url); /* a plain TCP connection to the broker, or -1 */
+/* POST /execute written whole on a connection of its own (headers: more header
+ * lines, each ending in \r\n, or ""): its socket, or -1. */
+int raw_execute(const char *url, const char *id, const char *code, const char *version,
+		const char *headers);
 /* Open file descriptors and resident memory (KiB) of a process, or -1. */
 int proc_fd_count(pid_t pid);
 /* Its argv, NUL-separated (at most size - 1 bytes, then a NUL); 0 if unreadable. */
