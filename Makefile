@@ -42,13 +42,18 @@ PROGS = $(BIN)/sandcell-broker $(BIN)/sandcell-proxy $(BIN)/sandcellctl $(BIN)/l
 BOXLIB_SRC = proxy/boxlib.c proxy/hotpages.c proxy/sandbox.c proxy/boxroot.c proxy/boxinit.c \
              proxy/filter.c proxy/limits.c lib/boxview.c \
              lib/util.c lib/wsdisk.c
+# The wrapper kernels' shared reader of their child's output: one source,
+# copied into each of their kernelspec dirs (not in git), the one dir of its
+# kernel's that a box shows; make install takes the copies along.
+KERNEL_PY = proxy/jupyter/kernels/bash/sandcell_marked.py \
+            proxy/jupyter/kernels/java/sandcell_marked.py
 UNIT_TESTS = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
 INTEG_TESTS = $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/*_test.c))
 
-.PHONY: all bench deps fuzz install run soak test test-install test-systemd test-unit test-integration test-sdk test-asan clean \
+.PHONY: all bench deps fuzz install run soak test test-install test-systemd test-unit test-options test-integration test-sdk test-asan clean \
         check-deps format image test-api test-deploy test-image
 
-all: $(PROGS) $(BUILD)/profile.stamp
+all: $(PROGS) $(BUILD)/profile.stamp $(KERNEL_PY)
 
 # The profile's bytecode, which kernels load instead of compiling the profile
 # at each start (see proxy/python/sandcell_startup.py). It is checked against
@@ -58,6 +63,9 @@ $(BUILD)/profile.stamp: proxy/python/sandcell_profile.py
 	@if [ -x $(PYTHON) ]; then \
 	  $(PYTHON) -m compileall -q --invalidation-mode checked-hash $<; fi
 	@touch $@
+
+proxy/jupyter/kernels/%/sandcell_marked.py: proxy/jupyter/sandcell_marked.py
+	cp $< $@
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -118,11 +126,13 @@ $(BUILD)/tests/fuzz_replay_test: $(BROKER_OBJ) $(BUILD)/proxy/wire.o $(BUILD)/pr
 # The integration harness (real brokers, libcurl; the runner's sweep of what
 # tests leave) and the runner's hooks.
 HARNESS = tests/integration/harness.c tests/integration/sweep.c tests/integration/inet.c
+# ...and what only the suites link (criterion's assertions).
+SUITE_ONLY = tests/integration/hooks.c tests/integration/keeper.c tests/integration/expect.c
 
 # (only these sources: a test's .d may name a .c it includes, as lang_isolated_test does)
-$(BUILD)/tests/%: tests/integration/%.c $(HARNESS) tests/integration/hooks.c $(PROTO_OBJ)
+$(BUILD)/tests/%: tests/integration/%.c $(HARNESS) $(SUITE_ONLY) $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(HARNESS) tests/integration/hooks.c \
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(HARNESS) $(SUITE_ONLY) \
 	  $(PROTO_OBJ) $(LDLIBS_PROTO) $(LDLIBS_TEST)
 
 # A test binary whose test times out, run by faults_test (not a test itself).
@@ -164,11 +174,15 @@ run: deps all
 	exec $(BIN)/sandcell-broker --listen $(LISTEN) $(RUN_ARGS)
 
 test: deps all
-	@$(MAKE) --no-print-directory test-unit test-integration test-api test-sdk test-systemd test-install \
-	  test-deploy
+	@$(MAKE) --no-print-directory test-unit test-options test-integration test-api test-sdk \
+	  test-systemd test-install test-deploy
 
 test-unit: $(UNIT_TESTS)
 	@set -e; for t in $(UNIT_TESTS); do echo "== $$t"; $$t --jobs 1; done
+
+# README.md's option table is the one sandcell-broker --help gives.
+test-options: all
+	@sh scripts/options-md.sh $(BIN) --check README.md
 
 test-integration: all $(INTEG_TESTS)
 	@set -e; for t in $(INTEG_TESTS); do echo "== $$t"; \
@@ -251,7 +265,7 @@ test-install: all
 	@sh tests/install/run.sh $(abspath $(BIN))
 
 clean:
-	rm -rf $(BUILD) $(BIN)
+	rm -rf $(BUILD) $(BIN) $(KERNEL_PY)
 
 format:
 	clang-format -i $(wildcard */*.c */*.h tests/*/*.c tests/*/*.h)

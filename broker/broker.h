@@ -327,7 +327,11 @@ void server_unwatch(int fd);
 void server_forget(struct evsrc *ev);
 void server_notify(const char *state);
 
+/* options.c */
+void options_parse(int argc, char **argv);
+
 /* config.c */
+void config_settle(void);
 uint64_t config_default_memory(uint64_t *of);
 void config_token_set(const char *token);
 int config_token_file(const char *path);

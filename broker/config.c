@@ -1,16 +1,20 @@
 /*
- * config.c — the broker's settings beyond parsing its flags: the access token,
- * the global env (--env, --env-file), the warm pool's specs, default paths,
- * and the run directory (ours alone, locked, with the global env file).
+ * config.c — the broker's settings beyond parsing its flags (options.c): the
+ * access token, the global env (--env, --env-file), the warm pool's specs,
+ * what is worked out or checked at start (defaults that depend on the
+ * machine, the sandbox, the cwd), and the run directory (ours alone, locked,
+ * with the global env file).
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -257,4 +261,114 @@ config_default_memory(uint64_t *of)
 	*of = total;
 	lim = (total / 4) & ~((1ull << 20) - 1);
 	return lim < (256ull << 20) ? 256ull << 20 : lim;
+}
+
+/* Limits that depend on the machine: the start gate, the kernels' user, fds. */
+static void
+settle_limits(void)
+{
+	struct rlimit nofile;
+
+	if (!sv.sv_cf.cf_max_starting[0]) {
+		/* a start is CPU work: one per CPU we can use, and one more to
+		 * keep them busy while a slot changes hands */
+		int quota, n = cpus_usable(&quota);
+		snprintf(sv.sv_cf.cf_max_starting, sizeof(sv.sv_cf.cf_max_starting), "%d", n + 1);
+		log_info("start gate: at most %d kernels start at once (%d CPU%s%s)", n + 1, n,
+			 n == 1 ? "" : "s", quota == n ? ", the cgroup's CPU quota" : "");
+	}
+	if (sv.sv_cf.cf_kernel_user) {
+		struct passwd *pw = getpwnam(sv.sv_cf.cf_kernel_user);
+		if (!pw)
+			fatal("--kernel-user %s: no such user", sv.sv_cf.cf_kernel_user);
+		sv.sv_cf.cf_kernel_uid = pw->pw_uid;
+	}
+	/* one descriptor per connection: take what the hard limit allows */
+	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+		nofile.rlim_cur = nofile.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &nofile);
+	}
+}
+
+/* The sandbox: usable here, its memory default, and what it will be, said once. */
+static void
+settle_sandbox(void)
+{
+	char err[512];
+
+	if (!sv.sv_cf.cf_sandbox) {
+		log_warn("sandbox: off (--no-sandbox): kernels run with the broker's privileges "
+			 "and see the whole machine");
+		return;
+	}
+	if (box_check(err, sizeof(err)) < 0)
+		fatal("sandbox: %s", err);
+	if (!sv.sv_cf.cf_kernel_memory && geteuid() == 0) { /* a memory cgroup each */
+		uint64_t of, m = config_default_memory(&of);
+		sv.sv_cf.cf_kernel_memory = xasprintf("%llu", (unsigned long long)m);
+		log_info("sandbox: each context may use %llu MiB of memory, a quarter of "
+			 "the machine's %llu MiB; --kernel-memory changes it, 0 lifts it",
+			 (unsigned long long)(m >> 20), (unsigned long long)(of >> 20));
+	}
+	struct passwd *ku = sv.sv_cf.cf_kernel_user ? getpwnam(sv.sv_cf.cf_kernel_user) : NULL;
+	if (ku && (ku->pw_uid == 0 || ku->pw_uid == geteuid()))
+		fatal("--kernel-user %s: kernels never run as root or as the broker's uid",
+		      sv.sv_cf.cf_kernel_user);
+	/* not root, the kernels are uid 1000 of a user namespace (proxy/sandbox.c) */
+	const char *who = ku ? sv.sv_cf.cf_kernel_user : geteuid() ? "1000" : sv.sv_cf.cf_uid_range;
+	const char *how = geteuid()			 ? " in a user namespace"
+			  : ku || sv.sv_cf.cf_isolated ? ""
+						       : ", one leased for all contexts";
+	log_info("sandbox: on (uid %s%s, isolation %s, network %s, pids %s, tmp %s "
+		 "bytes, memory %s)",
+		 who, how, sv.sv_cf.cf_isolated ? "context" : "shared", sv.sv_cf.cf_kernel_network,
+		 sv.sv_cf.cf_kernel_pids, sv.sv_cf.cf_kernel_tmp,
+		 sv.sv_cf.cf_kernel_memory ? sv.sv_cf.cf_kernel_memory : "no limit");
+	if (sv.sv_cf.cf_isolated && sv.sv_cf.cf_npool) {
+		/* a warm kernel has a uid and workspace before it has a context */
+		log_info("sandbox: no warm pool with --isolation context");
+		sv.sv_cf.cf_npool = 0;
+	}
+}
+
+/* The paths not given: the cwd (checked), the proxy, the Python profile. */
+static void
+settle_paths(void)
+{
+	bool cwd_given = sv.sv_cf.cf_cwd;
+	char err[512];
+
+	if (!sv.sv_cf.cf_cwd)
+		sv.sv_cf.cf_cwd = sv.sv_cf.cf_sandbox ? box_workspace() : config_default_cwd();
+	/* every kernel would fail to start there (status 126): refuse now */
+	if (cwd_check(sv.sv_cf.cf_cwd, box_isolates() ? (uid_t)-1 : box_kernel_uid(NULL), err,
+		      sizeof(err)) < 0) {
+		log_err("%s %s: %s%s", cwd_given ? "--cwd" : "default cwd", sv.sv_cf.cf_cwd, err,
+			cwd_given ? "" : "; give one with --cwd DIR");
+		exit(2);
+	}
+	box_bound_workspace(); /* its filesystem's root takes the directory's owner and mode */
+	if (!sv.sv_cf.cf_proxy_bin)
+		sv.sv_cf.cf_proxy_bin = config_proxy_bin();
+	/* (SANDCELL_PYTHON_STARTUP is the flag's variable: options.c read it) */
+	if (!sv.sv_cf.cf_python_startup)
+		sv.sv_cf.cf_python_startup = config_python_startup();
+	else if (!*sv.sv_cf.cf_python_startup)
+		sv.sv_cf.cf_python_startup = NULL; /* --python-startup '': none */
+	if (access(sv.sv_cf.cf_proxy_bin, X_OK) < 0)
+		fatal("proxy binary %s: %s", sv.sv_cf.cf_proxy_bin, strerror(errno));
+}
+
+/* What the options leave to be worked out or checked, in order; exits on failure. */
+void
+config_settle(void)
+{
+	settle_limits();
+	if (!sv.sv_cf.cf_run_dir)
+		sv.sv_cf.cf_run_dir = default_run_dir();
+	settle_sandbox();
+	/* with no network of their own, kernels cannot connect to us at all */
+	if (!sv.sv_cf.cf_sandbox || strcmp(sv.sv_cf.cf_kernel_network, "none"))
+		box_peer_check();
+	settle_paths();
 }

@@ -42,16 +42,37 @@ static const struct {
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
 static bool as_json;
+static const char *run_dir, *cwd;
+static unsigned timeout_s;
+
+static const struct opt options[] = {
+    {"run-dir", "DIR", OPT_STRING, OPT_DST(run_dir),
+     .o_shown = "$XDG_RUNTIME_DIR/sandcell, else /tmp/sandcell-$UID",
+     .o_help = "the broker's run dir, where its control socket is"},
+    {"json", NULL, OPT_SWITCH, OPT_DST(as_json), .o_help = "print the replies as JSON"},
+    {"cwd", "DIR", OPT_STRING, OPT_DST(cwd), .o_help = "create: the context's cwd"},
+    {"timeout", "DURATION", OPT_SECONDS, OPT_DST(timeout_s), .o_min = 1,
+     .o_max = 7 * 24 * 3600,
+     .o_expect = "a duration such as 120, 30s or 5m, from 1s to 7 days", .o_default = "120",
+     .o_help = "how long to wait for the broker's answer"},
+};
 
 static void
-usage(void)
+usage_commands(FILE *f)
 {
-	fprintf(stderr, "usage: sandcellctl [--run-dir DIR] [--json] COMMAND [ARGS]\n\n");
+	fprintf(f, "\ncommands:\n");
 	for (size_t i = 0; i < N_COMMANDS; i++)
-		fprintf(stderr, "  %-19s %-9s %s\n", commands[i].name, commands[i].args,
+		fprintf(f, "  %-19s %-9s %s\n", commands[i].name, commands[i].args,
 			commands[i].help);
-	exit(2);
 }
+
+static struct optset optset = {
+    .os_prog = "sandcellctl",
+    .os_usage = "usage: sandcellctl [options] COMMAND [ARGS]\n",
+    .os_opts = options,
+    .os_n = sizeof(options) / sizeof(options[0]),
+    .os_more = usage_commands,
+};
 
 static const char *
 str(json_t *o, const char *k)
@@ -237,92 +258,48 @@ show_output(const char *data, size_t len)
 	fflush(stdout);
 }
 
-int
-main(int argc, char **argv)
+/* The command's request, from its arguments. */
+static void
+request(struct msg *m, enum msg_type type, char **arg)
 {
-	static const struct option opts[] = {
-		{"run-dir", required_argument, NULL, 'r'},
-		{"json", no_argument, NULL, 'j'},
-		{"cwd", required_argument, NULL, 'c'},
-		{"timeout", required_argument, NULL, 't'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
-	};
-	const char *run_dir = NULL, *cwd = NULL;
-	int c, e, rc = 1, timeout_s = 120;
-	size_t ci;
 	uint64_t v;
-	struct msg m;
-	nng_socket s;
+	int e;
 
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'r': run_dir = optarg; break;
-		case 'j': as_json = true; break;
-		case 'c': cwd = optarg; break;
-		case 't':
-			if ((e = parse_seconds(optarg, 7 * 24 * 3600, &v)) < 0 || (e = v ? 0 : -ERANGE))
-				parse_fail("sandcellctl", "--timeout", optarg, e,
-					   "a duration such as 120, 30s or 5m, from 1s to 7 days");
-			timeout_s = v;
-			break;
-		default: usage();
-		}
-	}
-	if (optind >= argc)
-		usage();
-	for (ci = 0; ci < N_COMMANDS; ci++)
-		if (!strcmp(argv[optind], commands[ci].name))
-			break;
-	if (ci == N_COMMANDS || argc - optind - 1 != commands[ci].nargs)
-		usage();
-	log_init("sandcellctl", LOG_WARN);
-	if (!run_dir)
-		run_dir = default_run_dir();
-
-	char **arg = argv + optind + 1;
-	msg_init(&m, commands[ci].type);
-	msg_set_u64(&m, F_REQ, 1);
-	switch (commands[ci].type) {
+	msg_init(m, type);
+	msg_set_u64(m, F_REQ, 1);
+	switch (type) {
 	case CTL_CANCEL:
 		if ((e = parse_count(arg[0], 0, UINT64_MAX, &v)) < 0)
 			parse_fail("sandcellctl", "cancel", arg[0], e, "a stream number");
-		msg_set_u64(&m, F_STREAM, v);
+		msg_set_u64(m, F_STREAM, v);
 		break;
 	case CTL_CREATE:
-		msg_set_str(&m, F_LANG, arg[0], strlen(arg[0]));
+		msg_set_str(m, F_LANG, arg[0], strlen(arg[0]));
 		if (cwd)
-			msg_set_str(&m, F_CWD, cwd, strlen(cwd));
+			msg_set_str(m, F_CWD, cwd, strlen(cwd));
 		break;
 	case CTL_INTERRUPT:
 	case CTL_RESTART:
 	case CTL_DELETE:
-		msg_set_str(&m, F_ID, arg[0], strlen(arg[0]));
+		msg_set_str(m, F_ID, arg[0], strlen(arg[0]));
 		break;
 	case CTL_RUN:
-		msg_set_str(&m, F_ID, arg[0], strlen(arg[0]));
-		msg_set_str(&m, F_CODE, arg[1], strlen(arg[1]));
+		msg_set_str(m, F_ID, arg[0], strlen(arg[0]));
+		msg_set_str(m, F_CODE, arg[1], strlen(arg[1]));
 		break;
 	default:
 		break;
 	}
+}
 
-	char *url = xasprintf("ipc://%s/ctl.sock", run_dir);
-	if ((e = nng_pair1_open(&s)) || (e = nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME)) ||
-	    (e = nng_pipe_notify(s, NNG_PIPE_EV_REM_POST, pipe_gone, NULL)) ||
-	    (e = nng_dial(s, url, NULL, 0))) {
-		fprintf(stderr, "sandcellctl: no broker is listening at %s (%s); is sandcell-broker "
-				"running with --run-dir %s?\n",
-			url, nng_strerror(e), run_dir);
-		return 1;
-	}
+/* Replies until END, each acknowledged; 0 if the broker said OK. */
+static int
+replies(nng_socket s, size_t ci)
+{
 	bool watch = commands[ci].type == CTL_WATCH;
-	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, POLL_MS);
-	if ((e = msg_send(s, &m, 0))) {
-		fprintf(stderr, "sandcellctl: send: %s\n", nng_strerror(e));
-		return 1;
-	}
-	for (int waited = 0;;) {
+	int e, rc = 1;
+
+	for (unsigned waited = 0;;) {
 		struct msg r;
 		if ((e = msg_recv(s, &r, 0)) == NNG_ETIMEDOUT && !atomic_load(&broker_gone) &&
 		    (watch || (waited += POLL_MS) < timeout_s * 1000))
@@ -333,8 +310,7 @@ main(int argc, char **argv)
 				: e == NNG_ETIMEDOUT ? "the broker did not answer in time"
 				: e > 0		     ? nng_strerror(e)
 						     : proto_strerror(e));
-			rc = 1;
-			break;
+			return 1;
 		}
 		waited = 0;
 		/* read: the broker may send the next (it holds CTL_WINDOW unacked) */
@@ -345,7 +321,7 @@ main(int argc, char **argv)
 		msg_free(&ack);
 		if (r.m_type == MSG_END) {
 			msg_free(&r);
-			break;
+			return rc;
 		}
 		if (r.m_type == MSG_OUTPUT) {
 			show_output(r.m_data.s, r.m_data.len);
@@ -363,6 +339,44 @@ main(int argc, char **argv)
 		}
 		msg_free(&r);
 	}
+}
+
+int
+main(int argc, char **argv)
+{
+	char **arg;
+	int e, rc, n = opts_parse(&optset, argc, argv, &arg);
+	size_t ci;
+	struct msg m;
+	nng_socket s;
+
+	if (n < 1)
+		opts_usage(&optset);
+	for (ci = 0; ci < N_COMMANDS; ci++)
+		if (!strcmp(arg[0], commands[ci].name))
+			break;
+	if (ci == N_COMMANDS || n - 1 != commands[ci].nargs)
+		opts_usage(&optset);
+	log_init("sandcellctl", LOG_WARN);
+	if (!run_dir)
+		run_dir = default_run_dir();
+	request(&m, commands[ci].type, arg + 1);
+
+	char *url = xasprintf("ipc://%s/ctl.sock", run_dir);
+	if ((e = nng_pair1_open(&s)) || (e = nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME)) ||
+	    (e = nng_pipe_notify(s, NNG_PIPE_EV_REM_POST, pipe_gone, NULL)) ||
+	    (e = nng_dial(s, url, NULL, 0))) {
+		fprintf(stderr, "sandcellctl: no broker is listening at %s (%s); is sandcell-broker "
+				"running with --run-dir %s?\n",
+			url, nng_strerror(e), run_dir);
+		return 1;
+	}
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, POLL_MS);
+	if ((e = msg_send(s, &m, 0))) {
+		fprintf(stderr, "sandcellctl: send: %s\n", nng_strerror(e));
+		return 1;
+	}
+	rc = replies(s, ci);
 	msg_free(&m);
 	nng_close(s);
 	free(url);

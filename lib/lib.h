@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -64,6 +65,49 @@ int optenv_build(struct optenv *oe, const char *prefix, const struct option *opt
 const char *optenv_origin(struct optenv *oe, const struct option *opts, int idx, int optind_now);
 void optenv_free(struct optenv *oe);
 
+/* opts.c */
+enum opt_type {
+	OPT_SWITCH, /* no value: sets a bool (OPT_OFF: clears it) */
+	OPT_STRING, /* the value itself */
+	OPT_FUNC,   /* o_fn takes it */
+	OPT_SIZE,   /* parse_size: bytes */
+	OPT_SECONDS, /* parse_seconds: whole seconds */
+	OPT_MS,     /* parse_duration: milliseconds */
+	OPT_COUNT,  /* parse_count */
+};
+#define OPT_OFF 1u     /* OPT_SWITCH: the switch turns it off */
+#define OPT_ZERO 2u    /* 0 is allowed although under o_min ("0: none") */
+#define OPT_DIGITS 4u  /* the number goes to char[o_size] as decimal digits */
+#define OPT_XDIGITS 8u /* ... to a char * of its own (allocated) */
+#define OPT_VAL0 256   /* getopt's value for the table's first option */
+struct opt {
+	const char *o_name;   /* --name; its variable is PREFIX_NAME */
+	const char *o_arg;    /* what it takes, for --help (SIZE, DIR); NULL: a switch */
+	enum opt_type o_type;
+	void *o_dst;          /* where its value goes... */
+	size_t o_size;        /* ...and that field's size (a number: 4 or 8 bytes) */
+	unsigned o_flags;
+	uint64_t o_min, o_max; /* numbers: the range accepted */
+	const char *o_expect;  /* numbers: what a refusal says is expected */
+	int (*o_fn)(const char *val, const char *origin); /* OPT_FUNC; < 0: exit 2 */
+	bool *o_given;         /* set when given (a variable or a flag) */
+	const char *o_default; /* applied first, as if given, and shown in --help */
+	const char *o_shown;   /* a default the program works out: shown only */
+	const char *o_help;
+};
+#define OPT_DST(field) .o_dst = &(field), .o_size = sizeof(field)
+struct optset {
+	const char *os_prog;
+	const char *os_prefix; /* its variables' (SANDCELL); NULL: none are read */
+	const char *os_usage;  /* --help's first lines */
+	const struct opt *os_opts;
+	size_t os_n;
+	void (*os_more)(FILE *f); /* --help's last lines, or NULL */
+	struct optenv os_env;     /* the values point into it: it lives as long as they do */
+};
+int opts_parse(struct optset *os, int argc, char **argv, char ***operands);
+void opts_usage(const struct optset *os) __attribute__((noreturn));
+
 /* parse.c */
 int parse_size(const char *s, uint64_t max, uint64_t *out);
 int parse_duration(const char *s, uint64_t max_ms, uint64_t *out_ms);
@@ -111,6 +155,7 @@ uint64_t now_us(void);
 void uuid_v4(char out[37]);
 bool uuid_valid(const char *s);
 int signal_fd(void);
+int write_text(const char *path, const char *text);
 int mkdir_p(const char *path, unsigned mode);
 int rm_rf(const char *path);
 int chown_r(const char *path, unsigned uid, unsigned gid);

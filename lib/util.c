@@ -246,6 +246,22 @@ signal_fd(void)
 	return signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
 }
 
+/*
+ * text into an existing file (a /proc or cgroup knob): 0 or -errno. Raw
+ * calls only, no allocation: also used in a forked child.
+ */
+int
+write_text(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC), rc = 0;
+
+	if (fd < 0 || write(fd, text, strlen(text)) < 0)
+		rc = -errno;
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
 int
 mkdir_p(const char *path, unsigned mode)
 {

@@ -47,18 +47,6 @@
 
 #define NET_READY_MS 3000 /* pasta configures the namespace in ~30 ms */
 
-static int
-write_to(const char *path, const char *text)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC), rc = 0;
-
-	if (fd < 0 || write(fd, text, strlen(text)) < 0)
-		rc = -errno;
-	if (fd >= 0)
-		close(fd);
-	return rc;
-}
-
 /* Loopback up (a new network namespace's only interface). */
 static int
 loopback_up(void)
@@ -234,10 +222,10 @@ start_owned(struct box *bx)
 	/* root inside is the holder's uid outside: pasta's, which needs its capabilities */
 	snprintf(map, sizeof(map), "0 %u 1", (unsigned)bx->bx_net_uid);
 	snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)h);
-	if ((rc = write_to(path, map)) < 0)
+	if ((rc = write_text(path, map)) < 0)
 		goto out;
 	snprintf(path, sizeof(path), "/proc/%d/gid_map", (int)h);
-	if ((rc = write_to(path, map)) < 0)
+	if ((rc = write_text(path, map)) < 0)
 		goto out;
 	/* pasta from here, in the host's network namespace, which it takes the way out of */
 	if (bx->bx_net == BOX_NET_OUTBOUND && (p = spawn_pasta(bx->bx_net_uid, h, down[0])) < 0) {
@@ -299,11 +287,11 @@ start_own(struct box *bx)
 	if (unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0)
 		return -errno;
 	snprintf(map, sizeof(map), "%u %u 1", uid, uid);
-	if ((rc = write_to("/proc/self/setgroups", "deny")) < 0 ||
-	    (rc = write_to("/proc/self/uid_map", map)) < 0)
+	if ((rc = write_text("/proc/self/setgroups", "deny")) < 0 ||
+	    (rc = write_text("/proc/self/uid_map", map)) < 0)
 		return rc;
 	snprintf(map, sizeof(map), "%u %u 1", gid, gid);
-	if ((rc = write_to("/proc/self/gid_map", map)) < 0)
+	if ((rc = write_text("/proc/self/gid_map", map)) < 0)
 		return rc;
 	if (w > 0 && write(go[1], "g", 1) != 1)
 		return -EPIPE;

@@ -22,12 +22,8 @@ static int
 write_file(const char *dir, const char *name, const char *value)
 {
 	char *path = xasprintf("%s/%s", dir, name);
-	int fd = open(path, O_WRONLY | O_CLOEXEC), rc = 0;
+	int rc = write_text(path, value);
 
-	if (fd < 0 || write(fd, value, strlen(value)) < 0)
-		rc = -errno;
-	if (fd >= 0)
-		close(fd);
 	free(path);
 	return rc;
 }
@@ -163,11 +159,7 @@ limits_join(const struct box *bx, pid_t pid)
 			return -ENAMETOOLONG;
 		memcpy(path, bx->bx_cg[i], n);
 		memcpy(path + n, "/cgroup.procs", sizeof("/cgroup.procs"));
-		int fd = open(path, O_WRONLY | O_CLOEXEC), rc = 0;
-		if (fd < 0 || write(fd, p, strlen(p)) < 0)
-			rc = -errno;
-		if (fd >= 0)
-			close(fd);
+		int rc = write_text(path, p);
 		if (rc < 0)
 			return rc;
 	}

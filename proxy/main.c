@@ -258,20 +258,133 @@ write_state_file(struct proxy *p)
 	free(path);
 }
 
+/* sandcell-proxy's options: the broker's, in its own words (supervise.c). */
+static const char *opt_env_file, *opt_kernel, *opt_kuser;
+static unsigned long opt_uid;
+static int opt_level = LOG_INFO;
+
+static void usage(void) __attribute__((noreturn));
+
+static int
+opt_uid_range(const char *range, const char *origin)
+{
+	unsigned a, b;
+
+	(void)origin;
+	if (sscanf(range, "%u-%u", &a, &b) != 2 || !a || a > b)
+		usage();
+	px.px_box.bx_uid_first = a;
+	px.px_box.bx_uid_last = b;
+	return 0;
+}
+
+static int
+opt_isolation(const char *mode, const char *origin)
+{
+	(void)origin;
+	if (strcmp(mode, "shared") && strcmp(mode, "context"))
+		usage();
+	px.px_box.bx_isolated = !strcmp(mode, "context");
+	return 0;
+}
+
+static int
+opt_network(const char *mode, const char *origin)
+{
+	(void)origin;
+	if (strcmp(mode, "outbound") && strcmp(mode, "none"))
+		usage();
+	px.px_box.bx_net = strcmp(mode, "none") ? BOX_NET_OUTBOUND : BOX_NET_NONE;
+	return 0;
+}
+
+static int
+opt_template_wait(const char *ms, const char *origin)
+{
+	uint64_t v;
+	int rc;
+
+	if ((rc = parse_count(ms, 0, UINT32_MAX, &v)) < 0)
+		parse_fail("sandcell-proxy", origin, ms, rc, "milliseconds");
+	px.px_template_until = now_ms() + v;
+	return 0;
+}
+
+static int
+opt_log_level(const char *name, const char *origin)
+{
+	(void)origin;
+	if ((opt_level = parse_level(name)) < 0)
+		usage();
+	return 0;
+}
+
+#define BX px.px_box
+#define KERNEL_MS 1, 86400000, "milliseconds from 1 to 86400000"
+static const struct opt options[] = {
+    {"run-dir", "DIR", OPT_STRING, OPT_DST(px.px_run_dir), .o_help = "the broker's run dir"},
+    {"id", "UUID", OPT_STRING, OPT_DST(px.px_id), .o_help = "this proxy's name"},
+    {"language", "LANG", OPT_STRING, OPT_DST(px.px_lang), .o_help = "the context's language"},
+    {"cwd", "DIR", OPT_STRING, OPT_DST(px.px_cwd), .o_help = "the context's cwd"},
+    {"kernel", "NAME", OPT_STRING, OPT_DST(opt_kernel), .o_help = "a kernelspec by name"},
+    {"env-file", "FILE", OPT_STRING, OPT_DST(opt_env_file), .o_help = "the global env (JSON)"},
+    {"log-level", "LEVEL", OPT_FUNC, .o_fn = opt_log_level, .o_help = "error, warn, info, debug"},
+    {"default", NULL, OPT_SWITCH, OPT_DST(px.px_default),
+     .o_help = "the broker's default context for its language"},
+    {"pooled", NULL, OPT_SWITCH, OPT_DST(px.px_pooled), .o_help = "no context until CLAIM"},
+    {"python-startup", "FILE", OPT_STRING, OPT_DST(px.px_py_startup),
+     .o_help = "run in every IPython kernel at start"},
+    {"kernel-user", "USER", OPT_STRING, OPT_DST(opt_kuser), .o_help = "run the kernel as USER"},
+    {"memory", "SIZE", OPT_SIZE, OPT_DST(BX.bx_mem), .o_max = UINT64_MAX,
+     .o_expect = "a size such as 4G", .o_help = "memory limit; 0: none"},
+    {"cpu", "SECONDS", OPT_SECONDS, OPT_DST(BX.bx_cpu), .o_max = UINT32_MAX,
+     .o_expect = "a CPU time such as 600 or 2h", .o_help = "CPU-time limit; 0: none"},
+    {"cgroup", "DIR", OPT_STRING, OPT_DST(BX.bx_cg_parent), .o_help = "memory cgroup parent"},
+    {"sandbox", NULL, OPT_SWITCH, OPT_DST(BX.bx_on), .o_help = "the kernel runs boxed"},
+    {"uid-range", "A-B", OPT_FUNC, .o_fn = opt_uid_range, .o_help = "uids the box may lease"},
+    {"isolation", "shared|context", OPT_FUNC, .o_fn = opt_isolation, .o_help = "(the broker's)"},
+    {"network", "outbound|none", OPT_FUNC, .o_fn = opt_network, .o_help = "the box's network"},
+    {"pids", "N", OPT_COUNT, OPT_DST(BX.bx_pids), .o_max = UINT64_MAX, .o_expect = "a count",
+     .o_help = "pids.max; 0: none"},
+    {"tmp-size", "BYTES", OPT_COUNT, OPT_DST(BX.bx_tmp_size), .o_max = UINT64_MAX,
+     .o_expect = "a number of bytes", .o_help = "the box's /tmp"},
+    {"uid", "UID", OPT_COUNT, OPT_DST(opt_uid), .o_max = UINT32_MAX, .o_expect = "a uid",
+     .o_help = "the kernel's uid (--isolation context)"},
+    {"own-workspace", NULL, OPT_SWITCH, OPT_DST(BX.bx_own_ws), .o_help = "this context's own"},
+    {"workspace-size", "BYTES", OPT_COUNT, OPT_DST(BX.bx_ws_size), .o_max = UINT64_MAX,
+     .o_expect = "a number of bytes", .o_help = "the workspace's size bound; 0: none"},
+    {"workspace", "DIR", OPT_STRING, OPT_DST(BX.bx_workspace),
+     .o_help = "the host directory shown at " BOX_HOME},
+    {"net-uid", "UID", OPT_COUNT, OPT_DST(BX.bx_net_uid), .o_max = UINT32_MAX,
+     .o_expect = "a uid", .o_help = "owns the network namespace and runs pasta"},
+    {"hide", "FILE", OPT_STRING, OPT_DST(BX.bx_hide), .o_help = "a host file the box covers"},
+    {"interrupt-retry", "MS", OPT_COUNT, OPT_DST(px.px_interrupt_retry_ms), 0, KERNEL_MS,
+     .o_help = "an interrupt unanswered this long is sent again"},
+    {"interrupt-grace", "MS", OPT_COUNT, OPT_DST(px.px_interrupt_grace_ms), 0, KERNEL_MS,
+     .o_help = "a kernel still running this long after the first interrupt is restarted"},
+    {"heartbeat-timeout", "MS", OPT_COUNT, OPT_DST(px.px_hb_dead_ms), 0, KERNEL_MS,
+     .o_help = "an idle kernel silent this long is dead"},
+    {"template", "SOCKET", OPT_STRING, OPT_DST(px.px_template), .o_help = "fork from it"},
+    {"template-wait", "MS", OPT_FUNC, .o_fn = opt_template_wait,
+     .o_help = "the template is starting: wait this long for it"},
+    {"max-starting", "N", OPT_COUNT, OPT_DST(px.px_max_starting), .o_max = 1000000,
+     .o_expect = "a count from 0 to 1000000", .o_help = "kernels starting at once; 0: any"},
+};
+#undef KERNEL_MS
+#undef BX
+
+static struct optset optset = {
+    .os_prog = "sandcell-proxy",
+    .os_usage = "usage: sandcell-proxy --run-dir DIR --id UUID --language LANG --cwd DIR "
+		"[options]\n",
+    .os_opts = options,
+    .os_n = sizeof(options) / sizeof(options[0]),
+};
+
 static void
 usage(void)
 {
-	fprintf(stderr, "usage: sandcell-proxy --run-dir DIR --id UUID --language LANG "
-			"--cwd DIR [--kernel NAME] [--env-file FILE] [--memory BYTES]\n"
-			"       [--cpu SECONDS] [--cgroup DIR] [--python-startup FILE] [--default]\n"
-			"       [--kernel-user USER] [--pooled] [--interrupt-retry MS]\n"
-			"       [--interrupt-grace MS] [--heartbeat-timeout MS] [--sandbox\n"
-			"       [--uid-range A-B] [--isolation shared|context] [--network host|none]\n"
-			"       [--pids N] [--tmp-size BYTES] [--uid UID] [--own-workspace]\n"
-			"       [--workspace-size BYTES]\n"
-			"       [--template SOCKET [--template-wait MS]]]\n"
-			"       [--max-starting N] [--log-level LEVEL]\n");
-	exit(2);
+	opts_usage(&optset);
 }
 
 /* What the loop's epoll reports, as its data. */
@@ -513,137 +626,21 @@ kernel_dir(struct proxy *p, bool other_user)
 int
 main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{"run-dir", required_argument, NULL, 'r'},
-		{"id", required_argument, NULL, 'i'},
-		{"language", required_argument, NULL, 'l'},
-		{"cwd", required_argument, NULL, 'c'},
-		{"env-file", required_argument, NULL, 'e'},
-		{"log-level", required_argument, NULL, 'v'},
-		{"default", no_argument, NULL, 'd'},
-		{"kernel", required_argument, NULL, 'k'},
-		{"python-startup", required_argument, NULL, 'P'},
-		{"kernel-user", required_argument, NULL, 'u'},
-		{"pooled", no_argument, NULL, 'o'},
-		{"memory", required_argument, NULL, 'M'},
-		{"cpu", required_argument, NULL, 'C'},
-		{"cgroup", required_argument, NULL, 'G'},
-		{"sandbox", no_argument, NULL, 'S'},
-		{"uid-range", required_argument, NULL, 'Q'},
-		{"isolation", required_argument, NULL, 'I'},
-		{"network", required_argument, NULL, 'N'},
-		{"pids", required_argument, NULL, 'p'},
-		{"tmp-size", required_argument, NULL, 'T'},
-		{"uid", required_argument, NULL, 'U'},
-		{"own-workspace", no_argument, NULL, 'W'},
-		{"workspace-size", required_argument, NULL, 'K'},
-		{"workspace", required_argument, NULL, 'w'},
-		{"net-uid", required_argument, NULL, 'n'},
-		{"hide", required_argument, NULL, 'h'},
-		{"interrupt-retry", required_argument, NULL, 'R'},
-		{"interrupt-grace", required_argument, NULL, 'A'},
-		{"heartbeat-timeout", required_argument, NULL, 'H'},
-		{"template", required_argument, NULL, 'Z'},
-		{"template-wait", required_argument, NULL, 'Y'},
-		{"max-starting", required_argument, NULL, 'g'},
-		{NULL, 0, NULL, 0},
-	};
-	const char *env_file = NULL, *kernel = NULL, *kuser = NULL;
-	unsigned long uid_arg = 0;
+	char **operands;
 	char lang[128];
-	int c, level = LOG_INFO;
-	uint64_t v;
+	int c;
 
 	px.px_interrupt_retry_ms = INTERRUPT_RETRY_MS;
 	px.px_interrupt_grace_ms = INTERRUPT_GRACE_MS;
 	px.px_hb_dead_ms = HB_DEAD_MS;
 	px.px_slot_fd = -1;
 	px.px_queue_fd = -1;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (c) {
-		case 'r': px.px_run_dir = optarg; break;
-		case 'i': px.px_id = optarg; break;
-		case 'l': px.px_lang = optarg; break;
-		case 'c': px.px_cwd = optarg; break;
-		case 'e': env_file = optarg; break;
-		case 'd': px.px_default = true; break;
-		case 'k': kernel = optarg; break;
-		case 'P': px.px_py_startup = optarg; break;
-		case 'u': kuser = optarg; break;
-		case 'o': px.px_pooled = true; break;
-		case 'M':
-			if ((c = parse_size(optarg, UINT64_MAX, &v)) < 0)
-				parse_fail("sandcell-proxy", "--memory", optarg, c, "a size such as 4G");
-			px.px_box.bx_mem = v;
-			break;
-		case 'C':
-			if ((c = parse_seconds(optarg, UINT32_MAX, &v)) < 0)
-				parse_fail("sandcell-proxy", "--cpu", optarg, c,
-					   "a CPU time such as 600 or 2h");
-			px.px_box.bx_cpu = v;
-			break;
-		case 'G': px.px_box.bx_cg_parent = optarg; break;
-		case 'S': px.px_box.bx_on = true; break;
-		case 'Q': {
-			unsigned a, b;
-			if (sscanf(optarg, "%u-%u", &a, &b) != 2 || !a || a > b)
-				usage();
-			px.px_box.bx_uid_first = a;
-			px.px_box.bx_uid_last = b;
-			break;
-		}
-		case 'I':
-			if (strcmp(optarg, "shared") && strcmp(optarg, "context"))
-				usage();
-			px.px_box.bx_isolated = !strcmp(optarg, "context");
-			break;
-		case 'N':
-			if (strcmp(optarg, "outbound") && strcmp(optarg, "none"))
-				usage();
-			px.px_box.bx_net = strcmp(optarg, "none") ? BOX_NET_OUTBOUND : BOX_NET_NONE;
-			break;
-		case 'p': px.px_box.bx_pids = strtoull(optarg, NULL, 10); break;
-		case 'T': px.px_box.bx_tmp_size = strtoull(optarg, NULL, 10); break;
-		case 'U': uid_arg = strtoul(optarg, NULL, 10); break;
-		case 'W': px.px_box.bx_own_ws = true; break;
-		case 'K': px.px_box.bx_ws_size = strtoull(optarg, NULL, 10); break;
-		case 'w': px.px_box.bx_workspace = optarg; break;
-		case 'n': px.px_box.bx_net_uid = strtoul(optarg, NULL, 10); break;
-		case 'h': px.px_box.bx_hide = optarg; break;
-		case 'Z': px.px_template = optarg; break;
-		case 'Y': px.px_template_until = now_ms() + strtoull(optarg, NULL, 10); break;
-		case 'g':
-			if ((c = parse_count(optarg, 0, 1000000, &v)) < 0)
-				parse_fail("sandcell-proxy", "--max-starting", optarg, c,
-					   "a count from 0 to 1000000");
-			px.px_max_starting = v;
-			break;
-		case 'R':
-		case 'A':
-		case 'H': {
-			const char *flag = c == 'R' ? "--interrupt-retry"
-					   : c == 'A' ? "--interrupt-grace"
-						      : "--heartbeat-timeout";
-			uint64_t *to = c == 'R' ? &px.px_interrupt_retry_ms
-				       : c == 'A' ? &px.px_interrupt_grace_ms
-						  : &px.px_hb_dead_ms;
-			/* milliseconds, from the broker */
-			if ((c = parse_count(optarg, 1, 86400000, &v)) < 0)
-				parse_fail("sandcell-proxy", flag, optarg, c,
-					   "milliseconds from 1 to 86400000");
-			*to = v;
-			break;
-		}
-		case 'v':
-			if ((level = parse_level(optarg)) < 0)
-				usage();
-			break;
-		default: usage();
-		}
-	}
-	if (!px.px_run_dir || !px.px_id || !px.px_lang || !px.px_cwd || !uuid_valid(px.px_id))
+	if (opts_parse(&optset, argc, argv, &operands) || !px.px_run_dir || !px.px_id ||
+	    !px.px_lang || !px.px_cwd || !uuid_valid(px.px_id))
 		usage();
-	log_init("sandcell-proxy", level);
+	const char *env_file = opt_env_file, *kernel = opt_kernel, *kuser = opt_kuser;
+	unsigned long uid_arg = opt_uid;
+	log_init("sandcell-proxy", opt_level);
 	if ((px.px_sigfd = signal_fd()) < 0)
 		fatal("signalfd: %s", strerror(errno));
 	px.px_ctx = xstrdup(px.px_id);

@@ -41,18 +41,6 @@
 #define SB_UID_DEFAULT_LAST 65519
 #define SB_USERNS_UID 1000 /* the kernel's uid inside its user namespace */
 
-static int
-write_str(const char *path, const char *value)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC), rc = 0;
-
-	if (fd < 0 || write(fd, value, strlen(value)) < 0)
-		rc = -errno;
-	if (fd >= 0)
-		close(fd);
-	return rc;
-}
-
 /* The directory of a file path. */
 static char *
 dir_of(const char *path)
@@ -344,15 +332,15 @@ map_ids(const struct box *bx, pid_t pid)
 	int rc;
 
 	snprintf(path, sizeof(path), "/proc/%d/setgroups", (int)pid);
-	if ((rc = write_str(path, "deny")) < 0)
+	if ((rc = write_text(path, "deny")) < 0)
 		return rc;
 	snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)pid);
 	snprintf(map, sizeof(map), "%u %u 1", (unsigned)bx->bx_inuid, (unsigned)geteuid());
-	if ((rc = write_str(path, map)) < 0)
+	if ((rc = write_text(path, map)) < 0)
 		return rc;
 	snprintf(path, sizeof(path), "/proc/%d/gid_map", (int)pid);
 	snprintf(map, sizeof(map), "%u %u 1", (unsigned)bx->bx_inuid, (unsigned)getegid());
-	return write_str(path, map);
+	return write_text(path, map);
 }
 
 int

@@ -19,18 +19,8 @@ prometheus default-jdk-headless passt e2fsprogs iproute2"
 command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
 command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm"
 
-missing=""
-for p in $PKGS; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
-		missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-	echo "deps: installing$missing"
-	SUDO=""
-	[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-	$SUDO apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
-fi
+# shellcheck disable=SC2086 # a list of package names
+sh scripts/apt-install.sh deps $PKGS
 
 # Deno (JavaScript and TypeScript kernel) from npm, into an ignored folder, and
 # its kernelspecs (found through JUPYTER_PATH, which the Makefile sets).

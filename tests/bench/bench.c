@@ -110,27 +110,15 @@ mem_detail(pid_t pid)
 	           anon / 1024.0, file / 1024.0, pss / 1024.0);
 }
 
+/* utime and stime (fields 14 and 15) of a stat file, in ms */
 static double
 stat_cpu_ms(const char *path)
 {
-	char buf[1024], *p;
-	unsigned long long ut, st;
-	ssize_t n;
-	int fd;
+	long long t[2];
 
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+	if (stat_fields(path, 14, 2, t) < 0)
 		return -1;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
-	/* the fields after "(comm)": state is field 3, utime and stime 14 and 15 */
-	if (!(p = strrchr(buf, ')')) ||
-	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
-	           &st) != 2)
-		return -1;
-	return (ut + st) * 1000.0 / sysconf(_SC_CLK_TCK);
+	return (t[0] + t[1]) * 1000.0 / sysconf(_SC_CLK_TCK);
 }
 
 double

@@ -66,29 +66,16 @@ goal_set(int i, const char *figure, const char *value, const char *goal, bool me
 static int
 proc_stat(pid_t pid, pid_t *ppid, double *cpu)
 {
-	char path[64], buf[1024], *p;
-	unsigned long long ut, st, cut, cst;
-	int fd, pp;
-	ssize_t n;
+	char path[64];
+	long long f[14]; /* ppid (4), ..., utime stime cutime cstime (14-17) */
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return -1;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
-	/* after "(comm)": state, ppid (4), ..., utime stime cutime cstime (14-17) */
-	if (!(p = strrchr(buf, ')')) ||
-	    sscanf(p + 2,
-	           "%*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu", &pp,
-	           &ut, &st, &cut, &cst) != 5)
+	if (stat_fields(path, 4, 14, f) < 0)
 		return -1;
 	if (ppid)
-		*ppid = pp;
+		*ppid = f[0];
 	if (cpu)
-		*cpu = (ut + st + cut + cst) * 1000.0 / sysconf(_SC_CLK_TCK);
+		*cpu = (f[10] + f[11] + f[12] + f[13]) * 1000.0 / sysconf(_SC_CLK_TCK);
 	return 0;
 }
 

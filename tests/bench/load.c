@@ -407,24 +407,10 @@ load_bench_contexts(void)
 	contexts_on("warm pool, 1.5 s apart", pool, POOL_REFILL_MS);
 }
 
-static json_t *
-context_live(const char *url, const char *id)
-{
-	char path[128];
-	struct resp r;
-	json_t *j = NULL;
-
-	snprintf(path, sizeof(path), "/contexts/%s", id);
-	if (http(url, "GET", path, NULL, &r, 10) == 0 && r.r_status == 200)
-		j = json_loads(r.r_body, 0, NULL);
-	resp_free(&r);
-	return j;
-}
-
 static long
 context_queue(const char *url, const char *id)
 {
-	json_t *j = context_live(url, id);
+	json_t *j = context_get(url, id);
 	long q = j ? (long)json_integer_value(json_object_get(j, "queue")) : -1;
 
 	json_decref(j);

@@ -20,18 +20,7 @@ LIBS="-lmicrohttpd -lzmq -lnng -lmsgpackc -ljansson -lcjson -lsodium -lseccomp -
 
 # clang and libFuzzer's runtime (Debian 12: clang 14), installed if missing.
 deps() {
-	missing=""
-	for p in clang libclang-rt-14-dev; do
-		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
-			missing="$missing $p"
-	done
-	[ -z "$missing" ] && return 0
-	echo "fuzz: installing$missing"
-	SUDO=""
-	[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-	$SUDO apt-get update -qq &&
-		DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-			$missing
+	sh scripts/apt-install.sh fuzz clang libclang-rt-14-dev
 }
 
 # Compiles one project source with coverage instrumentation (not libFuzzer's

@@ -55,7 +55,9 @@ for f in bin/sandcell-broker bin/sandcell-proxy bin/sandcellctl \
 	share/sandcell/sandcell_startup.py share/sandcell/sandcell_profile.py \
 	share/sandcell/sandcell_template.py lib/sandcell/libsandcell-box.so \
 	share/sandcell/jupyter/kernels/bash/kernel.json \
-	share/sandcell/jupyter/kernels/java/kernel.json; do
+	share/sandcell/jupyter/kernels/bash/sandcell_marked.py \
+	share/sandcell/jupyter/kernels/java/kernel.json \
+	share/sandcell/jupyter/kernels/java/sandcell_marked.py; do
 	check "$prefix/$f installed" [ -f "$dest$prefix/$f" ]
 done
 # a forked box's init executes it: not readable by the kernels' uids

@@ -206,11 +206,7 @@ Test(admission, env_restored_after_a_disconnect, .timeout = 60)
 
 	cr_assert(client_gave_up(l));
 	json_decref(l);
-	l = run(URL, id, "import os\nprint(os.environ.get('FOO'))");
-	char *out = stdout_of(l);
-	cr_assert_str_eq(out, "None\n");
-	free(out);
-	json_decref(l);
+	expect_stdout(URL, id, "import os\nprint(os.environ.get('FOO'))", "None\n");
 	free(id);
 }
 
@@ -225,11 +221,8 @@ Test(admission, global_env_is_what_a_request_value_restores_to, .timeout = 60)
 	cr_assert_str_eq(out, "per-request\n");
 	free(out);
 	json_decref(l);
-	l = run(URL, id, "import os\nprint(os.environ['SC_GLOBAL'])");
-	out = stdout_of(l);
-	cr_assert_str_eq(out, "from-broker\n");
-	free(out);
-	json_decref(l);
+	expect_stdout(URL, id, "import os\nprint(os.environ['SC_GLOBAL'])",
+		      "from-broker\n");
 	free(id);
 }
 
@@ -361,25 +354,6 @@ Test(admission, client_gone_before_the_response_head_is_cancelled, .timeout = 60
 	free(id);
 }
 
-/* A raw POST /execute on a new connection: its socket. */
-static int
-raw_execute(const char *ctx, const char *code, const char *version)
-{
-	json_t *body = json_pack("{s:s, s:s}", "code", code, "context_id", ctx);
-	char *js = json_dumps(body, JSON_COMPACT), req[1024];
-	int fd;
-
-	snprintf(req, sizeof(req),
-		 "POST /execute HTTP/%s\r\nHost: x\r\nContent-Type: application/json\r\n"
-		 "Content-Length: %zu\r\n\r\n%s",
-		 version, strlen(js), js);
-	free(js);
-	json_decref(body);
-	cr_assert((fd = tcp_connect(URL)) >= 0);
-	cr_assert(write(fd, req, strlen(req)) == (ssize_t)strlen(req));
-	return fd;
-}
-
 /* nc -N: the request, then shutdown(SHUT_WR); the client still reads. */
 Test(admission, a_client_that_shuts_its_write_side_gets_the_whole_output, .timeout = 60)
 {
@@ -387,8 +361,9 @@ Test(admission, a_client_that_shuts_its_write_side_gets_the_whole_output, .timeo
 	static const char *const versions[] = {"1.1", "1.0"};
 
 	for (int v = 0; v < 2; v++) {
-		int fd = raw_execute(id, "import time\nprint('a')\ntime.sleep(1.5)\nprint('b')",
-				     versions[v]);
+		int fd = raw_execute(URL, id, "import time\nprint('a')\ntime.sleep(1.5)\nprint('b')",
+				     versions[v], "");
+		cr_assert_geq(fd, 0);
 		cr_assert_eq(shutdown(fd, SHUT_WR), 0);
 		struct timeval tv = {30, 0};
 		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -410,7 +385,8 @@ Test(admission, a_client_that_shuts_its_write_side_gets_the_whole_output, .timeo
 Test(admission, a_half_closed_client_that_then_closes_is_cancelled, .timeout = 90)
 {
 	char *id = fresh();
-	int fd = raw_execute(id, "import time\ntime.sleep(30)", "1.1");
+	int fd = raw_execute(URL, id, "import time\ntime.sleep(30)", "1.1", "");
+	cr_assert_geq(fd, 0);
 
 	cr_assert_eq(shutdown(fd, SHUT_WR), 0);
 	usleep(200000); /* the scenario: it still reads for a while, then leaves */

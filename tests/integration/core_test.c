@@ -696,26 +696,6 @@ Test(core, output_with_nul_characters_is_delivered, .timeout = 30)
 	json_decref(l);
 }
 
-struct body {
-	char *p;
-	size_t n;
-};
-
-static size_t
-collect(char *p, size_t sz, size_t n, void *arg)
-{
-	struct body *b = arg;
-	char *np = realloc(b->p, b->n + sz * n + 1);
-
-	if (!np)
-		return 0;
-	memcpy(np + b->n, p, sz * n);
-	b->p = np;
-	b->n += sz * n;
-	b->p[b->n] = '\0';
-	return sz * n;
-}
-
 /*
  * POST /execute of code with libcurl as it comes off the wire, in the given
  * HTTP version: the body (caller frees), its size in *n, and the length the
@@ -725,7 +705,7 @@ static char *
 post_raw(const char *code, long http_version, size_t *n, curl_off_t *len)
 {
 	CURL *c = curl_easy_init();
-	struct body b = {0};
+	struct sink b = {0};
 	char url[512];
 	json_t *j = json_pack("{s:s}", "code", code);
 	char *js = json_dumps(j, 0);
@@ -736,18 +716,18 @@ post_raw(const char *code, long http_version, size_t *n, curl_off_t *len)
 	curl_easy_setopt(c, CURLOPT_HTTP_VERSION, http_version);
 	curl_easy_setopt(c, CURLOPT_POSTFIELDS, js);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
 	cr_assert_eq(curl_easy_perform(c), CURLE_OK);
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
 	curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, len);
 	cr_assert_eq(st, 200);
-	cr_assert_not_null(b.p);
+	cr_assert_not_null(b.data);
 	curl_easy_cleanup(c);
 	free(js);
 	json_decref(j);
-	*n = b.n;
-	return b.p;
+	*n = b.len;
+	return b.data;
 }
 
 /* HTTP/1.0 has no chunked encoding: the stream is the body, ended by close. */

@@ -497,12 +497,9 @@ Test(data, startup_leaves_the_namespace_clean, .fini = cold_stop, .timeout = 180
 	cold_up = true;
 	id = context_new(cold.b_url, "python", NULL);
 	cr_assert_not_null(id);
-	l = run(cold.b_url, id, "import sys\n"
-				"print([m for m in ('pandas', 'matplotlib', 'PIL') if m in sys.modules])");
-	char *out = stdout_of(l);
-	cr_assert_str_eq(out, "[]\n", "a cold kernel imports nothing heavy at start-up");
-	free(out);
-	json_decref(l);
+	/* a cold kernel imports nothing heavy at start-up */
+	expect_stdout(cold.b_url, id, "import sys\n"
+				"print([m for m in ('pandas', 'matplotlib', 'PIL') if m in sys.modules])", "[]\n");
 	free(id);
 }
 

@@ -77,11 +77,9 @@ kernel_fault_mid_execution(int sig, const char *code, const char *why, double ma
 	json_decref(b.lines);
 
 	/* same id, fresh kernel, cwd and global env re-applied */
-	json_t *l = run(URL, id, "import os\nprint(os.getcwd(), os.environ['SC_GLOBAL'], 'x' in globals())");
-	char *out = stdout_of(l);
-	cr_assert_str_eq(out, "/tmp g False\n");
-	free(out);
-	json_decref(l);
+	expect_stdout(URL, id,
+		      "import os\nprint(os.getcwd(), os.environ['SC_GLOBAL'], 'x' in globals())",
+		      "/tmp g False\n");
 	cr_assert_neq(context_pid(URL, id, "kernel_pid"), kpid);
 	cr_assert(kill(kpid, 0) < 0, "the old kernel %d was left behind", (int)kpid);
 	return id;
@@ -112,11 +110,7 @@ Test(faults, kernel_exits_by_itself, .timeout = 60)
 	cr_assert_str_eq(error_name(l), "KernelDied");
 	cr_assert(strstr(error_value(l), "status 3"), "%s", error_value(l));
 	json_decref(l);
-	l = run(URL, id, "print('back')");
-	char *out = stdout_of(l);
-	cr_assert_str_eq(out, "back\n");
-	free(out);
-	json_decref(l);
+	expect_stdout(URL, id, "print('back')", "back\n");
 	free(id);
 }
 
@@ -181,11 +175,7 @@ Test(faults, proxy_killed_while_another_context_streams, .timeout = 90)
 	json_decref(o.lines);
 
 	/* respawned under the same id, with a fresh kernel */
-	json_t *l = run(URL, victim, "print('lost' in globals())");
-	out = stdout_of(l);
-	cr_assert_str_eq(out, "False\n");
-	free(out);
-	json_decref(l);
+	expect_stdout(URL, victim, "print('lost' in globals())", "False\n");
 	pid_t respawned = context_pid(URL, victim, "proxy_pid");
 	cr_assert_neq(respawned, ppid);
 	cr_assert_eq(proc_stat_field(respawned, 6), respawned);
@@ -284,11 +274,7 @@ Test(faults, broker_restart_keeps_contexts_and_state, .fini = priv_stop, .timeou
 	cr_assert_eq(http(b->b_url, "GET", "/contexts", NULL, &r, 5), 0);
 	cr_assert(strstr(r.r_body, id), "context listed after restart: %s", r.r_body);
 	resp_free(&r);
-	json_t *l = run(b->b_url, id, "print(survivor)");
-	char *out = stdout_of(l);
-	cr_assert_str_eq(out, "still here\n");
-	free(out);
-	json_decref(l);
+	expect_stdout(b->b_url, id, "print(survivor)", "still here\n");
 	cr_assert_eq(context_pid(b->b_url, id, "kernel_pid"), kpid, "the same kernel");
 	free(id);
 }
@@ -387,7 +373,7 @@ Test(faults, sigterm_drains_running_executions, .fini = priv_stop, .timeout = 12
 {
 	struct broker *b = &priv;
 	const char *args[] = {"--grace", "60", NULL};
-	char go[320], code[640];
+	char go[400], code[640];
 
 	cr_assert_eq(broker_start(b, args), 0);
 	/* the workspace: the kernel's cwd, <run dir>.work on the host */
@@ -557,16 +543,9 @@ Test(faults, memory_limit_kills_or_refuses_only_that_kernel, .fini = priv_stop, 
 	cr_assert(!strcmp(name, "MemoryError") || !strcmp(name, "KernelDied"),
 		  "over the limit: %s", name);
 	json_decref(l);
-	l = run(b->b_url, quiet, "print(kept)");
-	char *out = stdout_of(l);
-	cr_assert_str_eq(out, "42\n", "the neighbour is untouched");
-	free(out);
-	json_decref(l);
-	l = run(b->b_url, hog, "print('alive')");
-	out = stdout_of(l);
-	cr_assert_str_eq(out, "alive\n");
-	free(out);
-	json_decref(l);
+	/* the neighbour is untouched */
+	expect_stdout(b->b_url, quiet, "print(kept)", "42\n");
+	expect_stdout(b->b_url, hog, "print('alive')", "alive\n");
 	free(hog);
 	free(quiet);
 }
@@ -607,12 +586,18 @@ Test(faults, memory_limit_in_a_cgroup_kills_the_kernel_alone, .fini = cgroup_sto
 	cr_assert_str_eq(error_name(l), "KernelDied", "%s", error_value(l));
 	cr_assert(strstr(error_value(l), "out of memory"), "%s", error_value(l));
 	json_decref(l);
-	l = run(b->b_url, hog, "print('alive')");
-	char *out = stdout_of(l);
-	cr_assert_str_eq(out, "alive\n");
-	free(out);
-	json_decref(l);
+	expect_stdout(b->b_url, hog, "print('alive')", "alive\n");
 	free(hog);
+}
+
+/* b (a context of its own) runs code that ignores SIGINT and sleeps a minute; it has started. */
+static void
+sigint_ignorer_start(struct bg *b)
+{
+	b->code = started_code("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+			       "time.sleep(60)");
+	bg_start(b);
+	cr_assert_eq(bg_wait_stdout(b, 10000), 0, "the code never started");
 }
 
 Test(faults, kernel_ignoring_sigint_is_stopped_by_restart, .timeout = 90)
@@ -620,10 +605,7 @@ Test(faults, kernel_ignoring_sigint_is_stopped_by_restart, .timeout = 90)
 	char *id = context_new(URL, "python", NULL);
 	struct bg b = {.base = URL, .ctx = id};
 
-	b.code = started_code("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-			      "time.sleep(60)");
-	bg_start(&b);
-	cr_assert_eq(bg_wait_stdout(&b, 10000), 0, "the code never started");
+	sigint_ignorer_start(&b);
 	double t0 = ms_now();
 	cr_assert_eq(context_post(URL, id, "restart", 30), 200);
 	bg_join(&b);
@@ -631,11 +613,7 @@ Test(faults, kernel_ignoring_sigint_is_stopped_by_restart, .timeout = 90)
 	cr_assert(ms_since(t0) < 30000, "ended %.0f ms after the restart", ms_since(t0));
 	cr_assert_str_eq(error_name(b.lines), "ContextRestarted");
 	json_decref(b.lines);
-	json_t *l = run(URL, id, "print('fresh')");
-	char *out = stdout_of(l);
-	cr_assert_str_eq(out, "fresh\n");
-	free(out);
-	json_decref(l);
+	expect_stdout(URL, id, "print('fresh')", "fresh\n");
 	free(id);
 }
 
@@ -644,10 +622,7 @@ Test(faults, interrupt_of_a_kernel_ignoring_sigint_falls_back_to_restart, .timeo
 	char *id = context_new(URL, "python", NULL);
 	struct bg b = {.base = URL, .ctx = id};
 
-	b.code = started_code("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-			      "time.sleep(60)");
-	bg_start(&b);
-	cr_assert_eq(bg_wait_stdout(&b, 10000), 0, "the code never started");
+	sigint_ignorer_start(&b);
 	double t0 = ms_now();
 	cr_assert(context_post(URL, id, "interrupt", 30) > 0);
 	bg_join(&b);

@@ -101,6 +101,33 @@ tcp_connect(const char *url)
 }
 
 int
+raw_execute(const char *url, const char *id, const char *code, const char *version,
+	    const char *headers)
+{
+	json_t *body = json_pack("{s:s, s:s}", "code", code, "context_id", id);
+	char *js = json_dumps(body, JSON_COMPACT), *req = NULL;
+	int fd;
+
+	if (asprintf(&req,
+		     "POST /execute HTTP/%s\r\nHost: x\r\nContent-Type: application/json\r\n"
+		     "%sContent-Length: %zu\r\n\r\n%s",
+		     version, headers, strlen(js), js) < 0)
+		req = NULL;
+	free(js);
+	json_decref(body);
+	if (!req || (fd = tcp_connect(url)) < 0) {
+		free(req);
+		return -1;
+	}
+	if (write(fd, req, strlen(req)) != (ssize_t)strlen(req)) {
+		close(fd);
+		fd = -1;
+	}
+	free(req);
+	return fd;
+}
+
+int
 proc_fd_count(pid_t pid)
 {
 	char path[64];
@@ -217,12 +244,7 @@ const char init_probe_py[] =
     "attached = 'attached' if r == 0 else why(ctypes.get_errno())\n"
     "print(mem, took, attached)\n";
 
-struct sink {
-	char *data;
-	size_t len;
-};
-
-static size_t
+size_t
 sink_write(char *p, size_t sz, size_t n, void *arg)
 {
 	struct sink *s = arg;
@@ -852,7 +874,7 @@ context_get(const char *base, const char *id)
 	json_t *j = NULL;
 
 	snprintf(path, sizeof(path), "/contexts/%s", id);
-	if (http(base, "GET", path, NULL, &r, 5) == 0 && r.r_status == 200)
+	if (http(base, "GET", path, NULL, &r, 10) == 0 && r.r_status == 200)
 		j = json_loads(r.r_body, 0, NULL);
 	resp_free(&r);
 	return j;
@@ -1096,28 +1118,37 @@ wait_pool_ready(const char *run_dir, int min, long timeout_ms)
 	return wait_until(pool_ready, &pc, timeout_ms);
 }
 
+int
+stat_fields(const char *path, int first, int n, long long *out)
+{
+	char buf[2048], *p;
+	FILE *f;
+	size_t len;
+
+	if (first < 4 || !(f = fopen(path, "re")))
+		return -1;
+	len = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[len] = '\0';
+	/* counted after the command name's closing parenthesis (field 2) */
+	if (!(p = strrchr(buf, ')')))
+		return -1;
+	for (int i = 2; i < first && p; i++)
+		p = strchr(p + 1, ' ');
+	for (int i = 0; i < n; i++, p = strchr(p + 1, ' '))
+		if (!p || sscanf(p + 1, "%lld", &out[i]) != 1)
+			return -1;
+	return 0;
+}
+
 long long
 proc_stat_field(pid_t pid, int field)
 {
-	char path[64], buf[2048], *p;
-	long long v = -1;
-	FILE *f;
-	size_t n;
+	char path[64];
+	long long v;
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if (!(f = fopen(path, "r")))
-		return -1;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	/* counted after the command name's closing parenthesis (field 2) */
-	if (field < 4 || !(p = strrchr(buf, ')')))
-		return -1;
-	for (int i = 2; i < field && p; i++)
-		p = strchr(p + 1, ' ');
-	if (!p || sscanf(p + 1, "%lld", &v) != 1)
-		return -1;
-	return v;
+	return stat_fields(path, field, 1, &v) < 0 ? -1 : v;
 }
 
 double

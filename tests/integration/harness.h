@@ -100,6 +100,13 @@ struct resp {
 	char r_ctype[128];
 };
 /* One request; body may be NULL; timeout in seconds. */
+/* A libcurl write callback that gathers a body (NUL-terminated; caller frees data). */
+struct sink {
+	char *data;
+	size_t len;
+};
+size_t sink_write(char *p, size_t sz, size_t n, void *arg);
+
 int http(const char *base, const char *method, const char *path, const char *body,
 	 struct resp *r, long timeout_s);
 void resp_free(struct resp *r);
@@ -191,7 +198,10 @@ int ctl_executions(const char *run_dir, const char *ctx, const char *state);
 
 /* Warm kernels of the pool that are ready to be taken (sandcellctl status). */
 int wait_pool_ready(const char *run_dir, int min, long timeout_ms);
-/* Field FIELD (4 on, as proc(5) numbers them) of /proc/PID/stat, or -1. */
+/* Fields FIRST to FIRST + N - 1 (4 on, as proc(5) numbers them) of a stat
+ * file (/proc/PID/stat, /proc/PID/task/TID/stat): 0, or -1. */
+int stat_fields(const char *path, int first, int n, long long *out);
+/* Field FIELD of /proc/PID/stat, or -1. */
 long long proc_stat_field(pid_t pid, int field);
 /* When a process started, and now, in seconds since boot: a kernel that
  * started before a request was not started for it (it came from the pool). */
@@ -202,6 +212,10 @@ double ms_since(double t0);
 double ms_now(void);
 int free_port(void);
 int tcp_connect(const char *url); /* a plain TCP connection to the broker, or -1 */
+/* POST /execute written whole on a connection of its own (headers: more header
+ * lines, each ending in \r\n, or ""): its socket, or -1. */
+int raw_execute(const char *url, const char *id, const char *code, const char *version,
+		const char *headers);
 /* Open file descriptors and resident memory (KiB) of a process, or -1. */
 int proc_fd_count(pid_t pid);
 /* Its argv, NUL-separated (at most size - 1 bytes, then a NUL); 0 if unreadable. */
@@ -212,6 +226,13 @@ long proc_uss_kb(pid_t pid); /* its own pages (private clean + dirty), KiB; or -
 unsigned long proc_ns_ino(pid_t pid, const char *which); /* /proc/PID/ns/WHICH's inode, or 0 */
 long proc_huge_kb(pid_t pid); /* AnonHugePages of smaps_rollup, KiB; -1 if unreadable */
 char *run_stdout(const char *base, const char *id, const char *code); /* caller frees */
+
+/* keeper.c (suites only): a python context with a variable set (caller frees
+ * the id), and the assertion that it still has it. */
+char *keeper_new(const char *base);
+void keeper_check(const char *base, const char *id);
+/* expect.c (suites only): code, run in context id, prints exactly want. */
+void expect_stdout(const char *base, const char *id, const char *code, const char *want);
 /*
  * Python code, run by a process of a box: whether it can open its init's
  * /proc/1/mem, take the init's fd 3 (the proxy's socket) with pidfd_getfd,

@@ -34,28 +34,6 @@ HARNESS_SHARED_BROKER("--max-body", "16777216", "--header-timeout", "2");
 
 #define URL test_url()
 
-/* A variable set first and checked last: nothing here may cost a context its state. */
-static char *
-keeper(const char *base)
-{
-	char *id = context_new(base, "python", NULL);
-
-	cr_assert_not_null(id);
-	json_decref(run(base, id, "kept = 'intact'"));
-	return id;
-}
-
-static void
-check_keeper(const char *base, const char *id)
-{
-	json_t *l = run(base, id, "print(kept)");
-	char *out = stdout_of(l);
-
-	cr_assert_str_eq(out, "intact\n", "a context lost its state");
-	free(out);
-	json_decref(l);
-}
-
 /* Whether the server has closed fd (reads EOF within ms). */
 static bool
 closed_within(int fd, int ms)
@@ -199,7 +177,7 @@ Test(hostile, context_limit_answers_429, .fini = priv_stop, .timeout = 90)
 Test(hostile, slowloris_and_silent_connections_are_cut_while_others_are_served,
      .timeout = 60)
 {
-	char *id = keeper(URL);
+	char *id = keeper_new(URL);
 	int idle[500], slow = tcp_connect(URL);
 	struct resp r;
 
@@ -215,11 +193,7 @@ Test(hostile, slowloris_and_silent_connections_are_cut_while_others_are_served,
 		resp_free(&r);
 		usleep(400000);
 	}
-	json_t *l = run(URL, id, "print(6*7)");
-	char *out = stdout_of(l);
-	cr_assert_str_eq(out, "42\n");
-	free(out);
-	json_decref(l);
+	expect_stdout(URL, id, "print(6*7)", "42\n");
 	/* the header timeout (2 s here) cut the trickler and the silent ones; one it
 	 * missed stays open for the idle timeout (2 min) */
 	cr_assert(closed_within(slow, 15000), "the slowloris connection is still open after %.0f ms",
@@ -233,7 +207,7 @@ Test(hostile, slowloris_and_silent_connections_are_cut_while_others_are_served,
 	}
 	cr_assert_eq(cut, 500, "only %d of 500 silent connections were closed", cut);
 	close(slow);
-	check_keeper(URL, id);
+	keeper_check(URL, id);
 	free(id);
 }
 
@@ -263,7 +237,7 @@ Test(hostile, headers_forever_get_431, .timeout = 30)
 /* Bodies and paths a hostile client sends: each a clear 4xx, nothing else moves. */
 Test(hostile, hostile_bodies_and_paths, .timeout = 120)
 {
-	char *id = keeper(URL);
+	char *id = keeper_new(URL);
 	struct resp r;
 	static const struct {
 		const char *name, *body;
@@ -319,7 +293,7 @@ Test(hostile, hostile_bodies_and_paths, .timeout = 120)
 		cr_expect(r.r_status >= 400 && r.r_status < 500, "%s: %ld", path, r.r_status);
 		resp_free(&r);
 	}
-	check_keeper(URL, id);
+	keeper_check(URL, id);
 	free(id);
 }
 
@@ -401,7 +375,7 @@ Test(hostile, garbage_request_lines_get_400_and_are_closed_at_once, .fini = priv
 /* An id is one path segment: %2F does not split it, %00 does not cut it. */
 Test(hostile, encoded_slash_or_nul_in_a_path_is_400, .timeout = 60)
 {
-	char *id = keeper(URL), path[256];
+	char *id = keeper_new(URL), path[256];
 	struct resp r;
 
 	static const char *const forms[] = {"/contexts/%s%%2frestart", "/contexts/%s%%2Frestart",
@@ -418,7 +392,7 @@ Test(hostile, encoded_slash_or_nul_in_a_path_is_400, .timeout = 60)
 	cr_assert_eq(http(URL, "GET", path, NULL, &r, 10), 0);
 	cr_expect_eq(r.r_status, 404, "%s: %ld %s", path, r.r_status, r.r_body);
 	resp_free(&r);
-	check_keeper(URL, id); /* neither restarted nor deleted */
+	keeper_check(URL, id); /* neither restarted nor deleted */
 	free(id);
 }
 
@@ -445,7 +419,7 @@ Test(hostile, unknown_ids_are_echoed_safely, .timeout = 30)
 /* Seconds in JSON have millisecond precision, not 46.978999999999999. */
 Test(hostile, seconds_in_json_are_printed_to_the_millisecond, .timeout = 30)
 {
-	char *id = keeper(URL), path[128];
+	char *id = keeper_new(URL), path[128];
 	struct resp r;
 
 	snprintf(path, sizeof(path), "/contexts/%s", id);
@@ -664,7 +638,7 @@ Test(hostile, misbehaving_kernel_messages_are_dropped, .fini = priv_stop, .timeo
 		 getenv("JUPYTER_PATH") ? getenv("JUPYTER_PATH") : "");
 	setenv("JUPYTER_PATH", path, 1);
 	cr_assert_eq(broker_start(b, args), 0);
-	char *evil = context_new(b->b_url, "evil", NULL), *good = keeper(b->b_url);
+	char *evil = context_new(b->b_url, "evil", NULL), *good = keeper_new(b->b_url);
 	cr_assert_not_null(evil);
 
 	json_t *l = run(b->b_url, evil, "hello");
@@ -679,12 +653,8 @@ Test(hostile, misbehaving_kernel_messages_are_dropped, .fini = priv_stop, .timeo
 	cr_assert_not_null(line_of(l, "end_of_execution", 0));
 	cr_assert_str_eq(error_name(l), "OutputLost");
 	json_decref(l);
-	l = run(b->b_url, evil, "after");
-	out = stdout_of(l);
-	cr_assert_str_eq(out, "GOOD after\n");
-	free(out);
-	json_decref(l);
-	check_keeper(b->b_url, good);
+	expect_stdout(b->b_url, evil, "after", "GOOD after\n");
+	keeper_check(b->b_url, good);
 	char cmd[512];
 	snprintf(cmd, sizeof(cmd), "grep -c 'bad signature\\|another session\\|dropped' '%s'", b->b_log);
 	FILE *p = popen(cmd, "r");
@@ -723,7 +693,7 @@ static const char flood_code[] =
 
 Test(hostile, a_kernel_flooding_its_proxy_cannot_grow_it, .timeout = 180)
 {
-	char *id = context_new(URL, "python", NULL), *keep = keeper(URL);
+	char *id = context_new(URL, "python", NULL), *keep = keeper_new(URL);
 	pid_t proxy = context_pid(URL, id, "proxy_pid");
 	struct bg flood = {.ctx = id, .code = flood_code, .timeout_ms = 120000};
 	long most = 0, before = proc_rss_kb(proxy);
@@ -758,7 +728,7 @@ Test(hostile, a_kernel_flooding_its_proxy_cannot_grow_it, .timeout = 180)
 	out = run_stdout(URL, id, "print('after')");
 	cr_assert_str_eq(out, "after\n", "the flooded context goes on");
 	free(out);
-	check_keeper(URL, keep);
+	keeper_check(URL, keep);
 	cr_assert_eq(context_pid(URL, id, "proxy_pid"), proxy, "the proxy was replaced");
 	free(id);
 	free(keep);
@@ -1054,7 +1024,7 @@ Test(hostile, a_second_peer_on_a_proxy_socket_is_refused_and_the_context_goes_on
      .timeout = 60)
 {
 	static const char hello[8] = {0, 'S', 'P', 0, 0, 0x10, 0, 0};
-	char *id = keeper(URL), path[512], cmd[4096], *slot = NULL;
+	char *id = keeper_new(URL), path[512], cmd[4096], *slot = NULL;
 	pid_t proxy = context_pid(URL, id, "proxy_pid");
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 
@@ -1083,6 +1053,6 @@ Test(hostile, a_second_peer_on_a_proxy_socket_is_refused_and_the_context_goes_on
 		  "%s: %s", path, strerror(errno));
 	cr_assert(closed_within(fd, 5000), "%s kept a second peer", path);
 	close(fd);
-	check_keeper(URL, id);
+	keeper_check(URL, id);
 	free(id);
 }

@@ -98,7 +98,7 @@ exec_env(const char *ctx, const char *code, const char *k, const char *v)
 }
 
 static void
-expect_stdout(json_t *l, const char *want, const char *what, const char *lang)
+check_stdout(json_t *l, const char *want, const char *what, const char *lang)
 {
 	char *out = stdout_of(l);
 	cr_expect_str_eq(out, want, "%s: %s: got '%s'", lang, what, out);
@@ -120,11 +120,11 @@ ParameterizedTest(int *ci, lang, behaves, .timeout = 120)
 
 	json_decref(run(URL, id, c->set_state));
 	l = run(URL, id, c->print_state);
-	expect_stdout(l, "42\n", "state persists", c->lang);
+	check_stdout(l, "42\n", "state persists", c->lang);
 	json_decref(l);
 
 	l = run(URL, id, c->hello);
-	expect_stdout(l, "hi\n", "stdout", c->lang);
+	check_stdout(l, "hi\n", "stdout", c->lang);
 	cr_expect_eq(count_of(l, "number_of_executions"), 1, "%s: %d number_of_executions lines",
 		     c->lang, count_of(l, "number_of_executions"));
 	json_decref(l);
@@ -145,15 +145,15 @@ ParameterizedTest(int *ci, lang, behaves, .timeout = 120)
 	l = exec_env(id, c->print_env, "V", value);
 	want = malloc(strlen(value) + 2);
 	sprintf(want, "%s\n", value);
-	expect_stdout(l, want, "env var byte-exact", c->lang);
+	check_stdout(l, want, "env var byte-exact", c->lang);
 	free(want);
 	json_decref(l);
 	l = exec_env(id, c->print_env_or_unset, NULL, NULL);
-	expect_stdout(l, "unset\n", "env var restored", c->lang);
+	check_stdout(l, "unset\n", "env var restored", c->lang);
 	json_decref(l);
 
 	l = run(URL, id, c->print_cwd);
-	expect_stdout(l, "/tmp\n", "cwd", c->lang);
+	check_stdout(l, "/tmp\n", "cwd", c->lang);
 	json_decref(l);
 
 	if (c->result) {
@@ -180,7 +180,7 @@ ParameterizedTest(int *ci, lang, behaves, .timeout = 120)
 	cr_expect_not_null(line_of(b.lines, "end_of_execution", 0));
 	json_decref(b.lines);
 	l = run(URL, id, c->hello);
-	expect_stdout(l, "hi\n", "works after the interrupt", c->lang);
+	check_stdout(l, "hi\n", "works after the interrupt", c->lang);
 	json_decref(l);
 	free(id);
 }
@@ -203,14 +203,9 @@ Test(lang, names_are_normalised, .timeout = 60)
 Test(lang, any_kernelspec_by_name, .timeout = 60)
 {
 	char *id = context_new(URL, "ir", NULL); /* IRkernel's kernelspec name */
-	json_t *l;
 
 	cr_assert_not_null(id);
-	l = run(URL, id, "cat(R.version$language, '\\n')");
-	char *out = stdout_of(l);
-	cr_assert_str_eq(out, "R \n");
-	free(out);
-	json_decref(l);
+	expect_stdout(URL, id, "cat(R.version$language, '\\n')", "R \n");
 	free(id);
 }
 
@@ -255,22 +250,15 @@ Test(lang, deno_output_after_idle_stays_with_its_execution, .timeout = 60)
 Test(lang, bash_last_argument_is_the_users, .timeout = 60)
 {
 	char *id = context_new(URL, "bash", NULL);
-	json_t *l;
 
 	cr_assert_not_null(id);
 	json_decref(run(URL, id, "echo hi"));
-	l = run(URL, id, "echo \"$_\"");
-	char *out = stdout_of(l);
-	cr_assert_str_eq(out, "hi\n", "$_ after echo hi");
-	free(out);
-	json_decref(l);
+	/* $_ after echo hi */
+	expect_stdout(URL, id, "echo \"$_\"", "hi\n");
 	/* the env set and restore around a request leave it alone */
 	json_decref(exec_env(id, "echo there", "V", "x"));
-	l = run(URL, id, "echo \"$_\"");
-	out = stdout_of(l);
-	cr_assert_str_eq(out, "there\n", "$_ after echo there with env_vars");
-	free(out);
-	json_decref(l);
+	/* $_ after echo there with env_vars */
+	expect_stdout(URL, id, "echo \"$_\"", "there\n");
 	free(id);
 }
 
@@ -492,7 +480,7 @@ Test(lang, java_env_vars_are_system_properties, .timeout = 120)
 	cr_assert_not_null(id);
 	json_decref(run(URL, id, "System.setProperty(\"W\", \"mine\");"));
 	l = run(URL, id, print);
-	expect_stdout(l, "unset|mine|" GLOBAL_VALUE "\n", "before", "java");
+	check_stdout(l, "unset|mine|" GLOBAL_VALUE "\n", "before", "java");
 	json_decref(l);
 
 	env = json_pack("{s:s, s:s}", "V", value, "W", "req");
@@ -509,14 +497,14 @@ Test(lang, java_env_vars_are_system_properties, .timeout = 120)
 	json_decref(l);
 
 	l = run(URL, id, print);
-	expect_stdout(l, "unset|mine|" GLOBAL_VALUE "\n", "after", "java");
+	check_stdout(l, "unset|mine|" GLOBAL_VALUE "\n", "after", "java");
 	json_decref(l);
 
 	/* a JVM started anew (System.exit) has the global ones as properties too */
 	json_decref(run(URL, id, "System.exit(0);"));
 	l = run(URL, id, "System.out.println(System.getProperty(\"SC_GLOBAL\") + \"|\" + "
 			 "System.getenv(\"SANDCELL_GLOBAL_ENV\"))");
-	expect_stdout(l, GLOBAL_VALUE "|null\n", "after System.exit", "java");
+	check_stdout(l, GLOBAL_VALUE "|null\n", "after System.exit", "java");
 	json_decref(l);
 	free(id);
 }
@@ -554,7 +542,7 @@ Test(lang, bash_specials_survive_env_vars, .timeout = 120)
 			 "[[ $a != \"$b\" || $b != \"$c\" ]] && echo random\n"
 			 "\n"
 			 "echo line $LINENO; echo \"$PWD\"; ls -d /");
-	expect_stdout(l,
+	check_stdout(l,
 		      "declare -i \ndeclare -i \ndeclare -- \nrandom\nline 3\n/usr\n/\n",
 		      "after", "bash");
 	json_decref(l);
@@ -562,7 +550,7 @@ Test(lang, bash_specials_survive_env_vars, .timeout = 120)
 	/* SECONDS counts on from its value before the request, not from 100 */
 	l = run(URL, id, "s=$SECONDS; (( s < 100 )) && echo small; sleep 1.2; "
 			 "echo $(( SECONDS - s >= 1 ))");
-	expect_stdout(l, "small\n1\n", "SECONDS counting", "bash");
+	check_stdout(l, "small\n1\n", "SECONDS counting", "bash");
 	json_decref(l);
 	free(id);
 }
@@ -581,7 +569,7 @@ Test(lang, bash_exit_under_env_vars_keeps_the_new_bash_env, .timeout = 120)
 	cr_expect_not_null(line_of(l, "error", 0), "exit gave no error");
 	json_decref(l);
 	l = run(URL, id, "echo \"${SC_GLOBAL-unset}\"; ls -d /");
-	expect_stdout(l, GLOBAL_VALUE "\n/\n", "after exit", "bash");
+	check_stdout(l, GLOBAL_VALUE "\n/\n", "after exit", "bash");
 	json_decref(l);
 	free(id);
 }

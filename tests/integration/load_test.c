@@ -280,11 +280,8 @@ Test(load, restart_from_the_pool_clears_state_and_keeps_id_and_cwd, .timeout = 9
 	double asked = boot_now_s();
 	cr_assert_eq(context_post(URL, id, "restart", 60), 200);
 	assert_warm(id, asked);
-	json_t *l = run(URL, id, "import os\nprint(os.getcwd(), 'before' in globals())");
-	char *out = stdout_of(l);
-	cr_assert_str_eq(out, "/tmp False\n");
-	free(out);
-	json_decref(l);
+	expect_stdout(URL, id, "import os\nprint(os.getcwd(), 'before' in globals())",
+		      "/tmp False\n");
 	free(id);
 }
 

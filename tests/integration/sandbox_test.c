@@ -37,24 +37,12 @@ HARNESS_SHARED_BROKER("--pool", "python=0");
 
 #define URL test_url()
 
-static char *
-keeper(const char *base)
-{
-	char *id = context_new(base, "python", NULL);
-
-	cr_assert_not_null(id);
-	json_decref(run(base, id, "kept = 'intact'"));
-	return id;
-}
-
 static void
 check_unharmed(const char *base, const char *keeper_id, pid_t broker)
 {
-	char *out = run_stdout(base, keeper_id, "print(kept)");
 	struct resp r;
 
-	cr_assert_str_eq(out, "intact\n", "the neighbour lost its state");
-	free(out);
+	keeper_check(base, keeper_id);
 	cr_assert(broker <= 0 || kill(broker, 0) == 0, "the broker is gone");
 	cr_assert_eq(http(base, "GET", "/health", NULL, &r, 5), 0);
 	cr_assert_eq(r.r_status, 200, "the server is unhealthy after the attack");
@@ -85,7 +73,7 @@ process_with_arg(const char *arg)
 static void
 kill_everything_of_the_server_is_refused(const char *lang)
 {
-	char *victim = keeper(URL), *id = context_new(URL, lang, NULL), code[1024];
+	char *victim = keeper_new(URL), *id = context_new(URL, lang, NULL), code[1024];
 	pid_t broker = test_broker_pid(), proxy = context_pid(URL, id, "proxy_pid");
 	pid_t nkernel = context_pid(URL, victim, "kernel_pid");
 
@@ -124,7 +112,7 @@ Test(sandbox, kill_the_broker_a_proxy_or_a_neighbour_is_refused_bash, .timeout =
 static void
 server_files_are_out_of_reach(const char *lang)
 {
-	char *victim = keeper(URL), *id = context_new(URL, lang, NULL), code[2048];
+	char *victim = keeper_new(URL), *id = context_new(URL, lang, NULL), code[2048];
 	char conn[600], sock[600], environ_path[64];
 	struct stat st;
 	pid_t broker = test_broker_pid();
@@ -217,7 +205,7 @@ Test(sandbox, a_neighbours_tmp_is_invisible_bash, .timeout = 120)
 /* Refused by the seccomp filter with EPERM, not by a kill. */
 Test(sandbox, ptrace_is_refused_with_eperm, .timeout = 120)
 {
-	char *victim = keeper(URL), *id = context_new(URL, "python", NULL), code[1024];
+	char *victim = keeper_new(URL), *id = context_new(URL, "python", NULL), code[1024];
 	pid_t nkernel = context_pid(URL, victim, "kernel_pid");
 
 	cr_assert(id && nkernel > 0);
@@ -552,7 +540,7 @@ Test(sandbox, fork_bomb_is_contained, .timeout = 180)
 			      "64", NULL};
 
 	cr_assert_eq(broker_start(&b, args), 0);
-	char *victim = keeper(b.b_url), *py = context_new(b.b_url, "python", NULL);
+	char *victim = keeper_new(b.b_url), *py = context_new(b.b_url, "python", NULL);
 	char *sh = context_new(b.b_url, "bash", NULL);
 	cr_assert(py && sh);
 	char *out = run_stdout(b.b_url, py,
@@ -587,7 +575,7 @@ Test(sandbox, filling_tmp_stops_at_its_size, .timeout = 120)
 			      "33554432", NULL};
 
 	cr_assert_eq(broker_start(&b, args), 0);
-	char *victim = keeper(b.b_url), *id = context_new(b.b_url, "python", NULL);
+	char *victim = keeper_new(b.b_url), *id = context_new(b.b_url, "python", NULL);
 	cr_assert_not_null(id);
 	char *out = run_stdout(b.b_url, id,
 			   "n = 0\ntry:\n    with open('/tmp/fill', 'wb') as f:\n"
@@ -737,7 +725,7 @@ Test(sandbox, a_context_cannot_call_the_servers_api, .fini = priv_box_stop, .tim
 		 in.in_addr);
 	cr_assert_eq(broker_start_listening(&priv_box, "0.0.0.0", args), 0);
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d", priv_box.b_port);
-	char *victim = keeper(url), *attacker = context_new(url, "python", NULL);
+	char *victim = keeper_new(url), *attacker = context_new(url, "python", NULL);
 	cr_assert_not_null(attacker);
 	snprintf(code, sizeof(code),
 		 "import json, socket, urllib.request, urllib.error\n"
@@ -1108,7 +1096,7 @@ Test(sandbox, two_brokers_on_one_machine_give_their_kernels_other_uids, .fini = 
 {
 	const char *shared[] = {"--no-default-context", NULL};
 	const char *isolated[] = {"--no-default-context", "--isolation", "context", NULL};
-	char *k = keeper(URL);
+	char *k = keeper_new(URL);
 	unsigned u0 = uid_of(URL, k);
 
 	cr_assert_eq(broker_start(&other, shared), 0);

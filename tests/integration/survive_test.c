@@ -50,25 +50,6 @@ expect_state_kept(const char *id, pid_t kpid, const char *after)
 	json_decref(l);
 }
 
-/* Sends an /execute on a raw connection (closed by the server at the end). */
-static int
-raw_execute(const char *id, const char *code)
-{
-	json_t *body = json_pack("{s:s, s:s}", "code", code, "context_id", id);
-	char *js = json_dumps(body, JSON_COMPACT), req[1024];
-	int fd;
-
-	snprintf(req, sizeof(req),
-		 "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-		 "Connection: close\r\nContent-Length: %zu\r\n\r\n%s",
-		 strlen(js), js);
-	free(js);
-	json_decref(body);
-	cr_assert((fd = tcp_connect(URL)) >= 0);
-	cr_assert(write(fd, req, strlen(req)) == (ssize_t)strlen(req));
-	return fd;
-}
-
 /* Reads a raw response to its end (at most 20 s); caller frees. */
 static char *
 raw_read_all(int fd)
@@ -142,14 +123,16 @@ Test(survive, r_interrupt_within_ms_of_the_start_keeps_the_kernel, .timeout = 12
 	char what[64];
 
 	for (size_t i = 0; i < sizeof(delays_us) / sizeof(delays_us[0]); i++) {
-		int fd = raw_execute(id, "Sys.sleep(5)");
+		int fd = raw_execute(URL, id, "Sys.sleep(5)", "1.1", "Connection: close\r\n");
+		cr_assert_geq(fd, 0);
 		usleep(delays_us[i]);
 		close(fd); /* the client is gone: the proxy interrupts */
 		snprintf(what, sizeof(what), "client gone after %d ms", delays_us[i] / 1000);
 		expect_state_kept(id, kpid, what);
 	}
 	for (size_t i = 0; i < sizeof(delays_us) / sizeof(delays_us[0]); i++) {
-		int fd = raw_execute(id, "Sys.sleep(5)");
+		int fd = raw_execute(URL, id, "Sys.sleep(5)", "1.1", "Connection: close\r\n");
+		cr_assert_geq(fd, 0);
 		usleep(delays_us[i]);
 		cr_expect_eq(context_post(URL, id, "interrupt", 10), 200);
 		char *resp = raw_read_all(fd);

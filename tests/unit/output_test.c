@@ -14,6 +14,7 @@
 #include <criterion/criterion.h>
 
 #include "../../proxy/proxy.h"
+#include "shapes.h"
 
 /* ---- helpers ---- */
 
@@ -100,20 +101,6 @@ plain(const char *text)
 	json_decref(r);
 	json_decref(data);
 	return s;
-}
-
-static bool
-is_iso_utc_us(const char *s)
-{
-	/* 2026-11-29T10:00:00.123456Z */
-	static const char shape[] = "dddd-dd-ddTdd:dd:dd.ddddddZ";
-
-	if (strlen(s) != sizeof(shape) - 1)
-		return false;
-	for (size_t i = 0; s[i]; i++)
-		if (shape[i] == 'd' ? !(s[i] >= '0' && s[i] <= '9') : s[i] != shape[i])
-			return false;
-	return true;
 }
 
 /* ---- output_result ---- */

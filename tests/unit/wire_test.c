@@ -24,6 +24,7 @@
 #include <zmq.h>
 
 #include "../../proxy/proxy.h"
+#include "shapes.h"
 
 #define DELIM "<IDS|MSG>"
 #define KEY "sandcell-test-key"
@@ -394,22 +395,6 @@ Test(wire_parse, parent_id_is_empty_when_there_is_no_parent_msg_id)
 		                 cases[i].parent);
 		jmsg_free(&jm);
 	}
-}
-
-/* ---- over ZeroMQ ---- */
-
-static bool
-is_iso_utc_us(const char *s)
-{
-	/* 2026-11-29T10:00:00.123456Z */
-	static const char shape[] = "dddd-dd-ddTdd:dd:dd.ddddddZ";
-
-	if (strlen(s) != sizeof(shape) - 1)
-		return false;
-	for (size_t i = 0; s[i]; i++)
-		if (shape[i] == 'd' ? !(s[i] >= '0' && s[i] <= '9') : s[i] != shape[i])
-			return false;
-	return true;
 }
 
 /* ---- zmtp: the proxy's connection to a kernel's socket ---- */

@@ -19,10 +19,8 @@ point of its own code): every request gets its reply, and an interrupted one
 reports KeyboardInterrupt.
 """
 import atexit
-import codecs
 import os
 import select
-import selectors
 import shutil
 import signal
 import subprocess
@@ -30,7 +28,7 @@ import tempfile
 
 from ipykernel.kernelbase import Kernel
 
-END = b"\x1eSANDCELL-END"  # followed by " <status>\x1e" on stdout, "\x1e" on stderr
+from sandcell_marked import read_to_markers  # beside this file (make copies it)
 
 
 def _quote(s):
@@ -159,57 +157,20 @@ class BashKernel(Kernel):
         self._send(f"{source}"
                    f"printf '\\036SANDCELL-END %d\\036' $__sandcell_st; "
                    f"printf '\\036SANDCELL-END\\036' >&2\n".encode())
-        sel = selectors.DefaultSelector()
         streams = {self.bash.stdout.fileno(): "stdout", self.bash.stderr.fileno(): "stderr"}
-        pending = {name: b"" for name in streams.values()}
-        decoders = {name: codecs.getincrementaldecoder("utf-8")("replace")
-                    for name in streams.values()}
-        for fd in streams:
-            sel.register(fd, selectors.EVENT_READ)
-        sel.register(self._wake_r, selectors.EVENT_READ)
-        status, done, signalled = None, set(), False
+        signalled = False
+
+        def each_turn():
+            nonlocal signalled
+            if self._interrupted and not signalled:
+                signalled = True
+                self._interrupt_bash()
+
         try:
-            while len(done) < 2:
-                if self._interrupted and not signalled:
-                    signalled = True
-                    self._interrupt_bash()
-                for key, _ in sel.select():
-                    if key.fd == self._wake_r:
-                        try:
-                            os.read(self._wake_r, 512)
-                        except BlockingIOError:
-                            pass
-                        continue
-                    name = streams[key.fd]
-                    chunk = os.read(key.fd, 65536)
-                    if not chunk:  # bash is gone
-                        return None
-                    buf = pending[name] + chunk
-                    i = buf.find(END)
-                    if i >= 0:
-                        tail = buf[i + len(END):]
-                        close = tail.find(b"\x1e")
-                        if close < 0:  # the marker is not complete yet
-                            pending[name] = buf
-                            continue
-                        if name == "stdout":
-                            status = int(tail[:close].strip() or b"0")
-                        self._publish(name, decoders[name].decode(buf[:i], final=True), silent)
-                        pending[name] = b""
-                        done.add(name)
-                        sel.unregister(key.fd)
-                        continue
-                    # hold back what could be the start of the marker
-                    keep = 0
-                    for n in range(min(len(END) - 1, len(buf)), 0, -1):
-                        if END.startswith(buf[-n:]):
-                            keep = n
-                            break
-                    out, pending[name] = (buf[:-keep], buf[-keep:]) if keep else (buf, b"")
-                    self._publish(name, decoders[name].decode(out), silent)
-            return status
+            tails = read_to_markers(streams, lambda name, text: self._publish(name, text, silent),
+                                    self._wake_r, each_turn)
+            return None if tails is None else int(tails["stdout"].strip() or b"0")
         finally:
-            sel.close()
             # bash is idle: a signal still pending in it finds no flag
             try:
                 os.unlink(self._flag)

@@ -13,21 +13,20 @@ SandcellJShell is compiled once per JDK into the user's ~/.cache/sandcell (a
 JVM is ready about a second sooner than in source-file mode), and the JVM is
 spawned before ipykernel is imported, so its warm-up overlaps the kernel's.
 """
-import codecs
 import hashlib
 import json
 import os
 import pwd
 import resource
-import selectors
 import shutil
 import signal
 import subprocess
 import tempfile
 
+from sandcell_marked import read_to_markers  # beside this file (make copies it)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "SandcellJShell.java")
-END = b"\x1eSANDCELL-END"  # followed by " <json>\x1e" on stdout, "\x1e" on stderr
 # the names of the global (--env) variables, which the JVM also sets as system
 # properties, as in E2B; taken out of the environment code sees
 GLOBAL_ENV = os.environ.pop("SANDCELL_GLOBAL_ENV", "")
@@ -169,47 +168,9 @@ class Jvm:
     def collect(self, publish):
         """Streams output to publish(name, text) up to the end markers; returns
         the JVM's reply (a dict), or None if the JVM is gone."""
-        sel = selectors.DefaultSelector()
         streams = {self.proc.stdout.fileno(): "stdout", self.proc.stderr.fileno(): "stderr"}
-        pending = {name: b"" for name in streams.values()}
-        decoders = {name: codecs.getincrementaldecoder("utf-8")("replace")
-                    for name in streams.values()}
-        for fd in streams:
-            sel.register(fd, selectors.EVENT_READ)
-        reply, done = None, set()
-        try:
-            while len(done) < 2:
-                for key, _ in sel.select():
-                    name = streams[key.fd]
-                    chunk = os.read(key.fd, 65536)
-                    if not chunk:  # the JVM is gone
-                        return None
-                    buf = pending[name] + chunk
-                    i = buf.find(END)
-                    if i >= 0:
-                        tail = buf[i + len(END):]
-                        close = tail.find(b"\x1e")
-                        if close < 0:  # the marker is not complete yet
-                            pending[name] = buf
-                            continue
-                        if name == "stdout":
-                            reply = json.loads(tail[:close].decode("ascii"))
-                        publish(name, decoders[name].decode(buf[:i], final=True))
-                        pending[name] = b""
-                        done.add(name)
-                        sel.unregister(key.fd)
-                        continue
-                    # hold back what could be the start of the marker
-                    keep = 0
-                    for n in range(min(len(END) - 1, len(buf)), 0, -1):
-                        if END.startswith(buf[-n:]):
-                            keep = n
-                            break
-                    out, pending[name] = (buf[:-keep], buf[-keep:]) if keep else (buf, b"")
-                    publish(name, decoders[name].decode(out))
-        finally:
-            sel.close()
-        return reply
+        tails = read_to_markers(streams, publish)
+        return None if tails is None else json.loads(tails["stdout"].decode("ascii"))
 
     def kill(self):
         try:
