@@ -2,7 +2,9 @@
  * kernel.c — one Jupyter kernel's life: spawn in its own session with
  * PR_SET_PDEATHSIG (what it is started with is launch.c's), ZeroMQ sockets,
  * the kernel_info handshake (which also beats the iopub slow-joiner race),
- * interrupts, heartbeat, death and restart.
+ * interrupts, heartbeat, death and restart. What happens to it goes up
+ * through the hook kernel_init was given (enum kernel_event): this file
+ * calls no module above it.
  */
 #include <errno.h>
 #include <signal.h>
@@ -86,7 +88,7 @@ close_sockets(void)
 	launch_unlink_sockets();
 }
 
-/* Why the kernel could not be started: logged, and kept as px_dead_reason. */
+/* Why the kernel could not be started: logged, and kept as k_dead_reason. */
 static void __attribute__((format(printf, 1, 2)))
 start_failed(const char *fmt, ...)
 {
