@@ -117,6 +117,8 @@ $(BUILD)/tests/%: tests/unit/%.c $(PROTO_OBJ)
 
 $(BUILD)/tests/control_test $(BUILD)/tests/http_test: $(BROKER_OBJ)
 $(BUILD)/tests/output_test: $(BUILD)/proxy/output.o
+$(BUILD)/tests/admit_test: $(BUILD)/proxy/admit.o $(BUILD)/proxy/unit.o $(BUILD)/proxy/output.o \
+			  $(BUILD)/proxy/envset.o
 $(BUILD)/tests/hotpages_test: $(BUILD)/proxy/hotpages.o
 $(BUILD)/tests/cpus_test: $(BUILD)/broker/cpus.o
 $(BUILD)/tests/wire_test: $(BUILD)/proxy/wire.o $(BUILD)/proxy/zmtp.o

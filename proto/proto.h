@@ -158,8 +158,9 @@ int msg_decode(const void *buf, size_t len, struct msg *m);
 int msg_pack(const struct msg *m, nng_msg **out);
 int msg_pack_at(const struct msg *m, size_t room, nng_msg **out); /* room bytes first */
 int msg_send(nng_socket s, const struct msg *m, int flags);
+int msg_recv(nng_socket s, struct msg *m, int flags);
 
-/* Messages waiting for a socket that would block: sent in order, never blocking. */
+/* msgq.c: messages waiting for a socket that would block, sent in order, never blocking. */
 struct msgq {
 	nng_msg **mq_q;
 	size_t mq_head, mq_n, mq_cap; /* waiting: mq_q[mq_head .. mq_head + mq_n) */
@@ -171,10 +172,9 @@ int msgq_flush_max(struct msgq *q, nng_socket s, size_t max, size_t *sent);
 size_t msgq_head_len(const struct msgq *q);
 void msgq_clear(struct msgq *q);
 void msgq_free(struct msgq *q); /* msgq_clear, and the memory of q itself */
-int msg_recv(nng_socket s, struct msg *m, int flags);
 
 /*
- * Incoming messages, taken by an nng aio callback (on nng's thread) and
+ * mrecv.c: incoming messages, taken by an nng aio callback (on nng's thread) and
  * handed to a loop through an eventfd, readable from a put (or mrecv_wake)
  * until the loop's next take of the queue: no pollable pipe, no aio made and
  * freed per message, no receive that finds nothing. A loop that stops taking

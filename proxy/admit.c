@@ -10,111 +10,33 @@
 
 #include "proxy.h"
 
+static const struct proxy *px;
+static struct {
+	struct unitq a_queue; /* waiting, in order */
+	struct unit *a_run;   /* sent to the kernel; NULL = none */
+	uint64_t a_count;     /* executions run */
+	uint64_t a_dropped;   /* output no unit owned, not yet reported (MSG_STATS) */
+} adm = {.a_queue = TAILQ_HEAD_INITIALIZER(adm.a_queue)};
+
 void
-unit_free(struct unit *u)
+admit_init(const struct proxy *p)
 {
-	for (size_t i = 0; i < u->u_nenv; i++) {
-		free(u->u_env[i].e_key.s);
-		free(u->u_env[i].e_val.s);
-	}
-	free(u->u_env);
-	free(u->u_code);
-	free(u->u_notice);
-	buf_free(&u->u_out);
-	free(u);
+	px = p;
 }
 
 int
-admit_depth(struct proxy *px)
+admit_depth(void)
 {
-	int n = px->px_run ? 1 : 0;
+	int n = adm.a_run ? 1 : 0;
 	struct unit *u;
 
-	TAILQ_FOREACH(u, &px->px_queue, u_link)
+	TAILQ_FOREACH(u, &adm.a_queue, u_link)
 		n++;
 	return n;
 }
 
-/*
- * Hands pending output to the broker, at most OUTPUT_CHUNK per message (a
- * line may span messages: the broker only concatenates), so neither side
- * ever holds a huge frame; an outcome closes the stream.
- */
-/* The message's data is the unit's buffer itself (packed from there, not copied first). */
-static void
-data_borrow(struct msg *m, struct unit *u, size_t len)
-{
-	m->m_data = (struct pstr){(char *)buf_head(&u->u_out), len};
-	m->m_has |= FB(F_DATA);
-}
-
-static void
-unit_send(struct proxy *px, struct unit *u, const char *outcome)
-{
-	struct msg m;
-
-	while (buf_pending(&u->u_out) > OUTPUT_CHUNK) {
-		msg_init(&m, MSG_OUTPUT);
-		msg_set_u64(&m, F_STREAM, u->u_stream);
-		data_borrow(&m, u, OUTPUT_CHUNK);
-		ipc_send(px, &m);
-		m.m_data.s = NULL; /* not the message's to free */
-		msg_free(&m);
-		buf_consume(&u->u_out, OUTPUT_CHUNK);
-	}
-	if (!buf_pending(&u->u_out) && !outcome)
-		return;
-	msg_init(&m, MSG_OUTPUT);
-	msg_set_u64(&m, F_STREAM, u->u_stream);
-	data_borrow(&m, u, buf_pending(&u->u_out));
-	if (outcome) {
-		uint64_t now = now_ms(), start = u->u_started_at ? u->u_started_at : now;
-		msg_set_u64(&m, F_FINAL, 1);
-		msg_set_str(&m, F_OUTCOME, outcome, strlen(outcome));
-		msg_set_u64(&m, F_WAIT, start - u->u_queued_at);
-		msg_set_u64(&m, F_RUN, now - start);
-	}
-	ipc_send(px, &m);
-	m.m_data.s = NULL;
-	msg_free(&m);
-	buf_consume(&u->u_out, buf_pending(&u->u_out));
-}
-
-/* The metrics' name for how a unit ended. */
-static const char *
-outcome_of(struct unit *u, const char *error_name)
-{
-	static const struct {
-		const char *name, *outcome;
-	} map[] = {
-		{"TimeoutError", "timeout"},       {"KernelDied", "kernel_died"},
-		{"ContextRestarted", "restarted"}, {"ContextDeleted", "deleted"},
-		{"ExecutionAborted", "aborted"},
-	};
-
-	if (!error_name)
-		return u->u_interrupt_at ? "interrupted" : u->u_errored ? "error" : "ok";
-	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
-		if (!strcmp(map[i].name, error_name))
-			return map[i].outcome;
-	return "error";
-}
-
-/* Ends the unit's stream (with an error line first if name is set). */
-static void
-unit_end(struct proxy *px, struct unit *u, const char *name, const char *value)
-{
-	if (u->u_detached)
-		return;
-	if (name)
-		output_error(&u->u_out, name, value, "");
-	output_end(&u->u_out);
-	unit_send(px, u, outcome_of(u, name));
-	u->u_detached = true;
-}
-
 void
-admit_push(struct proxy *px, struct msg *m)
+admit_push(struct msg *m)
 {
 	struct unit *u = xcalloc(1, sizeof(*u));
 	uint64_t now = now_ms();
@@ -130,18 +52,18 @@ admit_push(struct proxy *px, struct msg *m)
 	u->u_queued_at = now;
 	if ((m->m_has & FB(F_TIMEOUT)) && m->m_timeout)
 		u->u_deadline = now + m->m_timeout;
-	TAILQ_INSERT_TAIL(&px->px_queue, u, u_link);
-	if (px->px_kstate == KS_DEAD && px->px_dead_reason) {
-		TAILQ_REMOVE(&px->px_queue, u, u_link);
-		unit_end(px, u, "KernelDied", px->px_dead_reason);
+	TAILQ_INSERT_TAIL(&adm.a_queue, u, u_link);
+	if (kernel_state() == KS_DEAD && kernel_dead_reason()) {
+		TAILQ_REMOVE(&adm.a_queue, u, u_link);
+		unit_end(u, "KernelDied", kernel_dead_reason());
 		unit_free(u);
 		return;
 	}
-	admit_next(px);
+	admit_next();
 }
 
 static int
-unit_start(struct proxy *px, struct unit *u)
+unit_start(struct unit *u)
 {
 	char *set = NULL;
 	int rc;
@@ -150,44 +72,44 @@ unit_start(struct proxy *px, struct unit *u)
 		output_stderr(&u->u_out, u->u_notice);
 	if (u->u_nenv) {
 		if (!(set = envset_set(px->px_ks->ks_lang, u->u_env, u->u_nenv))) {
-			unit_end(px, u, "EnvVarsUnsupported",
+			unit_end(u, "EnvVarsUnsupported",
 				 "per-request env vars are not supported for this language");
 			return -1;
 		}
-		rc = kernel_execute(px, set, true, NULL);
+		rc = kernel_execute(set, true, NULL);
 		free(set);
 		if (rc < 0)
 			goto fail;
 	}
-	if ((rc = kernel_execute(px, u->u_code, false, u->u_msgid)) < 0)
+	if ((rc = kernel_execute(u->u_code, false, u->u_msgid)) < 0)
 		goto fail;
 	u->u_started_at = now_ms();
 	u->u_hold_until = u->u_started_at + OUTPUT_HOLD_MS;
 	return 0;
 fail:
-	unit_end(px, u, "ExecutionFailed", "could not send the code to the kernel");
+	unit_end(u, "ExecutionFailed", "could not send the code to the kernel");
 	return -1;
 }
 
 void
-admit_next(struct proxy *px)
+admit_next(void)
 {
 	struct unit *u;
 
-	while (!px->px_run && px->px_kstate == KS_IDLE && !px->px_iopub_rejoin &&
-	       (u = TAILQ_FIRST(&px->px_queue))) {
-		TAILQ_REMOVE(&px->px_queue, u, u_link);
+	while (!adm.a_run && kernel_can_run() &&
+	       (u = TAILQ_FIRST(&adm.a_queue))) {
+		TAILQ_REMOVE(&adm.a_queue, u, u_link);
 		if (u->u_deadline && now_ms() >= u->u_deadline) {
-			unit_end(px, u, "TimeoutError", "execution timed out while queued");
+			unit_end(u, "TimeoutError", "execution timed out while queued");
 			unit_free(u);
 			continue;
 		}
-		if (unit_start(px, u) < 0) {
+		if (unit_start(u) < 0) {
 			unit_free(u);
 			continue;
 		}
-		px->px_run = u;
-		px->px_kstate = KS_BUSY;
+		adm.a_run = u;
+		kernel_set_busy(true);
 	}
 }
 
@@ -198,7 +120,7 @@ admit_next(struct proxy *px)
  * is routed to the unit too): restore env, end the stream, admit the next.
  */
 static void
-maybe_complete(struct proxy *px, struct unit *u)
+maybe_complete(struct unit *u)
 {
 	if (!u->u_replied || !u->u_idle)
 		return;
@@ -206,7 +128,7 @@ maybe_complete(struct proxy *px, struct unit *u)
 	if (u->u_abort_at && !u->u_aborted)
 		return;
 	if (px->px_ks->ks_fence && !u->u_fenced) {
-		if (!u->u_fence[0] && kernel_execute(px, px->px_ks->ks_fence, true, u->u_fence) < 0)
+		if (!u->u_fence[0] && kernel_execute(px->px_ks->ks_fence, true, u->u_fence) < 0)
 			u->u_fenced = true;
 		if (!u->u_fenced)
 			return;
@@ -217,14 +139,14 @@ maybe_complete(struct proxy *px, struct unit *u)
 	if (u->u_nenv) {
 		char *restore = envset_restore(px->px_ks->ks_lang, u->u_env, u->u_nenv);
 		if (restore)
-			kernel_execute(px, restore, true, NULL);
+			kernel_execute(restore, true, NULL);
 		free(restore);
 	}
-	unit_end(px, u, NULL, NULL);
-	px->px_run = NULL;
-	px->px_kstate = KS_IDLE;
+	unit_end(u, NULL, NULL);
+	adm.a_run = NULL;
+	kernel_set_busy(false);
 	unit_free(u);
-	admit_next(px);
+	admit_next();
 }
 
 /*
@@ -234,16 +156,16 @@ maybe_complete(struct proxy *px, struct unit *u)
  * ends what awaits. Which to send after the signal is abort_tick's.
  */
 static void
-send_interrupt(struct proxy *px, struct unit *u)
+send_interrupt(struct unit *u)
 {
 	if (u->u_abort_at)
 		return;
-	if (kernel_abort(px) == 0) {
+	if (kernel_abort() == 0) {
 		u->u_abort_at = u->u_cpu_at = now_ms();
-		u->u_cpu_ms = kernel_cpu_ms(px);
+		u->u_cpu_ms = kernel_cpu_ms();
 		return;
 	}
-	kernel_interrupt(px);
+	kernel_interrupt();
 }
 
 /*
@@ -254,7 +176,7 @@ send_interrupt(struct proxy *px, struct unit *u)
  * second later sends it regardless (a kernel that never publishes it).
  */
 static void
-interrupt_unit(struct proxy *px, struct unit *u)
+interrupt_unit(struct unit *u)
 {
 	uint64_t now = now_ms();
 
@@ -262,7 +184,7 @@ interrupt_unit(struct proxy *px, struct unit *u)
 		u->u_interrupt_at = now;
 	u->u_reinterrupt_at = now;
 	if (u->u_ran || u->u_interrupts++ > 0)
-		send_interrupt(px, u);
+		send_interrupt(u);
 }
 
 /*
@@ -275,11 +197,11 @@ interrupt_unit(struct proxy *px, struct unit *u)
  * one interrupt per retry period, none once the code has finished.
  */
 static void
-abort_tick(struct proxy *px, struct unit *u, uint64_t now)
+abort_tick(struct unit *u, uint64_t now)
 {
 	if ((u->u_replied && u->u_idle) || u->u_aborted || now < u->u_cpu_at + ABORT_CHECK_MS)
 		return;
-	long cpu = kernel_cpu_ms(px);
+	long cpu = kernel_cpu_ms();
 	bool busy = cpu < 0 || u->u_cpu_ms < 0 ||
 		    (cpu - u->u_cpu_ms) * 100 >= (long)(now - u->u_cpu_at) * ABORT_BUSY_PCT;
 	if (!busy)
@@ -290,15 +212,15 @@ abort_tick(struct proxy *px, struct unit *u, uint64_t now)
 	u->u_cpu_at = now;
 	if (u->u_busy_since && now >= u->u_busy_since + ABORT_COMPUTE_MS &&
 	    (!u->u_terminated_at || now >= u->u_terminated_at + px->px_interrupt_retry_ms)) {
-		kernel_interrupt(px);
+		kernel_interrupt();
 		u->u_terminated_at = now;
 	}
 }
 
 void
-admit_on_reply(struct proxy *px, struct jmsg *jm)
+admit_on_reply(struct jmsg *jm)
 {
-	struct unit *u = px->px_run;
+	struct unit *u = adm.a_run;
 	const char *status;
 
 	if (!u || strcmp(jm->jm_parent_id, u->u_msgid))
@@ -307,18 +229,18 @@ admit_on_reply(struct proxy *px, struct jmsg *jm)
 	if (status && (!strcmp(status, "aborted") || !strcmp(status, "abort")) && !u->u_ran) {
 		/* the kernel refused a unit that never ran: send it again */
 		if (++u->u_resubmits <= MAX_RESUBMIT &&
-		    kernel_execute(px, u->u_code, false, u->u_msgid) == 0) {
+		    kernel_execute(u->u_code, false, u->u_msgid) == 0) {
 			log_info("context %s: stream %llu aborted by the kernel, resubmitted",
 				 px->px_id, (unsigned long long)u->u_stream);
 			return;
 		}
-		unit_end(px, u, "ExecutionAborted",
+		unit_end(u, "ExecutionAborted",
 			 "the kernel aborted this execution before it ran");
 		u->u_idle = true;
 	}
 	u->u_replied = true;
 	u->u_replied_at = now_ms();
-	maybe_complete(px, u);
+	maybe_complete(u);
 }
 
 /*
@@ -327,9 +249,9 @@ admit_on_reply(struct proxy *px, struct jmsg *jm)
  * is still on its way: the interrupt ended the request before it replied.
  */
 void
-admit_on_probe(struct proxy *px, struct jmsg *jm)
+admit_on_probe(struct jmsg *jm)
 {
-	struct unit *u = px->px_run;
+	struct unit *u = adm.a_run;
 
 	if (!u || !u->u_probe[0] || u->u_replied || strcmp(jm->jm_parent_id, u->u_probe))
 		return;
@@ -337,7 +259,7 @@ admit_on_probe(struct proxy *px, struct jmsg *jm)
 		 px->px_id, (unsigned long long)u->u_stream);
 	u->u_replied = true;
 	u->u_replied_at = now_ms();
-	maybe_complete(px, u);
+	maybe_complete(u);
 }
 
 /*
@@ -348,7 +270,7 @@ admit_on_probe(struct proxy *px, struct jmsg *jm)
  * (Deno's fence).
  */
 static void
-drop_output(struct proxy *px, struct jmsg *jm)
+drop_output(struct jmsg *jm)
 {
 	static const char *const output[] = {"stream", "display_data", "update_display_data",
 					     "execute_result", "error"};
@@ -356,7 +278,7 @@ drop_output(struct proxy *px, struct jmsg *jm)
 
 	for (size_t i = 0; i < sizeof(output) / sizeof(output[0]); i++)
 		if (!strcmp(jm->jm_type, output[i])) {
-			px->px_dropped += n > 0 && n < INT32_MAX ? (uint64_t)n : 1;
+			adm.a_dropped += n > 0 && n < INT32_MAX ? (uint64_t)n : 1;
 			log_debug("context %s: %s for request '%s' dropped: no execution owns it",
 				  px->px_id, jm->jm_type, jm->jm_parent_id);
 			return;
@@ -364,15 +286,15 @@ drop_output(struct proxy *px, struct jmsg *jm)
 }
 
 void
-admit_on_iopub(struct proxy *px, struct jmsg *jm)
+admit_on_iopub(struct jmsg *jm)
 {
-	struct unit *u = px->px_run;
+	struct unit *u = adm.a_run;
 
 	if (json_object_get(jm->jm_meta, "sandcell_aborted")) {
 		/* the abort signal's listener ran (whatever request Deno stamped it with) */
 		if (u && u->u_abort_at) {
 			u->u_aborted = true;
-			maybe_complete(px, u);
+			maybe_complete(u);
 		}
 		return;
 	}
@@ -380,7 +302,7 @@ admit_on_iopub(struct proxy *px, struct jmsg *jm)
 	/* the kernel says it is an earlier execution's, whatever its header (Deno's fence) */
 	bool late = json_is_true(json_object_get(jm->jm_meta, "sandcell_late"));
 	if (!u || late || (!fence && strcmp(jm->jm_parent_id, u->u_msgid))) {
-		drop_output(px, jm); /* kernel_info, env snippets, or a finished unit's */
+		drop_output(jm); /* kernel_info, env snippets, or a finished unit's */
 		return;
 	}
 	if (fence) {
@@ -388,7 +310,7 @@ admit_on_iopub(struct proxy *px, struct jmsg *jm)
 			json_string_value(json_object_get(jm->jm_content, "execution_state"));
 		if (!strcmp(jm->jm_type, "status") && st && !strcmp(st, "idle")) {
 			u->u_fenced = true;
-			maybe_complete(px, u);
+			maybe_complete(u);
 		} else if (!u->u_detached && strcmp(jm->jm_type, "status") &&
 			   strcmp(jm->jm_type, "execute_input")) {
 			/* the fence's own execute_input is not the unit's (Deno sends one) */
@@ -403,17 +325,17 @@ admit_on_iopub(struct proxy *px, struct jmsg *jm)
 			u->u_idle = true;
 			/* an interrupt may have ended it with no reply: ask, on shell */
 			if (!u->u_replied && u->u_interrupt_at && !u->u_probe[0] &&
-			    kernel_probe(px, u->u_probe) < 0)
+			    kernel_probe(u->u_probe) < 0)
 				u->u_probe[0] = '\0';
-			maybe_complete(px, u);
+			maybe_complete(u);
 		}
 		return;
 	}
 	if (!strcmp(jm->jm_type, "execute_input") && !u->u_ran) {
 		u->u_ran = true;
-		px->px_count++;
+		adm.a_count++;
 		if (u->u_interrupt_at)
-			send_interrupt(px, u); /* deferred until the code started */
+			send_interrupt(u); /* deferred until the code started */
 	}
 	if (!strcmp(jm->jm_type, "error"))
 		u->u_errored = true;
@@ -422,19 +344,19 @@ admit_on_iopub(struct proxy *px, struct jmsg *jm)
 }
 
 void
-admit_cancel(struct proxy *px, uint64_t stream)
+admit_cancel(uint64_t stream)
 {
 	struct unit *u;
 
-	TAILQ_FOREACH(u, &px->px_queue, u_link)
+	TAILQ_FOREACH(u, &adm.a_queue, u_link)
 		if (u->u_stream == stream) {
-			TAILQ_REMOVE(&px->px_queue, u, u_link);
+			TAILQ_REMOVE(&adm.a_queue, u, u_link);
 			log_info("context %s: stream %llu cancelled while queued; it never runs",
 				 px->px_id, (unsigned long long)stream);
 			unit_free(u);
 			return;
 		}
-	u = px->px_run;
+	u = adm.a_run;
 	if (!u || u->u_stream != stream || u->u_detached)
 		return;
 	u->u_detached = true; /* the client is gone: drop its output from now on */
@@ -443,7 +365,7 @@ admit_cancel(struct proxy *px, uint64_t stream)
 		 (unsigned long long)stream,
 		 u->u_policy == POLICY_INTERRUPT ? "interrupt" : "continue");
 	if (u->u_policy == POLICY_INTERRUPT)
-		interrupt_unit(px, u);
+		interrupt_unit(u);
 }
 
 /*
@@ -451,9 +373,9 @@ admit_cancel(struct proxy *px, uint64_t stream)
  * skipped on iopub: the running unit's output is missing, and says so.
  */
 void
-admit_output_lost(struct proxy *px)
+admit_output_lost(void)
 {
-	struct unit *u = px->px_run;
+	struct unit *u = adm.a_run;
 
 	if (!u || u->u_detached)
 		return;
@@ -467,48 +389,51 @@ admit_output_lost(struct proxy *px)
 
 /* The broker went away: every stream is gone with it. */
 void
-admit_detach_all(struct proxy *px)
+admit_detach_all(void)
 {
 	struct unit *u;
 
-	while ((u = TAILQ_FIRST(&px->px_queue))) {
-		TAILQ_REMOVE(&px->px_queue, u, u_link);
+	while ((u = TAILQ_FIRST(&adm.a_queue))) {
+		TAILQ_REMOVE(&adm.a_queue, u, u_link);
 		unit_free(u);
 	}
-	if (px->px_run)
-		admit_cancel(px, px->px_run->u_stream);
+	if (adm.a_run)
+		admit_cancel(adm.a_run->u_stream);
 }
 
 static void
-fail_queued(struct proxy *px, const char *name, const char *value)
+fail_queued(const char *name, const char *value)
 {
 	struct unit *u;
 
-	while ((u = TAILQ_FIRST(&px->px_queue))) {
-		TAILQ_REMOVE(&px->px_queue, u, u_link);
-		unit_end(px, u, name, value);
+	while ((u = TAILQ_FIRST(&adm.a_queue))) {
+		TAILQ_REMOVE(&adm.a_queue, u, u_link);
+		unit_end(u, name, value);
 		unit_free(u);
 	}
 }
 
 void
-admit_fail_all(struct proxy *px, const char *name, const char *value)
+admit_fail_all(const char *name, const char *value)
 {
 	struct unit *u;
 
-	if ((u = px->px_run)) {
-		unit_end(px, u, name, value);
+	if ((u = adm.a_run)) {
+		unit_end(u, name, value);
 		unit_free(u);
-		px->px_run = NULL;
+		adm.a_run = NULL;
 	}
-	fail_queued(px, name, value);
+	fail_queued(name, value);
 }
 
-void
-admit_interrupt(struct proxy *px)
+/* An INTERRUPT: false when nothing runs. */
+bool
+admit_interrupt(void)
 {
-	if (px->px_run)
-		interrupt_unit(px, px->px_run);
+	if (!adm.a_run)
+		return false;
+	interrupt_unit(adm.a_run);
+	return true;
 }
 
 /*
@@ -517,7 +442,7 @@ admit_interrupt(struct proxy *px)
  * on stderr that the state they may expect is gone, and whose code cost it.
  */
 static void
-restart_stuck(struct proxy *px, struct unit *u)
+restart_stuck(struct unit *u)
 {
 	char *notice = xasprintf("sandcell: the kernel was restarted before this code ran: "
 				 "the execution ahead of it (stream %llu) did not stop after "
@@ -526,35 +451,35 @@ restart_stuck(struct proxy *px, struct unit *u)
 				 (unsigned long long)u->u_stream);
 	struct unit *q;
 
-	TAILQ_FOREACH(q, &px->px_queue, u_link)
+	TAILQ_FOREACH(q, &adm.a_queue, u_link)
 		if (!q->u_notice)
 			q->u_notice = xstrdup(notice);
 	free(notice);
-	unit_end(px, u, "ContextRestarted",
+	unit_end(u, "ContextRestarted",
 		 "the kernel did not stop after an interrupt; it was restarted and its state "
 		 "is lost");
 	unit_free(u);
-	px->px_run = NULL;
-	kernel_restart(px, "the kernel did not stop after an interrupt");
+	adm.a_run = NULL;
+	kernel_restart("the kernel did not stop after an interrupt");
 }
 
 void
-admit_tick(struct proxy *px, uint64_t now)
+admit_tick(uint64_t now)
 {
 	struct unit *u, *next;
 
-	for (u = TAILQ_FIRST(&px->px_queue); u; u = next) {
+	for (u = TAILQ_FIRST(&adm.a_queue); u; u = next) {
 		next = TAILQ_NEXT(u, u_link);
 		if (u->u_deadline && now >= u->u_deadline) {
-			TAILQ_REMOVE(&px->px_queue, u, u_link);
-			unit_end(px, u, "TimeoutError", "execution timed out while queued");
+			TAILQ_REMOVE(&adm.a_queue, u, u_link);
+			unit_end(u, "TimeoutError", "execution timed out while queued");
 			unit_free(u);
 		}
 	}
-	if (!(u = px->px_run))
+	if (!(u = adm.a_run))
 		return;
 	if (u->u_replied && now >= u->u_replied_at + IOPUB_QUIET_MS &&
-	    now >= px->px_iopub_at + IOPUB_QUIET_MS) {
+	    now >= kernel_iopub_at() + IOPUB_QUIET_MS) {
 		/*
 		 * The reply came but iopub went silent before the idle (the kernel
 		 * lost its output channel, or a hostile one never says idle): end the
@@ -568,56 +493,81 @@ admit_tick(struct proxy *px, uint64_t now)
 				     "output is missing", "");
 		u->u_errored = true;
 		u->u_idle = u->u_fenced = true;
-		kernel_iopub_reconnect(px);
-		maybe_complete(px, u);
+		kernel_iopub_reconnect();
+		maybe_complete(u);
 		return;
 	}
 	if (u->u_deadline && now >= u->u_deadline && !u->u_detached) {
 		char *v = xasprintf("execution exceeded its timeout of %.3g s",
 				    (u->u_deadline - u->u_queued_at) / 1000.0);
-		unit_end(px, u, "TimeoutError", v);
+		unit_end(u, "TimeoutError", v);
 		free(v);
-		interrupt_unit(px, u);
+		interrupt_unit(u);
 	}
 	if (u->u_replied && u->u_idle && u->u_abort_at && !u->u_aborted &&
 	    now >= u->u_replied_at + ABORT_ACK_MS) {
 		log_warn("context %s: stream %llu: the kernel's abort listener never said it ran",
 			 px->px_id, (unsigned long long)u->u_stream);
 		u->u_aborted = true;
-		maybe_complete(px, u);
+		maybe_complete(u);
 		return;
 	}
 	if (!u->u_interrupt_at)
 		return;
 	/* compare forwards: the interrupt may carry a later time than now */
 	if (now >= u->u_interrupt_at + px->px_interrupt_grace_ms) {
-		restart_stuck(px, u);
+		restart_stuck(u);
 		return;
 	}
 	if (u->u_abort_at)
-		abort_tick(px, u, now);
+		abort_tick(u, now);
 	else if (now >= u->u_reinterrupt_at + px->px_interrupt_retry_ms)
-		interrupt_unit(px, u);
+		interrupt_unit(u);
 }
 
 void
-admit_flush(struct proxy *px)
+admit_flush(void)
 {
-	struct unit *u = px->px_run;
+	struct unit *u = adm.a_run;
 
-	if (px->px_dropped) {
+	if (adm.a_dropped) {
 		struct msg m;
 		msg_init(&m, MSG_STATS);
-		msg_set_u64(&m, F_COUNT, px->px_dropped);
-		ipc_send(px, &m);
+		msg_set_u64(&m, F_COUNT, adm.a_dropped);
+		ipc_send(&m);
 		msg_free(&m);
-		px->px_dropped = 0;
+		adm.a_dropped = 0;
 	}
 	if (!u || u->u_detached)
 		return;
 	if (now_ms() < u->u_hold_until && buf_pending(&u->u_out) < OUTPUT_CHUNK)
 		return;
-	unit_send(px, u, NULL);
+	unit_send(u, NULL);
+}
+
+/* The running unit's output fills a chunk: hand it on now (a flood never piles up). */
+bool
+admit_output_full(void)
+{
+	return adm.a_run && buf_pending(&adm.a_run->u_out) >= OUTPUT_CHUNK;
+}
+
+/*
+ * Until when the running unit's output is held, before its reply and any
+ * interrupt (iopub may rest until then: loop.c); 0 when it is not.
+ */
+uint64_t
+admit_hold_until(void)
+{
+	const struct unit *u = adm.a_run;
+
+	return u && !u->u_replied && !u->u_interrupt_at ? u->u_hold_until : 0;
+}
+
+uint64_t
+admit_count(void)
+{
+	return adm.a_count;
 }
 
 static void
@@ -631,15 +581,15 @@ wait_min(long *w, uint64_t at, uint64_t now)
 
 /* Milliseconds until admit_tick has work, or -1. */
 long
-admit_wait(struct proxy *px, uint64_t now)
+admit_wait(uint64_t now)
 {
 	long w = -1;
 	struct unit *u;
 
-	TAILQ_FOREACH(u, &px->px_queue, u_link)
+	TAILQ_FOREACH(u, &adm.a_queue, u_link)
 		if (u->u_deadline)
 			wait_min(&w, u->u_deadline, now);
-	if ((u = px->px_run)) {
+	if ((u = adm.a_run)) {
 		if (u->u_deadline && !u->u_detached)
 			wait_min(&w, u->u_deadline, now);
 		bool done = u->u_replied && u->u_idle;

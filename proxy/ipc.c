@@ -1,7 +1,8 @@
 /*
  * ipc.c — the proxy's link to its broker: the listening chan (proto/chan.c:
  * peer uid checked, one broker at a time), and the messages the proxy sends
- * on its own (hello, state, replies).
+ * on its own (hello, state, replies). What the state says comes from the
+ * status hook its user gives: the link knows nothing of kernels or units.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -11,56 +12,50 @@
 
 #include "proxy.h"
 
+static struct chan to_broker;
+static const struct proxy *px;
+static void (*status)(struct msg *m);
+
 /* Queues a message for the broker; order is kept, nothing blocks. */
 void
-ipc_send(struct proxy *p, struct msg *m)
+ipc_send(struct msg *m)
 {
-	if (chan_send(&p->px_link, m))
-		log_err("context %s: cannot encode %s", p->px_id, msg_type_name(m->m_type));
-}
-
-static void
-ipc_fill_state(struct proxy *p, struct msg *m)
-{
-	msg_set_u64(m, F_STATE, p->px_kstate);
-	msg_set_u64(m, F_KPID, p->px_kshown > 0 ? (uint64_t)p->px_kshown
-				: p->px_kpid > 0 ? (uint64_t)p->px_kpid : 0);
-	msg_set_u64(m, F_QUEUE, admit_depth(p));
-	msg_set_u64(m, F_COUNT, p->px_count);
+	if (chan_send(&to_broker, m))
+		log_err("context %s: cannot encode %s", px->px_id, msg_type_name(m->m_type));
 }
 
 void
-ipc_state(struct proxy *p, const char *text)
+ipc_state(const char *text)
 {
 	struct msg m;
 
 	msg_init(&m, MSG_STATE);
-	ipc_fill_state(p, &m);
+	status(&m);
 	if (text)
 		msg_set_str(&m, F_TEXT, text, strlen(text));
-	ipc_send(p, &m);
+	ipc_send(&m);
 	msg_free(&m);
 }
 
 static void
-ipc_hello(struct proxy *p)
+ipc_hello(const char *why)
 {
 	struct msg m;
 
 	msg_init(&m, MSG_HELLO);
-	msg_set_str(&m, F_ID, p->px_ctx, strlen(p->px_ctx));
-	msg_set_str(&m, F_LANG, p->px_lang, strlen(p->px_lang));
-	msg_set_str(&m, F_CWD, p->px_cwd, strlen(p->px_cwd));
+	msg_set_str(&m, F_ID, px->px_ctx, strlen(px->px_ctx));
+	msg_set_str(&m, F_LANG, px->px_lang, strlen(px->px_lang));
+	msg_set_str(&m, F_CWD, px->px_cwd, strlen(px->px_cwd));
 	msg_set_u64(&m, F_PID, getpid());
-	ipc_fill_state(p, &m);
-	if (p->px_dead_reason)
-		msg_set_str(&m, F_TEXT, p->px_dead_reason, strlen(p->px_dead_reason));
-	ipc_send(p, &m);
+	status(&m);
+	if (why)
+		msg_set_str(&m, F_TEXT, why, strlen(why));
+	ipc_send(&m);
 	msg_free(&m);
 }
 
 void
-ipc_reply(struct proxy *p, enum msg_type t, uint64_t req, const char *text)
+ipc_reply(enum msg_type t, uint64_t req, const char *text)
 {
 	struct msg m;
 
@@ -69,36 +64,58 @@ ipc_reply(struct proxy *p, enum msg_type t, uint64_t req, const char *text)
 	if (text)
 		msg_set_str(&m, F_TEXT, text, strlen(text));
 	if (t == MSG_OK) {
-		ipc_fill_state(p, &m);
+		status(&m);
 		msg_set_u64(&m, F_PID, getpid());
 	}
-	ipc_send(p, &m);
+	ipc_send(&m);
 	msg_free(&m);
 }
 
-/* A broker attached (CHAN_UP) or went away (CHAN_DOWN). */
+/* A broker attached (CHAN_UP: hello, with why the kernel is dead if it is) or went away. */
 void
-ipc_link_event(struct proxy *p, int ev)
+ipc_link_event(int ev, const char *why)
 {
 	if (ev == CHAN_DOWN) {
-		log_info("context %s: broker disconnected (%s); its streams are dropped", p->px_id,
-			 p->px_link.ch_why);
-		admit_detach_all(p);
+		log_info("context %s: broker disconnected (%s); its streams are dropped", px->px_id,
+			 to_broker.ch_why);
 	} else if (ev == CHAN_UP) {
-		log_info("context %s: broker connected", p->px_id);
-		ipc_hello(p);
+		log_info("context %s: broker connected", px->px_id);
+		ipc_hello(why);
 	}
 }
 
+/* The next message or link event from the broker (chan_next's codes). */
+int
+ipc_next(struct msg *m)
+{
+	return chan_next(&to_broker, m);
+}
+
+/* The link's eventfd, for the loop's epoll. */
+int
+ipc_fd(void)
+{
+	return to_broker.ch_fd;
+}
+
 void
-ipc_listen(struct proxy *p)
+ipc_listen(const struct proxy *p, void (*fill)(struct msg *m))
 {
 	char *url = xasprintf("ipc://%s/proxy.sock", p->px_dir);
 	int e;
 
+	px = p;
+	status = fill;
 	unlink(url + strlen("ipc://")); /* a stale socket of a dead proxy of this id */
-	if ((e = chan_listen(&p->px_link, url)))
-		fatal("context %s: listen %s: %s", p->px_id, url, nng_strerror(e));
-	p->px_ipc_fd = p->px_link.ch_fd;
+	if ((e = chan_listen(&to_broker, url)))
+		fatal("context %s: listen %s: %s", px->px_id, url, nng_strerror(e));
 	free(url);
+}
+
+/* The last replies leave (written, they arrive), then the link closes. */
+void
+ipc_close(void)
+{
+	chan_flush(&to_broker, 500);
+	chan_close(&to_broker);
 }

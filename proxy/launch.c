@@ -22,6 +22,10 @@
 
 extern char **environ;
 
+/* This launch's ipc socket names, less "-N"; and launches so far, which name them. */
+static char kchan[PATH_MAX];
+static unsigned klaunches;
+
 /*
  * `python -m MOD ARGS`, safely: with -m the cwd (the workspace) is first on
  * sys.path as the interpreter starts, so a module there named like one the
@@ -72,14 +76,14 @@ env_put(char ***v, size_t *n, size_t *cap, char *kv)
 
 /* HOME: the workspace in a box, a dir of the kernel's own otherwise. */
 static char *
-home_of(struct proxy *px)
+home_of(const struct proxy *px)
 {
 	return px->px_box.bx_on ? xstrdup(BOX_HOME) : xasprintf("%s/home", px->px_kdir);
 }
 
 /* environ, overridden by the kernelspec's env, then ours, then the global env. */
 char **
-launch_env(struct proxy *px)
+launch_env(const struct proxy *px)
 {
 	size_t n = 0, cap = 64;
 	char **v = xmalloc(cap * sizeof(*v)), *home = home_of(px);
@@ -201,7 +205,7 @@ base_of(const char *path)
  * transient scope of its own under sandcell.slice comes first.
  */
 char **
-launch_argv(struct proxy *px, const char *conn)
+launch_argv(const struct proxy *px, const char *conn)
 {
 	char *const *ks = px->px_ks->ks_argv;
 	int argc = 0, a = 0;
@@ -256,7 +260,7 @@ launch_argv(struct proxy *px, const char *conn)
  * dirs exist already: a box shows the profile read-only.
  */
 static int
-ipython_profile(struct proxy *px)
+ipython_profile(const struct proxy *px)
 {
 	static const char *const sub[] = {"startup", "security", "log", "pid", "db"};
 	char *dir = xasprintf("%s/ipython/profile_default", px->px_kdir);
@@ -302,9 +306,9 @@ ipython_profile(struct proxy *px)
  * HOME; all of them its uid's. A box shows them read-only.
  */
 int
-launch_dirs(struct proxy *px)
+launch_dirs(const struct proxy *px)
 {
-	struct box *bx = &px->px_box;
+	const struct box *bx = &px->px_box;
 	int rc;
 
 	if (!bx->bx_on) {
@@ -330,17 +334,18 @@ launch_dirs(struct proxy *px)
  * must not be mistaken for the one before it.
  */
 int
-launch_connection_file(struct proxy *px, const char *path, int ports[5], char ep[5][EP_MAX])
+launch_connection_file(const struct proxy *px, const char *key, const char *path, int ports[5],
+		       char ep[5][EP_MAX])
 {
 	json_t *o;
 	char ip[PATH_MAX];
 	int rc, fd;
 	char *s;
 
-	px->px_klaunches++;
+	klaunches++;
 	if (px->px_ks->ks_tcp) {
 		snprintf(ip, sizeof(ip), "127.0.0.1");
-		px->px_kchan[0] = '\0';
+		kchan[0] = '\0';
 		for (int i = 0; i < 5; i++) {
 			if ((ports[i] = free_port()) < 0)
 				return -EADDRNOTAVAIL;
@@ -348,11 +353,11 @@ launch_connection_file(struct proxy *px, const char *path, int ports[5], char ep
 		}
 	} else {
 		if (px->px_box.bx_on)
-			snprintf(px->px_kchan, sizeof(px->px_kchan), "@k%u", px->px_klaunches);
+			snprintf(kchan, sizeof(kchan), "@k%u", klaunches);
 		else
-			snprintf(px->px_kchan, sizeof(px->px_kchan), "%s/k%d.%u", px->px_kdir,
-				 (int)getpid(), px->px_klaunches);
-		snprintf(ip, sizeof(ip), "%s", px->px_kchan);
+			snprintf(kchan, sizeof(kchan), "%s/k%d.%u", px->px_kdir,
+				 (int)getpid(), klaunches);
+		snprintf(ip, sizeof(ip), "%s", kchan);
 		for (int i = 0; i < 5; i++) {
 			ports[i] = i + 1;
 			snprintf(ep[i], EP_MAX, "ipc://%s-%d", ip, ports[i]);
@@ -360,7 +365,7 @@ launch_connection_file(struct proxy *px, const char *path, int ports[5], char ep
 	}
 	o = json_pack("{s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:s}", "shell_port",
 		      ports[0], "iopub_port", ports[1], "stdin_port", ports[2], "control_port",
-		      ports[3], "hb_port", ports[4], "ip", ip, "key", px->px_key, "transport",
+		      ports[3], "hb_port", ports[4], "ip", ip, "key", key, "transport",
 		      px->px_ks->ks_tcp ? "tcp" : "ipc", "signature_scheme", "hmac-sha256",
 		      "kernel_name", px->px_ks->ks_name);
 	s = json_dumps(o, JSON_INDENT(1));
@@ -390,7 +395,8 @@ launch_connection_file(struct proxy *px, const char *path, int ports[5], char ep
  * async-signal-safe calls between fork and exec.
  */
 int
-launch_unboxed(struct proxy *px, const char *exe, char **argv, char **envp)
+launch_unboxed(const struct proxy *px, const char *exe, char **argv, char **envp,
+	       struct kproc *kp)
 {
 	const struct box *bx = &px->px_box;
 	pid_t parent = getpid(), pid;
@@ -423,6 +429,17 @@ launch_unboxed(struct proxy *px, const char *exe, char **argv, char **envp)
 		execve(exe, argv, envp);
 		_exit(127);
 	}
-	px->px_kpid = pid;
+	kp->kp_pid = pid;
 	return 0;
+}
+
+/* The ipc files of the last launch (an unboxed kernel's; a box's are abstract). */
+void
+launch_unlink_sockets(void)
+{
+	for (int i = 1; kchan[0] == '/' && i <= 5; i++) {
+		char *p = xasprintf("%s-%d", kchan, i);
+		unlink(p); /* kernels leave their ipc files behind */
+		free(p);
+	}
 }

@@ -197,14 +197,20 @@ struct box {
 	int bx_initfd;        /* ... opened by that init before its mounts; -1: none */
 };
 
+/*
+ * The proxy's configuration: what it serves and how, set at start and
+ * read-only after it, but for what a CLAIM changes (px_ctx, px_cwd,
+ * px_default, px_pooled: dispatch.c's claim). Its parts keep their own
+ * state: the box (px_box, sandbox.c and its helpers), the start gate
+ * (startgate.c), the kernel connection (kernel.c), the admission queue
+ * (admit.c), the link to the broker (ipc.c), the loop (loop.c).
+ */
 struct proxy {
 	char *px_id;       /* the proxy's own name: its dir and socket in the run dir */
 	char *px_ctx;      /* the context it serves (px_id unless it came from the pool) */
 	bool px_pooled;    /* started ahead of time; no context until CLAIM */
 	char *px_lang, *px_cwd, *px_dir, *px_run_dir;
 	char *px_kdir;     /* the kernel's files: connection file, IPython profile */
-	char px_kchan[PATH_MAX]; /* this launch's ipc socket names, less "-N" (launch.c) */
-	unsigned px_klaunches; /* kernels launched by this proxy: names each launch's sockets */
 	struct kspec *px_ks;
 	struct penv *px_genv; /* global env: applied at spawn */
 	size_t px_ngenv;
@@ -212,57 +218,50 @@ struct proxy {
 	const char *px_py_startup; /* run in every IPython kernel at start */
 	bool px_display_is_result; /* IRkernel shows values as display_data */
 	bool px_iopub_waits; /* ipykernel under the profile: its iopub waits for us (NODROP) */
-	struct loglimit px_klog; /* warnings a kernel can cause at will (what it sends) */
 	uint64_t px_interrupt_retry_ms; /* an interrupt unanswered this long is sent again */
 	uint64_t px_interrupt_grace_ms; /* ... and this long after the first, a restart */
-
-	struct box px_box;      /* the sandbox (px_kpid is then the box's init) */
-	bool px_shutdown;       /* the broker ended the context (SHUTDOWN) */
-	pid_t px_kshown;        /* the kernel process itself (operators, signals) */
+	uint64_t px_hb_dead_ms; /* --heartbeat-timeout: an idle kernel silent this long is dead */
 	const char *px_template; /* the template's socket (--template), or NULL */
 	uint64_t px_template_until; /* ... which is starting: waited for until then (ms) */
 	int px_max_starting;    /* --max-starting: kernels starting at once (0: any) */
-	int px_slot_fd;         /* the start slot held (startgate.c); -1 = none */
-	bool px_start_wait;     /* the kernel waits for a start slot */
-	int px_queue_fd;        /* its place in the start queue, held (startgate.c); -1 = none */
-	bool px_queue_none;     /* the queue could not be made: slots in no order */
-	char px_queue_name[40], px_queue_path[PATH_MAX + 56];
 
-	struct chan px_link;  /* to the broker; px_ipc_fd is its eventfd */
-	int px_ipc_fd;
-
-	struct zmtp *px_shell, *px_control, *px_iopub, *px_hb, *px_stdin;
-	unsigned px_zgen; /* bumped for every socket made: the loop watches the new ones */
-	char px_key[65];
-	char px_session[37];
-	char px_kinfo_id[40];
-	pid_t px_kpid;
-	int px_sigfd;
-	enum kstate px_kstate;
-	uint64_t px_kstarted_at, px_kinfo_at;
-	uint64_t px_hb_sent, px_hb_ok;
-	uint64_t px_hb_dead_ms; /* --heartbeat-timeout: an idle kernel silent this long is dead */
-	uint64_t px_iopub_at; /* last message of any kind on iopub */
-	int px_start_failures;
-	bool px_kinfo_reply, px_iopub_seen;
-	bool px_iopub_rejoin; /* a fresh iopub SUB: no unit starts until a status shows it joined */
-	uint64_t px_restart_req; /* a RESTART waiting for the new kernel; 0 = none */
-	bool px_restart_pending;
-	char *px_dead_reason;
-
-	struct unitq px_queue;
-	struct unit *px_run;
-	uint64_t px_count; /* executions run */
-	uint64_t px_dropped; /* output no unit owned, not yet reported (MSG_STATS) */
-	bool px_quit;
+	struct box px_box;      /* the sandbox (the kernel's pid is then the box's init) */
 };
 
-/* ipc.c */
-void ipc_listen(struct proxy *px);
-void ipc_send(struct proxy *px, struct msg *m);
-void ipc_state(struct proxy *px, const char *text);
-void ipc_reply(struct proxy *px, enum msg_type t, uint64_t req, const char *text);
-void ipc_link_event(struct proxy *px, int ev);
+/* The kernel's processes, as a start made them (launch.c, sandbox.c, template.c). */
+struct kproc {
+	pid_t kp_pid;   /* ours to signal and reap: the kernel, or its box's init; 0: none */
+	pid_t kp_shown; /* in a box, the kernel process itself (operators, signals); 0: none */
+};
+
+/* The kernel's sockets, in the order the loop reads them: a reply must not
+ * overtake its output (iopub first). */
+enum ksock { KSOCK_IOPUB, KSOCK_SHELL, KSOCK_STDIN, KSOCK_CONTROL, KSOCK_HB, KSOCK_N };
+
+/*
+ * What the kernel tells its user (dispatch.c), as nng's aio completions do:
+ * kernel.c calls no module above it.
+ */
+enum kernel_event {
+	KEV_READY,  /* started and answered: the broker hears, units may run */
+	KEV_JOINED, /* iopub subscribed again after a reconnect: units may run */
+	KEV_LOST,   /* it died or could not start: what ran or waited is lost (why) */
+	KEV_STATE,  /* its state changed (why, or NULL): the broker hears */
+	KEV_REPLY,  /* an execute_reply on shell (jm) */
+	KEV_INFO,   /* a kernel_info_reply on shell (jm) */
+	KEV_IOPUB,  /* a message on iopub (jm) */
+};
+typedef void kernel_event_fn(enum kernel_event ev, const char *why, struct jmsg *jm);
+
+/* ipc.c: the link to the broker; status fills a message's state fields */
+void ipc_listen(const struct proxy *px, void (*status)(struct msg *m));
+int ipc_fd(void);
+int ipc_next(struct msg *m);
+void ipc_send(struct msg *m);
+void ipc_state(const char *text);
+void ipc_reply(enum msg_type t, uint64_t req, const char *text);
+void ipc_link_event(int ev, const char *why);
+void ipc_close(void);
 
 /* limits.c */
 int limits_prepare(struct box *bx);
@@ -273,15 +272,17 @@ void limits_cleanup(struct box *bx);
 
 /* launch.c */
 #define EP_MAX (PATH_MAX + 32) /* a ZeroMQ endpoint: ipc:// and a path */
-int launch_dirs(struct proxy *px);
-char **launch_argv(struct proxy *px, const char *conn);
-char **launch_env(struct proxy *px);
+int launch_dirs(const struct proxy *px);
+char **launch_argv(const struct proxy *px, const char *conn);
+char **launch_env(const struct proxy *px);
 void launch_free_strv(char **v);
 char *launch_subst(const char *arg, const char *conn, const char *resdir);
 char *launch_which(const char *prog);
-int launch_connection_file(struct proxy *px, const char *path, int ports[5],
-			   char ep[5][EP_MAX]);
-int launch_unboxed(struct proxy *px, const char *exe, char **argv, char **envp);
+int launch_connection_file(const struct proxy *px, const char *key, const char *path,
+			   int ports[5], char ep[5][EP_MAX]);
+void launch_unlink_sockets(void);
+int launch_unboxed(const struct proxy *px, const char *exe, char **argv, char **envp,
+		   struct kproc *kp);
 
 /*
  * Where the kernel starts: its cwd, or its own dir when it reads a
@@ -316,56 +317,95 @@ int sandbox_init(struct proxy *px);
 int sandbox_enter(const struct box *bx);
 int sandbox_kernel_child(const char *cwd, bool reset_signals);
 pid_t sandbox_recv(int sock, void *data, size_t len, ssize_t *got, int flags, int *fd);
-int sandbox_spawn(struct proxy *px, const char *exe, char **argv, char **envp);
-int sandbox_status(struct proxy *px, int status);
-void sandbox_reaped(struct proxy *px);
-void sandbox_cleanup(struct proxy *px);
+int sandbox_spawn(struct box *bx, const char *dir, const char *exe, char **argv, char **envp,
+		  struct kproc *kp);
+int sandbox_status(const struct box *bx, int status, pid_t shown);
+void sandbox_reaped(struct box *bx);
+void sandbox_cleanup(struct box *bx, bool gone);
 json_t *sandbox_json(const struct box *bx);
 
 /* boxinit.c */
 void boxinit_wait(pid_t kid, bool watch) __attribute__((noreturn));
 
 /* template.c */
-int template_spawn(struct proxy *px, const char *exe, char **argv, char **envp);
-void template_kill(struct proxy *px);
+int template_spawn(const struct proxy *px, struct box *bx, const char *exe, char **argv,
+		   char **envp, struct kproc *kp);
+void template_kill(const struct box *bx);
 
 /* startgate.c: a start slot, taken in turn (true: held, or no gate) and given back
  * (with the place in the queue of a start that waited) */
-bool startgate_take(struct proxy *px);
-void startgate_give(struct proxy *px);
+bool startgate_take(const struct proxy *px);
+void startgate_give(void);
 
-/* kernel.c */
-int kernel_start(struct proxy *px);
-void kernel_stop(struct proxy *px);
-void kernel_interrupt(struct proxy *px);
-int kernel_abort(struct proxy *px);
-long kernel_cpu_ms(struct proxy *px);
-void kernel_restart(struct proxy *px, const char *why);
-void kernel_iopub_reconnect(struct proxy *px);
-void kernel_reaped(struct proxy *px, int status);
-void kernel_tick(struct proxy *px, uint64_t now);
-void kernel_on_shell(struct proxy *px, struct jmsg *jm);
-void kernel_on_iopub(struct proxy *px, struct jmsg *jm);
-void kernel_on_stdin(struct proxy *px, struct jmsg *jm);
-int kernel_execute(struct proxy *px, const char *code, bool silent, char msgid[40]);
-int kernel_probe(struct proxy *px, char msgid[40]); /* a kernel_info_request on shell */
+/* kernel.c: the kernel connection (its state is kernel.c's own) */
+void kernel_init(const struct proxy *px, struct box *bx, kernel_event_fn *on);
+int kernel_start(void);
+void kernel_stop(void);
+void kernel_no_respawn(void);
+void kernel_interrupt(void);
+int kernel_abort(void);
+long kernel_cpu_ms(void);
+void kernel_restart(const char *why);
+void kernel_iopub_reconnect(void);
+bool kernel_reap(pid_t pid, int status);
+void kernel_box_ended(void);
+void kernel_tick(uint64_t now);
+int kernel_recv(enum ksock i, struct jmsg *jm);
+void kernel_on_msg(enum ksock i, struct jmsg *jm);
+int kernel_execute(const char *code, bool silent, char msgid[40]);
+int kernel_probe(char msgid[40]); /* a kernel_info_request on shell */
+struct zmtp *kernel_sock(enum ksock i);
+unsigned kernel_gen(void);
+void kernel_gen_bump(void);
+enum kstate kernel_state(void);
+bool kernel_can_run(void);
+void kernel_set_busy(bool busy);
+pid_t kernel_pid_shown(void);
+const char *kernel_dead_reason(void);
+uint64_t kernel_iopub_at(void);
 
-/* admit.c */
-void admit_push(struct proxy *px, struct msg *m);
-void admit_cancel(struct proxy *px, uint64_t stream);
-void admit_next(struct proxy *px);
-void admit_tick(struct proxy *px, uint64_t now);
-void admit_fail_all(struct proxy *px, const char *name, const char *value);
-void admit_detach_all(struct proxy *px);
-void admit_on_reply(struct proxy *px, struct jmsg *jm);
-void admit_on_probe(struct proxy *px, struct jmsg *jm);
-void admit_on_iopub(struct proxy *px, struct jmsg *jm);
-void admit_output_lost(struct proxy *px);
-void admit_flush(struct proxy *px);
-void admit_interrupt(struct proxy *px);
-long admit_wait(struct proxy *px, uint64_t now);
-int admit_depth(struct proxy *px);
+/* procinfo.c */
+char procinfo_state(pid_t pid);
+bool procinfo_catches(pid_t pid, int sig);
+long procinfo_cpu_ms(pid_t pid);
+
+/* admit.c: the admission queue (its state is admit.c's own) */
+void admit_init(const struct proxy *px);
+void admit_push(struct msg *m);
+void admit_cancel(uint64_t stream);
+void admit_next(void);
+void admit_tick(uint64_t now);
+void admit_fail_all(const char *name, const char *value);
+void admit_detach_all(void);
+void admit_on_reply(struct jmsg *jm);
+void admit_on_probe(struct jmsg *jm);
+void admit_on_iopub(struct jmsg *jm);
+void admit_output_lost(void);
+bool admit_output_full(void);
+uint64_t admit_hold_until(void);
+void admit_flush(void);
+bool admit_interrupt(void);
+long admit_wait(uint64_t now);
+int admit_depth(void);
+uint64_t admit_count(void);
+
+/* unit.c */
+void unit_send(struct unit *u, const char *outcome);
+void unit_end(struct unit *u, const char *name, const char *value);
 void unit_free(struct unit *u);
+
+/* dispatch.c: the broker's requests and the kernel's events */
+void dispatch_init(struct proxy *px);
+void dispatch_msg(struct msg *m);
+void dispatch_stop(void);
+bool dispatch_quit(void);
+bool dispatch_gone(void);
+
+/* loop.c */
+void loop_run(struct proxy *px, int sigfd);
+
+/* statefile.c */
+void statefile_write(const struct proxy *px);
 
 /* wire.c */
 int wire_sign(const char *key, const struct wire_frame parts[4], char hex[65]);

@@ -242,7 +242,8 @@ sandbox_kernel_child(const char *cwd, bool reset_signals)
  * mounts, 122 privileges, 123 fork.
  */
 static void __attribute__((noreturn))
-sb_init(struct proxy *px, int go, int sock, const char *exe, char **argv, char **envp)
+sb_init(const struct box *bx, const char *dir, int go, int sock, const char *exe, char **argv,
+	char **envp)
 {
 	char c;
 	int rc;
@@ -253,7 +254,7 @@ sb_init(struct proxy *px, int go, int sock, const char *exe, char **argv, char *
 	if (read(go, &c, 1) != 1) /* the proxy died before letting us go */
 		_exit(127);
 	close(go);
-	if ((rc = sandbox_enter(&px->px_box)))
+	if ((rc = sandbox_enter(bx)))
 		_exit(rc);
 	/* the uid change cleared PR_SET_PDEATHSIG: set it again, then make sure
 	 * the proxy did not die in between (its end of sock would be closed) */
@@ -269,7 +270,7 @@ sb_init(struct proxy *px, int go, int sock, const char *exe, char **argv, char *
 	if (kid < 0)
 		_exit(123);
 	if (kid == 0) {
-		if ((rc = sandbox_kernel_child(launch_start_dir(px), true)))
+		if ((rc = sandbox_kernel_child(dir, true)))
 			_exit(rc);
 		execve(exe, argv, envp);
 		_exit(127);
@@ -343,8 +344,10 @@ map_ids(const struct box *bx, pid_t pid)
 	return write_text(path, map);
 }
 
+/* The kernel's process in a new box, started in dir: 0 with *kp and the box's socket set. */
 int
-sandbox_spawn(struct proxy *px, const char *exe, char **argv, char **envp)
+sandbox_spawn(struct box *bx, const char *dir, const char *exe, char **argv, char **envp,
+	      struct kproc *kp)
 {
 	int go[2], sv[2], one = 1, rc;
 	ssize_t got;
@@ -362,29 +365,29 @@ sandbox_spawn(struct proxy *px, const char *exe, char **argv, char **envp)
 	setsockopt(sv[0], SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
 	pid = syscall(SYS_clone,
 		      SIGCHLD | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS |
-			      (px->px_box.bx_userns ? CLONE_NEWUSER : 0),
+			      (bx->bx_userns ? CLONE_NEWUSER : 0),
 		      0, 0, 0, 0);
 	if (pid == 0) {
 		close(go[1]);
 		close(sv[0]);
-		sb_init(px, go[0], sv[1], exe, argv, envp);
+		sb_init(bx, dir, go[0], sv[1], exe, argv, envp);
 	}
 	rc = pid < 0 ? -errno : 0;
 	close(go[0]);
 	close(sv[1]);
 	if (rc < 0) {
-		log_err("context %s: clone the sandbox: %s", px->px_id, strerror(-rc));
+		log_err("context %s: clone the sandbox: %s", bx->bx_id, strerror(-rc));
 		goto fail;
 	}
-	px->px_kpid = pid;
-	if (px->px_box.bx_userns && (rc = map_ids(&px->px_box, pid)) < 0) {
-		log_err("context %s: map the box's uid in its user namespace: %s", px->px_id,
+	kp->kp_pid = pid;
+	if (bx->bx_userns && (rc = map_ids(bx, pid)) < 0) {
+		log_err("context %s: map the box's uid in its user namespace: %s", bx->bx_id,
 			strerror(-rc));
 		goto kill;
 	}
 	/* into its cgroups before it runs anything: a failure stops the kernel */
-	if ((rc = limits_join(&px->px_box, pid)) < 0) {
-		log_err("context %s: move the kernel into its cgroup: %s", px->px_id,
+	if ((rc = limits_join(bx, pid)) < 0) {
+		log_err("context %s: move the kernel into its cgroup: %s", bx->bx_id,
 			strerror(-rc));
 		goto kill;
 	}
@@ -396,19 +399,19 @@ sandbox_spawn(struct proxy *px, const char *exe, char **argv, char **envp)
 	go[1] = -1;
 	/* wait for the kernel's hello (a few ms of mounts); its exit says why not */
 	struct pollfd pf = {sv[0], POLLIN, 0};
-	if (poll(&pf, 1, 10000) <= 0 || (px->px_kshown = recv_pid(sv[0], &hello, 1, &got, 0)) <= 0 ||
+	if (poll(&pf, 1, 10000) <= 0 || (kp->kp_shown = recv_pid(sv[0], &hello, 1, &got, 0)) <= 0 ||
 	    got != 1) {
 		rc = -ECHILD;
-		px->px_kshown = 0;
-		log_err("context %s: the sandbox did not start its kernel", px->px_id);
+		kp->kp_shown = 0;
+		log_err("context %s: the sandbox did not start its kernel", bx->bx_id);
 		goto kill;
 	}
-	px->px_box.bx_sock = sv[0];
+	bx->bx_sock = sv[0];
 	return 0;
 kill:
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
-	px->px_kpid = 0;
+	kp->kp_pid = 0;
 fail:
 	if (go[1] >= 0)
 		close(go[1]);
@@ -421,51 +424,47 @@ fail:
  * the init itself was killed (by the proxy, or SIGKILL from outside), its own.
  */
 int
-sandbox_status(struct proxy *px, int status)
+sandbox_status(const struct box *bx, int status, pid_t shown)
 {
 	int st;
 	ssize_t got = -1;
 
-	if (px->px_box.bx_sock < 0)
+	if (bx->bx_sock < 0)
 		return status;
 	do
-		recv_pid(px->px_box.bx_sock, &st, sizeof(st), &got, MSG_DONTWAIT);
+		recv_pid(bx->bx_sock, &st, sizeof(st), &got, MSG_DONTWAIT);
 	while (got > 0 && got != sizeof(st));
 	if (got == sizeof(st))
 		status = st;
-	if (WIFEXITED(status) && !px->px_kshown)
-		log_warn("context %s: sandbox init exited with %d", px->px_id,
+	if (WIFEXITED(status) && !shown)
+		log_warn("context %s: sandbox init exited with %d", bx->bx_id,
 			 WEXITSTATUS(status));
 	return status;
 }
 
 /* The kernel's box ended: forget its socket. */
 void
-sandbox_reaped(struct proxy *px)
+sandbox_reaped(struct box *bx)
 {
-	struct box *bx = &px->px_box;
-
 	if (bx->bx_sock >= 0)
 		close(bx->bx_sock);
 	bx->bx_sock = -1;
 	if (bx->bx_pidfd >= 0)
 		close(bx->bx_pidfd);
 	bx->bx_pidfd = -1;
-	px->px_kshown = 0;
 }
 
+/* The box's leftovers when the proxy ends; its own workspace goes with its context (gone). */
 void
-sandbox_cleanup(struct proxy *px)
+sandbox_cleanup(struct box *bx, bool gone)
 {
-	struct box *bx = &px->px_box;
-
 	limits_cleanup(bx);
 	/* an own workspace (--isolation context) is unmounted when we end (its image
 	 * kept, as the broker's stop keeps the directory), gone with its context */
 	if (bx->bx_own_ws) {
-		wsdisk_unmount(bx->bx_workspace, px->px_shutdown);
-		if (px->px_shutdown && rm_rf(bx->bx_workspace) < 0)
-			log_warn("context %s: remove workspace %s", px->px_id, bx->bx_workspace);
+		wsdisk_unmount(bx->bx_workspace, gone);
+		if (gone && rm_rf(bx->bx_workspace) < 0)
+			log_warn("context %s: remove workspace %s", bx->bx_id, bx->bx_workspace);
 	}
 }
 

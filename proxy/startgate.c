@@ -41,9 +41,17 @@
 
 #include "proxy.h"
 
+/* The slot this proxy holds and its place in the queue: one start at a time. */
+static struct {
+	int sg_slot_fd;   /* the start slot held; -1 = none */
+	int sg_queue_fd;  /* its place in the start queue, held; -1 = none */
+	bool sg_queue_none; /* the queue could not be made: slots in no order */
+	char sg_queue_name[40], sg_queue_path[PATH_MAX + 56];
+} sg = {.sg_slot_fd = -1, .sg_queue_fd = -1};
+
 /* Takes a place at the queue's end: 0, or -errno (no queue for this start). */
 static int
-queue_join(struct proxy *px)
+queue_join(const struct proxy *px)
 {
 	char dir[PATH_MAX], fdpath[64];
 	struct timespec ts;
@@ -56,30 +64,30 @@ queue_join(struct proxy *px)
 		return -errno;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	/* a pool's start (1) after every start a client waits for (0) */
-	snprintf(px->px_queue_name, sizeof(px->px_queue_name), "%d.%016llx.%d",
+	snprintf(sg.sg_queue_name, sizeof(sg.sg_queue_name), "%d.%016llx.%d",
 		 px->px_pooled ? 1 : 0,
 		 (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec,
 		 (int)getpid());
-	snprintf(px->px_queue_path, sizeof(px->px_queue_path), "%s/%s", dir, px->px_queue_name);
+	snprintf(sg.sg_queue_path, sizeof(sg.sg_queue_path), "%s/%s", dir, sg.sg_queue_name);
 	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fd);
 	if (flock(fd, LOCK_EX | LOCK_NB) < 0 ||
-	    linkat(AT_FDCWD, fdpath, AT_FDCWD, px->px_queue_path, AT_SYMLINK_FOLLOW) < 0) {
+	    linkat(AT_FDCWD, fdpath, AT_FDCWD, sg.sg_queue_path, AT_SYMLINK_FOLLOW) < 0) {
 		int e = errno;
 		close(fd);
 		return -e;
 	}
-	px->px_queue_fd = fd;
+	sg.sg_queue_fd = fd;
 	return 0;
 }
 
 static void
-queue_leave(struct proxy *px)
+queue_leave(void)
 {
-	if (px->px_queue_fd < 0)
+	if (sg.sg_queue_fd < 0)
 		return;
-	unlink(px->px_queue_path);
-	close(px->px_queue_fd);
-	px->px_queue_fd = -1;
+	unlink(sg.sg_queue_path);
+	close(sg.sg_queue_fd);
+	sg.sg_queue_fd = -1;
 }
 
 /*
@@ -88,7 +96,7 @@ queue_leave(struct proxy *px)
  * the places of dead proxies met on the way are removed.
  */
 static int
-queue_ahead(struct proxy *px, int enough)
+queue_ahead(const struct proxy *px, int enough)
 {
 	char dir[PATH_MAX];
 	struct dirent *de;
@@ -99,7 +107,7 @@ queue_ahead(struct proxy *px, int enough)
 	if (!(d = opendir(dir)))
 		return 0;
 	while (ahead < enough && (de = readdir(d))) {
-		if (de->d_name[0] == '.' || strcmp(de->d_name, px->px_queue_name) >= 0)
+		if (de->d_name[0] == '.' || strcmp(de->d_name, sg.sg_queue_name) >= 0)
 			continue;
 		int fd = openat(dirfd(d), de->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		if (fd < 0)
@@ -115,19 +123,19 @@ queue_ahead(struct proxy *px, int enough)
 }
 
 bool
-startgate_take(struct proxy *px)
+startgate_take(const struct proxy *px)
 {
-	if (px->px_slot_fd >= 0 || px->px_max_starting <= 0)
+	if (sg.sg_slot_fd >= 0 || px->px_max_starting <= 0)
 		return true;
-	if (px->px_queue_fd < 0 && !px->px_queue_none) {
+	if (sg.sg_queue_fd < 0 && !sg.sg_queue_none) {
 		int e = queue_join(px);
 		if (e < 0) {
 			log_warn("context %s: start queue: %s; slots taken in no order", px->px_id,
 				 strerror(-e));
-			px->px_queue_none = true;
+			sg.sg_queue_none = true;
 		}
 	}
-	if (px->px_queue_fd >= 0 && queue_ahead(px, px->px_max_starting) >= px->px_max_starting)
+	if (sg.sg_queue_fd >= 0 && queue_ahead(px, px->px_max_starting) >= px->px_max_starting)
 		return false;
 	for (int k = 0; k < px->px_max_starting; k++) {
 		char path[PATH_MAX];
@@ -138,12 +146,12 @@ startgate_take(struct proxy *px)
 			/* no gate rather than no kernel */
 			log_warn("context %s: start slot %s: %s; starting without one", px->px_id,
 				 path, strerror(errno));
-			queue_leave(px);
+			queue_leave();
 			return true;
 		}
 		if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-			px->px_slot_fd = fd;
-			queue_leave(px);
+			sg.sg_slot_fd = fd;
+			queue_leave();
 			return true;
 		}
 		close(fd);
@@ -152,12 +160,12 @@ startgate_take(struct proxy *px)
 }
 
 void
-startgate_give(struct proxy *px)
+startgate_give(void)
 {
-	queue_leave(px);
-	if (px->px_slot_fd < 0)
+	queue_leave();
+	if (sg.sg_slot_fd < 0)
 		return;
-	flock(px->px_slot_fd, LOCK_UN); /* even if a child still holds a copy */
-	close(px->px_slot_fd);
-	px->px_slot_fd = -1;
+	flock(sg.sg_slot_fd, LOCK_UN); /* even if a child still holds a copy */
+	close(sg.sg_slot_fd);
+	sg.sg_slot_fd = -1;
 }

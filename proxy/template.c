@@ -65,10 +65,11 @@ box_json(const struct box *bx, const char *cwd)
 
 /* The request, our log (fd 2) and our network namespace, which the box joins. */
 static int
-send_request(struct proxy *px, int s, const char *exe, char **argv, char **envp)
+send_request(const struct box *bx, const char *cwd, int s, const char *exe, char **argv,
+	     char **envp)
 {
 	json_t *o = json_pack("{s:s, s:o, s:o, s:s, s:o}", "exe", exe, "argv", strv_json(argv),
-			      "env", strv_json(envp), "cwd", px->px_cwd, "box", box_json(&px->px_box, px->px_cwd));
+			      "env", strv_json(envp), "cwd", cwd, "box", box_json(bx, cwd));
 	char *body = json_dumps(o, JSON_COMPACT);
 	int fds[2] = {2, -1}, nfds = 2, rc = 0;
 	char cbuf[CMSG_SPACE(sizeof(fds))];
@@ -107,20 +108,18 @@ readable(int fd, int ms)
 	return poll(&pf, 1, ms) > 0;
 }
 
-int
-template_spawn(struct proxy *px, const char *exe, char **argv, char **envp)
+/*
+ * A connection to the template's socket, or -errno. A template the broker
+ * knows is starting (--template-wait) binds soon: waited for at the first
+ * start only.
+ */
+static int
+template_connect(const struct proxy *px)
 {
+	static bool waited;
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	char buf[512], hello;
-	int s, one = 1, rc, pidfd = -1;
-	ssize_t got = 0;
-	pid_t pid;
+	int s, one = 1, rc;
 
-	if (!px->px_template || !px->px_box.bx_on || px->px_box.bx_userns)
-		return -ENOTSUP;
-	/* a memory limit that is RLIMIT_DATA would count the template's heap */
-	if (px->px_box.bx_mem && !px->px_box.bx_cg_mem)
-		return -ENOTSUP;
 	if (strlen(px->px_template) >= sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
 	strcpy(sa.sun_path, px->px_template);
@@ -130,11 +129,11 @@ template_spawn(struct proxy *px, const char *exe, char **argv, char **envp)
 	/* a template that accepts nothing (stopped, overwhelmed) is not waited for long */
 	struct timeval tv = {TPL_WAIT_MS / 1000, 0};
 	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	/* a template the broker knows is starting (--template-wait) binds soon */
 	while ((rc = connect(s, (struct sockaddr *)&sa, sizeof(sa))) < 0 &&
-	       (errno == ENOENT || errno == ECONNREFUSED) && now_ms() < px->px_template_until)
+	       (errno == ENOENT || errno == ECONNREFUSED) && !waited &&
+	       now_ms() < px->px_template_until)
 		poll(NULL, 0, TPL_POLL_MS);
-	px->px_template_until = 0; /* the first start only */
+	waited = true;
 	if (rc < 0) {
 		rc = -errno; /* not started yet, or respawning */
 		log_debug("context %s: template %s: %s: a cold start", px->px_id, px->px_template,
@@ -142,7 +141,27 @@ template_spawn(struct proxy *px, const char *exe, char **argv, char **envp)
 		close(s);
 		return rc;
 	}
-	if ((rc = send_request(px, s, exe, argv, envp)) < 0) {
+	return s;
+}
+
+/* The kernel's process from the template: 0 with *kp and the box's pidfd and socket set. */
+int
+template_spawn(const struct proxy *px, struct box *bx, const char *exe, char **argv,
+	       char **envp, struct kproc *kp)
+{
+	char buf[512], hello;
+	int s, rc, pidfd = -1;
+	ssize_t got = 0;
+	pid_t pid;
+
+	if (!px->px_template || !bx->bx_on || bx->bx_userns)
+		return -ENOTSUP;
+	/* a memory limit that is RLIMIT_DATA would count the template's heap */
+	if (bx->bx_mem && !bx->bx_cg_mem)
+		return -ENOTSUP;
+	if ((s = template_connect(px)) < 0)
+		return s;
+	if ((rc = send_request(bx, px->px_cwd, s, exe, argv, envp)) < 0) {
 		log_warn("context %s: template: send: %s: a cold start", px->px_id, strerror(-rc));
 		close(s);
 		return rc;
@@ -164,11 +183,11 @@ template_spawn(struct proxy *px, const char *exe, char **argv, char **envp)
 		close(s);
 		return -EAGAIN;
 	}
-	px->px_kpid = pid;
-	px->px_box.bx_pidfd = pidfd;
-	px->px_box.bx_sock = s;
+	kp->kp_pid = pid;
+	bx->bx_pidfd = pidfd;
+	bx->bx_sock = s;
 	/* into its cgroups before it runs anything: a failure stops the kernel */
-	if ((rc = limits_join(&px->px_box, pid)) < 0) {
+	if ((rc = limits_join(bx, pid)) < 0) {
 		log_err("context %s: move the kernel into its cgroup: %s", px->px_id,
 			strerror(-rc));
 		goto kill;
@@ -178,19 +197,19 @@ template_spawn(struct proxy *px, const char *exe, char **argv, char **envp)
 		goto kill;
 	}
 	if (!readable(s, TPL_WAIT_MS) ||
-	    (px->px_kshown = sandbox_recv(s, &hello, 1, &got, 0, NULL)) <= 0 || got != 1 ||
+	    (kp->kp_shown = sandbox_recv(s, &hello, 1, &got, 0, NULL)) <= 0 || got != 1 ||
 	    hello != 'k') {
 		rc = -ECHILD;
-		px->px_kshown = 0;
+		kp->kp_shown = 0;
 		log_err("context %s: the box forked from the template did not start its kernel",
 			px->px_id);
 		goto kill;
 	}
 	return 0;
 kill:
-	template_kill(px);
-	sandbox_reaped(px);
-	px->px_kpid = 0;
+	template_kill(bx);
+	sandbox_reaped(bx);
+	kp->kp_pid = 0;
 	return rc < 0 ? rc : -EIO;
 }
 
@@ -199,14 +218,14 @@ kill:
  * which ends every process of the box, and is awaited through its pidfd.
  */
 void
-template_kill(struct proxy *px)
+template_kill(const struct box *bx)
 {
-	int pidfd = px->px_box.bx_pidfd;
+	int pidfd = bx->bx_pidfd;
 
 	if (pidfd < 0)
 		return;
 	if (syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0) < 0 && errno != ESRCH)
-		log_warn("context %s: kill the kernel's box: %s", px->px_id, strerror(errno));
+		log_warn("context %s: kill the kernel's box: %s", bx->bx_id, strerror(errno));
 	if (!readable(pidfd, 5000))
-		log_warn("context %s: the kernel's box did not end within 5 s", px->px_id);
+		log_warn("context %s: the kernel's box did not end within 5 s", bx->bx_id);
 }
