@@ -161,8 +161,8 @@ send_interrupt(struct unit *u)
 	if (u->u_abort_at)
 		return;
 	if (kernel_abort() == 0) {
-		u->u_abort_at = u->u_cpu_at = now_ms();
-		u->u_cpu_ms = kernel_cpu_ms();
+		u->u_abort_at = u->u_run_at = now_ms();
+		u->u_run_us = kernel_runnable_us();
 		return;
 	}
 	kernel_interrupt();
@@ -189,7 +189,7 @@ interrupt_unit(struct unit *u)
 
 /*
  * After the abort signal, the kernel gets its interrupt only while its
- * listener has not run and it keeps computing (its CPU time says so): the
+ * listener has not run and it keeps computing (its runnable time says so): the
  * listener cannot run then, and runs after the interrupt, which leaves code
  * that awaited before the computation for it to collect. An interrupt while
  * the code awaits would freeze it before the listener ran; one sent late
@@ -199,17 +199,17 @@ interrupt_unit(struct unit *u)
 static void
 abort_tick(struct unit *u, uint64_t now)
 {
-	if ((u->u_replied && u->u_idle) || u->u_aborted || now < u->u_cpu_at + ABORT_CHECK_MS)
+	if ((u->u_replied && u->u_idle) || u->u_aborted || now < u->u_run_at + ABORT_CHECK_MS)
 		return;
-	long cpu = kernel_cpu_ms();
-	bool busy = cpu < 0 || u->u_cpu_ms < 0 ||
-		    (cpu - u->u_cpu_ms) * 100 >= (long)(now - u->u_cpu_at) * ABORT_BUSY_PCT;
+	long long run = kernel_runnable_us();
+	bool busy = run < 0 || u->u_run_us < 0 ||
+		    (run - u->u_run_us) * 100 >= (long long)(now - u->u_run_at) * 1000 * ABORT_BUSY_PCT;
 	if (!busy)
 		u->u_busy_since = 0;
 	else if (!u->u_busy_since)
-		u->u_busy_since = u->u_cpu_at;
-	u->u_cpu_ms = cpu;
-	u->u_cpu_at = now;
+		u->u_busy_since = u->u_run_at;
+	u->u_run_us = run;
+	u->u_run_at = now;
 	if (u->u_busy_since && now >= u->u_busy_since + ABORT_COMPUTE_MS &&
 	    (!u->u_terminated_at || now >= u->u_terminated_at + px->px_interrupt_retry_ms)) {
 		kernel_interrupt();
@@ -597,7 +597,7 @@ admit_wait(uint64_t now)
 			if (!u->u_abort_at)
 				wait_min(&w, u->u_reinterrupt_at + px->px_interrupt_retry_ms, now);
 			else if (!done && !u->u_aborted)
-				wait_min(&w, u->u_cpu_at + ABORT_CHECK_MS, now);
+				wait_min(&w, u->u_run_at + ABORT_CHECK_MS, now);
 			wait_min(&w, u->u_interrupt_at + px->px_interrupt_grace_ms, now);
 		}
 		if (u->u_replied)

@@ -289,11 +289,11 @@ kernel_abort(void)
 	return 0;
 }
 
-/* CPU time the kernel process has used (all its threads), in ms; -1 if unknown. */
-long
-kernel_cpu_ms(void)
+/* How long the kernel's threads have been runnable, in us; -1 if unknown. */
+long long
+kernel_runnable_us(void)
 {
-	return procinfo_cpu_ms(kernel_pid_shown());
+	return procinfo_runnable_us(kernel_pid_shown());
 }
 
 /*

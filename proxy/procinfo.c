@@ -1,8 +1,10 @@
 /*
  * procinfo.c — what /proc says of the kernel's process: its state, the
- * signals it catches, the CPU time it has used (kernel.c's heartbeat and
- * abort, admit.c's view of whether interrupted code still computes).
+ * signals it catches, the time its threads were runnable (kernel.c's
+ * heartbeat and abort, admit.c's view of whether interrupted code still
+ * computes).
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -69,19 +71,33 @@ procinfo_catches(pid_t pid, int sig)
 	return mask >> (sig - 1) & 1;
 }
 
-/* CPU time a process has used (all its threads), in ms; -1 if unknown. */
-long
-procinfo_cpu_ms(pid_t pid)
+/*
+ * How long the process's threads have been runnable, on a CPU or waiting for
+ * one (the first two fields of each task's schedstat, in ns), in us; -1 if
+ * unknown. Code that computes is runnable all the time however busy the
+ * machine, where its CPU time would grow only with the share it gets.
+ */
+long long
+procinfo_runnable_us(pid_t pid)
 {
-	char buf[1024];
-	const char *p = proc_stat(pid, buf, sizeof(buf));
-	unsigned long long utime, stime;
-	long hz = sysconf(_SC_CLK_TCK);
+	char path[64], buf[128];
+	unsigned long long run, wait, sum = 0;
+	struct dirent *de;
+	DIR *d;
+	int n = 0;
 
-	/* from the state (field 3) on: utime and stime are fields 14 and 15 */
-	if (!p || hz <= 0 ||
-	    sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
-		   &stime) != 2)
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	if (pid <= 0 || !(d = opendir(path)))
 		return -1;
-	return (long)((utime + stime) * 1000 / hz);
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.') {
+			snprintf(path, sizeof(path), "task/%.20s/schedstat", de->d_name);
+			if (proc_read(pid, path, buf, sizeof(buf)) > 0 &&
+			    sscanf(buf, "%llu %llu", &run, &wait) == 2) {
+				sum += run + wait;
+				n++;
+			}
+		}
+	closedir(d);
+	return n ? (long long)(sum / 1000) : -1;
 }

@@ -27,9 +27,10 @@
 #define IOPUB_QUIET_MS 5000 /* reply in, idle missing, iopub silent: output lost */
 /*
  * A kernel sent its abort signal (Deno: kspec.c) gets its interrupt only when
- * its listener did not run and it computes: looked at every ABORT_CHECK_MS, it
- * used ABORT_BUSY_PCT % of a CPU each time for ABORT_COMPUTE_MS (a cell's
- * transpiling or the listener's collection takes less). Its unit ends only
+ * its listener did not run and it computes: looked at every ABORT_CHECK_MS, its
+ * threads were runnable ABORT_BUSY_PCT % of the time (on a CPU or waiting for
+ * one: a loaded machine does not hide it) each time for ABORT_COMPUTE_MS (a
+ * cell's transpiling or the listener's collection takes less). Its unit ends only
  * once the listener said it ran, or ABORT_ACK_MS after the reply and idle.
  */
 #define ABORT_CHECK_MS 50
@@ -64,8 +65,8 @@ struct unit {
 	uint64_t u_reinterrupt_at;
 	uint64_t u_abort_at;     /* the kernel's abort signal sent; 0 = none */
 	bool u_aborted;          /* ... and its listener said it ran */
-	uint64_t u_cpu_at;       /* the kernel's CPU time (u_cpu_ms) last read then */
-	long u_cpu_ms;
+	uint64_t u_run_at;       /* the kernel's runnable time (u_run_us) last read then */
+	long long u_run_us;
 	uint64_t u_busy_since;   /* it has computed since then; 0 = it does not */
 	uint64_t u_terminated_at; /* the interrupt sent after the abort signal; 0 = none */
 	char *u_notice;          /* said on stderr before it runs (the state it lost) */
@@ -344,7 +345,7 @@ void kernel_stop(void);
 void kernel_no_respawn(void);
 void kernel_interrupt(void);
 int kernel_abort(void);
-long kernel_cpu_ms(void);
+long long kernel_runnable_us(void);
 void kernel_restart(const char *why);
 void kernel_iopub_reconnect(void);
 bool kernel_reap(pid_t pid, int status);
@@ -367,7 +368,7 @@ uint64_t kernel_iopub_at(void);
 /* procinfo.c */
 char procinfo_state(pid_t pid);
 bool procinfo_catches(pid_t pid, int sig);
-long procinfo_cpu_ms(pid_t pid);
+long long procinfo_runnable_us(pid_t pid);
 
 /* admit.c: the admission queue (its state is admit.c's own) */
 void admit_init(const struct proxy *px);
