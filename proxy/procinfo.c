@@ -71,10 +71,27 @@ procinfo_catches(pid_t pid, int sig)
 	return mask >> (sig - 1) & 1;
 }
 
+/* CPU time a process has used (all its threads), in us; -1 if unknown. */
+static long long
+cpu_us(pid_t pid)
+{
+	char buf[1024];
+	const char *p = proc_stat(pid, buf, sizeof(buf));
+	unsigned long long utime, stime;
+	long hz = sysconf(_SC_CLK_TCK);
+
+	/* from the state (field 3) on: utime and stime are fields 14 and 15 */
+	if (!p || hz <= 0 ||
+	    sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
+		   &stime) != 2)
+		return -1;
+	return (long long)((utime + stime) * 1000000 / (unsigned long long)hz);
+}
+
 /*
  * How long the process's threads have been runnable, on a CPU or waiting for
- * one (the first two fields of each task's schedstat, in ns), in us; -1 if
- * unknown. Code that computes is runnable all the time however busy the
+ * one (the first two fields of each task's schedstat, in ns), in us; its CPU
+ * time where the kernel keeps no schedstat; -1 if unknown. Code that computes is runnable all the time however busy the
  * machine, where its CPU time would grow only with the share it gets.
  */
 long long
@@ -99,5 +116,5 @@ procinfo_runnable_us(pid_t pid)
 			}
 		}
 	closedir(d);
-	return n ? (long long)(sum / 1000) : -1;
+	return n ? (long long)(sum / 1000) : cpu_us(pid);
 }
