@@ -92,13 +92,14 @@ Test(core, stdout_streams_live_before_the_end, .timeout = 60)
 	char flag[512], code[1024];
 	struct bg b = {.code = code};
 
+	/* in the workspace: the kernel's cwd, <run dir>.work on the host */
 	snprintf(flag, sizeof(flag), "%s.work/sandcell-streamed-%d", test_run_dir(),
 		 (int)getpid());
 	unlink(flag);
 	snprintf(code, sizeof(code),
 		 "import os, time\nfor i in range(3):\n    print(i)\n    time.sleep(0.5)\n"
 		 "for _ in range(600):\n    if os.path.exists('%s'): break\n    time.sleep(0.05)\n",
-		 flag);
+		 strrchr(flag, '/') + 1);
 	bg_start(&b);
 	int live = wait_until(three_stdout_lines, &b, 15000);
 	FILE *f = fopen(flag, "w");

@@ -390,11 +390,11 @@ Test(faults, sigterm_drains_running_executions, .fini = priv_stop, .timeout = 12
 	char go[320], code[640];
 
 	cr_assert_eq(broker_start(b, args), 0);
-	snprintf(go, sizeof(go), "%s.work/drained-go", b->b_run_dir);
+	/* the workspace: the kernel's cwd, <run dir>.work on the host */
+	snprintf(go, sizeof(go), "%.300s.work/drained-go", b->b_run_dir);
 	snprintf(code, sizeof(code),
-		 "import os, time\nfor _ in range(800):\n    if os.path.exists('%s'): break\n"
-		 "    time.sleep(0.05)\nprint('finished')",
-		 go);
+		 "import os, time\nfor _ in range(800):\n    if os.path.exists('drained-go'): break\n"
+		 "    time.sleep(0.05)\nprint('finished')");
 	struct bg run1 = {.base = b->b_url};
 	run1.code = started_code(code);
 	bg_start(&run1);
