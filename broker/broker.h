@@ -224,7 +224,7 @@ struct server_config {
 	char cf_max_starting[24]; /* kernels starting at once, for the proxies; "0": any */
 	unsigned cf_conn_timeout;
 	bool cf_no_default;
-	bool cf_keep_contexts;  /* proxies outlive a stop (restart path) */
+	bool cf_keep_contexts;  /* proxies outlive a stop; the one set at run time (control.c) */
 	const char *cf_kernel_memory, *cf_kernel_cpu, *cf_kernel_cgroup;
 	const char *cf_python_startup;
 	const char *cf_kernel_user;
@@ -397,6 +397,7 @@ void http_stop(void);
 void http_tick(uint64_t now);
 
 /* respond.c */
+extern const struct request_ops respond_ops;
 struct MHD_Response *respond_text(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 struct MHD_Response *respond_json(json_t *j);
 enum MHD_Result respond_now(struct http_request *hr, unsigned status, struct MHD_Response *r);

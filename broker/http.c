@@ -1,7 +1,7 @@
 /*
  * http.c — the HTTP transport on libmicrohttpd: connections, routing, body
  * limits, JSON parsing, auth; what a request does is request.c's, which
- * answers through http_ops (respond.c: responses, suspended requests, an
+ * answers through respond_ops (respond.c: responses, suspended requests, an
  * execution's streamed output). MHD runs in external-epoll mode inside the
  * broker's loop.
  */
@@ -24,32 +24,6 @@ static struct connq conns = TAILQ_HEAD_INITIALIZER(conns);
 static struct evsrc ev_mhd;
 static uint64_t mhd_log_at; /* rate limit of MHD's messages at warn level */
 static unsigned mhd_log_n;
-
-/* The request layer's answers (struct request_ops), on MHD. */
-static void
-http_done(struct request *rq, unsigned status, json_t *json, const char *text)
-{
-	respond_complete((struct http_request *)rq, status,
-			 json ? respond_json(json) : respond_text("%s", text ? text : ""));
-}
-
-static void
-http_wait(struct request *rq)
-{
-	respond_suspend((struct http_request *)rq);
-}
-
-static void
-http_stream(struct request *rq, struct stream *s)
-{
-	respond_stream((struct http_request *)rq, s);
-}
-
-static const struct request_ops http_ops = {
-	.ro_complete = http_done,
-	.ro_suspend = http_wait,
-	.ro_stream = http_stream,
-};
 
 static json_t *
 parse_body(struct http_request *hr, char *err, size_t errsz)
@@ -197,7 +171,7 @@ do_openapi(struct http_request *hr)
 
 static struct conn *conn_of(struct MHD_Connection *c);
 
-/* MHD's unescaper for the path and query arguments: see http_unescape. */
+/* MHD's unescaper for the path and query arguments: see frame_unescape. */
 static size_t
 unescape(void *cls, struct MHD_Connection *c, char *s)
 {
@@ -379,7 +353,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		const char *refused;
 		struct conn *cn = conn_of(conn);
 		hr = xcalloc(1, sizeof(*hr));
-		hr->hr_rq.rq_ops = &http_ops;
+		hr->hr_rq.rq_ops = &respond_ops;
 		hr->hr_conn = conn;
 		hr->hr_endpoint = endpoint_of(url);
 		hr->hr_method = method_of(method);

@@ -1,13 +1,14 @@
 /*
- * respond.c — how an HTTP request is answered: a response now, or once its
- * suspended connection is resumed; and an execution's output as a response.
- * An /execute is parked (suspended) until its first output or PARK_MS: a
- * stream that has ended by then goes out whole (head and body in one write),
- * else as a chunked response that MHD pulls through reader(), which suspends
- * the connection whenever nothing waits. While suspended past its park, the
- * client's socket is watched for hang-up (EPOLLRDHUP), so a vanished client
- * is noticed at once, not at the next write. A client that only shut its
- * write side after its request (nc -N) still reads: see respond_hangup().
+ * respond.c — how an HTTP request is answered (respond_ops, which http.c
+ * gives each one): a response now, or once its suspended connection is
+ * resumed; and an execution's output as a response. An /execute is parked
+ * (suspended) until its first output or PARK_MS: a stream that has ended by
+ * then goes out whole (head and body in one write), else as a chunked
+ * response that MHD pulls through reader(), which suspends the connection
+ * whenever nothing waits. While suspended past its park, the client's socket
+ * is watched for hang-up (EPOLLRDHUP), so a vanished client is noticed at
+ * once, not at the next write. A client that only shut its write side after
+ * its request (nc -N) still reads: see respond_hangup().
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -257,11 +258,14 @@ respond_hangup(void *arg, uint32_t events)
 		hs->hs_halfclosed = true;
 		log_debug("stream %llu: the client shut its write side; probing it",
 			  (unsigned long long)hs->hs_s->st_id);
-		stream_probe(hs->hs_s); /* MHD writes: a reset, or a write error, if it is gone */
+		stream_probe(hs->hs_s);
+		wake(hs->hs_s); /* MHD writes: a reset, or a write error, if it is gone */
 		return;
 	}
-	if (events & (EPOLLERR | EPOLLHUP))
-		stream_gone(hs->hs_s); /* resumed, MHD reads the error and closes */
+	if (!(events & (EPOLLERR | EPOLLHUP)))
+		return; /* half-closed and still there */
+	stream_gone(hs->hs_s);
+	wake(hs->hs_s); /* resumed, reader() ends it with an error and MHD closes */
 }
 
 /* MHD finished the request of stream s, whatever the reason. */
@@ -299,3 +303,29 @@ respond_park_wait(uint64_t now)
 		return -1;
 	return hs->hs_park_until > now ? (long)(hs->hs_park_until - now) : 0;
 }
+
+/* The request layer's answers to an HTTP request (struct request_ops). */
+static void
+ops_complete(struct request *rq, unsigned status, json_t *json, const char *text)
+{
+	respond_complete((struct http_request *)rq, status,
+			 json ? respond_json(json) : respond_text("%s", text ? text : ""));
+}
+
+static void
+ops_suspend(struct request *rq)
+{
+	respond_suspend((struct http_request *)rq);
+}
+
+static void
+ops_stream(struct request *rq, struct stream *s)
+{
+	respond_stream((struct http_request *)rq, s);
+}
+
+const struct request_ops respond_ops = {
+	.ro_complete = ops_complete,
+	.ro_suspend = ops_suspend,
+	.ro_stream = ops_stream,
+};

@@ -417,16 +417,15 @@ stream_take_all(struct stream *s, size_t *len)
 	return body;
 }
 
-/* Its client may be gone: a keepalive goes out as the probe, unless bytes wait. */
+/* Its client may be gone: a keepalive is the probe, unless bytes wait. */
 void
 stream_probe(struct stream *s)
 {
 	if (backlog(s) == 0)
 		buf_append(&s->st_buf, keepalive, sizeof(keepalive) - 1);
-	wake(s);
 }
 
-/* Its client is gone: the proxy is told (CANCEL). */
+/* Its client is gone: the proxy is told (CANCEL); its transport ends it. */
 void
 stream_gone(struct stream *s)
 {
@@ -436,7 +435,6 @@ stream_gone(struct stream *s)
 		 (unsigned long long)s->st_id, (unsigned long long)(now_ms() - s->st_started),
 		 s->st_ctx ? s->st_ctx->c_id : "-");
 	cancel(s);
-	wake(s); /* its transport reads st_gone and ends it */
 }
 
 /* Keepalive lines for quiet streams: they also surface a dead peer. */
