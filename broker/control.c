@@ -216,6 +216,28 @@ ctl_request(nng_pipe p, uint64_t req)
 	return &cr->cr_rq;
 }
 
+/* A run: the same body an HTTP client would send, through the same checks. */
+static void
+run(nng_pipe p, struct msg *m)
+{
+	json_t *code = json_stringn(m->m_code.s, m->m_code.len); /* checks UTF-8 */
+	json_t *body;
+
+	if (!code) {
+		done(p, m->m_req, MSG_FAIL, NULL, "code is not valid UTF-8");
+		return;
+	}
+	body = json_pack("{s:o}", "code", code);
+	if ((m->m_has & FB(F_ID)) &&
+	    json_object_set_new(body, "context_id", json_stringn(m->m_id.s, m->m_id.len)) < 0) {
+		json_decref(body);
+		done(p, m->m_req, MSG_FAIL, NULL, "the context id is not valid UTF-8");
+		return;
+	}
+	request_execute(ctl_request(p, m->m_req), body);
+	json_decref(body);
+}
+
 static void
 handle(nng_pipe p, struct msg *m)
 {
@@ -284,25 +306,9 @@ handle(nng_pipe p, struct msg *m)
 		}
 		events_emit(json_pack("{s:s}", "event", "watching"));
 		return;
-	case CTL_RUN: {
-		/* the same body an HTTP client would send, through the same checks */
-		json_t *code = json_stringn(m->m_code.s, m->m_code.len); /* checks UTF-8 */
-		json_t *body;
-		if (!code) {
-			done(p, m->m_req, MSG_FAIL, NULL, "code is not valid UTF-8");
-			return;
-		}
-		body = json_pack("{s:o}", "code", code);
-		if ((m->m_has & FB(F_ID)) &&
-		    json_object_set_new(body, "context_id", json_stringn(id, m->m_id.len)) < 0) {
-			json_decref(body);
-			done(p, m->m_req, MSG_FAIL, NULL, "the context id is not valid UTF-8");
-			return;
-		}
-		request_execute(ctl_request(p, m->m_req), body);
-		json_decref(body);
+	case CTL_RUN:
+		run(p, m);
 		return;
-	}
 	default:
 		done(p, m->m_req, MSG_FAIL, NULL, "unsupported request");
 	}

@@ -60,8 +60,8 @@ peer_find(uint32_t id)
 	struct ctl_peer *cp;
 
 	TAILQ_FOREACH(cp, &peers, cp_link)
-		if ((uint32_t)nng_pipe_id(cp->cp_pipe) == id)
-			return cp;
+	if ((uint32_t)nng_pipe_id(cp->cp_pipe) == id)
+		return cp;
 	return NULL;
 }
 
@@ -81,11 +81,12 @@ peer_pump(struct ctl_peer *cp)
 		size_t len = msgq_head_len(&cp->cp_q), sent;
 		int e = msgq_flush_max(&cp->cp_q, sock, 1, &sent);
 		if (!sent)
-			return; /* the socket's queue (SENDBUF) is full: the next ack or reply retries */
+			return; /* the socket's queue (SENDBUF) is full: the next ack or
+			           reply retries */
 		cp->cp_bytes -= len;
 		if (e)
 			log_warn("control: a reply to a sandcellctl client was lost: %s",
-				 nng_strerror(e));
+			         nng_strerror(e));
 		else
 			cp->cp_unacked++;
 	}
@@ -112,8 +113,8 @@ ctlpeer_send(nng_pipe p, struct msg *m)
 	if (cp->cp_bytes > cap) {
 		/* its runs are cancelled and its watch ends when the pipe is gone */
 		log_warn("control: a sandcellctl client does not read (over %llu bytes "
-			 "waiting): disconnected",
-			 (unsigned long long)cap);
+		         "waiting): disconnected",
+		         (unsigned long long)cap);
 		nng_pipe_close(p);
 		peer_free(cp);
 	}
@@ -142,12 +143,14 @@ ctlpeer_reply(nng_pipe p, enum msg_type t, uint64_t req, json_t *data, const cha
 	msg_init(&m, t);
 	msg_set_u64(&m, F_REQ, req);
 	if (data) {
-		char *s = json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(12));
+		char *s = json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY |
+		                               JSON_REAL_PRECISION(12));
 		msg_set_str(&m, F_DATA, s, strlen(s));
 		free(s);
 	}
 	if (text || t == MSG_FAIL)
-		msg_set_str(&m, F_TEXT, text ? text : "failed", strlen(text ? text : "failed"));
+		msg_set_str(&m, F_TEXT, text ? text : "failed",
+		            strlen(text ? text : "failed"));
 	ctlpeer_send(p, &m);
 	msg_free(&m);
 }

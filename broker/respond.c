@@ -24,11 +24,11 @@
 struct hstream {
 	struct stream *hs_s;
 	struct MHD_Connection *hs_conn;
-	int hs_fd;              /* the client's socket, watched while suspended past its park */
+	int hs_fd; /* the client's socket, watched while suspended past its park */
 	struct evsrc hs_ev;
 	bool hs_suspended;
-	bool hs_watched;        /* hs_fd is in the loop's epoll set (watch_hangup) */
-	bool hs_halfclosed;     /* the client shut its write side: maybe still reading */
+	bool hs_watched;    /* hs_fd is in the loop's epoll set (watch_hangup) */
+	bool hs_halfclosed; /* the client shut its write side: maybe still reading */
 	struct http_request *hs_rq; /* parked before its response: see respond_stream() */
 	uint64_t hs_park_until;
 	TAILQ_ENTRY(hstream) hs_park_link;
@@ -52,7 +52,8 @@ respond_text(const char *fmt, ...)
 		fatal("out of memory");
 	s = xrealloc(s, n + 2);
 	s[n++] = '\n';
-	struct MHD_Response *r = MHD_create_response_from_buffer(n, s, MHD_RESPMEM_MUST_FREE);
+	struct MHD_Response *r =
+	    MHD_create_response_from_buffer(n, s, MHD_RESPMEM_MUST_FREE);
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, CT_TEXT);
 	return r;
 }
@@ -62,7 +63,7 @@ respond_json(json_t *j)
 {
 	/* 12 digits: 46.979, not 46.978999999999999 */
 	char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_ENSURE_ASCII |
-				       JSON_REAL_PRECISION(12));
+	                            JSON_REAL_PRECISION(12));
 	struct MHD_Response *r;
 
 	json_decref(j);
@@ -159,8 +160,8 @@ ndjson(struct MHD_Response *r)
 static struct MHD_Response *
 streamed(struct hstream *hs)
 {
-	return ndjson(
-	    MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, RESPONSE_BLOCK, reader, hs, NULL));
+	return ndjson(MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, RESPONSE_BLOCK,
+	                                                reader, hs, NULL));
 }
 
 /* A stream that ended before its response went out, as one body. */
@@ -200,9 +201,9 @@ wake(struct stream *s)
 }
 
 static const struct stream_ops http_stream_ops = {
-	.so_wake = wake,
-	.so_client = "connected",
-	.so_keepalive = true,
+    .so_wake = wake,
+    .so_client = "connected",
+    .so_keepalive = true,
 };
 
 /*
@@ -215,7 +216,7 @@ respond_stream(struct http_request *hr, struct stream *s)
 {
 	struct hstream *hs = xcalloc(1, sizeof(*hs));
 	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(hr->hr_conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	    MHD_get_connection_info(hr->hr_conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 
 	hs->hs_s = s;
 	hs->hs_conn = hr->hr_conn;
@@ -257,7 +258,7 @@ respond_hangup(void *arg, uint32_t events)
 	if (!(events & (EPOLLERR | EPOLLHUP)) && !hs->hs_halfclosed) {
 		hs->hs_halfclosed = true;
 		log_debug("stream %llu: the client shut its write side; probing it",
-			  (unsigned long long)hs->hs_s->st_id);
+		          (unsigned long long)hs->hs_s->st_id);
 		stream_probe(hs->hs_s);
 		wake(hs->hs_s); /* MHD writes: a reset, or a write error, if it is gone */
 		return;
@@ -309,7 +310,8 @@ static void
 ops_complete(struct request *rq, unsigned status, json_t *json, const char *text)
 {
 	respond_complete((struct http_request *)rq, status,
-			 json ? respond_json(json) : respond_text("%s", text ? text : ""));
+	                 json ? respond_json(json)
+	                      : respond_text("%s", text ? text : ""));
 }
 
 static void
@@ -325,7 +327,7 @@ ops_stream(struct request *rq, struct stream *s)
 }
 
 const struct request_ops respond_ops = {
-	.ro_complete = ops_complete,
-	.ro_suspend = ops_suspend,
-	.ro_stream = ops_stream,
+    .ro_complete = ops_complete,
+    .ro_suspend = ops_suspend,
+    .ro_stream = ops_stream,
 };

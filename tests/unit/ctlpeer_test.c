@@ -49,5 +49,6 @@ Test(ctlpeer, watchers_of_departed_clients_are_removed, .init = quiet)
 	for (uint32_t id = 1; id <= 20; id++)
 		ctlpeer_gone(id);
 	ctlpeer_reap(reaped, NULL);
-	cr_assert_eq(ctlpeer_watchers(), 0, "%zu watcher slots leaked", ctlpeer_watchers());
+	cr_assert_eq(ctlpeer_watchers(), 0, "%zu watcher slots leaked",
+	             ctlpeer_watchers());
 }

@@ -48,12 +48,15 @@ Test(frame_quote, echoes_printable_ascii_escapes_the_rest_and_stays_bounded)
 	char out[16];
 
 	cr_expect_str_eq(frame_quote("abc-1", out, sizeof(out)), "abc-1");
-	cr_expect_str_eq(frame_quote("a\x01\xff\\", out, sizeof(out)), "a\\x01\\xff\\x5c");
+	cr_expect_str_eq(frame_quote("a\x01\xff\\", out, sizeof(out)),
+	                 "a\\x01\\xff\\x5c");
 	cr_expect_str_eq(frame_quote("", out, sizeof(out)), "");
 	frame_quote("0123456789abcdefghij", out, sizeof(out));
 	cr_expect_eq(strlen(out), sizeof(out) - 1);
-	cr_expect_str_eq(out + strlen(out) - 3, "...", "'%s' does not say it was cut", out);
-	for (int i = 0; i < 256; i++) { /* any byte, any cut: bounded, terminated, printable */
+	cr_expect_str_eq(out + strlen(out) - 3, "...", "'%s' does not say it was cut",
+	                 out);
+	for (int i = 0; i < 256;
+	     i++) { /* any byte, any cut: bounded, terminated, printable */
 		char in[40], small[11];
 		memset(in, i ? i : 1, sizeof(in) - 1);
 		in[sizeof(in) - 1] = '\0';
@@ -100,8 +103,8 @@ Test(frame_request_line, a_method_a_space_and_a_target_start_a_request_line)
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		size_t n = cases[i].n ? cases[i].n : strlen(cases[i].b);
-		cr_expect_eq(frame_request_line(cases[i].b, n), cases[i].want, "case %zu '%.*s'", i,
-		             (int)n, cases[i].b);
+		cr_expect_eq(frame_request_line(cases[i].b, n), cases[i].want,
+		             "case %zu '%.*s'", i, (int)n, cases[i].b);
 	}
 }
 
@@ -186,4 +189,3 @@ Test(frame_field, the_first_reason_stays_and_a_huge_length_is_left_to_the_413)
 	frame_field(&fr, "X", 1, "y", 1);
 	cr_expect(strstr(fr.fr_why, "both"), "the first reason stays: %s", fr.fr_why);
 }
-
