@@ -63,6 +63,7 @@ struct evsrc {
 struct context;
 struct request;
 struct stream;
+struct hstream; /* the HTTP side of a stream: respond.c */
 struct pending; /* a connection not yet handed to MHD: accept.c */
 TAILQ_HEAD(pendq, pending);
 
@@ -276,7 +277,6 @@ struct server_tables {
  * link and proxy events back it off or kick it (relay.c, supervise.c). */
 struct server_pool {
 	uint64_t po_backoff; /* no refill before this (a warm kernel failed) */
-	uint64_t po_claimed; /* when a warm kernel was last handed out (ms) */
 	bool po_kick;        /* refill the pool once this round's responses are out */
 };
 
@@ -404,7 +404,7 @@ enum MHD_Result respond_now(struct http_request *hr, unsigned status, struct MHD
 void respond_complete(struct http_request *hr, unsigned status, struct MHD_Response *resp);
 void respond_suspend(struct http_request *hr);
 void respond_stream(struct http_request *hr, struct stream *s);
-void respond_hangup(void *hs, uint32_t events);
+void respond_hangup(struct hstream *hs, uint32_t events);
 void respond_closed(struct stream *s);
 void respond_park_due(uint64_t now);
 long respond_park_wait(uint64_t now); /* ms until the next is due, or -1 */

@@ -11,6 +11,9 @@
 
 #include "broker.h"
 
+/* When a warm kernel was last handed out (ms): pool_yield() waits a little after. */
+static uint64_t claimed;
+
 /* A ready warm proxy of this kernelspec, or NULL. */
 static struct context *
 pool_take(const char *kernel)
@@ -33,7 +36,7 @@ pool_claim(struct context *c)
 {
 	struct msg m;
 
-	sv.sv_po.po_claimed = now_ms();
+	claimed = now_ms();
 
 	msg_init(&m, MSG_CLAIM);
 	msg_set_u64(&m, F_REQ, waiter_next_req());
@@ -86,7 +89,7 @@ pool_yield(uint64_t now)
 {
 	struct context *c;
 
-	if (now < sv.sv_po.po_claimed + POOL_CLAIM_GRACE_MS)
+	if (now < claimed + POOL_CLAIM_GRACE_MS)
 		return true;
 
 	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)

@@ -251,10 +251,8 @@ respond_stream(struct http_request *hr, struct stream *s)
  * served to the end.
  */
 void
-respond_hangup(void *arg, uint32_t events)
+respond_hangup(struct hstream *hs, uint32_t events)
 {
-	struct hstream *hs = arg;
-
 	if (!(events & (EPOLLERR | EPOLLHUP)) && !hs->hs_halfclosed) {
 		hs->hs_halfclosed = true;
 		log_debug("stream %llu: the client shut its write side; probing it",
