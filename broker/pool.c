@@ -1,13 +1,18 @@
 /*
  * pool.c — the warm pool (--pool): proxies whose kernels are started and have
- * run nothing, handed to a new context or to a restart at once.
+ * run nothing, handed to a new context or to a restart at once; and so where
+ * a new context's proxy comes from (pool_create: warm, or spawned).
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "broker.h"
+
+/* When a warm kernel was last handed out (ms): pool_yield() waits a little after. */
+static uint64_t claimed;
 
 /* A ready warm proxy of this kernelspec, or NULL. */
 static struct context *
@@ -31,10 +36,10 @@ pool_claim(struct context *c)
 {
 	struct msg m;
 
-	sv.sv_po.po_claimed = now_ms();
+	claimed = now_ms();
 
 	msg_init(&m, MSG_CLAIM);
-	msg_set_u64(&m, F_REQ, sv.sv_tb.tb_next_req++);
+	msg_set_u64(&m, F_REQ, waiter_next_req());
 	msg_set_str(&m, F_ID, c->c_id, strlen(c->c_id));
 	msg_set_str(&m, F_CWD, c->c_cwd, strlen(c->c_cwd));
 	msg_set_u64(&m, F_FLAGS, c->c_default ? FLAG_DEFAULT : 0);
@@ -64,7 +69,7 @@ pool_use(const char *kernel, const char *cwd, bool is_default)
 	pool_claim(c);
 	log_info("context %s: created from the warm pool (%s, cwd %s%s)", c->c_id, c->c_lang,
 		 cwd, is_default ? ", default" : "");
-	control_event(json_pack("{s:s, s:s, s:s, s:s, s:b}", "event", "context_created",
+	events_emit(json_pack("{s:s, s:s, s:s, s:s, s:b}", "event", "context_created",
 				"context", c->c_id, "language", c->c_lang, "cwd", cwd, "pooled", 1));
 	sv.sv_po.po_kick = true;
 	return c;
@@ -84,7 +89,7 @@ pool_yield(uint64_t now)
 {
 	struct context *c;
 
-	if (now < sv.sv_po.po_claimed + POOL_CLAIM_GRACE_MS)
+	if (now < claimed + POOL_CLAIM_GRACE_MS)
 		return true;
 
 	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
@@ -151,8 +156,7 @@ pool_restart(struct context *x)
 		stream_fail(s, "ContextRestarted", "the context was restarted", "restarted");
 	}
 	while ((rq = TAILQ_FIRST(&x->c_waiters))) {
-		waiter_forget(rq);
-		request_done(rq, 409, NULL, "context %s was restarted meanwhile", x->c_id);
+		answer_done(rq, 409, NULL, "context %s was restarted meanwhile", x->c_id);
 	}
 	if (x->c_pl->pl_pid > 0)
 		kill(x->c_pl->pl_pid, SIGTERM); /* stops its kernel, removes its dir */
@@ -171,8 +175,59 @@ pool_restart(struct context *x)
 	metrics_count(M_KERNEL_RESTART, 1);
 	log_info("context %s: restarted with a warm kernel (proxy %d)", x->c_id,
 		 (int)x->c_pl->pl_pid);
-	control_event(json_pack("{s:s, s:s, s:s}", "event", "kernel_restarted", "context",
+	events_emit(json_pack("{s:s, s:s, s:s}", "event", "kernel_restarted", "context",
 				x->c_id, "why", "restart requested (warm pool)"));
 	sv.sv_po.po_kick = true;
 	return true;
+}
+
+/*
+ * A new context: a warm proxy of the pool when one fits, else one spawned.
+ * want is a kernelspec name or a language (normalised); the context records
+ * the kernelspec it resolved to and that kernelspec's language, so "python3"
+ * and "python" are the same default context.
+ */
+int
+pool_create(const char *want, const char *cwd, bool is_default, struct context **out,
+	       char *err, size_t errsz)
+{
+	struct context *c;
+	const struct kspec *ks;
+	int n = 0, rc;
+
+	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
+		n += !c->c_pooled && !c->c_deleting;
+	if (n >= sv.sv_cf.cf_max_contexts) {
+		snprintf(err, errsz, "too many contexts (limit %d); delete one first",
+			 sv.sv_cf.cf_max_contexts);
+		return -EAGAIN;
+	}
+	if (!(ks = kcache_find(want))) {
+		char *avail = kspec_languages();
+		snprintf(err, errsz, "unknown language '%.64s'; available: %s", want, avail);
+		free(avail);
+		return -ENOENT;
+	}
+	if ((c = pool_use(ks->ks_name, cwd, is_default))) {
+		*out = c;
+		return 0;
+	}
+	c = context_new(NULL, ks->ks_lang, ks->ks_name, cwd, is_default);
+	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_contexts, c, c_link);
+	if ((rc = box_isolate(c, err, errsz)) < 0) {
+		context_free(c);
+		return rc;
+	}
+	cwd = c->c_cwd;
+	if (link_open(c, c->c_id) < 0 || supervise_spawn(c) < 0) {
+		snprintf(err, errsz, "could not start a proxy for the context");
+		context_free(c);
+		return -EIO;
+	}
+	log_info("context %s: created (%s, kernel %s, cwd %s%s), proxy pid %d", c->c_id,
+		 c->c_lang, c->c_kernel, cwd, is_default ? ", default" : "", (int)c->c_pl->pl_pid);
+	events_emit(json_pack("{s:s, s:s, s:s, s:s}", "event", "context_created", "context",
+				c->c_id, "language", c->c_lang, "cwd", cwd));
+	*out = c;
+	return 0;
 }
