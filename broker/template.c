@@ -21,11 +21,14 @@
 
 #include "broker.h"
 
+#define TPL_MAX_OPTIONS 8 /* the kernelspec's interpreter options it takes */
+
 /* The template's state: this file's alone. */
 static struct {
 	char *tp_kernel;  /* the kernelspec it serves; NULL: no template */
 	char *tp_sock;    /* <run dir>/template-<kernel>.sock */
-	char *tp_argv[5]; /* python, the script, libsandcell-box.so, the socket */
+	/* python, its options, the script, libsandcell-box.so, the socket */
+	char *tp_argv[5 + TPL_MAX_OPTIONS];
 	char **tp_env;
 	pid_t tp_pid;
 	uint64_t tp_started_at, tp_respawn_at, tp_backoff;
@@ -154,11 +157,12 @@ template_start(void)
 	if (!(ks = kcache_find("python")))
 		return;
 	char **a = ks->ks_argv;
-	if (!a[0] || !a[1] || !a[2] || !a[3] || !a[4] || a[5] || strcmp(a[1], "-m") ||
-	    strcmp(a[2], "ipykernel_launcher") || strcmp(a[3], "-f") ||
-	    strcmp(a[4], "{connection_file}")) {
-		log_info("template: off: kernelspec %s is not python -m ipykernel_launcher -f "
-			 "{connection_file}; its kernels start cold",
+	int no = kspec_python_module(a) - 1; /* the interpreter's options */
+	if (no < 0 || no > TPL_MAX_OPTIONS || strcmp(a[no + 2], "ipykernel_launcher") ||
+	    !a[no + 3] || strcmp(a[no + 3], "-f") || !a[no + 4] ||
+	    strcmp(a[no + 4], "{connection_file}") || a[no + 5]) {
+		log_info("template: off: kernelspec %s is not python [-X and -W options] -m "
+			 "ipykernel_launcher -f {connection_file}; its kernels start cold",
 			 ks->ks_name);
 		return;
 	}
@@ -167,12 +171,15 @@ template_start(void)
 		*strrchr(dir, '/') = '\0';
 	}
 	tp.tp_kernel = xstrdup(ks->ks_name);
-	tp.tp_argv[1] = find_file(dir, script, 2);
-	tp.tp_argv[2] = find_file(NULL, lib, 2);
+	/* the kernelspec's interpreter options are the template's: its kernels are its forks */
+	for (int i = 0; i < no; i++)
+		tp.tp_argv[1 + i] = xstrdup(a[1 + i]);
+	tp.tp_argv[1 + no] = find_file(dir, script, 2);
+	tp.tp_argv[2 + no] = find_file(NULL, lib, 2);
 	free(dir);
-	if (!tp.tp_argv[1] || !tp.tp_argv[2]) {
+	if (!tp.tp_argv[1 + no] || !tp.tp_argv[2 + no]) {
 		log_warn("template: off: %s not found; every kernel starts cold",
-			 tp.tp_argv[1] ? "libsandcell-box.so" : "sandcell_template.py");
+			 tp.tp_argv[1 + no] ? "libsandcell-box.so" : "sandcell_template.py");
 		free(tp.tp_kernel);
 		tp.tp_kernel = NULL;
 		return;
@@ -195,7 +202,7 @@ template_start(void)
 			tp.tp_argv[0] = xstrdup(a[0]);
 	}
 	tp.tp_sock = xasprintf("%s/template-%s.sock", sv.sv_cf.cf_run_dir, tp.tp_kernel);
-	tp.tp_argv[3] = tp.tp_sock;
+	tp.tp_argv[3 + no] = tp.tp_sock;
 	tp.tp_env = template_env();
 	tp.tp_backoff = TPL_BACKOFF_MIN_MS;
 	spawn();

@@ -36,6 +36,7 @@ int kspec_list(struct kspec ***out, size_t *n);
 void kspec_free(struct kspec *ks);
 void kspec_list_free(struct kspec **v, size_t n);
 char *kspec_languages(void);
+int kspec_python_module(char *const *argv);
 int lang_normalise(const char *in, char *out, size_t outsz);
 
 /* boxview.c */

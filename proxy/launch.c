@@ -235,11 +235,14 @@ launch_argv(const struct proxy *px, const char *conn)
 		if (i > 0)
 			continue;
 		const char *prog = base_of(ks[0]);
-		if (!strncmp(prog, "python", 6) && argc > 2 && !strcmp(ks[1], "-m")) {
+		int m = strncmp(prog, "python", 6) ? -1 : kspec_python_module(ks);
+		if (m > 0) {
+			/* -s, its -X and -W options, then -c in place of -m */
 			argv[a++] = xstrdup("-s");
+			while (++i < m)
+				argv[a++] = launch_subst(ks[i], conn, px->px_ks->ks_dir);
 			argv[a++] = xstrdup("-c");
 			argv[a++] = xstrdup(SAFE_RUN_MODULE);
-			i++; /* the -m */
 		} else if (!strncmp(prog, "python", 6)) {
 			argv[a++] = xstrdup("-s");
 		} else if (!strcmp(prog, "R")) {

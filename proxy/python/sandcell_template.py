@@ -75,13 +75,32 @@ def refuse(conn, why):
         pass
 
 
+def interpreter_options(argv, i):
+    """The -X and -W options of argv from i on (kspec_python_module's rule)."""
+    j = i
+    while j < len(argv) and isinstance(argv[j], str) and argv[j][:2] in ("-X", "-W"):
+        j += 1 if len(argv[j]) > 2 else 2
+    return argv[i:j]
+
+
+def module_args(argv):
+    """The kernel's arguments after the module in launch.c's safe run:
+    python -s [-X/-W options] -c CODE MODULE ARGS."""
+    return argv[5 + len(interpreter_options(argv, 2)):]
+
+
 def check(req):
     """Why this request cannot be a fork, or None."""
     argv = req.get("argv")
-    # launch.c's safe run of `python -m ipykernel_launcher ARGS`: -s -c CODE MODULE ARGS
-    if not isinstance(argv, list) or len(argv) < 5 or argv[1:3] != ["-s", "-c"] or \
-            argv[4] != "ipykernel_launcher":
+    if not isinstance(argv, list) or len(argv) < 5 or argv[1] != "-s":
         return "not python -s -c <run module> ipykernel_launcher"
+    opts = interpreter_options(argv, 2)
+    k = 2 + len(opts)
+    if argv[k:k + 1] != ["-c"] or argv[k + 2:k + 3] != ["ipykernel_launcher"]:
+        return "not python -s -c <run module> ipykernel_launcher"
+    # the template was started with the kernelspec's options: a fork has them
+    if opts != sys.orig_argv[1:len(sys.orig_argv) - len(sys.argv)]:
+        return "interpreter options %s, not the template's" % " ".join(opts)
     exe = req.get("exe", "")
     if os.path.realpath(exe) != os.path.realpath(sys.executable):
         return "another interpreter (%s)" % exe
@@ -114,7 +133,7 @@ def become_kernel(req):
     # the safe run takes the first entry off sys.path (the cwd; ours is this
     # file's dir) before it imports anything; runpy sets argv[0]
     del sys.path[0]
-    sys.argv = ["-m"] + list(req["argv"][5:])
+    sys.argv = ["-m"] + list(module_args(req["argv"]))
     parse_quickly(sys.argv[1:])
     sys.orig_argv = list(req["argv"])
     # random state inherited from the template: a fresh one per kernel

@@ -7,6 +7,7 @@
  * data stack it has at start: a cold kernel has not imported pandas.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
@@ -331,6 +332,97 @@ Test(template, a_cold_start_and_a_fork_see_the_same_interpreter, .fini = priv_st
 	free(of);
 	free(c);
 	free(f);
+}
+
+/*
+ * A python3 kernelspec with interpreter options before -m, as Debian 13's
+ * (-Xfrozen_modules=off), in a dir of its own put first on JUPYTER_PATH for
+ * the broker started here; the dir, to remove.
+ */
+static char *
+broker_with_options_kernelspec(const char *const *args)
+{
+	char dir[] = "/tmp/sandcell-ks.XXXXXX", path[256], jp[4096];
+	const char *old = getenv("JUPYTER_PATH");
+
+	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_eq(chmod(dir, 0755), 0);
+	snprintf(path, sizeof(path), "%s/kernels", dir);
+	cr_assert_eq(mkdir(path, 0755), 0);
+	snprintf(path, sizeof(path), "%s/kernels/python3", dir);
+	cr_assert_eq(mkdir(path, 0755), 0);
+	snprintf(path, sizeof(path), "%s/kernels/python3/kernel.json", dir);
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fputs("{\"argv\": [\"/usr/bin/python3\", \"-Xfrozen_modules=off\", \"-W\", "
+	      "\"ignore::DeprecationWarning\", \"-m\", \"ipykernel_launcher\", \"-f\", "
+	      "\"{connection_file}\"], \"display_name\": \"Python 3\", \"language\": "
+	      "\"python\"}\n",
+	      f);
+	fclose(f);
+	snprintf(jp, sizeof(jp), "%s%s%s", dir, old ? ":" : "", old ? old : "");
+	setenv("JUPYTER_PATH", jp, 1);
+	int rc = broker_start(&priv, args);
+	if (old)
+		setenv("JUPYTER_PATH", old, 1);
+	cr_assert_eq(rc, 0);
+	priv_up = true;
+	return strdup(dir);
+}
+
+static const char options_seen[] = "import sys; print(sys._xoptions.get('frozen_modules'), "
+				   "'ignore::DeprecationWarning' in sys.warnoptions)";
+
+/*
+ * Such a kernelspec is forked from a template started with its options: its
+ * kernels have pandas imported (forked) and the options set.
+ */
+Test(template, a_kernelspec_with_interpreter_options_is_forked_with_them, .fini = priv_stop,
+     .timeout = 180)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", NULL};
+	char *dir = broker_with_options_kernelspec(args), cmd[300];
+	char *log = broker_log(&priv);
+
+	cr_expect(strstr(log, "kernels are forked from a template"), "the template is off: %s",
+		  log);
+	free(log);
+	char *id = forked_context(priv.b_url);
+	char *out = run_stdout(priv.b_url, id, options_seen);
+	cr_assert_str_eq(out, "off True\n");
+	free(out);
+	free(id);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	cr_expect_eq(system(cmd), 0);
+	free(dir);
+}
+
+/*
+ * Started cold, such a kernelspec's module is run safely too: an
+ * ipykernel_launcher.py in the workspace does not stand in for ipykernel's.
+ */
+Test(template, a_kernelspec_with_interpreter_options_starts_cold_without_the_workspace,
+     .fini = priv_stop, .timeout = 180)
+{
+	const char *args[] = {"--no-template", "--no-default-context", "--pool", "python=0",
+			      NULL};
+	char *dir = broker_with_options_kernelspec(args), path[400];
+
+	snprintf(path, sizeof(path), "%s.work/ipykernel_launcher.py", priv.b_run_dir);
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+	fputs("raise SystemExit('the workspace ran as the kernel')\n", f);
+	fclose(f);
+	char *id = context_new(priv.b_url, "python", NULL);
+	cr_assert_not_null(id, "the planted launcher ran: no context");
+	char *out = run_stdout(priv.b_url, id, options_seen);
+	cr_assert_str_eq(out, "off True\n");
+	free(out);
+	free(id);
+	unlink(path);
+	snprintf(path, sizeof(path), "rm -rf '%s'", dir);
+	cr_expect_eq(system(path), 0);
+	free(dir);
 }
 
 Test(template, isolation_context_gives_each_forked_kernel_its_uid, .fini = priv_stop,
