@@ -38,7 +38,7 @@ PROGS = $(BIN)/sandcell-broker $(BIN)/sandcell-proxy $(BIN)/sandcellctl $(BIN)/l
 # The box's code (sandbox.c and what it uses) for the Python template, which
 # loads it with ctypes: the same sources as the proxy's, built position-independent.
 BOXLIB_SRC = proxy/boxlib.c proxy/hotpages.c proxy/sandbox.c proxy/boxroot.c proxy/boxinit.c \
-             proxy/filter.c proxy/limits.c lib/boxview.c \
+             proxy/filter.c proxy/limits.c proxy/packages.c lib/boxview.c \
              lib/util.c lib/wsdisk.c
 UNIT_TESTS = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
 INTEG_TESTS = $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/*_test.c))
@@ -51,10 +51,10 @@ all: $(PROGS) $(BUILD)/profile.stamp
 # The profile's bytecode, which kernels load instead of compiling the profile
 # at each start (see proxy/python/sandcell_startup.py). It is checked against
 # the source's hash, so a stale one is only ignored. Skipped without Python.
-$(BUILD)/profile.stamp: proxy/python/sandcell_profile.py
+$(BUILD)/profile.stamp: proxy/python/sandcell_profile.py proxy/python/sandcell_packages.py
 	@mkdir -p $(dir $@)
 	@if [ -x $(PYTHON) ]; then \
-	  $(PYTHON) -m compileall -q --invalidation-mode checked-hash $<; fi
+	  $(PYTHON) -m compileall -q --invalidation-mode checked-hash $^; fi
 	@touch $@
 
 $(BUILD)/%.o: %.c
@@ -230,9 +230,11 @@ install: all
 	cp -r proxy/jupyter/kernels/bash proxy/jupyter/kernels/java \
 	  $(DESTDIR)$(PREFIX)/share/sandcell/jupyter/kernels/
 	install -m 644 proxy/python/sandcell_startup.py proxy/python/sandcell_profile.py \
-	  proxy/python/sandcell_template.py $(DESTDIR)$(PREFIX)/share/sandcell/
+	  proxy/python/sandcell_packages.py proxy/python/sandcell_template.py \
+	  $(DESTDIR)$(PREFIX)/share/sandcell/
 	if [ -x $(PYTHON) ]; then $(PYTHON) -m compileall -q --invalidation-mode checked-hash \
-	  $(DESTDIR)$(PREFIX)/share/sandcell/sandcell_profile.py; fi
+	  $(DESTDIR)$(PREFIX)/share/sandcell/sandcell_profile.py \
+	  $(DESTDIR)$(PREFIX)/share/sandcell/sandcell_packages.py; fi
 	if [ -x "$$(ls .deps/deno/node_modules/@deno/linux-*/deno 2>/dev/null | head -n 1)" ]; then \
 	  install -m 755 $$(ls .deps/deno/node_modules/@deno/linux-*/deno | head -n 1) \
 	    $(DESTDIR)$(PREFIX)/lib/sandcell/deno && \
