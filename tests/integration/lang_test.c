@@ -809,3 +809,5 @@ ParameterizedTest(int *ci, lang, deno_interrupt_ends_an_awaiting_execution_and_k
 	}
 	free(id);
 }
+
+#include "lang_packages.c"
