@@ -605,6 +605,52 @@ Test(template, broker_restart_reattaches_a_forked_kernel, .fini = priv_stop, .ti
 	free(id);
 }
 
+/*
+ * A tenant that installs its own pandas (a module the template has imported)
+ * gets it in its restarted kernel and in its new contexts: those start cold,
+ * in their boxes, and the template imports nothing of the tenant's. Once it
+ * is uninstalled, kernels are forked again.
+ */
+Test(template, a_tenants_package_shadowing_a_preloaded_one_starts_its_kernels_cold,
+     .fini = priv_stop, .timeout = 300)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", NULL};
+	char code[4096];
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	priv_up = true;
+	char *a = forked_context(priv.b_url), *out;
+	snprintf(code, sizeof(code),
+		 "%s"
+		 "wheel('/tmp/wh', 'pandas', '99.0', 'SHADOW = \\'tenant\\'\\n')\n"
+		 "!pip install -q --no-deps --no-index --find-links /tmp/wh pandas==99.0 >/dev/null 2>&1\n"
+		 "import pandas\n"
+		 "print(getattr(pandas, 'SHADOW', pandas.__file__))",
+		 wheel_py);
+	out = run_stdout(priv.b_url, a, code);
+	cr_expect(out && strstr(out, "/usr/"), "the running kernel keeps the pandas it has: %s", out);
+	free(out);
+	cr_assert_eq(context_post(priv.b_url, a, "restart", 60), 200);
+	out = run_stdout(priv.b_url, a, "import pandas\nprint(getattr(pandas, 'SHADOW', pandas.__file__))");
+	cr_expect_str_eq(out, "tenant\n", "after a restart");
+	free(out);
+	char *b = context_new(priv.b_url, "python", NULL);
+	cr_assert_not_null(b);
+	cr_expect_not(is_forked(priv.b_url, b), "a new context was forked with the system's pandas");
+	out = run_stdout(priv.b_url, b, "import pandas\nprint(getattr(pandas, 'SHADOW', pandas.__file__))");
+	cr_expect_str_eq(out, "tenant\n", "a new context");
+	free(out);
+	struct logcond lc = {&priv, "a cold start: the tenant's packages shadow pandas"};
+	cr_expect(log_says(&lc), "the log does not say why the kernel started cold");
+	out = run_stdout(priv.b_url, b, "!pip uninstall -q -y pandas >/dev/null 2>&1\nprint('gone')");
+	cr_expect_str_eq(out, "gone\n");
+	free(out);
+	char *c = forked_context(priv.b_url);
+	free(a);
+	free(b);
+	free(c);
+}
+
 Test(template, kernel_network_none_puts_a_forked_kernel_in_its_proxys_namespace,
      .fini = priv_stop, .timeout = 240)
 {
