@@ -1857,6 +1857,49 @@ Test(sandbox, a_package_over_the_workspace_bound_is_enospc_for_its_tenant_alone,
 }
 
 /*
+ * The tenant's packages live in its workspace: a broker stopped with
+ * --keep-contexts and started again finds them in the kept kernel, in a new
+ * context and in the kept one's restarted kernel.
+ */
+Test(sandbox, packages_survive_a_broker_restart_with_kept_contexts, .fini = priv_box_stop,
+     .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "0", "--keep-contexts", NULL};
+	const char *check = "import sctokeep\nprint(sctokeep.VALUE)";
+	char code[4096];
+
+	cr_assert_eq(broker_start(&priv_box, args), 0);
+	char *a = context_new(priv_box.b_url, "python", NULL), *b, *out;
+	cr_assert_not_null(a);
+	snprintf(code, sizeof(code),
+		 "%s"
+		 "wheel('/tmp/wh', 'sctokeep', '0.1', 'VALUE = \\'kept\\'\\n')\n"
+		 "!pip install -q --no-index /tmp/wh/sctokeep-0.1-py3-none-any.whl\n"
+		 "%s",
+		 wheel_py, check);
+	out = run_stdout(priv_box.b_url, a, code);
+	cr_expect_str_eq(out, "kept\n", "the install: %s", out ? out : "");
+	free(out);
+	kill(priv_box.b_pid, SIGTERM);
+	waitpid(priv_box.b_pid, NULL, 0);
+	priv_box.b_pid = 0;
+	cr_assert_eq(broker_restart(&priv_box, args), 0);
+	out = run_stdout(priv_box.b_url, a, check);
+	cr_expect_str_eq(out, "kept\n", "the kept kernel: %s", out ? out : "");
+	free(out);
+	cr_assert_not_null(b = context_new(priv_box.b_url, "python", NULL));
+	out = run_stdout(priv_box.b_url, b, check);
+	cr_expect_str_eq(out, "kept\n", "a new context: %s", out ? out : "");
+	free(out);
+	cr_assert_eq(context_post(priv_box.b_url, a, "restart", 60), 200);
+	out = run_stdout(priv_box.b_url, a, check);
+	cr_expect_str_eq(out, "kept\n", "the kept context restarted: %s", out ? out : "");
+	free(out);
+	free(a);
+	free(b);
+}
+
+/*
  * Under --isolation context, an operator's world-writable --cwd and a cwd two
  * contexts both ask for (/tmp, /home/user) are each context's own: what one
  * writes there the other does not see.
