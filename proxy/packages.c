@@ -2,8 +2,10 @@
  * packages.c — the tenant's package places, in its HOME (the workspace in a
  * box, so on its bounded disk and shared as the workspace is): a Python
  * virtual environment that sees the system's packages, an R library, npm's
- * global prefix. launch.c puts them in every kernel's environment; the box
- * makes them, as the kernel's uid, before each kernel runs.
+ * global prefix; pip's and Deno's caches are in HOME too (~/.cache).
+ * launch.c puts them in every kernel's environment, before the operator's
+ * --env settings (which win); the box makes them, as the kernel's uid,
+ * before each kernel runs.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,7 +34,7 @@ static const char pip_script[] = "import sys\n"
 char **
 packages_env(const char *home, const char *path)
 {
-	char **v = xcalloc(5, sizeof(*v));
+	char **v = xcalloc(6, sizeof(*v));
 
 	v[0] = xasprintf("VIRTUAL_ENV=%s" PACKAGES_VENV, home);
 	/* the venv's python3 and pip first, then what npm -g and pip --user install */
@@ -40,6 +42,8 @@ packages_env(const char *home, const char *path)
 			 path ? path : "/usr/local/bin:/usr/bin:/bin");
 	v[2] = xasprintf("R_LIBS_USER=%s" PACKAGES_RLIB, home);
 	v[3] = xasprintf("NPM_CONFIG_PREFIX=%s/.local", home);
+	/* Deno's default, said outright: a DENO_DIR of the broker's is a host path */
+	v[4] = xasprintf("DENO_DIR=%s/.cache/deno", home);
 	return v;
 }
 
