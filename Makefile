@@ -126,8 +126,9 @@ $(BUILD)/tests/%: tests/integration/%.c $(HARNESS) tests/integration/hooks.c $(P
 # A test binary whose test times out, run by faults_test (not a test itself).
 $(BUILD)/tests/faults_test: $(BUILD)/tests/timeout_probe
 
-# The language tests again, with --isolation context (it #includes lang_test.c,
-# which #includes lang_packages.c).
+# The language tests #include the packages tests; run again with --isolation
+# context (lang_isolated_test.c #includes lang_test.c).
+$(BUILD)/tests/lang_test: tests/integration/lang_packages.c
 $(BUILD)/tests/lang_isolated_test: tests/integration/lang_test.c tests/integration/lang_packages.c
 
 # The benchmarks include a raw Jupyter client (the baseline): libzmq, with

@@ -90,7 +90,8 @@ pk_venv(const char *home)
 	snprintf(p, sizeof(p), "%s" PACKAGES_VENV "/pyvenv.cfg", home);
 	if (access(p, F_OK) == 0 || access(PACKAGES_PYTHON, X_OK) < 0)
 		return 0;
-	if ((rc = pk_mkdir(home, PACKAGES_VENV)) < 0 || (rc = pk_mkdir(home, PACKAGES_VENV "/bin")) < 0)
+	if ((rc = pk_mkdir(home, PACKAGES_VENV)) < 0 ||
+	    (rc = pk_mkdir(home, PACKAGES_VENV "/bin")) < 0)
 		return rc;
 	snprintf(p, sizeof(p), "%s" PACKAGES_VENV "/bin/python3", home);
 	if (symlink(PACKAGES_PYTHON, p) < 0 && errno != EEXIST)
@@ -98,14 +99,16 @@ pk_venv(const char *home)
 	snprintf(p, sizeof(p), "%s" PACKAGES_VENV "/bin/python", home);
 	if (symlink("python3", p) < 0 && errno != EEXIST)
 		return -errno;
-	snprintf(script, sizeof(script), "#!%s" PACKAGES_VENV "/bin/python3\n%s", home, pip_script);
+	snprintf(script, sizeof(script), "#!%s" PACKAGES_VENV "/bin/python3\n%s", home,
+		 pip_script);
 	for (size_t i = 0; i < sizeof(pips) / sizeof(pips[0]); i++) {
 		snprintf(p, sizeof(p), "%s" PACKAGES_VENV "/bin/%s", home, pips[i]);
 		if ((rc = pk_write(p, script, 0755)) < 0)
 			return rc;
 	}
 	snprintf(p, sizeof(p), "%s" PACKAGES_VENV "/pyvenv.cfg", home);
-	return pk_write(p, "home = " PACKAGES_PYHOME "\ninclude-system-site-packages = true\n", 0644);
+	return pk_write(p, "home = " PACKAGES_PYHOME "\ninclude-system-site-packages = true\n",
+			0644);
 }
 
 /*

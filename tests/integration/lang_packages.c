@@ -5,8 +5,9 @@
  * are seen by every context of the tenant and by no other tenant. Offline
  * but for the npm registry.
  */
+/* What a second context of the tenant sees; under --isolation context it is another tenant. */
 #ifdef LANG_ISOLATED
-#define TENANT_SEES(shared, isolated) (isolated) /* a second context is another tenant */
+#define TENANT_SEES(shared, isolated) (isolated)
 #else
 #define TENANT_SEES(shared, isolated) (shared)
 #endif
@@ -62,7 +63,8 @@ Test(lang, pip_installs_into_the_tenants_venv_and_imports_at_once, .timeout = 30
 	cr_assert_not_null(sh = context_new(URL, "bash", NULL));
 	expect_out(sh, "command -v pip; python3 -c 'import importlib.util as u; "
 		       "print(u.find_spec(\"sctoyb\") is not None)'",
-		   TENANT_SEES("/home/user/.local/venv/bin/pip\nTrue\n", "/home/user/.local/venv/bin/pip\nFalse\n"),
+		   TENANT_SEES("/home/user/.local/venv/bin/pip\nTrue\n",
+			       "/home/user/.local/venv/bin/pip\nFalse\n"),
 		   "a bash context");
 
 	cr_assert_eq(context_post(URL, a, "restart", 60), 200);
