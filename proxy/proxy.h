@@ -284,7 +284,6 @@ int launch_connection_file(struct proxy *px, const char *path, int ports[5],
 int launch_unboxed(struct proxy *px, const char *exe, char **argv, char **envp);
 
 /* packages.c: the tenant's places, below its HOME */
-#define PACKAGES_VENV "/.local/venv" /* Python: a venv that sees the system's packages */
 #define PACKAGES_RLIB "/.local/lib/R" /* R: R_LIBS_USER */
 char **packages_env(const char *home, const char *path);
 void packages_prepare(const char *home);
