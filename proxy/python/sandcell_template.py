@@ -17,6 +17,9 @@
 # to its proxy. A request that a fork could not honour exactly as a cold
 # start would (another interpreter, an environment that changes how Python
 # or the data stack start) gets "n" and a reason: the proxy starts it cold.
+# A kernel whose tenant has installed its own copy of a module we imported
+# (sandcell_packages.shadowed) is forked, and executes the cold command line
+# in its box: we never import anything of a tenant's.
 
 import ctypes
 import errno
