@@ -3,27 +3,109 @@
  * run nothing, handed to a new context or to a restart at once; and so where
  * a new context's proxy comes from (pool_create: warm, or spawned).
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "broker.h"
 
 /* When a warm kernel was last handed out (ms): pool_yield() waits a little after. */
 static uint64_t claimed;
 
-/* A ready warm proxy of this kernelspec, or NULL. */
+/* Whether the directory at dirfd/name holds anything. */
+static bool
+pool_nonempty(int dirfd, const char *name)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	struct dirent *de;
+	bool any = false;
+
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return false;
+	}
+	while (!any && (de = readdir(d)))
+		any = strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+	closedir(d);
+	return any;
+}
+
+/*
+ * When the tenant's Python packages last changed (the mtime of a non-empty
+ * site-packages of the workspace's venv, proxy/packages.c), in now_ms()'s
+ * clock; 0 if never. A warm kernel forked from the template before then may
+ * hold the system's copy of a module the tenant has installed since (a fork
+ * after it starts cold, sandcell_template.py): it is not handed out. Only
+ * the mtimes of the tenant's directories are read.
+ */
+static uint64_t
+pool_packages_changed(void)
+{
+	char lib[PATH_MAX], site[NAME_MAX + 32];
+	struct timespec newest = {0}, rt;
+	struct dirent *de;
+	struct stat st;
+	DIR *d;
+
+	if (!sv.sv_cf.cf_sandbox ||
+	    snprintf(lib, sizeof(lib), "%s" PACKAGES_VENV "/lib", box_workspace_of(NULL)) >=
+		    (int)sizeof(lib) ||
+	    !(d = opendir(lib)))
+		return 0;
+	while ((de = readdir(d))) {
+		if (strncmp(de->d_name, "python", 6))
+			continue;
+		snprintf(site, sizeof(site), "%s/site-packages", de->d_name);
+		if (fstatat(dirfd(d), site, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
+		    pool_nonempty(dirfd(d), site) &&
+		    (st.st_mtim.tv_sec > newest.tv_sec ||
+		     (st.st_mtim.tv_sec == newest.tv_sec && st.st_mtim.tv_nsec > newest.tv_nsec)))
+			newest = st.st_mtim;
+	}
+	closedir(d);
+	if (!newest.tv_sec)
+		return 0;
+	clock_gettime(CLOCK_REALTIME, &rt);
+	int64_t ago = (int64_t)(rt.tv_sec - newest.tv_sec) * 1000 +
+		      (rt.tv_nsec - newest.tv_nsec) / 1000000;
+	uint64_t now = now_ms();
+	return ago <= 0 ? now : (uint64_t)ago < now ? now - (uint64_t)ago : 1;
+}
+
+/*
+ * A ready warm proxy of this kernelspec, or NULL. One warmed before the
+ * tenant's packages changed is deleted instead (the pool warms another).
+ */
 static struct context *
 pool_take(const char *kernel)
 {
+	uint64_t changed = 0;
+	bool looked = false;
 	struct context *c;
 
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
-		if (c->c_pooled && c->c_ready && !c->c_deleting && c->c_pl->pl_pid > 0 &&
-		    c->c_pl->pl_state == KS_IDLE && !strcmp(c->c_kernel, kernel))
+	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link) {
+		if (!c->c_pooled || !c->c_ready || c->c_deleting || c->c_pl->pl_pid <= 0 ||
+		    c->c_pl->pl_state != KS_IDLE || strcmp(c->c_kernel, kernel))
+			continue;
+		if (!looked) {
+			changed = pool_packages_changed();
+			looked = true;
+		}
+		if (c->c_created >= changed)
 			return c;
+		log_info("pool: a warm %s kernel is older than the tenant's packages: stopped",
+			 kernel);
+		context_delete(c);
+	}
 	return NULL;
 }
 

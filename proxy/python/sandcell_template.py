@@ -17,6 +17,9 @@
 # to its proxy. A request that a fork could not honour exactly as a cold
 # start would (another interpreter, an environment that changes how Python
 # or the data stack start) gets "n" and a reason: the proxy starts it cold.
+# A kernel whose tenant has installed its own copy of a module we imported
+# (sandcell_packages.shadowed) is forked, and executes the cold command line
+# in its box: we never import anything of a tenant's.
 
 import ctypes
 import errno
@@ -28,6 +31,8 @@ import socket
 import sys
 import time
 
+import sandcell_packages  # ours, beside this file
+
 # What a cold start pins at interpreter or import time from these variables
 # would differ in a fork: a request whose value differs from ours is refused.
 PINNED = ("PYTHON", "LANG", "LC_", "OPENBLAS", "OMP_", "MKL_", "GOTO", "NUMEXPR",
@@ -37,6 +42,7 @@ PINNED = ("PYTHON", "LANG", "LC_", "OPENBLAS", "OMP_", "MKL_", "GOTO", "NUMEXPR"
 # they will in the kernel again.
 START_ENV = dict(os.environ)
 IMPORT_ENV = {}
+LOADED = set()  # the top-level modules we imported from site- or dist-packages
 HOT_AGE = 2  # s: a kernel forked this long ago has started (hot_pages)
 HOT_AGAIN = 10  # s: how long a list of hot pages is used
 HOT_SAID = []  # the first list's size, once logged
@@ -120,6 +126,13 @@ def become_kernel(req):
 
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     env = dict(kv.split("=", 1) for kv in req["env"] if "=" in kv)
+    # the tenant installed its own numpy (or another of ours): a kernel
+    # started cold imports it, this one has ours; the same command line, in
+    # this box (the tenant's packages were never imported here)
+    shadow = sandcell_packages.shadowed(env, LOADED)
+    if shadow:
+        log("a cold start: the tenant's packages shadow %s" % ", ".join(shadow))
+        os.execve(req["exe"], req["argv"], env)
     os.environ.clear()
     os.environ.update(env)
     os.environ.update(IMPORT_ENV)  # what the preloaded imports set, as they would
@@ -310,6 +323,8 @@ def main():
         log("PR_SET_CHILD_SUBREAPER failed")
     preload()
     IMPORT_ENV.update((k, v) for k, v in os.environ.items() if START_ENV.get(k) != v)
+    LOADED.update(name.split(".", 1)[0] for name, m in list(sys.modules.items())
+                  if "-packages" in (getattr(m, "__file__", None) or ""))
     # every object so far stays out of the collector's reach: its passes in a
     # kernel would write to these pages and unshare them
     gc.collect()

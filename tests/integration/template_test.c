@@ -697,6 +697,93 @@ Test(template, broker_restart_reattaches_a_forked_kernel, .fini = priv_stop, .ti
 	free(id);
 }
 
+/*
+ * A tenant that installs its own pandas (a module the template has imported)
+ * gets it in its restarted kernel and in its new contexts: those start cold,
+ * in their boxes, and the template imports nothing of the tenant's. Once it
+ * is uninstalled, kernels are forked again.
+ */
+Test(template, a_tenants_package_shadowing_a_preloaded_one_starts_its_kernels_cold,
+     .fini = priv_stop, .timeout = 300)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", NULL};
+	char code[4096];
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	priv_up = true;
+	char *a = forked_context(priv.b_url), *out;
+	snprintf(code, sizeof(code),
+		 "%s"
+		 "wheel('/tmp/wh', 'pandas', '99.0', 'SHADOW = \\'tenant\\'\\n')\n"
+		 "!pip install -q --no-deps --no-index --find-links /tmp/wh pandas==99.0 >/dev/null 2>&1\n"
+		 "import pandas\n"
+		 "print(getattr(pandas, 'SHADOW', pandas.__file__))",
+		 wheel_py);
+	out = run_stdout(priv.b_url, a, code);
+	cr_expect(out && strstr(out, "/usr/"), "the running kernel keeps the pandas it has: %s", out);
+	free(out);
+	cr_assert_eq(context_post(priv.b_url, a, "restart", 60), 200);
+	out = run_stdout(priv.b_url, a, "import pandas\nprint(getattr(pandas, 'SHADOW', pandas.__file__))");
+	cr_expect_str_eq(out, "tenant\n", "after a restart");
+	free(out);
+	char *b = context_new(priv.b_url, "python", NULL);
+	cr_assert_not_null(b);
+	cr_expect_not(is_forked(priv.b_url, b), "a new context was forked with the system's pandas");
+	out = run_stdout(priv.b_url, b, "import pandas\nprint(getattr(pandas, 'SHADOW', pandas.__file__))");
+	cr_expect_str_eq(out, "tenant\n", "a new context");
+	free(out);
+	struct logcond lc = {&priv, "a cold start: the tenant's packages shadow pandas"};
+	cr_expect(log_says(&lc), "the log does not say why the kernel started cold");
+	out = run_stdout(priv.b_url, b, "!pip uninstall -q -y pandas >/dev/null 2>&1\nprint('gone')");
+	cr_expect_str_eq(out, "gone\n");
+	free(out);
+	char *c = forked_context(priv.b_url);
+	free(a);
+	free(b);
+	free(c);
+}
+
+/*
+ * With a warm pool, a kernel warmed before the tenant installed its own
+ * pandas is not handed out: the restart after the install, and a new
+ * context, have the tenant's pandas.
+ */
+Test(template, a_warm_kernel_older_than_the_tenants_packages_is_not_handed_out,
+     .fini = priv_stop, .timeout = 300)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=1", NULL};
+	const char *which = "import pandas\nprint(getattr(pandas, 'SHADOW', pandas.__file__))";
+	char code[4096];
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	priv_up = true;
+	cr_assert_eq(wait_pool_ready(priv.b_run_dir, 1, 60000), 0);
+	char *a = context_new(priv.b_url, "python", NULL), *b, *out;
+	cr_assert_not_null(a);
+	cr_assert_eq(wait_pool_ready(priv.b_run_dir, 1, 60000), 0, "the pool did not refill");
+	snprintf(code, sizeof(code),
+		 "%s"
+		 "wheel('/tmp/wh', 'pandas', '99.0', 'SHADOW = \\'tenant\\'\\n')\n"
+		 "!pip install -q --no-deps --no-index --find-links /tmp/wh pandas==99.0 >/dev/null 2>&1\n"
+		 "print('installed')",
+		 wheel_py);
+	out = run_stdout(priv.b_url, a, code);
+	cr_expect_str_eq(out, "installed\n");
+	free(out);
+	cr_assert_eq(context_post(priv.b_url, a, "restart", 60), 200);
+	out = run_stdout(priv.b_url, a, which);
+	cr_expect_str_eq(out, "tenant\n", "after a restart");
+	free(out);
+	cr_assert_not_null(b = context_new(priv.b_url, "python", NULL));
+	out = run_stdout(priv.b_url, b, which);
+	cr_expect_str_eq(out, "tenant\n", "a new context");
+	free(out);
+	struct logcond lc = {&priv, "is older than the tenant's packages"};
+	cr_expect(log_says(&lc), "the log does not say a warm kernel was stopped");
+	free(a);
+	free(b);
+}
+
 Test(template, kernel_network_none_puts_a_forked_kernel_in_its_proxys_namespace,
      .fini = priv_stop, .timeout = 240)
 {
