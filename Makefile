@@ -40,7 +40,7 @@ PROGS = $(BIN)/sandcell-broker $(BIN)/sandcell-proxy $(BIN)/sandcellctl $(BIN)/l
 # The box's code (sandbox.c and what it uses) for the Python template, which
 # loads it with ctypes: the same sources as the proxy's, built position-independent.
 BOXLIB_SRC = proxy/boxlib.c proxy/hotpages.c proxy/sandbox.c proxy/boxroot.c proxy/boxinit.c \
-             proxy/filter.c proxy/limits.c lib/boxview.c \
+             proxy/filter.c proxy/limits.c proxy/packages.c lib/boxview.c \
              lib/util.c lib/wsdisk.c
 # The wrapper kernels' shared reader of their child's output: one source,
 # copied into each of their kernelspec dirs (not in git), the one dir of its
@@ -58,10 +58,10 @@ all: $(PROGS) $(BUILD)/profile.stamp $(KERNEL_PY)
 # The profile's bytecode, which kernels load instead of compiling the profile
 # at each start (see proxy/python/sandcell_startup.py). It is checked against
 # the source's hash, so a stale one is only ignored. Skipped without Python.
-$(BUILD)/profile.stamp: proxy/python/sandcell_profile.py
+$(BUILD)/profile.stamp: proxy/python/sandcell_profile.py proxy/python/sandcell_packages.py
 	@mkdir -p $(dir $@)
 	@if [ -x $(PYTHON) ]; then \
-	  $(PYTHON) -m compileall -q --invalidation-mode checked-hash $<; fi
+	  $(PYTHON) -m compileall -q --invalidation-mode checked-hash $^; fi
 	@touch $@
 
 proxy/jupyter/kernels/%/sandcell_marked.py: proxy/jupyter/sandcell_marked.py
@@ -115,14 +115,19 @@ $(BUILD)/tests/%: tests/unit/%.c $(PROTO_OBJ)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS_PROXY) -lmicrohttpd -lzmq \
 	  $(LDLIBS_TEST)
 
-$(BUILD)/tests/control_test $(BUILD)/tests/http_test: $(BROKER_OBJ)
+# each broker unit test links the module it tests (and what that module
+# calls, kcache.o: a leaf); the layering (scripts/callgraph.sh) allows it
+$(BUILD)/tests/validate_test: $(BUILD)/broker/validate.o $(BUILD)/broker/kcache.o
+$(BUILD)/tests/frame_test: $(BUILD)/broker/frame.o
+$(BUILD)/tests/ctlpeer_test: $(BUILD)/broker/ctlpeer.o
 $(BUILD)/tests/output_test: $(BUILD)/proxy/output.o
 $(BUILD)/tests/admit_test: $(BUILD)/proxy/admit.o $(BUILD)/proxy/unit.o $(BUILD)/proxy/output.o \
 			  $(BUILD)/proxy/envset.o
 $(BUILD)/tests/hotpages_test: $(BUILD)/proxy/hotpages.o
 $(BUILD)/tests/cpus_test: $(BUILD)/broker/cpus.o
 $(BUILD)/tests/wire_test: $(BUILD)/proxy/wire.o $(BUILD)/proxy/zmtp.o
-$(BUILD)/tests/fuzz_replay_test: $(BROKER_OBJ) $(BUILD)/proxy/wire.o $(BUILD)/proxy/zmtp.o \
+$(BUILD)/tests/fuzz_replay_test: $(BUILD)/broker/validate.o $(BUILD)/broker/kcache.o \
+				 $(BUILD)/proxy/wire.o $(BUILD)/proxy/zmtp.o \
 				 $(BUILD)/proxy/output.o
 
 # The integration harness (real brokers, libcurl; the runner's sweep of what
@@ -140,8 +145,10 @@ $(BUILD)/tests/%: tests/integration/%.c $(HARNESS) $(SUITE_ONLY) $(PROTO_OBJ)
 # A test binary whose test times out, run by faults_test (not a test itself).
 $(BUILD)/tests/faults_test: $(BUILD)/tests/timeout_probe
 
-# The language tests again, with --isolation context (it #includes lang_test.c).
-$(BUILD)/tests/lang_isolated_test: tests/integration/lang_test.c
+# The language tests #include the packages tests; run again with --isolation
+# context (lang_isolated_test.c #includes lang_test.c).
+$(BUILD)/tests/lang_test: tests/integration/lang_packages.c
+$(BUILD)/tests/lang_isolated_test: tests/integration/lang_test.c tests/integration/lang_packages.c
 
 # The benchmarks include a raw Jupyter client (the baseline): libzmq, with
 # proxy/wire.c's messages.
@@ -249,9 +256,11 @@ install: all
 	cp -r proxy/jupyter/kernels/bash proxy/jupyter/kernels/java \
 	  $(DESTDIR)$(PREFIX)/share/sandcell/jupyter/kernels/
 	install -m 644 proxy/python/sandcell_startup.py proxy/python/sandcell_profile.py \
-	  proxy/python/sandcell_template.py $(DESTDIR)$(PREFIX)/share/sandcell/
+	  proxy/python/sandcell_packages.py proxy/python/sandcell_template.py \
+	  $(DESTDIR)$(PREFIX)/share/sandcell/
 	if [ -x $(PYTHON) ]; then $(PYTHON) -m compileall -q --invalidation-mode checked-hash \
-	  $(DESTDIR)$(PREFIX)/share/sandcell/sandcell_profile.py; fi
+	  $(DESTDIR)$(PREFIX)/share/sandcell/sandcell_profile.py \
+	  $(DESTDIR)$(PREFIX)/share/sandcell/sandcell_packages.py; fi
 	if [ -x "$$(ls .deps/deno/node_modules/@deno/linux-*/deno 2>/dev/null | head -n 1)" ]; then \
 	  install -m 755 $$(ls .deps/deno/node_modules/@deno/linux-*/deno | head -n 1) \
 	    $(DESTDIR)$(PREFIX)/lib/sandcell/deno && \

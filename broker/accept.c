@@ -22,8 +22,6 @@
 
 #include "broker.h"
 
-#define METHOD_MAX 32   /* longer than any method a client sends */
-#define BLANK_LINES_MAX 8 /* empty lines before a request line (RFC 9112 2.2) */
 #define CONTEXT_PENDING_MAX 32 /* connections from contexts waiting for their 403 */
 
 struct pending {
@@ -36,41 +34,28 @@ struct pending {
 	struct evsrc pd_ev;
 };
 
+/* Accepted, request line not yet seen. */
+static struct pendq pending = TAILQ_HEAD_INITIALIZER(pending);
+static unsigned npending;
+static unsigned npending_ctx; /* of them, from code in a context */
 /* Handed to MHD, not yet reported started (on_connection): newest last. */
 static struct pendq accept_handed = TAILQ_HEAD_INITIALIZER(accept_handed);
+static int listen_fd = -1; /* ours: MHD gets connections from here */
+static struct evsrc ev_listen;
 
-/*
- * Whether b[0..n) can start an HTTP request line: 1 once a method, a space
- * and the first byte of a target are seen, -1 when it cannot be one, 0 while
- * it may still become one.
- */
-int
-accept_classify(const char *b, size_t n)
+/* Connections waiting for their request line, for the connection limit. */
+unsigned
+accept_pending(void)
 {
-	size_t i = 0, m;
-
-	while (i < n && (b[i] == '\r' || b[i] == '\n'))
-		if (++i > BLANK_LINES_MAX * 2)
-			return -1;
-	for (m = i; m < n && frame_tchar(b[m]); m++)
-		if (m - i >= METHOD_MAX)
-			return -1;
-	if (m == n)
-		return 0;
-	if (m == i || b[m] != ' ')
-		return -1;
-	if (++m == n)
-		return 0;
-	return b[m] > ' ' && b[m] < 0x7f ? 1 : -1;
+	return npending;
 }
 
 static void
 accept_watch(int fd)
 {
-	TAILQ_INIT(&sv.sv_tb.tb_pending);
-	sv.sv_io.io_listen_fd = fd;
-	sv.sv_io.io_ev_listen = (struct evsrc){EV_LISTEN, NULL};
-	server_watch(fd, EPOLLIN, &sv.sv_io.io_ev_listen);
+	listen_fd = fd;
+	ev_listen = (struct evsrc){EV_LISTEN, NULL};
+	server_watch(fd, EPOLLIN, &ev_listen);
 }
 
 /*
@@ -174,9 +159,9 @@ pending_close(struct pending *pd)
 		;
 	server_unwatch(pd->pd_fd);
 	close(pd->pd_fd);
-	TAILQ_REMOVE(&sv.sv_tb.tb_pending, pd, pd_link);
-	sv.sv_tb.tb_npending--;
-	sv.sv_tb.tb_npending_ctx -= pd->pd_context;
+	TAILQ_REMOVE(&pending, pd, pd_link);
+	npending--;
+	npending_ctx -= pd->pd_context;
 	free(pd);
 }
 
@@ -242,7 +227,7 @@ accept_ready(void)
 	for (;;) {
 		struct pending *pd = xcalloc(1, sizeof(*pd));
 		pd->pd_addrlen = sizeof(pd->pd_addr);
-		pd->pd_fd = accept4(sv.sv_io.io_listen_fd, (struct sockaddr *)&pd->pd_addr,
+		pd->pd_fd = accept4(listen_fd, (struct sockaddr *)&pd->pd_addr,
 				    &pd->pd_addrlen, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (pd->pd_fd < 0) {
 			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
@@ -252,7 +237,7 @@ accept_ready(void)
 			return;
 		}
 		/* MHD's own limit: past it a connection is not even answered 503 */
-		if (sv.sv_tb.tb_nconns + sv.sv_tb.tb_npending >= sv.sv_cf.cf_max_conns + 64) {
+		if (sv.sv_tb.tb_nconns + npending >= sv.sv_cf.cf_max_conns + 64) {
 			close(pd->pd_fd);
 			free(pd);
 			continue;
@@ -264,16 +249,16 @@ accept_ready(void)
 		 * take the places of the clients'.
 		 */
 		if ((pd->pd_context = box_peer_is_context(pd->pd_fd)) &&
-		    sv.sv_tb.tb_npending_ctx >= CONTEXT_PENDING_MAX) {
+		    npending_ctx >= CONTEXT_PENDING_MAX) {
 			context_refused();
 			close(pd->pd_fd);
 			free(pd);
 			continue;
 		}
-		sv.sv_tb.tb_npending_ctx += pd->pd_context;
+		npending_ctx += pd->pd_context;
 		pd->pd_ev = (struct evsrc){EV_PENDING, pd};
-		TAILQ_INSERT_TAIL(&sv.sv_tb.tb_pending, pd, pd_link);
-		sv.sv_tb.tb_npending++;
+		TAILQ_INSERT_TAIL(&pending, pd, pd_link);
+		npending++;
 		/* edge-triggered: peeked bytes stay unread, only new ones wake us */
 		server_watch(pd->pd_fd, EPOLLIN | EPOLLRDHUP | EPOLLET, &pd->pd_ev);
 	}
@@ -299,7 +284,7 @@ accept_sniff(struct pending *pd, uint32_t events)
 		refuse_context(pd);
 		return;
 	}
-	verdict = accept_classify(b, n);
+	verdict = frame_request_line(b, n);
 	if (verdict < 0 || (verdict == 0 && ended)) {
 		/* not HTTP, or it stopped sending halfway */
 		refuse(pd, "not an HTTP request: expected a request line such as "
@@ -318,8 +303,8 @@ accept_sniff(struct pending *pd, uint32_t events)
 	struct sockaddr_storage addr = pd->pd_addr;
 	socklen_t addrlen = pd->pd_addrlen;
 	server_unwatch(fd);
-	TAILQ_REMOVE(&sv.sv_tb.tb_pending, pd, pd_link);
-	sv.sv_tb.tb_npending--;
+	TAILQ_REMOVE(&pending, pd, pd_link);
+	npending--;
 	TAILQ_INSERT_TAIL(&accept_handed, pd, pd_link);
 	/* MHD owns the socket from here, and closes it if it cannot take it */
 	if (MHD_add_connection(sv.sv_io.io_mhd, fd, (struct sockaddr *)&addr, addrlen) !=
@@ -358,7 +343,7 @@ accept_tick(uint64_t now)
 {
 	struct pending *pd, *next;
 
-	for (pd = TAILQ_FIRST(&sv.sv_tb.tb_pending); pd; pd = next) {
+	for (pd = TAILQ_FIRST(&pending); pd; pd = next) {
 		next = TAILQ_NEXT(pd, pd_link);
 		if (now > pd->pd_since + sv.sv_cf.cf_header_timeout * 1000ull)
 			pending_close(pd);
@@ -378,15 +363,15 @@ accept_stop(void)
 {
 	struct pending *pd;
 
-	if (sv.sv_io.io_listen_fd <= 0)
+	if (listen_fd <= 0)
 		return;
-	while (!TAILQ_EMPTY(&sv.sv_tb.tb_pending))
-		pending_close(TAILQ_FIRST(&sv.sv_tb.tb_pending));
+	while (!TAILQ_EMPTY(&pending))
+		pending_close(TAILQ_FIRST(&pending));
 	while ((pd = TAILQ_FIRST(&accept_handed))) {
 		TAILQ_REMOVE(&accept_handed, pd, pd_link);
 		free(pd);
 	}
-	server_unwatch(sv.sv_io.io_listen_fd);
-	close(sv.sv_io.io_listen_fd);
-	sv.sv_io.io_listen_fd = -1;
+	server_unwatch(listen_fd);
+	close(listen_fd);
+	listen_fd = -1;
 }

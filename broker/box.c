@@ -497,7 +497,7 @@ box_isolate(struct context *c, char *err, size_t errsz)
 		return -EIO;
 	}
 	c->c_workspace = ws;
-	return cwd_usable(c, c->c_cwd, err, errsz) < 0 ? -EINVAL : 0;
+	return cwd_usable(box_kernel_uid(c), box_workspace_of(c), c->c_cwd, err, errsz) < 0 ? -EINVAL : 0;
 }
 
 /* The workspace a context's box shows at BOX_HOME, on the host. */

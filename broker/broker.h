@@ -62,6 +62,8 @@ struct evsrc {
 
 struct context;
 struct request;
+struct stream;
+struct hstream; /* the HTTP side of a stream: respond.c */
 struct pending; /* a connection not yet handed to MHD: accept.c */
 TAILQ_HEAD(pendq, pending);
 
@@ -75,74 +77,94 @@ struct conn {
 };
 TAILQ_HEAD(connq, conn);
 
+
 /* What a waiting request's reply completes. */
 enum { OP_NONE, OP_RESTART, OP_DELETE, OP_INTERRUPT, OP_CREATE };
 
 /*
- * One execution's output: NDJSON from the proxy, relayed as it arrives to an
- * HTTP client (/execute) or to a sandcellctl client (run).
+ * A stream's client side, filled in by its transport (respond.c for HTTP,
+ * control.c for sandcellctl): stream.c calls these and nothing else of either.
+ */
+struct stream_ops {
+	/* output as it comes (final: the last; the stream is freed after it);
+	 * NULL: output is queued in the stream and pulled (stream_take) */
+	void (*so_chunk)(struct stream *s, const char *data, size_t len, bool final);
+	/* queued output, the end, or a keepalive waits for the client */
+	void (*so_wake)(struct stream *s);
+	const char *so_client; /* what listings call a connected client */
+	bool so_keepalive;     /* quiet streams get keepalive lines */
+};
+
+/*
+ * One execution's output: NDJSON from the proxy, relayed as it arrives to the
+ * client of either transport (st_ops, with its own state in st_client).
  */
 struct stream {
 	TAILQ_ENTRY(stream) st_link;     /* server's list */
 	TAILQ_ENTRY(stream) st_ctx_link; /* its context's list */
 	uint64_t st_id;
 	struct context *st_ctx;
-	struct MHD_Connection *st_conn;
+	const struct stream_ops *st_ops; /* NULL until its request hands it over */
+	void *st_client;      /* the transport's (respond.c's hstream, control.c's run) */
 	struct buf st_buf;
-	struct evsrc st_ev;
-	int st_fd;            /* the client's socket, watched while suspended past its park */
 	bool st_final;        /* the proxy ended the stream */
-	bool st_suspended;
-	bool st_watched;      /* st_fd is in the loop's epoll set (watch_hangup) */
 	bool st_gone;         /* the client went away */
-	bool st_halfclosed;   /* the client shut its write side: maybe still reading */
 	bool st_cancel_sent;
 	bool st_recorded;     /* counted in the metrics and logged */
-	uint64_t st_last_out; /* ms of the last byte handed to MHD */
+	uint64_t st_last_out; /* ms of the last byte handed to the client */
 	uint64_t st_started;
 	uint64_t st_bytes;    /* NDJSON bytes from the proxy */
 	char st_code_head[81]; /* first line of the code, for operators */
-	bool st_ctl;          /* a sandcellctl run: output goes to st_pipe */
-	nng_pipe st_pipe;
-	uint64_t st_req;      /* the ctl request it answers */
-	bool st_errored;      /* ctl run: an error line went by */
 	int st_spill_fd;      /* a slow client's backlog, in an unlinked file; or -1 */
 	uint64_t st_spill_w, st_spill_r;
 	bool st_overflow;     /* over --stream-cap or spill failed: output no longer taken */
 	bool st_midline;      /* what is queued ends inside a line */
 	char *st_end;         /* error and end lines, queued once the line is complete */
 	struct buf st_tail;   /* bytes queued after the spill file's (when it is open) */
-	struct request *st_rq; /* parked before its response: see stream_park() */
-	uint64_t st_park_until;
-	TAILQ_ENTRY(stream) st_park_link; /* tb_parked, while st_rq is set */
 };
 TAILQ_HEAD(streamq, stream);
 
 /*
- * A request of either transport: an HTTP one (MHD's con_cls) or a
- * sandcellctl one (rq_ctl). Who frees it: see request.c.
+ * A request's transport, filled in by http.c and control.c: how the request
+ * layer answers it, knowing neither.
+ */
+struct request_ops {
+	/* the one answer: json (taken) or text; a ctl request is freed by it */
+	void (*ro_complete)(struct request *rq, unsigned status, json_t *json, const char *text);
+	/* the answer comes later: the request waits on its context */
+	void (*ro_suspend)(struct request *rq);
+	/* the stream s answers it from now on (a ctl request is freed) */
+	void (*ro_stream)(struct request *rq, struct stream *s);
+};
+
+/*
+ * A request of either transport, embedded first in the transport's own
+ * (http.c's struct http_request, control.c's). Who frees it: see answer.c.
  */
 struct request {
 	TAILQ_ENTRY(request) rq_link; /* a context's waiters */
-	struct MHD_Connection *rq_conn;
-	struct buf rq_body;
-	bool rq_too_big;
-	bool rq_suspended;
-	struct stream *rq_stream;
+	const struct request_ops *rq_ops;
 	struct context *rq_ctx;  /* waiting on this context */
 	uint64_t rq_req;         /* waiting for the reply with this id; 0 = ready */
 	int rq_op;               /* OP_*: what the reply completes */
 	uint64_t rq_deadline;    /* answer 504 if the proxy is silent until then */
-	struct MHD_Response *rq_resp; /* prepared while suspended */
-	unsigned rq_status;
-	unsigned rq_code;        /* the status answered, for the metrics */
-	const char *rq_endpoint; /* path template, for the metrics */
-	const char *rq_method;
-	bool rq_ctl;             /* from sandcellctl: answered on rq_pipe */
-	nng_pipe rq_pipe;
-	uint64_t rq_ctl_req;
 };
 TAILQ_HEAD(requestq, request);
+
+/* An HTTP request (MHD's con_cls): the request layer's part first. */
+struct http_request {
+	struct request hr_rq;
+	struct MHD_Connection *hr_conn;
+	struct buf hr_body;
+	bool hr_too_big;
+	bool hr_suspended;
+	struct stream *hr_stream;
+	struct MHD_Response *hr_resp; /* prepared while suspended */
+	unsigned hr_status;
+	unsigned hr_code;        /* the status answered, for the metrics */
+	const char *hr_endpoint; /* path template, for the metrics */
+	const char *hr_method;
+};
 
 /*
  * The connection to one proxy process and what it reports. Its events point at
@@ -185,10 +207,6 @@ struct context {
 };
 TAILQ_HEAD(contextq, context);
 
-/* A sandcellctl client (control.c). */
-struct ctl_peer;
-TAILQ_HEAD(ctlpeerq, ctl_peer);
-
 /* --pool LANG=N: N warm proxies of that language's kernelspec. */
 struct pool_spec {
 	char ps_want[MAX_LANG + 1];
@@ -207,7 +225,7 @@ struct server_config {
 	char cf_max_starting[24]; /* kernels starting at once, for the proxies; "0": any */
 	unsigned cf_conn_timeout;
 	bool cf_no_default;
-	bool cf_keep_contexts;  /* proxies outlive a stop (restart path) */
+	bool cf_keep_contexts;  /* proxies outlive a stop; the one set at run time (control.c) */
 	const char *cf_kernel_memory, *cf_kernel_cpu, *cf_kernel_cgroup;
 	const char *cf_python_startup;
 	const char *cf_kernel_user;
@@ -239,45 +257,26 @@ struct server_config {
 struct server_handles {
 	struct MHD_Daemon *io_mhd;
 	int io_epfd, io_sigfd, io_wakefd;
-	struct evsrc io_ev_mhd, io_ev_sig, io_ev_wake, io_ev_ctl;
-	nng_socket io_ctl;
-	int io_ctl_fd;
-	int io_listen_fd;           /* ours: MHD gets connections from accept.c */
-	struct evsrc io_ev_listen;
-	uint64_t io_mhd_log_at;     /* rate limit of MHD's messages at warn level */
-	unsigned io_mhd_log_n;
+	struct evsrc io_ev_sig, io_ev_wake;
 	struct epoll_event *io_batch; /* what epoll_wait returned, handled in turn */
 	int io_batch_n;
 };
 
-/* What the broker holds; the loop's thread alone touches them. */
+/*
+ * The tables more than one module reads; the loop's thread alone touches
+ * them. What one module alone keeps is static in it (accept.c's pending
+ * connections, control.c's clients, respond.c's parked streams, ...).
+ */
 struct server_tables {
-	struct contextq tb_contexts;
-	struct streamq tb_streams;
-	struct streamq tb_parked; /* by st_park_until: PARK_MS after each request */
-	struct connq tb_conns;
-	unsigned tb_nconns;
-	struct pendq tb_pending;    /* accepted, request line not yet seen */
-	unsigned tb_npending;
-	unsigned tb_npending_ctx; /* of them, from code in a context (accept.c) */
-	uint64_t tb_next_stream, tb_next_req;
-	struct kspec **tb_kspecs; /* kernelspecs as last read (kcache_find) */
-	size_t tb_nkspecs;
-	uint64_t tb_kspecs_at;
-	struct {
-		struct {
-			nng_pipe pipe;
-			uint64_t req;
-		} w[32];
-		size_t n;
-	} tb_watchers; /* sandcellctl watch clients */
-	struct ctlpeerq tb_ctl_peers; /* ctl clients with replies unacked or waiting */
+	struct contextq tb_contexts; /* context.c's, walked by listings and metrics */
+	struct streamq tb_streams;   /* stream.c's, walked by listings and metrics */
+	unsigned tb_nconns;          /* HTTP connections MHD has (http.c), for accept.c's limit */
 };
 
-/* The warm pool's state (its sizes are cf_pool). */
+/* The warm pool's state (its sizes are cf_pool): pool.c's, and shared, as
+ * link and proxy events back it off or kick it (relay.c, supervise.c). */
 struct server_pool {
 	uint64_t po_backoff; /* no refill before this (a warm kernel failed) */
-	uint64_t po_claimed; /* when a warm kernel was last handed out (ms) */
 	bool po_kick;        /* refill the pool once this round's responses are out */
 };
 
@@ -288,36 +287,20 @@ struct server_lifecycle {
 	uint64_t lc_drain_until;
 	uint64_t lc_watchdog_at;
 	bool lc_mhd_kick, lc_quit;
+	bool lc_defaults;       /* the default contexts of start-up are being made */
 	uint64_t lc_started;
 };
 
-/* Written on nng's threads, read on the loop's: under control.c's lock. */
-struct server_mailbox {
-	struct {
-		uint32_t *ids;
-		size_t n, cap;
-	} mb_ctl_gone; /* ctl pipes closed */
-};
-
-/* The Python template (template.c). */
-struct server_template {
-	char *tp_kernel;  /* the kernelspec it serves; NULL: no template */
-	char *tp_sock;    /* <run dir>/template-<kernel>.sock */
-	char *tp_argv[5]; /* python, the script, libsandcell-box.so, the socket */
-	char **tp_env;
-	pid_t tp_pid;
-	uint64_t tp_started_at, tp_respawn_at, tp_backoff;
-	bool tp_defaults;  /* the default contexts of start-up are being made */
-};
-
+/*
+ * The broker's global: configuration (read-only after start), the loop's
+ * handles, the shared tables and where the broker is in its life.
+ */
 struct server {
 	struct server_config sv_cf;
 	struct server_handles sv_io;
 	struct server_tables sv_tb;
 	struct server_pool sv_po;
 	struct server_lifecycle sv_lc;
-	struct server_mailbox sv_mb;
-	struct server_template sv_tp;
 };
 extern struct server sv;
 
@@ -343,18 +326,28 @@ const char *config_default_cwd(void);
 const char *config_python_startup(void);
 const char *config_proxy_bin(void);
 
+/* events.c */
+void events_subscribe(void (*fn)(json_t *ev, void *arg), void *arg);
+void events_emit(json_t *ev);
+
+/* answer.c */
+void answer_done(struct request *rq, unsigned status, json_t *json, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+void answer_wait(struct request *rq);
+void answer_drop(struct request *rq);
+
 /* accept.c */
-int accept_classify(const char *b, size_t n);
 int accept_listen(const char *where);
 void accept_ready(void);
 void accept_sniff(struct pending *pd, uint32_t events);
 uint64_t accept_since(int fd);
 void accept_tick(uint64_t now);
+unsigned accept_pending(void);
 void accept_stop(void);
 
 /* cwd.c */
 int cwd_check(const char *dir, uid_t uid, char *err, size_t errsz);
-int cwd_usable(const struct context *c, const char *cwd, char *err, size_t errsz);
+int cwd_usable(uid_t uid, const char *workspace, const char *cwd, char *err, size_t errsz);
 
 /* frame.c */
 struct frame {
@@ -366,6 +359,9 @@ bool frame_tchar(unsigned char ch);
 void frame_field(struct frame *fr, const char *name, size_t namelen, const char *value,
                  size_t valuelen);
 int frame_head(const char *b, size_t n, const char **why);
+int frame_request_line(const char *b, size_t n);
+size_t frame_unescape(char *s, bool *bad);
+const char *frame_quote(const char *s, char *out, size_t outsz);
 
 /* metrics.c */
 enum metric {
@@ -386,60 +382,87 @@ char *metrics_render(size_t *len);
 void openapi_init(void);
 const char *openapi_json(size_t *len);
 
+/* validate.c */
+int validate_opt_string(json_t *body, const char *key, const char **out, char *err,
+			size_t errsz);
+int validate_language(const char *in, char *lang, size_t langsz, char *err, size_t errsz);
+int validate_execute(json_t *body, struct msg *m, const char **ctx_id, char *lang,
+		     size_t langsz, char *err, size_t errsz);
+
 /* request.c */
-int request_opt_string(json_t *body, const char *key, const char **out, char *err,
-		       size_t errsz);
-int request_validate_execute(json_t *body, struct msg *m, const char **ctx_id, char *lang,
-			     size_t langsz, char *err, size_t errsz);
 void request_execute(struct request *rq, json_t *body);
 void request_create(struct request *rq, const char *language, const char *cwd);
 void request_context(struct request *rq, const char *id, int op);
 void request_drain(struct request *rq, bool drain);
-void request_done(struct request *rq, unsigned status, json_t *json, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-void request_free(struct request *rq);
 
 /* http.c */
 int http_start(void);
 void http_stop(void);
 void http_tick(uint64_t now);
-struct MHD_Response *http_text(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-struct MHD_Response *http_json(json_t *j);
-size_t http_unescape(char *s, bool *bad);
-const char *http_quote(const char *s, char *out, size_t outsz);
-void http_complete(struct request *rq, unsigned status, struct MHD_Response *resp);
-void http_suspend(struct request *rq);
+
+/* respond.c */
+extern const struct request_ops respond_ops;
+struct MHD_Response *respond_text(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+struct MHD_Response *respond_json(json_t *j);
+enum MHD_Result respond_now(struct http_request *hr, unsigned status, struct MHD_Response *r);
+void respond_complete(struct http_request *hr, unsigned status, struct MHD_Response *resp);
+void respond_suspend(struct http_request *hr);
+void respond_stream(struct http_request *hr, struct stream *s);
+void respond_hangup(struct hstream *hs, uint32_t events);
+void respond_closed(struct stream *s);
+void respond_park_due(uint64_t now);
+long respond_park_wait(uint64_t now); /* ms until the next is due, or -1 */
 
 /* stream.c */
-struct stream *stream_open(struct context *c, struct MHD_Connection *conn, const char *code);
-struct stream *stream_open_ctl(struct context *c, nng_pipe pipe, uint64_t req,
-			       const char *code);
-void stream_park(struct stream *s, struct request *rq);
-void stream_park_due(uint64_t now);
-long stream_park_wait(uint64_t now); /* ms until the next is due, or -1 */
+struct stream *stream_open(struct context *c, const char *code);
 void stream_output(struct stream *s, const char *data, size_t len, struct msg *final);
+size_t stream_take(struct stream *s, char *out, size_t max);
+char *stream_take_all(struct stream *s, size_t *len);
+bool stream_whole(const struct stream *s);
+void stream_probe(struct stream *s);
+void stream_gone(struct stream *s);
 void stream_fail(struct stream *s, const char *name, const char *value, const char *outcome);
 void stream_cancel(struct stream *s, const char *why);
 void stream_detach(struct stream *s);
 struct stream *stream_by_id(uint64_t id);
-void stream_hangup(struct stream *s, uint32_t events);
 void stream_closed(struct stream *s);
 void stream_tick(uint64_t now);
 void stream_fail_all(const char *name, const char *value, const char *outcome);
 struct stream *stream_find(struct context *c, uint64_t id);
 
-/* context.c */
-const char *kstate_name(enum kstate s);
-bool context_proxyless(const struct context *c);
-const char *context_state(struct context *c);
+/* context.c; its accessors, which read a context's fields only, are inline */
+static inline bool
+context_proxyless(const struct context *c)
+{
+	/* its proxy kept dying (or could not be linked again): not restarted */
+	return !c->c_pooled && c->c_pl->pl_pid <= 0 && c->c_pl->pl_state == KS_DEAD;
+}
+
+/* pooled, or starting, idle, busy (something running or queued) or dead */
+static inline const char *
+context_state(const struct context *c)
+{
+	if (c->c_pooled)
+		return "pooled";
+	if (c->c_pl->pl_pid <= 0 || c->c_pl->pl_state == KS_DEAD)
+		return "dead";
+	if (c->c_pl->pl_state == KS_STARTING)
+		return "starting";
+	return c->c_nstreams ? "busy" : "idle";
+}
+
+/* a context clients see: not being deleted, not a warm proxy of the pool */
+static inline bool
+context_listed(const struct context *c)
+{
+	return !c->c_deleting && !c->c_pooled;
+}
+
 struct context *context_find(const char *id);
-bool context_listed(struct context *c);
 struct context *context_default(const char *lang);
 json_t *context_json(struct context *c, bool live);
 struct context *context_new(const char *id, const char *lang, const char *kernel,
 			    const char *cwd, bool is_default);
-int context_create(const char *lang, const char *cwd, bool is_default, struct context **out,
-		   char *err, size_t errsz);
 void context_delete(struct context *c);
 void context_free(struct context *c);
 void context_detach_all(void);
@@ -448,7 +471,9 @@ void context_detach_all(void);
 int link_open(struct context *c, const char *slot);
 void link_close(struct proxy_link *pl);
 void link_send(struct context *c, struct msg *m);
-void link_recv(struct context *c);
+
+/* relay.c */
+void relay_recv(struct context *c);
 
 /* supervise.c */
 int supervise_spawn(struct context *c);
@@ -467,6 +492,8 @@ void template_tick(uint64_t now);
 void template_stop(void);
 
 /* pool.c */
+int pool_create(const char *lang, const char *cwd, bool is_default, struct context **out,
+		char *err, size_t errsz);
 struct context *pool_use(const char *kernel, const char *cwd, bool is_default);
 bool pool_restart(struct context *c);
 void pool_fill(void);
@@ -476,7 +503,7 @@ void waiter_wait_ready(struct context *c, struct request *rq);
 void waiter_request(struct context *c, struct request *rq, enum msg_type t, int op);
 void waiter_answer_ready(struct context *c);
 void waiter_reply(struct context *c, struct msg *m);
-void waiter_forget(struct request *rq);
+uint64_t waiter_next_req(void);
 void waiter_tick(uint64_t now);
 
 /* kcache.c */
@@ -485,12 +512,20 @@ const struct kspec *kcache_find(const char *want);
 /* control.c */
 int control_start(void);
 void control_recv(void);
+void control_wake(void);
 void control_stop(void);
-void control_pipe_gone(uint32_t id);
-void control_pipe_events(void);
-void control_reply(struct request *rq, unsigned status, json_t *json, const char *text);
-void control_stream_output(struct stream *s, const char *data, size_t len, bool final);
-void control_event(json_t *ev);
+
+/* ctlpeer.c */
+void ctlpeer_init(nng_socket sock, uint64_t stream_cap);
+void ctlpeer_send(nng_pipe p, struct msg *m);
+void ctlpeer_reply(nng_pipe p, enum msg_type t, uint64_t req, json_t *data, const char *text);
+void ctlpeer_ack(nng_pipe p, uint64_t count);
+int ctlpeer_watch(nng_pipe p, uint64_t req);
+size_t ctlpeer_watchers(void);
+void ctlpeer_event(json_t *ev, void *arg);
+void ctlpeer_gone(uint32_t id);
+void ctlpeer_reap(void (*fn)(uint32_t id, void *arg), void *arg);
+void ctlpeer_stop(void);
 
 /* box.c */
 int box_check(char *err, size_t errsz);

@@ -1,6 +1,7 @@
 /*
- * context.c — the context table: create, look up, list (the JSON view, with
- * /proc RSS), delete and free contexts. A context's proxy is link.c's and
+ * context.c — the context table: a new entry, look up, list (the JSON view,
+ * with /proc RSS), delete and free contexts. Where a new context's proxy
+ * comes from is pool.c's (pool_create); its proxy is link.c's and
  * supervise.c's; its waiting requests are waiter.c's.
  */
 #include <errno.h>
@@ -10,34 +11,6 @@
 #include <unistd.h>
 
 #include "broker.h"
-
-const char *
-kstate_name(enum kstate s)
-{
-	static const char *names[] = {"starting", "idle", "busy", "dead"};
-
-	return (unsigned)s < 4 ? names[s] : "unknown";
-}
-
-/* Its proxy kept dying (or could not be linked again) and is not restarted. */
-bool
-context_proxyless(const struct context *c)
-{
-	return !c->c_pooled && c->c_pl->pl_pid <= 0 && c->c_pl->pl_state == KS_DEAD;
-}
-
-/* starting, idle, busy (something running or queued) or dead. */
-const char *
-context_state(struct context *c)
-{
-	if (c->c_pooled)
-		return "pooled";
-	if (c->c_pl->pl_pid <= 0 || c->c_pl->pl_state == KS_DEAD)
-		return "dead";
-	if (c->c_pl->pl_state == KS_STARTING)
-		return "starting";
-	return c->c_nstreams ? "busy" : "idle";
-}
 
 /* Resident memory of a process in bytes, or -1. */
 static long long
@@ -69,13 +42,6 @@ context_find(const char *id)
 		if (context_listed(c) && !strcmp(c->c_id, id))
 			return c;
 	return NULL;
-}
-
-/* A context clients see: not being deleted, not a warm proxy of the pool. */
-bool
-context_listed(struct context *c)
-{
-	return !c->c_deleting && !c->c_pooled;
 }
 
 struct context *
@@ -158,8 +124,7 @@ context_free(struct context *c)
 			stream_fail(s, "ContextDeleted", "the context was deleted", "deleted");
 	}
 	while ((rq = TAILQ_FIRST(&c->c_waiters))) {
-		waiter_forget(rq);
-		request_done(rq, 404, NULL, "context %s was deleted", c->c_id);
+		answer_done(rq, 404, NULL, "context %s was deleted", c->c_id);
 	}
 	free(why);
 	link_close(c->c_pl);
@@ -175,56 +140,6 @@ context_free(struct context *c)
 }
 
 /*
- * want is a kernelspec name or a language (normalised); the context records
- * the kernelspec it resolved to and that kernelspec's language, so "python3"
- * and "python" are the same default context.
- */
-int
-context_create(const char *want, const char *cwd, bool is_default, struct context **out,
-	       char *err, size_t errsz)
-{
-	struct context *c;
-	const struct kspec *ks;
-	int n = 0, rc;
-
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
-		n += !c->c_pooled && !c->c_deleting;
-	if (n >= sv.sv_cf.cf_max_contexts) {
-		snprintf(err, errsz, "too many contexts (limit %d); delete one first",
-			 sv.sv_cf.cf_max_contexts);
-		return -EAGAIN;
-	}
-	if (!(ks = kcache_find(want))) {
-		char *avail = kspec_languages();
-		snprintf(err, errsz, "unknown language '%.64s'; available: %s", want, avail);
-		free(avail);
-		return -ENOENT;
-	}
-	if ((c = pool_use(ks->ks_name, cwd, is_default))) {
-		*out = c;
-		return 0;
-	}
-	c = context_new(NULL, ks->ks_lang, ks->ks_name, cwd, is_default);
-	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_contexts, c, c_link);
-	if ((rc = box_isolate(c, err, errsz)) < 0) {
-		context_free(c);
-		return rc;
-	}
-	cwd = c->c_cwd;
-	if (link_open(c, c->c_id) < 0 || supervise_spawn(c) < 0) {
-		snprintf(err, errsz, "could not start a proxy for the context");
-		context_free(c);
-		return -EIO;
-	}
-	log_info("context %s: created (%s, kernel %s, cwd %s%s), proxy pid %d", c->c_id,
-		 c->c_lang, c->c_kernel, cwd, is_default ? ", default" : "", (int)c->c_pl->pl_pid);
-	control_event(json_pack("{s:s, s:s, s:s, s:s}", "event", "context_created", "context",
-				c->c_id, "language", c->c_lang, "cwd", cwd));
-	*out = c;
-	return 0;
-}
-
-/*
  * Deletion is answered once the proxy confirms; the context is freed when the
  * proxy is gone (SIGCHLD, or its link closing for an adopted one), so its last
  * messages still reach their streams.
@@ -234,7 +149,7 @@ context_delete(struct context *c)
 {
 	c->c_deleting = true;
 	log_info("context %s: deleted", c->c_id);
-	control_event(json_pack("{s:s, s:s}", "event", "context_deleted", "context", c->c_id));
+	events_emit(json_pack("{s:s, s:s}", "event", "context_deleted", "context", c->c_id));
 }
 
 /* --keep-contexts: leave every proxy running; they drop our streams. */

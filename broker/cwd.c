@@ -1,6 +1,6 @@
 /*
  * cwd.c — whether kernels can start in a directory: an absolute path to a
- * directory that the uid kernels run as (box_kernel_uid: the sandbox's, or
+ * directory that the uid kernels run as (box_kernel_uid(): the sandbox's, or
  * --kernel-user's) can enter. The check runs in a child that takes that
  * uid's ids, so the kernel's own rules (modes, ACLs, groups) decide, not a
  * copy; a request naming one it cannot enter is refused before any kernel is
@@ -92,19 +92,20 @@ cwd_check(const char *dir, uid_t uid, char *err, size_t errsz)
 }
 
 /*
- * Whether cwd, as a client gave it, can be a context's (c NULL: a shared
- * one's): boxed, a path of the box's view (lib/boxview.c) that the kernel's
- * uid can enter; unboxed, a host directory it can enter. err says why not.
+ * Whether cwd, as a client gave it, can be a context's whose kernels run as
+ * uid with workspace (box_kernel_uid(), box_workspace_of()): boxed, a path of
+ * the box's view (lib/boxview.c) that uid can enter; unboxed, a host
+ * directory it can enter. err says why not.
  */
 int
-cwd_usable(const struct context *c, const char *cwd, char *err, size_t errsz)
+cwd_usable(uid_t uid, const char *workspace, const char *cwd, char *err, size_t errsz)
 {
 	char host[PATH_MAX], why[320];
 	int rc;
 
 	if (!sv.sv_cf.cf_sandbox)
-		rc = cwd_check(cwd, box_kernel_uid(c), why, sizeof(why));
-	else if ((rc = boxview_host_path(box_workspace_of(c), cwd, host, sizeof(host))) == -ENOENT)
+		rc = cwd_check(cwd, uid, why, sizeof(why));
+	else if ((rc = boxview_host_path(workspace, cwd, host, sizeof(host))) == -ENOENT)
 		snprintf(why, sizeof(why),
 			 "not in the context's box, which shows %s (the workspace), /tmp, "
 			 "/usr and /etc",
@@ -114,7 +115,7 @@ cwd_usable(const struct context *c, const char *cwd, char *err, size_t errsz)
 	else if (rc < 0)
 		snprintf(why, sizeof(why), "%s", strerror(-rc));
 	else if (*host) /* (the box's /tmp is its own: always there) */
-		rc = cwd_check(host, box_kernel_uid(c), why, sizeof(why));
+		rc = cwd_check(host, uid, why, sizeof(why));
 	if (rc < 0)
 		snprintf(err, errsz, "cwd '%.256s' cannot be used: %s", cwd, why);
 	return rc;

@@ -1,17 +1,23 @@
 /*
- * frame.c — where a request's body ends (RFC 9112 6): at one Content-Length,
- * or at the last chunk of a Transfer-Encoding of just "chunked". A request
- * that says it any other way is refused: what follows it could be read as a
- * next request by us and as its body by a proxy in front (request smuggling),
- * so its connection is closed after the 400. Decided here for accept.c (a
- * connection's first request head, as it came) and http.c (each request's
- * fields, as libmicrohttpd parsed them).
+ * frame.c — an HTTP request's text, read without libmicrohttpd: whether bytes
+ * can start a request line (accept.c), the path's escapes and how a client's
+ * string is echoed (http.c), and where a request's body ends (RFC 9112 6):
+ * at one Content-Length, or at the last chunk of a Transfer-Encoding of just
+ * "chunked". A request that says it any other way is refused: what follows
+ * it could be read as a next request by us and as its body by a proxy in
+ * front (request smuggling), so its connection is closed after the 400.
+ * Decided for accept.c (a connection's first head, as it came) and http.c
+ * (each request's fields, as libmicrohttpd parsed them).
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
 #include "broker.h"
+
+#define METHOD_MAX 32   /* longer than any method a client sends */
+#define BLANK_LINES_MAX 8 /* empty lines before a request line (RFC 9112 2.2) */
 
 bool
 frame_tchar(unsigned char ch)
@@ -108,4 +114,92 @@ frame_head(const char *b, size_t n, const char **why)
 			return -1;
 	}
 	return 0;
+}
+
+/*
+ * Whether b[0..n) can start an HTTP request line: 1 once a method, a space
+ * and the first byte of a target are seen, -1 when it cannot be one, 0 while
+ * it may still become one.
+ */
+int
+frame_request_line(const char *b, size_t n)
+{
+	size_t i = 0, m;
+
+	while (i < n && (b[i] == '\r' || b[i] == '\n'))
+		if (++i > BLANK_LINES_MAX * 2)
+			return -1;
+	for (m = i; m < n && frame_tchar(b[m]); m++)
+		if (m - i >= METHOD_MAX)
+			return -1;
+	if (m == n)
+		return 0;
+	if (m == i || b[m] != ' ')
+		return -1;
+	if (++m == n)
+		return 0;
+	return b[m] > ' ' && b[m] < 0x7f ? 1 : -1;
+}
+
+/*
+ * A client's string as it may be echoed in an answer: printable ASCII, other
+ * bytes as \xHH, cut with "..." to fit out. Returns out.
+ */
+const char *
+frame_quote(const char *s, char *out, size_t outsz)
+{
+	size_t n = 0;
+
+	for (; *s && n + 4 < outsz; s++) {
+		unsigned char ch = *s;
+		if (ch >= 0x20 && ch < 0x7f && ch != '\\')
+			out[n++] = ch;
+		else
+			n += snprintf(out + n, outsz - n, "\\x%02x", ch);
+	}
+	if (*s && outsz >= 4)
+		strcpy(out + (n + 4 <= outsz ? n : outsz - 4), "...");
+	else if (outsz)
+		out[n < outsz ? n : outsz - 1] = '\0';
+	return out;
+}
+
+static int
+hexval(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'f')
+		return (ch | 0x20) - 'a' + 10;
+	return -1;
+}
+
+/*
+ * Decodes %HH once, in place; returns the new length. An encoded '/' or NUL
+ * stays encoded (it would split or cut an id) and sets *bad.
+ */
+size_t
+frame_unescape(char *s, bool *bad)
+{
+	char *r = s, *w = s;
+
+	*bad = false;
+	while (*r) {
+		int hi, lo;
+		if (r[0] != '%' || (hi = hexval(r[1])) < 0 || (lo = hexval(r[2])) < 0) {
+			*w++ = *r++;
+			continue;
+		}
+		char ch = (char)(hi << 4 | lo);
+		if (ch == '/' || ch == '\0') {
+			*bad = true;
+			memmove(w, r, 3);
+			w += 3;
+		} else {
+			*w++ = ch;
+		}
+		r += 3;
+	}
+	*w = '\0';
+	return w - s;
 }

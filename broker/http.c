@@ -1,8 +1,9 @@
 /*
- * http.c — the HTTP transport on libmicrohttpd: routing, body limits, JSON
- * parsing, auth and responses; what a request does is request.c's. MHD runs in
- * external-epoll mode inside the broker's loop; requests that wait (context
- * start, restart, delete) are suspended and answered with http_complete().
+ * http.c — the HTTP transport on libmicrohttpd: connections, routing, body
+ * limits, JSON parsing, auth; what a request does is request.c's, which
+ * answers through respond_ops (respond.c: responses, suspended requests, an
+ * execution's streamed output). MHD runs in external-epoll mode inside the
+ * broker's loop.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -16,82 +17,25 @@
 
 #include "broker.h"
 
-#define CT_TEXT "text/plain; charset=utf-8"
 #define CT_JSON "application/json"
 
-struct MHD_Response *
-http_text(const char *fmt, ...)
-{
-	va_list ap;
-	char *s;
-	int n;
-
-	va_start(ap, fmt);
-	n = vasprintf(&s, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		fatal("out of memory");
-	s = xrealloc(s, n + 2);
-	s[n++] = '\n';
-	struct MHD_Response *r = MHD_create_response_from_buffer(n, s, MHD_RESPMEM_MUST_FREE);
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, CT_TEXT);
-	return r;
-}
-
-struct MHD_Response *
-http_json(json_t *j)
-{
-	/* 12 digits: 46.979, not 46.978999999999999 */
-	char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_ENSURE_ASCII |
-				       JSON_REAL_PRECISION(12));
-	struct MHD_Response *r;
-
-	json_decref(j);
-	if (!s)
-		fatal("out of memory");
-	r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, CT_JSON);
-	return r;
-}
-
-static enum MHD_Result
-respond(struct request *rq, unsigned status, struct MHD_Response *r)
-{
-	enum MHD_Result ret = MHD_queue_response(rq->rq_conn, status, r);
-
-	rq->rq_code = status;
-	MHD_destroy_response(r);
-	return ret;
-}
-
-/* Answers a request now, or after resuming it if it was suspended. */
-void
-http_complete(struct request *rq, unsigned status, struct MHD_Response *resp)
-{
-	if (!rq->rq_suspended) {
-		respond(rq, status, resp);
-		return;
-	}
-	if (rq->rq_resp)
-		MHD_destroy_response(rq->rq_resp);
-	rq->rq_resp = resp;
-	rq->rq_status = status;
-	rq->rq_suspended = false;
-	MHD_resume_connection(rq->rq_conn);
-	sv.sv_lc.lc_mhd_kick = true;
-}
+/* HTTP connections MHD has, for the connection limit and the header timeout. */
+static struct connq conns = TAILQ_HEAD_INITIALIZER(conns);
+static struct evsrc ev_mhd;
+static uint64_t mhd_log_at; /* rate limit of MHD's messages at warn level */
+static unsigned mhd_log_n;
 
 static json_t *
-parse_body(struct request *rq, char *err, size_t errsz)
+parse_body(struct http_request *hr, char *err, size_t errsz)
 {
 	json_error_t jerr;
 	json_t *j;
 
-	if (rq->rq_body.b_len == 0) {
+	if (hr->hr_body.b_len == 0) {
 		snprintf(err, errsz, "a JSON body is required");
 		return NULL;
 	}
-	j = json_loadb(buf_head(&rq->rq_body), buf_pending(&rq->rq_body),
+	j = json_loadb(buf_head(&hr->hr_body), buf_pending(&hr->hr_body),
 		       JSON_REJECT_DUPLICATES, &jerr);
 	if (!j)
 		snprintf(err, errsz, "invalid JSON body: %s (line %d, column %d)", jerr.text,
@@ -104,49 +48,42 @@ parse_body(struct request *rq, char *err, size_t errsz)
 	return j;
 }
 
-void
-http_suspend(struct request *rq)
-{
-	rq->rq_suspended = true;
-	MHD_suspend_connection(rq->rq_conn);
-}
-
 static enum MHD_Result
-do_execute(struct request *rq)
+do_execute(struct http_request *hr)
 {
 	char err[1024];
 	json_t *body;
 
-	if (!(body = parse_body(rq, err, sizeof(err))))
-		return respond(rq, 400, http_text("%s", err));
-	request_execute(rq, body);
+	if (!(body = parse_body(hr, err, sizeof(err))))
+		return respond_now(hr, 400, respond_text("%s", err));
+	request_execute(&hr->hr_rq, body);
 	json_decref(body);
 	return MHD_YES;
 }
 
 static enum MHD_Result
-do_create(struct request *rq)
+do_create(struct http_request *hr)
 {
 	char err[1024];
 	const char *language = NULL, *cwd = NULL;
 	json_t *body = NULL;
 
-	if (rq->rq_body.b_len) {
-		if (!(body = parse_body(rq, err, sizeof(err))))
-			return respond(rq, 400, http_text("%s", err));
-		if (request_opt_string(body, "language", &language, err, sizeof(err)) < 0 ||
-		    request_opt_string(body, "cwd", &cwd, err, sizeof(err)) < 0) {
+	if (hr->hr_body.b_len) {
+		if (!(body = parse_body(hr, err, sizeof(err))))
+			return respond_now(hr, 400, respond_text("%s", err));
+		if (validate_opt_string(body, "language", &language, err, sizeof(err)) < 0 ||
+		    validate_opt_string(body, "cwd", &cwd, err, sizeof(err)) < 0) {
 			json_decref(body);
-			return respond(rq, 400, http_text("%s", err));
+			return respond_now(hr, 400, respond_text("%s", err));
 		}
 	}
-	request_create(rq, language, cwd);
+	request_create(&hr->hr_rq, language, cwd);
 	json_decref(body);
 	return MHD_YES;
 }
 
 static enum MHD_Result
-do_languages(struct request *rq)
+do_languages(struct http_request *hr)
 {
 	struct kspec **v;
 	size_t n;
@@ -157,11 +94,11 @@ do_languages(struct request *rq)
 		json_array_append_new(a, json_pack("{s:s, s:s}", "language", v[i]->ks_lang,
 						   "kernelspec", v[i]->ks_name));
 	kspec_list_free(v, n);
-	return respond(rq, 200, http_json(a));
+	return respond_now(hr, 200, respond_json(a));
 }
 
 static enum MHD_Result
-do_list(struct request *rq)
+do_list(struct http_request *hr)
 {
 	json_t *a = json_array();
 	struct context *c;
@@ -169,7 +106,7 @@ do_list(struct request *rq)
 	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
 		if (context_listed(c))
 			json_array_append_new(a, context_json(c, false));
-	return respond(rq, 200, http_json(a));
+	return respond_now(hr, 200, respond_json(a));
 }
 
 /* Bounded label values for the metrics: path templates and known methods. */
@@ -207,7 +144,7 @@ method_of(const char *m)
 }
 
 static enum MHD_Result
-do_metrics(struct request *rq)
+do_metrics(struct http_request *hr)
 {
 	size_t len;
 	char *text = metrics_render(&len);
@@ -216,12 +153,12 @@ do_metrics(struct request *rq)
 
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
 				"text/plain; version=0.0.4; charset=utf-8");
-	return respond(rq, 200, r);
+	return respond_now(hr, 200, r);
 }
 
 /* The OpenAPI document of this API (openapi.c). */
 static enum MHD_Result
-do_openapi(struct request *rq)
+do_openapi(struct http_request *hr)
 {
 	size_t len;
 	const char *doc = openapi_json(&len);
@@ -229,81 +166,18 @@ do_openapi(struct request *rq)
 		MHD_create_response_from_buffer(len, (void *)doc, MHD_RESPMEM_PERSISTENT);
 
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, CT_JSON);
-	return respond(rq, 200, r);
-}
-
-/*
- * A client's string as it may be echoed in an answer: printable ASCII, other
- * bytes as \xHH, cut with "..." to fit out. Returns out.
- */
-const char *
-http_quote(const char *s, char *out, size_t outsz)
-{
-	size_t n = 0;
-
-	for (; *s && n + 4 < outsz; s++) {
-		unsigned char ch = *s;
-		if (ch >= 0x20 && ch < 0x7f && ch != '\\')
-			out[n++] = ch;
-		else
-			n += snprintf(out + n, outsz - n, "\\x%02x", ch);
-	}
-	if (*s && outsz >= 4)
-		strcpy(out + (n + 4 <= outsz ? n : outsz - 4), "...");
-	else if (outsz)
-		out[n < outsz ? n : outsz - 1] = '\0';
-	return out;
-}
-
-static int
-hexval(char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'f')
-		return (ch | 0x20) - 'a' + 10;
-	return -1;
-}
-
-/*
- * Decodes %HH once, in place; returns the new length. An encoded '/' or NUL
- * stays encoded (it would split or cut an id) and sets *bad.
- */
-size_t
-http_unescape(char *s, bool *bad)
-{
-	char *r = s, *w = s;
-
-	*bad = false;
-	while (*r) {
-		int hi, lo;
-		if (r[0] != '%' || (hi = hexval(r[1])) < 0 || (lo = hexval(r[2])) < 0) {
-			*w++ = *r++;
-			continue;
-		}
-		char ch = (char)(hi << 4 | lo);
-		if (ch == '/' || ch == '\0') {
-			*bad = true;
-			memmove(w, r, 3);
-			w += 3;
-		} else {
-			*w++ = ch;
-		}
-		r += 3;
-	}
-	*w = '\0';
-	return w - s;
+	return respond_now(hr, 200, r);
 }
 
 static struct conn *conn_of(struct MHD_Connection *c);
 
-/* MHD's unescaper for the path and query arguments: see http_unescape. */
+/* MHD's unescaper for the path and query arguments: see frame_unescape. */
 static size_t
 unescape(void *cls, struct MHD_Connection *c, char *s)
 {
 	struct conn *cn = conn_of(c);
 	bool bad;
-	size_t n = http_unescape(s, &bad);
+	size_t n = frame_unescape(s, &bad);
 
 	(void)cls;
 	if (bad && cn)
@@ -318,25 +192,25 @@ unescape(void *cls, struct MHD_Connection *c, char *s)
  * client deleted does not hold it back: the next /execute starts it again.
  */
 static enum MHD_Result
-do_ready(struct request *rq)
+do_ready(struct http_request *hr)
 {
 	struct context *c;
 
 	if (sv.sv_lc.lc_draining)
-		return respond(rq, 503, http_text("not ready: draining"));
+		return respond_now(hr, 503, respond_text("not ready: draining"));
 	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link) {
 		if (!c->c_default || !context_listed(c))
 			continue;
 		const char *state = context_state(c);
 		if (!c->c_ready || (strcmp(state, "idle") && strcmp(state, "busy")))
-			return respond(rq, 503, http_text("not ready: the default %s context is %s",
+			return respond_now(hr, 503, respond_text("not ready: the default %s context is %s",
 							 c->c_lang, state));
 	}
-	return respond(rq, 200, http_json(json_string("OK")));
+	return respond_now(hr, 200, respond_json(json_string("OK")));
 }
 
 static enum MHD_Result
-route(struct request *rq, const char *url, const char *method)
+route(struct http_request *hr, const char *url, const char *method)
 {
 	/* HEAD is GET without the body (MHD leaves it out) */
 	bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
@@ -348,69 +222,69 @@ route(struct request *rq, const char *url, const char *method)
 	if (!strcmp(url, "/health")) {
 		if (!get)
 			goto method;
-		return respond(rq, 200, http_json(json_string("OK")));
+		return respond_now(hr, 200, respond_json(json_string("OK")));
 	}
 	if (!strcmp(url, "/ready")) {
 		if (!get)
 			goto method;
-		return do_ready(rq);
+		return do_ready(hr);
 	}
 	if (!strcmp(url, "/execute")) {
 		if (!post)
 			goto method;
-		return do_execute(rq);
+		return do_execute(hr);
 	}
 	if (!strcmp(url, "/metrics")) {
 		if (!get)
 			goto method;
-		return do_metrics(rq);
+		return do_metrics(hr);
 	}
 	if (!strcmp(url, "/openapi.json")) {
 		if (!get)
 			goto method;
-		return do_openapi(rq);
+		return do_openapi(hr);
 	}
 	if (!strcmp(url, "/languages")) {
 		if (!get)
 			goto method;
-		return do_languages(rq);
+		return do_languages(hr);
 	}
 	if (!strcmp(url, "/contexts")) {
 		if (post)
-			return do_create(rq);
+			return do_create(hr);
 		if (get)
-			return do_list(rq);
+			return do_list(hr);
 		goto method;
 	}
 	if (strncmp(url, "/contexts/", 10))
-		return respond(rq, 404, http_text("no such endpoint: %.128s", url));
+		return respond_now(hr, 404, respond_text("no such endpoint: %.128s", url));
 	rest = url + 10;
 	size_t idlen = strcspn(rest, "/");
 	if (idlen >= sizeof(id))
-		return respond(rq, 404, http_text("no such context: its id is %zu bytes long; "
+		return respond_now(hr, 404, respond_text("no such context: its id is %zu bytes long; "
 						  "ids are 36 characters", idlen));
 	snprintf(id, sizeof(id), "%.*s", (int)idlen, rest);
 	if (!(c = context_find(id)))
-		return respond(rq, 404, http_text("context '%s' not found",
-						  http_quote(id, quoted, sizeof(quoted))));
+		return respond_now(hr, 404, respond_text("context '%s' not found",
+						  frame_quote(id, quoted, sizeof(quoted))));
 	rest += idlen;
 	if (!*rest) {
 		if (get)
-			return respond(rq, 200, http_json(context_json(c, true)));
+			return respond_now(hr, 200, respond_json(context_json(c, true)));
 		if (!del)
 			goto method;
-		request_context(rq, id, OP_DELETE);
+		request_context(&hr->hr_rq, id, OP_DELETE);
 		return MHD_YES;
 	}
 	if (!strcmp(rest, "/restart") || !strcmp(rest, "/interrupt")) {
 		if (!post)
 			goto method;
-		request_context(rq, id, rest[1] == 'r' ? OP_RESTART : OP_INTERRUPT);
+		request_context(&hr->hr_rq, id, rest[1] == 'r' ? OP_RESTART : OP_INTERRUPT);
 		return MHD_YES;
 	}
-	return respond(rq, 404, http_text("no such endpoint: %.128s", url));
+	return respond_now(hr, 404, respond_text("no such endpoint: %.128s", url));
 method:
-	return respond(rq, 405, http_text("method %.16s not allowed on %.128s",
+	return respond_now(hr, 405, respond_text("method %.16s not allowed on %.128s",
 						   method, url));
 }
 
@@ -469,75 +343,76 @@ static enum MHD_Result
 on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
 	   const char *version, const char *upload, size_t *upload_size, void **con_cls)
 {
-	struct request *rq = *con_cls;
+	struct http_request *hr = *con_cls;
 
 	(void)cls;
 	(void)version;
-	if (!rq) {
+	if (!hr) {
 		const char *cl =
 			MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
 		const char *refused;
 		struct conn *cn = conn_of(conn);
-		rq = xcalloc(1, sizeof(*rq));
-		rq->rq_conn = conn;
-		rq->rq_endpoint = endpoint_of(url);
-		rq->rq_method = method_of(method);
-		*con_cls = rq;
+		hr = xcalloc(1, sizeof(*hr));
+		hr->hr_rq.rq_ops = &respond_ops;
+		hr->hr_conn = conn;
+		hr->hr_endpoint = endpoint_of(url);
+		hr->hr_method = method_of(method);
+		*con_cls = hr;
 		if (cn)
 			cn->cn_in_request = true;
 		if ((refused = framing_refusal(conn))) {
-			struct MHD_Response *r = http_text("%s", refused);
+			struct MHD_Response *r = respond_text("%s", refused);
 			MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
-			return respond(rq, 400, r);
+			return respond_now(hr, 400, r);
 		}
-		if (sv.sv_tb.tb_nconns + sv.sv_tb.tb_npending > sv.sv_cf.cf_max_conns)
-			return respond(rq, 503,
-				       http_text("too many connections (limit %u); try again",
+		if (sv.sv_tb.tb_nconns + accept_pending() > sv.sv_cf.cf_max_conns)
+			return respond_now(hr, 503,
+				       respond_text("too many connections (limit %u); try again",
 						 sv.sv_cf.cf_max_conns));
 		/* probes carry no token: /health and /ready say nothing else */
-		if (sv.sv_cf.cf_token && strcmp(rq->rq_endpoint, "/health") &&
-		    strcmp(rq->rq_endpoint, "/ready") &&
+		if (sv.sv_cf.cf_token && strcmp(hr->hr_endpoint, "/health") &&
+		    strcmp(hr->hr_endpoint, "/ready") &&
 		    (refused = token_refusal(conn)))
-			return respond(rq, 401, http_text("%s", refused));
+			return respond_now(hr, 401, respond_text("%s", refused));
 		if (cn && cn->cn_bad_at == url)
-			return respond(rq, 400, http_text("the path has an encoded '/' or NUL "
+			return respond_now(hr, 400, respond_text("the path has an encoded '/' or NUL "
 							  "(%%2F, %%00): not allowed"));
 		if (cl && strtoull(cl, NULL, 10) > sv.sv_cf.cf_max_body)
-			return respond(rq, 413,
-				       http_text("request body over the limit of %zu bytes",
+			return respond_now(hr, 413,
+				       respond_text("request body over the limit of %zu bytes",
 						 sv.sv_cf.cf_max_body));
 		return MHD_YES;
 	}
-	if (rq->rq_resp) {
-		struct MHD_Response *r = rq->rq_resp;
-		rq->rq_resp = NULL;
-		return respond(rq, rq->rq_status, r);
+	if (hr->hr_resp) {
+		struct MHD_Response *r = hr->hr_resp;
+		hr->hr_resp = NULL;
+		return respond_now(hr, hr->hr_status, r);
 	}
 	if (*upload_size) {
-		if (rq->rq_body.b_len + *upload_size > sv.sv_cf.cf_max_body)
-			rq->rq_too_big = true;
+		if (hr->hr_body.b_len + *upload_size > sv.sv_cf.cf_max_body)
+			hr->hr_too_big = true;
 		else
-			buf_append(&rq->rq_body, upload, *upload_size);
+			buf_append(&hr->hr_body, upload, *upload_size);
 		*upload_size = 0;
 		return MHD_YES;
 	}
-	if (rq->rq_suspended || rq->rq_stream)
+	if (hr->hr_suspended || hr->hr_stream)
 		return MHD_YES;
-	if (rq->rq_too_big)
-		return respond(rq, 413, http_text("request body over the limit of %zu bytes",
+	if (hr->hr_too_big)
+		return respond_now(hr, 413, respond_text("request body over the limit of %zu bytes",
 						    sv.sv_cf.cf_max_body));
-	return route(rq, url, method);
+	return route(hr, url, method);
 }
 
 static void
 on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	     enum MHD_RequestTerminationCode toe)
 {
-	struct request *rq = *con_cls;
+	struct http_request *hr = *con_cls;
 
 	(void)cls;
 	(void)toe;
-	if (!rq)
+	if (!hr)
 		return;
 	struct conn *cn = conn_of(conn);
 	if (cn) { /* the next request head must come within the header timeout */
@@ -545,11 +420,15 @@ on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		cn->cn_since = now_ms();
 		cn->cn_bad_at = NULL;
 	}
-	if (rq->rq_code)
-		metrics_http(rq->rq_endpoint, rq->rq_method, rq->rq_code);
-	if (rq->rq_stream)
-		stream_closed(rq->rq_stream);
-	request_free(rq);
+	if (hr->hr_code)
+		metrics_http(hr->hr_endpoint, hr->hr_method, hr->hr_code);
+	if (hr->hr_stream)
+		respond_closed(hr->hr_stream);
+	answer_drop(&hr->hr_rq); /* its client left while it waited */
+	if (hr->hr_resp)
+		MHD_destroy_response(hr->hr_resp);
+	buf_free(&hr->hr_body);
+	free(hr);
 	*con_cls = NULL;
 }
 
@@ -566,11 +445,11 @@ on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
 		cn = xcalloc(1, sizeof(*cn));
 		cn->cn_fd = ci ? ci->connect_fd : -1;
 		cn->cn_since = accept_since(cn->cn_fd); /* its header timeout's start */
-		TAILQ_INSERT_TAIL(&sv.sv_tb.tb_conns, cn, cn_link);
+		TAILQ_INSERT_TAIL(&conns, cn, cn_link);
 		sv.sv_tb.tb_nconns++;
 		*socket_context = cn;
 	} else if (cn) {
-		TAILQ_REMOVE(&sv.sv_tb.tb_conns, cn, cn_link);
+		TAILQ_REMOVE(&conns, cn, cn_link);
 		sv.sv_tb.tb_nconns--;
 		free(cn);
 		*socket_context = NULL;
@@ -587,7 +466,7 @@ http_tick(uint64_t now)
 	struct conn *cn;
 
 	accept_tick(now);
-	TAILQ_FOREACH(cn, &sv.sv_tb.tb_conns, cn_link)
+	TAILQ_FOREACH(cn, &conns, cn_link)
 		if (!cn->cn_in_request && cn->cn_fd >= 0 &&
 		    now > cn->cn_since + sv.sv_cf.cf_header_timeout * 1000ull) {
 			shutdown(cn->cn_fd, SHUT_RDWR);
@@ -613,13 +492,13 @@ mhd_log(void *cls, const char *fmt, va_list ap)
 		log_err("http: %s", line);
 		return;
 	}
-	if (now >= sv.sv_io.io_mhd_log_at + 60000) {
-		sv.sv_io.io_mhd_log_at = now;
-		sv.sv_io.io_mhd_log_n = 0;
+	if (now >= mhd_log_at + 60000) {
+		mhd_log_at = now;
+		mhd_log_n = 0;
 	}
-	if (++sv.sv_io.io_mhd_log_n <= 20)
+	if (++mhd_log_n <= 20)
 		log_warn("http: %s%s", line,
-			 sv.sv_io.io_mhd_log_n == 20 ? " (more this minute at debug level)" : "");
+			 mhd_log_n == 20 ? " (more this minute at debug level)" : "");
 	else
 		log_debug("http: %s", line);
 }
@@ -648,8 +527,8 @@ http_start(void)
 		return -1;
 	}
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(sv.sv_io.io_mhd, MHD_DAEMON_INFO_EPOLL_FD);
-	sv.sv_io.io_ev_mhd = (struct evsrc){EV_MHD, NULL};
-	server_watch(di->epoll_fd, EPOLLIN, &sv.sv_io.io_ev_mhd);
+	ev_mhd = (struct evsrc){EV_MHD, NULL};
+	server_watch(di->epoll_fd, EPOLLIN, &ev_mhd);
 	return 0;
 }
 

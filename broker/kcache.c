@@ -4,6 +4,11 @@
  */
 #include "broker.h"
 
+/* the kernelspecs as last read, and when */
+static struct kspec **kspecs;
+static size_t nkspecs;
+static uint64_t kspecs_at;
+
 #define KSPEC_TTL_MS 5000
 
 /*
@@ -18,14 +23,14 @@ kcache_find(const char *want)
 	uint64_t now = now_ms();
 	int i = -1;
 
-	if (sv.sv_tb.tb_kspecs_at && now < sv.sv_tb.tb_kspecs_at + KSPEC_TTL_MS &&
-	    (i = kspec_index(sv.sv_tb.tb_kspecs, sv.sv_tb.tb_nkspecs, want)) >= 0)
-		return sv.sv_tb.tb_kspecs[i];
-	if (!sv.sv_tb.tb_kspecs_at || now >= sv.sv_tb.tb_kspecs_at + 1000) {
-		kspec_list_free(sv.sv_tb.tb_kspecs, sv.sv_tb.tb_nkspecs);
-		kspec_list(&sv.sv_tb.tb_kspecs, &sv.sv_tb.tb_nkspecs);
-		sv.sv_tb.tb_kspecs_at = now;
-		i = kspec_index(sv.sv_tb.tb_kspecs, sv.sv_tb.tb_nkspecs, want);
+	if (kspecs_at && now < kspecs_at + KSPEC_TTL_MS &&
+	    (i = kspec_index(kspecs, nkspecs, want)) >= 0)
+		return kspecs[i];
+	if (!kspecs_at || now >= kspecs_at + 1000) {
+		kspec_list_free(kspecs, nkspecs);
+		kspec_list(&kspecs, &nkspecs);
+		kspecs_at = now;
+		i = kspec_index(kspecs, nkspecs, want);
 	}
-	return i >= 0 ? sv.sv_tb.tb_kspecs[i] : NULL;
+	return i >= 0 ? kspecs[i] : NULL;
 }

@@ -60,7 +60,7 @@ wake_drain(void)
 
 	if (read(sv.sv_io.io_wakefd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 		log_warn("eventfd: %s", strerror(errno));
-	control_pipe_events();
+	control_wake();
 }
 
 /* MHD wants to run again at once. */
@@ -85,7 +85,7 @@ loop(void)
 
 		if (MHD_get_timeout(sv.sv_io.io_mhd, &mt) == MHD_YES && (long long)mt < wait)
 			wait = (long)mt;
-		long pw = stream_park_wait(now);
+		long pw = respond_park_wait(now);
 		if (pw >= 0 && pw < wait)
 			wait = pw;
 		if (sv.sv_lc.lc_mhd_kick)
@@ -103,16 +103,16 @@ loop(void)
 			case EV_MHD: break; /* MHD_run below */
 			case EV_SIGNAL: handle_signals(); break;
 			case EV_WAKE: wake_drain(); break;
-			case EV_CTX_RECV: link_recv(ev->ev_obj); break;
+			case EV_CTX_RECV: relay_recv(ev->ev_obj); break;
 			case EV_CTX_PIDFD: supervise_pidfd(ev->ev_obj); break;
-			case EV_HANGUP: stream_hangup(ev->ev_obj, evs[i].events); break;
+			case EV_HANGUP: respond_hangup(ev->ev_obj, evs[i].events); break;
 			case EV_CTL: control_recv(); break;
 			case EV_LISTEN: accept_ready(); break;
 			case EV_PENDING: accept_sniff(ev->ev_obj, evs[i].events); break;
 			}
 		}
 		sv.sv_io.io_batch_n = 0;
-		stream_park_due(now_ms());
+		respond_park_due(now_ms());
 		sv.sv_lc.lc_mhd_kick = false;
 		MHD_run(sv.sv_io.io_mhd);
 		/* MHD's own next steps that want no wait (a reply sent, then its
@@ -156,15 +156,9 @@ serve_start(void)
 {
 	char err[512];
 
-	TAILQ_INIT(&sv.sv_tb.tb_conns);
 	TAILQ_INIT(&sv.sv_tb.tb_contexts);
 	TAILQ_INIT(&sv.sv_tb.tb_streams);
-	TAILQ_INIT(&sv.sv_tb.tb_parked);
-	TAILQ_INIT(&sv.sv_tb.tb_ctl_peers);
 	sv.sv_lc.lc_started = now_ms();
-	/* stream ids never repeat across broker restarts: proxies outlive us */
-	sv.sv_tb.tb_next_stream = (uint64_t)time(NULL) << 20;
-	sv.sv_tb.tb_next_req = 1;
 	config_run_dir();
 
 	if ((sv.sv_io.io_epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
@@ -183,16 +177,16 @@ serve_start(void)
 	template_start();
 	supervise_adopt_all();
 	/* python always, javascript when Deno is installed, as E2B does */
-	sv.sv_tp.tp_defaults = true;
+	sv.sv_lc.lc_defaults = true;
 	for (int i = 0; i < 2 && !sv.sv_cf.cf_no_default; i++) {
 		const char *lang = i ? "javascript" : "python";
 		struct context *ctx;
 		if (context_default(lang) || !kcache_find(lang))
 			continue;
-		if (context_create(lang, box_default_cwd(), true, &ctx, err, sizeof(err)) < 0)
+		if (pool_create(lang, box_default_cwd(), true, &ctx, err, sizeof(err)) < 0)
 			log_err("default %s context: %s", lang, err);
 	}
-	sv.sv_tp.tp_defaults = false;
+	sv.sv_lc.lc_defaults = false;
 	log_info("listening on http://%s (run dir %s, version %s)", sv.sv_cf.cf_listen,
 		 sv.sv_cf.cf_run_dir, SANDCELL_VERSION);
 	const char *wd = getenv("WATCHDOG_USEC");

@@ -1,24 +1,111 @@
 /*
  * pool.c — the warm pool (--pool): proxies whose kernels are started and have
- * run nothing, handed to a new context or to a restart at once.
+ * run nothing, handed to a new context or to a restart at once; and so where
+ * a new context's proxy comes from (pool_create: warm, or spawned).
  */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "broker.h"
 
-/* A ready warm proxy of this kernelspec, or NULL. */
+/* When a warm kernel was last handed out (ms): pool_yield() waits a little after. */
+static uint64_t claimed;
+
+/* Whether the directory at dirfd/name holds anything. */
+static bool
+pool_nonempty(int dirfd, const char *name)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	struct dirent *de;
+	bool any = false;
+
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return false;
+	}
+	while (!any && (de = readdir(d)))
+		any = strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+	closedir(d);
+	return any;
+}
+
+/*
+ * When the tenant's Python packages last changed (the mtime of a non-empty
+ * site-packages of the workspace's venv, proxy/packages.c), in now_ms()'s
+ * clock; 0 if never. A warm kernel forked from the template before then may
+ * hold the system's copy of a module the tenant has installed since (a fork
+ * after it starts cold, sandcell_template.py): it is not handed out. Only
+ * the mtimes of the tenant's directories are read.
+ */
+static uint64_t
+pool_packages_changed(void)
+{
+	char lib[PATH_MAX], site[NAME_MAX + 32];
+	struct timespec newest = {0}, rt;
+	struct dirent *de;
+	struct stat st;
+	DIR *d;
+
+	if (!sv.sv_cf.cf_sandbox ||
+	    snprintf(lib, sizeof(lib), "%s" PACKAGES_VENV "/lib", box_workspace_of(NULL)) >=
+		    (int)sizeof(lib) ||
+	    !(d = opendir(lib)))
+		return 0;
+	while ((de = readdir(d))) {
+		if (strncmp(de->d_name, "python", 6))
+			continue;
+		snprintf(site, sizeof(site), "%s/site-packages", de->d_name);
+		if (fstatat(dirfd(d), site, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
+		    pool_nonempty(dirfd(d), site) &&
+		    (st.st_mtim.tv_sec > newest.tv_sec ||
+		     (st.st_mtim.tv_sec == newest.tv_sec && st.st_mtim.tv_nsec > newest.tv_nsec)))
+			newest = st.st_mtim;
+	}
+	closedir(d);
+	if (!newest.tv_sec)
+		return 0;
+	clock_gettime(CLOCK_REALTIME, &rt);
+	int64_t ago = (int64_t)(rt.tv_sec - newest.tv_sec) * 1000 +
+		      (rt.tv_nsec - newest.tv_nsec) / 1000000;
+	uint64_t now = now_ms();
+	return ago <= 0 ? now : (uint64_t)ago < now ? now - (uint64_t)ago : 1;
+}
+
+/*
+ * A ready warm proxy of this kernelspec, or NULL. One warmed before the
+ * tenant's packages changed is deleted instead (the pool warms another).
+ */
 static struct context *
 pool_take(const char *kernel)
 {
+	uint64_t changed = 0;
+	bool looked = false;
 	struct context *c;
 
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
-		if (c->c_pooled && c->c_ready && !c->c_deleting && c->c_pl->pl_pid > 0 &&
-		    c->c_pl->pl_state == KS_IDLE && !strcmp(c->c_kernel, kernel))
+	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link) {
+		if (!c->c_pooled || !c->c_ready || c->c_deleting || c->c_pl->pl_pid <= 0 ||
+		    c->c_pl->pl_state != KS_IDLE || strcmp(c->c_kernel, kernel))
+			continue;
+		if (!looked) {
+			changed = pool_packages_changed();
+			looked = true;
+		}
+		if (c->c_created >= changed)
 			return c;
+		log_info("pool: a warm %s kernel is older than the tenant's packages: stopped",
+			 kernel);
+		context_delete(c);
+	}
 	return NULL;
 }
 
@@ -31,10 +118,10 @@ pool_claim(struct context *c)
 {
 	struct msg m;
 
-	sv.sv_po.po_claimed = now_ms();
+	claimed = now_ms();
 
 	msg_init(&m, MSG_CLAIM);
-	msg_set_u64(&m, F_REQ, sv.sv_tb.tb_next_req++);
+	msg_set_u64(&m, F_REQ, waiter_next_req());
 	msg_set_str(&m, F_ID, c->c_id, strlen(c->c_id));
 	msg_set_str(&m, F_CWD, c->c_cwd, strlen(c->c_cwd));
 	msg_set_u64(&m, F_FLAGS, c->c_default ? FLAG_DEFAULT : 0);
@@ -64,7 +151,7 @@ pool_use(const char *kernel, const char *cwd, bool is_default)
 	pool_claim(c);
 	log_info("context %s: created from the warm pool (%s, cwd %s%s)", c->c_id, c->c_lang,
 		 cwd, is_default ? ", default" : "");
-	control_event(json_pack("{s:s, s:s, s:s, s:s, s:b}", "event", "context_created",
+	events_emit(json_pack("{s:s, s:s, s:s, s:s, s:b}", "event", "context_created",
 				"context", c->c_id, "language", c->c_lang, "cwd", cwd, "pooled", 1));
 	sv.sv_po.po_kick = true;
 	return c;
@@ -84,7 +171,7 @@ pool_yield(uint64_t now)
 {
 	struct context *c;
 
-	if (now < sv.sv_po.po_claimed + POOL_CLAIM_GRACE_MS)
+	if (now < claimed + POOL_CLAIM_GRACE_MS)
 		return true;
 
 	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
@@ -151,8 +238,7 @@ pool_restart(struct context *x)
 		stream_fail(s, "ContextRestarted", "the context was restarted", "restarted");
 	}
 	while ((rq = TAILQ_FIRST(&x->c_waiters))) {
-		waiter_forget(rq);
-		request_done(rq, 409, NULL, "context %s was restarted meanwhile", x->c_id);
+		answer_done(rq, 409, NULL, "context %s was restarted meanwhile", x->c_id);
 	}
 	if (x->c_pl->pl_pid > 0)
 		kill(x->c_pl->pl_pid, SIGTERM); /* stops its kernel, removes its dir */
@@ -171,8 +257,59 @@ pool_restart(struct context *x)
 	metrics_count(M_KERNEL_RESTART, 1);
 	log_info("context %s: restarted with a warm kernel (proxy %d)", x->c_id,
 		 (int)x->c_pl->pl_pid);
-	control_event(json_pack("{s:s, s:s, s:s}", "event", "kernel_restarted", "context",
+	events_emit(json_pack("{s:s, s:s, s:s}", "event", "kernel_restarted", "context",
 				x->c_id, "why", "restart requested (warm pool)"));
 	sv.sv_po.po_kick = true;
 	return true;
+}
+
+/*
+ * A new context: a warm proxy of the pool when one fits, else one spawned.
+ * want is a kernelspec name or a language (normalised); the context records
+ * the kernelspec it resolved to and that kernelspec's language, so "python3"
+ * and "python" are the same default context.
+ */
+int
+pool_create(const char *want, const char *cwd, bool is_default, struct context **out,
+	       char *err, size_t errsz)
+{
+	struct context *c;
+	const struct kspec *ks;
+	int n = 0, rc;
+
+	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
+		n += !c->c_pooled && !c->c_deleting;
+	if (n >= sv.sv_cf.cf_max_contexts) {
+		snprintf(err, errsz, "too many contexts (limit %d); delete one first",
+			 sv.sv_cf.cf_max_contexts);
+		return -EAGAIN;
+	}
+	if (!(ks = kcache_find(want))) {
+		char *avail = kspec_languages();
+		snprintf(err, errsz, "unknown language '%.64s'; available: %s", want, avail);
+		free(avail);
+		return -ENOENT;
+	}
+	if ((c = pool_use(ks->ks_name, cwd, is_default))) {
+		*out = c;
+		return 0;
+	}
+	c = context_new(NULL, ks->ks_lang, ks->ks_name, cwd, is_default);
+	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_contexts, c, c_link);
+	if ((rc = box_isolate(c, err, errsz)) < 0) {
+		context_free(c);
+		return rc;
+	}
+	cwd = c->c_cwd;
+	if (link_open(c, c->c_id) < 0 || supervise_spawn(c) < 0) {
+		snprintf(err, errsz, "could not start a proxy for the context");
+		context_free(c);
+		return -EIO;
+	}
+	log_info("context %s: created (%s, kernel %s, cwd %s%s), proxy pid %d", c->c_id,
+		 c->c_lang, c->c_kernel, cwd, is_default ? ", default" : "", (int)c->c_pl->pl_pid);
+	events_emit(json_pack("{s:s, s:s, s:s, s:s}", "event", "context_created", "context",
+				c->c_id, "language", c->c_lang, "cwd", cwd));
+	*out = c;
+	return 0;
 }

@@ -1,66 +1,46 @@
 /*
- * stream.c — one execution's output on its way to a client. For /execute the
- * proxy's NDJSON is buffered per stream and handed to MHD as chunks; with
- * nothing to send the connection is suspended, and while suspended its socket
- * is watched for hang-up (EPOLLRDHUP) so a vanished client is noticed at once,
- * not at the next write; keepalive lines are the second line of defence. A
- * vanished client means CANCEL. A client that only shut its write side after
- * its request (nc -N) still reads: see stream_hangup(). For sandcellctl run
- * the output goes to the ctl client's pipe instead.
+ * stream.c — one execution's output on its way to a client, whichever
+ * transport it came by (the stream's st_ops: respond.c for /execute,
+ * control.c for sandcellctl run). The proxy's NDJSON is queued per stream,
+ * in memory or past STREAM_MEM_MAX in a spill file, and its client's side
+ * is woken to take it (stream_take), or is handed each chunk as it comes.
+ * A client that is gone (stream_gone, stream_closed) means CANCEL to the
+ * proxy; keepalive lines surface a dead peer.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/epoll.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "broker.h"
 
 static const char keepalive[] = "{\"type\":\"keepalive\"}\n";
 
-static struct stream *
-stream_new(struct context *c, const char *code)
+/* Stream ids never repeat across broker restarts: proxies outlive us. */
+static uint64_t next_stream;
+
+/* Its client's side (st_ops) is set by the transport the request came by. */
+struct stream *
+stream_open(struct context *c, const char *code)
 {
 	struct stream *s = xcalloc(1, sizeof(*s));
 	size_t n = strcspn(code, "\n");
 
-	s->st_id = sv.sv_tb.tb_next_stream++;
+	if (!next_stream)
+		next_stream = (uint64_t)time(NULL) << 20;
+	s->st_id = next_stream++;
 	s->st_ctx = c;
-	s->st_fd = -1;
 	s->st_spill_fd = -1;
-	s->st_ev = (struct evsrc){EV_HANGUP, s};
 	s->st_started = s->st_last_out = now_ms();
 	snprintf(s->st_code_head, sizeof(s->st_code_head), "%.*s", (int)(n < 80 ? n : 80), code);
 	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_streams, s, st_link);
 	TAILQ_INSERT_TAIL(&c->c_streams, s, st_ctx_link);
 	c->c_nstreams++;
-	control_event(json_pack("{s:s, s:I, s:s}", "event", "execution_started", "stream",
+	events_emit(json_pack("{s:s, s:I, s:s}", "event", "execution_started", "stream",
 				(json_int_t)s->st_id, "context", c->c_id));
-	return s;
-}
-
-struct stream *
-stream_open(struct context *c, struct MHD_Connection *conn, const char *code)
-{
-	struct stream *s = stream_new(c, code);
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-
-	s->st_conn = conn;
-	s->st_fd = ci ? ci->connect_fd : -1;
-	return s;
-}
-
-struct stream *
-stream_open_ctl(struct context *c, nng_pipe pipe, uint64_t req, const char *code)
-{
-	struct stream *s = stream_new(c, code);
-
-	s->st_ctl = true;
-	s->st_pipe = pipe;
-	s->st_req = req;
 	return s;
 }
 
@@ -73,79 +53,6 @@ stream_by_id(uint64_t id)
 		if (s->st_id == id)
 			return s;
 	return NULL;
-}
-
-static struct MHD_Response *stream_response(struct stream *s);
-static struct MHD_Response *stream_whole(struct stream *s);
-
-/* While suspended: its end (EPOLLRDHUP), or once half-closed only a reset or
- * a full hang-up (EPOLLERR, EPOLLHUP: always reported). */
-static void
-watch_hangup(struct stream *s)
-{
-	if (s->st_fd < 0)
-		return;
-	server_watch(s->st_fd, s->st_halfclosed ? 0 : EPOLLRDHUP, &s->st_ev);
-	s->st_watched = true;
-}
-
-static void
-unwatch_hangup(struct stream *s)
-{
-	if (s->st_watched)
-		server_unwatch(s->st_fd);
-	s->st_watched = false;
-}
-
-/*
- * Something for the client (output, the end, a keepalive, its hangup): a
- * parked connection is resumed. One parked before its response gets it now:
- * the whole stream in one response when it has already ended (a short
- * execution: head and body leave in one write), else the streamed one.
- */
-static void
-unwatch(struct stream *s)
-{
-	if (!s->st_suspended)
-		return;
-	unwatch_hangup(s);
-	s->st_suspended = false;
-	if (s->st_rq) {
-		struct request *rq = s->st_rq;
-		s->st_rq = NULL;
-		TAILQ_REMOVE(&sv.sv_tb.tb_parked, s, st_park_link);
-		http_complete(rq, 200,
-			      s->st_final && !s->st_gone && s->st_spill_fd < 0 ? stream_whole(s)
-									  : stream_response(s));
-		return;
-	}
-	MHD_resume_connection(s->st_conn);
-	sv.sv_lc.lc_mhd_kick = true;
-}
-
-/*
- * The request is in and sent on; its response waits for the first output,
- * unless executions are ahead of it in its context: then it cannot end
- * within PARK_MS, and its streamed response starts at once.
- */
-void
-stream_park(struct stream *s, struct request *rq)
-{
-	if (s->st_ctx && s->st_ctx->c_nstreams > 1) {
-		http_complete(rq, 200, stream_response(s));
-		return;
-	}
-	s->st_rq = rq;
-	s->st_park_until = now_ms() + PARK_MS;
-	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_parked, s, st_park_link);
-	http_suspend(rq);
-	/* Not watched for a hangup while parked: most executions end within
-	 * PARK_MS, and their client's socket is then never added to the epoll
-	 * set and taken out again (two syscalls per request). A client gone
-	 * meanwhile is found when the park ends, at most PARK_MS later: the
-	 * streamed response's first wait watches its socket, whose hangup is
-	 * then reported at once. */
-	s->st_suspended = true;
 }
 
 /*
@@ -163,6 +70,14 @@ stream_detach(struct stream *s)
 	s->st_ctx = NULL;
 }
 
+/* Something for the client: output, the end, a keepalive, its hang-up. */
+static void
+wake(struct stream *s)
+{
+	if (s->st_ops && s->st_ops->so_wake)
+		s->st_ops->so_wake(s);
+}
+
 /* Counts and logs a stream once, however it ended. */
 static void
 record(struct stream *s, const char *outcome, uint64_t wait_ms, uint64_t run_ms)
@@ -173,7 +88,7 @@ record(struct stream *s, const char *outcome, uint64_t wait_ms, uint64_t run_ms)
 	if (s->st_ctx && strcmp(outcome, "cancelled"))
 		s->st_ctx->c_count++;
 	metrics_execution(s, outcome, wait_ms, run_ms);
-	control_event(json_pack("{s:s, s:I, s:s, s:s}", "event", "execution_ended", "stream",
+	events_emit(json_pack("{s:s, s:I, s:s, s:s}", "event", "execution_ended", "stream",
 				(json_int_t)s->st_id, "context",
 				s->st_ctx ? s->st_ctx->c_id : "", "outcome", outcome));
 }
@@ -281,71 +196,10 @@ tail_of(struct stream *s)
 	return s->st_spill_fd >= 0 ? &s->st_tail : &s->st_buf;
 }
 
-static ssize_t
-reader(void *cls, uint64_t pos, char *out, size_t max)
-{
-	struct stream *s = cls;
-	size_t n;
-
-	(void)pos;
-	if (s->st_gone)
-		return MHD_CONTENT_READER_END_WITH_ERROR;
-	unspill(s);
-	n = buf_pending(&s->st_buf);
-	if (n) {
-		if (n > max)
-			n = max;
-		memcpy(out, buf_head(&s->st_buf), n);
-		buf_consume(&s->st_buf, n);
-		s->st_last_out = now_ms();
-		metrics_count(M_BYTES, n);
-		return n;
-	}
-	if (s->st_final)
-		return MHD_CONTENT_READER_END_OF_STREAM;
-	/* nothing to send: park the connection and watch for the client leaving */
-	MHD_suspend_connection(s->st_conn);
-	s->st_suspended = true;
-	watch_hangup(s);
-	return 0;
-}
-
-static struct MHD_Response *
-stream_headers(struct MHD_Response *r)
-{
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-	MHD_add_response_header(r, "X-Accel-Buffering", "no");
-	return r;
-}
-
-static struct MHD_Response *
-stream_response(struct stream *s)
-{
-	return stream_headers(
-	    MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, RESPONSE_BLOCK, reader, s, NULL));
-}
-
-/* A stream that ended before its response went out, as one body. */
-static struct MHD_Response *
-stream_whole(struct stream *s)
-{
-	size_t n = buf_pending(&s->st_buf);
-	char *body = xmalloc(n ? n : 1);
-
-	memcpy(body, buf_head(&s->st_buf), n);
-	buf_consume(&s->st_buf, n);
-	s->st_last_out = now_ms();
-	metrics_count(M_BYTES, n);
-	return stream_headers(MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE));
-}
-
 static void
 stream_free(struct stream *s)
 {
 	TAILQ_REMOVE(&sv.sv_tb.tb_streams, s, st_link);
-	if (s->st_rq)
-		TAILQ_REMOVE(&sv.sv_tb.tb_parked, s, st_park_link);
 	if (s->st_ctx) {
 		TAILQ_REMOVE(&s->st_ctx->c_streams, s, st_ctx_link);
 		s->st_ctx->c_nstreams--;
@@ -364,7 +218,7 @@ end_now(struct stream *s)
 	buf_append(tail_of(s), s->st_end, strlen(s->st_end));
 	s->st_final = true;
 	stream_detach(s);
-	unwatch(s);
+	wake(s);
 }
 
 /*
@@ -429,8 +283,8 @@ stream_output(struct stream *s, const char *data, size_t len, struct msg *final)
 		       final->m_run);
 		stream_detach(s);
 	}
-	if (s->st_ctl) {
-		control_stream_output(s, data, len, s->st_final);
+	if (s->st_ops && s->st_ops->so_chunk) {
+		s->st_ops->so_chunk(s, data, len, s->st_final);
 		if (s->st_final)
 			stream_free(s);
 		return;
@@ -452,7 +306,7 @@ stream_output(struct stream *s, const char *data, size_t len, struct msg *final)
 	} else {
 		if (len)
 			s->st_midline = data[len - 1] != '\n';
-		unwatch(s);
+		wake(s);
 		return;
 	}
 	if (s->st_midline && len)
@@ -507,45 +361,11 @@ stream_cancel(struct stream *s, const char *why)
 	}
 }
 
-/*
- * The client's end on a suspended connection. EPOLLRDHUP alone is a FIN: a
- * client that closed, or one that only shut its write side and still reads.
- * TCP tells them apart only when we write: a closed socket answers with a
- * reset (EPOLLERR, EPOLLHUP). So a keepalive goes out at once as the probe,
- * and only a reset or a failed write means gone; a half-closed client is
- * served to the end.
- */
-void
-stream_hangup(struct stream *s, uint32_t events)
-{
-	if (!(events & (EPOLLERR | EPOLLHUP)) && !s->st_halfclosed) {
-		s->st_halfclosed = true;
-		log_debug("stream %llu: the client shut its write side; probing it",
-			  (unsigned long long)s->st_id);
-		if (backlog(s) == 0)
-			buf_append(&s->st_buf, keepalive, sizeof(keepalive) - 1);
-		unwatch(s); /* MHD writes: a reset, or a write error, if it is gone */
-		return;
-	}
-	if (!(events & (EPOLLERR | EPOLLHUP)))
-		return; /* half-closed and still there */
-	s->st_gone = true;
-	metrics_count(M_DISCONNECT, 1);
-	log_info("stream %llu: client went away after %llu ms; cancel sent to context %s",
-		 (unsigned long long)s->st_id, (unsigned long long)(now_ms() - s->st_started),
-		 s->st_ctx ? s->st_ctx->c_id : "-");
-	cancel(s);
-	unwatch(s); /* resumed, MHD reads the error and closes */
-}
-
-/* MHD finished the request, whatever the reason (or a ctl client left). */
+/* The client's side is done with it, whatever the reason (its request
+ * ended, a ctl client left). */
 void
 stream_closed(struct stream *s)
 {
-	if (s->st_suspended) {
-		unwatch_hangup(s);
-		s->st_suspended = false;
-	}
 	if (!s->st_final) {
 		if (!s->st_gone) {
 			metrics_count(M_DISCONNECT, 1);
@@ -558,6 +378,65 @@ stream_closed(struct stream *s)
 	stream_free(s);
 }
 
+/*
+ * Up to max of the bytes waiting for the client, or 0 when none wait (then
+ * st_final says whether more come).
+ */
+size_t
+stream_take(struct stream *s, char *out, size_t max)
+{
+	size_t n;
+
+	unspill(s);
+	if ((n = buf_pending(&s->st_buf)) > max)
+		n = max;
+	if (n) {
+		memcpy(out, buf_head(&s->st_buf), n);
+		buf_consume(&s->st_buf, n);
+		s->st_last_out = now_ms();
+		metrics_count(M_BYTES, n);
+	}
+	return n;
+}
+
+/* Whether it ended before its client took anything, all of it in memory. */
+bool
+stream_whole(const struct stream *s)
+{
+	return s->st_final && !s->st_gone && s->st_spill_fd < 0;
+}
+
+/* All of a whole stream's bytes (stream_whole), in one allocation. */
+char *
+stream_take_all(struct stream *s, size_t *len)
+{
+	size_t n = buf_pending(&s->st_buf);
+	char *body = xmalloc(n ? n : 1);
+
+	*len = stream_take(s, body, n);
+	return body;
+}
+
+/* Its client may be gone: a keepalive is the probe, unless bytes wait. */
+void
+stream_probe(struct stream *s)
+{
+	if (backlog(s) == 0)
+		buf_append(&s->st_buf, keepalive, sizeof(keepalive) - 1);
+}
+
+/* Its client is gone: the proxy is told (CANCEL); its transport ends it. */
+void
+stream_gone(struct stream *s)
+{
+	s->st_gone = true;
+	metrics_count(M_DISCONNECT, 1);
+	log_info("stream %llu: client went away after %llu ms; cancel sent to context %s",
+		 (unsigned long long)s->st_id, (unsigned long long)(now_ms() - s->st_started),
+		 s->st_ctx ? s->st_ctx->c_id : "-");
+	cancel(s);
+}
+
 /* Keepalive lines for quiet streams: they also surface a dead peer. */
 void
 stream_tick(uint64_t now)
@@ -565,32 +444,12 @@ stream_tick(uint64_t now)
 	struct stream *s;
 
 	TAILQ_FOREACH(s, &sv.sv_tb.tb_streams, st_link)
-		if (!s->st_ctl && !s->st_final && !s->st_gone &&
+		if (s->st_ops && s->st_ops->so_keepalive && !s->st_final && !s->st_gone &&
 		    now >= s->st_last_out + KEEPALIVE_MS && backlog(s) == 0) {
 			s->st_last_out = now;
 			buf_append(&s->st_buf, keepalive, sizeof(keepalive) - 1);
-			unwatch(s);
+			wake(s);
 		}
-}
-
-/* Parked past PARK_MS without output: the streamed response starts. */
-void
-stream_park_due(uint64_t now)
-{
-	struct stream *s;
-
-	while ((s = TAILQ_FIRST(&sv.sv_tb.tb_parked)) && now >= s->st_park_until)
-		unwatch(s);
-}
-
-long
-stream_park_wait(uint64_t now)
-{
-	struct stream *s = TAILQ_FIRST(&sv.sv_tb.tb_parked);
-
-	if (!s)
-		return -1;
-	return s->st_park_until > now ? (long)(s->st_park_until - now) : 0;
 }
 
 struct stream *

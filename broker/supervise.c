@@ -78,7 +78,7 @@ supervise_spawn(struct context *c)
 		argv[n++] = (char *)template_socket(c->c_kernel);
 		/* the default context made as we start waits for the template as
 		 * the pool does (template_starting); a client's request never does */
-		if (c->c_default && sv.sv_tp.tp_defaults && (wait_ms = template_wait_ms(c->c_kernel))) {
+		if (c->c_default && sv.sv_lc.lc_defaults && (wait_ms = template_wait_ms(c->c_kernel))) {
 			snprintf(wait, sizeof(wait), "%llu", (unsigned long long)wait_ms);
 			argv[n++] = "--template-wait";
 			argv[n++] = wait;
@@ -151,11 +151,10 @@ supervise_lost(struct context *c, const char *why)
 		stream_fail(s, "ContextLost", value, "context_lost"); /* may free it */
 	}
 	metrics_count(M_PROXY_RESTART, 1);
-	control_event(json_pack("{s:s, s:s, s:s}", "event", "supervise_lost", "context", c->c_id,
+	events_emit(json_pack("{s:s, s:s, s:s}", "event", "supervise_lost", "context", c->c_id,
 				"why", why));
 	while ((rq = TAILQ_FIRST(&c->c_waiters))) {
-		waiter_forget(rq);
-		request_done(rq, 500, NULL, "%s", value);
+		answer_done(rq, 500, NULL, "%s", value);
 	}
 	free(value);
 	/*

@@ -21,7 +21,26 @@
 
 #include "broker.h"
 
-#define TPL_READY_WAIT_MS 10000 /* how long the pool waits for a starting template */
+#define TPL_MAX_OPTIONS 8 /* the kernelspec's interpreter options it takes */
+
+/* The template's state: this file's alone. */
+static struct {
+	char *tp_kernel;  /* the kernelspec it serves; NULL: no template */
+	char *tp_sock;    /* <run dir>/template-<kernel>.sock */
+	/* python, its options, the script, libsandcell-box.so, the socket */
+	char *tp_argv[5 + TPL_MAX_OPTIONS];
+	char **tp_env;
+	pid_t tp_pid;
+	uint64_t tp_started_at, tp_respawn_at, tp_backoff;
+} tp;
+
+/*
+ * How long the pool and the default contexts wait for a starting template
+ * (ready in 1-4 s here; 11.7 s once at a load of 9 on 2 CPUs, when 10 s made
+ * the first warm kernels cold). A client's own request never waits on it;
+ * the default contexts do, at start-up only.
+ */
+#define TPL_READY_WAIT_MS 30000
 #define TPL_BACKOFF_MIN_MS 500
 #define TPL_BACKOFF_MAX_MS 30000
 
@@ -87,7 +106,7 @@ template_env(void)
 		v[n++] = xstrdup("LANG=C.UTF-8");
 	v[n++] = xstrdup("PYDEVD_DISABLE_FILE_VALIDATION=1");
 	v[n++] = xstrdup("JPY_PARENT_PID=1"); /* read as ipykernel is imported */
-	v[n++] = xasprintf("SANDCELL_TEMPLATE=%s", sv.sv_tp.tp_kernel);
+	v[n++] = xasprintf("SANDCELL_TEMPLATE=%s", tp.tp_kernel);
 	return v;
 }
 
@@ -98,10 +117,10 @@ spawn(void)
 	pid_t pid;
 
 	sigemptyset(&none);
-	unlink(sv.sv_tp.tp_sock); /* its socket appears when it is ready (template_starting) */
+	unlink(tp.tp_sock); /* its socket appears when it is ready (template_starting) */
 	if ((pid = fork()) < 0) {
 		log_err("template: fork: %s", strerror(errno));
-		sv.sv_tp.tp_respawn_at = now_ms() + TPL_BACKOFF_MAX_MS;
+		tp.tp_respawn_at = now_ms() + TPL_BACKOFF_MAX_MS;
 		return;
 	}
 	if (pid == 0) {
@@ -113,14 +132,14 @@ spawn(void)
 			dup2(fd, 0);
 		dup2(2, 1);
 		syscall(SYS_close_range, 3, ~0U, 0);
-		execve(sv.sv_tp.tp_argv[0], sv.sv_tp.tp_argv, sv.sv_tp.tp_env);
+		execve(tp.tp_argv[0], tp.tp_argv, tp.tp_env);
 		_exit(127);
 	}
-	sv.sv_tp.tp_pid = pid;
-	sv.sv_tp.tp_started_at = now_ms();
-	sv.sv_tp.tp_respawn_at = 0;
-	log_info("template: %s kernels are forked from a template (pid %d, %s)", sv.sv_tp.tp_kernel,
-		 (int)pid, sv.sv_tp.tp_sock);
+	tp.tp_pid = pid;
+	tp.tp_started_at = now_ms();
+	tp.tp_respawn_at = 0;
+	log_info("template: %s kernels are forked from a template (pid %d, %s)", tp.tp_kernel,
+		 (int)pid, tp.tp_sock);
 }
 
 void
@@ -144,11 +163,12 @@ template_start(void)
 	if (!(ks = kcache_find("python")))
 		return;
 	char **a = ks->ks_argv;
-	if (!a[0] || !a[1] || !a[2] || !a[3] || !a[4] || a[5] || strcmp(a[1], "-m") ||
-	    strcmp(a[2], "ipykernel_launcher") || strcmp(a[3], "-f") ||
-	    strcmp(a[4], "{connection_file}")) {
-		log_info("template: off: kernelspec %s is not python -m ipykernel_launcher -f "
-			 "{connection_file}; its kernels start cold",
+	int no = kspec_python_module(a) - 1; /* the interpreter's options */
+	if (no < 0 || no > TPL_MAX_OPTIONS || strcmp(a[no + 2], "ipykernel_launcher") ||
+	    !a[no + 3] || strcmp(a[no + 3], "-f") || !a[no + 4] ||
+	    strcmp(a[no + 4], "{connection_file}") || a[no + 5]) {
+		log_info("template: off: kernelspec %s is not python [-X and -W options] -m "
+			 "ipykernel_launcher -f {connection_file}; its kernels start cold",
 			 ks->ks_name);
 		return;
 	}
@@ -156,38 +176,41 @@ template_start(void)
 		dir = xstrdup(sv.sv_cf.cf_python_startup);
 		*strrchr(dir, '/') = '\0';
 	}
-	sv.sv_tp.tp_kernel = xstrdup(ks->ks_name);
-	sv.sv_tp.tp_argv[1] = find_file(dir, script, 2);
-	sv.sv_tp.tp_argv[2] = find_file(NULL, lib, 2);
+	tp.tp_kernel = xstrdup(ks->ks_name);
+	/* the kernelspec's interpreter options are the template's: its kernels are its forks */
+	for (int i = 0; i < no; i++)
+		tp.tp_argv[1 + i] = xstrdup(a[1 + i]);
+	tp.tp_argv[1 + no] = find_file(dir, script, 2);
+	tp.tp_argv[2 + no] = find_file(NULL, lib, 2);
 	free(dir);
-	if (!sv.sv_tp.tp_argv[1] || !sv.sv_tp.tp_argv[2]) {
+	if (!tp.tp_argv[1 + no] || !tp.tp_argv[2 + no]) {
 		log_warn("template: off: %s not found; every kernel starts cold",
-			 sv.sv_tp.tp_argv[1] ? "libsandcell-box.so" : "sandcell_template.py");
-		free(sv.sv_tp.tp_kernel);
-		sv.sv_tp.tp_kernel = NULL;
+			 tp.tp_argv[1 + no] ? "libsandcell-box.so" : "sandcell_template.py");
+		free(tp.tp_kernel);
+		tp.tp_kernel = NULL;
 		return;
 	}
 	/* the interpreter the kernelspec names, on the broker's PATH as a proxy finds it */
 	if (strchr(a[0], '/')) {
-		sv.sv_tp.tp_argv[0] = xstrdup(a[0]);
+		tp.tp_argv[0] = xstrdup(a[0]);
 	} else {
 		const char *path = getenv("PATH");
 		char *copy = xstrdup(path ? path : "/usr/local/bin:/usr/bin:/bin"), *save, *d;
-		for (d = strtok_r(copy, ":", &save); d && !sv.sv_tp.tp_argv[0]; d = strtok_r(NULL, ":", &save)) {
+		for (d = strtok_r(copy, ":", &save); d && !tp.tp_argv[0]; d = strtok_r(NULL, ":", &save)) {
 			char *p = xasprintf("%s/%s", *d ? d : ".", a[0]);
 			if (access(p, X_OK) == 0)
-				sv.sv_tp.tp_argv[0] = p;
+				tp.tp_argv[0] = p;
 			else
 				free(p);
 		}
 		free(copy);
-		if (!sv.sv_tp.tp_argv[0])
-			sv.sv_tp.tp_argv[0] = xstrdup(a[0]);
+		if (!tp.tp_argv[0])
+			tp.tp_argv[0] = xstrdup(a[0]);
 	}
-	sv.sv_tp.tp_sock = xasprintf("%s/template-%s.sock", sv.sv_cf.cf_run_dir, sv.sv_tp.tp_kernel);
-	sv.sv_tp.tp_argv[3] = sv.sv_tp.tp_sock;
-	sv.sv_tp.tp_env = template_env();
-	sv.sv_tp.tp_backoff = TPL_BACKOFF_MIN_MS;
+	tp.tp_sock = xasprintf("%s/template-%s.sock", sv.sv_cf.cf_run_dir, tp.tp_kernel);
+	tp.tp_argv[3 + no] = tp.tp_sock;
+	tp.tp_env = template_env();
+	tp.tp_backoff = TPL_BACKOFF_MIN_MS;
 	spawn();
 }
 
@@ -195,7 +218,7 @@ template_start(void)
 const char *
 template_socket(const char *kernel)
 {
-	return sv.sv_tp.tp_kernel && !strcmp(sv.sv_tp.tp_kernel, kernel) ? sv.sv_tp.tp_sock : NULL;
+	return tp.tp_kernel && !strcmp(tp.tp_kernel, kernel) ? tp.tp_sock : NULL;
 }
 
 /*
@@ -207,9 +230,9 @@ template_socket(const char *kernel)
 bool
 template_starting(const char *kernel)
 {
-	return template_socket(kernel) && sv.sv_tp.tp_pid > 0 &&
-	       now_ms() < sv.sv_tp.tp_started_at + TPL_READY_WAIT_MS &&
-	       access(sv.sv_tp.tp_sock, F_OK) < 0;
+	return template_socket(kernel) && tp.tp_pid > 0 &&
+	       now_ms() < tp.tp_started_at + TPL_READY_WAIT_MS &&
+	       access(tp.tp_sock, F_OK) < 0;
 }
 
 /*
@@ -219,7 +242,7 @@ template_starting(const char *kernel)
 uint64_t
 template_wait_ms(const char *kernel)
 {
-	uint64_t now = now_ms(), until = sv.sv_tp.tp_started_at + TPL_READY_WAIT_MS;
+	uint64_t now = now_ms(), until = tp.tp_started_at + TPL_READY_WAIT_MS;
 
 	/* one reading of the clock: a second, later one could pass until */
 	return template_starting(kernel) && now < until ? until - now : 0;
@@ -231,44 +254,44 @@ template_reaped(pid_t pid, int status)
 {
 	uint64_t now = now_ms();
 
-	if (!sv.sv_tp.tp_pid || pid != sv.sv_tp.tp_pid)
+	if (!tp.tp_pid || pid != tp.tp_pid)
 		return false;
-	sv.sv_tp.tp_pid = 0;
+	tp.tp_pid = 0;
 	if (sv.sv_lc.lc_quit)
 		return true;
 	/* a template that lived a while is restarted at once; one that keeps
 	 * dying, less and less often (kernels start cold meanwhile) */
-	if (now > sv.sv_tp.tp_started_at + 60000)
-		sv.sv_tp.tp_backoff = TPL_BACKOFF_MIN_MS;
-	else if ((sv.sv_tp.tp_backoff *= 2) > TPL_BACKOFF_MAX_MS)
-		sv.sv_tp.tp_backoff = TPL_BACKOFF_MAX_MS;
-	sv.sv_tp.tp_respawn_at = now + sv.sv_tp.tp_backoff;
+	if (now > tp.tp_started_at + 60000)
+		tp.tp_backoff = TPL_BACKOFF_MIN_MS;
+	else if ((tp.tp_backoff *= 2) > TPL_BACKOFF_MAX_MS)
+		tp.tp_backoff = TPL_BACKOFF_MAX_MS;
+	tp.tp_respawn_at = now + tp.tp_backoff;
 	if (WIFSIGNALED(status))
 		log_warn("template: pid %d was killed by signal %d; kernels start cold until "
 			 "it is back (in %llu ms)",
-			 (int)pid, WTERMSIG(status), (unsigned long long)sv.sv_tp.tp_backoff);
+			 (int)pid, WTERMSIG(status), (unsigned long long)tp.tp_backoff);
 	else
 		log_warn("template: pid %d exited with status %d; kernels start cold until it "
 			 "is back (in %llu ms)",
-			 (int)pid, WEXITSTATUS(status), (unsigned long long)sv.sv_tp.tp_backoff);
+			 (int)pid, WEXITSTATUS(status), (unsigned long long)tp.tp_backoff);
 	return true;
 }
 
 void
 template_tick(uint64_t now)
 {
-	if (sv.sv_tp.tp_kernel && !sv.sv_tp.tp_pid && sv.sv_tp.tp_respawn_at && now >= sv.sv_tp.tp_respawn_at)
+	if (tp.tp_kernel && !tp.tp_pid && tp.tp_respawn_at && now >= tp.tp_respawn_at)
 		spawn();
 }
 
 void
 template_stop(void)
 {
-	if (sv.sv_tp.tp_pid > 0) {
-		kill(sv.sv_tp.tp_pid, SIGKILL);
-		waitpid(sv.sv_tp.tp_pid, NULL, 0);
-		sv.sv_tp.tp_pid = 0;
+	if (tp.tp_pid > 0) {
+		kill(tp.tp_pid, SIGKILL);
+		waitpid(tp.tp_pid, NULL, 0);
+		tp.tp_pid = 0;
 	}
-	if (sv.sv_tp.tp_sock)
-		unlink(sv.sv_tp.tp_sock);
+	if (tp.tp_sock)
+		unlink(tp.tp_sock);
 }

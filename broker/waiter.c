@@ -13,6 +13,8 @@
 #define WAIT_REPLY_MS 10000
 #define WAIT_START_MS 90000
 
+static uint64_t next_req = 1;
+
 static void
 waiter_add(struct context *c, struct request *rq, uint64_t req, int op, uint64_t wait_ms)
 {
@@ -23,20 +25,18 @@ waiter_add(struct context *c, struct request *rq, uint64_t req, int op, uint64_t
 	TAILQ_INSERT_TAIL(&c->c_waiters, rq, rq_link);
 }
 
-void
-waiter_forget(struct request *rq)
+/* The id of a request to a proxy, whose reply names it (rq_req). */
+uint64_t
+waiter_next_req(void)
 {
-	if (!rq->rq_ctx)
-		return;
-	TAILQ_REMOVE(&rq->rq_ctx->c_waiters, rq, rq_link);
-	rq->rq_ctx = NULL;
+	return next_req++;
 }
 
 void
 waiter_wait_ready(struct context *c, struct request *rq)
 {
 	if (c->c_ready) {
-		request_done(rq, 200, context_json(c, false), NULL);
+		answer_done(rq, 200, context_json(c, false), NULL);
 		return;
 	}
 	waiter_add(c, rq, 0, OP_CREATE, WAIT_START_MS);
@@ -46,7 +46,7 @@ void
 waiter_request(struct context *c, struct request *rq, enum msg_type t, int op)
 {
 	struct msg m;
-	uint64_t req = sv.sv_tb.tb_next_req++;
+	uint64_t req = waiter_next_req();
 
 	if (op == OP_DELETE)
 		log_info("context %s: delete requested", c->c_id);
@@ -66,11 +66,10 @@ waiter_answer_ready(struct context *c)
 		next = TAILQ_NEXT(rq, rq_link);
 		if (rq->rq_op != OP_CREATE)
 			continue;
-		waiter_forget(rq);
 		if (c->c_ready)
-			request_done(rq, 200, context_json(c, false), NULL);
+			answer_done(rq, 200, context_json(c, false), NULL);
 		else
-			request_done(rq, 500, NULL, "context %s could not start: %s", c->c_id,
+			answer_done(rq, 500, NULL, "context %s could not start: %s", c->c_id,
 				     c->c_error ? c->c_error : "unknown error");
 	}
 }
@@ -85,21 +84,20 @@ waiter_reply(struct context *c, struct msg *m)
 			break;
 	if (!rq)
 		return; /* its client left */
-	waiter_forget(rq);
 	if (m->m_type == MSG_FAIL) {
-		request_done(rq, 500, NULL, "%s", m->m_text.s);
+		answer_done(rq, 500, NULL, "%s", m->m_text.s);
 		return;
 	}
 	switch (rq->rq_op) {
 	case OP_RESTART:
 		log_info("context %s: restarted", c->c_id);
-		request_done(rq, 200, json_null(), NULL);
+		answer_done(rq, 200, json_null(), NULL);
 		break;
 	case OP_INTERRUPT:
-		request_done(rq, 200, json_null(), NULL);
+		answer_done(rq, 200, json_null(), NULL);
 		break;
 	case OP_DELETE:
-		request_done(rq, 200, json_null(), NULL);
+		answer_done(rq, 200, json_null(), NULL);
 		context_delete(c);
 		break;
 	}
@@ -117,7 +115,6 @@ waiter_tick(uint64_t now)
 			next = TAILQ_NEXT(rq, rq_link);
 			if (now < rq->rq_deadline)
 				continue;
-			waiter_forget(rq);
-			request_done(rq, 504, NULL, "context %s did not answer in time", c->c_id);
+			answer_done(rq, 504, NULL, "context %s did not answer in time", c->c_id);
 		}
 }

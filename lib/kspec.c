@@ -392,3 +392,29 @@ kspec_languages(void)
 	kspec_list_free(v, n);
 	return b.b_data;
 }
+
+/*
+ * Where "-m" is in a kernelspec's argv that runs a Python module, after the
+ * interpreter and its -X and -W options only (Debian 13's python3 says
+ * -Xfrozen_modules=off), each in one word or two; -1 for any other argv.
+ * launch.c runs that module so that nothing in the cwd stands in for it, and
+ * the Python template takes those options as its own.
+ */
+int
+kspec_python_module(char *const *argv)
+{
+	int i = 1;
+
+	if (!argv[0])
+		return -1;
+	while (argv[i] && (!strncmp(argv[i], "-X", 2) || !strncmp(argv[i], "-W", 2))) {
+		if (argv[i][2]) {
+			i++;
+		} else if (argv[i + 1]) {
+			i += 2;
+		} else {
+			return -1;
+		}
+	}
+	return argv[i] && !strcmp(argv[i], "-m") && argv[i + 1] ? i : -1;
+}

@@ -36,10 +36,12 @@ int kspec_list(struct kspec ***out, size_t *n);
 void kspec_free(struct kspec *ks);
 void kspec_list_free(struct kspec **v, size_t n);
 char *kspec_languages(void);
+int kspec_python_module(char *const *argv);
 int lang_normalise(const char *in, char *out, size_t outsz);
 
 /* boxview.c */
 #define BOX_HOME "/home/user" /* the workspace in a box: HOME and the default cwd */
+#define PACKAGES_VENV "/.local/venv" /* below HOME: the tenant's Python venv (packages.c) */
 extern const char *const boxview_system[];
 bool boxview_is_system(const char *path);
 int boxview_host_path(const char *workspace, const char *path, char *out, size_t outsz);

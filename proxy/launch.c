@@ -109,6 +109,15 @@ launch_env(const struct proxy *px)
 			env_put(&v, &n, &cap, xstrdup(*e));
 	for (char **e = px->px_ks->ks_env; *e; e++)
 		env_put(&v, &n, &cap, xstrdup(*e));
+	/* the tenant's package places (packages.c), PATH's ahead of the system's */
+	const char *path = NULL;
+	for (size_t i = 0; i < n; i++)
+		if (!strncmp(v[i], "PATH=", 5))
+			path = v[i] + 5;
+	char **pk = packages_env(home, path);
+	for (char **e = pk; *e; e++)
+		env_put(&v, &n, &cap, *e);
+	free(pk);
 	for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
 		if (ours[i])
 			env_put(&v, &n, &cap, ours[i]);
@@ -235,11 +244,14 @@ launch_argv(const struct proxy *px, const char *conn)
 		if (i > 0)
 			continue;
 		const char *prog = base_of(ks[0]);
-		if (!strncmp(prog, "python", 6) && argc > 2 && !strcmp(ks[1], "-m")) {
+		int m = strncmp(prog, "python", 6) ? -1 : kspec_python_module(ks);
+		if (m > 0) {
+			/* -s, its -X and -W options, then -c in place of -m */
 			argv[a++] = xstrdup("-s");
+			while (++i < m)
+				argv[a++] = launch_subst(ks[i], conn, px->px_ks->ks_dir);
 			argv[a++] = xstrdup("-c");
 			argv[a++] = xstrdup(SAFE_RUN_MODULE);
-			i++; /* the -m */
 		} else if (!strncmp(prog, "python", 6)) {
 			argv[a++] = xstrdup("-s");
 		} else if (!strcmp(prog, "R")) {
@@ -314,6 +326,8 @@ launch_dirs(const struct proxy *px)
 	if (!bx->bx_on) {
 		char *home = home_of(px);
 		rc = mkdir_p(home, 0700);
+		if (rc == 0) /* the kernel's own HOME: its places are made here, then chowned */
+			packages_prepare(home);
 		free(home);
 		if (rc < 0)
 			return rc;

@@ -285,6 +285,11 @@ void launch_unlink_sockets(void);
 int launch_unboxed(const struct proxy *px, const char *exe, char **argv, char **envp,
 		   struct kproc *kp);
 
+/* packages.c: the tenant's places, below its HOME */
+#define PACKAGES_RLIB "/.local/lib/R" /* R: R_LIBS_USER */
+char **packages_env(const char *home, const char *path);
+void packages_prepare(const char *home);
+
 /*
  * Where the kernel starts: its cwd, or its own dir when it reads a
  * configuration from its cwd and the cwd's parents as it starts (Deno's

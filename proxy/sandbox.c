@@ -209,7 +209,8 @@ sandbox_enter(const struct box *bx)
  * init's socket): stdin from /dev/null, stdout to the proxy's log, the hello
  * that tells the proxy its pid, its cwd. Signals go back to their defaults
  * before an exec (the proxy ignored SIGPIPE); a kernel forked from the
- * template keeps the interpreter's. 0, or an exit code.
+ * template keeps the interpreter's. The tenant's package places are made
+ * where missing. 0, or an exit code.
  */
 int
 sandbox_kernel_child(const char *cwd, bool reset_signals)
@@ -234,6 +235,7 @@ sandbox_kernel_child(const char *cwd, bool reset_signals)
 	close(3);
 	if (chdir(cwd) < 0)
 		return 126;
+	packages_prepare(BOX_HOME); /* as the kernel's uid, in its view */
 	return 0;
 }
 

@@ -12,7 +12,7 @@ python3-ipykernel python3-matplotlib python3-matplotlib-inline curl
 r-cran-irkernel
 python3-numpy python3-pandas python3-scipy python3-sklearn python3-seaborn
 python3-sympy python3-pil python3-requests python3-bs4 python3-openpyxl
-python3-xlrd python3-plotly
+python3-xlrd python3-plotly python3-pip python3-venv
 python3-jsonschema python3-yaml yamllint
 prometheus default-jdk-headless passt e2fsprogs iproute2"
 # Node.js runs the E2B SDK test; keep a Node.js that is already there.

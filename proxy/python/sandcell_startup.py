@@ -9,23 +9,27 @@
 # `make`, checked against the source's hash) and compiles only when that is
 # missing or stale.
 #
+# sandcell_packages.py, beside it too, comes first: the tenant's packages
+# for the user's imports from here on.
+#
 # IPython runs this file in the user's namespace: no name is left behind.
 
 
-def _sandcell_load(here):
+def _sandcell_load(here, name):
     import importlib.util
     import os
     import sys
 
     try:
-        path = os.path.join(os.path.dirname(os.path.abspath(here)), "sandcell_profile.py")
-        spec = importlib.util.spec_from_file_location("sandcell_profile", path)
+        path = os.path.join(os.path.dirname(os.path.abspath(here)), name + ".py")
+        spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         module.install()
     except Exception as e:  # the operator's log (kernel fd 2), not a stream
-        sys.__stderr__.write("sandcell_startup: %s: %s\n" % (type(e).__name__, e))
+        sys.__stderr__.write("sandcell_startup: %s: %s: %s\n" % (name, type(e).__name__, e))
 
 
-_sandcell_load(__file__)
+_sandcell_load(__file__, "sandcell_packages")
+_sandcell_load(__file__, "sandcell_profile")
 del _sandcell_load

@@ -17,6 +17,9 @@
 # to its proxy. A request that a fork could not honour exactly as a cold
 # start would (another interpreter, an environment that changes how Python
 # or the data stack start) gets "n" and a reason: the proxy starts it cold.
+# A kernel whose tenant has installed its own copy of a module we imported
+# (sandcell_packages.shadowed) is forked, and executes the cold command line
+# in its box: we never import anything of a tenant's.
 
 import ctypes
 import errno
@@ -28,6 +31,8 @@ import socket
 import sys
 import time
 
+import sandcell_packages  # ours, beside this file
+
 # What a cold start pins at interpreter or import time from these variables
 # would differ in a fork: a request whose value differs from ours is refused.
 PINNED = ("PYTHON", "LANG", "LC_", "OPENBLAS", "OMP_", "MKL_", "GOTO", "NUMEXPR",
@@ -37,6 +42,7 @@ PINNED = ("PYTHON", "LANG", "LC_", "OPENBLAS", "OMP_", "MKL_", "GOTO", "NUMEXPR"
 # they will in the kernel again.
 START_ENV = dict(os.environ)
 IMPORT_ENV = {}
+LOADED = set()  # the top-level modules we imported from site- or dist-packages
 HOT_AGE = 2  # s: a kernel forked this long ago has started (hot_pages)
 HOT_AGAIN = 10  # s: how long a list of hot pages is used
 HOT_SAID = []  # the first list's size, once logged
@@ -75,13 +81,32 @@ def refuse(conn, why):
         pass
 
 
+def interpreter_options(argv, i):
+    """The -X and -W options of argv from i on (kspec_python_module's rule)."""
+    j = i
+    while j < len(argv) and isinstance(argv[j], str) and argv[j][:2] in ("-X", "-W"):
+        j += 1 if len(argv[j]) > 2 else 2
+    return argv[i:j]
+
+
+def module_args(argv):
+    """The kernel's arguments after the module in launch.c's safe run:
+    python -s [-X/-W options] -c CODE MODULE ARGS."""
+    return argv[5 + len(interpreter_options(argv, 2)):]
+
+
 def check(req):
     """Why this request cannot be a fork, or None."""
     argv = req.get("argv")
-    # launch.c's safe run of `python -m ipykernel_launcher ARGS`: -s -c CODE MODULE ARGS
-    if not isinstance(argv, list) or len(argv) < 5 or argv[1:3] != ["-s", "-c"] or \
-            argv[4] != "ipykernel_launcher":
+    if not isinstance(argv, list) or len(argv) < 5 or argv[1] != "-s":
         return "not python -s -c <run module> ipykernel_launcher"
+    opts = interpreter_options(argv, 2)
+    k = 2 + len(opts)
+    if argv[k:k + 1] != ["-c"] or argv[k + 2:k + 3] != ["ipykernel_launcher"]:
+        return "not python -s -c <run module> ipykernel_launcher"
+    # the template was started with the kernelspec's options: a fork has them
+    if opts != sys.orig_argv[1:len(sys.orig_argv) - len(sys.argv)]:
+        return "interpreter options %s, not the template's" % " ".join(opts)
     exe = req.get("exe", "")
     if os.path.realpath(exe) != os.path.realpath(sys.executable):
         return "another interpreter (%s)" % exe
@@ -101,6 +126,13 @@ def become_kernel(req):
 
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     env = dict(kv.split("=", 1) for kv in req["env"] if "=" in kv)
+    # the tenant installed its own numpy (or another of ours): a kernel
+    # started cold imports it, this one has ours; the same command line, in
+    # this box (the tenant's packages were never imported here)
+    shadow = sandcell_packages.shadowed(env, LOADED)
+    if shadow:
+        log("a cold start: the tenant's packages shadow %s" % ", ".join(shadow))
+        os.execve(req["exe"], req["argv"], env)
     os.environ.clear()
     os.environ.update(env)
     os.environ.update(IMPORT_ENV)  # what the preloaded imports set, as they would
@@ -114,7 +146,7 @@ def become_kernel(req):
     # the safe run takes the first entry off sys.path (the cwd; ours is this
     # file's dir) before it imports anything; runpy sets argv[0]
     del sys.path[0]
-    sys.argv = ["-m"] + list(req["argv"][5:])
+    sys.argv = ["-m"] + list(module_args(req["argv"]))
     parse_quickly(sys.argv[1:])
     sys.orig_argv = list(req["argv"])
     # random state inherited from the template: a fresh one per kernel
@@ -291,6 +323,8 @@ def main():
         log("PR_SET_CHILD_SUBREAPER failed")
     preload()
     IMPORT_ENV.update((k, v) for k, v in os.environ.items() if START_ENV.get(k) != v)
+    LOADED.update(name.split(".", 1)[0] for name, m in list(sys.modules.items())
+                  if "-packages" in (getattr(m, "__file__", None) or ""))
     # every object so far stays out of the collector's reach: its passes in a
     # kernel would write to these pages and unshare them
     gc.collect()

@@ -1,6 +1,6 @@
 /*
  * fuzz_http.c — libFuzzer target for request validation: /execute bodies
- * through request_validate_execute, and the name checks (lang_normalise,
+ * through validate_execute, and the name checks (lang_normalise,
  * env_key_valid, uuid_valid) on the input's first NUL-terminated part.
  */
 #include "targets.h"

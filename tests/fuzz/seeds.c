@@ -19,7 +19,7 @@ static int nfiles;
 
 /*
  * A seed's name says what it is: "bad-..." is rejected (msg: by msg_decode;
- * http: as JSON or by request_validate_execute; wire: by wire_parse under the
+ * http: as JSON or by validate_execute; wire: by wire_parse under the
  * key; zmtp: no message cut out of it), anything else accepted. Checked here so a seed cannot silently stop
  * testing what its name claims.
  */
@@ -42,7 +42,7 @@ expect(const char *sub, const char *name, const uint8_t *data, size_t len)
 		json_error_t jerr;
 		struct msg m;
 		json_t *j = json_loadb(body, blen, JSON_REJECT_DUPLICATES, &jerr);
-		ok = j && request_validate_execute(j, &m, &ctx, lang, sizeof(lang), err,
+		ok = j && validate_execute(j, &m, &ctx, lang, sizeof(lang), err,
 		                                sizeof(err)) == 0;
 		if (ok)
 			msg_free(&m);

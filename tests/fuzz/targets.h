@@ -282,7 +282,7 @@ fuzz_execute_body(const char *body, size_t len)
 	if (!j)
 		return;
 	err[0] = '\0';
-	st = request_validate_execute(j, &m, &ctx_id, lang, sizeof(lang), err, sizeof(err));
+	st = validate_execute(j, &m, &ctx_id, lang, sizeof(lang), err, sizeof(err));
 	if (st) {
 		FUZZ_CHECK(st == 400 || st == 413);
 		FUZZ_CHECK(err[0] != '\0');

@@ -244,6 +244,29 @@ const char init_probe_py[] =
     "attached = 'attached' if r == 0 else why(ctypes.get_errno())\n"
     "print(mem, took, attached)\n";
 
+const char wheel_py[] =
+    "import base64, hashlib, os, zipfile\n"
+    "def wheel(d, name, version, body, pad=0):\n"
+    "    info = '%s-%s.dist-info/' % (name, version)\n"
+    "    files = {name + '/__init__.py': body.encode(),\n"
+    "             info + 'METADATA': ('Metadata-Version: 2.1\\nName: %s\\nVersion: %s\\n'\n"
+    "                                 % (name, version)).encode(),\n"
+    "             info + 'WHEEL': b'Wheel-Version: 1.0\\nGenerator: sandcell-test\\n'\n"
+    "                             b'Root-Is-Purelib: true\\nTag: py3-none-any\\n'}\n"
+    "    if pad:\n"
+    "        files[name + '/pad.bin'] = os.urandom(pad)\n"
+    "    os.makedirs(d, exist_ok=True)\n"
+    "    path = os.path.join(d, '%s-%s-py3-none-any.whl' % (name, version))\n"
+    "    record = []\n"
+    "    with zipfile.ZipFile(path, 'w') as z:\n"
+    "        for n, data in files.items():\n"
+    "            z.writestr(n, data)\n"
+    "            h = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=')\n"
+    "            record.append('%s,sha256=%s,%d' % (n, h.decode(), len(data)))\n"
+    "        record.append(info + 'RECORD,,')\n"
+    "        z.writestr(info + 'RECORD', '\\n'.join(record) + '\\n')\n"
+    "    return path\n";
+
 size_t
 sink_write(char *p, size_t sz, size_t n, void *arg)
 {

@@ -239,5 +239,12 @@ void expect_stdout(const char *base, const char *id, const char *code, const cha
  * ptrace-attach it. Prints "denied denied denied" when it can do none.
  */
 extern const char init_probe_py[];
+/*
+ * Python code defining wheel(dir, name, version, body, pad=0): a wheel of
+ * one module, name/__init__.py holding body (and pad random bytes beside
+ * it), built with zipfile in dir, offline; its path. A test's cell
+ * appends its own code.
+ */
+extern const char wheel_py[];
 
 #endif

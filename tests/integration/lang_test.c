@@ -797,3 +797,5 @@ ParameterizedTest(int *ci, lang, deno_interrupt_ends_an_awaiting_execution_and_k
 	}
 	free(id);
 }
+
+#include "lang_packages.c"

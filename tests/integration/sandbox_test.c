@@ -1473,8 +1473,9 @@ Test(sandbox, rootless_broker_boxes_bash_with_a_user_namespace, .init = rootless
  * Files a context plants in the workspace, each of which would, if it ran
  * as a kernel starts, leave a RAN-* file behind and make the start fail:
  * modules named as the kernels' own, Python's site hooks, a .pth and an
- * IPython startup file where a user's Python would find them, R's and
- * bash's start files, Deno's configuration (broken).
+ * IPython startup file where a user's Python would find them, a .pth and a
+ * kernel's module in the tenant's venv, R's and bash's start files, Deno's
+ * configuration (broken).
  */
 static const char plant_code[] =
 	"import os, sys\n"
@@ -1490,6 +1491,9 @@ static const char plant_code[] =
 	"    plant(m + '.py', evil % m)\n"
 	"plant('.local/lib/%s/site-packages/evil.pth' % v,\n"
 	"      \"import os; open('/home/user/RAN-pth', 'w')\\n\")\n"
+	"plant('.local/venv/lib/%s/site-packages/evil.pth' % v,\n"
+	"      \"import os; open('/home/user/RAN-venv-pth', 'w')\\n\")\n"
+	"plant('.local/venv/lib/%s/site-packages/zmq.py' % v, evil % 'venv-zmq')\n"
 	"plant('.ipython/profile_default/startup/00-evil.py', evil % 'ipython-startup')\n"
 	"plant('.ipython/profile_default/ipython_config.py', evil % 'ipython-config')\n"
 	"plant('.jupyter/jupyter_config.py', evil % 'jupyter-config')\n"
@@ -1803,6 +1807,89 @@ Test(sandbox, filling_the_shared_workspace_is_enospc_not_a_full_disk, .fini = pr
 	/* the other context shares it: full while the fill is there, not after */
 	out = run_stdout(url, b, "open('after', 'w').write('x' * (1 << 20))\nprint('written')");
 	cr_expect_str_eq(out, "written\n", "%s", out ? out : "");
+	free(out);
+	free(a);
+	free(b);
+}
+
+/*
+ * The tenant's packages are on its workspace's filesystem: a package over
+ * the bound fails with ENOSPC in that context (pip says so and takes back
+ * what it unpacked), which still installs a small one; a neighbour tenant
+ * installs as before.
+ */
+Test(sandbox, a_package_over_the_workspace_bound_is_enospc_for_its_tenant_alone,
+     .fini = priv_box_stop, .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "0", "--isolation", "context",
+			      "--workspace-size", "64M", NULL};
+	char code[4096];
+
+	cr_assert_eq(broker_start(&priv_box, args), 0);
+	const char *url = priv_box.b_url;
+	char *a = context_new(url, "python", NULL), *v = context_new(url, "python", NULL), *out;
+	cr_assert(a && v);
+	snprintf(code, sizeof(code),
+		 "%s"
+		 "wheel('/tmp/wh', 'sctobig', '0.1', 'X = 1\\n', pad=96 << 20)\n"
+		 "!pip install --no-index /tmp/wh/sctobig-0.1-py3-none-any.whl 2>&1 | grep -m 1 Errno",
+		 wheel_py);
+	out = run_stdout(url, a, code);
+	cr_expect(out && strstr(out, "No space left on device"), "pip: %s", out ? out : "");
+	free(out);
+	const char *small = "wheel('/tmp/ws', 'sctosmall', '0.1', 'X = 7\\n')\n"
+			    "!pip install -q --no-index /tmp/ws/sctosmall-0.1-py3-none-any.whl\n"
+			    "import sctosmall\n"
+			    "print(sctosmall.X)";
+	snprintf(code, sizeof(code), "%s%s", wheel_py, small);
+	out = run_stdout(url, a, code);
+	cr_expect_str_eq(out, "7\n", "a small package after: %s", out ? out : "");
+	free(out);
+	out = run_stdout(url, v, code);
+	cr_expect_str_eq(out, "7\n", "the neighbour: %s", out ? out : "");
+	free(out);
+	free(a);
+	free(v);
+}
+
+/*
+ * The tenant's packages live in its workspace: a broker stopped with
+ * --keep-contexts and started again finds them in the kept kernel, in a new
+ * context and in the kept one's restarted kernel.
+ */
+Test(sandbox, packages_survive_a_broker_restart_with_kept_contexts, .fini = priv_box_stop,
+     .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "0", "--keep-contexts", NULL};
+	const char *check = "import sctokeep\nprint(sctokeep.VALUE)";
+	char code[4096];
+
+	cr_assert_eq(broker_start(&priv_box, args), 0);
+	char *a = context_new(priv_box.b_url, "python", NULL), *b, *out;
+	cr_assert_not_null(a);
+	snprintf(code, sizeof(code),
+		 "%s"
+		 "wheel('/tmp/wh', 'sctokeep', '0.1', 'VALUE = \\'kept\\'\\n')\n"
+		 "!pip install -q --no-index /tmp/wh/sctokeep-0.1-py3-none-any.whl\n"
+		 "%s",
+		 wheel_py, check);
+	out = run_stdout(priv_box.b_url, a, code);
+	cr_expect_str_eq(out, "kept\n", "the install: %s", out ? out : "");
+	free(out);
+	kill(priv_box.b_pid, SIGTERM);
+	waitpid(priv_box.b_pid, NULL, 0);
+	priv_box.b_pid = 0;
+	cr_assert_eq(broker_restart(&priv_box, args), 0);
+	out = run_stdout(priv_box.b_url, a, check);
+	cr_expect_str_eq(out, "kept\n", "the kept kernel: %s", out ? out : "");
+	free(out);
+	cr_assert_not_null(b = context_new(priv_box.b_url, "python", NULL));
+	out = run_stdout(priv_box.b_url, b, check);
+	cr_expect_str_eq(out, "kept\n", "a new context: %s", out ? out : "");
+	free(out);
+	cr_assert_eq(context_post(priv_box.b_url, a, "restart", 60), 200);
+	out = run_stdout(priv_box.b_url, a, check);
+	cr_expect_str_eq(out, "kept\n", "the kept context restarted: %s", out ? out : "");
 	free(out);
 	free(a);
 	free(b);

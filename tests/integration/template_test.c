@@ -7,6 +7,7 @@
  * data stack it has at start: a cold kernel has not imported pandas.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
@@ -333,6 +334,97 @@ Test(template, a_cold_start_and_a_fork_see_the_same_interpreter, .fini = priv_st
 	free(f);
 }
 
+/*
+ * A python3 kernelspec with interpreter options before -m, as Debian 13's
+ * (-Xfrozen_modules=off), in a dir of its own put first on JUPYTER_PATH for
+ * the broker started here; the dir, to remove.
+ */
+static char *
+broker_with_options_kernelspec(const char *const *args)
+{
+	char dir[] = "/tmp/sandcell-ks.XXXXXX", path[256], jp[4096];
+	const char *old = getenv("JUPYTER_PATH");
+
+	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_eq(chmod(dir, 0755), 0);
+	snprintf(path, sizeof(path), "%s/kernels", dir);
+	cr_assert_eq(mkdir(path, 0755), 0);
+	snprintf(path, sizeof(path), "%s/kernels/python3", dir);
+	cr_assert_eq(mkdir(path, 0755), 0);
+	snprintf(path, sizeof(path), "%s/kernels/python3/kernel.json", dir);
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fputs("{\"argv\": [\"/usr/bin/python3\", \"-Xfrozen_modules=off\", \"-W\", "
+	      "\"ignore::DeprecationWarning\", \"-m\", \"ipykernel_launcher\", \"-f\", "
+	      "\"{connection_file}\"], \"display_name\": \"Python 3\", \"language\": "
+	      "\"python\"}\n",
+	      f);
+	fclose(f);
+	snprintf(jp, sizeof(jp), "%s%s%s", dir, old ? ":" : "", old ? old : "");
+	setenv("JUPYTER_PATH", jp, 1);
+	int rc = broker_start(&priv, args);
+	if (old)
+		setenv("JUPYTER_PATH", old, 1);
+	cr_assert_eq(rc, 0);
+	priv_up = true;
+	return strdup(dir);
+}
+
+static const char options_seen[] = "import sys; print(sys._xoptions.get('frozen_modules'), "
+				   "'ignore::DeprecationWarning' in sys.warnoptions)";
+
+/*
+ * Such a kernelspec is forked from a template started with its options: its
+ * kernels have pandas imported (forked) and the options set.
+ */
+Test(template, a_kernelspec_with_interpreter_options_is_forked_with_them, .fini = priv_stop,
+     .timeout = 180)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", NULL};
+	char *dir = broker_with_options_kernelspec(args), cmd[300];
+	char *log = broker_log(&priv);
+
+	cr_expect(strstr(log, "kernels are forked from a template"), "the template is off: %s",
+		  log);
+	free(log);
+	char *id = forked_context(priv.b_url);
+	char *out = run_stdout(priv.b_url, id, options_seen);
+	cr_assert_str_eq(out, "off True\n");
+	free(out);
+	free(id);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	cr_expect_eq(system(cmd), 0);
+	free(dir);
+}
+
+/*
+ * Started cold, such a kernelspec's module is run safely too: an
+ * ipykernel_launcher.py in the workspace does not stand in for ipykernel's.
+ */
+Test(template, a_kernelspec_with_interpreter_options_starts_cold_without_the_workspace,
+     .fini = priv_stop, .timeout = 180)
+{
+	const char *args[] = {"--no-template", "--no-default-context", "--pool", "python=0",
+			      NULL};
+	char *dir = broker_with_options_kernelspec(args), path[400];
+
+	snprintf(path, sizeof(path), "%s.work/ipykernel_launcher.py", priv.b_run_dir);
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+	fputs("raise SystemExit('the workspace ran as the kernel')\n", f);
+	fclose(f);
+	char *id = context_new(priv.b_url, "python", NULL);
+	cr_assert_not_null(id, "the planted launcher ran: no context");
+	char *out = run_stdout(priv.b_url, id, options_seen);
+	cr_assert_str_eq(out, "off True\n");
+	free(out);
+	free(id);
+	unlink(path);
+	snprintf(path, sizeof(path), "rm -rf '%s'", dir);
+	cr_expect_eq(system(path), 0);
+	free(dir);
+}
+
 Test(template, isolation_context_gives_each_forked_kernel_its_uid, .fini = priv_stop,
      .timeout = 240)
 {
@@ -603,6 +695,93 @@ Test(template, broker_restart_reattaches_a_forked_kernel, .fini = priv_stop, .ti
 	free(out);
 	cr_assert_eq(context_pid(priv.b_url, id, "kernel_pid"), kpid, "the same kernel");
 	free(id);
+}
+
+/*
+ * A tenant that installs its own pandas (a module the template has imported)
+ * gets it in its restarted kernel and in its new contexts: those start cold,
+ * in their boxes, and the template imports nothing of the tenant's. Once it
+ * is uninstalled, kernels are forked again.
+ */
+Test(template, a_tenants_package_shadowing_a_preloaded_one_starts_its_kernels_cold,
+     .fini = priv_stop, .timeout = 300)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", NULL};
+	char code[4096];
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	priv_up = true;
+	char *a = forked_context(priv.b_url), *out;
+	snprintf(code, sizeof(code),
+		 "%s"
+		 "wheel('/tmp/wh', 'pandas', '99.0', 'SHADOW = \\'tenant\\'\\n')\n"
+		 "!pip install -q --no-deps --no-index --find-links /tmp/wh pandas==99.0 >/dev/null 2>&1\n"
+		 "import pandas\n"
+		 "print(getattr(pandas, 'SHADOW', pandas.__file__))",
+		 wheel_py);
+	out = run_stdout(priv.b_url, a, code);
+	cr_expect(out && strstr(out, "/usr/"), "the running kernel keeps the pandas it has: %s", out);
+	free(out);
+	cr_assert_eq(context_post(priv.b_url, a, "restart", 60), 200);
+	out = run_stdout(priv.b_url, a, "import pandas\nprint(getattr(pandas, 'SHADOW', pandas.__file__))");
+	cr_expect_str_eq(out, "tenant\n", "after a restart");
+	free(out);
+	char *b = context_new(priv.b_url, "python", NULL);
+	cr_assert_not_null(b);
+	cr_expect_not(is_forked(priv.b_url, b), "a new context was forked with the system's pandas");
+	out = run_stdout(priv.b_url, b, "import pandas\nprint(getattr(pandas, 'SHADOW', pandas.__file__))");
+	cr_expect_str_eq(out, "tenant\n", "a new context");
+	free(out);
+	struct logcond lc = {&priv, "a cold start: the tenant's packages shadow pandas"};
+	cr_expect(log_says(&lc), "the log does not say why the kernel started cold");
+	out = run_stdout(priv.b_url, b, "!pip uninstall -q -y pandas >/dev/null 2>&1\nprint('gone')");
+	cr_expect_str_eq(out, "gone\n");
+	free(out);
+	char *c = forked_context(priv.b_url);
+	free(a);
+	free(b);
+	free(c);
+}
+
+/*
+ * With a warm pool, a kernel warmed before the tenant installed its own
+ * pandas is not handed out: the restart after the install, and a new
+ * context, have the tenant's pandas.
+ */
+Test(template, a_warm_kernel_older_than_the_tenants_packages_is_not_handed_out,
+     .fini = priv_stop, .timeout = 300)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=1", NULL};
+	const char *which = "import pandas\nprint(getattr(pandas, 'SHADOW', pandas.__file__))";
+	char code[4096];
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	priv_up = true;
+	cr_assert_eq(wait_pool_ready(priv.b_run_dir, 1, 60000), 0);
+	char *a = context_new(priv.b_url, "python", NULL), *b, *out;
+	cr_assert_not_null(a);
+	cr_assert_eq(wait_pool_ready(priv.b_run_dir, 1, 60000), 0, "the pool did not refill");
+	snprintf(code, sizeof(code),
+		 "%s"
+		 "wheel('/tmp/wh', 'pandas', '99.0', 'SHADOW = \\'tenant\\'\\n')\n"
+		 "!pip install -q --no-deps --no-index --find-links /tmp/wh pandas==99.0 >/dev/null 2>&1\n"
+		 "print('installed')",
+		 wheel_py);
+	out = run_stdout(priv.b_url, a, code);
+	cr_expect_str_eq(out, "installed\n");
+	free(out);
+	cr_assert_eq(context_post(priv.b_url, a, "restart", 60), 200);
+	out = run_stdout(priv.b_url, a, which);
+	cr_expect_str_eq(out, "tenant\n", "after a restart");
+	free(out);
+	cr_assert_not_null(b = context_new(priv.b_url, "python", NULL));
+	out = run_stdout(priv.b_url, b, which);
+	cr_expect_str_eq(out, "tenant\n", "a new context");
+	free(out);
+	struct logcond lc = {&priv, "is older than the tenant's packages"};
+	cr_expect(log_says(&lc), "the log does not say a warm kernel was stopped");
+	free(a);
+	free(b);
 }
 
 Test(template, kernel_network_none_puts_a_forked_kernel_in_its_proxys_namespace,

@@ -156,6 +156,29 @@ async function main() {
     assert.equal(ex.logs.stdout.join(''), 'None\n', `stdout is ${JSON.stringify(ex.logs.stdout)}`);
   });
 
+  await check('!pip install of a local wheel, then import', async () => {
+    // the wheel: a zip of one module and its metadata, built offline in the sandbox
+    const build = [
+      'import base64, hashlib, zipfile',
+      "files = {'sdktoy/__init__.py': b'VALUE = 42\\n',",
+      "         'sdktoy-0.1.dist-info/METADATA': b'Metadata-Version: 2.1\\nName: sdktoy\\nVersion: 0.1\\n',",
+      "         'sdktoy-0.1.dist-info/WHEEL': b'Wheel-Version: 1.0\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n'}",
+      "record = ['%s,sha256=%s,%d' % (n, base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode(), len(d))",
+      '          for n, d in files.items()] + ["sdktoy-0.1.dist-info/RECORD,,"]',
+      "with zipfile.ZipFile('/tmp/sdktoy-0.1-py3-none-any.whl', 'w') as z:",
+      '    for n, d in files.items():',
+      '        z.writestr(n, d)',
+      "    z.writestr('sdktoy-0.1.dist-info/RECORD', '\\n'.join(record) + '\\n')",
+    ].join('\n');
+    const ex1 = await run(build);
+    assert.equal(ex1.error, undefined, `building the wheel: ${describeExecution(ex1)}`);
+    const ex2 = await run('!pip install --no-index /tmp/sdktoy-0.1-py3-none-any.whl');
+    assert.equal(ex2.error, undefined, `pip: ${describeExecution(ex2)}`);
+    assert.match(ex2.logs.stdout.join(''), /Successfully installed sdktoy-0\.1/);
+    const ex3 = await run('import sdktoy; sdktoy.VALUE');
+    assert.equal(mainText(ex3), '42', `import: ${describeExecution(ex3)}`);
+  });
+
   await check('display(HTML) yields a result with html', async () => {
     const ex = await run("from IPython.display import HTML, display; display(HTML('<b>x</b>'))");
     assert.equal(ex.error, undefined, `unexpected error: ${describeExecution(ex)}`);

@@ -50,8 +50,8 @@ kernel_abort(void)
 	return -1; /* no abort signal: the interrupt is sent */
 }
 
-long
-kernel_cpu_ms(void)
+long long
+kernel_runnable_us(void)
 {
 	return -1;
 }

@@ -1,5 +1,5 @@
 /*
- * http_test.c — validation of /execute bodies (request_validate_execute) into an
+ * validate_test.c — validation of /execute bodies (validate_execute) into an
  * EXECUTE message, with the status and an error that names the problem for
  * every rejection; and the name checks it relies on: lang_normalise,
  * env_key_valid, uuid_valid.
@@ -37,7 +37,7 @@ validate_json(struct verdict *v, json_t *body)
 	memset(v->lang, 'X', sizeof(v->lang));
 	v->ctx_id = "sentinel";
 	v->body = body;
-	v->status = request_validate_execute(body, &v->m, &v->ctx_id, v->lang,
+	v->status = validate_execute(body, &v->m, &v->ctx_id, v->lang,
 	                                  sizeof(v->lang), v->err, sizeof(v->err));
 }
 
@@ -69,7 +69,7 @@ has_env(const struct msg *m, const char *k, const char *val)
 
 /* ---- accepted bodies ---- */
 
-Test(http_validate, code_alone_gives_an_execute_with_the_interrupt_policy)
+Test(validate, code_alone_gives_an_execute_with_the_interrupt_policy)
 {
 	struct verdict v;
 
@@ -86,7 +86,7 @@ Test(http_validate, code_alone_gives_an_execute_with_the_interrupt_policy)
 	verdict_free(&v);
 }
 
-Test(http_validate, accepted_bodies_fill_the_message)
+Test(validate, accepted_bodies_fill_the_message)
 {
 	static const struct {
 		const char *name, *body;
@@ -159,7 +159,7 @@ Test(http_validate, accepted_bodies_fill_the_message)
 	}
 }
 
-Test(http_validate, env_vars_become_env_entries_byte_for_byte)
+Test(validate, env_vars_become_env_entries_byte_for_byte)
 {
 	struct verdict v;
 
@@ -177,7 +177,7 @@ Test(http_validate, env_vars_become_env_entries_byte_for_byte)
 	verdict_free(&v);
 }
 
-Test(http_validate, the_message_encodes_and_decodes_once_a_stream_is_set)
+Test(validate, the_message_encodes_and_decodes_once_a_stream_is_set)
 {
 	struct verdict v;
 	struct msg d;
@@ -199,7 +199,7 @@ Test(http_validate, the_message_encodes_and_decodes_once_a_stream_is_set)
 	verdict_free(&v);
 }
 
-Test(http_validate, limits_are_inclusive)
+Test(validate, limits_are_inclusive)
 {
 	/* env value of exactly PROTO_MAX_ENVVAL and PROTO_MAX_ENV entries */
 	json_t *body = json_pack("{s:s}", "code", "x");
@@ -234,7 +234,7 @@ assert_nothing_left(const struct verdict *v, const char *name)
 	cr_expect_null(v->m.m_code.s, "%s: code left allocated", name);
 }
 
-Test(http_validate, every_bad_body_gets_its_status_and_an_error_naming_the_problem)
+Test(validate, every_bad_body_gets_its_status_and_an_error_naming_the_problem)
 {
 	static const struct {
 		const char *name, *body;
@@ -341,7 +341,7 @@ Test(http_validate, every_bad_body_gets_its_status_and_an_error_naming_the_probl
 	}
 }
 
-Test(http_validate, an_unknown_language_lists_the_installed_ones_including_python)
+Test(validate, an_unknown_language_lists_the_installed_ones_including_python)
 {
 	static const char *bodies[] = {
 	    "{\"code\":\"x\",\"language\":\"cobol\"}",
@@ -362,7 +362,7 @@ Test(http_validate, an_unknown_language_lists_the_installed_ones_including_pytho
 	}
 }
 
-Test(http_validate, code_over_proto_max_big_is_too_large)
+Test(validate, code_over_proto_max_big_is_too_large)
 {
 	char *code = malloc(PROTO_MAX_BIG + 1);
 	struct verdict v;
@@ -380,7 +380,7 @@ Test(http_validate, code_over_proto_max_big_is_too_large)
 	free(code);
 }
 
-Test(http_validate, env_over_its_limits_is_rejected_and_freed)
+Test(validate, env_over_its_limits_is_rejected_and_freed)
 {
 	json_t *body = json_pack("{s:s}", "code", "x");
 	json_t *env = json_object();
@@ -421,7 +421,7 @@ Test(http_validate, env_over_its_limits_is_rejected_and_freed)
  * satisfies; the message does not name the upper limit that was broken.
  *
  */
-Test(http_validate, a_timeout_over_the_limit_is_told_the_limit)
+Test(validate, a_timeout_over_the_limit_is_told_the_limit)
 {
 	struct verdict v;
 
@@ -442,7 +442,7 @@ Test(http_validate, a_timeout_over_the_limit_is_told_the_limit)
  * refuses it with PROTO_ESIZE, so the request's stream never gets an answer.
  *
  */
-Test(http_validate, an_accepted_body_always_fits_in_one_frame)
+Test(validate, an_accepted_body_always_fits_in_one_frame)
 {
 	char *code = malloc(PROTO_MAX_BIG);
 	char *val = malloc(PROTO_MAX_ENVVAL + 1);
@@ -500,7 +500,7 @@ write_kernelspec(const char *name, const char *json)
 static void
 fake_kernels(void)
 {
-	snprintf(jdir, sizeof(jdir), "/tmp/sandcell-http-test-XXXXXX");
+	snprintf(jdir, sizeof(jdir), "/tmp/sandcell-validate-test-XXXXXX");
 	cr_assert_not_null(mkdtemp(jdir));
 	write_kernelspec("deno",
 	                 "{\"argv\":[\"/bin/true\"],\"language\":\"typescript\"}");
@@ -508,7 +508,7 @@ fake_kernels(void)
 	                 "{\"argv\":[\"/bin/true\"],\"language\":\"JavaScript\"}");
 	write_kernelspec("broken", "{\"argv\":[],\"language\":\"broken\"}");
 	setenv("JUPYTER_PATH", jdir, 1);
-	log_init("http_test", LOG_ERR); /* the broken spec is expected */
+	log_init("validate_test", LOG_ERR); /* the broken spec is expected */
 }
 
 static void
@@ -517,7 +517,7 @@ fake_kernels_remove(void)
 	rm_rf(jdir);
 }
 
-Test(http_languages, aliases_resolve_to_installed_kernelspecs, .init = fake_kernels,
+Test(validate_language, aliases_resolve_to_installed_kernelspecs, .init = fake_kernels,
      .fini = fake_kernels_remove)
 {
 	static const struct {
@@ -540,7 +540,7 @@ Test(http_languages, aliases_resolve_to_installed_kernelspecs, .init = fake_kern
 	}
 }
 
-Test(http_languages, an_unusable_kernelspec_is_not_offered, .init = fake_kernels,
+Test(validate_language, an_unusable_kernelspec_is_not_offered, .init = fake_kernels,
      .fini = fake_kernels_remove)
 {
 	struct verdict v;
@@ -638,183 +638,6 @@ Test(lang_normalise, an_alias_that_does_not_fit_is_rejected_not_truncated)
 	cr_expect_eq(e, -ENAMETOOLONG, "returned %d with '%s'", e, e == 0 ? out : "");
 	e = lang_normalise("ts", out, 10);
 	cr_expect_eq(e, -ENAMETOOLONG, "returned %d with '%s'", e, e == 0 ? out : "");
-}
-
-/* ---- http_unescape and http_quote: paths and what is echoed of them ---- */
-
-Test(http_unescape, decodes_once_and_keeps_encoded_slash_and_nul)
-{
-	static const struct {
-		const char *in, *out;
-		bool bad;
-	} cases[] = {
-	    {"/contexts/abc", "/contexts/abc", false},
-	    {"/a%20b", "/a b", false},
-	    {"/%41%62%7e", "/Ab~", false},
-	    {"/x%252f", "/x%2f", false}, /* once: %25 is '%', the rest is text */
-	    {"/ctx%2frestart", "/ctx%2frestart", true},
-	    {"/ctx%2Frestart", "/ctx%2Frestart", true},
-	    {"/ctx%00/restart", "/ctx%00/restart", true},
-	    {"/a%2", "/a%2", false},
-	    {"/a%", "/a%", false},
-	    {"/a%zz", "/a%zz", false},
-	    {"%", "%", false},
-	    {"", "", false},
-	};
-
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		char buf[64];
-		bool bad = !cases[i].bad;
-		snprintf(buf, sizeof(buf), "%s", cases[i].in);
-		size_t n = http_unescape(buf, &bad);
-		cr_expect_str_eq(buf, cases[i].out, "'%s'", cases[i].in);
-		cr_expect_eq(n, strlen(cases[i].out), "'%s'", cases[i].in);
-		cr_expect_eq(bad, cases[i].bad, "'%s'", cases[i].in);
-	}
-}
-
-Test(http_quote, echoes_printable_ascii_escapes_the_rest_and_stays_bounded)
-{
-	char out[16];
-
-	cr_expect_str_eq(http_quote("abc-1", out, sizeof(out)), "abc-1");
-	cr_expect_str_eq(http_quote("a\x01\xff\\", out, sizeof(out)), "a\\x01\\xff\\x5c");
-	cr_expect_str_eq(http_quote("", out, sizeof(out)), "");
-	http_quote("0123456789abcdefghij", out, sizeof(out));
-	cr_expect_eq(strlen(out), sizeof(out) - 1);
-	cr_expect_str_eq(out + strlen(out) - 3, "...", "'%s' does not say it was cut", out);
-	for (int i = 0; i < 256; i++) { /* any byte, any cut: bounded, terminated, printable */
-		char in[40], small[11];
-		memset(in, i ? i : 1, sizeof(in) - 1);
-		in[sizeof(in) - 1] = '\0';
-		http_quote(in + i % 7, small, sizeof(small));
-		cr_assert_lt(strlen(small), sizeof(small));
-		for (char *p = small; *p; p++)
-			cr_assert(*p >= 0x20 && *p < 0x7f, "byte %d gave '%s'", i, small);
-	}
-}
-
-/* ---- accept_classify: what may start an HTTP request line ---- */
-
-Test(accept_classify, a_method_a_space_and_a_target_start_a_request_line)
-{
-	static const struct {
-		const char *b;
-		size_t n; /* 0: strlen */
-		int want;
-	} cases[] = {
-	    {"GET /health HTTP/1.1\r\n", 0, 1},
-	    {"POST /execute", 0, 1},
-	    {"M-SEARCH *", 0, 1},
-	    {"hello there\n", 0, 1}, /* MHD answers that one 400 itself */
-	    {"\r\nGET /", 0, 1},     /* an empty line first is allowed */
-	    {"", 0, 0},
-	    {"G", 0, 0},
-	    {"GET", 0, 0},
-	    {"GET ", 0, 0},
-	    {"\r\n", 0, 0},
-	    {"GARBAGE\r\n\r\n", 0, -1},
-	    {"GET\r\n", 0, -1},
-	    {" / HTTP/1.1", 0, -1},
-	    {"GET  /", 0, -1},
-	    {"GET \x01", 0, -1},
-	    {"GET \xff", 0, -1},
-	    {"\0\0\0\r\n", 5, -1},
-	    {"\x16\x03\x01\x02\x00", 5, -1}, /* TLS */
-	    {"\x01\x02\x03 zz", 0, -1},
-	    {"GET\t/", 0, -1},
-	    {"\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n", 0, -1},
-	    {"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", 0, -1}, /* 33: no method is that long */
-	    {"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", 0, 0},   /* 32 */
-	};
-
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		size_t n = cases[i].n ? cases[i].n : strlen(cases[i].b);
-		cr_expect_eq(accept_classify(cases[i].b, n), cases[i].want, "case %zu '%.*s'", i,
-		             (int)n, cases[i].b);
-	}
-}
-
-/* ---- frame_head: where a request's body ends, or why that is unclear ---- */
-
-Test(frame_head, one_length_or_chunked_passes_anything_else_is_refused_naming_why)
-{
-	static const struct {
-		const char *head;
-		int want;
-		const char *says; /* in the reason, when refused */
-	} cases[] = {
-	    {"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 1, NULL},
-	    /* bare LFs, as MHD takes them */
-	    {"\r\nGET / HTTP/1.1\nHost: x\n\n", 1, NULL},
-	    {"POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", 1, NULL},
-	    {"POST / HTTP/1.1\r\ncontent-length:5\r\n\r\n", 1, NULL},
-	    {"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 05\r\n\r\n", 1,
-	     NULL},
-	    {"POST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n", 1, NULL},
-	    /* no version, a line without a colon: MHD's to refuse */
-	    {"GET /\r\n", 1, NULL},
-	    {"GET / HTTP/1.1\r\nNo colon\r\n\r\n", 1, NULL},
-	    {"GET / HTTP/1.1", 0, NULL},
-	    {"GET / HTTP/1.1\r\nHost: x\r\n", 0, NULL},
-	    {"GET / HTTP/1.1\r\nHost: x\r\n\r", 0, NULL},
-	    {"POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
-	     -1, "both"},
-	    {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 1\r\n\r\n",
-	     -1, "both"},
-	    {"POST / HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 5\r\n\r\n", -1,
-	     "differ"},
-	    {"POST / HTTP/1.1\r\nContent-Length: 5, 6\r\n\r\n", -1, "one decimal"},
-	    {"POST / HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\n", -1, "one decimal"},
-	    {"POST / HTTP/1.1\r\nContent-Length: abc\r\n\r\n", -1, "one decimal"},
-	    {"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", -1, "one decimal"},
-	    {"POST / HTTP/1.1\r\nContent-Length: \r\n\r\n", -1, "one decimal"},
-	    {"POST / HTTP/1.1\r\nContent-Length: 5 \r\n\r\n", -1, "one decimal"},
-	    {"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", -1,
-	     "other than chunked"},
-	    {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", -1,
-	     "other than"},
-	    {"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", -1,
-	     "other than"},
-	    {"POST / HTTP/1.1\r\nTransfer-Encoding: identity\r\n\r\n", -1, "other than"},
-	    {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked \r\n\r\n", -1, "other than"},
-	    {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
-	     "Transfer-Encoding: chunked\r\n\r\n",
-	     -1, "other than"},
-	    {"GET / HTTP/1.1\r\nX-A: a\r\n b\r\n\r\n", -1, "obs-fold"},
-	    {"GET / HTTP/1.1\r\nX-A: a\r\n\tb\r\n\r\n", -1, "obs-fold"},
-	    {"GET / HTTP/1.1\r\n Host: x\r\n\r\n", -1, "obs-fold"},
-	    {"GET / HTTP/1.1\r\nHost : x\r\n\r\n", -1, "header name"},
-	    {"GET / HTTP/1.1\r\n: x\r\n\r\n", -1, "header name"},
-	    /* refused before the head ends */
-	    {"GET / HTTP/1.1\r\nX-A: a\r\n b\r\n", -1, "obs-fold"},
-	};
-
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		const char *why = NULL;
-		int got = frame_head(cases[i].head, strlen(cases[i].head), &why);
-		cr_expect_eq(got, cases[i].want, "case %zu '%s': %d (%s)", i,
-		             cases[i].head, got, why ? why : "");
-		if (cases[i].says)
-			cr_expect(why && strstr(why, cases[i].says), "case %zu: '%s'", i,
-			          why ? why : "(none)");
-	}
-}
-
-/* Fields as MHD parsed them: the first reason found is the one given. */
-Test(frame_field, the_first_reason_stays_and_a_huge_length_is_left_to_the_413)
-{
-	struct frame fr = {0};
-
-	frame_field(&fr, "Host", 4, "x", 1);
-	frame_field(&fr, "Content-Length", 14, "18446744073709551616", 20);
-	cr_expect_null(fr.fr_why, "a length too large is a 413, not a framing error");
-	fr = (struct frame){0};
-	frame_field(&fr, "Transfer-Encoding", 17, "chunked", 7);
-	frame_field(&fr, "content-length", 14, "3", 1);
-	cr_expect(fr.fr_why && strstr(fr.fr_why, "both"), "%s", fr.fr_why);
-	frame_field(&fr, "X", 1, "y", 1);
-	cr_expect(strstr(fr.fr_why, "both"), "the first reason stays: %s", fr.fr_why);
 }
 
 /* ---- env_key_valid and uuid_valid ---- */
