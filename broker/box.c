@@ -96,6 +96,14 @@ userns_works(const char **what)
 	return -res[1];
 }
 
+/* --kernel-pids 0, when the cgroups cannot give one: the value lib/opts.c allocated, replaced. */
+static void
+no_pids_limit(void)
+{
+	free((char *)sv.sv_cf.cf_kernel_pids);
+	sv.sv_cf.cf_kernel_pids = xstrdup("0");
+}
+
 /*
  * Whether kernels can be boxed here: root or a user namespace, namespaces,
  * seccomp. On failure err says what is missing. Limits the cgroups cannot give are turned off
@@ -148,12 +156,12 @@ box_check(char *err, size_t errsz)
 			 sv.sv_cf.cf_kernel_memory && !sv.sv_cf.cf_kernel_cgroup
 				 ? "; --kernel-memory is RLIMIT_DATA (Deno cannot start under it)"
 				 : sv.sv_cf.cf_kernel_memory ? "" : " and no memory limit");
-		sv.sv_cf.cf_kernel_pids = "0";
+		no_pids_limit();
 		return 0;
 	}
 	if (sv.sv_cf.cf_kernel_pids && strcmp(sv.sv_cf.cf_kernel_pids, "0") && !has_controller("pids")) {
 		log_warn("sandbox: no pids cgroup controller: no process limit per context");
-		sv.sv_cf.cf_kernel_pids = "0";
+		no_pids_limit();
 	}
 	if (sv.sv_cf.cf_kernel_memory && !sv.sv_cf.cf_kernel_cgroup && !has_controller("memory"))
 		log_warn("sandbox: no memory cgroup controller: --kernel-memory is RLIMIT_DATA "

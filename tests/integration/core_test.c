@@ -265,7 +265,7 @@ static void
 order_broker_stop(void)
 {
 	if (order_broker.b_pid > 0)
-		broker_stop(&order_broker);
+		cr_assert_eq(broker_stop(&order_broker), 0, "a sanitizer report in its log");
 }
 
 /*
@@ -787,7 +787,7 @@ static char bare_dir[64];
 static void
 own_stop(void)
 {
-	broker_stop(&own);
+	cr_assert_eq(broker_stop(&own), 0, "a sanitizer report in its log");
 	if (bare_pid > 0) {
 		/* SIGTERM first: a broker stops its contexts on its way out */
 		kill(bare_pid, SIGTERM);

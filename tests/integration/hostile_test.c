@@ -819,7 +819,7 @@ refused_at_start(const char *const *args, const char *want)
 	cr_expect_eq(priv.b_exit, 2, "exit status %d; log: %s", priv.b_exit, log);
 	cr_expect(strstr(log, want), "the log does not say '%s': %s", want, log);
 	free(log);
-	broker_stop(&priv);
+	cr_assert_eq(broker_stop(&priv), 0, "a sanitizer report in its log");
 }
 
 /* Every kernel would fail to start there (status 126): the broker refuses at once. */
@@ -895,7 +895,7 @@ full_fini(void)
 {
 	char run[64];
 
-	broker_stop(&priv);
+	cr_assert_eq(broker_stop(&priv), 0, "a sanitizer report in its log");
 	snprintf(run, sizeof(run), "%s/run", full_dir);
 	broker_kill_proxies(run);
 	umount2(full_dir, MNT_DETACH);

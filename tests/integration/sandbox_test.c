@@ -622,7 +622,7 @@ static void
 priv_box_stop(void)
 {
 	if (priv_box.b_pid > 0)
-		broker_stop(&priv_box);
+		cr_assert_eq(broker_stop(&priv_box), 0, "a sanitizer report in its log");
 }
 
 /* The host's first address that is not loopback (where pasta reaches the host), or "". */
@@ -1046,14 +1046,17 @@ static pid_t uid_holder;
 static void
 others_stop(void)
 {
+	int rc = 0;
+
 	if (other.b_pid > 0)
-		broker_stop(&other);
+		rc |= broker_stop(&other);
 	if (other2.b_pid > 0)
-		broker_stop(&other2);
+		rc |= broker_stop(&other2);
 	if (uid_holder > 0) {
 		kill(uid_holder, SIGKILL);
 		waitpid(uid_holder, NULL, 0);
 	}
+	cr_assert_eq(rc, 0, "a sanitizer report in a broker's log");
 }
 
 static long host_uid_of(pid_t pid);
@@ -1376,7 +1379,7 @@ rootless_start(void)
 static void
 rootless_stop(void)
 {
-	broker_stop(&rootless);
+	cr_assert_eq(broker_stop(&rootless), 0, "a sanitizer report in its log");
 }
 
 /* The uid a host process runs as, from its /proc status; -1 if none. */
@@ -1929,7 +1932,7 @@ Test(sandbox, a_cwd_two_isolated_contexts_share_by_name_is_private_to_each,
 		free(a);
 		free(b);
 	}
-	broker_stop(&priv_box);
+	cr_assert_eq(broker_stop(&priv_box), 0, "a sanitizer report in its log");
 	char cmd[128];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	cr_assert_eq(system(cmd), 0);

@@ -293,7 +293,7 @@ static void
 tiny_spill_dir_fini(void)
 {
 	if (spill_broker.b_pid > 0)
-		broker_stop(&spill_broker);
+		cr_assert_eq(broker_stop(&spill_broker), 0, "a sanitizer report in its log");
 	umount2(spill_dir, MNT_DETACH);
 	rmdir(spill_dir);
 }
