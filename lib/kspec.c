@@ -398,7 +398,8 @@ kspec_languages(void)
  * interpreter and its -X and -W options only (Debian 13's python3 says
  * -Xfrozen_modules=off), each in one word or two; -1 for any other argv.
  * launch.c runs that module so that nothing in the cwd stands in for it, and
- * the Python template takes those options as its own.
+ * the Python template takes those options as its own (sandcell_template.py's
+ * interpreter_options() reads a fork's request by the same rule).
  */
 int
 kspec_python_module(char *const *argv)
