@@ -21,36 +21,60 @@
 
 #define BOX_USERNS_UID 1000 /* proxy/sandbox.c's SB_USERNS_UID */
 
-static bool
-has_controller(const char *name)
-{
-	char *v1 = xasprintf("/sys/fs/cgroup/%s", name), buf[256] = "";
-	struct stat st;
-	bool ok = stat(v1, &st) == 0 && S_ISDIR(st.st_mode);
-	int fd;
+/*
+ * What the box lacks here, each with what would give it (the next level):
+ * found by box_check, logged at start, shown in GET /ready. The box is
+ * "full" when nothing is missing.
+ */
+#define BOX_MAX_MISSING 8
+static struct lack {
+	const char *l_what, *l_how;
+} missing[BOX_MAX_MISSING];
+static size_t nmissing;
+static bool own_userns; /* boxns.c: the broker's own user namespace */
 
-	free(v1);
-	if (!ok && (fd = open("/sys/fs/cgroup/cgroup.controllers", O_RDONLY | O_CLOEXEC)) >= 0) {
-		ssize_t n = read(fd, buf, sizeof(buf) - 1);
-		buf[n > 0 ? n : 0] = '\0';
-		ok = strstr(buf, name) != NULL;
-		close(fd);
-	}
-	return ok;
+static void
+lack(const char *what, const char *how)
+{
+	if (nmissing < BOX_MAX_MISSING)
+		missing[nmissing++] = (struct lack){what, how};
+	log_warn("sandbox: %s (for it: %s)", what, how);
+}
+
+/* Whether the broker boxes kernels from a user namespace of its own (boxns.c). */
+bool
+box_own_userns(void)
+{
+	return own_userns;
+}
+
+/* The sandbox's level and what it lacks: GET /ready's "sandbox". */
+json_t *
+box_level_json(void)
+{
+	json_t *m = json_array();
+
+	for (size_t i = 0; sv.sv_cf.cf_sandbox && i < nmissing; i++)
+		json_array_append_new(m, json_pack("{s:s, s:s}", "what", missing[i].l_what, "how",
+						   missing[i].l_how));
+	return json_pack("{s:s, s:b, s:o}", "level",
+			 !sv.sv_cf.cf_sandbox ? "off"
+			 : nmissing	     ? "reduced"
+					     : "full",
+			 "own_user_namespace", own_userns, "missing", m);
 }
 
 /*
- * Whether an unprivileged user namespace works here as the box needs it: a
- * child unshares it with the box's other namespaces and mounts a /proc of
- * its own (refused where /proc is partly masked, as in most containers).
- * 0, or -errno with what failed in *what.
+ * Whether a child can make the box's namespaces here (not root: in a user
+ * namespace) and mount a /proc of its own in them, which the kernel refuses
+ * where /proc is partly masked, as in a container's defaults. 0, 1 when all
+ * but /proc works, or -errno with what failed in *what.
  */
 static int
-userns_works(const char **what)
+namespaces_work(const char **what)
 {
-	static const char *const steps[] = {
-		"unshare(CLONE_NEWUSER)", "unshare of the box's namespaces in it", "fork",
-		"mount --make-rprivate /", "mount proc"};
+	static const char *const steps[] = {"unshare(CLONE_NEWUSER)", "unshare of the box's namespaces",
+					    "fork", "mount --make-rprivate /", "mount proc"};
 	int res[2] = {0, 0}, p[2], status;
 	pid_t pid;
 
@@ -61,8 +85,8 @@ userns_works(const char **what)
 		int step = 0;
 		pid_t k;
 		close(p[0]);
-		int ns = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
-		if (unshare(CLONE_NEWUSER) < 0 || (step = 1, unshare(ns)) < 0 ||
+		int ns = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET;
+		if ((geteuid() != 0 && unshare(CLONE_NEWUSER) < 0) || (step = 1, unshare(ns)) < 0 ||
 		    (step = 2, k = fork()) < 0) {
 			res[0] = step;
 			res[1] = errno;
@@ -73,16 +97,12 @@ userns_works(const char **what)
 				res[0] = step;
 				res[1] = errno;
 			}
-			if (write(p[1], res, sizeof(res)) != sizeof(res))
-				_exit(1);
-			_exit(0);
+			_exit(write(p[1], res, sizeof(res)) == sizeof(res) ? 0 : 1);
 		} else {
 			waitpid(k, &status, 0);
 			_exit(0);
 		}
-		if (write(p[1], res, sizeof(res)) != sizeof(res))
-			_exit(1);
-		_exit(0);
+		_exit(write(p[1], res, sizeof(res)) == sizeof(res) ? 0 : 1);
 	}
 	close(p[1]);
 	if (pid < 0 || read(p[0], res, sizeof(res)) != sizeof(res)) {
@@ -93,37 +113,99 @@ userns_works(const char **what)
 	if (pid > 0)
 		waitpid(pid, &status, 0);
 	*what = steps[res[0]];
-	return -res[1];
+	return res[0] == 4 ? 1 : -res[1];
 }
 
-/* --kernel-pids 0, when the cgroups cannot give one: the value lib/opts.c allocated, replaced. */
-static void
-no_pids_limit(void)
+static bool memory_cgroup = true; /* a box's memory limit can be a cgroup here */
+
+/* Whether a memory cgroup can hold a context's limit (box_check said). */
+bool
+box_memory_cgroup(void)
 {
-	free((char *)sv.sv_cf.cf_kernel_pids);
-	sv.sv_cf.cf_kernel_pids = xstrdup("0");
+	return memory_cgroup;
+}
+
+/* The limits: where no cgroup can hold them, what rlimits give instead (limits.c). */
+static void
+check_cgroups(void)
+{
+	if (geteuid() != 0) {
+		lack("cgroups of our own: no memory limit per context by default (--kernel-memory "
+		     "is RLIMIT_DATA, under which Deno cannot start); a box's processes are limited "
+		     "by RLIMIT_NPROC in its user namespace",
+		     "run the broker as root");
+		memory_cgroup = false;
+		return;
+	}
+	if (sv.sv_cf.cf_kernel_pids && strcmp(sv.sv_cf.cf_kernel_pids, "0") && !cgroup_usable("pids"))
+		lack("a pids cgroup per context: its processes are limited by RLIMIT_NPROC of "
+		     "its kernels' uid instead",
+		     "a writable /sys/fs/cgroup with the pids controller");
+	if (!cgroup_usable("memory")) {
+		memory_cgroup = false;
+		lack("a memory cgroup per context: no memory limit by default; --kernel-memory is "
+		     "RLIMIT_DATA (Deno cannot start under it)",
+		     "a writable /sys/fs/cgroup with the memory controller");
+	}
 }
 
 /*
- * Whether kernels can be boxed here: root or a user namespace, namespaces,
- * seccomp. On failure err says what is missing. Limits the cgroups cannot give are turned off
- * with a warning (pids) rather than refused.
+ * The way out of the boxes' network: pasta needs /dev/net/tun. Without it,
+ * loopback only (said once here, not per context). In a user namespace of
+ * our own no node can be made for pasta's uid (boxnet.c): the container's
+ * is used, made usable by that uid as Debian's default mode (0666) is.
+ */
+static void
+check_network(void)
+{
+	struct stat st;
+
+	if (strcmp(sv.sv_cf.cf_kernel_network, "outbound"))
+		return;
+	if (stat("/dev/net/tun", &st) < 0 || !S_ISCHR(st.st_mode)) {
+		lack("outbound network: there is no /dev/net/tun, so contexts have loopback only",
+		     "the tun device (podman, docker: --device /dev/net/tun)");
+		sv.sv_cf.cf_kernel_network = "none";
+		return;
+	}
+	if (own_userns && (st.st_mode & 0006) != 0006) {
+		if (chmod("/dev/net/tun", 0666) == 0)
+			log_info("sandbox: /dev/net/tun made 0666 (Debian's default) for pasta, "
+				 "which opens it as the boxes' network uid");
+		else
+			lack("outbound network: /dev/net/tun is not open to the boxes' network uid",
+			     "a /dev/net/tun of mode 0666");
+	}
+}
+
+/*
+ * Whether kernels can be boxed here, and how far: the broker's own user
+ * namespace where root lacks CAP_SYS_ADMIN (boxns.c), then namespaces,
+ * seccomp, cgroups, /proc, the network. On failure err says what is
+ * missing; what only weakens the box is said (lack) and the box goes on
+ * without it.
  */
 int
 box_check(char *err, size_t errsz)
 {
 	const char *what;
-	int status, rc;
-	pid_t pid;
+	int rc;
 
-	if (geteuid() != 0 && (rc = userns_works(&what)) < 0) {
-		snprintf(err, errsz, "not root, and no user namespace for the box here (%s: %s); "
-				     "run the broker as root, allow unprivileged user namespaces "
-				     "(sysctl user.max_user_namespaces; in a container, a seccomp "
-				     "profile that allows them and an unmasked /proc), or pass "
-				     "--no-sandbox to run kernels unboxed",
+	if ((rc = boxns_probe(&what)) < 0) {
+		snprintf(err, errsz, "root without CAP_SYS_ADMIN, and no user namespace of the "
+				     "broker's own to box kernels from (%s: %s); keep the "
+				     "container's default capabilities, allow user namespaces in its "
+				     "seccomp profile, or pass --no-sandbox to run kernels unboxed",
 			 what, strerror(-rc));
 		return -EPERM;
+	}
+	if (rc == 0) {
+		if ((rc = boxns_enter(&what)) < 0)
+			fatal("sandbox: the broker's own user namespace: %s: %s", what, strerror(-rc));
+		own_userns = true;
+		log_info("sandbox: root without CAP_SYS_ADMIN (a container's default): the broker "
+			 "runs in a user namespace of its own, which maps the container's uids to "
+			 "themselves, and makes the boxes from there");
 	}
 	if (geteuid() != 0 && (sv.sv_cf.cf_isolated || sv.sv_cf.cf_kernel_user)) {
 		snprintf(err, errsz, "%s needs root (a uid of its own per kernel); not root, "
@@ -133,39 +215,34 @@ box_check(char *err, size_t errsz)
 	}
 	if (prctl(PR_GET_SECCOMP, 0, 0, 0, 0) < 0) {
 		snprintf(err, errsz, "the kernel has no seccomp filters (%s); pass --no-sandbox "
-				     "to run kernels unboxed", strerror(errno));
-		return -ENOTSUP;
-	}
-	if ((pid = fork()) == 0)
-		_exit(unshare((geteuid() ? CLONE_NEWUSER : 0) | CLONE_NEWNS | CLONE_NEWPID |
-			      CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET) < 0
-			  ? errno
-			  : 0);
-	if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
-	    WEXITSTATUS(status)) {
-		snprintf(err, errsz, "cannot create namespaces (unshare: %s); pass --no-sandbox "
 				     "to run kernels unboxed",
-			 pid > 0 && WIFEXITED(status) ? strerror(WEXITSTATUS(status)) : "failed");
+			 strerror(errno));
 		return -ENOTSUP;
 	}
+	if ((rc = namespaces_work(&what)) < 0) {
+		snprintf(err, errsz, "%s, and cannot make the box's namespaces (%s: %s); %s, or "
+				     "pass --no-sandbox to run kernels unboxed",
+			 geteuid() ? "not root" : "root", what, strerror(-rc),
+			 geteuid() ? "run the broker as root, or allow unprivileged user namespaces "
+				     "(sysctl user.max_user_namespaces; in a container, a seccomp "
+				     "profile that allows them)"
+				   : "allow namespaces in the container's seccomp profile");
+		return -ENOTSUP;
+	}
+	if (rc == 1)
+		lack("a /proc of the box's own (this /proc is partly masked): a box shows this one, "
+		     "with every process that is not the box's when it starts hidden",
+		     "an unmasked /proc (podman: --security-opt systempaths=unconfined; "
+		     "Kubernetes: procMount: Unmasked)");
 	if (geteuid() != 0) {
 		log_info("sandbox: not root: a user namespace per context; kernels run as uid "
 			 "%u inside it, which is the broker's uid %u on the host",
 			 BOX_USERNS_UID, (unsigned)geteuid());
-		log_warn("sandbox: not root: no cgroups of ours: no process limit per context%s",
-			 sv.sv_cf.cf_kernel_memory && !sv.sv_cf.cf_kernel_cgroup
-				 ? "; --kernel-memory is RLIMIT_DATA (Deno cannot start under it)"
-				 : sv.sv_cf.cf_kernel_memory ? "" : " and no memory limit");
-		no_pids_limit();
-		return 0;
+		lack("a uid per kernel: kernels are the broker's uid outside their box",
+		     "run the broker as root");
 	}
-	if (sv.sv_cf.cf_kernel_pids && strcmp(sv.sv_cf.cf_kernel_pids, "0") && !has_controller("pids")) {
-		log_warn("sandbox: no pids cgroup controller: no process limit per context");
-		no_pids_limit();
-	}
-	if (sv.sv_cf.cf_kernel_memory && !sv.sv_cf.cf_kernel_cgroup && !has_controller("memory"))
-		log_warn("sandbox: no memory cgroup controller: --kernel-memory is RLIMIT_DATA "
-			 "(Deno cannot start under it)");
+	check_cgroups();
+	check_network();
 	return 0;
 }
 

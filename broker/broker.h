@@ -529,6 +529,13 @@ void ctlpeer_stop(void);
 
 /* box.c */
 int box_check(char *err, size_t errsz);
+bool box_memory_cgroup(void);
+bool box_own_userns(void);
+json_t *box_level_json(void);
+/* boxns.c */
+bool boxns_has_cap(int cap);
+int boxns_probe(const char **what);
+int boxns_enter(const char **what);
 void box_peer_check(void);
 bool box_peer_is_context(int fd);
 unsigned box_uid(void);

@@ -303,7 +303,7 @@ settle_sandbox(void)
 	}
 	if (box_check(err, sizeof(err)) < 0)
 		fatal("sandbox: %s", err);
-	if (!sv.sv_cf.cf_kernel_memory && geteuid() == 0) { /* a memory cgroup each */
+	if (!sv.sv_cf.cf_kernel_memory && box_memory_cgroup()) { /* a memory cgroup each */
 		uint64_t of, m = config_default_memory(&of);
 		sv.sv_cf.cf_kernel_memory = xasprintf("%llu", (unsigned long long)m);
 		log_info("sandbox: each context may use %llu MiB of memory, a quarter of "

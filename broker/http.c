@@ -190,6 +190,7 @@ unescape(void *cls, struct MHD_Connection *c, char *s)
  * draining or while a default context's kernel is not answering (starting at
  * start-up, restarting after a crash); 200 otherwise. A default context a
  * client deleted does not hold it back: the next /execute starts it again.
+ * Its 200 says the sandbox's level and what it lacks here (box.c).
  */
 static enum MHD_Result
 do_ready(struct http_request *hr)
@@ -206,7 +207,9 @@ do_ready(struct http_request *hr)
 			return respond_now(hr, 503, respond_text("not ready: the default %s context is %s",
 							 c->c_lang, state));
 	}
-	return respond_now(hr, 200, respond_json(json_string("OK")));
+	/* and how far kernels are boxed here: an operator's first question about a deployment */
+	return respond_now(hr, 200, respond_json(json_pack("{s:s, s:o}", "status", "OK", "sandbox",
+							   box_level_json())));
 }
 
 static enum MHD_Result

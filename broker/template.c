@@ -155,9 +155,15 @@ template_start(void)
 		log_info("template: off (--no-template): every kernel starts cold");
 		return;
 	}
-	if (!sv.sv_cf.cf_sandbox || geteuid() != 0) {
+	if (!sv.sv_cf.cf_sandbox || geteuid() != 0 || box_own_userns()) {
+		/* in the broker's own user namespace the template could not go back
+		 * to its PID namespace (the container's) after forking a box into a
+		 * new one (proxy/boxlib.c) */
 		log_info("template: off (%s): every kernel starts cold",
-			 sv.sv_cf.cf_sandbox ? "not root: the boxes are rootless" : "--no-sandbox");
+			 !sv.sv_cf.cf_sandbox ? "--no-sandbox"
+			 : geteuid() != 0     ? "not root: the boxes are rootless"
+					      : "root without CAP_SYS_ADMIN: its forks could not "
+						"leave the PID namespaces they make");
 		return;
 	}
 	if (!(ks = kcache_find("python")))

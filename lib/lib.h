@@ -46,6 +46,10 @@ extern const char *const boxview_system[];
 bool boxview_is_system(const char *path);
 int boxview_host_path(const char *workspace, const char *path, char *out, size_t outsz);
 
+/* cgroup.c */
+char *cgroup_base(const char *controller);
+bool cgroup_usable(const char *controller);
+
 /* wsdisk.c */
 bool wsdisk_mounted(const char *dir);
 uint64_t wsdisk_free(const char *path);

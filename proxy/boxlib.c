@@ -53,17 +53,17 @@ static int
 parse(const char *conf)
 {
 	json_t *o = json_loads(conf, 0, NULL), *groups, *binds, *b;
-	json_int_t uid = -1, gid = -1, mem = 0, cpu = 0, tmp = 0;
+	json_int_t uid = -1, gid = -1, mem = 0, cpu = 0, tmp = 0, nproc = 0;
 	const char *ws = NULL, *hide = NULL, *id = NULL, *cwd = NULL, *kdir = NULL;
 	int cg = 0, rc = -EINVAL;
 	size_t i;
 
-	if (!o || json_unpack(o, "{s:s, s:s, s:s, s:s, s:o, s:s, s:I, s:I, s:I, s:o, s:I, s:I, s:b}",
+	if (!o || json_unpack(o, "{s:s, s:s, s:s, s:s, s:o, s:s, s:I, s:I, s:I, s:o, s:I, s:I, s:b, s:I}",
 			      "id", &id, "cwd", &cwd, "workspace", &ws, "kdir", &kdir, "binds", &binds,
 			      "hide",
 			      &hide, "tmp_size",
 			      &tmp, "uid", &uid, "gid", &gid, "groups", &groups, "memory", &mem,
-			      "cpu", &cpu, "cgroup", &cg) < 0)
+			      "cpu", &cpu, "cgroup", &cg, "nproc", &nproc) < 0)
 		goto out;
 	/* never root, never unboxed: the proxy's sandbox_init checked, so do we */
 	if (uid <= 0 || gid <= 0 || uid >= (json_int_t)UINT32_MAX || gid >= (json_int_t)UINT32_MAX ||
@@ -79,6 +79,7 @@ parse(const char *conf)
 	bx.bx_gid = gid;
 	bx.bx_mem = mem;
 	bx.bx_cpu = cpu;
+	bx.bx_nproc = nproc > 0 ? (uint64_t)nproc : 0;
 	bx.bx_cg_mem = cg ? xstrdup("(the proxy's)") : NULL; /* limits.c: a cgroup, no RLIMIT_DATA */
 	json_array_foreach(binds, i, b)
 	{

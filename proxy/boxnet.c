@@ -122,7 +122,9 @@ exec_pasta(const char *runas, pid_t target)
 
 /*
  * Root: pasta, as uid, in a mount namespace of its own whose /dev/net/tun is
- * a node that uid may open (the host's may be root's alone, 0600).
+ * a node that uid may open (the host's may be root's alone, 0600). In a
+ * user namespace (the broker's own, boxns.c) no device node can be made:
+ * pasta opens the host's, which the broker made 0666 at start.
  */
 static void __attribute__((noreturn))
 pasta_as(uid_t uid, pid_t target)
@@ -134,8 +136,9 @@ pasta_as(uid_t uid, pid_t target)
 	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
 	    (mkdir(dir, 0700) < 0 && errno != EEXIST) ||
 	    mount("tmpfs", dir, "tmpfs", MS_NOEXEC, "mode=0711,size=4k") < 0 ||
-	    mknod(node, S_IFCHR | 0600, makedev(10, 200)) < 0 || chown(node, uid, uid) < 0 ||
-	    mount(node, "/dev/net/tun", NULL, MS_BIND, NULL) < 0) {
+	    (mknod(node, S_IFCHR | 0600, makedev(10, 200)) < 0
+		     ? errno != EPERM
+		     : chown(node, uid, uid) < 0 || mount(node, "/dev/net/tun", NULL, MS_BIND, NULL) < 0)) {
 		dprintf(2, "sandcell-proxy: pasta's /dev/net/tun: %s\n", strerror(errno));
 		_exit(126);
 	}

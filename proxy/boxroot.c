@@ -2,7 +2,7 @@
  * boxroot.c — the filesystem a box sees, built from nothing up: an empty root
  * of its own (pivot_root) given, one line of box_view each, the system
  * read-only, the workspace at BOX_HOME read-write, a private /tmp, its own
- * /proc, a minimal /dev, a copy of the kernel's own dir at BOX_KDIR, and
+ * /proc (or the host's, the others' processes hidden: proc_of_host), a minimal /dev, a copy of the kernel's own dir at BOX_KDIR, and
  * what it is started from read-only at the host's paths. No other host path
  * exists inside. Runs in the box's init, before it
  * drops its privileges, with raw system calls only (sandbox.c says why).
@@ -345,6 +345,79 @@ close_sources(const struct box *bx, const struct sources *src)
 			close(fds[i]);
 }
 
+/* The numeric names in the dir at path (pids, tids), each passed to fn; raw calls only. */
+static void
+each_number(const char *path, void (*fn)(const char *name, void *arg), void *arg)
+{
+	char ents[2048];
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	long n;
+
+	if (fd < 0)
+		return;
+	while ((n = syscall(SYS_getdents64, fd, ents, sizeof(ents))) > 0)
+		for (long off = 0; off < n;) {
+			struct dirent64 *d = (struct dirent64 *)(ents + off);
+			off += d->d_reclen;
+			if (d->d_name[0] >= '1' && d->d_name[0] <= '9')
+				fn(d->d_name, arg);
+		}
+	close(fd);
+}
+
+struct hiding {
+	const char *h_self; /* our own pid, as the host's /proc names it */
+	const char *h_empty; /* what goes over the others */
+	const char *h_dst;   /* the box's /proc, staged */
+};
+
+static void
+hide_one(const char *name, void *arg)
+{
+	const struct hiding *h = arg;
+	char at[PATH_MAX];
+
+	if (strcmp(name, h->h_self) && snprintf(at, sizeof(at), "%s/%s", h->h_dst, name) < PATH_MAX)
+		mount(h->h_empty, at, NULL, MS_BIND, NULL); /* gone meanwhile: nothing to hide */
+}
+
+static void
+hide_process(const char *pid, void *arg)
+{
+	char task[64];
+
+	snprintf(task, sizeof(task), "/proc/%s/task", pid); /* its threads' /proc/<tid> too */
+	each_number(task, hide_one, arg);
+	hide_one(pid, arg);
+}
+
+/*
+ * Where a /proc of the box's own is refused (the host's is partly masked, as
+ * a container's defaults make it): the host's, with every process that is
+ * not the box's when it starts (the broker, the proxies, other kernels, and
+ * each of their threads) under an empty read-only directory. The box's own
+ * processes show by their pids on the host: /proc/self is right, a pid the
+ * box's namespace gives (os.getpid()) is not the host's.
+ */
+static int
+proc_of_host(const char *dst)
+{
+	char self[16], empty[PATH_MAX];
+	ssize_t n = readlink("/proc/self", self, sizeof(self) - 1);
+
+	if (n <= 0 || mount("/proc", dst, NULL, MS_BIND | MS_REC, NULL) < 0)
+		return -1;
+	self[n] = '\0';
+	staged(empty, "/.empty");
+	mkdirs(empty);
+	if (mount("tmpfs", empty, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
+		  "mode=0555,size=4k") < 0)
+		return -1;
+	struct hiding h = {self, empty, dst};
+	each_number("/proc", hide_process, &h);
+	return umount2(empty, MNT_DETACH) < 0 || rmdir(empty) < 0 ? -1 : 0;
+}
+
 /* One line of box_view. */
 static int
 make_part(const struct box *bx, const struct sources *src, size_t i)
@@ -384,7 +457,9 @@ make_part(const struct box *bx, const struct sources *src, size_t i)
 		return make_dev(src->s_dev, bx->bx_tmp_size);
 	case P_PROC:
 		mkdirs(staged(dst, path));
-		return mount("proc", dst, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+		if (mount("proc", dst, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) == 0)
+			return 0;
+		return errno == EPERM ? proc_of_host(dst) : -1;
 	case P_HOME:
 		return bind_at(src->s_home, path, true, true);
 	case P_KERNEL:

@@ -2,7 +2,9 @@
  * limits.c — what a box may use: processes (pids.max) and memory in a cgroup
  * of its own, CPU time as RLIMIT_CPU. On cgroup v2 one cgroup holds both
  * controllers (a process is in one cgroup of the one hierarchy); on v1 each
- * controller's hierarchy has one. A kernel over its memory is killed alone,
+ * controller's hierarchy has one. Where no pids cgroup can be made (a
+ * container's read-only /sys/fs/cgroup, or not root) the process limit is
+ * RLIMIT_NPROC of the kernel's uid. A kernel over its memory is killed alone,
  * with its children, and its death is told as out of memory. Without a
  * memory cgroup (not root, no controller) the memory limit is RLIMIT_DATA,
  * under which V8 cannot start. Unboxed kernels get a memory cgroup under
@@ -26,47 +28,6 @@ write_file(const char *dir, const char *name, const char *value)
 
 	free(path);
 	return rc;
-}
-
-/*
- * Where this controller's per-box cgroups go: "sandcell" under the v1
- * hierarchy of that controller, or under the v2 root with the controller
- * enabled for its children. NULL when neither is usable.
- */
-static char *
-cgroup_base(const char *controller)
-{
-	char *v1 = xasprintf("/sys/fs/cgroup/%s", controller), *base, buf[256] = "";
-	struct stat st;
-	int fd;
-
-	if (stat(v1, &st) == 0 && S_ISDIR(st.st_mode)) {
-		base = xasprintf("%s/sandcell", v1);
-		free(v1);
-		if (mkdir(base, 0755) < 0 && errno != EEXIST) {
-			free(base);
-			return NULL;
-		}
-		return base;
-	}
-	free(v1);
-	if ((fd = open("/sys/fs/cgroup/cgroup.controllers", O_RDONLY | O_CLOEXEC)) < 0)
-		return NULL;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	buf[n > 0 ? n : 0] = '\0';
-	if (!strstr(buf, controller))
-		return NULL;
-	char *enable = xasprintf("+%s", controller);
-	base = xstrdup("/sys/fs/cgroup/sandcell");
-	if (write_file("/sys/fs/cgroup", "cgroup.subtree_control", enable) < 0 ||
-	    (mkdir(base, 0755) < 0 && errno != EEXIST) ||
-	    write_file(base, "cgroup.subtree_control", enable) < 0) {
-		free(base);
-		base = NULL;
-	}
-	free(enable);
-	return base;
 }
 
 /* The box's cgroup of controller (made if new, listed in bx_cg), or NULL. */
@@ -112,7 +73,9 @@ limits_prepare(struct box *bx)
 
 	if (bx->bx_cg[0])
 		return 0; /* made for an earlier kernel */
-	if (own && bx->bx_pids) {
+	if (own && bx->bx_pids && !cgroup_usable("pids")) {
+		bx->bx_nproc = bx->bx_pids; /* the broker said so at start (box.c) */
+	} else if (own && bx->bx_pids) {
 		if (!(dir = box_cgroup(bx, "pids")))
 			return -ENOTSUP;
 		snprintf(num, sizeof(num), "%llu", (unsigned long long)bx->bx_pids);
@@ -179,6 +142,11 @@ limits_apply_child(const struct box *bx)
 	if (bx->bx_cpu) {
 		struct rlimit rl = {bx->bx_cpu, bx->bx_cpu + 5};
 		setrlimit(RLIMIT_CPU, &rl);
+	}
+	/* no pids cgroup: the processes of its uid (of its user namespace, if any) */
+	if (bx->bx_nproc) {
+		struct rlimit rl = {bx->bx_nproc, bx->bx_nproc};
+		setrlimit(RLIMIT_NPROC, &rl);
 	}
 }
 

@@ -183,6 +183,7 @@ struct box {
 
 	/* its limits (limits.c) */
 	uint64_t bx_pids;     /* pids.max; 0: none */
+	uint64_t bx_nproc;    /* RLIMIT_NPROC, where no pids cgroup holds bx_pids; 0: none */
 	uint64_t bx_mem;      /* bytes; 0: none */
 	uint64_t bx_cpu;      /* seconds of CPU per kernel; 0: none */
 	char *bx_cg_parent;   /* --cgroup: where the memory cgroup goes (unboxed) */

@@ -96,7 +96,7 @@ sandbox_init(struct proxy *px)
 		/* the kernel's files stay ours: on the host it is our uid */
 		bx->bx_userns = true;
 		bx->bx_inuid = SB_USERNS_UID;
-		bx->bx_pids = 0; /* no cgroup of ours to limit it with */
+		bx->bx_nproc = bx->bx_pids; /* no cgroup of ours to limit it with */
 	} else if (bx->bx_uid == (uid_t)-1) {
 		if (!bx->bx_uid_first)
 			bx->bx_uid_first = SB_UID_DEFAULT_FIRST;

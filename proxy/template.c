@@ -54,13 +54,13 @@ box_json(const struct box *bx, const char *cwd)
 						       "write", bx->bx_binds[i].bb_write));
 	for (int i = 0; i < bx->bx_ngroups; i++)
 		json_array_append_new(groups, json_integer(bx->bx_groups[i]));
-	return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:I, s:I, s:I, s:o, s:I, s:I, s:b}", "id",
+	return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:I, s:I, s:I, s:o, s:I, s:I, s:b, s:I}", "id",
 			 bx->bx_id, "cwd", cwd, "workspace", bx->bx_workspace, "kdir", bx->bx_kdir,
 			 "binds", binds, "hide",
 			 bx->bx_hide ? bx->bx_hide : "", "tmp_size", (json_int_t)bx->bx_tmp_size, "uid",
 			 (json_int_t)bx->bx_uid, "gid", (json_int_t)bx->bx_gid, "groups", groups,
 			 "memory", (json_int_t)bx->bx_mem, "cpu", (json_int_t)bx->bx_cpu,
-			 "cgroup", bx->bx_cg_mem != NULL);
+			 "cgroup", bx->bx_cg_mem != NULL, "nproc", (json_int_t)bx->bx_nproc);
 }
 
 /* The request, our log (fd 2) and our network namespace, which the box joins. */
