@@ -12,11 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <sched.h>
+#include <linux/capability.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
@@ -671,6 +674,40 @@ broker_start_as(struct broker *b, uid_t uid, const char *const *extra)
 	return broker_restart(b, extra);
 }
 
+__attribute__((weak)) const bool harness_broker_contained = false;
+
+int
+broker_start_contained(struct broker *b, const char *const *extra)
+{
+	if (broker_prepare(b, 0) < 0)
+		return -1;
+	b->b_contained = true;
+	return broker_restart(b, extra);
+}
+
+int
+broker_contain(void)
+{
+	/* podman's default capabilities (containers.conf, 4.x) */
+	static const int kept[] = {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID, CAP_KILL,
+				   CAP_NET_BIND_SERVICE, CAP_SETFCAP, CAP_SETGID, CAP_SETPCAP,
+				   CAP_SETUID, CAP_SYS_CHROOT};
+
+	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("/dev/null", "/proc/keys", NULL, MS_BIND, NULL) < 0 ||
+	    mount("tmpfs", "/sys/fs/cgroup", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k") < 0 ||
+	    mount("tmpfs", "/dev/net", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=4k") < 0)
+		return -1;
+	for (int c = 0; c <= CAP_LAST_CAP; c++) {
+		bool keep = false;
+		for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++)
+			keep = keep || kept[i] == c;
+		if (!keep && prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0)
+			return -1;
+	}
+	return 0; /* the exec leaves root the bounding set as its capabilities */
+}
+
 int
 broker_restart(struct broker *b, const char *const *extra)
 {
@@ -709,6 +746,10 @@ broker_restart(struct broker *b, const char *const *extra)
 			snprintf(pid, sizeof(pid), "%d", (int)getpid());
 			setenv("LISTEN_FDS", "1", 1);
 			setenv("LISTEN_PID", pid, 1);
+		}
+		if (b->b_contained && broker_contain() < 0) {
+			fprintf(stderr, "harness: contain the broker: %s\n", strerror(errno));
+			_exit(126);
 		}
 		uid_t u = b->b_uid;
 		if (u && (setgroups(0, NULL) < 0 || setresgid(u, u, u) < 0 ||

@@ -24,6 +24,7 @@ struct broker {
 	uid_t b_uid; /* runs as this uid (and gid), not ours; 0: ours */
 	int b_exit; /* its exit status if it exited at start-up, else -1 */
 	int b_listen_fd; /* > 0: passed at each (re)start as systemd passes a socket */
+	bool b_contained; /* started as a container's defaults leave root (broker_contain) */
 	char b_host[48]; /* the address it listens on ("127.0.0.1"; b_url names loopback) */
 };
 
@@ -69,6 +70,8 @@ int broker_start_listening(struct broker *b, const char *host, const char *const
 /* The same as an unprivileged uid (and gid) when we are root: the run dir is
  * its; broker_stop removes it as it does any other. */
 int broker_start_as(struct broker *b, uid_t uid, const char *const *extra);
+/* The same, contained as a container's defaults leave root (broker_contain). */
+int broker_start_contained(struct broker *b, const char *const *extra);
 /* Stops it and its proxies; -1 if its log holds a sanitizer report. */
 int broker_stop(struct broker *b);
 char *broker_log(const struct broker *b); /* its whole log so far; caller frees */
@@ -84,6 +87,17 @@ pid_t test_broker_pid(void);
 extern const char *const harness_broker_args[];
 #define HARNESS_SHARED_BROKER(...)                                                       \
 	const char *const harness_broker_args[] = {__VA_ARGS__, NULL}
+/* The shared broker is started contained (broker_contain); a suite declares it once. */
+extern const bool harness_broker_contained;
+#define HARNESS_CONTAINED const bool harness_broker_contained = true
+/*
+ * In a broker's child, before its exec: what `podman run IMAGE` leaves
+ * root: a mount namespace of its own, /proc partly masked (a file under
+ * /dev/null, as podman masks /proc/keys), a read-only /sys/fs/cgroup
+ * without controllers, no /dev/net/tun, and podman's default capabilities
+ * only (no CAP_SYS_ADMIN). 0, or -1 with errno.
+ */
+int broker_contain(void);
 
 /*
  * Where a broker started in a test's worker writes its log, named for that

@@ -105,7 +105,8 @@ ReportHook(PRE_ALL)(struct criterion_test_set *set)
 	snprintf(logs, sizeof(logs), "/tmp/sandcell-test-logs.XXXXXX");
 	if (mkdtemp(logs))
 		setenv("SANDCELL_TEST_LOGS", logs, 1);
-	if (broker_start(b, harness_broker_args) < 0) {
+	if ((harness_broker_contained ? broker_start_contained(b, harness_broker_args)
+				      : broker_start(b, harness_broker_args)) < 0) {
 		fprintf(stderr, "harness: the shared broker did not start\n");
 		exit(1);
 	}

@@ -1,0 +1,137 @@
+/*
+ * contained_test.c — a broker started as `podman run IMAGE` leaves root
+ * (harness.c's broker_contain: no CAP_SYS_ADMIN, a partly masked /proc, a
+ * read-only /sys/fs/cgroup, no /dev/net/tun). It boxes its kernels from a
+ * user namespace of its own, GET /ready says what the box lacks, and cells
+ * that kill everything kill only their own, next to a busy context too.
+ */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+HARNESS_SHARED_BROKER("--pool", "python=0", "--kernel-pids", "96");
+HARNESS_CONTAINED;
+
+#define URL test_url()
+
+/* Whether one of the lacks /ready lists names this. */
+static bool
+lacks(json_t *missing, const char *what)
+{
+	size_t i;
+	json_t *m;
+
+	json_array_foreach(missing, i, m)
+	{
+		const char *w = json_string_value(json_object_get(m, "what"));
+		if (w && strstr(w, what) && json_string_value(json_object_get(m, "how")))
+			return true;
+	}
+	return false;
+}
+
+Test(contained, ready_says_the_box_is_reduced_and_what_it_lacks, .timeout = 60)
+{
+	struct resp r;
+
+	cr_assert_eq(http(URL, "GET", "/ready", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 200, "%s", r.r_body);
+	json_t *j = json_loads(r.r_body, 0, NULL), *sb = json_object_get(j, "sandbox");
+	cr_assert_str_eq(json_string_value(json_object_get(sb, "level")), "reduced", "%s", r.r_body);
+	cr_assert(json_is_true(json_object_get(sb, "own_user_namespace")), "%s", r.r_body);
+	json_t *m = json_object_get(sb, "missing");
+	cr_assert(lacks(m, "/proc of the box's own"), "%s", r.r_body);
+	cr_assert(lacks(m, "pids cgroup"), "%s", r.r_body);
+	cr_assert(lacks(m, "memory cgroup"), "%s", r.r_body);
+	cr_assert(lacks(m, "outbound network"), "%s", r.r_body);
+	json_decref(j);
+	resp_free(&r);
+}
+
+Test(contained, a_kernel_is_boxed_as_a_uid_of_its_own_and_sees_nothing_of_the_server,
+     .timeout = 90)
+{
+	char *id = context_new(URL, "python", NULL), code[1024];
+	pid_t broker = test_broker_pid(), proxy = context_pid(URL, id, "proxy_pid");
+
+	cr_assert(id && broker > 0 && proxy > 0);
+	snprintf(code, sizeof(code),
+		 "import os, resource\n"
+		 "st = dict(l.split(':\\t') for l in open('/proc/self/status').read().splitlines())\n"
+		 "u = os.getuid()\n"
+		 "print(61184 <= u <= 65519, st['CapEff'], st['NoNewPrivs'], st['Seccomp'])\n"
+		 "print(os.path.exists('%s'), os.listdir('/proc/%d'), os.listdir('/proc/%d'))\n"
+		 "print(resource.getrlimit(resource.RLIMIT_NPROC)[0])",
+		 test_run_dir(), (int)broker, (int)proxy);
+	char *out = run_stdout(URL, id, code);
+	cr_assert_str_eq(out, "True 0000000000000000 1 2\nFalse [] []\n96\n", "%s", out);
+	free(out);
+	free(id);
+}
+
+/* A python execution in id prints 42: its kernel answers (restarted, if a cell ended it). */
+static bool
+answers(void *arg)
+{
+	char *out = run_stdout(URL, arg, "print(6*7)");
+	bool ok = out && !strcmp(out, "42\n");
+
+	free(out);
+	return ok;
+}
+
+Test(contained, cells_that_kill_everything_kill_only_their_own, .timeout = 300)
+{
+	static const char *const cells[] = {
+		"import os\ntry:\n    os.kill(-1, 9)\nexcept OSError as e:\n    print(e)",
+		"import subprocess\nsubprocess.run(['pkill', '-9', '-f', 'sandcell'])",
+		"import subprocess\nsubprocess.run('kill -9 -1', shell=True)",
+		"import subprocess\ntry:\n    subprocess.run(['bash', '-c', ':(){ :|:& };:'], "
+		"timeout=3)\nexcept Exception as e:\n    print(e)",
+		"import subprocess\nsubprocess.run('rm -rf ~ /tmp/*', shell=True)",
+		"import os\nos.killpg(0, 9)",
+	};
+	char *busy = context_new(URL, "python", NULL), *id = context_new(URL, "python", NULL);
+	pid_t broker = test_broker_pid(), proxy = context_pid(URL, id, "proxy_pid");
+	pid_t nproxy = context_pid(URL, busy, "proxy_pid");
+	pid_t nkernel = context_pid(URL, busy, "kernel_pid");
+	struct bg b = {.ctx = busy,
+		       .code = "import time\nfor i in range(200):\n    print(i, flush=True)\n"
+			       "    time.sleep(0.25)\nprint('done')",
+		       .timeout_ms = 200000};
+
+	cr_assert(busy && id && broker > 0 && proxy > 0 && nproxy > 0 && nkernel > 0);
+	bg_start(&b);
+	cr_assert_eq(bg_wait_stdout(&b, 30000), 0, "the busy neighbour started");
+	for (size_t i = 0; i < sizeof(cells) / sizeof(cells[0]); i++) {
+		struct resp r;
+		json_decref(run(URL, id, cells[i])); /* its own kernel may die of it */
+		cr_assert_eq(kill(broker, 0), 0, "cell %zu ended the broker", i);
+		cr_assert_eq(kill(proxy, 0), 0, "cell %zu ended its proxy", i);
+		cr_assert_eq(kill(nproxy, 0), 0, "cell %zu ended the neighbour's proxy", i);
+		cr_assert_eq(kill(nkernel, 0), 0, "cell %zu ended the neighbour's kernel", i);
+		cr_assert_eq(http(URL, "GET", "/health", NULL, &r, 5), 0);
+		cr_assert_eq(r.r_status, 200, "cell %zu: /health %ld", i, r.r_status);
+		resp_free(&r);
+		/* a fork bomb's processes may hold its uid's processes for a while:
+		 * a restart ends its box */
+		if (strstr(cells[i], ":|:"))
+			cr_assert_eq(context_post(URL, id, "restart", 60), 200);
+		cr_assert_eq(wait_until(answers, id, 60000), 0, "cell %zu: its context answers again", i);
+	}
+	bg_join(&b);
+	char *out = stdout_of(b.lines);
+	cr_assert(strstr(out, "\n199\ndone\n"), "the busy neighbour ran to its end: %s",
+		  out + (strlen(out) > 200 ? strlen(out) - 200 : 0));
+	cr_assert_str_eq(error_name(b.lines), "(none)");
+	cr_assert_eq(context_pid(URL, busy, "kernel_pid"), nkernel, "the neighbour restarted");
+	free(out);
+	json_decref(b.lines);
+	free(busy);
+	free(id);
+}
