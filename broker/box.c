@@ -48,6 +48,13 @@ box_own_userns(void)
 	return own_userns;
 }
 
+/* How many parts the box lacks here (sandcell_sandbox_missing). */
+size_t
+box_missing(void)
+{
+	return sv.sv_cf.cf_sandbox ? nmissing : 0;
+}
+
 /* The sandbox's level and what it lacks: GET /ready's "sandbox". */
 json_t *
 box_level_json(void)
@@ -519,6 +526,13 @@ box_bound_workspace(void)
 		cf->cf_workspace_size = 0;
 		return;
 	}
+	if (own_userns) { /* ext4 is mounted by init's user namespace alone */
+		lack("a size bound on the workspace: a loop-mounted filesystem cannot be mounted "
+		     "from a user namespace",
+		     "CAP_SYS_ADMIN (podman: --cap-add SYS_ADMIN) and loop devices");
+		cf->cf_workspace_size = 0;
+		return;
+	}
 	if (!cf->cf_workspace_size_set)
 		cf->cf_workspace_size = (wsdisk_free(cf->cf_cwd) / 4) & ~((1ull << 20) - 1);
 	if (cf->cf_workspace_size < (16u << 20)) {
@@ -535,6 +549,8 @@ box_bound_workspace(void)
 	}
 	if ((rc = wsdisk_mount(cf->cf_cwd, cf->cf_workspace_size, err, sizeof(err))) < 0) {
 		log_warn("workspace %s: no size bound: %s", cf->cf_cwd, err);
+		lack("a size bound on the workspace (its filesystem could not be mounted)",
+		     "loop devices (/dev/loop-control)");
 		cf->cf_workspace_size = 0;
 		return;
 	}

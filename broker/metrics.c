@@ -278,6 +278,10 @@ metrics_render(size_t *len)
 	       "1 when each context has its own uid, workspace and network view (--isolation "
 	       "context).");
 	put(&b, "sandcell_sandbox_isolated %d\n", sv.sv_cf.cf_sandbox && sv.sv_cf.cf_isolated);
+	header(&b, "sandcell_sandbox_missing", "gauge",
+	       "Parts of the box this machine or container withholds (GET /ready lists them); "
+	       "0: the full box.");
+	put(&b, "sandcell_sandbox_missing %zu\n", box_missing());
 
 	counter(&b, "sandcell_client_disconnects_total",
 		"Clients that went away before their stream ended.", mx.disconnects);

@@ -1,11 +1,14 @@
 #!/bin/sh
 # make test-image: runs the image sandcell:latest with podman as a pod would run
 # it (its own network namespace, the address moved by SANDCELL_LISTEN, a
-# read-only root with a writable /home/user and /tmp, the image's own user, no
+# read-only root with a writable /home/user and /tmp, uid 1000, no
 # capabilities, no privilege escalation) and checks it from outside: one
 # execution per language, the E2B SDK test against it, /ready before and
 # during a drain, and `podman stop` ending it within the grace with exit
-# status 0. Prints "N passed, M failed".
+# status 0. Then as shipped, with podman's defaults: kernels boxed as uids of
+# their own, and cells that kill everything (kill -9 -1, pkill -9 -f
+# sandcell, os.killpg(0, 9), a fork bomb, rm -rf ~ /tmp/*) next to a busy
+# context kill only their own. Prints "N passed, M failed".
 #   PODMAN_RUN_FLAGS  default: Debian's runc, ulimits at or below the host's
 set -u
 cd "$(dirname "$0")/../.."
@@ -46,7 +49,7 @@ wait_status() {
 }
 
 # shellcheck disable=SC2086 # PODMAN_RUN_FLAGS is a list of flags
-podman run -d --name "$name" $PODMAN_RUN_FLAGS --read-only --cap-drop ALL \
+podman run -d --name "$name" $PODMAN_RUN_FLAGS --read-only --cap-drop ALL --user 1000 \
 	--security-opt no-new-privileges --tmpfs /home/user:rw,mode=0755,U \
 	-p "127.0.0.1:$port:5000" -e SANDCELL_LISTEN=0.0.0.0:5000 "$image" --grace "$grace" \
 	>/dev/null || { notok "podman run $image"; echo "$passed passed, $failed failed"; exit 1; }
@@ -131,30 +134,118 @@ check "work past the grace: the stream says ServerStopping" grep -q ServerStoppi
 
 [ "$failed" -eq 0 ] || podman logs --tail 40 "$name" 2>&1
 
-# The sandbox as uid 1000 (a user namespace per context): refused under the
-# default masked /proc (a PID namespace needs a /proc of its own), boxed with
-# systempaths=unconfined.
-# shellcheck disable=SC2086 # PODMAN_RUN_FLAGS is a list of flags
-out=$(timeout 60 podman run --rm $PODMAN_RUN_FLAGS --read-only --cap-drop ALL \
-	--security-opt no-new-privileges -e SANDCELL_NO_SANDBOX=0 "$image" 2>&1)
-if echo "$out" | grep -q 'no user namespace for the box here (mount proc'; then
-	ok "the sandbox in a default container is refused, naming the masked /proc"
-else
-	notok "the sandbox in a default container is refused: $(echo "$out" | head -c 300)"
-fi
+# body CODE [CONTEXT]: an /execute request's JSON
+body() {
+	python3 -c 'import json,sys; d={"code": sys.argv[1]}
+if len(sys.argv) > 2: d["context_id"] = sys.argv[2]
+print(json.dumps(d))' "$@"
+}
+# ctx: a new python context's id
+ctx() {
+	curl -s --max-time 90 "$url/contexts" -d '{"language": "python"}' |
+		python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'
+}
+# answers CONTEXT: its kernel prints 42 within 60 s (restarted, if a cell ended it)
+answers() {
+	i=0
+	while [ "$i" -lt 60 ]; do
+		curl -s --max-time 30 "$url/execute" -d "$(body 'print(6*7)' "$1")" |
+			grep -q '"type":"stdout","text":"42' && return 0
+		sleep 1
+		i=$((i + 1))
+	done
+	return 1
+}
+
+# As shipped, with podman's defaults: root in the container without
+# CAP_SYS_ADMIN, a masked /proc, no /dev/net/tun. The broker boxes kernels
+# from a user namespace of its own, as uids of their own; /ready says so.
 podman rm -f -t 0 "$name" >/dev/null 2>&1
 # shellcheck disable=SC2086 # PODMAN_RUN_FLAGS is a list of flags
-podman run -d --name "$name" $PODMAN_RUN_FLAGS --read-only --cap-drop ALL \
-	--security-opt no-new-privileges --security-opt systempaths=unconfined \
-	--tmpfs /home/user:rw,mode=0755,U -p "127.0.0.1:$port:5000" \
-	-e SANDCELL_LISTEN=0.0.0.0:5000 -e SANDCELL_NO_SANDBOX=0 "$image" >/dev/null
-wait_status /ready 200 120 || notok "the boxed container becomes ready"
-code='import os\nst = dict(l.split(\":\\t\") for l in open(\"/proc/self/status\").read().splitlines())\nprint(os.getuid(), st[\"CapEff\"], len([p for p in os.listdir(\"/proc\") if p.isdigit()]) < 10, os.path.exists(\"/tmp/sandcell-1000/ctl.sock\"))'
-out=$(curl -s --max-time 90 "$url/execute" -d "{\"code\": \"$code\"}")
-if echo "$out" | grep -q '"text":"1000 0000000000000000 True False'; then
-	ok "with systempaths=unconfined the sandbox boxes kernels as uid 1000 (no capabilities, own PIDs, run dir hidden)"
+podman run -d --name "$name" $PODMAN_RUN_FLAGS -p "127.0.0.1:$port:49999" "$image" >/dev/null ||
+	notok "podman run $image with podman's defaults"
+if wait_status /ready 200 120; then
+	ok "with podman's defaults the container becomes ready"
 else
-	notok "with systempaths=unconfined the sandbox boxes kernels: $(echo "$out" | head -c 400)"
+	notok "with podman's defaults the container becomes ready"
+	podman logs --tail 30 "$name" 2>&1
+fi
+curl -s --max-time 5 "$url/ready" >"/tmp/$name.ready"
+check "with podman's defaults /ready says the box is reduced, from its own user namespace, and why: $(cat "/tmp/$name.ready")" \
+	python3 -c 'import json,sys
+s = json.load(open(sys.argv[1]))["sandbox"]
+w = " ".join(m["what"] for m in s["missing"])
+sys.exit(not (s["level"] == "reduced" and s["own_user_namespace"] and "/proc" in w and "outbound" in w))' "/tmp/$name.ready"
+code='import os
+st = dict(l.split(":\t") for l in open("/proc/self/status").read().splitlines())
+u = os.getuid()
+open(os.path.expanduser("~/mine"), "w").write("x")
+print(61184 <= u <= 65519, st["CapEff"], st["NoNewPrivs"], st["Seccomp"], os.listdir("/proc/1"), os.path.exists("/tmp/sandcell-0"))'
+out=$(curl -s --max-time 90 "$url/execute" -d "$(body "$code")")
+if echo "$out" | grep -q '"text":"True 0000000000000000 1 2 \[\] False'; then
+	ok "with podman's defaults a kernel runs as a uid of its own, no capabilities, no_new_privs, seccomp, the container's processes and the run dir out of sight, and writes its workspace"
+else
+	notok "with podman's defaults a kernel is boxed: $(echo "$out" | head -c 400)"
+fi
+
+# Cells that kill everything, in a context next to a busy one: each kills
+# only its own; the server, the neighbour and the context itself go on.
+busy=$(ctx)
+victim=$(ctx)
+curl -s --max-time 200 "$url/execute" -d "$(body 'import time
+for i in range(240):
+    print(i, flush=True)
+    time.sleep(0.25)
+print("done")' "$busy")" >"/tmp/$name.busy" &
+bpid=$!
+for cell in 'import os
+try:
+    os.kill(-1, 9)
+except OSError as e:
+    print(e)' "import subprocess
+subprocess.run(['pkill', '-9', '-f', 'sandcell'])" "import subprocess
+subprocess.run('kill -9 -1', shell=True)" 'import os
+os.killpg(0, 9)' "import subprocess
+try:
+    subprocess.run(['bash', '-c', ':(){ :|:& };:'], timeout=5)
+except Exception as e:
+    print(e)" "import subprocess
+subprocess.run('rm -rf ~ /tmp/*', shell=True)"; do
+	what=$(echo "$cell" | tail -n 1 | sed 's/^ *//')
+	case $cell in *":|:"*) what="a fork bomb" ;; *killpg*) what="os.killpg(0, 9)" ;; *os.kill*) what="os.kill(-1, 9)" ;; esac
+	curl -s --max-time 60 "$url/execute" -d "$(body "$cell" "$victim")" >/dev/null
+	case $cell in *":|:"*) curl -s --max-time 60 -X POST "$url/contexts/$victim/restart" >/dev/null ;; esac
+	if [ "$(podman inspect -f '{{.State.Running}}' "$name")" = true ] &&
+		wait_status /health 200 5 && answers "$victim"; then
+		ok "$what next to a busy context: the server serves, the context answers again"
+	else
+		notok "$what next to a busy context: the server serves, the context answers again"
+		podman logs --tail 20 "$name" 2>&1
+	fi
+done
+wait "$bpid"
+if grep -q '"text":"239\\ndone' "/tmp/$name.busy" 2>/dev/null ||
+	python3 -c 'import json,sys; t="".join(json.loads(l).get("text","") for l in open(sys.argv[1]) if l.strip()); sys.exit(not t.endswith("239\ndone\n"))' "/tmp/$name.busy"; then
+	ok "the busy neighbour ran to its end through all of it"
+else
+	notok "the busy neighbour ran to its end: $(tail -c 300 "/tmp/$name.busy")"
+fi
+
+# With an unmasked /proc (podman's systempaths=unconfined) the box has a
+# /proc of its own, and /ready no longer lists it as missing.
+podman rm -f -t 0 "$name" >/dev/null 2>&1
+# shellcheck disable=SC2086 # PODMAN_RUN_FLAGS is a list of flags
+podman run -d --name "$name" $PODMAN_RUN_FLAGS --security-opt systempaths=unconfined \
+	-p "127.0.0.1:$port:49999" "$image" >/dev/null
+wait_status /ready 200 120 || notok "the container with systempaths=unconfined becomes ready"
+code='import os
+print(len([p for p in os.listdir("/proc") if p.isdigit()]) < 10, os.getppid())'
+out=$(curl -s --max-time 90 "$url/execute" -d "$(body "$code")")
+ready=$(curl -s --max-time 5 "$url/ready")
+if echo "$out" | grep -q '"text":"True 1' && ! echo "$ready" | grep -q '/proc'; then
+	ok "with systempaths=unconfined a box has a /proc of its own"
+else
+	notok "with systempaths=unconfined a box has a /proc of its own: $(echo "$out" | head -c 300) $ready"
 	podman logs --tail 20 "$name" 2>&1
 fi
 

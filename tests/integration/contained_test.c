@@ -49,6 +49,8 @@ Test(contained, ready_says_the_box_is_reduced_and_what_it_lacks, .timeout = 60)
 	cr_assert(lacks(m, "pids cgroup"), "%s", r.r_body);
 	cr_assert(lacks(m, "memory cgroup"), "%s", r.r_body);
 	cr_assert(lacks(m, "outbound network"), "%s", r.r_body);
+	cr_assert(lacks(m, "size bound on the workspace"), "%s", r.r_body);
+	cr_assert_eq(metric_value(URL, "sandcell_sandbox_missing"), (double)json_array_size(m));
 	json_decref(j);
 	resp_free(&r);
 }
