@@ -41,13 +41,6 @@ lack(const char *what, const char *how)
 	log_warn("sandbox: %s (for it: %s)", what, how);
 }
 
-/* Whether the broker boxes kernels from a user namespace of its own (boxns.c). */
-bool
-box_own_userns(void)
-{
-	return own_userns;
-}
-
 /* How many parts the box lacks here (sandcell_sandbox_missing). */
 size_t
 box_missing(void)

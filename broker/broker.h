@@ -530,7 +530,6 @@ void ctlpeer_stop(void);
 /* box.c */
 int box_check(char *err, size_t errsz);
 bool box_memory_cgroup(void);
-bool box_own_userns(void);
 size_t box_missing(void);
 json_t *box_level_json(void);
 /* boxns.c */

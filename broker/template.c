@@ -155,15 +155,9 @@ template_start(void)
 		log_info("template: off (--no-template): every kernel starts cold");
 		return;
 	}
-	if (!sv.sv_cf.cf_sandbox || geteuid() != 0 || box_own_userns()) {
-		/* in the broker's own user namespace the template could not go back
-		 * to its PID namespace (the container's) after forking a box into a
-		 * new one (proxy/boxlib.c) */
+	if (!sv.sv_cf.cf_sandbox || geteuid() != 0) {
 		log_info("template: off (%s): every kernel starts cold",
-			 !sv.sv_cf.cf_sandbox ? "--no-sandbox"
-			 : geteuid() != 0     ? "not root: the boxes are rootless"
-					      : "root without CAP_SYS_ADMIN: its forks could not "
-						"leave the PID namespaces they make");
+			 sv.sv_cf.cf_sandbox ? "not root: the boxes are rootless" : "--no-sandbox");
 		return;
 	}
 	if (!(ks = kcache_find("python")))

@@ -29,6 +29,7 @@
 #include <linux/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "proxy.h"
@@ -112,6 +113,51 @@ static int
 boxlib_newpid(void)
 {
 	return unshare(CLONE_NEWPID) < 0 ? -errno : 0;
+}
+
+/*
+ * Whether we cannot go back to our own PID namespace after boxlib_newpid
+ * (boxlib_template tried): setns needs CAP_SYS_ADMIN over the namespace's
+ * owner, which the broker's own user namespace in a container (broker/
+ * boxns.c) is not. Then an intermediate makes B (fork_through).
+ */
+static bool no_way_back;
+
+/*
+ * B, PID 1 of a new PID namespace, forked by an intermediate that unshares
+ * it in our place and exits at once: B comes back to us, the subreaper, to
+ * be reaped. It costs one more fork of the template's pages. B's pid here,
+ * 0 in B, or -errno.
+ */
+static pid_t
+fork_through(void)
+{
+	int p[2];
+	pid_t i, b = -1;
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	if ((i = fork()) == 0) {
+		close(p[0]);
+		if (unshare(CLONE_NEWPID) < 0 || (b = fork()) < 0)
+			b = -errno;
+		if (b == 0) {
+			close(p[1]);
+			return 0;
+		}
+		_exit(write(p[1], &b, sizeof(b)) == sizeof(b) ? 0 : 1);
+	}
+	close(p[1]);
+	if (i < 0) {
+		b = -errno;
+		close(p[0]);
+		return b;
+	}
+	if (read(p[0], &b, sizeof(b)) != sizeof(b))
+		b = -EIO;
+	close(p[0]);
+	waitpid(i, NULL, 0);
+	return b;
 }
 
 /*
@@ -319,7 +365,8 @@ boxlib_wait(int kid)
  * In the template, for one request: B and the kernel in one call, so that
  * neither runs Python between the forks (each Python step of B's copied
  * some of the template's pages: ~1300 faults per box). B is forked into a
- * new PID namespace (boxlib_newpid, then boxlib_ownpid for us), leaves for
+ * new PID namespace (boxlib_newpid, then boxlib_ownpid for us; or
+ * fork_through where we could not come back), leaves for
  * the box's other namespaces, shows the cold start's argv and env, says
  * hello and builds the box (boxlib_init), forks the kernel and becomes its
  * init (boxlib_wait). The kernel copies the template's hot pages
@@ -338,12 +385,17 @@ boxlib_fork(int ownpid, const char *conf, int netfd, const char *args, size_t al
 	pid_t b, k;
 	int rc;
 
-	if ((rc = boxlib_newpid()) < 0)
-		return rc;
-	b = fork();
-	if (b != 0) {
-		rc = b < 0 ? -errno : b;
-		return boxlib_ownpid(ownpid) < 0 ? -EPROTO : rc;
+	if (no_way_back) {
+		if ((b = fork_through()) != 0)
+			return b;
+	} else {
+		if ((rc = boxlib_newpid()) < 0)
+			return rc;
+		b = fork();
+		if (b != 0) {
+			rc = b < 0 ? -errno : b;
+			return boxlib_ownpid(ownpid) < 0 ? -EPROTO : rc;
+		}
 	}
 	signal(SIGCHLD, SIG_DFL);
 	if ((rc = boxlib_unshare(conf, netfd)) < 0) {
@@ -399,5 +451,9 @@ boxlib_template(void)
 			free(path);
 		}
 	}
+	int own = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
+	no_way_back = own >= 0 && setns(own, CLONE_NEWPID) < 0; /* a no-op where allowed */
+	if (own >= 0)
+		close(own);
 	return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0 ? -errno : 0;
 }
