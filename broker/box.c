@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <linux/capability.h>
 #include <unistd.h>
 
 #include "broker.h"
@@ -151,9 +152,10 @@ check_cgroups(void)
 
 /*
  * The way out of the boxes' network: pasta needs /dev/net/tun. Without it,
- * loopback only (said once here, not per context). In a user namespace of
- * our own no node can be made for pasta's uid (boxnet.c): the container's
- * is used, made usable by that uid as Debian's default mode (0666) is.
+ * loopback only (said once here, not per context). Without CAP_MKNOD (in a
+ * user namespace of our own, or a container's defaults) no node of pasta's
+ * uid's own can be made (boxnet.c): the container's is used, made usable by
+ * that uid as Debian's default mode (0666) is.
  */
 static void
 check_network(void)
@@ -168,7 +170,7 @@ check_network(void)
 		sv.sv_cf.cf_kernel_network = "none";
 		return;
 	}
-	if (own_userns && (st.st_mode & 0006) != 0006) {
+	if ((own_userns || !boxns_has_cap(CAP_MKNOD)) && (st.st_mode & 0006) != 0006) {
 		if (chmod("/dev/net/tun", 0666) == 0)
 			log_info("sandbox: /dev/net/tun made 0666 (Debian's default) for pasta, "
 				 "which opens it as the boxes' network uid");
@@ -180,7 +182,7 @@ check_network(void)
 
 /*
  * Whether kernels can be boxed here, and how far: the broker's own user
- * namespace where root lacks CAP_SYS_ADMIN (boxns.c), then namespaces,
+ * namespace where root lacks what a root box uses (boxns.c), then namespaces,
  * seccomp, cgroups, /proc, the network. On failure err says what is
  * missing; what only weakens the box is said (lack) and the box goes on
  * without it.
@@ -192,7 +194,8 @@ box_check(char *err, size_t errsz)
 	int rc;
 
 	if ((rc = boxns_probe(&what)) < 0) {
-		snprintf(err, errsz, "root without CAP_SYS_ADMIN, and no user namespace of the "
+		snprintf(err, errsz, "root without the capabilities a box needs (CAP_SYS_ADMIN and "
+				     "others), and no user namespace of the "
 				     "broker's own to box kernels from (%s: %s); keep the "
 				     "container's default capabilities, allow user namespaces in its "
 				     "seccomp profile, or pass --no-sandbox to run kernels unboxed",
@@ -203,7 +206,8 @@ box_check(char *err, size_t errsz)
 		if ((rc = boxns_enter(&what)) < 0)
 			fatal("sandbox: the broker's own user namespace: %s: %s", what, strerror(-rc));
 		own_userns = true;
-		log_info("sandbox: root without CAP_SYS_ADMIN (a container's default): the broker "
+		log_info("sandbox: root without every capability a box needs (CAP_SYS_ADMIN, "
+			 "CAP_NET_ADMIN, CAP_SYS_PTRACE...: a container's defaults): the broker "
 			 "runs in a user namespace of its own, which maps the container's uids to "
 			 "themselves, and makes the boxes from there");
 	}
@@ -522,7 +526,8 @@ box_bound_workspace(void)
 	if (own_userns) { /* ext4 is mounted by init's user namespace alone */
 		lack("a size bound on the workspace: a loop-mounted filesystem cannot be mounted "
 		     "from a user namespace",
-		     "CAP_SYS_ADMIN (podman: --cap-add SYS_ADMIN) and loop devices");
+		     "root with every capability a box uses (podman: --cap-add "
+		     "SYS_ADMIN,NET_ADMIN,SYS_PTRACE) and loop devices");
 		cf->cf_workspace_size = 0;
 		return;
 	}

@@ -1,6 +1,7 @@
 /*
- * boxns.c — root without CAP_SYS_ADMIN, as a container's defaults leave it
- * (podman's and Docker's keep CAP_SETUID and CAP_SETGID, not it): before it
+ * boxns.c — root without the capabilities a root box needs, as a
+ * container's defaults leave it (podman's and Docker's keep CAP_SETUID and
+ * CAP_SETGID, not CAP_SYS_ADMIN, CAP_NET_ADMIN or CAP_SYS_PTRACE): before it
  * has a thread, the broker moves into a user namespace of its own that maps
  * every uid and gid the container has to itself. There it holds the
  * capabilities the boxes' namespaces need, over namespaces it makes; files,
@@ -35,6 +36,26 @@ boxns_has_cap(int cap)
 }
 
 /*
+ * What a root box uses, measured in containers: namespaces and mounts, the
+ * box's loopback, the network namespace of pasta's uid (opened through
+ * /proc), the kernels' uids and their workspace, the run dir, dropping
+ * capabilities, signalling kernels.
+ */
+static const int root_box_caps[] = {
+    CAP_SYS_ADMIN, CAP_NET_ADMIN,    CAP_SYS_PTRACE, CAP_SETUID,  CAP_SETGID,
+    CAP_CHOWN,     CAP_DAC_OVERRIDE, CAP_FOWNER,     CAP_SETPCAP, CAP_KILL};
+
+/* Whether root here holds every capability a root box uses. */
+bool
+boxns_root_suffices(void)
+{
+	for (size_t i = 0; i < sizeof(root_box_caps) / sizeof(root_box_caps[0]); i++)
+		if (!boxns_has_cap(root_box_caps[i]))
+			return false;
+	return geteuid() == 0;
+}
+
+/*
  * The identity map of every id of file (/proc/self/uid_map or gid_map): for
  * each line "first outside count" of ours, "first first count". 0, or -errno.
  */
@@ -50,7 +71,8 @@ identity_map(const char *file, char *out, size_t outsz)
 		return -errno;
 	*out = '\0';
 	while (rc == 0 && fscanf(f, "%lu %lu %lu", &first, &outside, &count) == 3) {
-		int w = snprintf(out + n, outsz - n, "%lu %lu %lu\n", first, first, count);
+		int w =
+		    snprintf(out + n, outsz - n, "%lu %lu %lu\n", first, first, count);
 		if (w < 0 || (size_t)w >= outsz - n)
 			rc = -E2BIG;
 		else
@@ -71,9 +93,14 @@ write_map(pid_t pid, const char *name, const char *map)
 
 /* The steps of boxns_enter and boxns_probe, as their failures name them. */
 enum step { S_MAPS, S_PIPE, S_FORK, S_UNSHARE, S_UID_MAP, S_GID_MAP, S_BOX_NS, S_PROBE };
-static const char *const step_names[] = {
-	"read the container's uid and gid maps", "pipe", "fork", "unshare(CLONE_NEWUSER)",
-	"write uid_map", "write gid_map", "unshare of the box's namespaces in it", "the probe"};
+static const char *const step_names[] = {"read the container's uid and gid maps",
+                                         "pipe",
+                                         "fork",
+                                         "unshare(CLONE_NEWUSER)",
+                                         "write uid_map",
+                                         "write gid_map",
+                                         "unshare of the box's namespaces in it",
+                                         "the probe"};
 
 /*
  * This process into a user namespace of its own with the identity maps: a
@@ -100,7 +127,8 @@ enter(enum step *step)
 		close(go[1]);
 		if (read(go[0], &c, 1) != 1)
 			_exit(0);
-		/* exit code: 0, or the errno of the map that failed (| 0x80: gid_map's) */
+		/* exit code: 0, or the errno of the map that failed (| 0x80: gid_map's)
+		 */
 		if ((rc = write_map(self, "uid_map", uids)) < 0)
 			_exit(-rc & 0x7f);
 		if ((rc = write_map(self, "gid_map", gids)) < 0)
@@ -134,8 +162,8 @@ enter(enum step *step)
 
 /*
  * Whether the broker should box its kernels from a user namespace of its
- * own (boxns_enter): root without CAP_SYS_ADMIN. 0 yes; 1 no (not root, or
- * CAP_SYS_ADMIN is ours); or -errno with what is missing in *what: CAP_SETUID
+ * own (boxns_enter): root without every capability a root box uses. 0 yes;
+ * 1 no (not root, or root suffices); or -errno with what is missing in *what: CAP_SETUID
  * and CAP_SETGID, or a user namespace in which a child can make the boxes'
  * namespaces (the container's seccomp profile may refuse them).
  */
@@ -147,7 +175,7 @@ boxns_probe(const char **what)
 	pid_t pid;
 
 	*what = "";
-	if (geteuid() != 0 || boxns_has_cap(CAP_SYS_ADMIN))
+	if (geteuid() != 0 || boxns_root_suffices())
 		return 1;
 	if (!boxns_has_cap(CAP_SETUID) || !boxns_has_cap(CAP_SETGID)) {
 		*what = "CAP_SETUID and CAP_SETGID, to map the kernels' uids";
@@ -160,7 +188,7 @@ boxns_probe(const char **what)
 		res[1] = enter(&step);
 		res[0] = step;
 		if (res[1] == 0 && unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
-					   CLONE_NEWUTS | CLONE_NEWNET) < 0) {
+		                           CLONE_NEWUTS | CLONE_NEWNET) < 0) {
 			res[0] = S_BOX_NS;
 			res[1] = -errno;
 		}
@@ -176,7 +204,8 @@ boxns_probe(const char **what)
 	return res[1];
 }
 
-/* The broker into its own user namespace, after boxns_probe said yes: 0, or -errno with *what. */
+/* The broker into its own user namespace, after boxns_probe said yes: 0, or -errno with
+ * *what. */
 int
 boxns_enter(const char **what)
 {

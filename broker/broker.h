@@ -534,6 +534,7 @@ size_t box_missing(void);
 json_t *box_level_json(void);
 /* boxns.c */
 bool boxns_has_cap(int cap);
+bool boxns_root_suffices(void);
 int boxns_probe(const char **what);
 int boxns_enter(const char **what);
 void box_peer_check(void);

@@ -122,9 +122,10 @@ exec_pasta(const char *runas, pid_t target)
 
 /*
  * Root: pasta, as uid, in a mount namespace of its own whose /dev/net/tun is
- * a node that uid may open (the host's may be root's alone, 0600). In a
- * user namespace (the broker's own, boxns.c) no device node can be made:
- * pasta opens the host's, which the broker made 0666 at start.
+ * a node that uid may open (the host's may be root's alone, 0600). Without
+ * CAP_MKNOD (a container's defaults, the broker's own user namespace:
+ * boxns.c) none can be made: pasta opens the host's, which the broker made
+ * 0666 at start.
  */
 static void __attribute__((noreturn))
 pasta_as(uid_t uid, pid_t target)

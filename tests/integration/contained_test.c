@@ -43,15 +43,18 @@ Test(contained, ready_says_the_box_is_reduced_and_what_it_lacks, .timeout = 60)
 	cr_assert_eq(http(URL, "GET", "/ready", NULL, &r, 5), 0);
 	cr_assert_eq(r.r_status, 200, "%s", r.r_body);
 	json_t *j = json_loads(r.r_body, 0, NULL), *sb = json_object_get(j, "sandbox");
-	cr_assert_str_eq(json_string_value(json_object_get(sb, "level")), "reduced", "%s", r.r_body);
-	cr_assert(json_is_true(json_object_get(sb, "own_user_namespace")), "%s", r.r_body);
+	cr_assert_str_eq(json_string_value(json_object_get(sb, "level")), "reduced", "%s",
+	                 r.r_body);
+	cr_assert(json_is_true(json_object_get(sb, "own_user_namespace")), "%s",
+	          r.r_body);
 	json_t *m = json_object_get(sb, "missing");
 	cr_assert(lacks(m, "/proc of the box's own"), "%s", r.r_body);
 	cr_assert(lacks(m, "pids cgroup"), "%s", r.r_body);
 	cr_assert(lacks(m, "memory cgroup"), "%s", r.r_body);
 	cr_assert(lacks(m, "outbound network"), "%s", r.r_body);
 	cr_assert(lacks(m, "size bound on the workspace"), "%s", r.r_body);
-	cr_assert_eq(metric_value(URL, "sandcell_sandbox_missing"), (double)json_array_size(m));
+	cr_assert_eq(metric_value(URL, "sandcell_sandbox_missing"),
+	             (double)json_array_size(m));
 	json_decref(j);
 	resp_free(&r);
 }
@@ -63,21 +66,25 @@ Test(contained, a_kernel_is_boxed_as_a_uid_of_its_own_and_sees_nothing_of_the_se
 	pid_t broker = test_broker_pid(), proxy = context_pid(URL, id, "proxy_pid");
 
 	cr_assert(id && broker > 0 && proxy > 0);
-	snprintf(code, sizeof(code),
-		 "import os, resource\n"
-		 "st = dict(l.split(':\\t') for l in open('/proc/self/status').read().splitlines())\n"
-		 "u = os.getuid()\n"
-		 "print(61184 <= u <= 65519, st['CapEff'], st['NoNewPrivs'], st['Seccomp'])\n"
-		 "print(os.path.exists('%s'), os.listdir('/proc/%d'), os.listdir('/proc/%d'))\n"
-		 "print(resource.getrlimit(resource.RLIMIT_NPROC)[0])",
-		 test_run_dir(), (int)broker, (int)proxy);
+	snprintf(
+	    code, sizeof(code),
+	    "import os, resource\n"
+	    "st = dict(l.split(':\\t') for l in "
+	    "open('/proc/self/status').read().splitlines())\n"
+	    "u = os.getuid()\n"
+	    "print(61184 <= u <= 65519, st['CapEff'], st['NoNewPrivs'], st['Seccomp'])\n"
+	    "print(os.path.exists('%s'), os.listdir('/proc/%d'), "
+	    "os.listdir('/proc/%d'))\n"
+	    "print(resource.getrlimit(resource.RLIMIT_NPROC)[0])",
+	    test_run_dir(), (int)broker, (int)proxy);
 	char *out = run_stdout(URL, id, code);
 	cr_assert_str_eq(out, "True 0000000000000000 1 2\nFalse [] []\n96\n", "%s", out);
 	free(out);
 	free(id);
 }
 
-/* A python execution in id prints 42: its kernel answers (restarted, if a cell ended it). */
+/* A python execution in id prints 42: its kernel answers (restarted, if a cell ended it).
+ */
 static bool
 answers(void *arg)
 {
@@ -91,22 +98,25 @@ answers(void *arg)
 Test(contained, cells_that_kill_everything_kill_only_their_own, .timeout = 300)
 {
 	static const char *const cells[] = {
-		"import os\ntry:\n    os.kill(-1, 9)\nexcept OSError as e:\n    print(e)",
-		"import subprocess\nsubprocess.run(['pkill', '-9', '-f', 'sandcell'])",
-		"import subprocess\nsubprocess.run('kill -9 -1', shell=True)",
-		"import subprocess\ntry:\n    subprocess.run(['bash', '-c', ':(){ :|:& };:'], "
-		"timeout=3)\nexcept Exception as e:\n    print(e)",
-		"import subprocess\nsubprocess.run('rm -rf ~ /tmp/*', shell=True)",
-		"import os\nos.killpg(0, 9)",
+	    "import os\ntry:\n    os.kill(-1, 9)\nexcept OSError as e:\n    print(e)",
+	    "import subprocess\nsubprocess.run(['pkill', '-9', '-f', 'sandcell'])",
+	    "import subprocess\nsubprocess.run('kill -9 -1', shell=True)",
+	    "import subprocess\ntry:\n    subprocess.run(['bash', '-c', ':(){ :|:& "
+	    "};:'], "
+	    "timeout=3)\nexcept Exception as e:\n    print(e)",
+	    "import subprocess\nsubprocess.run('rm -rf ~ /tmp/*', shell=True)",
+	    "import os\nos.killpg(0, 9)",
 	};
-	char *busy = context_new(URL, "python", NULL), *id = context_new(URL, "python", NULL);
+	char *busy = context_new(URL, "python", NULL),
+	     *id = context_new(URL, "python", NULL);
 	pid_t broker = test_broker_pid(), proxy = context_pid(URL, id, "proxy_pid");
 	pid_t nproxy = context_pid(URL, busy, "proxy_pid");
 	pid_t nkernel = context_pid(URL, busy, "kernel_pid");
 	struct bg b = {.ctx = busy,
-		       .code = "import time\nfor i in range(200):\n    print(i, flush=True)\n"
-			       "    time.sleep(0.25)\nprint('done')",
-		       .timeout_ms = 200000};
+	               .code =
+	                   "import time\nfor i in range(200):\n    print(i, flush=True)\n"
+	                   "    time.sleep(0.25)\nprint('done')",
+	               .timeout_ms = 200000};
 
 	cr_assert(busy && id && broker > 0 && proxy > 0 && nproxy > 0 && nkernel > 0);
 	bg_start(&b);
@@ -116,8 +126,10 @@ Test(contained, cells_that_kill_everything_kill_only_their_own, .timeout = 300)
 		json_decref(run(URL, id, cells[i])); /* its own kernel may die of it */
 		cr_assert_eq(kill(broker, 0), 0, "cell %zu ended the broker", i);
 		cr_assert_eq(kill(proxy, 0), 0, "cell %zu ended its proxy", i);
-		cr_assert_eq(kill(nproxy, 0), 0, "cell %zu ended the neighbour's proxy", i);
-		cr_assert_eq(kill(nkernel, 0), 0, "cell %zu ended the neighbour's kernel", i);
+		cr_assert_eq(kill(nproxy, 0), 0, "cell %zu ended the neighbour's proxy",
+		             i);
+		cr_assert_eq(kill(nkernel, 0), 0, "cell %zu ended the neighbour's kernel",
+		             i);
 		cr_assert_eq(http(URL, "GET", "/health", NULL, &r, 5), 0);
 		cr_assert_eq(r.r_status, 200, "cell %zu: /health %ld", i, r.r_status);
 		resp_free(&r);
@@ -125,21 +137,24 @@ Test(contained, cells_that_kill_everything_kill_only_their_own, .timeout = 300)
 		 * a restart ends its box */
 		if (strstr(cells[i], ":|:"))
 			cr_assert_eq(context_post(URL, id, "restart", 60), 200);
-		cr_assert_eq(wait_until(answers, id, 60000), 0, "cell %zu: its context answers again", i);
+		cr_assert_eq(wait_until(answers, id, 60000), 0,
+		             "cell %zu: its context answers again", i);
 	}
 	bg_join(&b);
 	char *out = stdout_of(b.lines);
 	cr_assert(strstr(out, "\n199\ndone\n"), "the busy neighbour ran to its end: %s",
-		  out + (strlen(out) > 200 ? strlen(out) - 200 : 0));
+	          out + (strlen(out) > 200 ? strlen(out) - 200 : 0));
 	cr_assert_str_eq(error_name(b.lines), "(none)");
-	cr_assert_eq(context_pid(URL, busy, "kernel_pid"), nkernel, "the neighbour restarted");
+	cr_assert_eq(context_pid(URL, busy, "kernel_pid"), nkernel,
+	             "the neighbour restarted");
 	free(out);
 	json_decref(b.lines);
 	free(busy);
 	free(id);
 }
 
-/* A new context whose kernel was forked from the template (pandas imported before it ran). */
+/* A new context whose kernel was forked from the template (pandas imported before it
+ * ran). */
 static bool
 forked_ctx(void *arg)
 {
@@ -148,7 +163,8 @@ forked_ctx(void *arg)
 
 	if (!id)
 		return false;
-	out = run_stdout(URL, id, "import sys, os; print('pandas' in sys.modules, os.getuid() != 0)");
+	out = run_stdout(
+	    URL, id, "import sys, os; print('pandas' in sys.modules, os.getuid() != 0)");
 	yes = out && !strcmp(out, "True True\n");
 	*(char **)arg = yes ? id : NULL;
 	if (!yes) {
@@ -159,7 +175,8 @@ forked_ctx(void *arg)
 	return yes;
 }
 
-/* The host pid of the template serving the shared broker (its argv names its run dir), or 0. */
+/* The host pid of the template serving the shared broker (its argv names its run dir), or
+ * 0. */
 static pid_t
 template_pid(void)
 {
@@ -175,7 +192,8 @@ template_pid(void)
 		for (size_t i = 0; i + 1 < n; i++)
 			if (!buf[i])
 				buf[i] = ' ';
-		if (n && strstr(buf, "sandcell_template.py") && strstr(buf, test_run_dir()))
+		if (n && strstr(buf, "sandcell_template.py") &&
+		    strstr(buf, test_run_dir()))
 			found = atoi(de->d_name);
 	}
 	if (d)
@@ -188,11 +206,13 @@ template_pid(void)
  * one (no CAP_SYS_ADMIN over the container's): it forks each box through an
  * intermediate, and serves one request after another.
  */
-Test(contained, python_kernels_are_forked_from_the_template_one_after_another, .timeout = 120)
+Test(contained, python_kernels_are_forked_from_the_template_one_after_another,
+     .timeout = 120)
 {
 	char *id = NULL;
 
-	cr_assert_eq(wait_until(forked_ctx, &id, 60000), 0, "no kernel was forked from the template");
+	cr_assert_eq(wait_until(forked_ctx, &id, 60000), 0,
+	             "no kernel was forked from the template");
 	pid_t tpl = template_pid();
 	cr_assert(tpl > 0);
 	char *out = run_stdout(URL, id, "import os\nprint(os.getpid())");
@@ -200,7 +220,8 @@ Test(contained, python_kernels_are_forked_from_the_template_one_after_another, .
 	free(out);
 	free(id);
 	for (int i = 0; i < 3; i++) {
-		cr_assert(forked_ctx(&id), "kernel %d after the first was not forked", i + 1);
+		cr_assert(forked_ctx(&id), "kernel %d after the first was not forked",
+		          i + 1);
 		free(id);
 	}
 	cr_assert_eq(template_pid(), tpl, "the template started again");
