@@ -2,10 +2,11 @@
  * boxroot.c — the filesystem a box sees, built from nothing up: an empty root
  * of its own (pivot_root) given, one line of box_view each, the system
  * read-only, the workspace at BOX_HOME read-write, a private /tmp, its own
- * /proc (or the host's, the others' processes hidden: proc_of_host), a minimal /dev, a copy of the kernel's own dir at BOX_KDIR, and
- * what it is started from read-only at the host's paths. No other host path
- * exists inside. Runs in the box's init, before it
- * drops its privileges, with raw system calls only (sandbox.c says why).
+ * /proc (or the host's with the others' processes hidden: proc_of_host), a
+ * minimal /dev, a copy of the kernel's own dir at BOX_KDIR, and what it is
+ * started from read-only at the host's paths. No other host path exists
+ * inside. Runs in the box's init, before it drops its privileges, with raw
+ * system calls only (sandbox.c says why).
  */
 #include <errno.h>
 #include <fcntl.h>
