@@ -374,6 +374,27 @@ kspec_find(const char *want, struct kspec **out)
 	return 0;
 }
 
+/*
+ * The program of the first kernelspec whose argv[0] is an absolute path
+ * named base (Deno's, for the other kernels' PATH), or NULL (caller frees).
+ */
+char *
+kspec_program(const char *base)
+{
+	struct kspec **v;
+	char *path = NULL;
+	size_t n;
+
+	kspec_list(&v, &n);
+	for (size_t i = 0; i < n && !path; i++) {
+		const char *a0 = v[i]->ks_argv[0], *s = strrchr(a0, '/');
+		if (a0[0] == '/' && !strcmp(s + 1, base))
+			path = xstrdup(a0);
+	}
+	kspec_list_free(v, n);
+	return path;
+}
+
 /* "python (python3), r (ir)": what errors and listings show. */
 char *
 kspec_languages(void)

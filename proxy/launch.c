@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <unistd.h>
@@ -115,8 +116,17 @@ launch_env(const struct proxy *px)
 		if (!strncmp(v[i], "PATH=", 5))
 			path = v[i] + 5;
 	char **pk = packages_env(home, path);
-	for (char **e = pk; *e; e++)
+	for (char **e = pk; *e; e++) {
+		/* Deno's own program last (`deno add`, `deno install`): it shadows nothing */
+		if (!strncmp(*e, "PATH=", 5) && px->px_deno) {
+			char *dir = xstrndup(px->px_deno, strrchr(px->px_deno, '/') - px->px_deno);
+			char *p = xasprintf("%s:%s", *e, *dir ? dir : "/");
+			free(dir);
+			free(*e);
+			*e = p;
+		}
 		env_put(&v, &n, &cap, *e);
+	}
 	free(pk);
 	for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
 		if (ours[i])
@@ -340,6 +350,51 @@ launch_dirs(const struct proxy *px)
 }
 
 /*
+ * Deno reads a configuration (deno.json, deno.jsonc, package.json) from its
+ * cwd and the cwd's parents as it starts, and exits on a broken one. Whether
+ * px_cwd or a parent of it holds one, from the host (lstat, nothing is read;
+ * in a box, only the workspace's part of the path: nothing else there is the
+ * tenant's); *install: the nearest package.json has no node_modules beside
+ * it, which Deno wants made (`deno install`) before it resolves from it.
+ */
+bool
+launch_cwd_config(const struct proxy *px, bool *install)
+{
+	static const char *const names[] = {"deno.json", "deno.jsonc", "package.json"};
+	char dir[PATH_MAX], host[PATH_MAX], p[PATH_MAX + 16];
+	const struct box *bx = &px->px_box;
+	bool found = false;
+	struct stat st;
+
+	*install = false;
+	if (snprintf(dir, sizeof(dir), "%s", px->px_cwd) >= (int)sizeof(dir) || dir[0] != '/')
+		return false;
+	for (;;) {
+		const char *d = dir[0] ? dir : "/"; /* the cwd, then each parent */
+		int rc = 0;
+		if (!bx->bx_on)
+			snprintf(host, sizeof(host), "%s", d);
+		else if (boxview_is_system(d))
+			rc = -ENOENT;
+		else
+			rc = boxview_host_path(bx->bx_workspace, d, host, sizeof(host));
+		for (size_t i = 0; rc == 0 && *host && i < sizeof(names) / sizeof(names[0]); i++) {
+			snprintf(p, sizeof(p), "%s/%s", host, names[i]);
+			if (lstat(p, &st) < 0 || S_ISDIR(st.st_mode))
+				continue;
+			found = true;
+			if (!strcmp(names[i], "package.json")) {
+				snprintf(p, sizeof(p), "%s/node_modules", host);
+				*install = lstat(p, &st) < 0;
+			}
+		}
+		if (found || !dir[0] || !strcmp(dir, "/"))
+			return found;
+		*strrchr(dir, '/') = '\0';
+	}
+}
+
+/*
  * The connection file: ipc sockets, abstract in a box (names in the proxy's
  * network namespace, which only it and its box share; no file to fill or
  * find) and by path in the kernel's dir otherwise; TCP on loopback for
@@ -404,13 +459,13 @@ launch_connection_file(const struct proxy *px, const char *key, const char *path
 }
 
 /*
- * An unboxed kernel (--no-sandbox): our child in a session of its own, in
- * its memory cgroup (limits.c) and, with --kernel-user, as that user. Only
- * async-signal-safe calls between fork and exec.
+ * An unboxed kernel (--no-sandbox), started in dir: our child in a session
+ * of its own, in its memory cgroup (limits.c) and, with --kernel-user, as
+ * that user. Only async-signal-safe calls between fork and exec.
  */
 int
-launch_unboxed(const struct proxy *px, const char *exe, char **argv, char **envp,
-	       struct kproc *kp)
+launch_unboxed(const struct proxy *px, const char *dir, const char *exe, char **argv,
+	       char **envp, struct kproc *kp)
 {
 	const struct box *bx = &px->px_box;
 	pid_t parent = getpid(), pid;
@@ -438,7 +493,7 @@ launch_unboxed(const struct proxy *px, const char *exe, char **argv, char **envp
 		if (fd >= 0)
 			dup2(fd, 0);
 		dup2(2, 1); /* kernel's own stdout is the proxy's log, not a stream */
-		if (chdir(launch_start_dir(px)) < 0)
+		if (chdir(dir) < 0)
 			_exit(126);
 		execve(exe, argv, envp);
 		_exit(127);
