@@ -38,6 +38,7 @@ void kspec_free(struct kspec *ks);
 void kspec_list_free(struct kspec **v, size_t n);
 char *kspec_languages(void);
 char *kspec_program(const char *base);
+bool kspec_cwd_config(const char *workspace, const char *cwd, bool *install);
 int kspec_python_module(char *const *argv);
 int lang_normalise(const char *in, char *out, size_t outsz);
 

@@ -121,7 +121,8 @@ start_dir(void)
 	k.k_in_cwd = k.k_install = false;
 	if (!px->px_ks->ks_config_in_cwd)
 		return px->px_cwd;
-	if (!k.k_config_failed && launch_cwd_config(px, &k.k_install)) {
+	if (!k.k_config_failed && kspec_cwd_config(box->bx_on ? box->bx_workspace : NULL, px->px_cwd,
+						 &k.k_install)) {
 		k.k_in_cwd = true;
 		return px->px_cwd;
 	}

@@ -14,7 +14,6 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <unistd.h>
@@ -347,51 +346,6 @@ launch_dirs(const struct proxy *px)
 	if (bx->bx_uid != (uid_t)-1)
 		chown_r(px->px_kdir, bx->bx_uid, bx->bx_gid);
 	return 0;
-}
-
-/*
- * Deno reads a configuration (deno.json, deno.jsonc, package.json) from its
- * cwd and the cwd's parents as it starts, and exits on a broken one. Whether
- * px_cwd or a parent of it holds one, from the host (lstat, nothing is read;
- * in a box, only the workspace's part of the path: nothing else there is the
- * tenant's); *install: the nearest package.json has no node_modules beside
- * it, which Deno wants made (`deno install`) before it resolves from it.
- */
-bool
-launch_cwd_config(const struct proxy *px, bool *install)
-{
-	static const char *const names[] = {"deno.json", "deno.jsonc", "package.json"};
-	char dir[PATH_MAX], host[PATH_MAX], p[PATH_MAX + 16];
-	const struct box *bx = &px->px_box;
-	bool found = false;
-	struct stat st;
-
-	*install = false;
-	if (snprintf(dir, sizeof(dir), "%s", px->px_cwd) >= (int)sizeof(dir) || dir[0] != '/')
-		return false;
-	for (;;) {
-		const char *d = dir[0] ? dir : "/"; /* the cwd, then each parent */
-		int rc = 0;
-		if (!bx->bx_on)
-			snprintf(host, sizeof(host), "%s", d);
-		else if (boxview_is_system(d))
-			rc = -ENOENT;
-		else
-			rc = boxview_host_path(bx->bx_workspace, d, host, sizeof(host));
-		for (size_t i = 0; rc == 0 && *host && i < sizeof(names) / sizeof(names[0]); i++) {
-			snprintf(p, sizeof(p), "%s/%s", host, names[i]);
-			if (lstat(p, &st) < 0 || S_ISDIR(st.st_mode))
-				continue;
-			found = true;
-			if (!strcmp(names[i], "package.json")) {
-				snprintf(p, sizeof(p), "%s/node_modules", host);
-				*install = lstat(p, &st) < 0;
-			}
-		}
-		if (found || !dir[0] || !strcmp(dir, "/"))
-			return found;
-		*strrchr(dir, '/') = '\0';
-	}
 }
 
 /*

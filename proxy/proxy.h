@@ -285,7 +285,6 @@ int launch_connection_file(const struct proxy *px, const char *key, const char *
 void launch_unlink_sockets(void);
 int launch_unboxed(const struct proxy *px, const char *dir, const char *exe, char **argv,
 		   char **envp, struct kproc *kp);
-bool launch_cwd_config(const struct proxy *px, bool *install);
 
 /* packages.c: the tenant's places, below its HOME */
 #define PACKAGES_RLIB "/.local/lib/R" /* R: R_LIBS_USER */
