@@ -82,11 +82,29 @@ pool_packages_changed(void)
 }
 
 /*
- * A ready warm proxy of this kernelspec, or NULL. One warmed before the
- * tenant's packages changed is deleted instead (the pool warms another).
+ * Whether a kernel of this kernelspec for a context in cwd (of context x's
+ * workspace; NULL: a new one's) reads a configuration there as it starts
+ * (Deno's deno.json, package.json) and one is there: a warm one, started
+ * elsewhere or before the file was written, has not read it.
+ */
+static bool
+pool_cwd_config(const char *kernel, const struct context *x, const char *cwd)
+{
+	const struct kspec *ks = kcache_find(kernel);
+	bool install;
+
+	return ks && ks->ks_config_in_cwd &&
+	       kspec_cwd_config(sv.sv_cf.cf_sandbox ? box_workspace_of(x) : NULL, cwd, &install);
+}
+
+/*
+ * A ready warm proxy of this kernelspec for a context in cwd (x's, or a new
+ * one's: NULL), or NULL. One warmed before the tenant's packages changed is
+ * deleted instead (the pool warms another); none is taken for a cwd whose
+ * configuration the kernel reads as it starts (pool_cwd_config).
  */
 static struct context *
-pool_take(const char *kernel)
+pool_take(const char *kernel, const struct context *x, const char *cwd)
 {
 	uint64_t changed = 0;
 	bool looked = false;
@@ -97,6 +115,11 @@ pool_take(const char *kernel)
 		    c->c_pl->pl_state != KS_IDLE || strcmp(c->c_kernel, kernel))
 			continue;
 		if (!looked) {
+			if (pool_cwd_config(kernel, x, cwd)) {
+				log_info("pool: %s holds a configuration a %s kernel reads as it "
+					 "starts: not a warm one", cwd, kernel);
+				return NULL;
+			}
 			changed = pool_packages_changed();
 			looked = true;
 		}
@@ -137,7 +160,7 @@ pool_claim(struct context *c)
 struct context *
 pool_use(const char *kernel, const char *cwd, bool is_default)
 {
-	struct context *c = pool_take(kernel);
+	struct context *c = pool_take(kernel, NULL, cwd);
 
 	if (!c)
 		return NULL;
@@ -227,7 +250,7 @@ pool_fill(void)
 bool
 pool_restart(struct context *x)
 {
-	struct context *p = pool_take(x->c_kernel);
+	struct context *p = pool_take(x->c_kernel, x, x->c_cwd);
 	struct stream *s, *next;
 	struct request *rq;
 

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -372,6 +373,73 @@ kspec_find(const char *want, struct kspec **out)
 	v[hit] = NULL;
 	kspec_list_free(v, n);
 	return 0;
+}
+
+/*
+ * Deno reads a configuration (deno.json, deno.jsonc, package.json) from its
+ * cwd and the cwd's parents as it starts, and exits on a broken one (a
+ * kernelspec's ks_config_in_cwd). Whether cwd or a parent of it holds one,
+ * seen from the host (lstat: nothing is read); in a box (workspace not NULL:
+ * the host dir shown at BOX_HOME), only the workspace's part of the path,
+ * nothing else there being the tenant's. *install: the nearest package.json
+ * has no node_modules beside it, which Deno wants made (`deno install`)
+ * before it resolves from it.
+ */
+bool
+kspec_cwd_config(const char *workspace, const char *cwd, bool *install)
+{
+	static const char *const names[] = {"deno.json", "deno.jsonc", "package.json"};
+	char dir[PATH_MAX], host[PATH_MAX], p[PATH_MAX + 16];
+	bool found = false;
+	struct stat st;
+
+	*install = false;
+	if (snprintf(dir, sizeof(dir), "%s", cwd) >= (int)sizeof(dir) || dir[0] != '/')
+		return false;
+	for (;;) {
+		const char *d = dir[0] ? dir : "/"; /* the cwd, then each parent */
+		int rc = 0;
+		if (!workspace)
+			snprintf(host, sizeof(host), "%s", d);
+		else if (boxview_is_system(d))
+			rc = -ENOENT;
+		else
+			rc = boxview_host_path(workspace, d, host, sizeof(host));
+		for (size_t i = 0; rc == 0 && *host && i < sizeof(names) / sizeof(names[0]); i++) {
+			snprintf(p, sizeof(p), "%s/%s", host, names[i]);
+			if (lstat(p, &st) < 0 || S_ISDIR(st.st_mode))
+				continue;
+			found = true;
+			if (!strcmp(names[i], "package.json")) {
+				snprintf(p, sizeof(p), "%s/node_modules", host);
+				*install = lstat(p, &st) < 0;
+			}
+		}
+		if (found || !dir[0] || !strcmp(dir, "/"))
+			return found;
+		*strrchr(dir, '/') = '\0';
+	}
+}
+
+/*
+ * The program of the first kernelspec whose argv[0] is an absolute path
+ * named base (Deno's, for the other kernels' PATH), or NULL (caller frees).
+ */
+char *
+kspec_program(const char *base)
+{
+	struct kspec **v;
+	char *path = NULL;
+	size_t n;
+
+	kspec_list(&v, &n);
+	for (size_t i = 0; i < n && !path; i++) {
+		const char *a0 = v[i]->ks_argv[0], *s = strrchr(a0, '/');
+		if (a0[0] == '/' && !strcmp(s + 1, base))
+			path = xstrdup(a0);
+	}
+	kspec_list_free(v, n);
+	return path;
 }
 
 /* "python (python3), r (ir)": what errors and listings show. */

@@ -28,7 +28,8 @@ struct kspec {
 			      * fence installs its listener); 0: none */
 	bool ks_config_in_cwd; /* reads a configuration from its cwd and the cwd's parents
 				* as it starts (Deno: deno.json, package.json): it starts
-				* elsewhere and is moved to its cwd by its first execution */
+				* there only when one is there (and else, or if that failed,
+				* elsewhere, moved to its cwd by its first execution) */
 };
 int kspec_find(const char *want, struct kspec **out);
 int kspec_index(struct kspec *const *v, size_t n, const char *want);
@@ -36,6 +37,8 @@ int kspec_list(struct kspec ***out, size_t *n);
 void kspec_free(struct kspec *ks);
 void kspec_list_free(struct kspec **v, size_t n);
 char *kspec_languages(void);
+char *kspec_program(const char *base);
+bool kspec_cwd_config(const char *workspace, const char *cwd, bool *install);
 int kspec_python_module(char *const *argv);
 int lang_normalise(const char *in, char *out, size_t outsz);
 

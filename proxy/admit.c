@@ -70,6 +70,10 @@ unit_start(struct unit *u)
 
 	if (u->u_notice && !u->u_detached)
 		output_stderr(&u->u_out, u->u_notice);
+	char *kn = kernel_take_notice(); /* how the kernel started, for the first unit */
+	if (kn && !u->u_detached)
+		output_stderr(&u->u_out, kn);
+	free(kn);
 	if (u->u_nenv) {
 		if (!(set = envset_set(px->px_ks->ks_lang, u->u_env, u->u_nenv))) {
 			unit_end(u, "EnvVarsUnsupported",

@@ -296,6 +296,24 @@ envset_chdir(const char *lang, const char *dir)
 	return finish(&b);
 }
 
+/*
+ * Deno's `deno install` in dir, from the kernel (which then resolves from the
+ * node_modules it made): what Deno asks for before it resolves from a
+ * package.json. Its output goes nowhere: an import it could not make says
+ * why itself ("Did you forget to run `deno install`?").
+ */
+char *
+envset_deno_install(const char *dir)
+{
+	struct buf b = {0};
+
+	puts_buf(&b, "try { await new Deno.Command(Deno.execPath(), { args: ['install', '--quiet'], "
+		     "cwd: ");
+	json_quote(&b, dir);
+	puts_buf(&b, ", stdin: 'null', stdout: 'null', stderr: 'null' }).output(); } catch (_) {}");
+	return finish(&b);
+}
+
 bool
 envset_supported(const char *lang)
 {

@@ -115,8 +115,17 @@ launch_env(const struct proxy *px)
 		if (!strncmp(v[i], "PATH=", 5))
 			path = v[i] + 5;
 	char **pk = packages_env(home, path);
-	for (char **e = pk; *e; e++)
+	for (char **e = pk; *e; e++) {
+		/* Deno's own program last (`deno add`, `deno install`): it shadows nothing */
+		if (!strncmp(*e, "PATH=", 5) && px->px_deno) {
+			char *dir = xstrndup(px->px_deno, strrchr(px->px_deno, '/') - px->px_deno);
+			char *p = xasprintf("%s:%s", *e, *dir ? dir : "/");
+			free(dir);
+			free(*e);
+			*e = p;
+		}
 		env_put(&v, &n, &cap, *e);
+	}
 	free(pk);
 	for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
 		if (ours[i])
@@ -404,13 +413,13 @@ launch_connection_file(const struct proxy *px, const char *key, const char *path
 }
 
 /*
- * An unboxed kernel (--no-sandbox): our child in a session of its own, in
- * its memory cgroup (limits.c) and, with --kernel-user, as that user. Only
- * async-signal-safe calls between fork and exec.
+ * An unboxed kernel (--no-sandbox), started in dir: our child in a session
+ * of its own, in its memory cgroup (limits.c) and, with --kernel-user, as
+ * that user. Only async-signal-safe calls between fork and exec.
  */
 int
-launch_unboxed(const struct proxy *px, const char *exe, char **argv, char **envp,
-	       struct kproc *kp)
+launch_unboxed(const struct proxy *px, const char *dir, const char *exe, char **argv,
+	       char **envp, struct kproc *kp)
 {
 	const struct box *bx = &px->px_box;
 	pid_t parent = getpid(), pid;
@@ -438,7 +447,7 @@ launch_unboxed(const struct proxy *px, const char *exe, char **argv, char **envp
 		if (fd >= 0)
 			dup2(fd, 0);
 		dup2(2, 1); /* kernel's own stdout is the proxy's log, not a stream */
-		if (chdir(launch_start_dir(px)) < 0)
+		if (chdir(dir) < 0)
 			_exit(126);
 		execve(exe, argv, envp);
 		_exit(127);

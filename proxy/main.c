@@ -258,6 +258,7 @@ configure(const char *kernel, const char *env_file)
 		fatal("context %s: bad language '%s'", px.px_id, px.px_lang);
 	px.px_lang = lang;
 	px.px_display_is_result = !strcmp(px.px_ks->ks_lang, "r");
+	px.px_deno = kspec_program("deno");
 	/* the profile, which sets NODROP, runs in ipykernel's Python kernels */
 	for (char **a = px.px_ks->ks_argv; *a && !px.px_iopub_waits; a++)
 		px.px_iopub_waits = px.px_py_startup && !strcmp(px.px_ks->ks_lang, "python") &&

@@ -214,6 +214,7 @@ struct proxy {
 	char *px_lang, *px_cwd, *px_dir, *px_run_dir;
 	char *px_kdir;     /* the kernel's files: connection file, IPython profile */
 	struct kspec *px_ks;
+	char *px_deno;     /* Deno's program, on every kernel's PATH (`deno add`), or NULL */
 	struct penv *px_genv; /* global env: applied at spawn */
 	size_t px_ngenv;
 	bool px_default; /* the broker's default context for its language */
@@ -283,27 +284,13 @@ char *launch_which(const char *prog);
 int launch_connection_file(const struct proxy *px, const char *key, const char *path,
 			   int ports[5], char ep[5][EP_MAX]);
 void launch_unlink_sockets(void);
-int launch_unboxed(const struct proxy *px, const char *exe, char **argv, char **envp,
-		   struct kproc *kp);
+int launch_unboxed(const struct proxy *px, const char *dir, const char *exe, char **argv,
+		   char **envp, struct kproc *kp);
 
 /* packages.c: the tenant's places, below its HOME */
 #define PACKAGES_RLIB "/.local/lib/R" /* R: R_LIBS_USER */
 char **packages_env(const char *home, const char *path);
 void packages_prepare(const char *home);
-
-/*
- * Where the kernel starts: its cwd, or its own dir when it reads a
- * configuration from its cwd and the cwd's parents as it starts (Deno's
- * deno.json): a file a context wrote there must not keep the next kernel
- * from starting. set_ready moves it to its cwd before anything else runs.
- */
-static inline const char *
-launch_start_dir(const struct proxy *px)
-{
-	if (!px->px_ks->ks_config_in_cwd)
-		return px->px_cwd;
-	return px->px_box.bx_on ? BOX_KDIR : px->px_kdir;
-}
 
 /* filter.c: clone with any of these flags is refused in a box */
 #define SB_NS_FLAGS                                                                         \
@@ -369,6 +356,7 @@ bool kernel_can_run(void);
 void kernel_set_busy(bool busy);
 pid_t kernel_pid_shown(void);
 const char *kernel_dead_reason(void);
+char *kernel_take_notice(void);
 uint64_t kernel_iopub_at(void);
 
 /* procinfo.c */
@@ -454,6 +442,7 @@ bool output_iopub(struct buf *b, const char *type, json_t *content, bool display
 char *envset_set(const char *lang, const struct penv *env, size_t n);
 char *envset_restore(const char *lang, const struct penv *env, size_t n);
 char *envset_chdir(const char *lang, const char *dir);
+char *envset_deno_install(const char *dir);
 bool envset_supported(const char *lang);
 
 #endif

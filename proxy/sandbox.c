@@ -63,19 +63,29 @@ bind_add(struct box *bx, char *path, bool writable)
  * Beyond the system and the workspace, the box shows the kernel what it is
  * started from, read-only at the host's paths: its kernelspec, the start-up
  * profile, and its program when that lives outside the system (Deno from
- * npm, in a source tree); and a copy of its own dir (boxroot.c).
+ * npm, in a source tree), and Deno's, which every kernel has on its PATH;
+ * and a copy of its own dir (boxroot.c).
  */
 static void
 sandbox_binds(struct proxy *px)
 {
 	struct box *bx = &px->px_box;
+	const char *prog = px->px_ks->ks_argv[0];
+	char *deno = px->px_deno ? dir_of(px->px_deno) : NULL;
 
 	bx->bx_kdir = px->px_kdir;
 	bind_add(bx, xstrdup(px->px_ks->ks_dir), false);
 	if (px->px_py_startup)
 		bind_add(bx, dir_of(px->px_py_startup), false);
-	if (px->px_ks->ks_argv[0] && px->px_ks->ks_argv[0][0] == '/')
-		bind_add(bx, dir_of(px->px_ks->ks_argv[0]), false);
+	if (prog && prog[0] == '/') {
+		char *dir = dir_of(prog);
+		if (deno && !strcmp(deno, dir)) { /* the kernel is Deno */
+			free(deno);
+			deno = NULL;
+		}
+		bind_add(bx, dir, false);
+	}
+	bind_add(bx, deno, false);
 }
 
 int

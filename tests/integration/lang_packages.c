@@ -147,3 +147,133 @@ Test(lang, npm_packages_import_in_deno_and_install_from_bash, .timeout = 300)
 		   "is-number\n", "npm install -g");
 	free(sh);
 }
+
+/* Whether a stderr line of l holds want. */
+static bool
+stderr_has(json_t *l, const char *want)
+{
+	json_t *e;
+
+	for (int i = 0; (e = line_of(l, "stderr", i)); i++) {
+		const char *t = json_string_value(json_object_get(e, "text"));
+		if (t && strstr(t, want))
+			return true;
+	}
+	return false;
+}
+
+#ifndef LANG_ISOLATED /* a context of another tenant would not see the directory */
+/* A bare import of is-number in a new context of language in cwd prints "true false". */
+static void
+expect_bare_import(const char *language, const char *cwd, const char *what)
+{
+	char *id = context_new(URL, language, cwd);
+
+	cr_assert_not_null(id, "%s: a %s context in %s", what, language, cwd);
+	expect_out(id,
+		   !strcmp(language, "typescript")
+			   ? "import isNumber from 'is-number';\n"
+			     "const five: number = 5;\n"
+			     "console.log(isNumber(five), isNumber('x'))"
+			   : "import isNumber from 'is-number';\n"
+			     "console.log(isNumber(5), isNumber('x'))",
+		   "true false\n", what);
+	free(id);
+}
+
+/*
+ * `deno add` in a bash context (Deno's own program, on its PATH) writes a
+ * deno.json: a bare import of what it added works in JavaScript and
+ * TypeScript contexts started in that directory or below it.
+ */
+Test(lang, deno_add_in_bash_makes_a_bare_import_work_in_deno, .timeout = 300)
+{
+	char *sh = context_new(URL, "bash", NULL);
+
+	cr_assert_not_null(sh);
+	expect_out(sh,
+		   "mkdir -p ~/deno-add/below && cd ~/deno-add && "
+		   "deno add npm:is-number >/dev/null 2>&1; "
+		   "grep -o '\"is-number\": \"npm:is-number' deno.json; "
+		   "test -d ~/.cache/deno/npm && echo cached",
+		   "\"is-number\": \"npm:is-number\ncached\n", "deno add");
+	expect_bare_import("javascript", "/home/user/deno-add", "deno.json in the cwd");
+	expect_bare_import("typescript", "/home/user/deno-add", "deno.json in the cwd");
+	expect_bare_import("javascript", "/home/user/deno-add/below", "deno.json above the cwd");
+	free(sh);
+}
+
+/*
+ * A package.json's dependencies import bare, with the node_modules `npm
+ * install` makes in bash, and without one: the kernel runs `deno install`
+ * as it starts.
+ */
+Test(lang, package_json_dependencies_import_bare_in_deno, .timeout = 300)
+{
+	char *sh = context_new(URL, "bash", NULL);
+
+	cr_assert_not_null(sh);
+	expect_out(sh,
+		   "for d in npm bare; do mkdir -p ~/pkg-$d && "
+		   "echo '{\"dependencies\": {\"is-number\": \"^7.0.0\"}}' >~/pkg-$d/package.json; done; "
+		   "cd ~/pkg-npm && npm install --no-fund --no-audit --no-update-notifier "
+		   ">/dev/null 2>&1; ls ~/pkg-npm/node_modules; ls ~/pkg-bare",
+		   "is-number\npackage.json\n", "npm install");
+	expect_bare_import("javascript", "/home/user/pkg-npm", "package.json, npm install");
+	expect_bare_import("typescript", "/home/user/pkg-bare", "package.json alone");
+	expect_out(sh, "ls ~/pkg-bare/node_modules", "is-number\n", "deno install at start");
+	free(sh);
+}
+#endif
+
+/*
+ * A Deno configuration a context writes is read by its kernel's next start
+ * (a restart): a broken one is not, and the kernel starts without it and
+ * says so on the next execution's stderr; once it is mended (`deno add`
+ * from the kernel itself), the restarted kernel imports bare.
+ */
+Test(lang, deno_config_is_read_at_restart_and_a_broken_one_is_skipped, .timeout = 300)
+{
+#ifdef LANG_ISOLATED
+	const char *cwd = NULL; /* its own workspace */
+#else
+	const char *cwd = "/home/user/deno-restart";
+	char *sh = context_new(URL, "bash", NULL);
+	cr_assert_not_null(sh);
+	expect_out(sh, "mkdir -p ~/deno-restart && echo made", "made\n", "mkdir");
+	free(sh);
+#endif
+	char *js = context_new(URL, "javascript", cwd);
+	json_t *l;
+
+	cr_assert_not_null(js);
+	expect_out(js, "Deno.writeTextFileSync('deno.json', '{ not json'); console.log('planted')",
+		   "planted\n", "the broken deno.json");
+	cr_assert_eq(context_post(URL, js, "restart", 90), 200);
+	l = run(URL, js, "console.log(6 * 7)");
+	char *out = stdout_of(l);
+	cr_expect_str_eq(out, "42\n", "after a restart with a broken deno.json");
+	cr_expect(stderr_has(l, "did not start with the Deno configuration"),
+		  "no notice on stderr: %s", json_dumps(l, 0));
+	free(out);
+	json_decref(l);
+	l = run(URL, js, "console.log(6 * 7)");
+	cr_expect(!stderr_has(l, "Deno configuration"), "the notice came twice");
+	json_decref(l);
+
+	expect_out(js,
+		   "Deno.removeSync('deno.json');\n"
+		   "const r = new Deno.Command('deno', { args: ['add', 'npm:is-number'], "
+		   "stdout: 'null', stderr: 'null' }).outputSync();\n"
+		   "console.log(r.code, Deno.readTextFileSync('deno.json').includes('npm:is-number'))",
+		   "0 true\n", "deno add from the kernel");
+	cr_assert_eq(context_post(URL, js, "restart", 90), 200);
+	l = run(URL, js, "import isNumber from 'is-number';\nconsole.log(isNumber(5))");
+	out = stdout_of(l);
+	cr_expect_str_eq(out, "true\n", "a bare import after the restart (error %s: %s)",
+			 error_name(l), error_value(l));
+	cr_expect(!stderr_has(l, "Deno configuration"), "a notice with a sound deno.json");
+	free(out);
+	json_decref(l);
+	free(js);
+}

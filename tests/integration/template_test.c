@@ -784,6 +784,41 @@ Test(template, a_warm_kernel_older_than_the_tenants_packages_is_not_handed_out,
 	free(b);
 }
 
+/*
+ * A warm Deno kernel started in its own dir, before `deno add` wrote a
+ * deno.json, has not read it: a context in that directory, and its restart,
+ * get a kernel started there instead, which imports bare.
+ */
+Test(template, a_warm_deno_kernel_is_not_handed_to_a_cwd_with_a_deno_config,
+     .fini = priv_stop, .timeout = 300)
+{
+	const char *args[] = {"--no-default-context", "--pool", "javascript=1", NULL};
+	const char *bare = "import isNumber from 'is-number';\nconsole.log(isNumber(5))";
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	priv_up = true;
+	cr_assert_eq(wait_pool_ready(priv.b_run_dir, 1, 60000), 0);
+	char *sh = context_new(priv.b_url, "bash", NULL), *js, *out;
+	cr_assert_not_null(sh);
+	out = run_stdout(priv.b_url, sh,
+			 "mkdir -p ~/dp && cd ~/dp && deno add npm:is-number >/dev/null 2>&1; "
+			 "test -f deno.json && echo added");
+	cr_expect_str_eq(out, "added\n");
+	free(out);
+	cr_assert_not_null(js = context_new(priv.b_url, "javascript", "/home/user/dp"));
+	out = run_stdout(priv.b_url, js, bare);
+	cr_expect_str_eq(out, "true\n", "a new context");
+	free(out);
+	cr_assert_eq(context_post(priv.b_url, js, "restart", 60), 200);
+	out = run_stdout(priv.b_url, js, bare);
+	cr_expect_str_eq(out, "true\n", "after a restart");
+	free(out);
+	struct logcond lc = {&priv, "reads as it starts: not a warm one"};
+	cr_expect(log_says(&lc), "the log does not say the warm kernel was passed over");
+	free(sh);
+	free(js);
+}
+
 Test(template, kernel_network_none_puts_a_forked_kernel_in_its_proxys_namespace,
      .fini = priv_stop, .timeout = 240)
 {
