@@ -234,7 +234,9 @@ static const struct opt options[] = {
 	       "--isolation context: each context's); 0 for none"},
     {"kernel-pids", "N", OPT_SIZE, OPT_DST(CF.cf_kernel_pids), OPT_XDIGITS, 0, 1u << 22,
      "a number of processes, 0 for no limit", .o_default = "1024",
-     .o_help = "processes and threads per context (cgroup pids controller; 0 none)"},
+     .o_help = "processes and threads per context (cgroup pids controller; where none can "
+	       "be made, as in a container, RLIMIT_NPROC of the kernels' uid, which under "
+	       "shared isolation bounds all contexts together; 0 none)"},
     {"kernel-tmp-size", "SIZE", OPT_SIZE, OPT_DST(CF.cf_kernel_tmp), OPT_XDIGITS, 1u << 20,
      UINT64_MAX, "a size of at least 1M, such as 512M or 2G", .o_default = "512M",
      .o_help = "size of each context's private /tmp (tmpfs, also /var/tmp and /dev/shm)"},

@@ -15,7 +15,9 @@
 
 #include "harness.h"
 
-HARNESS_SHARED_BROKER("--pool", "python=0", "--kernel-pids", "96");
+/* without a pids cgroup --kernel-pids is RLIMIT_NPROC of the shared kernels' uid: every
+ * context's threads together (a python kernel has ~12), so each test deletes its contexts */
+HARNESS_SHARED_BROKER("--pool", "python=0", "--kernel-pids", "256");
 HARNESS_CONTAINED;
 
 #define URL test_url()
@@ -78,8 +80,9 @@ Test(contained, a_kernel_is_boxed_as_a_uid_of_its_own_and_sees_nothing_of_the_se
 	    "print(resource.getrlimit(resource.RLIMIT_NPROC)[0])",
 	    test_run_dir(), (int)broker, (int)proxy);
 	char *out = run_stdout(URL, id, code);
-	cr_assert_str_eq(out, "True 0000000000000000 1 2\nFalse [] []\n96\n", "%s", out);
+	cr_assert_str_eq(out, "True 0000000000000000 1 2\nFalse [] []\n256\n", "%s", out);
 	free(out);
+	context_delete(URL, id);
 	free(id);
 }
 
@@ -149,6 +152,8 @@ Test(contained, cells_that_kill_everything_kill_only_their_own, .timeout = 300)
 	             "the neighbour restarted");
 	free(out);
 	json_decref(b.lines);
+	context_delete(URL, busy);
+	context_delete(URL, id);
 	free(busy);
 	free(id);
 }
@@ -218,10 +223,12 @@ Test(contained, python_kernels_are_forked_from_the_template_one_after_another,
 	char *out = run_stdout(URL, id, "import os\nprint(os.getpid())");
 	cr_assert_str_eq(out, "2\n", "the kernel is not PID 2 of its box: %s", out);
 	free(out);
+	context_delete(URL, id);
 	free(id);
 	for (int i = 0; i < 3; i++) {
 		cr_assert(forked_ctx(&id), "kernel %d after the first was not forked",
 		          i + 1);
+		context_delete(URL, id);
 		free(id);
 	}
 	cr_assert_eq(template_pid(), tpl, "the template started again");
