@@ -14,16 +14,6 @@
 
 #include "lib.h"
 
-static int
-write_in(const char *dir, const char *name, const char *value)
-{
-	char *path = xasprintf("%s/%s", dir, name);
-	int rc = write_text(path, value);
-
-	free(path);
-	return rc;
-}
-
 /*
  * Where this controller's per-box cgroups go: "sandcell" under the v1
  * hierarchy of that controller, or under the v2 root with the controller
@@ -55,9 +45,9 @@ cgroup_base(const char *controller)
 		return NULL;
 	char *enable = xasprintf("+%s", controller);
 	base = xstrdup("/sys/fs/cgroup/sandcell");
-	if (write_in("/sys/fs/cgroup", "cgroup.subtree_control", enable) < 0 ||
+	if (write_in_dir("/sys/fs/cgroup", "cgroup.subtree_control", enable) < 0 ||
 	    (mkdir(base, 0755) < 0 && errno != EEXIST) ||
-	    write_in(base, "cgroup.subtree_control", enable) < 0) {
+	    write_in_dir(base, "cgroup.subtree_control", enable) < 0) {
 		free(base);
 		base = NULL;
 	}

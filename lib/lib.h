@@ -165,6 +165,7 @@ void uuid_v4(char out[37]);
 bool uuid_valid(const char *s);
 int signal_fd(void);
 int write_text(const char *path, const char *text);
+int write_in_dir(const char *dir, const char *name, const char *text);
 int mkdir_p(const char *path, unsigned mode);
 int rm_rf(const char *path);
 int chown_r(const char *path, unsigned uid, unsigned gid);

@@ -262,6 +262,17 @@ write_text(const char *path, const char *text)
 	return rc;
 }
 
+/* write_text of dir/name. */
+int
+write_in_dir(const char *dir, const char *name, const char *text)
+{
+	char *path = xasprintf("%s/%s", dir, name);
+	int rc = write_text(path, text);
+
+	free(path);
+	return rc;
+}
+
 int
 mkdir_p(const char *path, unsigned mode)
 {

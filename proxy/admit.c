@@ -70,7 +70,7 @@ unit_start(struct unit *u)
 
 	if (u->u_notice && !u->u_detached)
 		output_stderr(&u->u_out, u->u_notice);
-	char *kn = kernel_take_notice(); /* how the kernel started, for the first unit */
+	char *kn = kconfig_take_notice(); /* how the kernel started, for the first unit */
 	if (kn && !u->u_detached)
 		output_stderr(&u->u_out, kn);
 	free(kn);

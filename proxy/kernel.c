@@ -42,10 +42,6 @@ static struct {
 	bool k_iopub_rejoin; /* a fresh iopub SUB: no unit starts until a status shows it joined */
 	bool k_start_wait;   /* the kernel waits for a start slot */
 	bool k_no_respawn;   /* the proxy is stopping: a kernel that dies stays dead */
-	bool k_in_cwd;       /* ks_config_in_cwd: started in its cwd, with its configuration */
-	bool k_install;      /* ... whose package.json wants node_modules made */
-	bool k_config_failed; /* ... and that start failed: started elsewhere until a restart */
-	char *k_notice;      /* for the next unit's stderr (the configuration not read) */
 	char *k_dead_reason;
 	struct loglimit k_log; /* warnings a kernel can cause at will (what it sends) */
 } k = {.k_log = {.ll_what = "warnings about the kernel's messages"}};
@@ -108,32 +104,11 @@ start_failed(const char *fmt, ...)
 	log_err("context %s: %s", px->px_id, k.k_dead_reason);
 }
 
-/*
- * Where the kernel starts: its cwd. One that reads a configuration from its
- * cwd and the cwd's parents as it starts (Deno) starts there only when one
- * is there, and not after that failed to start, until a restart: a file a
- * context wrote must not keep the next kernel from starting. Elsewhere (its
- * own dir), set_ready moves it to its cwd.
- */
-static const char *
-start_dir(void)
-{
-	k.k_in_cwd = k.k_install = false;
-	if (!px->px_ks->ks_config_in_cwd)
-		return px->px_cwd;
-	if (!k.k_config_failed && kspec_cwd_config(box->bx_on ? box->bx_workspace : NULL, px->px_cwd,
-						 &k.k_install)) {
-		k.k_in_cwd = true;
-		return px->px_cwd;
-	}
-	return box->bx_on ? BOX_KDIR : px->px_kdir;
-}
-
 /* The kernel's process, in its box or not: 0 with k_proc set, or -errno. */
 static int
 spawn(const char *exe, char **argv, char **envp)
 {
-	const char *dir = start_dir();
+	const char *dir = kconfig_start_dir(px, box); /* its cwd, or its own dir (Deno) */
 	int rc;
 
 	if (!box->bx_on)
@@ -346,22 +321,12 @@ set_ready(void)
 	if (!strcmp(px->px_ks->ks_lang, "r") &&
 	    kernel_execute(R_INTERRUPT_GUARD, true, NULL) < 0)
 		log_warn("context %s: could not send R's interrupt guard", px->px_id);
-	/* started in its own dir (start_dir): to its cwd, before any unit */
-	if (px->px_ks->ks_config_in_cwd && !k.k_in_cwd) {
-		char *cd = envset_chdir(px->px_ks->ks_lang, px->px_cwd);
-		if (!cd || kernel_execute(cd, true, NULL) < 0)
-			log_warn("context %s: could not move the kernel to %s", px->px_id, px->px_cwd);
-		free(cd);
-	}
-	/* a package.json without node_modules: made before any unit resolves from it */
-	if (k.k_install) {
-		char *in = envset_deno_install(px->px_cwd);
-		if (kernel_execute(in, true, NULL) < 0)
-			log_warn("context %s: could not send deno install", px->px_id);
-		else
-			log_info("context %s: deno install in %s (package.json, no node_modules)",
-				 px->px_id, px->px_cwd);
-		free(in);
+	char *first[3];
+	kconfig_first_units(px, first); /* to its cwd, deno install: before any unit */
+	for (int i = 0; first[i]; i++) {
+		if (kernel_execute(first[i], true, NULL) < 0)
+			log_warn("context %s: could not send the kernel's first units", px->px_id);
+		free(first[i]);
 	}
 	/* the fence once before the first unit too: what it installs (Deno's abort
 	 * listener) is there when the first unit runs */
@@ -455,27 +420,15 @@ static void
 respawn(const char *why)
 {
 	bool was_starting = k.k_state == KS_STARTING;
-	bool config = was_starting && k.k_in_cwd;
+	/* a start with its configuration ran nothing (kconfig.c): nothing is lost */
+	bool config = was_starting && kconfig_start_failed(px, why);
 
-	if (!config) /* a start with the configuration ran nothing: nothing is lost */
+	if (!config)
 		tell(KEV_LOST, why, NULL);
 	kernel_stop();
 	if (k.k_no_respawn)
 		return;
-	if (config) {
-		/* the configuration may be why: the next starts are without it */
-		k.k_config_failed = true;
-		log_warn("context %s: kernel %s did not start with the configuration in %s or "
-			 "above (%s): started again without it", px->px_id, px->px_ks->ks_name,
-			 px->px_cwd, why);
-		free(k.k_notice);
-		k.k_notice = xasprintf(
-			"sandcell: the kernel did not start with the Deno configuration "
-			"(deno.json, package.json) in %s or above (%s), and runs without it: "
-			"`deno info` in a bash context there says what is wrong; a restart "
-			"of this context reads it again.\n",
-			px->px_cwd, why);
-	} else if (was_starting && ++k.k_start_failures >= MAX_START_FAILURES) {
+	if (!config && was_starting && ++k.k_start_failures >= MAX_START_FAILURES) {
 		free(k.k_dead_reason);
 		k.k_dead_reason = xasprintf("kernel failed to start: %s", why);
 		log_err("context %s: %s", px->px_id, k.k_dead_reason);
@@ -606,9 +559,7 @@ kernel_restart(const char *why)
 	k.k_dead_reason = NULL;
 	kernel_stop();
 	k.k_start_failures = 0;
-	k.k_config_failed = false; /* the configuration is read again */
-	free(k.k_notice);
-	k.k_notice = NULL;
+	kconfig_reset(); /* the configuration is read again */
 	if (kernel_start() < 0) {
 		tell(KEV_LOST, k.k_dead_reason ? k.k_dead_reason : "kernel could not be started",
 		     NULL);
@@ -732,16 +683,6 @@ void
 kernel_set_busy(bool busy)
 {
 	k.k_state = busy ? KS_BUSY : KS_IDLE;
-}
-
-/* What the next unit says on stderr before it runs, once (caller frees), or NULL. */
-char *
-kernel_take_notice(void)
-{
-	char *n = k.k_notice;
-
-	k.k_notice = NULL;
-	return n;
 }
 
 /* Why the kernel could not be started, or NULL. */

@@ -20,16 +20,6 @@
 
 #include "proxy.h"
 
-static int
-write_file(const char *dir, const char *name, const char *value)
-{
-	char *path = xasprintf("%s/%s", dir, name);
-	int rc = write_text(path, value);
-
-	free(path);
-	return rc;
-}
-
 /* The box's cgroup of controller (made if new, listed in bx_cg), or NULL. */
 static char *
 box_cgroup(struct box *bx, const char *controller)
@@ -79,7 +69,7 @@ limits_prepare(struct box *bx)
 		if (!(dir = box_cgroup(bx, "pids")))
 			return -ENOTSUP;
 		snprintf(num, sizeof(num), "%llu", (unsigned long long)bx->bx_pids);
-		if ((rc = write_file(dir, "pids.max", num)) < 0) {
+		if ((rc = write_in_dir(dir, "pids.max", num)) < 0) {
 			log_err("context %s: cgroup %s: pids.max: %s", bx->bx_id, dir, strerror(-rc));
 			return rc;
 		}
@@ -93,10 +83,10 @@ limits_prepare(struct box *bx)
 	}
 	snprintf(num, sizeof(num), "%llu", (unsigned long long)bx->bx_mem);
 	/* no swap beyond it: where the machine has swap, it would page instead of stopping */
-	if ((rc = write_file(dir, "memory.max", num)) == 0)
-		write_file(dir, "memory.swap.max", "0");
-	else if ((rc = write_file(dir, "memory.limit_in_bytes", num)) == 0)
-		write_file(dir, "memory.memsw.limit_in_bytes", num); /* absent without swap accounting */
+	if ((rc = write_in_dir(dir, "memory.max", num)) == 0)
+		write_in_dir(dir, "memory.swap.max", "0");
+	else if ((rc = write_in_dir(dir, "memory.limit_in_bytes", num)) == 0)
+		write_in_dir(dir, "memory.memsw.limit_in_bytes", num); /* absent without swap accounting */
 	if (rc < 0) {
 		log_err("context %s: cgroup %s: cannot set a memory limit: %s", bx->bx_id, dir,
 			strerror(-rc));

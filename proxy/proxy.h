@@ -356,8 +356,14 @@ bool kernel_can_run(void);
 void kernel_set_busy(bool busy);
 pid_t kernel_pid_shown(void);
 const char *kernel_dead_reason(void);
-char *kernel_take_notice(void);
 uint64_t kernel_iopub_at(void);
+
+/* kconfig.c */
+const char *kconfig_start_dir(const struct proxy *px, const struct box *bx);
+void kconfig_first_units(const struct proxy *px, char *out[3]);
+bool kconfig_start_failed(const struct proxy *px, const char *why);
+void kconfig_reset(void);
+char *kconfig_take_notice(void);
 
 /* procinfo.c */
 char procinfo_state(pid_t pid);

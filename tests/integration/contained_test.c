@@ -6,7 +6,6 @@
  * that kill everything kill only their own, next to a busy context too.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,32 +179,6 @@ forked_ctx(void *arg)
 	return yes;
 }
 
-/* The host pid of the template serving the shared broker (its argv names its run dir), or
- * 0. */
-static pid_t
-template_pid(void)
-{
-	DIR *d = opendir("/proc");
-	struct dirent *de;
-	pid_t found = 0;
-
-	while (d && !found && (de = readdir(d))) {
-		char buf[4096];
-		if (de->d_name[0] < '1' || de->d_name[0] > '9')
-			continue;
-		size_t n = proc_cmdline(atoi(de->d_name), buf, sizeof(buf));
-		for (size_t i = 0; i + 1 < n; i++)
-			if (!buf[i])
-				buf[i] = ' ';
-		if (n && strstr(buf, "sandcell_template.py") &&
-		    strstr(buf, test_run_dir()))
-			found = atoi(de->d_name);
-	}
-	if (d)
-		closedir(d);
-	return found;
-}
-
 /*
  * The template cannot go back to its PID namespace after a fork into a new
  * one (no CAP_SYS_ADMIN over the container's): it forks each box through an
@@ -218,7 +191,7 @@ Test(contained, python_kernels_are_forked_from_the_template_one_after_another,
 
 	cr_assert_eq(wait_until(forked_ctx, &id, 60000), 0,
 	             "no kernel was forked from the template");
-	pid_t tpl = template_pid();
+	pid_t tpl = template_pid(test_run_dir());
 	cr_assert(tpl > 0);
 	char *out = run_stdout(URL, id, "import os\nprint(os.getpid())");
 	cr_assert_str_eq(out, "2\n", "the kernel is not PID 2 of its box: %s", out);
@@ -231,5 +204,5 @@ Test(contained, python_kernels_are_forked_from_the_template_one_after_another,
 		context_delete(URL, id);
 		free(id);
 	}
-	cr_assert_eq(template_pid(), tpl, "the template started again");
+	cr_assert_eq(template_pid(test_run_dir()), tpl, "the template started again");
 }

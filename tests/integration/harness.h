@@ -234,6 +234,10 @@ int raw_execute(const char *url, const char *id, const char *code, const char *v
 int proc_fd_count(pid_t pid);
 /* Its argv, NUL-separated (at most size - 1 bytes, then a NUL); 0 if unreadable. */
 size_t proc_cmdline(pid_t pid, char *buf, size_t size);
+/* The first process whose argv (NUL-separated, n bytes) match() accepts, or 0. */
+pid_t pid_where(bool (*match)(const char *argv, size_t n, const void *arg), const void *arg);
+/* The pid of the Python template serving run_dir, or 0. */
+pid_t template_pid(const char *run_dir);
 long proc_rss_kb(pid_t pid);
 long proc_pss_kb(pid_t pid); /* Pss of smaps_rollup, KiB; -1 if unreadable */
 long proc_uss_kb(pid_t pid); /* its own pages (private clean + dirty), KiB; or -1 */

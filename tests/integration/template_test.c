@@ -83,47 +83,6 @@ forked_context(const char *base)
 	return n.id;
 }
 
-/* The first process whose argv (NUL-separated, n bytes) match() accepts, or 0. */
-static pid_t
-pid_where(bool (*match)(const char *argv, size_t n, const void *arg), const void *arg)
-{
-	DIR *d = opendir("/proc");
-	struct dirent *de;
-	pid_t found = 0;
-
-	while (d && !found && (de = readdir(d))) {
-		char buf[4096];
-		if (de->d_name[0] < '1' || de->d_name[0] > '9')
-			continue;
-		size_t n = proc_cmdline(atoi(de->d_name), buf, sizeof(buf));
-		if (n && match(buf, n, arg))
-			found = atoi(de->d_name);
-	}
-	if (d)
-		closedir(d);
-	return found;
-}
-
-/* The template's: its argv names the script and the run dir. */
-static bool
-is_template_of(const char *argv, size_t n, const void *run_dir)
-{
-	char line[4096];
-
-	memcpy(line, argv, n + 1);
-	for (size_t i = 0; i < n; i++)
-		if (!line[i])
-			line[i] = ' ';
-	return strstr(line, "sandcell_template.py") && strstr(line, run_dir);
-}
-
-/* The pid of the template serving run_dir, or 0. */
-static pid_t
-template_pid(const char *run_dir)
-{
-	return pid_where(is_template_of, run_dir);
-}
-
 /* argv is exactly {a[0], a[1]}. */
 static bool
 has_args(const char *argv, size_t n, const void *arg)

@@ -105,7 +105,7 @@ kernel_iopub_at(void)
 }
 
 char *
-kernel_take_notice(void)
+kconfig_take_notice(void)
 {
 	return NULL; /* the kernel started as it was asked to (Deno's configuration) */
 }
