@@ -63,9 +63,10 @@ limits_prepare(struct box *bx)
 
 	if (bx->bx_cg[0])
 		return 0; /* made for an earlier kernel */
-	if (own && bx->bx_pids && !cgroup_usable("pids")) {
-		bx->bx_nproc = bx->bx_pids; /* the broker said so at start (box.c) */
-	} else if (own && bx->bx_pids) {
+	/* probed once per proxy: a kernel's restart finds bx_nproc set (the broker said so at start) */
+	if (own && bx->bx_pids && !bx->bx_nproc && !cgroup_usable("pids"))
+		bx->bx_nproc = bx->bx_pids;
+	if (own && bx->bx_pids && !bx->bx_nproc) {
 		if (!(dir = box_cgroup(bx, "pids")))
 			return -ENOTSUP;
 		snprintf(num, sizeof(num), "%llu", (unsigned long long)bx->bx_pids);
