@@ -284,6 +284,7 @@ loop_run(struct proxy *p, int sig)
 		admit_tick(now);
 		kernel_tick(now);
 		admit_flush();
+		boxfw_tick(&px->px_box, now);
 	}
 	close(ep);
 }
