@@ -58,11 +58,11 @@ box_level_json(void)
 	for (size_t i = 0; sv.sv_cf.cf_sandbox && i < nmissing; i++)
 		json_array_append_new(m, json_pack("{s:s, s:s}", "what", missing[i].l_what, "how",
 						   missing[i].l_how));
-	return json_pack("{s:s, s:b, s:o}", "level",
+	return json_pack("{s:s, s:b, s:o, s:o}", "level",
 			 !sv.sv_cf.cf_sandbox ? "off"
 			 : nmissing	     ? "reduced"
 					     : "full",
-			 "own_user_namespace", own_userns, "missing", m);
+			 "own_user_namespace", own_userns, "missing", m, "egress", egress_json());
 }
 
 /*
@@ -653,6 +653,7 @@ box_args(struct context *c, const char **argv, int *n)
 	argv[(*n)++] = sv.sv_cf.cf_isolated ? "context" : "shared";
 	argv[(*n)++] = "--network";
 	argv[(*n)++] = sv.sv_cf.cf_kernel_network;
+	egress_args(c, argv, n);
 	argv[(*n)++] = "--pids";
 	argv[(*n)++] = sv.sv_cf.cf_kernel_pids;
 	argv[(*n)++] = "--tmp-size";

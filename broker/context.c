@@ -133,6 +133,7 @@ context_free(struct context *c)
 	free(c->c_kernel);
 	free(c->c_cwd);
 	free(c->c_error);
+	egress_free(&c->c_egress);
 	uid_release(c->c_uid, c->c_uid_lease);
 	uid_release(c->c_net_uid, c->c_net_lease);
 	free(c->c_workspace);

@@ -10,9 +10,12 @@
  *   server:  the default deny list (cidr.c), --egress-allow and
  *            --egress-deny, and the host's own addresses;
  *   context: the context's allow_out and deny_out.
- * In each chain the longest matching prefix decides; at equal length deny
- * wins; an address no rule matches passes. The host's own addresses are
- * refused whatever is allowed. DNS to the host's resolvers (its
+ * In the server's chain the longest matching prefix decides; at equal
+ * length --egress-deny, then --egress-allow, then the default list and the
+ * host's own addresses; in the context's, as in E2B, an allow_out match passes
+ * whatever deny_out says. An address no rule of a chain matches passes
+ * it. So a context narrows what the server allows, never widens it: its
+ * allow_out only opens holes in its own deny_out. DNS to the host's resolvers (its
  * /etc/resolv.conf, which the box shows) passes on port 53 alone, before
  * both. A refusal fails at once (a TCP reset, else ICMP administratively
  * prohibited) and counts in a named counter the proxy reports (MSG_STATS).
@@ -32,9 +35,12 @@
 #define BOXFW_TABLE "sandcell"
 #define BOXFW_REPORT_MS 1000 /* the refusals counter is read this often at most */
 
+/* a rule's class, which decides between rules of one prefix length */
+enum rule_class { RC_DENY, RC_ALLOW, RC_DEFAULT };
 struct rule {
 	struct cidr r_net;
 	bool r_allow;
+	enum rule_class r_class;
 };
 
 static struct nft_ctx *nft;
@@ -54,14 +60,15 @@ boxfw_option(struct boxfw *fw, const char *list, enum boxfw_list which)
 }
 
 static void
-add_rule(struct rule **v, size_t *n, const struct cidr *c, bool allow)
+add_rule(struct rule **v, size_t *n, const struct cidr *c, enum rule_class rc)
 {
 	*v = xrealloc(*v, (*n + 1) * sizeof(**v));
 	(*v)[*n].r_net = *c;
-	(*v)[(*n)++].r_allow = allow;
+	(*v)[*n].r_class = rc;
+	(*v)[(*n)++].r_allow = rc == RC_ALLOW;
 }
 
-/* Longest prefix first; at equal length, deny first. */
+/* Longest prefix first; at equal length, by class. */
 static int
 rule_order(const void *a, const void *b)
 {
@@ -69,14 +76,15 @@ rule_order(const void *a, const void *b)
 
 	if (x->r_net.c_len != y->r_net.c_len)
 		return x->r_net.c_len > y->r_net.c_len ? -1 : 1;
-	return (int)x->r_allow - (int)y->r_allow;
+	return (int)x->r_class - (int)y->r_class;
 }
 
-/* A chain's rules, in the order nftables tries them. */
+/* A chain's rules, in the order nftables tries them (by prefix, or as given). */
 static void
-put_chain(FILE *f, const char *name, struct rule *v, size_t n)
+put_chain(FILE *f, const char *name, struct rule *v, size_t n, bool by_prefix)
 {
-	qsort(v, n, sizeof(*v), rule_order);
+	if (by_prefix)
+		qsort(v, n, sizeof(*v), rule_order);
 	fprintf(f, "add chain inet " BOXFW_TABLE " %s\n", name);
 	for (size_t i = 0; i < n; i++) {
 		char net[CIDR_STRLEN];
@@ -156,38 +164,32 @@ ruleset(const struct boxfw *fw)
 	for (int i = 0; cidr_default_deny[i]; i++) {
 		struct cidr c;
 		if (cidr_parse(cidr_default_deny[i], &c, err, sizeof(err)) == 0)
-			add_rule(&srv, &nsrv, &c, false);
+			add_rule(&srv, &nsrv, &c, RC_DEFAULT);
 	}
+	for (size_t i = 0; i < host_n; i++)
+		add_rule(&srv, &nsrv, &host_addrs[i], RC_DEFAULT);
 	for (size_t i = 0; i < fw->fw_n[BOXFW_ALLOW]; i++)
-		add_rule(&srv, &nsrv, &fw->fw_list[BOXFW_ALLOW][i], true);
+		add_rule(&srv, &nsrv, &fw->fw_list[BOXFW_ALLOW][i], RC_ALLOW);
 	for (size_t i = 0; i < fw->fw_n[BOXFW_DENY]; i++)
-		add_rule(&srv, &nsrv, &fw->fw_list[BOXFW_DENY][i], false);
+		add_rule(&srv, &nsrv, &fw->fw_list[BOXFW_DENY][i], RC_DENY);
+	/* the context's as given: allow_out first */
 	for (size_t i = 0; i < fw->fw_n[BOXFW_CTX_ALLOW]; i++)
-		add_rule(&ctx, &nctx, &fw->fw_list[BOXFW_CTX_ALLOW][i], true);
+		add_rule(&ctx, &nctx, &fw->fw_list[BOXFW_CTX_ALLOW][i], RC_ALLOW);
 	for (size_t i = 0; i < fw->fw_n[BOXFW_CTX_DENY]; i++)
-		add_rule(&ctx, &nctx, &fw->fw_list[BOXFW_CTX_DENY][i], false);
+		add_rule(&ctx, &nctx, &fw->fw_list[BOXFW_CTX_DENY][i], RC_DENY);
 	fprintf(f, "add table inet " BOXFW_TABLE "\n"
 		   "add counter inet " BOXFW_TABLE " refused\n"
 		   "add chain inet " BOXFW_TABLE " refuse\n"
 		   "add rule inet " BOXFW_TABLE " refuse counter name \"refused\"\n"
 		   "add rule inet " BOXFW_TABLE " refuse meta l4proto tcp reject with tcp reset\n"
 		   "add rule inet " BOXFW_TABLE " refuse reject with icmpx type admin-prohibited\n");
-	/* the host's own addresses first: no allow reaches them */
-	fprintf(f, "add chain inet " BOXFW_TABLE " host\n");
-	for (size_t i = 0; i < host_n; i++) {
-		char net[CIDR_STRLEN];
-		cidr_format(&host_addrs[i], net, sizeof(net));
-		fprintf(f, "add rule inet " BOXFW_TABLE " host %s daddr %s goto refuse\n",
-			host_addrs[i].c_family == AF_INET ? "ip" : "ip6", net);
-	}
-	put_chain(f, "server", srv, nsrv);
-	put_chain(f, "context", ctx, nctx);
+	put_chain(f, "server", srv, nsrv, true);
+	put_chain(f, "context", ctx, nctx, false);
 	fprintf(f, "add chain inet " BOXFW_TABLE
 		   " out { type filter hook output priority 0; policy accept; }\n"
 		   "add rule inet " BOXFW_TABLE " out oifname \"lo\" accept\n");
 	put_resolvers(f);
-	fprintf(f, "add rule inet " BOXFW_TABLE " out jump host\n"
-		   "add rule inet " BOXFW_TABLE " out jump server\n"
+	fprintf(f, "add rule inet " BOXFW_TABLE " out jump server\n"
 		   "add rule inet " BOXFW_TABLE " out jump context\n");
 	fclose(f);
 	free(srv);
