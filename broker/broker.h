@@ -507,6 +507,8 @@ void egress_free(struct egress_lists *el);
 bool egress_own(const struct egress_lists *el);
 void egress_args(const struct context *c, const char **argv, int *n);
 json_t *egress_json(void);
+void egress_adopt(struct context *c, json_t *net);
+json_t *egress_context_json(const struct context *c);
 
 /* pool.c */
 int pool_create(const char *lang, const char *cwd, bool is_default,

@@ -76,6 +76,9 @@ context_json(struct context *c, bool live)
 	json_t *box = box_json(c->c_pl->pl_slot);
 	if (box)
 		json_object_set_new(j, "sandbox", box);
+	json_t *net = egress_context_json(c);
+	if (net)
+		json_object_set_new(j, "network", net);
 	if (c->c_error)
 		json_object_set_new(j, "error", json_string(c->c_error));
 	return j;

@@ -192,6 +192,17 @@ egress_args(const struct context *c, const char **argv, int *n)
 	}
 }
 
+/* A re-attached proxy's state file's "network": the context's lists again. */
+void
+egress_adopt(struct context *c, json_t *net)
+{
+	const char *allow = json_string_value(json_object_get(net, "allow_out")),
+		   *deny = json_string_value(json_object_get(net, "deny_out"));
+
+	c->c_egress.el_allow = allow ? xstrdup(allow) : NULL;
+	c->c_egress.el_deny = deny ? xstrdup(deny) : NULL;
+}
+
 static json_t *
 list_json(const char *list)
 {
@@ -202,6 +213,16 @@ list_json(const char *list)
 		json_array_append_new(a, json_string(t));
 	free(copy);
 	return a;
+}
+
+/* GET /contexts/{id}'s "network": the context's own lists, or NULL if none. */
+json_t *
+egress_context_json(const struct context *c)
+{
+	if (!egress_own(&c->c_egress))
+		return NULL;
+	return json_pack("{s:o, s:o}", "allow_out", list_json(c->c_egress.el_allow), "deny_out",
+			 list_json(c->c_egress.el_deny));
 }
 
 /* GET /ready's "egress": the rules every box gets here. */

@@ -231,6 +231,23 @@ boxfw_apply(struct box *bx)
 	return 0;
 }
 
+/* One of the box's lists as a comma list of CIDRs (caller frees), or NULL if empty. */
+char *
+boxfw_list_text(const struct box *bx, enum boxfw_list which)
+{
+	const struct boxfw *fw = &bx->bx_fw;
+	char *s = NULL;
+
+	for (size_t i = 0; i < fw->fw_n[which]; i++) {
+		char net[CIDR_STRLEN], *t;
+		cidr_format(&fw->fw_list[which][i], net, sizeof(net));
+		t = s ? xasprintf("%s,%s", s, net) : xstrdup(net);
+		free(s);
+		s = t;
+	}
+	return s;
+}
+
 /* The refusals so far (the named counter's packets); -1 if it cannot be read. */
 int64_t
 boxfw_refused(const struct box *bx)

@@ -319,6 +319,7 @@ int boxfw_option(struct boxfw *fw, const char *list, enum boxfw_list which);
 void boxfw_host(void);
 int boxfw_apply(struct box *bx);
 int64_t boxfw_refused(const struct box *bx);
+char *boxfw_list_text(const struct box *bx, enum boxfw_list which);
 void boxfw_tick(const struct box *bx, uint64_t now);
 
 /* sandbox.c */

@@ -13,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -365,6 +367,69 @@ Test(egress, a_kernel_cannot_remove_the_rules, .fini = egress_stop, .timeout = 1
 	free(out);
 	out = probe(eb.b_url, id, "python");
 	cr_expect_str_eq(out, "page\nrefused\nrefused\n", "after the kernel tried: %s", out);
+	free(out);
+	free(id);
+}
+
+struct respawn {
+	const char *id;
+	pid_t old;
+};
+
+/* Its proxy is another, and its kernel is ready again. */
+static bool
+respawned(void *arg)
+{
+	struct respawn *rs = arg;
+	pid_t now = context_pid(eb.b_url, rs->id, "proxy_pid");
+	json_t *c;
+	bool idle;
+
+	if (now <= 0 || now == rs->old || !(c = context_get(eb.b_url, rs->id)))
+		return false;
+	idle = !strcmp(json_string_value(json_object_get(c, "state")) ?: "", "idle");
+	json_decref(c);
+	return idle;
+}
+
+/*
+ * A context's rules are its proxy's: a broker restarted under
+ * --keep-contexts learns them from the proxy it re-attaches (GET
+ * /contexts/{id} shows them), and a proxy respawned after that (killed
+ * here) gets them again.
+ */
+Test(egress, a_contexts_rules_outlive_a_broker_restart_and_a_proxy_respawn,
+     .fini = egress_stop, .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", "--keep-contexts",
+			      NULL};
+	long st;
+
+	standins();
+	start(args, 0);
+	char *id = context_with("python", "{\"deny_out\": [\"0.0.0.0/0\"]}", &st);
+	cr_assert_not_null(id, "%ld", st);
+	char *out = probe(eb.b_url, id, "python");
+	cr_expect_str_eq(out, "refused\nrefused\nrefused\n", "deny_out all: %s", out);
+	free(out);
+
+	kill(eb.b_pid, SIGKILL);
+	waitpid(eb.b_pid, NULL, 0);
+	cr_assert_eq(broker_restart(&eb, args), 0);
+	json_t *c = context_get(eb.b_url, id);
+	cr_assert_not_null(c);
+	json_t *deny = json_object_get(json_object_get(c, "network"), "deny_out");
+	cr_expect_str_eq(json_string_value(json_array_get(deny, 0)), "0.0.0.0/0",
+			 "the re-attached context's network: %s", json_dumps(c, 0));
+	json_decref(c);
+
+	pid_t proxy = context_pid(eb.b_url, id, "proxy_pid");
+	cr_assert_gt(proxy, 0);
+	kill(proxy, SIGKILL);
+	struct respawn rs = {id, proxy};
+	cr_assert_eq(wait_until(respawned, &rs, 60000), 0, "the proxy was not respawned");
+	out = probe(eb.b_url, id, "python");
+	cr_expect_str_eq(out, "refused\nrefused\nrefused\n", "after a respawn: %s", out);
 	free(out);
 	free(id);
 }
