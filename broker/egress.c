@@ -51,7 +51,8 @@ server_add(const char *list, const char *origin, int which)
 		return -1;
 	}
 	add = joined(v, n);
-	all = server_list[which] ? xasprintf("%s,%s", server_list[which], add) : xstrdup(add);
+	all = server_list[which] ? xasprintf("%s,%s", server_list[which], add)
+	                         : xstrdup(add);
 	free(server_list[which]);
 	free(add);
 	free(v);
@@ -91,7 +92,7 @@ context_list(json_t *net, const char *key, char **out, char *err, size_t errsz)
 	}
 	if (json_array_size(a) > EGRESS_MAX) {
 		snprintf(err, errsz, "'network.%s' has %zu entries; at most %d", key,
-			 json_array_size(a), EGRESS_MAX);
+		         json_array_size(a), EGRESS_MAX);
 		return -EINVAL;
 	}
 	c = xcalloc(json_array_size(a) + 1, sizeof(*c));
@@ -99,15 +100,18 @@ context_list(json_t *net, const char *key, char **out, char *err, size_t errsz)
 	{
 		const char *s = json_string_value(v);
 		if (!s || strlen(s) != json_string_length(v)) {
-			snprintf(err, errsz, "'network.%s[%zu]' must be a string (a CIDR)", key, i);
+			snprintf(err, errsz,
+			         "'network.%s[%zu]' must be a string (a CIDR)", key, i);
 			free(c);
 			return -EINVAL;
 		}
 		if (cidr_parse(s, &c[n], why, sizeof(why)) < 0) {
-			snprintf(err, errsz, "'network.%s[%zu]': %s%s", key, i, why,
-				 strchr(s, '/') || strspn(s, "0123456789abcdefABCDEF.:") == strlen(s)
-					 ? ""
-					 : " (domain names are not supported: give addresses)");
+			snprintf(
+			    err, errsz, "'network.%s[%zu]': %s%s", key, i, why,
+			    strchr(s, '/') ||
+			            strspn(s, "0123456789abcdefABCDEF.:") == strlen(s)
+			        ? ""
+			        : " (domain names are not supported: give addresses)");
 			free(c);
 			return -EINVAL;
 		}
@@ -134,14 +138,17 @@ egress_context(json_t *body, struct egress_lists *el, char *err, size_t errsz)
 	if (!net || json_is_null(net))
 		return 0;
 	if (!json_is_object(net)) {
-		snprintf(err, errsz, "'network' must be an object: {\"allow_out\": [CIDR, ...], "
-				     "\"deny_out\": [CIDR, ...]}");
+		snprintf(err, errsz,
+		         "'network' must be an object: {\"allow_out\": [CIDR, ...], "
+		         "\"deny_out\": [CIDR, ...]}");
 		return -EINVAL;
 	}
 	json_object_foreach(net, k, v)
 	{
 		if (strcmp(k, "allow_out") && strcmp(k, "deny_out")) {
-			snprintf(err, errsz, "'network.%.64s' is not known: allow_out or deny_out", k);
+			snprintf(err, errsz,
+			         "'network.%.64s' is not known: allow_out or deny_out",
+			         k);
 			return -EINVAL;
 		}
 	}
@@ -197,7 +204,7 @@ void
 egress_adopt(struct context *c, json_t *net)
 {
 	const char *allow = json_string_value(json_object_get(net, "allow_out")),
-		   *deny = json_string_value(json_object_get(net, "deny_out"));
+	           *deny = json_string_value(json_object_get(net, "deny_out"));
 
 	c->c_egress.el_allow = allow ? xstrdup(allow) : NULL;
 	c->c_egress.el_deny = deny ? xstrdup(deny) : NULL;
@@ -209,7 +216,8 @@ list_json(const char *list)
 	json_t *a = json_array();
 	char *copy = list ? xstrdup(list) : NULL, *save = NULL;
 
-	for (char *t = copy ? strtok_r(copy, ",", &save) : NULL; t; t = strtok_r(NULL, ",", &save))
+	for (char *t = copy ? strtok_r(copy, ",", &save) : NULL; t;
+	     t = strtok_r(NULL, ",", &save))
 		json_array_append_new(a, json_string(t));
 	free(copy);
 	return a;
@@ -221,8 +229,8 @@ egress_context_json(const struct context *c)
 {
 	if (!egress_own(&c->c_egress))
 		return NULL;
-	return json_pack("{s:o, s:o}", "allow_out", list_json(c->c_egress.el_allow), "deny_out",
-			 list_json(c->c_egress.el_deny));
+	return json_pack("{s:o, s:o}", "allow_out", list_json(c->c_egress.el_allow),
+	                 "deny_out", list_json(c->c_egress.el_deny));
 }
 
 /* GET /ready's "egress": the rules every box gets here. */
@@ -232,10 +240,12 @@ egress_json(void)
 	json_t *d = json_array();
 
 	if (!sv.sv_cf.cf_sandbox || strcmp(sv.sv_cf.cf_kernel_network, "outbound"))
-		return json_pack("{s:s}", "mode", sv.sv_cf.cf_sandbox ? "none" : "unboxed");
+		return json_pack("{s:s}", "mode",
+		                 sv.sv_cf.cf_sandbox ? "none" : "unboxed");
 	for (int i = 0; cidr_default_deny[i]; i++)
 		json_array_append_new(d, json_string(cidr_default_deny[i]));
-	return json_pack("{s:s, s:o, s:o, s:o, s:s, s:s}", "mode", "outbound", "default_deny", d,
-			 "allow", list_json(server_list[0]), "deny", list_json(server_list[1]),
-			 "host_addresses", "refused", "dns", "the host's resolvers, port 53");
+	return json_pack("{s:s, s:o, s:o, s:o, s:s, s:s}", "mode", "outbound",
+	                 "default_deny", d, "allow", list_json(server_list[0]), "deny",
+	                 list_json(server_list[1]), "host_addresses", "refused", "dns",
+	                 "the host's resolvers, port 53");
 }

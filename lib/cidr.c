@@ -18,9 +18,19 @@
  * link-local, unique-local and IPv4-mapped addresses.
  */
 const char *const cidr_default_deny[] = {
-	"0.0.0.0/8",      "10.0.0.0/8",     "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
-	"172.16.0.0/12",  "192.168.0.0/16", "::/128",        "::1/128",     "::ffff:0:0/96",
-	"fc00::/7",       "fe80::/10",      NULL,
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "::/128",
+    "::1/128",
+    "::ffff:0:0/96",
+    "fc00::/7",
+    "fe80::/10",
+    NULL,
 };
 
 /* s as a CIDR: 0, or -EINVAL and what is wrong in err. */
@@ -46,7 +56,8 @@ cidr_parse(const char *s, struct cidr *out, char *err, size_t errsz)
 		out->c_family = AF_INET6;
 		max = 128;
 	} else {
-		snprintf(err, errsz, "'%.64s': '%s' is not an IPv4 or IPv6 address", s, addr);
+		snprintf(err, errsz, "'%.64s': '%s' is not an IPv4 or IPv6 address", s,
+		         addr);
 		return -EINVAL;
 	}
 	len = max;
@@ -54,7 +65,8 @@ cidr_parse(const char *s, struct cidr *out, char *err, size_t errsz)
 		const char *p = slash + 1;
 		if (!*p || strlen(p) > 3 || strspn(p, "0123456789") != strlen(p) ||
 		    (p[0] == '0' && p[1]) || (len = (unsigned)atoi(p)) > max) {
-			snprintf(err, errsz, "'%.64s': the prefix length must be 0 to %u", s, max);
+			snprintf(err, errsz, "'%.64s': the prefix length must be 0 to %u",
+			         s, max);
 			return -EINVAL;
 		}
 	}
@@ -66,8 +78,10 @@ cidr_parse(const char *s, struct cidr *out, char *err, size_t errsz)
 			for (unsigned b = len; b < max; b++)
 				net.c_addr[b / 8] &= (uint8_t) ~(0x80 >> (b % 8));
 			cidr_format(&net, canon, sizeof(canon));
-			snprintf(err, errsz, "'%.64s' has bits set past its /%u prefix (the block is %s)",
-				 s, len, canon);
+			snprintf(
+			    err, errsz,
+			    "'%.64s' has bits set past its /%u prefix (the block is %s)",
+			    s, len, canon);
 			return -EINVAL;
 		}
 	return 0;
@@ -109,7 +123,8 @@ cidr_list_parse(const char *list, struct cidr **v, size_t *n, char *err, size_t 
 	size_t had = *n;
 	int rc = 0;
 
-	for (tok = strtok_r(copy, ",", &save); tok && rc == 0; tok = strtok_r(NULL, ",", &save)) {
+	for (tok = strtok_r(copy, ",", &save); tok && rc == 0;
+	     tok = strtok_r(NULL, ",", &save)) {
 		tok += strspn(tok, " \t");
 		size_t l = strlen(tok);
 		while (l && (tok[l - 1] == ' ' || tok[l - 1] == '\t'))

@@ -52,7 +52,8 @@ boxfw_option(struct boxfw *fw, const char *list, enum boxfw_list which)
 {
 	char err[256];
 
-	if (cidr_list_parse(list, &fw->fw_list[which], &fw->fw_n[which], err, sizeof(err)) < 0) {
+	if (cidr_list_parse(list, &fw->fw_list[which], &fw->fw_n[which], err,
+	                    sizeof(err)) < 0) {
 		log_err("egress rules: %s", err);
 		return -1;
 	}
@@ -90,8 +91,8 @@ put_chain(FILE *f, const char *name, struct rule *v, size_t n, bool by_prefix)
 		char net[CIDR_STRLEN];
 		cidr_format(&v[i].r_net, net, sizeof(net));
 		fprintf(f, "add rule inet " BOXFW_TABLE " %s %s daddr %s %s\n", name,
-			v[i].r_net.c_family == AF_INET ? "ip" : "ip6", net,
-			v[i].r_allow ? "return" : "goto refuse");
+		        v[i].r_net.c_family == AF_INET ? "ip" : "ip6", net,
+		        v[i].r_allow ? "return" : "goto refuse");
 	}
 }
 
@@ -115,11 +116,13 @@ boxfw_host(void)
 		if (i->ifa_addr->sa_family == AF_INET) {
 			c.c_family = AF_INET;
 			c.c_len = 32;
-			memcpy(c.c_addr, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, 4);
+			memcpy(c.c_addr, &((struct sockaddr_in *)i->ifa_addr)->sin_addr,
+			       4);
 		} else if (i->ifa_addr->sa_family == AF_INET6) {
 			c.c_family = AF_INET6;
 			c.c_len = 128;
-			memcpy(c.c_addr, &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, 16);
+			memcpy(c.c_addr, &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
+			       16);
 		} else {
 			continue;
 		}
@@ -142,9 +145,10 @@ put_resolvers(FILE *f)
 		    cidr_parse(addr, &c, err, sizeof(err)) < 0)
 			continue;
 		fprintf(f,
-			"add rule inet " BOXFW_TABLE " out %s daddr %s meta l4proto { tcp, udp } "
-			"th dport 53 accept\n",
-			c.c_family == AF_INET ? "ip" : "ip6", addr);
+		        "add rule inet " BOXFW_TABLE
+		        " out %s daddr %s meta l4proto { tcp, udp } "
+		        "th dport 53 accept\n",
+		        c.c_family == AF_INET ? "ip" : "ip6", addr);
 	}
 	if (rc)
 		fclose(rc);
@@ -178,19 +182,21 @@ ruleset(const struct boxfw *fw)
 	for (size_t i = 0; i < fw->fw_n[BOXFW_CTX_DENY]; i++)
 		add_rule(&ctx, &nctx, &fw->fw_list[BOXFW_CTX_DENY][i], RC_DENY);
 	fprintf(f, "add table inet " BOXFW_TABLE "\n"
-		   "add counter inet " BOXFW_TABLE " refused\n"
-		   "add chain inet " BOXFW_TABLE " refuse\n"
-		   "add rule inet " BOXFW_TABLE " refuse counter name \"refused\"\n"
-		   "add rule inet " BOXFW_TABLE " refuse meta l4proto tcp reject with tcp reset\n"
-		   "add rule inet " BOXFW_TABLE " refuse reject with icmpx type admin-prohibited\n");
+	           "add counter inet " BOXFW_TABLE " refused\n"
+	           "add chain inet " BOXFW_TABLE " refuse\n"
+	           "add rule inet " BOXFW_TABLE " refuse counter name \"refused\"\n"
+	           "add rule inet " BOXFW_TABLE
+	           " refuse meta l4proto tcp reject with tcp reset\n"
+	           "add rule inet " BOXFW_TABLE
+	           " refuse reject with icmpx type admin-prohibited\n");
 	put_chain(f, "server", srv, nsrv, true);
 	put_chain(f, "context", ctx, nctx, false);
 	fprintf(f, "add chain inet " BOXFW_TABLE
-		   " out { type filter hook output priority 0; policy accept; }\n"
-		   "add rule inet " BOXFW_TABLE " out oifname \"lo\" accept\n");
+	           " out { type filter hook output priority 0; policy accept; }\n"
+	           "add rule inet " BOXFW_TABLE " out oifname \"lo\" accept\n");
 	put_resolvers(f);
 	fprintf(f, "add rule inet " BOXFW_TABLE " out jump server\n"
-		   "add rule inet " BOXFW_TABLE " out jump context\n");
+	           "add rule inet " BOXFW_TABLE " out jump context\n");
 	fclose(f);
 	free(srv);
 	free(ctx);
@@ -220,7 +226,7 @@ boxfw_apply(struct box *bx)
 	if (rc != 0) {
 		const char *why = nft_ctx_get_error_buffer(nft);
 		log_err("context %s: egress rules could not be set: %s", bx->bx_id,
-			why && *why ? why : "nftables refused them");
+		        why && *why ? why : "nftables refused them");
 		log_debug("the rules were:\n%s", text);
 		free(text);
 		return -EPERM;
@@ -255,7 +261,8 @@ boxfw_refused(const struct box *bx)
 	const char *out, *p;
 
 	if (!bx->bx_fw.fw_on || !nft ||
-	    nft_run_cmd_from_buffer(nft, "list counter inet " BOXFW_TABLE " refused") != 0)
+	    nft_run_cmd_from_buffer(nft, "list counter inet " BOXFW_TABLE " refused") !=
+	        0)
 		return -1;
 	out = nft_ctx_get_output_buffer(nft);
 	if (!out || !(p = strstr(out, "packets ")))

@@ -58,7 +58,7 @@ static void
 start(const char *const *args, uid_t as)
 {
 	cr_assert_eq(as ? broker_start_as(&eb, as, args) : broker_start(&eb, args), 0,
-		     "the broker did not start");
+	             "the broker did not start");
 	eb_on = true;
 }
 
@@ -78,32 +78,38 @@ probe_code(const char *lang, char *code, size_t len)
 	snprintf(urls[2], sizeof(urls[2]), "http://" PRIVATE ":%d", in.in_port);
 	if (!strcmp(lang, "python"))
 		snprintf(code, len,
-			 "import time, urllib.request\n"
-			 "for u in ['%s', '%s', '%s']:\n"
-			 "    t = time.time()\n"
-			 "    try:\n"
-			 "        print(urllib.request.urlopen(u, timeout=10).read().decode().strip())\n"
-			 "    except Exception as e:\n"
-			 "        print('refused' if time.time() - t < 3 else 'hung: %%r' %% e)\n",
-			 urls[0], urls[1], urls[2]);
+		         "import time, urllib.request\n"
+		         "for u in ['%s', '%s', '%s']:\n"
+		         "    t = time.time()\n"
+		         "    try:\n"
+		         "        print(urllib.request.urlopen(u, "
+		         "timeout=10).read().decode().strip())\n"
+		         "    except Exception as e:\n"
+		         "        print('refused' if time.time() - t < 3 else 'hung: "
+		         "%%r' %% e)\n",
+		         urls[0], urls[1], urls[2]);
 	else if (!strcmp(lang, "bash"))
 		snprintf(code, len,
-			 "for u in %s %s %s; do t=$(date +%%s); out=$(curl -s --max-time 10 $u); "
-			 "rc=$?; if [ $rc = 0 ]; then echo \"$out\"; elif [ $(( $(date +%%s) - t )) "
-			 "-lt 3 ]; then echo refused; else echo \"hung: $rc\"; fi; done",
-			 urls[0], urls[1], urls[2]);
+		         "for u in %s %s %s; do t=$(date +%%s); out=$(curl -s --max-time "
+		         "10 $u); "
+		         "rc=$?; if [ $rc = 0 ]; then echo \"$out\"; elif [ $(( $(date "
+		         "+%%s) - t )) "
+		         "-lt 3 ]; then echo refused; else echo \"hung: $rc\"; fi; done",
+		         urls[0], urls[1], urls[2]);
 	else
-		snprintf(code, len,
-			 "for (const u of ['%s', '%s', '%s']) {\n"
-			 "  const t = Date.now();\n"
-			 "  try {\n"
-			 "    const r = await fetch(u, {signal: AbortSignal.timeout(10000)});\n"
-			 "    console.log((await r.text()).trim());\n"
-			 "  } catch (e) {\n"
-			 "    console.log(Date.now() - t < 3000 ? 'refused' : 'hung: ' + e);\n"
-			 "  }\n"
-			 "}",
-			 urls[0], urls[1], urls[2]);
+		snprintf(
+		    code, len,
+		    "for (const u of ['%s', '%s', '%s']) {\n"
+		    "  const t = Date.now();\n"
+		    "  try {\n"
+		    "    const r = await fetch(u, {signal: "
+		    "AbortSignal.timeout(10000)});\n"
+		    "    console.log((await r.text()).trim());\n"
+		    "  } catch (e) {\n"
+		    "    console.log(Date.now() - t < 3000 ? 'refused' : 'hung: ' + e);\n"
+		    "  }\n"
+		    "}",
+		    urls[0], urls[1], urls[2]);
 }
 
 /* What a context of lang sees of the three: "page|refused" etc., one word each. */
@@ -147,55 +153,61 @@ default_rules(const char *const *args, uid_t as)
 		char *id = context_new(eb.b_url, langs[i], NULL);
 		cr_assert_not_null(id, "a %s context", langs[i]);
 		char *out = probe(eb.b_url, id, langs[i]);
-		cr_expect_str_eq(out, "page\nrefused\nrefused\n", "%s: %s", langs[i], out);
+		cr_expect_str_eq(out, "page\nrefused\nrefused\n", "%s: %s", langs[i],
+		                 out);
 		free(out);
 		free(id);
 	}
 	double want = 6; /* two refusals of three languages, at least */
 	cr_expect_eq(wait_until(refusals_counted, &want, 10000), 0,
-		     "sandcell_egress_refused_total is %g",
-		     metric_value(eb.b_url, "sandcell_egress_refused_total"));
+	             "sandcell_egress_refused_total is %g",
+	             metric_value(eb.b_url, "sandcell_egress_refused_total"));
 
-	/* DNS: the resolvers the box's /etc/resolv.conf names take port 53, nothing else */
+	/* DNS: the resolvers the box's /etc/resolv.conf names take port 53, nothing else
+	 */
 	char *py = context_new(eb.b_url, "python", NULL);
 	cr_assert_not_null(py);
 	char *out = run_stdout(
-		eb.b_url, py,
-		"import ipaddress, socket, time\n"
-		"ns = [l.split()[1] for l in open('/etc/resolv.conf') if l.startswith('nameserver')]\n"
-		"ns = [a for a in ns if ipaddress.ip_address(a).version == 4 and\n"
-		"      not ipaddress.ip_address(a).is_loopback]\n"
-		"if not ns:\n"
-		"    print('no resolver')\n"
-		"else:\n"
-		"    a = ns[0]\n"
-		"    q = b'\\x12\\x34\\x01\\x00\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x00' + \\\n"
-		"        b'\\x07sandcell\\x07invalid\\x00\\x00\\x01\\x00\\x01'\n"
-		"    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-		"    s.settimeout(5)\n"
-		"    s.connect((a, 53))\n"
-		"    s.send(q)\n"
-		"    try:\n"
-		"        s.recv(512)\n"
-		"        print('53 answered')\n"
-		"    except socket.timeout:\n"
-		"        print('53 not refused')\n"
-		"    except OSError as e:\n"
-		"        print('53 refused', e)\n"
-		"    if ipaddress.ip_address(a).is_private:\n"
-		"        t = time.time()\n"
-		"        try:\n"
-		"            socket.create_connection((a, 80), 10)\n"
-		"            print('80 reached')\n"
-		"        except OSError:\n"
-		"            print('80 refused' if time.time() - t < 3 else '80 hung')\n"
-		"    else:\n"
-		"        print('80 refused')\n");
+	    eb.b_url, py,
+	    "import ipaddress, socket, time\n"
+	    "ns = [l.split()[1] for l in open('/etc/resolv.conf') if "
+	    "l.startswith('nameserver')]\n"
+	    "ns = [a for a in ns if ipaddress.ip_address(a).version == 4 and\n"
+	    "      not ipaddress.ip_address(a).is_loopback]\n"
+	    "if not ns:\n"
+	    "    print('no resolver')\n"
+	    "else:\n"
+	    "    a = ns[0]\n"
+	    "    q = b'\\x12\\x34\\x01\\x00\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x00' + "
+	    "\\\n"
+	    "        b'\\x07sandcell\\x07invalid\\x00\\x00\\x01\\x00\\x01'\n"
+	    "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+	    "    s.settimeout(5)\n"
+	    "    s.connect((a, 53))\n"
+	    "    s.send(q)\n"
+	    "    try:\n"
+	    "        s.recv(512)\n"
+	    "        print('53 answered')\n"
+	    "    except socket.timeout:\n"
+	    "        print('53 not refused')\n"
+	    "    except OSError as e:\n"
+	    "        print('53 refused', e)\n"
+	    "    if ipaddress.ip_address(a).is_private:\n"
+	    "        t = time.time()\n"
+	    "        try:\n"
+	    "            socket.create_connection((a, 80), 10)\n"
+	    "            print('80 reached')\n"
+	    "        except OSError:\n"
+	    "            print('80 refused' if time.time() - t < 3 else '80 hung')\n"
+	    "    else:\n"
+	    "        print('80 refused')\n");
 	cr_assert_not_null(out);
 	if (strcmp(out, "no resolver\n")) {
-		cr_expect(!strncmp(out, "53 answered\n", 12) || !strncmp(out, "53 not refused\n", 15),
-			  "DNS to the host's resolver: %s", out);
-		cr_expect(strstr(out, "\n80 refused\n"), "the resolver's other ports: %s", out);
+		cr_expect(!strncmp(out, "53 answered\n", 12) ||
+		              !strncmp(out, "53 not refused\n", 15),
+		          "DNS to the host's resolver: %s", out);
+		cr_expect(strstr(out, "\n80 refused\n"), "the resolver's other ports: %s",
+		          out);
 	}
 	free(out);
 	free(py);
@@ -211,19 +223,20 @@ Test(egress, shared_boxes_reach_the_internet_but_not_metadata_or_private_hosts,
 Test(egress, isolated_boxes_reach_the_internet_but_not_metadata_or_private_hosts,
      .fini = egress_stop, .timeout = 240)
 {
-	const char *args[] = {"--no-default-context", "--pool", "python=0", "--isolation",
-			      "context", NULL};
+	const char *args[] = {"--no-default-context", "--pool",  "python=0",
+	                      "--isolation",          "context", NULL};
 	default_rules(args, 0);
 }
 
 Test(egress, rootless_boxes_reach_the_internet_but_not_metadata_or_private_hosts,
      .fini = egress_stop, .timeout = 240)
 {
-	const char *args[] = {"--no-default-context", "--pool", "python=0", "--kernel-memory",
-			      "2G", NULL};
+	const char *args[] = {"--no-default-context", "--pool", "python=0",
+	                      "--kernel-memory",      "2G",     NULL};
 	struct stat st;
 
-	/* its pasta opens the host's tun device: Debian's 0666, as a root broker makes it */
+	/* its pasta opens the host's tun device: Debian's 0666, as a root broker makes it
+	 */
 	if (stat("/dev/net/tun", &st) < 0)
 		cr_skip_test("no /dev/net/tun: no way out to test");
 	if ((st.st_mode & 0666) != 0666) {
@@ -233,7 +246,8 @@ Test(egress, rootless_boxes_reach_the_internet_but_not_metadata_or_private_hosts
 	default_rules(args, ROOTLESS_UID);
 }
 
-/* A context of lang with this "network" (JSON), its id; NULL on failure (status in *st). */
+/* A context of lang with this "network" (JSON), its id; NULL on failure (status in *st).
+ */
 static char *
 context_with(const char *lang, const char *network, long *st)
 {
@@ -241,7 +255,8 @@ context_with(const char *lang, const char *network, long *st)
 	struct resp r;
 	char *id = NULL;
 
-	snprintf(body, sizeof(body), "{\"language\": \"%s\", \"network\": %s}", lang, network);
+	snprintf(body, sizeof(body), "{\"language\": \"%s\", \"network\": %s}", lang,
+	         network);
 	cr_assert_eq(http(eb.b_url, "POST", "/contexts", body, &r, 60), 0);
 	*st = r.r_status;
 	if (r.r_status == 200) {
@@ -262,8 +277,9 @@ context_with(const char *lang, const char *network, long *st)
 static void
 context_rules(const char *isolation)
 {
-	const char *args[] = {"--no-default-context", "--pool", "python=1", "--isolation",
-			      isolation, "--egress-allow", "10.99.0.0/24", NULL};
+	const char *args[] = {"--no-default-context", "--pool",  "python=1",
+	                      "--isolation",          isolation, "--egress-allow",
+	                      "10.99.0.0/24",         NULL};
 	long st;
 
 	standins();
@@ -274,27 +290,36 @@ context_rules(const char *isolation)
 	cr_expect_str_eq(out, "page\nrefused\npage\n", "the server's hole: %s", out);
 	free(out);
 
-	char *only = context_with("python", "{\"deny_out\": [\"0.0.0.0/0\"], \"allow_out\": [\"" PRIVATE "\"]}", &st);
+	char *only = context_with(
+	    "python", "{\"deny_out\": [\"0.0.0.0/0\"], \"allow_out\": [\"" PRIVATE "\"]}",
+	    &st);
 	cr_assert_not_null(only, "%ld", st);
-	char *sh = context_with("bash", "{\"deny_out\": [\"0.0.0.0/0\"], \"allow_out\": [\"" PRIVATE "/32\"]}", &st);
+	char *sh = context_with(
+	    "bash",
+	    "{\"deny_out\": [\"0.0.0.0/0\"], \"allow_out\": [\"" PRIVATE "/32\"]}", &st);
 	cr_assert_not_null(sh, "%ld", st);
 	out = probe(eb.b_url, sh, "bash");
-	cr_expect_str_eq(out, "refused\nrefused\npage\n", "bash, the private host alone: %s", out);
+	cr_expect_str_eq(out, "refused\nrefused\npage\n",
+	                 "bash, the private host alone: %s", out);
 	free(out);
 	out = probe(eb.b_url, only, "python");
-	cr_expect_str_eq(out, "refused\nrefused\npage\n", "python, the private host alone: %s", out);
+	cr_expect_str_eq(out, "refused\nrefused\npage\n",
+	                 "python, the private host alone: %s", out);
 	free(out);
 
-	char *none = context_with("javascript", "{\"deny_out\": [\"0.0.0.0/0\", \"::/0\"]}", &st);
+	char *none =
+	    context_with("javascript", "{\"deny_out\": [\"0.0.0.0/0\", \"::/0\"]}", &st);
 	cr_assert_not_null(none, "%ld", st);
 	out = probe(eb.b_url, none, "javascript");
 	cr_expect_str_eq(out, "refused\nrefused\nrefused\n", "no way out: %s", out);
 	free(out);
 
-	char *wider = context_with("python", "{\"allow_out\": [\"169.254.0.0/16\"]}", &st);
+	char *wider =
+	    context_with("python", "{\"allow_out\": [\"169.254.0.0/16\"]}", &st);
 	cr_assert_not_null(wider, "%ld", st);
 	out = probe(eb.b_url, wider, "python");
-	cr_expect_str_eq(out, "page\nrefused\npage\n", "a context widened the server's: %s", out);
+	cr_expect_str_eq(out, "page\nrefused\npage\n",
+	                 "a context widened the server's: %s", out);
 	free(out);
 
 	/* a restart keeps the context's rules (no warm proxy with the server's) */
@@ -305,10 +330,14 @@ context_rules(const char *isolation)
 
 	/* bad lists: 400, saying what is wrong */
 	static const char *const bad[] = {
-		"{\"deny_out\": [\"10.99.0.1/24\"]}", "{\"deny_out\": [\"example.com\"]}",
-		"{\"deny_out\": \"0.0.0.0/0\"}",      "{\"allowOut\": []}",
-		"{\"deny_out\": [\"::1/129\"]}",      "{\"deny_out\": [\"1.2.3.4/\"]}",
-		"[\"0.0.0.0/0\"]",                    "{\"deny_out\": [42]}",
+	    "{\"deny_out\": [\"10.99.0.1/24\"]}",
+	    "{\"deny_out\": [\"example.com\"]}",
+	    "{\"deny_out\": \"0.0.0.0/0\"}",
+	    "{\"allowOut\": []}",
+	    "{\"deny_out\": [\"::1/129\"]}",
+	    "{\"deny_out\": [\"1.2.3.4/\"]}",
+	    "[\"0.0.0.0/0\"]",
+	    "{\"deny_out\": [42]}",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		char *id = context_with("python", bad[i], &st);
@@ -348,25 +377,26 @@ Test(egress, a_kernel_cannot_remove_the_rules, .fini = egress_stop, .timeout = 1
 	char *id = context_new(eb.b_url, "python", NULL);
 	cr_assert_not_null(id);
 	char *out = run_stdout(
-		eb.b_url, id,
-		"import socket, subprocess\n"
-		"try:\n"
-		"    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12).close()\n"
-		"    print('netfilter socket opened')\n"
-		"except OSError as e:\n"
-		"    print('netfilter socket refused')\n"
-		"for cmd in ['nft flush ruleset', 'nft delete table inet sandcell',\n"
-		"            'ip route del default', 'ip link set eth0 down']:\n"
-		"    try:\n"
-		"        r = subprocess.run(cmd.split(), capture_output=True)\n"
-		"        print(cmd, 'ok' if r.returncode == 0 else 'failed')\n"
-		"    except FileNotFoundError:\n"
-		"        print(cmd, 'failed')\n");
+	    eb.b_url, id,
+	    "import socket, subprocess\n"
+	    "try:\n"
+	    "    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12).close()\n"
+	    "    print('netfilter socket opened')\n"
+	    "except OSError as e:\n"
+	    "    print('netfilter socket refused')\n"
+	    "for cmd in ['nft flush ruleset', 'nft delete table inet sandcell',\n"
+	    "            'ip route del default', 'ip link set eth0 down']:\n"
+	    "    try:\n"
+	    "        r = subprocess.run(cmd.split(), capture_output=True)\n"
+	    "        print(cmd, 'ok' if r.returncode == 0 else 'failed')\n"
+	    "    except FileNotFoundError:\n"
+	    "        print(cmd, 'failed')\n");
 	cr_assert_not_null(out);
 	cr_expect_eq(strstr(out, " ok\n"), NULL, "a kernel changed the network: %s", out);
 	free(out);
 	out = probe(eb.b_url, id, "python");
-	cr_expect_str_eq(out, "page\nrefused\nrefused\n", "after the kernel tried: %s", out);
+	cr_expect_str_eq(out, "page\nrefused\nrefused\n", "after the kernel tried: %s",
+	                 out);
 	free(out);
 	free(id);
 }
@@ -401,8 +431,8 @@ respawned(void *arg)
 Test(egress, a_contexts_rules_outlive_a_broker_restart_and_a_proxy_respawn,
      .fini = egress_stop, .timeout = 240)
 {
-	const char *args[] = {"--no-default-context", "--pool", "python=0", "--keep-contexts",
-			      NULL};
+	const char *args[] = {"--no-default-context", "--pool", "python=0",
+	                      "--keep-contexts", NULL};
 	long st;
 
 	standins();
@@ -420,7 +450,7 @@ Test(egress, a_contexts_rules_outlive_a_broker_restart_and_a_proxy_respawn,
 	cr_assert_not_null(c);
 	json_t *deny = json_object_get(json_object_get(c, "network"), "deny_out");
 	cr_expect_str_eq(json_string_value(json_array_get(deny, 0)), "0.0.0.0/0",
-			 "the re-attached context's network: %s", json_dumps(c, 0));
+	                 "the re-attached context's network: %s", json_dumps(c, 0));
 	json_decref(c);
 
 	pid_t proxy = context_pid(eb.b_url, id, "proxy_pid");
