@@ -157,6 +157,13 @@ egress_context(json_t *body, struct egress_lists *el, char *err, size_t errsz)
 		egress_free(el);
 		return rc;
 	}
+	/* unboxed, a kernel has the host's network: nothing could hold it to them */
+	if (egress_own(el) && !sv.sv_cf.cf_sandbox) {
+		snprintf(err, errsz, "'network': this server runs kernels unboxed (--no-sandbox), "
+				     "with the host's network; it cannot hold a context to rules");
+		egress_free(el);
+		return -EINVAL;
+	}
 	return 0;
 }
 

@@ -158,6 +158,12 @@ default_rules(const char *const *args, uid_t as)
 		free(out);
 		free(id);
 	}
+	/* GET /ready says what is in force */
+	struct resp r;
+	cr_assert_eq(http(eb.b_url, "GET", "/ready", NULL, &r, 10), 0);
+	cr_expect(strstr(r.r_body, "\"egress\"") && strstr(r.r_body, "\"169.254.0.0/16\""),
+	          "/ready: %s", r.r_body);
+	resp_free(&r);
 	double want = 6; /* two refusals of three languages, at least */
 	cr_expect_eq(wait_until(refusals_counted, &want, 10000), 0,
 	             "sandcell_egress_refused_total is %g",
