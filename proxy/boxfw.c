@@ -43,7 +43,6 @@ struct rule {
 	enum rule_class r_class;
 };
 
-static struct nft_ctx *nft;
 static uint64_t refused_seen, read_at;
 
 /* --egress-allow and its kin: a comma list of CIDRs, added to that list. */
@@ -204,35 +203,51 @@ ruleset(const struct boxfw *fw)
 }
 
 /*
+ * nftables, for one command: its netlink socket (open for as long as the
+ * context is, without FD_CLOEXEC, and speaking with our capabilities) is
+ * never left in the proxy for a child to inherit. NULL: said.
+ */
+static struct nft_ctx *
+nft_open(const struct box *bx)
+{
+	struct nft_ctx *nft = nft_ctx_new(NFT_CTX_DEFAULT);
+
+	if (!nft) {
+		log_err("context %s: egress rules: nft_ctx_new failed", bx->bx_id);
+		return NULL;
+	}
+	nft_ctx_buffer_output(nft);
+	nft_ctx_buffer_error(nft);
+	return nft;
+}
+
+/*
  * In the box's network namespace, before any kernel: the rules. 0, or
  * -errno (said): a box whose rules could not be set gets no kernel.
  */
 int
 boxfw_apply(struct box *bx)
 {
+	struct nft_ctx *nft;
 	char *text;
-	int rc;
 
 	if (!bx->bx_on || bx->bx_net == BOX_NET_NONE)
 		return 0;
-	if (!nft && !(nft = nft_ctx_new(NFT_CTX_DEFAULT))) {
-		log_err("context %s: egress rules: nft_ctx_new failed", bx->bx_id);
+	if (!(nft = nft_open(bx)))
 		return -ENOMEM;
-	}
-	nft_ctx_buffer_output(nft);
-	nft_ctx_buffer_error(nft);
 	text = ruleset(&bx->bx_fw);
-	rc = nft_run_cmd_from_buffer(nft, text);
-	if (rc != 0) {
+	if (nft_run_cmd_from_buffer(nft, text) != 0) {
 		const char *why = nft_ctx_get_error_buffer(nft);
 		log_err("context %s: egress rules could not be set: %s", bx->bx_id,
 		        why && *why ? why : "nftables refused them");
 		log_debug("the rules were:\n%s", text);
 		free(text);
+		nft_ctx_free(nft);
 		return -EPERM;
 	}
 	log_debug("context %s: egress rules:\n%s", bx->bx_id, text);
 	free(text);
+	nft_ctx_free(nft);
 	bx->bx_fw.fw_on = true;
 	return 0;
 }
@@ -258,16 +273,18 @@ boxfw_list_text(const struct box *bx, enum boxfw_list which)
 int64_t
 boxfw_refused(const struct box *bx)
 {
+	struct nft_ctx *nft;
 	const char *out, *p;
+	int64_t n = -1;
 
-	if (!bx->bx_fw.fw_on || !nft ||
-	    nft_run_cmd_from_buffer(nft, "list counter inet " BOXFW_TABLE " refused") !=
-	        0)
+	if (!bx->bx_fw.fw_on || !(nft = nft_open(bx)))
 		return -1;
-	out = nft_ctx_get_output_buffer(nft);
-	if (!out || !(p = strstr(out, "packets ")))
-		return -1;
-	return strtoll(p + 8, NULL, 10);
+	if (nft_run_cmd_from_buffer(nft, "list counter inet " BOXFW_TABLE " refused") ==
+	        0 &&
+	    (out = nft_ctx_get_output_buffer(nft)) && (p = strstr(out, "packets ")))
+		n = strtoll(p + 8, NULL, 10);
+	nft_ctx_free(nft);
+	return n;
 }
 
 /* Now and then: refusals since the last report go to the broker (MSG_STATS). */

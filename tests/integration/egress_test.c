@@ -384,7 +384,15 @@ Test(egress, a_kernel_cannot_remove_the_rules, .fini = egress_stop, .timeout = 1
 	cr_assert_not_null(id);
 	char *out = run_stdout(
 	    eb.b_url, id,
-	    "import socket, subprocess\n"
+	    "import os, socket, subprocess\n"
+	    "for fd in map(int, os.listdir('/proc/self/fd')):\n"
+	    "    try:\n"
+	    "        s = socket.socket(fileno=os.dup(fd))\n"
+	    "    except OSError:\n"
+	    "        continue\n"
+	    "    if s.family == socket.AF_NETLINK:\n"
+	    "        print('a netlink socket at fd', fd, 'ok')\n"
+	    "    s.close()\n"
 	    "try:\n"
 	    "    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12).close()\n"
 	    "    print('netfilter socket opened')\n"
