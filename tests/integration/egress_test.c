@@ -4,16 +4,20 @@
  * at a private host, 10.99.0.1 (routes to the test's namespace, for the
  * test's life); nothing is sent to any other address but the host's own
  * resolver. By default a box reaches the internet and no link-local or
- * private address, a refusal fails at once (no hang), /metrics counts it;
- * --egress-allow opens a hole, a context's "network" narrows what the
- * server allows and never widens it; a kernel cannot change the rules. In
- * both isolation modes, and under a broker that is not root.
+ * private address nor the host's own, a refusal fails at once (no hang),
+ * /metrics counts it; --egress-allow opens a hole, a context's "network"
+ * narrows what the server allows and never widens it; a kernel cannot
+ * change the rules. In both isolation modes, and under a broker that is
+ * not root.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -161,7 +165,8 @@ default_rules(const char *const *args, uid_t as)
 	/* GET /ready says what is in force */
 	struct resp r;
 	cr_assert_eq(http(eb.b_url, "GET", "/ready", NULL, &r, 10), 0);
-	cr_expect(strstr(r.r_body, "\"egress\"") && strstr(r.r_body, "\"169.254.0.0/16\""),
+	cr_expect(strstr(r.r_body, "\"egress\"") &&
+	              strstr(r.r_body, "\"169.254.0.0/16\""),
 	          "/ready: %s", r.r_body);
 	resp_free(&r);
 	double want = 6; /* two refusals of three languages, at least */
@@ -215,6 +220,30 @@ default_rules(const char *const *args, uid_t as)
 		cr_expect(strstr(out, "\n80 refused\n"), "the resolver's other ports: %s",
 		          out);
 	}
+	free(out);
+
+	/* the host's own addresses: a listener of the test's on the host's side of the
+	 * link */
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof(sa);
+	int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	char code[512];
+	cr_assert(ls >= 0 && bind(ls, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+	          listen(ls, 16) == 0 &&
+	          getsockname(ls, (struct sockaddr *)&sa, &sl) == 0);
+	snprintf(code, sizeof(code),
+	         "import socket, time\n"
+	         "t = time.time()\n"
+	         "try:\n"
+	         "    socket.create_connection(('%.*s.1', %d), 10)\n"
+	         "    print('host reached')\n"
+	         "except OSError:\n"
+	         "    print('host refused' if time.time() - t < 3 else 'host hung')\n",
+	         (int)(strrchr(in.in_addr, '.') - in.in_addr), in.in_addr,
+	         ntohs(sa.sin_port));
+	out = run_stdout(eb.b_url, py, code);
+	close(ls);
+	cr_expect_str_eq(out, "host refused\n", "the host's address: %s", out);
 	free(out);
 	free(py);
 }
