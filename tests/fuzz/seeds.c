@@ -132,6 +132,9 @@ set_field(struct msg *m, enum msg_field f)
 	case F_FLAGS:
 		msg_set_u64(m, f, 1);
 		break;
+	case F_REFUSED:
+		msg_set_u64(m, f, 5);
+		break;
 	case F_CODE: {
 		static const char c[] = "import os\nprint(os.getcwd())\n6*7";
 		msg_set_str(m, f, c, sizeof(c) - 1);
