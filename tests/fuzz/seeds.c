@@ -84,6 +84,7 @@ static const char *const field_name[] = {
     "stream", "req",   "code",  "env",     "timeout", "policy", "data",
     "final",  "text",  "id",    "lang",    "cwd",     "pid",    "kpid",
     "state",  "queue", "count", "outcome", "wait",    "run",    "flags",
+    "refused",
 };
 _Static_assert(sizeof(field_name) / sizeof(field_name[0]) == F_FIELD_MAX,
                "a field has no name in seeds.c");
