@@ -47,7 +47,6 @@ int lang_normalise(const char *in, char *out, size_t outsz);
 #define PACKAGES_VENV "/.local/venv" /* below HOME: the tenant's Python venv (packages.c) */
 extern const char *const boxview_system[];
 bool boxview_is_system(const char *path);
-int boxview_host_path(const char *workspace, const char *path, char *out, size_t outsz);
 
 /* boxpath.c: a tenant's path resolved as its box would, never on the host */
 #define BOXPATH_MAX_MOUNTS 8

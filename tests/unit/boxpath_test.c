@@ -175,3 +175,28 @@ Test(boxpath, a_workspace_not_made_yet_is_empty)
 	close(fd);
 	boxpath_view_close(&v);
 }
+
+/*
+ * Deno's configuration is looked for where the box's cwd is (kspec.c): a
+ * link to a workspace directory finds it, a link to the host's does not.
+ */
+Test(boxpath, a_configuration_is_looked_for_in_the_box_only)
+{
+	char p[400];
+	bool install;
+
+	snprintf(p, sizeof(p), "%s/a/deno.json", ws);
+	close(open(p, O_WRONLY | O_CREAT, 0600));
+	snprintf(p, sizeof(p), "%s/package.json", secret);
+	close(open(p, O_WRONLY | O_CREAT, 0600));
+	cr_expect(kspec_cwd_config(ws, BOX_HOME "/abs/b", &install));
+	cr_expect(kspec_cwd_config(ws, BOX_HOME "/file/..", &install) == false);
+	cr_expect(kspec_cwd_config(ws, BOX_HOME "/rel", &install));
+	cr_expect_not(kspec_cwd_config(ws, BOX_HOME "/host", &install));
+	cr_expect_not(kspec_cwd_config(ws, BOX_HOME, &install));
+	snprintf(p, sizeof(p), BOX_HOME "/up%s", secret);
+	cr_expect_not(kspec_cwd_config(ws, p, &install));
+	/* unboxed: the host's own paths */
+	cr_expect(kspec_cwd_config(NULL, secret, &install));
+	cr_expect(install, "a package.json without node_modules");
+}
