@@ -56,6 +56,18 @@ boxpath_view_open(struct boxpath_view *v, const char *workspace)
 	return 0;
 }
 
+/*
+ * The view of a live box: its whole root, rootfd (an O_PATH descriptor of
+ * /proc/<a pid of the box>/root, opened by who may), taken over by v; its
+ * own /tmp and mounts as they are now.
+ */
+void
+boxpath_view_root(struct boxpath_view *v, int rootfd)
+{
+	v->bv_n = 0;
+	add(v, "/", rootfd);
+}
+
 void
 boxpath_view_close(struct boxpath_view *v)
 {
@@ -236,4 +248,23 @@ boxpath_open(const struct boxpath_view *v, const char *path, unsigned flags, int
 	}
 	*fd = f;
 	return 0;
+}
+
+/*
+ * An O_PATH descriptor of boxpath_open's opened for reading or writing
+ * (flags: O_RDONLY, O_WRONLY, O_RDWR, O_DIRECTORY, O_TRUNC; no O_CREAT: make
+ * a file with openat(an O_PATH descriptor of its directory, its name,
+ * O_CREAT | O_EXCL | O_NOFOLLOW)), the caller's credentials checked again.
+ * The new descriptor, or -errno (-ELOOP for a link).
+ */
+int
+boxpath_reopen(int fd, int flags)
+{
+	char p[32];
+	int r;
+
+	if (flags & O_CREAT)
+		return -EINVAL;
+	snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+	return (r = open(p, flags | O_CLOEXEC)) < 0 ? -errno : r;
 }

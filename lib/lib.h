@@ -61,9 +61,11 @@ struct boxpath_view {
 };
 #define BOXPATH_NOFOLLOW 1u /* a symbolic link last is not followed */
 int boxpath_view_open(struct boxpath_view *v, const char *workspace);
+void boxpath_view_root(struct boxpath_view *v, int rootfd);
 void boxpath_view_close(struct boxpath_view *v);
 int boxpath_open(const struct boxpath_view *v, const char *path, unsigned flags, int *fd,
 		 char *real, size_t realsz);
+int boxpath_reopen(int fd, int flags);
 
 /* cgroup.c */
 char *cgroup_base(const char *controller);

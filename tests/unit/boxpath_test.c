@@ -200,3 +200,40 @@ Test(boxpath, a_configuration_is_looked_for_in_the_box_only)
 	cr_expect(kspec_cwd_config(NULL, secret, &install));
 	cr_expect(install, "a package.json without node_modules");
 }
+
+/*
+ * A live box's whole root as the view: an absolute link resolves against
+ * it, ".." stops at it, and a file found is read through boxpath_reopen.
+ */
+Test(boxpath, a_live_roots_view_keeps_every_path_inside_it)
+{
+	struct boxpath_view v;
+	char real[PATH_MAX], p[400], buf[16] = "";
+	int fd, rfd;
+
+	snprintf(p, sizeof(p), "%s/a/f", ws);
+	rfd = open(p, O_WRONLY | O_TRUNC);
+	cr_assert(rfd >= 0);
+	cr_assert_eq(write(rfd, "in", 2), 2);
+	close(rfd);
+	snprintf(p, sizeof(p), "%s/back", ws);
+	cr_assert_eq(symlink("/../../a", p), 0);
+	cr_assert((rfd = open(ws, O_PATH | O_DIRECTORY | O_CLOEXEC)) >= 0);
+	boxpath_view_root(&v, rfd);
+	cr_expect_eq(boxpath_open(&v, "/back/f", 0, &fd, real, sizeof(real)), 0);
+	cr_expect_str_eq(real, "/a/f");
+	int io = boxpath_reopen(fd, O_RDONLY);
+	cr_assert(io >= 0, "%s", strerror(-io));
+	cr_expect_eq(read(io, buf, sizeof(buf) - 1), 2);
+	cr_expect_str_eq(buf, "in");
+	close(io);
+	close(fd);
+	cr_expect_eq(boxpath_open(&v, "/abs", 0, &fd, NULL, 0), -ENOENT,
+	             "/home/user in this root");
+	cr_expect_eq(boxpath_open(&v, "/host", 0, &fd, NULL, 0), -ENOENT,
+	             "the host's dir");
+	cr_expect_eq(boxpath_open(&v, "/file", BOXPATH_NOFOLLOW, &fd, NULL, 0), 0);
+	cr_expect_eq(boxpath_reopen(fd, O_RDONLY), -ELOOP, "a link reopened");
+	close(fd);
+	boxpath_view_close(&v);
+}
