@@ -711,11 +711,13 @@ post_raw(const char *code, long http_version, size_t *n, curl_off_t *len)
 	char url[512];
 	json_t *j = json_pack("{s:s}", "code", code);
 	char *js = json_dumps(j, 0);
+	struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
 	long st = 0;
 
 	snprintf(url, sizeof(url), "%s/execute", URL);
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_HTTP_VERSION, http_version);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
 	curl_easy_setopt(c, CURLOPT_POSTFIELDS, js);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
@@ -726,6 +728,7 @@ post_raw(const char *code, long http_version, size_t *n, curl_off_t *len)
 	cr_assert_eq(st, 200);
 	cr_assert_not_null(b.data);
 	curl_easy_cleanup(c);
+	curl_slist_free_all(h);
 	free(js);
 	json_decref(j);
 	*n = b.len;
