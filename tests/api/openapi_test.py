@@ -229,9 +229,10 @@ def request(b, method, path, body=None, token=True, headers=None, timeout=60):
     h = dict(headers or {})
     if token and b.token:
         h["X-Access-Token"] = b.token
+    if body is not None:
+        h.setdefault("Content-Type", "application/json")  # bytes too: the API takes no other
     if body is not None and not isinstance(body, bytes):
         body = json.dumps(body).encode()
-        h["Content-Type"] = "application/json"
     c = http.client.HTTPConnection("127.0.0.1", b.port, timeout=timeout)
     try:
         c.request(method, path, body=body, headers=h)
@@ -392,6 +393,17 @@ def walk(api, b):
         st, ct, data = request(b, "POST", "/contexts", bad)
         A(f"POST /contexts with {why} is 400", "POST", "/contexts", st, ct, data)
         check(f"... {why}: 400", st == 400, st)
+    st, ct, data = request(b, "POST", "/contexts", {}, headers={"Content-Type": "text/plain"})
+    A("POST /contexts with a text/plain body is 415", "POST", "/contexts", st, ct, data)
+    check("... and it is 415", st == 415, st)
+    st, ct, data = request(b, "POST", "/contexts", {}, headers={"Origin": "http://evil.example"})
+    A("POST /contexts from a web page's origin is 403", "POST", "/contexts", st, ct, data,
+      component="Forbidden")
+    check("... and it is 403", st == 403, st)
+    st, ct, data = request(b, "GET", "/contexts", headers={"Host": "evil.example"})
+    A("GET /contexts by a name not the server's is 403", "GET", "/contexts", st, ct, data,
+      component="Forbidden")
+    check("... and it is 403", st == 403, st)
     st, ct, data = request(b, "GET", "/contexts")
     listed = A("GET /contexts", "GET", "/contexts", st, ct, data) or []
     check("GET /contexts lists the new context", any(c["id"] == ctx for c in listed))
