@@ -17,12 +17,12 @@
 
 #include "broker.h"
 
-#define CALLER_MAX 64  /* names in each list */
+#define CALLER_MAX 64    /* names in each list */
 #define NAME_MAX_LEN 253 /* a DNS name's text */
 
 /* What a browser may send to this API: E2B's SDK sends all of these. */
-#define ALLOW_HEADERS                                                                          \
-	"Content-Type, X-Access-Token, Authorization, E2B-Traffic-Access-Token, "               \
+#define ALLOW_HEADERS                                                                    \
+	"Content-Type, X-Access-Token, Authorization, E2B-Traffic-Access-Token, "        \
 	"E2b-Sandbox-Id, E2b-Sandbox-Port"
 
 /* --allowed-origin, --allowed-host: each list, "*" for any */
@@ -79,20 +79,21 @@ add(const char *val, const char *origin, char **v, size_t *n, bool *any,
 	char *copy = xstrdup(val), *save = NULL;
 	int rc = 0;
 
-	for (char *t = strtok_r(copy, ", \t\n", &save); t; t = strtok_r(NULL, ", \t\n", &save)) {
+	for (char *t = strtok_r(copy, ", \t\n", &save); t;
+	     t = strtok_r(NULL, ", \t\n", &save)) {
 		if (!strcmp(t, "*")) {
 			*any = true;
 			continue;
 		}
 		if (!valid(t)) {
-			fprintf(stderr, "sandcell-broker: %s '%s': expected %s, or *\n", origin, t,
-				expect);
+			fprintf(stderr, "sandcell-broker: %s '%s': expected %s, or *\n",
+			        origin, t, expect);
 			rc = -1;
 			break;
 		}
 		if (*n >= CALLER_MAX) {
-			fprintf(stderr, "sandcell-broker: %s: more than %d names\n", origin,
-				CALLER_MAX);
+			fprintf(stderr, "sandcell-broker: %s: more than %d names\n",
+			        origin, CALLER_MAX);
 			rc = -1;
 			break;
 		}
@@ -106,16 +107,17 @@ add(const char *val, const char *origin, char **v, size_t *n, bool *any,
 int
 caller_origin_option(const char *val, const char *origin)
 {
-	return add(val, origin, origins, &norigins, &any_origin, origin_valid,
-		   "an origin such as https://app.example.com or http://localhost:3000 (no "
-		   "path, no trailing /)");
+	return add(
+	    val, origin, origins, &norigins, &any_origin, origin_valid,
+	    "an origin such as https://app.example.com or http://localhost:3000 (no "
+	    "path, no trailing /)");
 }
 
 int
 caller_host_option(const char *val, const char *origin)
 {
 	return add(val, origin, hosts, &nhosts, &any_host, host_name_valid,
-		   "a host name such as sandcell.example.svc (no port)");
+	           "a host name such as sandcell.example.svc (no port)");
 }
 
 /*
@@ -135,12 +137,13 @@ caller_host_allowed(const char *host)
 	if (any_host || !*host)
 		return true; /* an empty or absent Host is no browser's */
 	if (host[0] == '[') {
-		if (!(end = strchr(host, ']')) || (size_t)(end - host - 1) >= sizeof(name))
+		if (!(end = strchr(host, ']')) ||
+		    (size_t)(end - host - 1) >= sizeof(name))
 			return false;
 		snprintf(name, sizeof(name), "%.*s", (int)(end - host - 1), host + 1);
 		colon = end + 1;
 		return (!*colon || (colon[0] == ':' && strspn(colon + 1, "0123456789") ==
-								   strlen(colon + 1))) &&
+		                                           strlen(colon + 1))) &&
 		       inet_pton(AF_INET6, name, addr) == 1;
 	}
 	len = (colon = strchr(host, ':')) ? (size_t)(colon - host) : strlen(host);
@@ -175,17 +178,20 @@ caller_refusal(struct MHD_Connection *conn, char *why, size_t whysz)
 	char quoted[96];
 
 	if (host && !caller_host_allowed(host)) {
-		snprintf(why, whysz,
-			 "Host '%s' is not this server's: a request must name it by a loopback "
-			 "name, an IP address or a name the server lists (--allowed-host)",
-			 frame_quote(host, quoted, sizeof(quoted)));
+		snprintf(
+		    why, whysz,
+		    "Host '%s' is not this server's: a request must name it by a "
+		    "loopback "
+		    "name, an IP address or a name the server lists (--allowed-host)",
+		    frame_quote(host, quoted, sizeof(quoted)));
 		return why;
 	}
 	if (o && !origin_allowed(o)) {
 		snprintf(why, whysz,
-			 "Origin '%s' is not allowed: requests from web pages are refused unless "
-			 "the server lists their origin (--allowed-origin)",
-			 frame_quote(o, quoted, sizeof(quoted)));
+		         "Origin '%s' is not allowed: requests from web pages are "
+		         "refused unless "
+		         "the server lists their origin (--allowed-origin)",
+		         frame_quote(o, quoted, sizeof(quoted)));
 		return why;
 	}
 	return NULL;
@@ -198,9 +204,12 @@ caller_refusal(struct MHD_Connection *conn, char *why, size_t whysz)
 const char *
 caller_body_refusal(struct MHD_Connection *conn, char *why, size_t whysz)
 {
-	const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
-	const char *te = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Transfer-Encoding");
-	const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
+	const char *cl =
+	    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+	const char *te =
+	    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Transfer-Encoding");
+	const char *ct =
+	    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
 	const char *t = ct;
 	char quoted[96];
 
@@ -212,11 +221,12 @@ caller_body_refusal(struct MHD_Connection *conn, char *why, size_t whysz)
 		    strchr(" \t;", t[strlen(CT_JSON)]))
 			return NULL; /* strchr finds the NUL too: the type alone */
 	}
-	snprintf(why, whysz,
-		 "a request body must be JSON sent with Content-Type: application/json (this "
-		 "one's is %s%s%s)",
-		 ct ? "'" : "", ct ? frame_quote(ct, quoted, sizeof(quoted)) : "not given",
-		 ct ? "'" : "");
+	snprintf(
+	    why, whysz,
+	    "a request body must be JSON sent with Content-Type: application/json (this "
+	    "one's is %s%s%s)",
+	    ct ? "'" : "", ct ? frame_quote(ct, quoted, sizeof(quoted)) : "not given",
+	    ct ? "'" : "");
 	return why;
 }
 
@@ -240,7 +250,8 @@ caller_cors(struct MHD_Connection *conn, struct MHD_Response *r, bool preflight)
 	MHD_add_response_header(r, "Vary", "Origin");
 	if (!preflight)
 		return;
-	MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+	MHD_add_response_header(r, "Access-Control-Allow-Methods",
+	                        "GET, POST, DELETE, OPTIONS");
 	MHD_add_response_header(r, "Access-Control-Allow-Headers", ALLOW_HEADERS);
 	MHD_add_response_header(r, "Access-Control-Max-Age", "600");
 }

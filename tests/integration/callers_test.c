@@ -104,7 +104,8 @@ marker_exists(const char *base, const char *id, const char *name)
 	char *out;
 	bool yes;
 
-	snprintf(code, sizeof(code), "import os\nprint(os.path.exists('/home/user/%s'))", name);
+	snprintf(code, sizeof(code), "import os\nprint(os.path.exists('/home/user/%s'))",
+	         name);
 	lines = run(base, id, code);
 	cr_assert_not_null(lines, "the check's own execution failed");
 	out = stdout_of(lines);
@@ -126,21 +127,22 @@ Test(callers, a_web_pages_simple_posts_are_refused_and_run_nothing, .timeout = 1
 	} cases[] = {
 	    {"text/plain from a foreign origin", "Content-Type: text/plain",
 	     "Origin: http://evil.example", NULL, 403, "Origin"},
-	    {"a form from a foreign origin", "Content-Type: application/x-www-form-urlencoded",
+	    {"a form from a foreign origin",
+	     "Content-Type: application/x-www-form-urlencoded",
 	     "Origin: http://evil.example", NULL, 403, "Origin"},
 	    {"a sandboxed page's (Origin: null)", "Content-Type: application/json",
 	     "Origin: null", NULL, 403, "Origin"},
 	    {"after DNS rebinding", "Content-Type: text/plain",
 	     "Origin: http://evil.example:49999", host, 403, "Host"},
-	    {"JSON by a rebound name, no Origin", "Content-Type: application/json", NULL, host,
-	     403, "Host"},
+	    {"JSON by a rebound name, no Origin", "Content-Type: application/json", NULL,
+	     host, 403, "Host"},
 	    {"text/plain with no Origin", "Content-Type: text/plain", NULL, NULL, 415,
 	     "application/json"},
-	    {"a form with no Origin", "Content-Type: application/x-www-form-urlencoded", NULL,
-	     NULL, 415, "application/json"},
+	    {"a form with no Origin", "Content-Type: application/x-www-form-urlencoded",
+	     NULL, NULL, 415, "application/json"},
 	    {"no Content-Type", "Content-Type:", NULL, NULL, 415, "application/json"},
-	    {"JSON's name inside another type", "Content-Type: application/jsonx", NULL, NULL,
-	     415, "application/json"},
+	    {"JSON's name inside another type", "Content-Type: application/jsonx", NULL,
+	     NULL, 415, "application/json"},
 	};
 
 	cr_assert_not_null(id);
@@ -159,20 +161,24 @@ Test(callers, a_web_pages_simple_posts_are_refused_and_run_nothing, .timeout = 1
 			headers[n++] = cases[i].host;
 		snprintf(marker, sizeof(marker), "door-%zu", i);
 		snprintf(body, sizeof(body),
-			 "{\"context_id\":\"%s\",\"code\":\"open('/home/user/%s','w').write('ran')\"}",
-			 id, marker);
-		cr_assert_eq(ask(URL, "POST", "/execute", headers, body, &a), 0, "%s: no answer",
-			     cases[i].name);
-		cr_expect_eq(a.a_status, cases[i].want, "%s: %ld, not %ld: %s", cases[i].name,
-			     a.a_status, cases[i].want, a.a_body.data);
-		cr_expect(strstr(a.a_body.data, cases[i].says), "%s: the answer does not say %s: %s",
-			  cases[i].name, cases[i].says, a.a_body.data);
+		         "{\"context_id\":\"%s\",\"code\":\"open('/home/user/"
+		         "%s','w').write('ran')\"}",
+		         id, marker);
+		cr_assert_eq(ask(URL, "POST", "/execute", headers, body, &a), 0,
+		             "%s: no answer", cases[i].name);
+		cr_expect_eq(a.a_status, cases[i].want, "%s: %ld, not %ld: %s",
+		             cases[i].name, a.a_status, cases[i].want, a.a_body.data);
+		cr_expect(strstr(a.a_body.data, cases[i].says),
+		          "%s: the answer does not say %s: %s", cases[i].name,
+		          cases[i].says, a.a_body.data);
 		answer_free(&a);
 		/* an execution the server took would have run before this one */
-		cr_expect(!marker_exists(URL, id, marker), "%s: its code ran", cases[i].name);
+		cr_expect(!marker_exists(URL, id, marker), "%s: its code ran",
+		          cases[i].name);
 	}
 	/* only the checks ran */
-	cr_expect_eq(executions_of(URL, id), before + (long long)(sizeof(cases) / sizeof(cases[0])));
+	cr_expect_eq(executions_of(URL, id),
+	             before + (long long)(sizeof(cases) / sizeof(cases[0])));
 
 	/* no context is made by a form either */
 	json_t *all = NULL;
@@ -183,12 +189,14 @@ Test(callers, a_web_pages_simple_posts_are_refused_and_run_nothing, .timeout = 1
 	resp_free(&r);
 	struct answer a;
 	const char *form[] = {"Content-Type: application/x-www-form-urlencoded", NULL};
-	cr_assert_eq(ask(URL, "POST", "/contexts", form, "{\"language\":\"python\"}", &a), 0);
-	cr_expect_eq(a.a_status, 415, "POST /contexts as a form: %ld %s", a.a_status, a.a_body.data);
+	cr_assert_eq(ask(URL, "POST", "/contexts", form, "{\"language\":\"python\"}", &a),
+	             0);
+	cr_expect_eq(a.a_status, 415, "POST /contexts as a form: %ld %s", a.a_status,
+	             a.a_body.data);
 	answer_free(&a);
 	cr_assert_eq(http(URL, "GET", "/contexts", NULL, &r, 10), 0);
 	cr_expect_eq(json_array_size(all = json_loads(r.r_body, 0, NULL)), contexts,
-		     "a context was made: %s", r.r_body);
+	             "a context was made: %s", r.r_body);
 	json_decref(all);
 	resp_free(&r);
 	free(id);
@@ -211,7 +219,8 @@ Test(callers, a_refused_request_is_answered_before_its_body, .timeout = 30)
 		struct pollfd p = {.fd = fd, .events = POLLIN};
 
 		cr_assert(fd >= 0);
-		cr_assert_eq(write(fd, heads[i], strlen(heads[i])), (ssize_t)strlen(heads[i]));
+		cr_assert_eq(write(fd, heads[i], strlen(heads[i])),
+		             (ssize_t)strlen(heads[i]));
 		cr_assert_eq(poll(&p, 1, 10000), 1, "no answer to a head alone");
 		cr_assert_gt(read(fd, out, sizeof(out) - 1), 0);
 		cr_expect(!strncmp(out, want[i], strlen(want[i])), "%s", out);
@@ -222,21 +231,23 @@ Test(callers, a_refused_request_is_answered_before_its_body, .timeout = 30)
 Test(callers, loopback_names_and_ip_addresses_are_served, .timeout = 120)
 {
 	const char *port = strrchr(URL, ':') + 1;
-	const char *hosts[] = {"localhost", "LocalHost.", "app.localhost", "127.0.0.1", "[::1]",
-			       "10.1.2.3", "[fd00::5]"};
+	const char *hosts[] = {"localhost", "LocalHost.", "app.localhost", "127.0.0.1",
+	                       "[::1]",     "10.1.2.3",   "[fd00::5]"};
 	char *id = context_new(URL, "python", NULL);
 
 	cr_assert_not_null(id);
 	for (size_t i = 0; i < sizeof(hosts) / sizeof(hosts[0]); i++) {
-		char host[96], body[256], ctype[] = "Content-Type: application/json; charset=utf-8";
+		char host[96], body[256],
+		    ctype[] = "Content-Type: application/json; charset=utf-8";
 		const char *headers[] = {host, ctype, NULL};
 		struct answer a;
 
 		snprintf(host, sizeof(host), "Host: %s:%s", hosts[i], port);
-		snprintf(body, sizeof(body), "{\"context_id\":\"%s\",\"code\":\"print(%zu)\"}", id,
-			 i);
+		snprintf(body, sizeof(body),
+		         "{\"context_id\":\"%s\",\"code\":\"print(%zu)\"}", id, i);
 		cr_assert_eq(ask(URL, "POST", "/execute", headers, body, &a), 0);
-		cr_expect_eq(a.a_status, 200, "%s: %ld %s", host, a.a_status, a.a_body.data);
+		cr_expect_eq(a.a_status, 200, "%s: %ld %s", host, a.a_status,
+		             a.a_body.data);
 		char want[32];
 		snprintf(want, sizeof(want), "\"text\":\"%zu\\n\"", i);
 		cr_expect(strstr(a.a_body.data, want), "%s: %s", host, a.a_body.data);
@@ -257,9 +268,16 @@ priv_stop(void)
 Test(callers, listed_names_and_origins_are_served_and_get_cors, .fini = priv_stop,
      .timeout = 120)
 {
-	const char *args[] = {"--no-default-context", "--pool", "0", "--access-token", "s3cret",
-			      "--allowed-host", "sandcell.test", "--allowed-origin",
-			      "https://app.example, http://localhost:3000", NULL};
+	const char *args[] = {"--no-default-context",
+	                      "--pool",
+	                      "0",
+	                      "--access-token",
+	                      "s3cret",
+	                      "--allowed-host",
+	                      "sandcell.test",
+	                      "--allowed-origin",
+	                      "https://app.example, http://localhost:3000",
+	                      NULL};
 	char host[96], v[512];
 	struct answer a;
 
@@ -267,37 +285,42 @@ Test(callers, listed_names_and_origins_are_served_and_get_cors, .fini = priv_sto
 	snprintf(host, sizeof(host), "Host: sandcell.test:%d", priv.b_port);
 	const char *by_name[] = {host, NULL};
 	cr_assert_eq(ask(priv.b_url, "GET", "/health", by_name, NULL, &a), 0);
-	cr_expect_eq(a.a_status, 200, "by a listed name: %ld %s", a.a_status, a.a_body.data);
+	cr_expect_eq(a.a_status, 200, "by a listed name: %ld %s", a.a_status,
+	             a.a_body.data);
 	answer_free(&a);
 	const char *other[] = {"Host: sandcell.test.evil.example", NULL};
 	cr_assert_eq(ask(priv.b_url, "GET", "/health", other, NULL, &a), 0);
-	cr_expect_eq(a.a_status, 403, "by an unlisted name: %ld %s", a.a_status, a.a_body.data);
+	cr_expect_eq(a.a_status, 403, "by an unlisted name: %ld %s", a.a_status,
+	             a.a_body.data);
 	answer_free(&a);
 
 	/* a listed origin's preflight, which carries no token, and its request */
-	const char *preflight[] = {"Origin: https://app.example",
-				   "Access-Control-Request-Method: POST",
-				   "Access-Control-Request-Headers: content-type,x-access-token", NULL};
+	const char *preflight[] = {
+	    "Origin: https://app.example", "Access-Control-Request-Method: POST",
+	    "Access-Control-Request-Headers: content-type,x-access-token", NULL};
 	cr_assert_eq(ask(priv.b_url, "OPTIONS", "/execute", preflight, NULL, &a), 0);
 	cr_expect_eq(a.a_status, 204, "preflight: %ld %s", a.a_status, a.a_body.data);
 	cr_expect_str_eq(header_of(&a, "Access-Control-Allow-Origin", v, sizeof(v)),
-			 "https://app.example");
-	cr_expect(strstr(header_of(&a, "Access-Control-Allow-Methods", v, sizeof(v)), "POST"),
-		  "methods: %s", v);
+	                 "https://app.example");
+	cr_expect(
+	    strstr(header_of(&a, "Access-Control-Allow-Methods", v, sizeof(v)), "POST"),
+	    "methods: %s", v);
 	header_of(&a, "Access-Control-Allow-Headers", v, sizeof(v));
 	cr_expect(strcasestr(v, "X-Access-Token") && strcasestr(v, "Content-Type") &&
-			  strcasestr(v, "E2b-Sandbox-Id") &&
-			  strcasestr(v, "E2B-Traffic-Access-Token"),
-		  "headers: %s", v);
+	              strcasestr(v, "E2b-Sandbox-Id") &&
+	              strcasestr(v, "E2B-Traffic-Access-Token"),
+	          "headers: %s", v);
 	answer_free(&a);
-	const char *post[] = {"Origin: http://localhost:3000", "Content-Type: application/json",
-			      "X-Access-Token: s3cret", NULL};
-	cr_assert_eq(ask(priv.b_url, "POST", "/execute", post, "{\"code\":\"print(6*7)\"}", &a),
-		     0);
+	const char *post[] = {"Origin: http://localhost:3000",
+	                      "Content-Type: application/json", "X-Access-Token: s3cret",
+	                      NULL};
+	cr_assert_eq(
+	    ask(priv.b_url, "POST", "/execute", post, "{\"code\":\"print(6*7)\"}", &a),
+	    0);
 	cr_expect_eq(a.a_status, 200, "%ld %s", a.a_status, a.a_body.data);
 	cr_expect(strstr(a.a_body.data, "\"text\":\"42\\n\""), "%s", a.a_body.data);
 	cr_expect_str_eq(header_of(&a, "Access-Control-Allow-Origin", v, sizeof(v)),
-			 "http://localhost:3000");
+	                 "http://localhost:3000");
 	answer_free(&a);
 	/* the token is still asked of it */
 	const char *no_token[] = {"Origin: https://app.example", NULL};
@@ -307,7 +330,7 @@ Test(callers, listed_names_and_origins_are_served_and_get_cors, .fini = priv_sto
 
 	/* a foreign origin's preflight: refused, and nothing a browser would take */
 	const char *foreign[] = {"Origin: https://evil.example",
-				 "Access-Control-Request-Method: POST", NULL};
+	                         "Access-Control-Request-Method: POST", NULL};
 	cr_assert_eq(ask(priv.b_url, "OPTIONS", "/execute", foreign, NULL, &a), 0);
 	cr_expect_eq(a.a_status, 403, "%ld %s", a.a_status, a.a_body.data);
 	cr_expect_str_eq(header_of(&a, "Access-Control-Allow-Origin", v, sizeof(v)), "");
@@ -360,10 +383,12 @@ health_is_200(void *base)
 Test(callers, a_trickling_body_is_cut_at_its_deadline, .fini = priv_stop, .timeout = 120)
 {
 	enum { N = 4 };
-	const char *args[] = {"--no-default-context", "--pool", "0", "--max-connections", "4",
-			      "--body-timeout", "3", NULL};
-	static const char head[] = "POST /execute HTTP/1.1\r\nHost: localhost\r\n"
-				   "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{";
+	const char *args[] = {
+	    "--no-default-context", "--pool", "0", "--max-connections", "4",
+	    "--body-timeout",       "3",      NULL};
+	static const char head[] =
+	    "POST /execute HTTP/1.1\r\nHost: localhost\r\n"
+	    "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{";
 	int fd[N];
 	double t0[N];
 	bool closed[N] = {false};
@@ -374,51 +399,60 @@ Test(callers, a_trickling_body_is_cut_at_its_deadline, .fini = priv_stop, .timeo
 	for (int i = 0; i < N; i++) { /* each is taken, not answered (503) */
 		struct pollfd p = {.events = POLLIN};
 		cr_assert((p.fd = fd[i] = tcp_connect(priv.b_url)) >= 0);
-		cr_assert_eq(write(fd[i], head, sizeof(head) - 1), (ssize_t)sizeof(head) - 1);
+		cr_assert_eq(write(fd[i], head, sizeof(head) - 1),
+		             (ssize_t)sizeof(head) - 1);
 		t0[i] = ms_now();
-		cr_assert_eq(poll(&p, 1, 300), 0, "connection %d was answered at once", i);
+		cr_assert_eq(poll(&p, 1, 300), 0, "connection %d was answered at once",
+		             i);
 	}
 	/* all places taken: the server says so */
 	cr_assert_eq(http(priv.b_url, "GET", "/health", NULL, &r, 5), 0);
 	cr_expect_eq(r.r_status, 503, "/health with every place taken: %ld", r.r_status);
 	resp_free(&r);
-	/* trickle (the last one stalls) for up to 20 s; each must be cut by 3 s + slack */
+	/* trickle (the last one stalls) for up to 20 s; each must be cut by 3 s + slack
+	 */
 	double start = ms_now();
 	int open = N;
 	while (open && ms_since(start) < 20000) {
 		for (int i = 0; i < N; i++) {
 			if (closed[i])
 				continue;
-			if (i < N - 1) /* once cut, it fails: what it was told is read below */
+			if (i < N - 1) /* once cut, it fails: what it was told is read
+			                  below */
 				(void)!send(fd[i], " ", 1, MSG_NOSIGNAL);
 			struct pollfd p = {.fd = fd[i], .events = POLLIN};
 			if (poll(&p, 1, 0) == 1) {
-				closed[i] = read_until_closed(fd[i], out[i], sizeof(out[i]), 5000);
-				cr_expect(closed[i], "connection %d answered but stayed open: %s", i,
-					  out[i]);
+				closed[i] = read_until_closed(fd[i], out[i],
+				                              sizeof(out[i]), 5000);
+				cr_expect(closed[i],
+				          "connection %d answered but stayed open: %s", i,
+				          out[i]);
 				closed[i] = true;
 				open--;
 				double took = ms_since(t0[i]);
-				cr_expect(took < 3000 + 2500, "connection %d cut after %.0f ms", i,
-					  took);
-				cr_expect(took > 3000 - 500, "connection %d cut early: %.0f ms", i,
-					  took);
+				cr_expect(took < 3000 + 2500,
+				          "connection %d cut after %.0f ms", i, took);
+				cr_expect(took > 3000 - 500,
+				          "connection %d cut early: %.0f ms", i, took);
 			}
 		}
 		usleep(300000);
 	}
-	cr_assert_eq(open, 0, "%d connections still open after %.0f ms", open, ms_since(start));
+	cr_assert_eq(open, 0, "%d connections still open after %.0f ms", open,
+	             ms_since(start));
 	for (int i = 0; i < N; i++) {
 		cr_expect(!strncmp(out[i], "HTTP/1.1 408 ", 13), "connection %d: '%s'", i,
-			  out[i]);
-		cr_expect(strstr(out[i], "--body-timeout"), "connection %d: '%s'", i, out[i]);
+		          out[i]);
+		cr_expect(strstr(out[i], "--body-timeout"), "connection %d: '%s'", i,
+		          out[i]);
 		close(fd[i]);
 	}
 	cr_expect_eq(wait_until(health_is_200, priv.b_url, 5000), 0,
-		     "/health is not 200 after the slow bodies were cut");
-	cr_expect_geq(metric_value(priv.b_url, "sandcell_http_requests_total{endpoint=\"/execute\","
-					       "method=\"POST\",status=\"408\"}"),
-		      N);
+	             "/health is not 200 after the slow bodies were cut");
+	cr_expect_geq(metric_value(priv.b_url,
+	                           "sandcell_http_requests_total{endpoint=\"/execute\","
+	                           "method=\"POST\",status=\"408\"}"),
+	              N);
 	/* and a body that comes in time is still taken */
 	cr_assert_eq(http(priv.b_url, "POST", "/contexts", "{}", &r, 60), 0);
 	cr_expect_eq(r.r_status, 200, "%ld %s", r.r_status, r.r_body);
