@@ -409,7 +409,7 @@ Test(callers, a_trickling_body_is_cut_at_its_deadline, .fini = priv_stop, .timeo
 	cr_assert_eq(http(priv.b_url, "GET", "/health", NULL, &r, 5), 0);
 	cr_expect_eq(r.r_status, 503, "/health with every place taken: %ld", r.r_status);
 	resp_free(&r);
-	/* trickle (the last one stalls) for up to 20 s; each must be cut by 3 s + slack
+	/* trickle (the last one stalls) for up to 20 s; each must be cut at 3 s (+ slack for a loaded machine)
 	 */
 	double start = ms_now();
 	int open = N;
@@ -430,7 +430,7 @@ Test(callers, a_trickling_body_is_cut_at_its_deadline, .fini = priv_stop, .timeo
 				closed[i] = true;
 				open--;
 				double took = ms_since(t0[i]);
-				cr_expect(took < 3000 + 2500,
+				cr_expect(took < 3000 + 4000,
 				          "connection %d cut after %.0f ms", i, took);
 				cr_expect(took > 3000 - 500,
 				          "connection %d cut early: %.0f ms", i, took);
