@@ -409,8 +409,8 @@ Test(callers, a_trickling_body_is_cut_at_its_deadline, .fini = priv_stop, .timeo
 	cr_assert_eq(http(priv.b_url, "GET", "/health", NULL, &r, 5), 0);
 	cr_expect_eq(r.r_status, 503, "/health with every place taken: %ld", r.r_status);
 	resp_free(&r);
-	/* trickle (the last one stalls) for up to 20 s; each must be cut at 3 s (+ slack for a loaded machine)
-	 */
+	/* trickle (the last one stalls) for up to 20 s; each must be cut at 3 s,
+	 * with slack for a loaded machine */
 	double start = ms_now();
 	int open = N;
 	while (open && ms_since(start) < 20000) {
