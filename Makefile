@@ -119,6 +119,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(PROTO_OBJ)
 # calls, kcache.o: a leaf); the layering (scripts/callgraph.sh) allows it
 $(BUILD)/tests/validate_test: $(BUILD)/broker/validate.o $(BUILD)/broker/kcache.o
 $(BUILD)/tests/frame_test: $(BUILD)/broker/frame.o
+$(BUILD)/tests/caller_test: $(BUILD)/broker/caller.o $(BUILD)/broker/frame.o
 $(BUILD)/tests/ctlpeer_test: $(BUILD)/broker/ctlpeer.o
 $(BUILD)/tests/output_test: $(BUILD)/proxy/output.o
 $(BUILD)/tests/admit_test: $(BUILD)/proxy/admit.o $(BUILD)/proxy/unit.o $(BUILD)/proxy/output.o \

@@ -568,7 +568,8 @@ box_isolates(void)
  * --isolation context: two uids of the range no live context holds, its
  * kernels' and its network's, and a workspace of its own
  * (<workspace>/<id>, 0700, its uid's), which its box shows at BOX_HOME.
- * A cwd it was given is checked against that. The workspace root is 0711:
+ * A cwd it was given is checked first, against a box whose workspace is
+ * still empty, as its own will be. The workspace root is 0711:
  * no context lists the others.
  */
 int
@@ -589,14 +590,20 @@ box_isolate(struct context *c, char *err, size_t errsz)
 			 (unsigned long long)(room >> 20));
 		return -ENOSPC;
 	}
+	/* its cwd, in a box whose workspace is not made yet: a refusal leaves nothing */
+	if (cwd_usable(box_kernel_uid(c), NULL, c->c_cwd, err, errsz) < 0)
+		return -EINVAL;
 	char *ws = xasprintf("%s/%s", sv.sv_cf.cf_cwd, c->c_id);
 	if (mkdir(ws, 0700) < 0 || chown(ws, c->c_uid, c->c_uid) < 0) {
-		snprintf(err, errsz, "workspace %s: %s", ws, strerror(errno));
+		int e = errno;
+		snprintf(err, errsz, "workspace %s: %s", ws, strerror(e));
+		if (e != EEXIST) /* made here: not left behind */
+			rmdir(ws);
 		free(ws);
 		return -EIO;
 	}
 	c->c_workspace = ws;
-	return cwd_usable(box_kernel_uid(c), box_workspace_of(c), c->c_cwd, err, errsz) < 0 ? -EINVAL : 0;
+	return 0;
 }
 
 /* The workspace a context's box shows at BOX_HOME, on the host. */

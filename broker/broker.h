@@ -36,6 +36,7 @@
  * client costs. */
 #define HTTP_CONN_MEMORY (12u << 10)
 #define TICK_MS 250
+#define CT_JSON "application/json"
 #define MHD_PASSES 4 /* MHD_run again at most this often per wake when it has more to do */
 #define POOL_BACKOFF_MS 10000 /* no pool refill after a warm kernel failed to start */
 #define POOL_YIELD_MS 5000    /* ... nor while a context a client asked for starts (pool_yield) */
@@ -74,6 +75,8 @@ struct conn {
 	bool cn_in_request; /* its request head has arrived; MHD's timeout rules */
 	uint64_t cn_since;  /* connected, or its last response ended */
 	const char *cn_bad_at; /* the string of this request that had %2F or %00 */
+	uint64_t cn_body_by;   /* ms its request's body must be in by (--body-timeout); 0: none due */
+	struct http_request *cn_hr; /* that request, answered 408 past it */
 };
 TAILQ_HEAD(connq, conn);
 
@@ -250,6 +253,7 @@ struct server_config {
 	const char *cf_token_file; /* --access-token-file: hidden in every box */
 	unsigned cf_max_conns;
 	unsigned cf_header_timeout; /* s a connection gets to send a request head */
+	unsigned cf_body_timeout;   /* s a request's body gets, from its head's end */
 	uint64_t cf_stream_cap;     /* bytes a stream may hold for a slow client */
 	const char *cf_spill_dir;
 	unsigned cf_grace;      /* seconds running executions get on SIGTERM */
@@ -345,11 +349,21 @@ void answer_drop(struct request *rq);
 /* accept.c */
 int accept_listen(const char *where);
 void accept_ready(void);
+int accept_answer(int fd, const char *status, const char *text);
 void accept_sniff(struct pending *pd, uint32_t events);
 uint64_t accept_since(int fd);
 void accept_tick(uint64_t now);
 unsigned accept_pending(void);
 void accept_stop(void);
+
+/* caller.c */
+int caller_origin_option(const char *val, const char *origin);
+int caller_host_option(const char *val, const char *origin);
+bool caller_host_allowed(const char *host);
+const char *caller_refusal(struct MHD_Connection *conn, char *why, size_t whysz);
+const char *caller_body_refusal(struct MHD_Connection *conn, char *why, size_t whysz);
+bool caller_preflight(struct MHD_Connection *conn, const char *method);
+void caller_cors(struct MHD_Connection *conn, struct MHD_Response *r, bool preflight);
 
 /* cwd.c */
 int cwd_check(const char *dir, uid_t uid, char *err, size_t errsz);

@@ -157,6 +157,19 @@ static const struct opt options[] = {
      .o_default = "30s",
      .o_help = "a connection must send a request head within DURATION of connecting or of "
 	       "its last response (slowloris)"},
+    {"body-timeout", "DURATION", OPT_SECONDS, OPT_DST(CF.cf_body_timeout), .o_min = 1,
+     .o_max = MAX_WAIT_S, .o_expect = "a duration such as 30, 30s or 1m, from 1s to 7 days",
+     .o_default = "30s",
+     .o_help = "a request's body must be in within DURATION of its head, however it trickles "
+	       "(408 and the connection closed; a 16M body at 30s needs ~550 KiB/s)"},
+    {"allowed-origin", "ORIGIN", OPT_FUNC, .o_fn = caller_origin_option,
+     .o_help = "a web page origin (https://app.example.com) whose browser requests are "
+	       "answered, CORS preflights included (repeatable, or a comma list; * for any); "
+	       "a request with any other Origin is refused (403)"},
+    {"allowed-host", "NAME", OPT_FUNC, .o_fn = caller_host_option,
+     .o_help = "a name clients reach the server by, besides localhost and IP addresses "
+	       "(repeatable, or a comma list; * for any, e.g. behind an ingress that checks "
+	       "it); a request with another Host is refused (403: DNS rebinding)"},
     {"conn-timeout", "DURATION", OPT_SECONDS, OPT_DST(CF.cf_conn_timeout), .o_max = MAX_WAIT_S,
      .o_expect = "a duration such as 120, 90s or 2m, at most 7 days", .o_default = "2m",
      .o_help = "idle HTTP connection timeout"},

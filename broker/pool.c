@@ -50,33 +50,52 @@ pool_nonempty(int dirfd, const char *name)
 static uint64_t
 pool_packages_changed(void)
 {
-	char lib[PATH_MAX], site[NAME_MAX + 32];
+	char site[PATH_MAX];
 	struct timespec newest = {0}, rt;
+	struct boxpath_view v;
 	struct dirent *de;
 	struct stat st;
-	DIR *d;
+	int fd = -1, dfd;
+	DIR *d = NULL;
 
-	if (!sv.sv_cf.cf_sandbox ||
-	    snprintf(lib, sizeof(lib), "%s" PACKAGES_VENV "/lib", box_workspace_of(NULL)) >=
-		    (int)sizeof(lib) ||
-	    !(d = opendir(lib)))
+	/* looked at in the box's view: a tenant's link leads nowhere out of it */
+	if (!sv.sv_cf.cf_sandbox || boxpath_view_open(&v, box_workspace_of(NULL)) < 0)
 		return 0;
-	while ((de = readdir(d))) {
-		if (strncmp(de->d_name, "python", 6))
-			continue;
-		snprintf(site, sizeof(site), "%s/site-packages", de->d_name);
-		if (fstatat(dirfd(d), site, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
-		    pool_nonempty(dirfd(d), site) &&
-		    (st.st_mtim.tv_sec > newest.tv_sec ||
-		     (st.st_mtim.tv_sec == newest.tv_sec && st.st_mtim.tv_nsec > newest.tv_nsec)))
-			newest = st.st_mtim;
+	if (boxpath_open(&v, BOX_HOME PACKAGES_VENV "/lib", 0, &fd, NULL, 0) < 0 ||
+	    fd < 0 || (dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		goto out;
+	if (!(d = fdopendir(dfd))) {
+		close(dfd);
+		goto out;
 	}
-	closedir(d);
+	while ((de = readdir(d))) {
+		int sfd;
+		if (strncmp(de->d_name, "python", 6) ||
+		    snprintf(site, sizeof(site),
+		             BOX_HOME PACKAGES_VENV "/lib/%s/site-packages",
+		             de->d_name) >= (int)sizeof(site) ||
+		    boxpath_open(&v, site, BOXPATH_NOFOLLOW, &sfd, NULL, 0) < 0 ||
+		    sfd < 0)
+			continue;
+		if (fstat(sfd, &st) == 0 && S_ISDIR(st.st_mode) &&
+		    pool_nonempty(sfd, ".") &&
+		    (st.st_mtim.tv_sec > newest.tv_sec ||
+		     (st.st_mtim.tv_sec == newest.tv_sec &&
+		      st.st_mtim.tv_nsec > newest.tv_nsec)))
+			newest = st.st_mtim;
+		close(sfd);
+	}
+out:
+	if (d)
+		closedir(d);
+	if (fd >= 0)
+		close(fd);
+	boxpath_view_close(&v);
 	if (!newest.tv_sec)
 		return 0;
 	clock_gettime(CLOCK_REALTIME, &rt);
 	int64_t ago = (int64_t)(rt.tv_sec - newest.tv_sec) * 1000 +
-		      (rt.tv_nsec - newest.tv_nsec) / 1000000;
+	              (rt.tv_nsec - newest.tv_nsec) / 1000000;
 	uint64_t now = now_ms();
 	return ago <= 0 ? now : (uint64_t)ago < now ? now - (uint64_t)ago : 1;
 }

@@ -1,12 +1,9 @@
 /*
  * boxview.c — what a box shows of the host, by path: the system read-only
  * at its own paths, and the workspace at BOX_HOME. The proxy builds its
- * boxes' roots from it (boxroot.c); the broker checks a context's cwd, a
- * path of that view, against it.
+ * boxes' roots from it (boxroot.c); a tenant's path (a context's cwd) is
+ * resolved in that view by boxpath.c, never on the host.
  */
-#include <errno.h>
-#include <limits.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "lib.h"
@@ -22,16 +19,6 @@ below(const char *path, const char *dir)
 	return !strncmp(path, dir, n) && (path[n] == '/' || !path[n]);
 }
 
-/* Whether a component of path is "." or "..". */
-static bool
-climbs(const char *path)
-{
-	for (const char *p = path; (p = strchr(p, '/')); p++)
-		if (p[1] == '.' && (!p[2] || p[2] == '/' || (p[2] == '.' && (!p[3] || p[3] == '/'))))
-			return true;
-	return false;
-}
-
 bool
 boxview_is_system(const char *path)
 {
@@ -39,28 +26,4 @@ boxview_is_system(const char *path)
 		if (below(path, *s))
 			return true;
 	return false;
-}
-
-/*
- * Where path (absolute, in a box) is on the host: below BOX_HOME, the
- * workspace; a system part, itself; /tmp, none (the box's own, empty when a
- * kernel starts: *out is ""). -ENOENT for a path the box does not show,
- * -EINVAL for one that is not absolute or climbs with "..".
- */
-int
-boxview_host_path(const char *workspace, const char *path, char *out, size_t outsz)
-{
-	if (path[0] != '/' || climbs(path))
-		return -EINVAL;
-	if (below(path, BOX_HOME))
-		return snprintf(out, outsz, "%s%s", workspace, path + strlen(BOX_HOME)) < (int)outsz
-			       ? 0
-			       : -ENAMETOOLONG;
-	if (!strcmp(path, "/tmp")) {
-		*out = '\0';
-		return 0;
-	}
-	if (boxview_is_system(path))
-		return snprintf(out, outsz, "%s", path) < (int)outsz ? 0 : -ENAMETOOLONG;
-	return -ENOENT;
 }

@@ -47,7 +47,25 @@ int lang_normalise(const char *in, char *out, size_t outsz);
 #define PACKAGES_VENV "/.local/venv" /* below HOME: the tenant's Python venv (packages.c) */
 extern const char *const boxview_system[];
 bool boxview_is_system(const char *path);
-int boxview_host_path(const char *workspace, const char *path, char *out, size_t outsz);
+
+/* boxpath.c: a tenant's path resolved as its box would, never on the host */
+#define BOXPATH_MAX_MOUNTS 8
+struct boxpath_mount {
+	const char *bm_path; /* in the box, canonical ("/": a whole root, a live box's) */
+	int bm_fd;           /* the host directory shown there (O_PATH), or -1: an
+			      * empty directory of the box's own (its /tmp at start) */
+};
+struct boxpath_view {
+	struct boxpath_mount bv_mounts[BOXPATH_MAX_MOUNTS];
+	size_t bv_n;
+};
+#define BOXPATH_NOFOLLOW 1u /* a symbolic link last is not followed */
+int boxpath_view_open(struct boxpath_view *v, const char *workspace);
+void boxpath_view_root(struct boxpath_view *v, int rootfd);
+void boxpath_view_close(struct boxpath_view *v);
+int boxpath_open(const struct boxpath_view *v, const char *path, unsigned flags, int *fd,
+		 char *real, size_t realsz);
+int boxpath_reopen(int fd, int flags);
 
 /* cgroup.c */
 char *cgroup_base(const char *controller);

@@ -112,7 +112,7 @@ raw_execute(const char *url, const char *id, const char *code, const char *versi
 	int fd;
 
 	if (asprintf(&req,
-		     "POST /execute HTTP/%s\r\nHost: x\r\nContent-Type: application/json\r\n"
+		     "POST /execute HTTP/%s\r\nHost: localhost\r\nContent-Type: application/json\r\n"
 		     "%sContent-Length: %zu\r\n\r\n%s",
 		     version, headers, strlen(js), js) < 0)
 		req = NULL;
