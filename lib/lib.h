@@ -184,4 +184,8 @@ void buf_append(struct buf *b, const void *p, size_t n);
 void buf_consume(struct buf *b, size_t n);
 void buf_free(struct buf *b);
 
+/* kenv.c */
+bool kenv_passes(const char *kv, const char *pass);
+int kenv_pass_add(char **list, const char *spec, char **bad);
+
 #endif
