@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lib.h"
@@ -63,4 +64,47 @@ boxview_host_path(const char *workspace, const char *path, char *out, size_t out
 	if (boxview_is_system(path))
 		return snprintf(out, outsz, "%s", path) < (int)outsz ? 0 : -ENAMETOOLONG;
 	return -ENOENT;
+}
+
+/* The host's links into /usr (or its directories), shown read-only as the system is. */
+static const char *const boxview_links[] = {"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+					    NULL};
+
+/* Which of the view's parts, as path names them, holds path; NULL if none. */
+static const char *
+part_of(const char *path, const char *workspace, const char *const *dirs, size_t ndirs)
+{
+	char real[PATH_MAX];
+
+	for (const char *const *s = boxview_system; *s; s++)
+		if (below(path, *s))
+			return *s;
+	for (const char *const *s = boxview_links; *s; s++)
+		if (below(path, *s))
+			return *s;
+	if (workspace && (below(path, workspace) ||
+			  (realpath(workspace, real) && below(path, real))))
+		return workspace;
+	for (size_t i = 0; i < ndirs; i++)
+		if (dirs[i] && (below(path, dirs[i]) || (realpath(dirs[i], real) && below(path, real))))
+			return dirs[i];
+	return NULL;
+}
+
+/*
+ * The part of a box's view (the system, the workspace, or one of dirs: what
+ * a box binds for its kernel) that shows the host file path, by its name or
+ * its real path; NULL if none does. A secret there (the access token) would
+ * be in reach of every kernel, whatever covers the file: a rename over it
+ * (a rotation) puts a new file in the cover's place.
+ */
+const char *
+boxview_shows(const char *path, const char *workspace, const char *const *dirs, size_t ndirs)
+{
+	char real[PATH_MAX];
+	const char *part = part_of(path, workspace, dirs, ndirs);
+
+	if (!part && realpath(path, real))
+		part = part_of(real, workspace, dirs, ndirs);
+	return part;
 }

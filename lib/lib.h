@@ -48,6 +48,8 @@ int lang_normalise(const char *in, char *out, size_t outsz);
 extern const char *const boxview_system[];
 bool boxview_is_system(const char *path);
 int boxview_host_path(const char *workspace, const char *path, char *out, size_t outsz);
+const char *boxview_shows(const char *path, const char *workspace, const char *const *dirs,
+			  size_t ndirs);
 
 /* cgroup.c */
 char *cgroup_base(const char *controller);

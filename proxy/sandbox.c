@@ -146,6 +146,17 @@ sandbox_init(struct proxy *px)
 		}
 	}
 	sandbox_binds(px);
+	if (bx->bx_hide) {
+		/* the broker refused a token file the view shows; these binds are ours */
+		const char *dirs[BOX_MAX_BINDS], *part;
+		for (int i = 0; i < bx->bx_nbinds; i++)
+			dirs[i] = bx->bx_binds[i].bb_path;
+		if ((part = boxview_shows(bx->bx_hide, bx->bx_workspace, dirs, bx->bx_nbinds))) {
+			log_err("context %s: the box would show the access token file %s (in %s): "
+				"put it where no box looks", px->px_id, bx->bx_hide, part);
+			return -EPERM;
+		}
+	}
 	log_info("context %s: sandbox: uid %u%s, isolation %s, network %s, pids %llu, "
 		 "memory %llu, tmp %llu, workspace %s",
 		 px->px_id, (unsigned)(bx->bx_userns ? bx->bx_inuid : bx->bx_uid),

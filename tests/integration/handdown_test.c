@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -417,4 +418,139 @@ Test(handdown, a_kernel_flooding_its_output_grows_no_log, .timeout = 180)
 	             (long long)(after.st_size - before.st_size));
 	context_delete(URL, id);
 	free(id);
+}
+
+/* and, as patterns that match them but not their own text, STEM "[x]" */
+#define TOKEN_OLD_STEM "sc-token-old-never-in-a-bo"
+#define TOKEN_OLD TOKEN_OLD_STEM "x"
+#define TOKEN_NEW_STEM "sc-token-new-never-in-a-bo"
+#define TOKEN_NEW TOKEN_NEW_STEM "x"
+
+/* A token file of mode 0644 (as a careless operator leaves it) in dir, made here. */
+static void
+token_in(const char *dir, const char *token, char path[256])
+{
+	int fd;
+
+	snprintf(path, 256, "%s/token", dir);
+	cr_assert(mkdir(dir, 0755) == 0 || errno == EEXIST, "%s: %s", dir,
+	          strerror(errno));
+	cr_assert((fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644)) >= 0);
+	cr_assert_eq(write(fd, token, strlen(token)), (ssize_t)strlen(token));
+	close(fd);
+}
+
+/* The usual rotation: a new file beside it, renamed over it. */
+static void
+rotate(const char *dir, const char *path)
+{
+	char tmp[256];
+	int fd;
+
+	snprintf(tmp, sizeof(tmp), "%s/token.new", dir);
+	cr_assert((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644)) >= 0);
+	cr_assert_eq(write(fd, TOKEN_NEW, strlen(TOKEN_NEW)), (ssize_t)strlen(TOKEN_NEW));
+	close(fd);
+	cr_assert_eq(rename(tmp, path), 0);
+}
+
+/* Every route a kernel of a language may try: by path, through /proc, a search. */
+static void
+no_token_reached(const struct broker *b, const char *dir, const char *path)
+{
+	char code[4096];
+	char *py = context_new(b->b_url, "python", NULL),
+	     *sh = context_new(b->b_url, "bash", NULL);
+
+	cr_assert(py && sh);
+	snprintf(
+	    code, sizeof(code),
+	    "import os, glob\n"
+	    "p, toks, found = '%s', ('" TOKEN_OLD "', '" TOKEN_NEW "'), []\n"
+	    "for c in (p, '/proc/self/root' + p, '/proc/1/root' + p, '%s'):\n"
+	    "    try:\n"
+	    "        found.append('dir %%s' %% c if os.path.isdir(c) else "
+	    "open(c).read())\n"
+	    "    except OSError:\n"
+	    "        pass\n"
+	    "for f in glob.glob('/proc/[0-9]*/environ') + "
+	    "glob.glob('/proc/[0-9]*/cmdline'):\n"
+	    "    try:\n"
+	    "        d = open(f, 'rb').read().decode('utf-8', 'replace')\n"
+	    "        found += [f for t in toks if t in d]\n"
+	    "    except OSError:\n"
+	    "        pass\n"
+	    "for f in glob.glob('/proc/[0-9]*/fd/*') + glob.glob('/proc/[0-9]*/cwd'):\n"
+	    "    try:\n"
+	    "        if '%s' in os.readlink(f): found.append(f)\n"
+	    "    except OSError:\n"
+	    "        pass\n"
+	    "print(found)\n",
+	    path, dir, dir);
+	char *out = run_stdout(b->b_url, py, code);
+	cr_expect_str_eq(out, "[]\n", "a python kernel found the token: %s", out);
+	free(out);
+	snprintf(code, sizeof(code),
+	         "cat '%s' /proc/1/root'%s' 2>/dev/null; ls '%s' 2>/dev/null; "
+	         /* (as patterns its own code, in /tmp, does not match) */
+	         "grep -rls -e '" TOKEN_OLD_STEM "[x]' -e '" TOKEN_NEW_STEM
+	         "[x]' /etc /home/user /tmp /run "
+	         "/dev/shm; "
+	         "echo end",
+	         path, path, dir);
+	out = run_stdout(b->b_url, sh, code);
+	cr_expect_str_eq(out, "end\n", "a bash kernel found the token: %s", out);
+	free(out);
+	free(py);
+	free(sh);
+}
+
+/*
+ * An access token the box's view would show (under /etc) is refused at
+ * start: no cover of the file survives its rotation. One where no box looks,
+ * rotated the usual way under running kernels, is reached by none of them,
+ * old or new, by any route.
+ */
+Test(handdown, a_rotated_token_is_out_of_every_kernels_reach, .fini = priv_stop,
+     .timeout = 240)
+{
+	char etc[128], var[128], path[256], *log;
+	const char *args[] = {"--no-default-context", "--pool", "python=0",
+	                      "--access-token-file",  path,     NULL};
+
+	snprintf(etc, sizeof(etc), "/etc/sandcell-test-token-%d", (int)getpid());
+	token_in(etc, TOKEN_OLD, path);
+	int rc = broker_start(&priv, args);
+	if (rc == 0) { /* shown: what a kernel reads once it is rotated */
+		harness_access_token(TOKEN_OLD);
+		char *id = context_new(priv.b_url, "python", NULL), code[512];
+		rotate(etc, path);
+		snprintf(code, sizeof(code), "print(repr(open('%s').read()))", path);
+		char *out = id ? run_stdout(priv.b_url, id, code) : NULL;
+		harness_access_token(NULL);
+		broker_stop(&priv);
+		cr_expect_fail(
+		    "a token file under /etc was taken; rotated, a kernel reads %s", out);
+		free(out);
+		free(id);
+	} else {
+		log = broker_log(&priv);
+		cr_expect_eq(priv.b_exit, 2);
+		cr_expect(strstr(log, path) && strstr(log, "where no box looks"),
+		          "the refusal does not say why: %s", log);
+		free(log);
+	}
+	unlink(path);
+	rmdir(etc);
+
+	snprintf(var, sizeof(var), "/var/lib/sandcell-test-token-%d", (int)getpid());
+	token_in(var, TOKEN_OLD, path);
+	cr_assert_eq(broker_start(&priv, args), 0);
+	harness_access_token(TOKEN_OLD);
+	no_token_reached(&priv, var, path);
+	rotate(var, path);
+	no_token_reached(&priv, var, path);
+	harness_access_token(NULL);
+	unlink(path);
+	rmdir(var);
 }
