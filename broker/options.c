@@ -150,7 +150,8 @@ static const struct opt options[] = {
 	       "endpoint but /health and /ready; SANDCELL_ACCESS_TOKEN is not passed on to "
 	       "kernels"},
     {"access-token-file", "F", OPT_FUNC, .o_fn = token_file,
-     .o_help = "the token is the first line of F (hidden in every box)"},
+     .o_help = "the token is the first line of F, a file no box shows (one under /etc, the "
+	       "workspace or a kernel's directory is refused at start)"},
     {"max-body", "SIZE", OPT_SIZE, OPT_DST(CF.cf_max_body), .o_min = 1, .o_max = PROTO_MAX_BIG,
      .o_expect = "a size from 1 to 64M, such as 16M", .o_default = "16M",
      .o_help = "largest request body (413 above; at most 64M); a request head may take up to "
