@@ -279,14 +279,12 @@ forked_cond(void *arg)
 	return false;
 }
 
-/* A python context of the shared broker whose kernel was forked (its template may be
- * starting). */
+/* A python context of the shared broker, forked (its template may still be starting). */
 static char *
-forked(const char *base)
+forked(void)
 {
 	char *id = NULL;
 
-	(void)base;
 	cr_assert_eq(wait_until(forked_cond, &id, 90000), 0, "no kernel was forked");
 	return id;
 }
@@ -306,7 +304,7 @@ ParameterizedTest(int *li, handdown, a_kernel_gets_only_what_its_box_gives,
 	const struct lang *l = &langs[*li];
 	struct broker b = shared();
 	char *id =
-	    strcmp(l->l_name, "python") ? context_new(URL, l->l_name, NULL) : forked(URL);
+	    strcmp(l->l_name, "python") ? context_new(URL, l->l_name, NULL) : forked();
 
 	cr_assert_not_null(id, "%s: no context", l->l_name);
 	box_fds_only(URL, id, b.b_log, l->l_name);
@@ -371,7 +369,7 @@ Test(handdown, a_kernel_writing_to_every_descriptor_forges_no_log_line, .fini = 
 	const char *cold[] = {
 	    "--no-default-context", "--pool",    "python=0", "--no-template",
 	    "--env-pass",           "SC_PASSED", NULL};
-	char *id = forked(URL);
+	char *id = forked();
 
 	cr_assert_not_null(id);
 	char *out = run_stdout(URL, id, write_everywhere);
