@@ -261,6 +261,7 @@ struct server_config {
 	char cf_heartbeat_timeout[24]; /* ms, for the proxies; "" = default */
 	uint64_t cf_watchdog_ms; /* systemd watchdog interval / 2; 0 = none */
 	json_t *cf_genv;        /* global env vars */
+	char *cf_env_pass;      /* --env-pass: names, comma-separated (lib/kenv.c); NULL: none */
 };
 
 /* What the event loop watches: its fds and their event sources. */

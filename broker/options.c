@@ -20,6 +20,21 @@ env_file(const char *path, const char *origin)
 	return config_env_file(path);
 }
 
+/* --env-pass NAME (repeatable; SANDCELL_ENV_PASS: names separated by commas or spaces) */
+static int
+env_pass(const char *names, const char *origin)
+{
+	char *bad;
+
+	if (kenv_pass_add(&sv.sv_cf.cf_env_pass, names, &bad) < 0) {
+		fprintf(stderr, "sandcell-broker: %s '%s': '%s' is not a variable's name\n", origin,
+			names, bad);
+		free(bad);
+		return -1;
+	}
+	return 0;
+}
+
 static int
 token(const char *tok, const char *origin)
 {
@@ -125,12 +140,18 @@ static const struct opt options[] = {
     {"env-file", "FILE", OPT_FUNC, .o_fn = env_file,
      .o_help = "global env vars for every kernel, KEY=VALUE lines ('export ' and # comments "
 	       "allowed)"},
+    {"env-pass", "NAME", OPT_FUNC, .o_fn = env_pass,
+     .o_help = "a variable of the broker's environment every kernel gets, with its value at "
+	       "start (repeatable; the variable: names separated by commas or spaces), such as "
+	       "HTTPS_PROXY or PIP_INDEX_URL; kernels get no other of the broker's variables but "
+	       "PATH, LANG, LANGUAGE, LC_* and TZ"},
     {"access-token", "TOKEN", OPT_FUNC, .o_fn = token,
      .o_help = "require this token (X-Access-Token or Authorization: Bearer) on every "
 	       "endpoint but /health and /ready; SANDCELL_ACCESS_TOKEN is not passed on to "
 	       "kernels"},
     {"access-token-file", "F", OPT_FUNC, .o_fn = token_file,
-     .o_help = "the token is the first line of F (hidden in every box)"},
+     .o_help = "the token is the first line of F, a file no box shows (one under /etc, the "
+	       "workspace or a kernel's directory is refused at start)"},
     {"max-body", "SIZE", OPT_SIZE, OPT_DST(CF.cf_max_body), .o_min = 1, .o_max = PROTO_MAX_BIG,
      .o_expect = "a size from 1 to 64M, such as 16M", .o_default = "16M",
      .o_help = "largest request body (413 above; at most 64M); a request head may take up to "

@@ -24,7 +24,7 @@
 int
 supervise_spawn(struct context *c)
 {
-	const char *argv[64];
+	const char *argv[80];
 	char wait[24];
 	uint64_t wait_ms;
 	int n = 0;
@@ -46,6 +46,10 @@ supervise_spawn(struct context *c)
 	argv[n++] = c->c_cwd;
 	argv[n++] = "--env-file";
 	argv[n++] = sv.sv_cf.cf_env_file;
+	if (sv.sv_cf.cf_env_pass) {
+		argv[n++] = "--env-pass";
+		argv[n++] = sv.sv_cf.cf_env_pass;
+	}
 	argv[n++] = "--log-level";
 	argv[n++] = (char *)sv.sv_cf.cf_log_level;
 	if (c->c_default)

@@ -47,6 +47,8 @@ int lang_normalise(const char *in, char *out, size_t outsz);
 #define PACKAGES_VENV "/.local/venv" /* below HOME: the tenant's Python venv (packages.c) */
 extern const char *const boxview_system[];
 bool boxview_is_system(const char *path);
+const char *boxview_shows(const char *path, const char *workspace, const char *const *dirs,
+			  size_t ndirs);
 
 /* boxpath.c: a tenant's path resolved as its box would, never on the host */
 #define BOXPATH_MAX_MOUNTS 8
@@ -214,5 +216,9 @@ struct buf {
 void buf_append(struct buf *b, const void *p, size_t n);
 void buf_consume(struct buf *b, size_t n);
 void buf_free(struct buf *b);
+
+/* kenv.c */
+bool kenv_passes(const char *kv, const char *pass);
+int kenv_pass_add(char **list, const char *spec, char **bad);
 
 #endif

@@ -150,6 +150,8 @@ static const struct opt options[] = {
     {"cwd", "DIR", OPT_STRING, OPT_DST(px.px_cwd), .o_help = "the context's cwd"},
     {"kernel", "NAME", OPT_STRING, OPT_DST(opt_kernel), .o_help = "a kernelspec by name"},
     {"env-file", "FILE", OPT_STRING, OPT_DST(opt_env_file), .o_help = "the global env (JSON)"},
+    {"env-pass", "NAMES", OPT_STRING, OPT_DST(px.px_env_pass),
+     .o_help = "variables of ours the kernel gets beside PATH and the locale (comma-separated)"},
     {"log-level", "LEVEL", OPT_FUNC, .o_fn = opt_log_level, .o_help = "error, warn, info, debug"},
     {"default", NULL, OPT_SWITCH, OPT_DST(px.px_default),
      .o_help = "the broker's default context for its language"},
@@ -320,6 +322,10 @@ start(const char *kuser, unsigned long uid_arg)
 		fatal("mkdir %s: %s", px.px_dir, strerror(-c));
 	kernel_ids(&px.px_box, kuser, uid_arg);
 	kernel_dir(&px, kuser != NULL);
+	/* the kernels' stdout and stderr: a pipe of ours, never our stderr (the broker's log) */
+	if ((c = kout_open(px.px_id)) < 0)
+		fatal("context %s: the kernel's output pipe: %s", px.px_id, strerror(-c));
+	px.px_box.bx_out = kout_box_fd();
 	if ((c = sandbox_init(&px)) < 0)
 		fatal("context %s: cannot build the sandbox: %s", px.px_id, strerror(-c));
 	if (boxnet_start(&px.px_box) < 0) /* while no thread exists */

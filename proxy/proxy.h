@@ -205,6 +205,7 @@ struct box {
 	int bx_pidfd;         /* an init forked from the template; -1: none */
 	char *bx_init;        /* boxlib.c: sandcell-init, which a forked init runs */
 	int bx_initfd;        /* ... opened by that init before its mounts; -1: none */
+	int bx_out;           /* its stdout and stderr: the proxy's pipe (kout.c); -1: none */
 };
 
 /*
@@ -225,6 +226,7 @@ struct proxy {
 	char *px_deno;     /* Deno's program, on every kernel's PATH (`deno add`), or NULL */
 	struct penv *px_genv; /* global env: applied at spawn */
 	size_t px_ngenv;
+	const char *px_env_pass; /* our variables the kernel gets (lib/kenv.c); NULL: none */
 	bool px_default; /* the broker's default context for its language */
 	const char *px_py_startup; /* run in every IPython kernel at start */
 	bool px_display_is_result; /* IRkernel shows values as display_data */
@@ -326,6 +328,7 @@ void boxfw_tick(const struct box *bx, uint64_t now);
 int sandbox_init(struct proxy *px);
 int sandbox_enter(const struct box *bx);
 int sandbox_kernel_child(const char *cwd, bool reset_signals);
+int sandbox_stdio(int out, int sock);
 pid_t sandbox_recv(int sock, void *data, size_t len, ssize_t *got, int flags, int *fd);
 int sandbox_spawn(struct box *bx, const char *dir, const char *exe, char **argv, char **envp,
 		  struct kproc *kp);
@@ -417,6 +420,13 @@ void dispatch_msg(struct msg *m);
 void dispatch_stop(void);
 bool dispatch_quit(void);
 bool dispatch_gone(void);
+
+/* kout.c: a box's stdout and stderr, read and logged as lines of ours */
+int kout_open(const char *id);
+int kout_fd(void);
+int kout_box_fd(void);
+void kout_drain(uint64_t now);
+void kout_tick(uint64_t now);
 
 /* loop.c */
 void loop_run(struct proxy *px, int sigfd);
