@@ -17,7 +17,8 @@
  * it. So a context narrows what the server allows, never widens it: its
  * allow_out only opens holes in its own deny_out. DNS to the host's resolvers (its
  * /etc/resolv.conf, which the box shows) passes on port 53 alone, before
- * both. A refusal fails at once (a TCP reset, else ICMP administratively
+ * both, unless the operator's or the context's own rules refuse the
+ * resolver. A refusal fails at once (a TCP reset, else ICMP administratively
  * prohibited) and counts in a named counter the proxy reports (MSG_STATS).
  */
 #include <arpa/inet.h>
@@ -131,9 +132,30 @@ boxfw_host(void)
 	freeifaddrs(ifa);
 }
 
-/* The host's resolvers, as the box's /etc/resolv.conf (the host's) names them. */
+/*
+ * Whether a chain's rules, in their order, pass addr (the first that holds
+ * it decides; none: it passes); with_defaults false: as if the default list
+ * and the host's addresses were not there.
+ */
+static bool
+chain_passes(const struct rule *v, size_t n, const struct cidr *addr, bool with_defaults)
+{
+	for (size_t i = 0; i < n; i++)
+		if ((with_defaults || v[i].r_class != RC_DEFAULT) &&
+		    cidr_within(addr, &v[i].r_net))
+			return v[i].r_allow;
+	return true;
+}
+
+/*
+ * The host's resolvers, as the box's /etc/resolv.conf (the host's) names
+ * them: port 53 passes to them, whatever the default list and the host's
+ * addresses say, unless the operator's rules or the context's refuse the
+ * resolver itself (deny_out 0.0.0.0/0 leaves no DNS either).
+ */
 static void
-put_resolvers(FILE *f)
+put_resolvers(FILE *f, const struct rule *srv, size_t nsrv, const struct rule *ctx,
+              size_t nctx)
 {
 	FILE *rc = fopen("/etc/resolv.conf", "re");
 	char line[256], addr[INET6_ADDRSTRLEN + 1], err[128];
@@ -141,7 +163,9 @@ put_resolvers(FILE *f)
 	while (rc && fgets(line, sizeof(line), rc)) {
 		struct cidr c;
 		if (sscanf(line, " nameserver %46s", addr) != 1 ||
-		    cidr_parse(addr, &c, err, sizeof(err)) < 0)
+		    cidr_parse(addr, &c, err, sizeof(err)) < 0 ||
+		    !chain_passes(srv, nsrv, &c, false) ||
+		    !chain_passes(ctx, nctx, &c, true))
 			continue;
 		fprintf(f,
 		        "add rule inet " BOXFW_TABLE
@@ -193,7 +217,7 @@ ruleset(const struct boxfw *fw)
 	fprintf(f, "add chain inet " BOXFW_TABLE
 	           " out { type filter hook output priority 0; policy accept; }\n"
 	           "add rule inet " BOXFW_TABLE " out oifname \"lo\" accept\n");
-	put_resolvers(f);
+	put_resolvers(f, srv, nsrv, ctx, nctx); /* (the chains are in their order now) */
 	fprintf(f, "add rule inet " BOXFW_TABLE " out jump server\n"
 	           "add rule inet " BOXFW_TABLE " out jump context\n");
 	fclose(f);

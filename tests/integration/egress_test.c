@@ -141,6 +141,46 @@ refusals_counted(void *arg)
 }
 
 /*
+ * Python: a DNS query (for a name that cannot exist) to the first IPv4
+ * resolver of the box's /etc/resolv.conf: "53 answered", "53 not refused"
+ * (no answer in 5 s: its way is open) or "53 refused"; then whether its
+ * port 80 is refused (at once) or reached; "no resolver" if none.
+ */
+static const char dns_py[] =
+    "import ipaddress, socket, time\n"
+    "ns = [l.split()[1] for l in open('/etc/resolv.conf') if "
+    "l.startswith('nameserver')]\n"
+    "ns = [a for a in ns if ipaddress.ip_address(a).version == 4 and\n"
+    "      not ipaddress.ip_address(a).is_loopback]\n"
+    "if not ns:\n"
+    "    print('no resolver')\n"
+    "else:\n"
+    "    a = ns[0]\n"
+    "    q = b'\\x12\\x34\\x01\\x00\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x00' + "
+    "\\\n"
+    "        b'\\x07sandcell\\x07invalid\\x00\\x00\\x01\\x00\\x01'\n"
+    "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+    "    s.settimeout(5)\n"
+    "    try:\n"
+    "        s.connect((a, 53))\n"
+    "        s.send(q)\n"
+    "        s.recv(512)\n"
+    "        print('53 answered')\n"
+    "    except socket.timeout:\n"
+    "        print('53 not refused')\n"
+    "    except OSError as e:\n"
+    "        print('53 refused', e)\n"
+    "    if ipaddress.ip_address(a).is_private:\n"
+    "        t = time.time()\n"
+    "        try:\n"
+    "            socket.create_connection((a, 80), 10)\n"
+    "            print('80 reached')\n"
+    "        except OSError:\n"
+    "            print('80 refused' if time.time() - t < 3 else '80 hung')\n"
+    "    else:\n"
+    "        print('80 refused')\n";
+
+/*
  * Python's, bash's and Deno's way out reach the internet and not the
  * metadata nor the private host, refused at once; the refusals are counted.
  * The host's resolver (a private address here, 10.255.255.53 on this
@@ -178,40 +218,7 @@ default_rules(const char *const *args, uid_t as)
 	 */
 	char *py = context_new(eb.b_url, "python", NULL);
 	cr_assert_not_null(py);
-	char *out = run_stdout(
-	    eb.b_url, py,
-	    "import ipaddress, socket, time\n"
-	    "ns = [l.split()[1] for l in open('/etc/resolv.conf') if "
-	    "l.startswith('nameserver')]\n"
-	    "ns = [a for a in ns if ipaddress.ip_address(a).version == 4 and\n"
-	    "      not ipaddress.ip_address(a).is_loopback]\n"
-	    "if not ns:\n"
-	    "    print('no resolver')\n"
-	    "else:\n"
-	    "    a = ns[0]\n"
-	    "    q = b'\\x12\\x34\\x01\\x00\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x00' + "
-	    "\\\n"
-	    "        b'\\x07sandcell\\x07invalid\\x00\\x00\\x01\\x00\\x01'\n"
-	    "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-	    "    s.settimeout(5)\n"
-	    "    s.connect((a, 53))\n"
-	    "    s.send(q)\n"
-	    "    try:\n"
-	    "        s.recv(512)\n"
-	    "        print('53 answered')\n"
-	    "    except socket.timeout:\n"
-	    "        print('53 not refused')\n"
-	    "    except OSError as e:\n"
-	    "        print('53 refused', e)\n"
-	    "    if ipaddress.ip_address(a).is_private:\n"
-	    "        t = time.time()\n"
-	    "        try:\n"
-	    "            socket.create_connection((a, 80), 10)\n"
-	    "            print('80 reached')\n"
-	    "        except OSError:\n"
-	    "            print('80 refused' if time.time() - t < 3 else '80 hung')\n"
-	    "    else:\n"
-	    "        print('80 refused')\n");
+	char *out = run_stdout(eb.b_url, py, dns_py);
 	cr_assert_not_null(out);
 	if (strcmp(out, "no resolver\n")) {
 		cr_expect(!strncmp(out, "53 answered\n", 12) ||
@@ -340,6 +347,12 @@ context_rules(const char *isolation)
 	out = probe(eb.b_url, only, "python");
 	cr_expect_str_eq(out, "refused\nrefused\npage\n",
 	                 "python, the private host alone: %s", out);
+	free(out);
+	/* deny_out all leaves no DNS either: the resolver is refused like the rest */
+	out = run_stdout(eb.b_url, only, dns_py);
+	cr_assert_not_null(out);
+	cr_expect(!strcmp(out, "no resolver\n") || !strncmp(out, "53 refused", 10),
+	          "DNS under deny_out all: %s", out);
 	free(out);
 
 	char *none =
