@@ -15,7 +15,9 @@
 /*
  * Refused by default: "this network", loopback, link-local (cloud metadata,
  * 169.254.169.254), the private ranges, carrier-grade NAT; IPv6's loopback,
- * link-local, unique-local and IPv4-mapped addresses.
+ * link-local, unique-local and IPv4-mapped addresses, and those IPv4 ranges
+ * as NAT64's well-known prefix embeds them (64:ff9b::169.254.169.254, where
+ * a NAT64 gateway would carry them on).
  */
 const char *const cidr_default_deny[] = {
     "0.0.0.0/8",
@@ -30,6 +32,12 @@ const char *const cidr_default_deny[] = {
     "::ffff:0:0/96",
     "fc00::/7",
     "fe80::/10",
+    "64:ff9b::a00:0/104",
+    "64:ff9b::6440:0/106",
+    "64:ff9b::7f00:0/104",
+    "64:ff9b::a9fe:0/112",
+    "64:ff9b::ac10:0/108",
+    "64:ff9b::c0a8:0/112",
     NULL,
 };
 
