@@ -170,6 +170,17 @@ check_network(void)
 		sv.sv_cf.cf_kernel_network = "none";
 		return;
 	}
+	/* never a way out without the egress rules (egress.c) */
+	const char *why = egress_probe();
+	if (why) {
+		static char what[384];
+		snprintf(what, sizeof(what),
+			 "outbound network: nftables cannot set the boxes' egress rules here (%s), "
+			 "so contexts have loopback only", why);
+		lack(what, "nftables in the kernel (nf_tables, nft_reject_inet)");
+		sv.sv_cf.cf_kernel_network = "none";
+		return;
+	}
 	if ((own_userns || !boxns_has_cap(CAP_MKNOD)) && (st.st_mode & 0006) != 0006) {
 		if (chmod("/dev/net/tun", 0666) == 0)
 			log_info("sandbox: /dev/net/tun made 0666 (Debian's default) for pasta, "

@@ -522,6 +522,7 @@ void egress_free(struct egress_lists *el);
 bool egress_own(const struct egress_lists *el);
 void egress_args(const struct context *c, const char **argv, int *n);
 json_t *egress_json(void);
+const char *egress_probe(void);
 void egress_adopt(struct context *c, json_t *net);
 json_t *egress_context_json(const struct context *c);
 

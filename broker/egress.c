@@ -12,9 +12,15 @@
  * E2B's). A context narrows what the server allows; it never widens it.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nftables/libnftables.h>
 
 #include "broker.h"
 
@@ -72,6 +78,60 @@ int
 egress_deny(const char *list, const char *origin)
 {
 	return server_add(list, origin, 1);
+}
+
+/*
+ * Whether nftables takes egress rules here, as a proxy sets them (the reset,
+ * the counter, the output hook), in a network namespace of a child's own
+ * (not root: in a user namespace of its own too). NULL, or why not (a
+ * static string): then no box may have a way out.
+ */
+const char *
+egress_probe(void)
+{
+	static char why[256];
+	static const char rules[] =
+	    "add table inet probe\n"
+	    "add counter inet probe refused\n"
+	    "add chain inet probe out { type filter hook output priority 0; }\n"
+	    "add rule inet probe out ip daddr 169.254.0.0/16 counter name \"refused\"\n"
+	    "add rule inet probe out meta l4proto tcp reject with tcp reset\n"
+	    "add rule inet probe out reject with icmpx type admin-prohibited\n";
+	int p[2], status = 0;
+	ssize_t n = 0;
+	pid_t pid;
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return strerror(errno);
+	if ((pid = fork()) == 0) {
+		struct nft_ctx *nft = NULL;
+		const char *e = "";
+		close(p[0]);
+		if (unshare((geteuid() ? CLONE_NEWUSER : 0) | CLONE_NEWNET) < 0)
+			e = strerror(errno);
+		else if (!(nft = nft_ctx_new(NFT_CTX_DEFAULT)))
+			e = "nft_ctx_new failed";
+		else if (nft_ctx_buffer_error(nft),
+		         nft_run_cmd_from_buffer(nft, rules) != 0)
+			e = nft_ctx_get_error_buffer(nft);
+		if (*e && write(p[1], e, strlen(e)) < 0)
+			_exit(2);
+		_exit(*e ? 1 : 0);
+	}
+	close(p[1]);
+	if (pid > 0) {
+		n = read(p[0], why, sizeof(why) - 1);
+		waitpid(pid, &status, 0);
+	}
+	close(p[0]);
+	if (pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		return NULL;
+	why[n > 0 ? n : 0] = '\0';
+	why[strcspn(why, "\n")] = '\0';
+	if (!why[0])
+		snprintf(why, sizeof(why), "%s",
+		         pid < 0 ? strerror(errno) : "the probe failed");
+	return why;
 }
 
 /* One of a context's lists: an array of CIDR strings, as a canonical comma list. */
@@ -159,8 +219,9 @@ egress_context(json_t *body, struct egress_lists *el, char *err, size_t errsz)
 	}
 	/* unboxed, a kernel has the host's network: nothing could hold it to them */
 	if (egress_own(el) && !sv.sv_cf.cf_sandbox) {
-		snprintf(err, errsz, "'network': this server runs kernels unboxed (--no-sandbox), "
-				     "with the host's network; it cannot hold a context to rules");
+		snprintf(err, errsz,
+		         "'network': this server runs kernels unboxed (--no-sandbox), "
+		         "with the host's network; it cannot hold a context to rules");
 		egress_free(el);
 		return -EINVAL;
 	}
