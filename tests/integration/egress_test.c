@@ -519,3 +519,26 @@ Test(egress, a_contexts_rules_outlive_a_broker_restart_and_a_proxy_respawn,
 	free(out);
 	free(id);
 }
+
+/*
+ * The server's own lists: no internet (SANDCELL_EGRESS_DENY, as an image
+ * sets it) but a package mirror (--egress-allow), for every context: the
+ * longer prefix decides.
+ */
+Test(egress, the_server_denies_the_internet_and_opens_a_mirror, .fini = egress_stop,
+     .timeout = 120)
+{
+	const char *args[] = {"--no-default-context", "--pool",       "python=0",
+	                      "--egress-allow",       "10.99.0.0/24", NULL};
+
+	standins();
+	setenv("SANDCELL_EGRESS_DENY", "0.0.0.0/0, ::/0", 1);
+	start(args, 0);
+	unsetenv("SANDCELL_EGRESS_DENY");
+	char *id = context_new(eb.b_url, "python", NULL);
+	cr_assert_not_null(id);
+	char *out = probe(eb.b_url, id, "python");
+	cr_expect_str_eq(out, "refused\nrefused\npage\n", "the mirror alone: %s", out);
+	free(out);
+	free(id);
+}
