@@ -12,8 +12,8 @@ override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializ
 # msgpack-c is msgpack-c.pc (-lmsgpack-c) from Debian 13 on, msgpack.pc (-lmsgpackc) before
 MSGPACK_LIBS := $(shell pkg-config --libs msgpack-c 2>/dev/null || pkg-config --libs msgpack 2>/dev/null || echo -lmsgpackc)
 LDLIBS_PROTO  = -lnng $(MSGPACK_LIBS) -ljansson -lpthread
-LDLIBS_PROXY  = $(LDLIBS_PROTO) -lcjson -lsodium -lseccomp
-LDLIBS_BROKER = $(LDLIBS_PROTO) -lmicrohttpd -lsodium
+LDLIBS_PROXY  = $(LDLIBS_PROTO) -lcjson -lsodium -lseccomp -lnftables
+LDLIBS_BROKER = $(LDLIBS_PROTO) -lmicrohttpd -lsodium -lnftables
 LDLIBS_TEST   = -lcriterion -lcurl
 
 LISTEN  ?= 127.0.0.1:49999

@@ -58,11 +58,11 @@ box_level_json(void)
 	for (size_t i = 0; sv.sv_cf.cf_sandbox && i < nmissing; i++)
 		json_array_append_new(m, json_pack("{s:s, s:s}", "what", missing[i].l_what, "how",
 						   missing[i].l_how));
-	return json_pack("{s:s, s:b, s:o}", "level",
+	return json_pack("{s:s, s:b, s:o, s:o}", "level",
 			 !sv.sv_cf.cf_sandbox ? "off"
 			 : nmissing	     ? "reduced"
 					     : "full",
-			 "own_user_namespace", own_userns, "missing", m);
+			 "own_user_namespace", own_userns, "missing", m, "egress", egress_json());
 }
 
 /*
@@ -167,6 +167,17 @@ check_network(void)
 	if (stat("/dev/net/tun", &st) < 0 || !S_ISCHR(st.st_mode)) {
 		lack("outbound network: there is no /dev/net/tun, so contexts have loopback only",
 		     "the tun device (podman, docker: --device /dev/net/tun)");
+		sv.sv_cf.cf_kernel_network = "none";
+		return;
+	}
+	/* never a way out without the egress rules (egress.c) */
+	const char *why = egress_probe();
+	if (why) {
+		static char what[384];
+		snprintf(what, sizeof(what),
+			 "outbound network: nftables cannot set the boxes' egress rules here (%s), "
+			 "so contexts have loopback only", why);
+		lack(what, "nftables in the kernel (nf_tables, nft_reject_inet)");
 		sv.sv_cf.cf_kernel_network = "none";
 		return;
 	}
@@ -660,6 +671,7 @@ box_args(struct context *c, const char **argv, int *n)
 	argv[(*n)++] = sv.sv_cf.cf_isolated ? "context" : "shared";
 	argv[(*n)++] = "--network";
 	argv[(*n)++] = sv.sv_cf.cf_kernel_network;
+	egress_args(c, argv, n);
 	argv[(*n)++] = "--pids";
 	argv[(*n)++] = sv.sv_cf.cf_kernel_pids;
 	argv[(*n)++] = "--tmp-size";

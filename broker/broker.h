@@ -185,6 +185,11 @@ struct proxy_link {
 	enum kstate pl_state;
 };
 
+/* A context's own egress rules (egress.c): canonical comma lists of CIDRs, or NULL. */
+struct egress_lists {
+	char *el_allow, *el_deny; /* allow_out, deny_out */
+};
+
 struct context {
 	TAILQ_ENTRY(context) c_link;
 	char c_id[37];
@@ -207,6 +212,7 @@ struct context {
 	unsigned c_net_uid;   /* ... and its network's (boxnet.c); 0 = shared */
 	int c_net_lease;
 	char *c_workspace;    /* its own workspace on the host (--isolation context), or NULL */
+	struct egress_lists c_egress; /* its own network rules; a warm proxy has none */
 };
 TAILQ_HEAD(contextq, context);
 
@@ -386,6 +392,7 @@ enum metric {
 	M_PROXY_RESTART,
 	M_BYTES,
 	M_OUTPUT_DROPPED,
+	M_EGRESS_REFUSED,
 };
 void metrics_http(const char *endpoint, const char *method, unsigned status);
 void metrics_execution(struct stream *s, const char *outcome, uint64_t wait_ms,
@@ -406,7 +413,8 @@ int validate_execute(json_t *body, struct msg *m, const char **ctx_id, char *lan
 
 /* request.c */
 void request_execute(struct request *rq, json_t *body);
-void request_create(struct request *rq, const char *language, const char *cwd);
+void request_create(struct request *rq, const char *language, const char *cwd,
+		    struct egress_lists *net);
 void request_context(struct request *rq, const char *id, int op);
 void request_drain(struct request *rq, bool drain);
 
@@ -506,9 +514,21 @@ bool template_reaped(pid_t pid, int status);
 void template_tick(uint64_t now);
 void template_stop(void);
 
+/* egress.c */
+int egress_allow(const char *list, const char *origin);
+int egress_deny(const char *list, const char *origin);
+int egress_context(json_t *body, struct egress_lists *el, char *err, size_t errsz);
+void egress_free(struct egress_lists *el);
+bool egress_own(const struct egress_lists *el);
+void egress_args(const struct context *c, const char **argv, int *n);
+json_t *egress_json(void);
+const char *egress_probe(void);
+void egress_adopt(struct context *c, json_t *net);
+json_t *egress_context_json(const struct context *c);
+
 /* pool.c */
-int pool_create(const char *lang, const char *cwd, bool is_default, struct context **out,
-		char *err, size_t errsz);
+int pool_create(const char *lang, const char *cwd, bool is_default,
+		struct egress_lists *net, struct context **out, char *err, size_t errsz);
 struct context *pool_use(const char *kernel, const char *cwd, bool is_default);
 bool pool_restart(struct context *c);
 void pool_fill(void);

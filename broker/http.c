@@ -64,18 +64,21 @@ do_create(struct http_request *hr)
 {
 	char err[1024];
 	const char *language = NULL, *cwd = NULL;
+	struct egress_lists net = {0};
 	json_t *body = NULL;
 
 	if (hr->hr_body.b_len) {
 		if (!(body = parse_body(hr, err, sizeof(err))))
 			return respond_now(hr, 400, respond_text("%s", err));
 		if (validate_opt_string(body, "language", &language, err, sizeof(err)) < 0 ||
-		    validate_opt_string(body, "cwd", &cwd, err, sizeof(err)) < 0) {
+		    validate_opt_string(body, "cwd", &cwd, err, sizeof(err)) < 0 ||
+		    egress_context(body, &net, err, sizeof(err)) < 0) {
 			json_decref(body);
 			return respond_now(hr, 400, respond_text("%s", err));
 		}
 	}
-	request_create(&hr->hr_rq, language, cwd);
+	request_create(&hr->hr_rq, language, cwd, &net);
+	egress_free(&net);
 	json_decref(body);
 	return MHD_YES;
 }

@@ -258,6 +258,15 @@ static const struct opt options[] = {
      .o_help = "shared: one uid and one workspace for all contexts (E2B: a file written in one "
 	       "is read in another); context: each context gets a uid of its own and its own "
 	       "workspace <workspace>/<id> (0700, removed with the context) and no warm pool"},
+    {"egress-allow", "CIDR[,...]", OPT_FUNC, .o_fn = egress_allow,
+     .o_help = "addresses of the default deny list boxes may reach after all, such as a "
+	       "package mirror's 10.99.0.0/24 (repeatable; IPv4 or IPv6). By default a box "
+	       "reaches the internet but not link-local (cloud metadata), private, "
+	       "carrier-grade NAT or loopback ranges, nor the host's own addresses "
+	       "(docs/SECURITY.md: Egress)"},
+    {"egress-deny", "CIDR[,...]", OPT_FUNC, .o_fn = egress_deny,
+     .o_help = "more addresses boxes may not reach, such as 0.0.0.0/0 and ::/0 for no "
+	       "internet (repeatable); the longest matching prefix of both lists decides"},
     {"kernel-network", "outbound|none", OPT_FUNC, .o_fn = network, .o_default = "outbound",
      .o_help = "each context has a network of its own; outbound: with a way out through pasta "
 	       "(nothing comes in, the host's loopback is out of reach); none: loopback only"},

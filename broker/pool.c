@@ -129,6 +129,8 @@ pool_take(const char *kernel, const struct context *x, const char *cwd)
 	bool looked = false;
 	struct context *c;
 
+	if (x && egress_own(&x->c_egress)) /* its rules are not a warm box's */
+		return NULL;
 	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link) {
 		if (!c->c_pooled || !c->c_ready || c->c_deleting || c->c_pl->pl_pid <= 0 ||
 		    c->c_pl->pl_state != KS_IDLE || strcmp(c->c_kernel, kernel))
@@ -312,8 +314,8 @@ pool_restart(struct context *x)
  * and "python" are the same default context.
  */
 int
-pool_create(const char *want, const char *cwd, bool is_default, struct context **out,
-	       char *err, size_t errsz)
+pool_create(const char *want, const char *cwd, bool is_default, struct egress_lists *net,
+	    struct context **out, char *err, size_t errsz)
 {
 	struct context *c;
 	const struct kspec *ks;
@@ -332,12 +334,17 @@ pool_create(const char *want, const char *cwd, bool is_default, struct context *
 		free(avail);
 		return -ENOENT;
 	}
-	if ((c = pool_use(ks->ks_name, cwd, is_default))) {
+	/* a warm proxy's box has the server's rules alone: none for a context with its own */
+	if (!egress_own(net) && (c = pool_use(ks->ks_name, cwd, is_default))) {
 		*out = c;
 		return 0;
 	}
 	c = context_new(NULL, ks->ks_lang, ks->ks_name, cwd, is_default);
 	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_contexts, c, c_link);
+	if (net) { /* the context's now */
+		c->c_egress = *net;
+		memset(net, 0, sizeof(*net));
+	}
 	if ((rc = box_isolate(c, err, errsz)) < 0) {
 		context_free(c);
 		return rc;

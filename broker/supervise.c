@@ -308,6 +308,7 @@ supervise_adopt_all(void)
 			json_t *box = json_object_get(j, "sandbox");
 			const char *iso = json_string_value(json_object_get(box, "isolation"));
 			c->c_pooled = pooled;
+			egress_adopt(c, json_object_get(j, "network"));
 			if (iso && !strcmp(iso, "context")) { /* its uids stay taken */
 				const char *ws = json_string_value(json_object_get(box, "workspace"));
 				c->c_uid = json_integer_value(json_object_get(box, "uid"));

@@ -81,6 +81,19 @@ uint64_t wsdisk_free(const char *path);
 int wsdisk_mount(const char *dir, uint64_t size, char *err, size_t errsz);
 void wsdisk_unmount(const char *dir, bool remove_image);
 
+/* cidr.c: an IPv4 or IPv6 address block */
+#define CIDR_STRLEN 52 /* "addr/len" of either family, and its NUL */
+struct cidr {
+	int c_family;       /* AF_INET, AF_INET6 */
+	uint8_t c_addr[16]; /* network byte order, host bits clear */
+	unsigned c_len;     /* prefix length */
+};
+extern const char *const cidr_default_deny[];
+int cidr_parse(const char *s, struct cidr *out, char *err, size_t errsz);
+void cidr_format(const struct cidr *c, char *out, size_t outsz);
+bool cidr_within(const struct cidr *inner, const struct cidr *outer);
+int cidr_list_parse(const char *list, struct cidr **v, size_t *n, char *err, size_t errsz);
+
 /* optenv.c */
 struct optenv {
 	int oe_argc;

@@ -290,6 +290,7 @@ loop_run(struct proxy *p, int sig)
 		kernel_tick(now);
 		kout_tick(now);
 		admit_flush();
+		boxfw_tick(&px->px_box, now);
 	}
 	close(ep);
 }

@@ -86,6 +86,40 @@ opt_network(const char *mode, const char *origin)
 	return 0;
 }
 
+/* --egress-allow and its kin: the box's egress rules (boxfw.c) */
+static int
+opt_egress(const char *list, const char *origin, enum boxfw_list which)
+{
+	(void)origin;
+	if (boxfw_option(&px.px_box.bx_fw, list, which) < 0)
+		usage();
+	return 0;
+}
+
+static int
+opt_egress_allow(const char *list, const char *origin)
+{
+	return opt_egress(list, origin, BOXFW_ALLOW);
+}
+
+static int
+opt_egress_deny(const char *list, const char *origin)
+{
+	return opt_egress(list, origin, BOXFW_DENY);
+}
+
+static int
+opt_context_allow(const char *list, const char *origin)
+{
+	return opt_egress(list, origin, BOXFW_CTX_ALLOW);
+}
+
+static int
+opt_context_deny(const char *list, const char *origin)
+{
+	return opt_egress(list, origin, BOXFW_CTX_DENY);
+}
+
 static int
 opt_template_wait(const char *ms, const char *origin)
 {
@@ -134,6 +168,14 @@ static const struct opt options[] = {
     {"uid-range", "A-B", OPT_FUNC, .o_fn = opt_uid_range, .o_help = "uids the box may lease"},
     {"isolation", "shared|context", OPT_FUNC, .o_fn = opt_isolation, .o_help = "(the broker's)"},
     {"network", "outbound|none", OPT_FUNC, .o_fn = opt_network, .o_help = "the box's network"},
+    {"egress-allow", "CIDR[,...]", OPT_FUNC, .o_fn = opt_egress_allow,
+     .o_help = "the server's holes in the default deny list (repeatable)"},
+    {"egress-deny", "CIDR[,...]", OPT_FUNC, .o_fn = opt_egress_deny,
+     .o_help = "the server's additions to it (repeatable)"},
+    {"context-allow-out", "CIDR[,...]", OPT_FUNC, .o_fn = opt_context_allow,
+     .o_help = "the context's allow_out (repeatable)"},
+    {"context-deny-out", "CIDR[,...]", OPT_FUNC, .o_fn = opt_context_deny,
+     .o_help = "the context's deny_out (repeatable)"},
     {"pids", "N", OPT_COUNT, OPT_DST(BX.bx_pids), .o_max = UINT64_MAX, .o_expect = "a count",
      .o_help = "pids.max; 0: none"},
     {"tmp-size", "BYTES", OPT_COUNT, OPT_DST(BX.bx_tmp_size), .o_max = UINT64_MAX,

@@ -151,6 +151,13 @@ struct box_bind {
 	bool bb_write;  /* read-write (else read-only) */
 };
 enum box_net { BOX_NET_OUTBOUND, BOX_NET_NONE };
+/* where its traffic may go (boxfw.c): the server's lists and the context's */
+enum boxfw_list { BOXFW_ALLOW, BOXFW_DENY, BOXFW_CTX_ALLOW, BOXFW_CTX_DENY, BOXFW_NLISTS };
+struct boxfw {
+	struct cidr *fw_list[BOXFW_NLISTS];
+	size_t fw_n[BOXFW_NLISTS];
+	bool fw_on; /* the rules are set */
+};
 struct box {
 	const char *bx_id;    /* the context's (or pooled proxy's): for log lines */
 	bool bx_on;           /* --sandbox; else kernels run unboxed */
@@ -180,6 +187,7 @@ struct box {
 	pid_t bx_net_holder;  /* holds the namespace while the proxy lives; 0: none */
 	pid_t bx_pasta;       /* pasta, the namespace's way out; 0: none */
 	bool bx_net_ready;    /* the way out is set up (or known not to come) */
+	struct boxfw bx_fw;   /* its egress rules (boxfw.c) */
 
 	/* its limits (limits.c) */
 	uint64_t bx_pids;     /* pids.max; 0: none */
@@ -307,6 +315,14 @@ int boxroot_enter(const struct box *bx);
 int boxnet_start(struct box *bx);
 bool boxnet_ready(struct box *bx, uint64_t since);
 bool boxnet_reaped(struct box *bx, pid_t pid, int status);
+
+/* boxfw.c */
+int boxfw_option(struct boxfw *fw, const char *list, enum boxfw_list which);
+void boxfw_host(void);
+int boxfw_apply(struct box *bx);
+int64_t boxfw_refused(const struct box *bx);
+char *boxfw_list_text(const struct box *bx, enum boxfw_list which);
+void boxfw_tick(const struct box *bx, uint64_t now);
 
 /* sandbox.c */
 int sandbox_init(struct proxy *px);
