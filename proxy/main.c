@@ -286,6 +286,7 @@ start(const char *kuser, unsigned long uid_arg)
 	px.px_box.bx_out = kout_box_fd();
 	if ((c = sandbox_init(&px)) < 0)
 		fatal("context %s: cannot build the sandbox: %s", px.px_id, strerror(-c));
+	hostnet_keep(); /* the link's socket and the template's connections are made there */
 	if (boxnet_start(&px.px_box) < 0) /* while no thread exists */
 		exit(1);
 

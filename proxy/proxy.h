@@ -308,6 +308,12 @@ int boxnet_start(struct box *bx);
 bool boxnet_ready(struct box *bx, uint64_t since);
 bool boxnet_reaped(struct box *bx, pid_t pid, int status);
 
+/* hostnet.c */
+void hostnet_keep(void);
+int hostnet_enter(void);
+void hostnet_leave(int here);
+int hostnet_socket(int domain, int type, int protocol);
+
 /* sandbox.c */
 int sandbox_init(struct proxy *px);
 int sandbox_enter(const struct box *bx);

@@ -2178,3 +2178,86 @@ Test(sandbox, refused_cwds_under_isolation_read_alike_and_leave_nothing,
 	free(before);
 	free(after);
 }
+
+/*
+ * /proc/net/unix of one context, read by its kernel, against what it must
+ * not name: the run dir, the context's id, the template, any path of the
+ * host (its kernel's own sockets are abstract: no line names a path).
+ */
+static void
+unix_sockets_name_nothing(const char *url, const char *run_dir, const char *id, const char *lang)
+{
+	const char *code = !strcmp(lang, "python") ? "print(open('/proc/net/unix').read(), end='')"
+			   : !strcmp(lang, "bash") ? "cat /proc/net/unix"
+						   : "console.log(Deno.readTextFileSync('/proc/net/unix'))";
+	char *out = run_stdout(url, id, code), *save = NULL;
+
+	cr_assert(out && strstr(out, "Inode Path"), "%s: /proc/net/unix: %s", lang, out ? out : "");
+	for (char *line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		const char *path = strrchr(line, ' ');
+		cr_expect(!strstr(line, run_dir), "%s: names the run dir: %s", lang, line);
+		cr_expect(!strstr(line, id), "%s: names its context: %s", lang, line);
+		cr_expect(!strstr(line, "template"), "%s: names the template: %s", lang, line);
+		cr_expect(!path || path[1] != '/', "%s: names a path: %s", lang, line);
+	}
+	free(out);
+}
+
+/* A python context forked from the template (its pandas imported before it ran). */
+struct forked {
+	const char *url;
+	char *id;
+};
+
+static bool
+forked_python(void *arg)
+{
+	struct forked *f = arg;
+	char *out;
+
+	if (!f->id && !(f->id = context_new(f->url, "python", NULL)))
+		return false;
+	out = run_stdout(f->url, f->id, "import sys\nprint('pandas' in sys.modules)");
+	bool yes = out && !strcmp(out, "True\n");
+	free(out);
+	if (!yes) { /* a cold start while the template was starting: another */
+		context_delete(f->url, f->id);
+		free(f->id);
+		f->id = NULL;
+	}
+	return yes;
+}
+
+/*
+ * /proc/net/unix in a box lists the sockets of the network namespace it
+ * shares with its proxy: the proxy's link socket and its connections to the
+ * template are made in the host's, so that nothing of the host is named
+ * there: in shared and --isolation context modes, in a box forked from the
+ * template (python) and in cold ones (bash, Deno).
+ */
+Test(sandbox, proc_net_unix_in_a_box_names_nothing_of_the_host, .fini = priv_box_stop,
+     .timeout = 300)
+{
+	const char *modes[] = {"shared", "context"};
+
+	for (int m = 0; m < 2; m++) {
+		const char *args[] = {"--no-default-context", "--pool", "0", "--isolation", modes[m],
+				      NULL};
+		cr_assert_eq(broker_start(&priv_box, args), 0, "isolation %s", modes[m]);
+		const char *url = priv_box.b_url;
+		struct forked f = {url, NULL};
+		cr_assert_eq(wait_until(forked_python, &f, 90000), 0,
+			     "isolation %s: no kernel was forked from the template", modes[m]);
+		unix_sockets_name_nothing(url, priv_box.b_run_dir, f.id, "python");
+		for (int l = 0; l < 2; l++) {
+			const char *lang = l ? "javascript" : "bash";
+			char *id = context_new(url, lang, NULL);
+			cr_assert(id, "isolation %s: a %s context", modes[m], lang);
+			unix_sockets_name_nothing(url, priv_box.b_run_dir, id, lang);
+			free(id);
+		}
+		free(f.id);
+		cr_assert_eq(broker_stop(&priv_box), 0);
+		priv_box.b_pid = 0;
+	}
+}
