@@ -187,6 +187,7 @@ struct box {
 	uint64_t bx_mem;      /* bytes; 0: none */
 	uint64_t bx_cpu;      /* seconds of CPU per kernel; 0: none */
 	char *bx_cg_parent;   /* --cgroup: where the memory cgroup goes (unboxed) */
+	char *bx_cg_group;    /* --cgroup-group: the parent of its cgroups, under sandcell's */
 	char *bx_cg[2];       /* its cgroup dirs: one on v2, pids and memory on v1 */
 	char *bx_cg_mem;      /* the one of them with the memory limit, or NULL */
 	unsigned long long bx_oom_seen;
