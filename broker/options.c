@@ -263,7 +263,9 @@ static const struct opt options[] = {
 	       "(nothing comes in, the host's loopback is out of reach); none: loopback only"},
     {"workspace-size", "SIZE", OPT_SIZE, OPT_DST(CF.cf_workspace_size), OPT_ZERO, 16u << 20,
      UINT64_MAX, "a size of at least 16M, such as 4G, or 0 for none",
-     .o_given = &CF.cf_workspace_size_set, .o_shown = "a quarter of the space free at start",
+     .o_given = &CF.cf_workspace_size_set,
+     .o_shown = "a quarter of the space free at start; --isolation context: an eighth of "
+		"--total-workspace-size",
      .o_help = "the workspace's size bound, a filesystem of its own (shared: the server's; "
 	       "--isolation context: each context's); 0 for none"},
     {"total-memory", "SIZE", OPT_SIZE, OPT_DST(CF.cf_total_memory), OPT_ZERO, 16u << 20,
