@@ -49,7 +49,7 @@ static uint64_t
 machine_pids(void)
 {
 	static const char *const files[] = {"/proc/sys/kernel/pid_max",
-					    "/proc/sys/kernel/threads-max"};
+	                                    "/proc/sys/kernel/threads-max"};
 	uint64_t least = 0;
 
 	for (size_t i = 0; i < 2; i++) {
@@ -88,7 +88,7 @@ set_limit(const char *controller, const char *const files[2], uint64_t value)
 		rc = write_in_dir(dir, files[i], num);
 	if (rc < 0)
 		log_err("sandbox: cgroup %s: cannot bound all contexts together: %s", dir,
-			strerror(-rc));
+		        strerror(-rc));
 	free(dir);
 	return rc;
 }
@@ -111,31 +111,40 @@ bounds_settle(void)
 		return;
 	if (geteuid() != 0 || !box_memory_cgroup()) {
 		if (!mem_off)
-			box_lack("a memory bound on all contexts together (--total-memory): their "
-				 "sum may take the machine's memory",
-				 geteuid() ? "run the broker as root"
-					   : "a writable /sys/fs/cgroup with the memory controller");
+			box_lack(
+			    "a memory bound on all contexts together (--total-memory): "
+			    "their "
+			    "sum may take the machine's memory",
+			    geteuid()
+			        ? "run the broker as root"
+			        : "a writable /sys/fs/cgroup with the memory controller");
 		return;
 	}
 	name_group();
 	if (!mem_off) {
 		uint64_t of = machine_memory();
 		mem_total = cf->cf_total_memory_set ? cf->cf_total_memory
-						    : (of / 4 * 3) & ~((1ull << 20) - 1);
+		                                    : (of / 4 * 3) & ~((1ull << 20) - 1);
 		if (set_limit("memory", mem_files, mem_total) < 0) {
 			mem_total = 0;
-			box_lack("a memory bound on all contexts together (--total-memory): their "
-				 "parent cgroup's limit could not be set",
-				 "a writable /sys/fs/cgroup with the memory controller");
+			box_lack("a memory bound on all contexts together "
+			         "(--total-memory): their "
+			         "parent cgroup's limit could not be set",
+			         "a writable /sys/fs/cgroup with the memory controller");
 		} else {
-			log_info("sandbox: all contexts together may use %llu MiB of memory%s; "
-				 "--total-memory changes it, 0 lifts it",
-				 (unsigned long long)(mem_total >> 20),
-				 cf->cf_total_memory_set ? "" : ", three quarters of the machine's");
+			log_info("sandbox: all contexts together may use %llu MiB of "
+			         "memory%s; "
+			         "--total-memory changes it, 0 lifts it",
+			         (unsigned long long)(mem_total >> 20),
+			         cf->cf_total_memory_set
+			             ? ""
+			             : ", three quarters of the machine's");
 		}
 	}
-	if (cf->cf_total_pids_set ? cf->cf_total_pids : (cf->cf_total_pids = machine_pids() / 2)) {
-		if (cgroup_usable("pids") && set_limit("pids", pids_files, cf->cf_total_pids) == 0)
+	if (cf->cf_total_pids_set ? cf->cf_total_pids
+	                          : (cf->cf_total_pids = machine_pids() / 2)) {
+		if (cgroup_usable("pids") &&
+		    set_limit("pids", pids_files, cf->cf_total_pids) == 0)
 			pids_total = cf->cf_total_pids;
 	}
 }
@@ -153,7 +162,8 @@ bounds_workspace_default(uint64_t free_bytes)
 
 	if (!cf->cf_isolated)
 		return (free_bytes / 4) & ~((1ull << 20) - 1);
-	uint64_t total = cf->cf_total_workspace_set ? cf->cf_total_workspace : free_bytes / 2;
+	uint64_t total =
+	    cf->cf_total_workspace_set ? cf->cf_total_workspace : free_bytes / 2;
 	return (total / BOUNDS_WS_SHARE) & ~((1ull << 20) - 1);
 }
 
@@ -171,21 +181,25 @@ bounds_workspaces(void)
 		return;
 	}
 	if (cf->cf_total_workspace_set && !cf->cf_total_workspace) {
-		log_warn("--total-workspace-size 0: the contexts' workspaces together have no bound");
+		log_warn("--total-workspace-size 0: the contexts' workspaces together "
+		         "have no bound");
 		return;
 	}
-	ws_total = cf->cf_total_workspace_set ? cf->cf_total_workspace
-					      : (wsdisk_free(cf->cf_cwd) / 2) & ~((1ull << 20) - 1);
+	ws_total = cf->cf_total_workspace_set
+	               ? cf->cf_total_workspace
+	               : (wsdisk_free(cf->cf_cwd) / 2) & ~((1ull << 20) - 1);
 	if (ws_total < cf->cf_workspace_size)
-		log_warn("the contexts' workspaces may hold %llu MiB together, less than one "
-			 "context's %llu MiB: every context will be refused",
-			 (unsigned long long)(ws_total >> 20),
-			 (unsigned long long)(cf->cf_workspace_size >> 20));
-	log_info("sandbox: the contexts' workspaces may hold %llu MiB together (%llu contexts of "
-		 "%llu MiB); --total-workspace-size changes it, 0 lifts it",
-		 (unsigned long long)(ws_total >> 20),
-		 (unsigned long long)(ws_total / cf->cf_workspace_size),
-		 (unsigned long long)(cf->cf_workspace_size >> 20));
+		log_warn(
+		    "the contexts' workspaces may hold %llu MiB together, less than one "
+		    "context's %llu MiB: every context will be refused",
+		    (unsigned long long)(ws_total >> 20),
+		    (unsigned long long)(cf->cf_workspace_size >> 20));
+	log_info("sandbox: the contexts' workspaces may hold %llu MiB together (%llu "
+	         "contexts of "
+	         "%llu MiB); --total-workspace-size changes it, 0 lifts it",
+	         (unsigned long long)(ws_total >> 20),
+	         (unsigned long long)(ws_total / cf->cf_workspace_size),
+	         (unsigned long long)(cf->cf_workspace_size >> 20));
 }
 
 /* The workspaces' bounds held now: one per context that has a workspace of its own. */
@@ -198,7 +212,7 @@ ws_held(void)
 	if (!sv.sv_cf.cf_isolated)
 		return ws_total;
 	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
-		n += c->c_workspace != NULL;
+	n += c->c_workspace != NULL;
 	return n * sv.sv_cf.cf_workspace_size;
 }
 
@@ -214,12 +228,14 @@ bounds_workspace_room(char *err, size_t errsz)
 
 	if (!ws_total || !sv.sv_cf.cf_isolated || held + size <= ws_total)
 		return 0;
-	snprintf(err, errsz,
-		 "no room for another workspace of %llu MiB: the contexts' workspaces may hold "
-		 "%llu MiB together (--total-workspace-size) and %llu MiB are held; delete a "
-		 "context first",
-		 (unsigned long long)(size >> 20), (unsigned long long)(ws_total >> 20),
-		 (unsigned long long)(held >> 20));
+	snprintf(
+	    err, errsz,
+	    "no room for another workspace of %llu MiB: the contexts' workspaces may "
+	    "hold "
+	    "%llu MiB together (--total-workspace-size) and %llu MiB are held; delete a "
+	    "context first",
+	    (unsigned long long)(size >> 20), (unsigned long long)(ws_total >> 20),
+	    (unsigned long long)(held >> 20));
 	return -ENOSPC;
 }
 
@@ -227,9 +243,10 @@ bounds_workspace_room(char *err, size_t errsz)
 json_t *
 bounds_json(void)
 {
-	return json_pack("{s:I, s:I, s:I, s:I}", "memory_bytes", (json_int_t)mem_total, "pids",
-			 (json_int_t)pids_total, "workspace_bytes", (json_int_t)ws_total,
-			 "workspace_bytes_held", (json_int_t)ws_held());
+	return json_pack("{s:I, s:I, s:I, s:I}", "memory_bytes", (json_int_t)mem_total,
+	                 "pids", (json_int_t)pids_total, "workspace_bytes",
+	                 (json_int_t)ws_total, "workspace_bytes_held",
+	                 (json_int_t)ws_held());
 }
 
 /* A stop that ended every context: the parent cgroups go (not while a box is in one). */

@@ -138,7 +138,8 @@ cgroup_memory_limit(void)
 
 	while (f && fgets(line, sizeof(line), f)) {
 		char *ctl = strchr(line, ':'), *rel = ctl ? strchr(ctl + 1, ':') : NULL;
-		const char *file = "memory.limit_in_bytes", *root = "/sys/fs/cgroup/memory";
+		const char *file = "memory.limit_in_bytes",
+		           *root = "/sys/fs/cgroup/memory";
 		bool v1;
 		if (!rel)
 			continue;
@@ -153,12 +154,14 @@ cgroup_memory_limit(void)
 			root = "/sys/fs/cgroup";
 		}
 		snprintf(path, sizeof(path), "%s%s", root, rel);
-		for (char *end;; *end = '\0') { /* its ancestors up to the hierarchy's root */
+		for (;;) { /* and its ancestors', up to the hierarchy's root */
 			uint64_t v = limit_in(path, file);
+			char *end = strrchr(path, '/');
 			if (v && (!least || v < least))
 				least = v;
-			if (!strcmp(path, root) || !(end = strrchr(path, '/')) || end == path)
+			if (!strcmp(path, root) || !end || end == path)
 				break;
+			*end = '\0';
 		}
 	}
 	if (f)

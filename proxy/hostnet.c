@@ -49,14 +49,15 @@ hostnet_enter(void)
 	return here;
 }
 
-/* Back into the namespace hostnet_enter left; a thread that cannot go back must not go on. */
+/* Back where hostnet_enter left; a thread that cannot go back must not go on. */
 void
 hostnet_leave(int here)
 {
 	if (here < 0)
 		return;
 	if (setns(here, CLONE_NEWNET) < 0)
-		fatal("cannot go back into the box's network namespace: %s", strerror(errno));
+		fatal("cannot go back into the box's network namespace: %s",
+		      strerror(errno));
 	close(here);
 }
 
