@@ -75,6 +75,9 @@ bool cgroup_usable(const char *controller);
 char *cgroup_parent(const char *controller, const char *group);
 uint64_t cgroup_memory_limit(void);
 
+/* ports.c */
+int ports_free(int *ports, size_t n);
+
 /* wsdisk.c */
 bool wsdisk_mounted(const char *dir);
 uint64_t wsdisk_free(const char *path);
