@@ -20,8 +20,6 @@
 
 #include "broker.h"
 
-#define BOUNDS_WS_SHARE 8 /* --isolation context: a workspace's default, of the total */
-
 static char group[32];      /* the parent cgroup's name; "" when there is none */
 static uint64_t mem_total;  /* its memory limit, bytes; 0: none */
 static uint64_t pids_total; /* its pids.max; 0: none */
@@ -152,8 +150,9 @@ bounds_settle(void)
 /*
  * A workspace's size bound when none is given (box_bound_workspace): shared,
  * the one workspace's, a quarter of the space free; --isolation context,
- * an eighth of the total (--total-workspace-size, by default half the space
- * free at start), so that eight contexts fit.
+ * the total (--total-workspace-size, by default half the space free at
+ * start) shared by as many contexts as --max-contexts allows, so that the
+ * total refuses none of them (a larger --workspace-size fits fewer).
  */
 uint64_t
 bounds_workspace_default(uint64_t free_bytes)
@@ -164,7 +163,8 @@ bounds_workspace_default(uint64_t free_bytes)
 		return (free_bytes / 4) & ~((1ull << 20) - 1);
 	uint64_t total =
 	    cf->cf_total_workspace_set ? cf->cf_total_workspace : free_bytes / 2;
-	return (total / BOUNDS_WS_SHARE) & ~((1ull << 20) - 1);
+	uint64_t each = (total / (uint64_t)cf->cf_max_contexts) & ~((1ull << 20) - 1);
+	return each < (16u << 20) ? 16u << 20 : each;
 }
 
 /* Once the workspace's bound is settled (box_bound_workspace): the total of them all. */
