@@ -65,7 +65,7 @@ box_level_json(void)
 	for (size_t i = 0; sv.sv_cf.cf_sandbox && i < nmissing; i++)
 		json_array_append_new(m, json_pack("{s:s, s:s}", "what", missing[i].l_what, "how",
 						   missing[i].l_how));
-	return json_pack("{s:s, s:b, s:o, s:o}", "level",
+	return json_pack("{s:s, s:b, s:o, s:o, s:o}", "level",
 			 !sv.sv_cf.cf_sandbox ? "off"
 			 : nmissing	     ? "reduced"
 					     : "full",
