@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <limits.h>
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -477,18 +478,23 @@ Test(sandbox, no_privilege_to_gain_through_a_setuid_binary, .timeout = 120)
 }
 
 /*
- * A context's pids cgroup (proxy/sandbox.c): "sandcell/<id>" under v1's pids
- * hierarchy where it is mounted, else under the v2 root.
+ * A context's pids cgroup (proxy/limits.c): "<id>" under its broker's parent
+ * "sandcell/broker-<hash>" (broker/bounds.c), in v1's pids hierarchy where it
+ * is mounted, else under the v2 root; "" if there is none.
  */
 static void
 pids_cgroup(const char *id, char *path, size_t len)
 {
 	struct stat st;
+	glob_t g;
 
-	if (stat("/sys/fs/cgroup/pids", &st) == 0 && S_ISDIR(st.st_mode))
-		snprintf(path, len, "/sys/fs/cgroup/pids/sandcell/%s", id);
-	else
-		snprintf(path, len, "/sys/fs/cgroup/sandcell/%s", id);
+	snprintf(path, len, "%s/sandcell/broker-*/%s",
+		 stat("/sys/fs/cgroup/pids", &st) == 0 && S_ISDIR(st.st_mode) ? "/sys/fs/cgroup/pids"
+									   : "/sys/fs/cgroup",
+		 id);
+	if (glob(path, 0, NULL, &g) == 0 && g.gl_pathc == 1)
+		snprintf(path, len, "%s", g.gl_pathv[0]);
+	globfree(&g);
 }
 
 static bool
