@@ -18,6 +18,8 @@ static struct {
 	uint64_t a_dropped;   /* output no unit owned, not yet reported (MSG_STATS) */
 } adm = {.a_queue = TAILQ_HEAD_INITIALIZER(adm.a_queue)};
 
+static void interrupt_unit(struct unit *u);
+
 void
 admit_init(const struct proxy *p)
 {
@@ -114,6 +116,8 @@ admit_next(void)
 		}
 		adm.a_run = u;
 		kernel_set_busy(true);
+		if (u->u_interrupt_asked)
+			interrupt_unit(u); /* sent once its code has started */
 	}
 }
 
@@ -434,9 +438,21 @@ admit_fail_all(const char *name, const char *value)
 bool
 admit_interrupt(void)
 {
-	if (!adm.a_run)
+	struct unit *u = adm.a_run, *next = TAILQ_FIRST(&adm.a_queue);
+
+	if (!u)
 		return false;
-	interrupt_unit(adm.a_run);
+	/*
+	 * The running unit has ended for its client (timed out, or its client
+	 * left) and is already being stopped: the execution the client sees
+	 * running is the next one, which waits on it. That one is interrupted
+	 * as it starts, not the one whose interrupt is under way.
+	 */
+	if (u->u_detached && u->u_interrupt_at && next) {
+		next->u_interrupt_asked = true;
+		return true;
+	}
+	interrupt_unit(u);
 	return true;
 }
 

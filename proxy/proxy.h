@@ -80,6 +80,7 @@ struct unit {
 	bool u_ran;         /* execute_input seen: the code started */
 	uint64_t u_hold_until; /* output waits until then (OUTPUT_HOLD_MS) */
 	int u_interrupts;   /* interrupt_unit calls */
+	bool u_interrupt_asked; /* interrupted while queued behind one being stopped */
 	char u_probe[40];   /* kernel_info_request sent after an idle with no reply */
 	int u_resubmits;
 	struct buf u_out;   /* NDJSON not yet handed to the broker */

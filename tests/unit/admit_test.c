@@ -251,3 +251,26 @@ Test(admit, interrupt_waits_for_the_code_to_start)
 	assert_outcome(1, "interrupted");
 	cr_assert_not(admit_interrupt(), "an interrupt with nothing running");
 }
+
+/*
+ * An interrupt that comes while the running unit has already ended for its
+ * client and is being stopped (a timeout, a client gone) is meant for the
+ * execution its client sees running: the next one, interrupted as it starts.
+ */
+Test(admit, an_interrupt_behind_a_unit_being_stopped_goes_to_the_next)
+{
+	push(1, "a");
+	from_kernel(admit_on_iopub, 0, "execute_input", "{\"code\": \"a\"}");
+	admit_cancel(1); /* its client left: it is interrupted (POLICY_INTERRUPT) */
+	cr_assert_eq(k.interrupts, 1);
+	push(2, "b");
+	cr_assert(admit_interrupt());
+	cr_assert_eq(k.interrupts, 1, "the unit being stopped was interrupted again");
+	complete(0);
+	cr_assert_eq(k.ncode, 2, "the next unit did not start");
+	cr_assert_eq(k.interrupts, 1, "interrupted before its code started");
+	from_kernel(admit_on_iopub, 1, "execute_input", "{\"code\": \"b\"}");
+	cr_assert_eq(k.interrupts, 2, "the next unit was not interrupted");
+	complete(1);
+	assert_outcome(2, "interrupted");
+}
