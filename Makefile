@@ -36,7 +36,7 @@ PROXY_OBJ  = $(call obj,$(PROXY_SRC))
 BROKER_OBJ = $(call obj,$(BROKER_SRC))
 
 PROGS = $(BIN)/sandcell-broker $(BIN)/sandcell-proxy $(BIN)/sandcellctl $(BIN)/libsandcell-box.so \
-        $(BIN)/sandcell-init
+        $(BIN)/sandcell-init $(BIN)/sandcell-envd
 # The box's code (sandbox.c and what it uses) for the Python template, which
 # loads it with ctypes: the same sources as the proxy's, built position-independent.
 BOXLIB_SRC = proxy/boxlib.c proxy/hotpages.c proxy/sandbox.c proxy/boxroot.c proxy/boxinit.c \
@@ -103,6 +103,14 @@ $(BUILD)/broker/openapi.o: docs/openapi.json
 $(BIN)/sandcell-broker: $(BUILD)/broker/main.o $(BROKER_OBJ) $(PROTO_OBJ)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_BROKER)
+
+# envd's agent, which runs in a box as the contexts' uid (docs/ENVD.md): mode
+# 0711 as sandcell-init, so that the tenant's processes cannot read it and it
+# stays non-dumpable after its exec (no ptrace of it by the tenant's commands).
+$(BIN)/sandcell-envd: $(BUILD)/envd/agent.o $(PROTO_OBJ)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_PROTO)
+	chmod 0711 $@
 
 $(BIN)/sandcellctl: $(BUILD)/ctl/sandcellctl.o $(PROTO_OBJ)
 	@mkdir -p $(BIN)

@@ -79,7 +79,7 @@ TAILQ_HEAD(connq, conn);
 
 
 /* What a waiting request's reply completes. */
-enum { OP_NONE, OP_RESTART, OP_DELETE, OP_INTERRUPT, OP_CREATE };
+enum { OP_NONE, OP_RESTART, OP_DELETE, OP_INTERRUPT, OP_CREATE, OP_ENVD };
 
 /*
  * A stream's client side, filled in by its transport (respond.c for HTTP,
@@ -148,6 +148,8 @@ struct request {
 	uint64_t rq_req;         /* waiting for the reply with this id; 0 = ready */
 	int rq_op;               /* OP_*: what the reply completes */
 	uint64_t rq_deadline;    /* answer 504 if the proxy is silent until then */
+	/* OP_ENVD: the proxy's reply goes here (envd.c), not to answer_done */
+	void (*rq_reply)(struct request *rq, struct msg *m);
 };
 TAILQ_HEAD(requestq, request);
 
@@ -164,6 +166,8 @@ struct http_request {
 	unsigned hr_code;        /* the status answered, for the metrics */
 	const char *hr_endpoint; /* path template, for the metrics */
 	const char *hr_method;
+	bool hr_envd_port;       /* came through --envd-listen: envd.c's routes */
+	void *hr_envd;           /* envd.c's state of the request */
 };
 
 /*
@@ -204,6 +208,7 @@ struct context {
 	unsigned c_net_uid;   /* ... and its network's (boxnet.c); 0 = shared */
 	int c_net_lease;
 	char *c_workspace;    /* its own workspace on the host (--isolation context), or NULL */
+	bool c_envd;          /* the envd context (envd.c): its box runs envd's agent; hidden */
 };
 TAILQ_HEAD(contextq, context);
 
@@ -217,6 +222,7 @@ struct pool_spec {
 /* Settings: from flags and the environment at start-up, read-only after. */
 struct server_config {
 	const char *cf_listen, *cf_run_dir, *cf_cwd, *cf_proxy_bin;
+	const char *cf_envd_listen; /* envd's API (envd.c); NULL: off */
 	char *cf_env_file;
 	const char *cf_log_level;
 	size_t cf_max_body;
@@ -338,6 +344,8 @@ void answer_drop(struct request *rq);
 
 /* accept.c */
 int accept_listen(const char *where);
+int accept_listen_envd(const char *where);
+bool accept_is_envd(int fd);
 void accept_ready(void);
 void accept_sniff(struct pending *pd, uint32_t events);
 uint64_t accept_since(int fd);
@@ -455,7 +463,7 @@ context_state(const struct context *c)
 static inline bool
 context_listed(const struct context *c)
 {
-	return !c->c_deleting && !c->c_pooled;
+	return !c->c_deleting && !c->c_pooled && !c->c_envd;
 }
 
 struct context *context_find(const char *id);
@@ -504,6 +512,14 @@ void waiter_request(struct context *c, struct request *rq, enum msg_type t, int 
 void waiter_answer_ready(struct context *c);
 void waiter_reply(struct context *c, struct msg *m);
 uint64_t waiter_next_req(void);
+void waiter_send(struct context *c, struct request *rq, struct msg *m);
+
+/* envd.c: envd's API on its own listener (docs/ENVD.md) */
+void envd_start(void);
+bool envd_wanted(void);
+enum MHD_Result envd_route(struct http_request *hr, const char *url, const char *method);
+void envd_free(struct http_request *hr);
+const char *envd_agent_bin(void);
 void waiter_tick(uint64_t now);
 
 /* kcache.c */

@@ -222,6 +222,8 @@ route(struct http_request *hr, const char *url, const char *method)
 	const char *rest;
 	struct context *c;
 
+	if (hr->hr_envd_port)
+		return envd_route(hr, url, method);
 	if (!strcmp(url, "/health")) {
 		if (!get)
 			goto method;
@@ -360,6 +362,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		hr->hr_conn = conn;
 		hr->hr_endpoint = endpoint_of(url);
 		hr->hr_method = method_of(method);
+		hr->hr_envd_port = cn && accept_is_envd(cn->cn_fd);
 		*con_cls = hr;
 		if (cn)
 			cn->cn_in_request = true;
@@ -428,6 +431,7 @@ on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	if (hr->hr_stream)
 		respond_closed(hr->hr_stream);
 	answer_drop(&hr->hr_rq); /* its client left while it waited */
+	envd_free(hr);
 	if (hr->hr_resp)
 		MHD_destroy_response(hr->hr_resp);
 	buf_free(&hr->hr_body);
@@ -514,6 +518,8 @@ http_start(void)
 
 	openapi_init();
 	if (accept_listen(sv.sv_cf.cf_listen) < 0)
+		return -1;
+	if (envd_wanted() && accept_listen_envd(sv.sv_cf.cf_envd_listen) < 0)
 		return -1;
 	sv.sv_io.io_mhd = MHD_start_daemon(
 		flags, 0, NULL, NULL, on_request, NULL,

@@ -63,6 +63,9 @@ enum msg_type {
 	MSG_STATS, /* count: kernel output no execution owned, dropped since the last STATS */
 	/* sandcellctl -> broker */
 	CTL_ACK, /* count: replies received; the broker sends a client at most CTL_WINDOW unacked */
+	/* broker -> an envd proxy, which hands it to its agent (docs/ENVD.md);
+	 * answered OK (data) or FAIL (text, outcome: a Connect error code) */
+	MSG_ENVD, /* req, text: the operation; code: its JSON arguments; data: a file's bytes */
 	MSG_TYPE_MAX
 };
 
@@ -256,5 +259,9 @@ int chan_send(struct chan *ch, const struct msg *m);
 bool chan_up(struct chan *ch);
 void chan_flush(struct chan *ch, int ms); /* waits up to ms for the queue to be written */
 void chan_close(struct chan *ch);
+
+/* pipe.c: messages over a plain stream socket (the envd proxy and its agent), blocking. */
+int pipe_send(int fd, const struct msg *m);
+int pipe_recv(int fd, struct msg *m);
 
 #endif

@@ -1,0 +1,227 @@
+/*
+ * envd.c — sandcell-proxy --envd AGENT: a proxy whose box runs envd's agent
+ * (envd/agent.c) instead of a kernel (docs/ENVD.md). The box is the one a
+ * context's kernel gets (sandbox.c: the contexts' uid, view, limits and
+ * network); the agent connects to an abstract socket of the proxy's network
+ * namespace, which only the box shares, and the proxy relays the broker's
+ * MSG_ENVD to it and its OK / FAIL back, one request at a time. What the
+ * agent says is a tenant's word: the decoder checks each frame, the reply
+ * must name the request it answers, and the broker checks the rest.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "proxy.h"
+
+#define ENVD_CONNECT_MS 10000
+
+static struct {
+	struct proxy *px;
+	struct kproc proc;
+	int fd; /* the agent's connection, or -1 */
+	enum kstate state;
+} e = {.fd = -1, .state = KS_STARTING};
+
+static void
+status(struct msg *m)
+{
+	msg_set_u64(m, F_STATE, e.state);
+	msg_set_u64(m, F_KPID,
+	            (uint64_t)(e.proc.kp_shown ? e.proc.kp_shown : e.proc.kp_pid));
+}
+
+/* The agent, started in its box: 0 with e.fd its connection, or -errno. */
+static int
+envd_spawn(struct proxy *px)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	unsigned char rnd[16];
+	char name[64], *argv[3],
+	    *envp[] = {"HOME=" BOX_HOME, "USER=user", "PATH=/usr/local/bin:/usr/bin:/bin",
+	               "LANG=C.UTF-8", NULL};
+	struct ucred uc;
+	socklen_t len = sizeof(uc);
+	int lfd, rc;
+
+	randombytes_buf(rnd, sizeof(rnd));
+	memcpy(name, "sandcell-envd-", 14);
+	sodium_bin2hex(name + 14, sizeof(name) - 14, rnd, sizeof(rnd));
+	memcpy(sa.sun_path + 1, name, strlen(name));
+	if ((lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+		return -errno;
+	if (bind(lfd, (struct sockaddr *)&sa,
+	         offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name)) < 0 ||
+	    listen(lfd, 1) < 0) {
+		rc = -errno;
+		close(lfd);
+		return rc;
+	}
+	argv[0] = px->px_envd;
+	argv[1] = name;
+	argv[2] = NULL;
+	if ((rc = limits_prepare(&px->px_box)) < 0 ||
+	    (rc = sandbox_spawn(&px->px_box, BOX_HOME, px->px_envd, argv, envp,
+	                        &e.proc)) < 0) {
+		close(lfd);
+		return rc;
+	}
+	struct pollfd pf = {lfd, POLLIN, 0};
+	if (poll(&pf, 1, ENVD_CONNECT_MS) != 1 ||
+	    (e.fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) < 0) {
+		close(lfd);
+		return -ETIMEDOUT;
+	}
+	close(lfd); /* one connection: nothing else gets this agent's place */
+	/* the box's own uid (in a user namespace, ours) */
+	uid_t want = px->px_box.bx_userns ? geteuid() : px->px_box.bx_uid;
+	if (getsockopt(e.fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) < 0 || uc.uid != want) {
+		log_err("context %s: the envd agent's connection is not the box's uid",
+		        px->px_id);
+		close(e.fd);
+		e.fd = -1;
+		return -EPERM;
+	}
+	return 0;
+}
+
+/* One request to the agent and its answer back; a silent or lying agent ends us. */
+static void
+envd_relay(struct msg *m)
+{
+	struct msg r;
+	int rc;
+
+	if (e.fd < 0) {
+		ipc_reply(MSG_FAIL, m->m_req, "the envd agent is not running");
+		return;
+	}
+	if ((rc = pipe_send(e.fd, m)) < 0 || (rc = pipe_recv(e.fd, &r)) < 0) {
+		log_err("context %s: the envd agent: %s", e.px->px_id, strerror(-rc));
+		ipc_reply(MSG_FAIL, m->m_req, "the envd agent failed");
+		e.state = KS_DEAD;
+		close(e.fd);
+		e.fd = -1;
+		return;
+	}
+	if ((r.m_type != MSG_OK && r.m_type != MSG_FAIL) || r.m_req != m->m_req) {
+		log_err("context %s: the envd agent answered %s for request %llu",
+		        e.px->px_id, msg_type_name(r.m_type),
+		        (unsigned long long)m->m_req);
+		ipc_reply(MSG_FAIL, m->m_req, "the envd agent failed");
+	} else {
+		ipc_send(&r);
+	}
+	msg_free(&r);
+}
+
+/* The broker's messages; false once it asked us to stop. */
+static bool
+envd_from_broker(void)
+{
+	for (;;) {
+		struct msg m;
+		int ev = ipc_next(&m);
+		if (ev == CHAN_EMPTY)
+			return true;
+		if (ev == CHAN_UP || ev == CHAN_DOWN) {
+			ipc_link_event(ev, e.state == KS_DEAD
+			                       ? "the envd agent is not running"
+			                       : NULL);
+			continue;
+		}
+		if (ev < 0)
+			continue;
+		bool stop = m.m_type == MSG_SHUTDOWN;
+		if (m.m_type == MSG_ENVD)
+			envd_relay(&m);
+		else if (stop)
+			ipc_reply(MSG_OK, m.m_req, NULL);
+		else if (m.m_has & FB(F_REQ))
+			ipc_reply(MSG_FAIL, m.m_req, "not an envd request");
+		msg_free(&m);
+		if (stop)
+			return false;
+	}
+}
+
+/* The agent's box ended (its init reaped): the proxy ends, and the broker starts another.
+ */
+static bool
+envd_reap(void)
+{
+	int st;
+	pid_t pid;
+	bool gone = false;
+
+	while ((pid = waitpid(-1, &st, WNOHANG)) > 0)
+		if (pid == e.proc.kp_pid) {
+			st = sandbox_status(&e.px->px_box, st, e.proc.kp_shown);
+			log_warn("context %s: the envd agent ended (status 0x%x)",
+			         e.px->px_id, st);
+			sandbox_reaped(&e.px->px_box);
+			e.proc.kp_pid = 0;
+			gone = true;
+		}
+	return !gone;
+}
+
+/* The proxy's life in --envd mode, after its box was made (main.c's start). */
+void
+envd_run(struct proxy *px, int sigfd)
+{
+	struct epoll_event ev = {.events = EPOLLIN}, got[4];
+	int ep = epoll_create1(EPOLL_CLOEXEC), rc;
+	bool run = true;
+
+	e.px = px;
+	ipc_listen(px, status);
+	if ((rc = envd_spawn(px)) < 0) {
+		log_err("context %s: the envd agent did not start: %s", px->px_id,
+		        strerror(-rc));
+		e.state = KS_DEAD;
+	} else {
+		e.state = KS_IDLE;
+		log_info("context %s: envd agent started, pid %d", px->px_id,
+		         (int)(e.proc.kp_shown ? e.proc.kp_shown : e.proc.kp_pid));
+	}
+	ev.data.fd = ipc_fd();
+	epoll_ctl(ep, EPOLL_CTL_ADD, ipc_fd(), &ev);
+	ev.data.fd = sigfd;
+	epoll_ctl(ep, EPOLL_CTL_ADD, sigfd, &ev);
+	while (run) {
+		int n = epoll_wait(ep, got, 4, -1);
+		for (int i = 0; i < n && run; i++) {
+			if (got[i].data.fd == sigfd) {
+				struct signalfd_siginfo si;
+				while (read(sigfd, &si, sizeof(si)) == sizeof(si))
+					if (si.ssi_signo == SIGTERM ||
+					    si.ssi_signo == SIGINT)
+						run = false;
+				if (run && e.proc.kp_pid)
+					run = envd_reap();
+			} else {
+				run = envd_from_broker();
+			}
+		}
+	}
+	if (e.fd >= 0)
+		close(e.fd);
+	if (e.proc.kp_pid) {
+		kill(e.proc.kp_pid, SIGKILL);
+		waitpid(e.proc.kp_pid, NULL, 0);
+		sandbox_reaped(&px->px_box);
+	}
+	close(ep);
+}
