@@ -74,6 +74,7 @@ struct conn {
 	bool cn_in_request; /* its request head has arrived; MHD's timeout rules */
 	uint64_t cn_since;  /* connected, or its last response ended */
 	const char *cn_bad_at; /* the string of this request that had %2F or %00 */
+	bool cn_envd;          /* came through --envd-listen (envd.c) */
 };
 TAILQ_HEAD(connq, conn);
 
@@ -369,6 +370,7 @@ void frame_field(struct frame *fr, const char *name, size_t namelen, const char 
 int frame_head(const char *b, size_t n, const char **why);
 int frame_request_line(const char *b, size_t n);
 size_t frame_unescape(char *s, bool *bad);
+size_t frame_unescape_path(char *s, bool *bad);
 const char *frame_quote(const char *s, char *out, size_t outsz);
 
 /* metrics.c */

@@ -177,7 +177,8 @@ unescape(void *cls, struct MHD_Connection *c, char *s)
 {
 	struct conn *cn = conn_of(c);
 	bool bad;
-	size_t n = frame_unescape(s, &bad);
+	/* envd's query carries paths: its %2F is a '/' (its routes are fixed names) */
+	size_t n = cn && cn->cn_envd ? frame_unescape_path(s, &bad) : frame_unescape(s, &bad);
 
 	(void)cls;
 	if (bad && cn)
@@ -362,7 +363,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		hr->hr_conn = conn;
 		hr->hr_endpoint = endpoint_of(url);
 		hr->hr_method = method_of(method);
-		hr->hr_envd_port = cn && accept_is_envd(cn->cn_fd);
+		hr->hr_envd_port = cn && cn->cn_envd;
 		*con_cls = hr;
 		if (cn)
 			cn->cn_in_request = true;
@@ -452,6 +453,7 @@ on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
 		cn = xcalloc(1, sizeof(*cn));
 		cn->cn_fd = ci ? ci->connect_fd : -1;
 		cn->cn_since = accept_since(cn->cn_fd); /* its header timeout's start */
+		cn->cn_envd = accept_is_envd(cn->cn_fd);
 		TAILQ_INSERT_TAIL(&conns, cn, cn_link);
 		sv.sv_tb.tb_nconns++;
 		*socket_context = cn;
@@ -519,8 +521,11 @@ http_start(void)
 	openapi_init();
 	if (accept_listen(sv.sv_cf.cf_listen) < 0)
 		return -1;
-	if (envd_wanted() && accept_listen_envd(sv.sv_cf.cf_envd_listen) < 0)
-		return -1;
+	if (envd_wanted() && accept_listen_envd(sv.sv_cf.cf_envd_listen) < 0) {
+		/* the code API serves on: envd's port may be another broker's */
+		log_err("envd: cannot listen on %s; envd's API is off", sv.sv_cf.cf_envd_listen);
+		sv.sv_cf.cf_envd_listen = NULL;
+	}
 	sv.sv_io.io_mhd = MHD_start_daemon(
 		flags, 0, NULL, NULL, on_request, NULL,
 		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first: it logs from here on */

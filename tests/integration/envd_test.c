@@ -1,0 +1,362 @@
+/*
+ * envd_test.c — envd's API on --envd-listen (docs/ENVD.md), over HTTP with
+ * libcurl as the SDKs speak it: /health, /files both ways (multipart and
+ * octet-stream), filesystem.Filesystem's unary calls in Connect's JSON, its
+ * errors, and that its files are the contexts' files and nothing beyond
+ * what a kernel can reach.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "harness.h"
+
+static char envd_at[32] = "127.0.0.1:49983", envd_url[64];
+
+/* envd's port: a free one, chosen before the shared broker starts, and the
+ * same in criterion's workers (they inherit the environment) */
+__attribute__((constructor)) static void
+pick_port(void)
+{
+	const char *had = getenv("SANDCELL_TEST_ENVD_PORT");
+	int port = had ? atoi(had) : free_port();
+	char num[16];
+
+	snprintf(num, sizeof(num), "%d", port);
+	setenv("SANDCELL_TEST_ENVD_PORT", num, 1);
+
+	snprintf(envd_at, sizeof(envd_at), "127.0.0.1:%d", port);
+	snprintf(envd_url, sizeof(envd_url), "http://127.0.0.1:%d", port);
+}
+
+HARNESS_SHARED_BROKER("--envd-listen", envd_at, "--max-body", "1M");
+
+#define URL test_url()
+
+/* One request to envd: body of len bytes as ctype (or none), the answer in r. */
+static void
+envd(const char *method, const char *path, const char *ctype, const char *body,
+     size_t len, struct resp *r)
+{
+	CURL *c = curl_easy_init();
+	struct curl_slist *h = NULL;
+	struct sink s = {0};
+	char url[1024], head[160];
+	char *ct = NULL;
+
+	memset(r, 0, sizeof(*r));
+	snprintf(url, sizeof(url), "%s%s", envd_url, path);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	if (ctype) {
+		snprintf(head, sizeof(head), "Content-Type: %s", ctype);
+		h = curl_slist_append(h, head);
+	}
+	h = curl_slist_append(h, "Expect:");
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+	if (body) {
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)len);
+	}
+	cr_assert_eq(curl_easy_perform(c), CURLE_OK, "%s %s: no answer", method, path);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->r_status);
+	curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
+	if (ct)
+		snprintf(r->r_ctype, sizeof(r->r_ctype), "%s", ct);
+	r->r_body = s.data ? s.data : strdup("");
+	r->r_len = s.len;
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+}
+
+/* A Connect unary call: its status and its JSON answer. */
+static json_t *
+rpc(const char *method, const char *body, long *status)
+{
+	char path[128];
+	struct resp r;
+	json_t *j;
+
+	snprintf(path, sizeof(path), "/filesystem.Filesystem/%s", method);
+	envd("POST", path, "application/json", body, strlen(body), &r);
+	*status = r.r_status;
+	j = json_loadb(r.r_body, r.r_len, 0, NULL);
+	cr_assert_not_null(j, "%s: not JSON: %s", method, r.r_body);
+	resp_free(&r);
+	return j;
+}
+
+/* A file's bytes as GET /files gives them (NUL-terminated), or NULL with the status. */
+static char *
+read_file(const char *path, long *status)
+{
+	char q[1024];
+	struct resp r;
+	char *e = curl_easy_escape(NULL, path, 0);
+
+	snprintf(q, sizeof(q), "/files?path=%s", e);
+	curl_free(e);
+	envd("GET", q, NULL, NULL, 0, &r);
+	*status = r.r_status;
+	if (r.r_status != 200) {
+		resp_free(&r);
+		return NULL;
+	}
+	return r.r_body;
+}
+
+/* An upload of one file with raw octet-stream: the status. */
+static long
+write_raw(const char *path, const char *data)
+{
+	char q[1024];
+	struct resp r;
+	char *e = curl_easy_escape(NULL, path, 0);
+	long st;
+
+	snprintf(q, sizeof(q), "/files?path=%s", e);
+	curl_free(e);
+	envd("POST", q, "application/octet-stream", data, strlen(data), &r);
+	st = r.r_status;
+	resp_free(&r);
+	return st;
+}
+
+static bool
+envd_up(void *arg)
+{
+	struct resp r;
+
+	(void)arg;
+	envd("GET", "/health", NULL, NULL, 0, &r);
+	resp_free(&r);
+	return r.r_status == 204;
+}
+
+static void
+up(void)
+{
+	cr_assert_eq(wait_until(envd_up, NULL, 30000), 0,
+	             "envd's /health never said 204");
+}
+
+static const char *
+code_of(json_t *j)
+{
+	const char *c = json_string_value(json_object_get(j, "code"));
+	return c ? c : "(none)";
+}
+
+Test(envd, health_is_204_and_the_code_api_is_untouched)
+{
+	struct resp r;
+
+	up();
+	envd("GET", "/health", NULL, NULL, 0, &r);
+	cr_assert_eq(r.r_status, 204);
+	cr_assert_eq(r.r_len, 0);
+	resp_free(&r);
+	/* the code listener still answers as itself; it does not serve /files */
+	http(URL, "GET", "/health", NULL, &r, 10);
+	cr_assert_eq(r.r_status, 200);
+	resp_free(&r);
+	http(URL, "GET", "/files?path=x", NULL, &r, 10);
+	cr_assert_eq(r.r_status, 404);
+	resp_free(&r);
+}
+
+Test(envd, multipart_write_then_read_round_trip)
+{
+	const char *body =
+	    "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; "
+	    "filename=\"rt/one.csv\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+	    "a,b\n1,2\n\r\n--XyZ\r\nContent-Disposition: form-data; name=\"file\"; "
+	    "filename=\"rt/two.txt\"\r\n\r\nsecond\r\n--XyZ--\r\n";
+	struct resp r;
+	long st;
+	char *got;
+
+	up();
+	envd("POST", "/files", "multipart/form-data; boundary=XyZ", body, strlen(body),
+	     &r);
+	cr_assert_eq(r.r_status, 200, "upload: %ld %s", r.r_status, r.r_body);
+	json_t *a = json_loads(r.r_body, 0, NULL);
+	cr_assert(json_is_array(a) && json_array_size(a) == 2, "EntryInfo[]: %s",
+	          r.r_body);
+	cr_assert_str_eq(json_string_value(json_object_get(json_array_get(a, 0), "path")),
+	                 "/home/user/rt/one.csv");
+	cr_assert_str_eq(json_string_value(json_object_get(json_array_get(a, 1), "type")),
+	                 "file");
+	json_decref(a);
+	resp_free(&r);
+	got = read_file("rt/one.csv", &st);
+	cr_assert_eq(st, 200);
+	cr_assert_str_eq(got, "a,b\n1,2\n");
+	free(got);
+	got = read_file("/home/user/rt/two.txt", &st);
+	cr_assert_str_eq(got, "second");
+	free(got);
+}
+
+Test(envd, a_file_is_the_contexts_file_both_ways)
+{
+	long st;
+	char *got, *out;
+	json_t *l;
+
+	up();
+	cr_assert_eq(write_raw("shared.csv", "x,y\n3,4\n"), 200);
+	l = run(URL, NULL,
+	        "print(open('shared.csv').read(), end='')\n"
+	        "open('/home/user/from_ctx.txt', 'w').write('written by a context')");
+	cr_assert_not_null(l);
+	out = stdout_of(l);
+	cr_assert_str_eq(out, "x,y\n3,4\n", "the context read: %s", out);
+	free(out);
+	json_decref(l);
+	got = read_file("from_ctx.txt", &st);
+	cr_assert_eq(st, 200);
+	cr_assert_str_eq(got, "written by a context");
+	free(got);
+}
+
+Test(envd, filesystem_calls_in_connect_json)
+{
+	long st;
+	json_t *j, *e;
+
+	up();
+	cr_assert_eq(write_raw("fs/a.txt", "12345"), 200);
+	j = rpc("Stat", "{\"path\":\"fs/a.txt\",\"someFutureField\":1}", &st);
+	cr_assert_eq(st, 200);
+	e = json_object_get(j, "entry");
+	cr_assert_str_eq(json_string_value(json_object_get(e, "type")), "FILE_TYPE_FILE");
+	cr_assert_str_eq(json_string_value(json_object_get(e, "size")),
+	                 "5"); /* int64: a string */
+	cr_assert_str_eq(json_string_value(json_object_get(e, "path")),
+	                 "/home/user/fs/a.txt");
+	cr_assert(json_is_string(json_object_get(e, "modifiedTime")));
+	json_decref(j);
+	j = rpc("MakeDir", "{\"path\":\"fs/sub/deeper\"}", &st);
+	cr_assert_eq(st, 200);
+	json_decref(j);
+	j = rpc("MakeDir", "{\"path\":\"fs/sub\"}", &st);
+	cr_assert_eq(st, 409);
+	cr_assert_str_eq(code_of(j), "already_exists");
+	json_decref(j);
+	j = rpc("Move", "{\"source\":\"fs/a.txt\",\"destination\":\"fs/sub/b.txt\"}",
+	        &st);
+	cr_assert_eq(st, 200);
+	cr_assert_str_eq(
+	    json_string_value(json_object_get(json_object_get(j, "entry"), "name")),
+	    "b.txt");
+	json_decref(j);
+	j = rpc("ListDir", "{\"path\":\"fs\",\"depth\":2}", &st);
+	cr_assert_eq(st, 200);
+	size_t i, n = 0;
+	json_t *v;
+	json_array_foreach(json_object_get(j, "entries"), i, v) n++;
+	cr_assert_eq(n, 3, "fs/sub, fs/sub/deeper, fs/sub/b.txt: %zu", n);
+	json_decref(j);
+	j = rpc("ListDir", "{\"path\":\"fs\"}", &st); /* depth 1 */
+	cr_assert_eq(json_array_size(json_object_get(j, "entries")), 1);
+	json_decref(j);
+	j = rpc("Remove", "{\"path\":\"fs\"}", &st);
+	cr_assert_eq(st, 200);
+	json_decref(j);
+	j = rpc("Stat", "{\"path\":\"fs\"}", &st);
+	cr_assert_eq(st, 404);
+	cr_assert_str_eq(code_of(j), "not_found");
+	json_decref(j);
+}
+
+Test(envd, bad_input_gets_envds_answers)
+{
+	struct resp r;
+	long st;
+	json_t *j;
+
+	up();
+	cr_assert_null(read_file("no/such/file", &st));
+	cr_assert_eq(st, 404);
+	cr_assert_null(
+	    read_file("/home/user", &st)); /* a directory where a file is needed */
+	cr_assert_eq(st, 400);
+	j = rpc("Stat", "{}", &st);
+	cr_assert_eq(st, 400);
+	cr_assert_str_eq(code_of(j), "invalid_argument");
+	json_decref(j);
+	j = rpc("Stat", "{\"path\":7}", &st);
+	cr_assert_str_eq(code_of(j), "invalid_argument");
+	json_decref(j);
+	j = rpc("WatchDirNope", "{}", &st);
+	cr_assert_eq(st, 501);
+	cr_assert_str_eq(code_of(j), "unimplemented");
+	json_decref(j);
+	envd("POST", "/filesystem.Filesystem/Stat", "text/plain", "{}", 2, &r);
+	cr_assert_eq(r.r_status, 415);
+	resp_free(&r);
+	envd("POST", "/filesystem.Filesystem/Stat", "application/json", "[1", 2, &r);
+	cr_assert_eq(r.r_status, 400);
+	resp_free(&r);
+	envd("GET", "/files?path=x&username=mallory", NULL, NULL, 0, &r);
+	cr_assert_eq(r.r_status, 401);
+	resp_free(&r);
+	/* a body over --max-body (1M here) */
+	size_t big = 2u << 20;
+	char *b = malloc(big + 1);
+	memset(b, 'x', big);
+	b[big] = '\0';
+	envd("POST", "/files?path=big.bin", "application/octet-stream", b, big, &r);
+	cr_assert_eq(r.r_status, 413);
+	resp_free(&r);
+	free(b);
+	cr_assert_null(read_file("big.bin", &st));
+	cr_assert_eq(st, 404);
+}
+
+Test(envd, nothing_reaches_beyond_the_box)
+{
+	char q[1024], *host_file, *got;
+	struct stat sb;
+	long st;
+	json_t *l;
+
+	up();
+	/* a context plants links to the host's secrets and to the run dir */
+	snprintf(q, sizeof(q),
+	         "import os\nos.symlink('/etc/shadow', 'to_shadow')\n"
+	         "os.symlink('%s', 'to_run')\nos.symlink('/', 'to_root')\n",
+	         test_run_dir());
+	l = run(URL, NULL, q);
+	cr_assert_not_null(l);
+	json_decref(l);
+	/* the box's /etc/shadow is not the tenant's to read */
+	cr_assert_null(read_file("to_shadow", &st));
+	cr_assert(st == 403 || st == 404, "to_shadow: %ld", st);
+	/* the run dir is not in the box: nothing there, neither to read nor to write */
+	snprintf(q, sizeof(q), "to_run/%s", "state.json");
+	cr_assert_null(read_file(q, &st));
+	cr_assert_eq(st, 404);
+	snprintf(q, sizeof(q), "../../..%s/planted", test_run_dir());
+	write_raw(q, "planted");
+	host_file = NULL;
+	cr_assert(asprintf(&host_file, "%s/planted", test_run_dir()) > 0);
+	cr_assert_neq(stat(host_file, &sb), 0, "a write through .. reached the host's %s",
+	              host_file);
+	free(host_file);
+	cr_assert(write_raw("to_root/etc/planted", "x") != 200,
+	          "a write into the box's /etc");
+	/* .. stays in the box: /home/user/../../etc/hostname is the box's */
+	got = read_file("../../etc/hostname", &st);
+	free(got);
+	cr_assert_neq(stat("/etc/planted", &sb), 0);
+}
