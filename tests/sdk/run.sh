@@ -12,8 +12,14 @@ if curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$port/health"; then
 	export SANDCELL_URL="http://localhost:$port"
 	echo "sdk: port 49999 is busy; using $SANDCELL_URL"
 fi
-"$bin/sandcell-broker" --listen "127.0.0.1:$port" --run-dir "$run_dir" --log-level warn \
-	>"$run_dir.log" 2>&1 &
+# envd's port is hard-coded in the SDK's debug mode: it must be ours
+if curl -s -o /dev/null --max-time 1 "http://127.0.0.1:49983/health"; then
+	echo "sdk: port 49983 is taken: the SDK's debug mode sends files there (envd); stop what listens on it"
+	echo "0 passed, 1 failed"
+	exit 1
+fi
+"$bin/sandcell-broker" --listen "127.0.0.1:$port" --envd-listen 127.0.0.1:49983 \
+	--run-dir "$run_dir" --log-level warn >"$run_dir.log" 2>&1 &
 broker=$!
 cleanup() {
 	kill "$broker" 2>/dev/null
@@ -23,6 +29,10 @@ cleanup() {
 trap cleanup EXIT INT TERM
 for _ in $(seq 100); do
 	curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$port/health" && break
+	sleep 0.1
+done
+for _ in $(seq 100); do # envd answers 204 once its agent runs
+	[ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 http://127.0.0.1:49983/health)" = 204 ] && break
 	sleep 0.1
 done
 (cd "$here" && node sdk_test.mjs)
