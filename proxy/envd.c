@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -186,6 +187,8 @@ envd_run(struct proxy *px, int sigfd)
 	bool run = true;
 
 	e.px = px;
+	/* not adopted by a next broker (no state file): it ends with ours */
+	prctl(PR_SET_PDEATHSIG, SIGTERM);
 	ipc_listen(px, status);
 	if ((rc = envd_spawn(px)) < 0) {
 		log_err("context %s: the envd agent did not start: %s", px->px_id,
