@@ -258,7 +258,8 @@ UNITDIR ?= /etc/systemd/system
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/sandcell/jupyter/kernels \
 	  $(DESTDIR)$(PREFIX)/lib/sandcell $(DESTDIR)$(UNITDIR)
-	install -m 755 $(filter-out %.so %/sandcell-init,$(PROGS)) $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(filter-out %.so %/sandcell-init %/sandcell-envd,$(PROGS)) $(DESTDIR)$(PREFIX)/bin/
+	install -m 711 $(BIN)/sandcell-envd $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(BIN)/libsandcell-box.so $(DESTDIR)$(PREFIX)/lib/sandcell/
 	install -m 711 $(BIN)/sandcell-init $(DESTDIR)$(PREFIX)/lib/sandcell/
 	cp -r proxy/jupyter/kernels/bash proxy/jupyter/kernels/java \

@@ -224,6 +224,7 @@ struct pool_spec {
 struct server_config {
 	const char *cf_listen, *cf_run_dir, *cf_cwd, *cf_proxy_bin;
 	const char *cf_envd_listen; /* envd's API (envd.c); NULL: off */
+	const char *cf_envd_bin;    /* its agent, beside the proxy (sandcell-envd) */
 	char *cf_env_file;
 	const char *cf_log_level;
 	size_t cf_max_body;
@@ -521,7 +522,6 @@ void envd_start(void);
 bool envd_wanted(void);
 enum MHD_Result envd_route(struct http_request *hr, const char *url, const char *method);
 void envd_free(struct http_request *hr);
-const char *envd_agent_bin(void);
 void waiter_tick(uint64_t now);
 
 /* kcache.c */

@@ -550,20 +550,3 @@ envd_wanted(void)
 	}
 	return true;
 }
-
-/* The envd agent's path: beside the proxy's. */
-const char *
-envd_agent_bin(void)
-{
-	static char *path;
-	const char *slash;
-
-	if (!path) {
-		slash = strrchr(sv.sv_cf.cf_proxy_bin, '/');
-		path = slash ? xasprintf("%.*s/sandcell-envd",
-		                         (int)(slash - sv.sv_cf.cf_proxy_bin),
-		                         sv.sv_cf.cf_proxy_bin)
-		             : xstrdup("sandcell-envd");
-	}
-	return path;
-}

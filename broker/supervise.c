@@ -75,7 +75,7 @@ supervise_spawn(struct context *c)
 	box_args(c, argv, &n);
 	if (c->c_envd) {
 		argv[n++] = "--envd";
-		argv[n++] = (char *)envd_agent_bin();
+		argv[n++] = (char *)sv.sv_cf.cf_envd_bin;
 	}
 	if (template_socket(c->c_kernel)) {
 		argv[n++] = "--template";
