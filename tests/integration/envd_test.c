@@ -360,3 +360,86 @@ Test(envd, nothing_reaches_beyond_the_box)
 	free(got);
 	cr_assert_neq(stat("/etc/planted", &sb), 0);
 }
+
+/* ---- brokers of their own: envd's listener under other settings ---- */
+
+static struct broker own;
+static int own_envd_port;
+
+static void
+own_stop(void)
+{
+	if (own.b_pid > 0)
+		broker_stop(&own);
+}
+
+/* GET url's status with headers h (NULL: none); 0 when nothing answers. */
+static long
+status_of(const char *url, const char *header)
+{
+	CURL *c = curl_easy_init();
+	struct curl_slist *h = header ? curl_slist_append(NULL, header) : NULL;
+	struct sink s = {0};
+	long st = 0;
+
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+	if (curl_easy_perform(c) == CURLE_OK)
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
+	free(s.data);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	return st;
+}
+
+static bool
+own_envd_up(void *arg)
+{
+	char url[96];
+
+	(void)arg;
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/health", own_envd_port);
+	return status_of(url, NULL) == 204;
+}
+
+Test(envd_own, the_access_token_is_the_code_apis, .timeout = 90, .fini = own_stop)
+{
+	char at[32], url[128];
+	const char *args[] = {
+	    "--no-default-context", "--pool", "0", "--access-token", "s3cret",
+	    "--envd-listen",        at,       NULL};
+
+	own_envd_port = free_port();
+	snprintf(at, sizeof(at), "127.0.0.1:%d", own_envd_port);
+	cr_assert_eq(broker_start(&own, args), 0);
+	/* /health needs none, as the code API's */
+	cr_assert_eq(wait_until(own_envd_up, NULL, 30000), 0,
+	             "envd's /health never said 204");
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/files?path=%%2Fhome%%2Fuser",
+	         own_envd_port);
+	cr_assert_eq(status_of(url, NULL), 401);
+	cr_assert_eq(status_of(url, "X-Access-Token: wrong"), 401);
+	/* with it: envd's own answer (a directory where a file is needed) */
+	cr_assert_eq(status_of(url, "X-Access-Token: s3cret"), 400);
+}
+
+Test(envd_own, isolation_context_leaves_the_listener_off, .timeout = 90, .fini = own_stop)
+{
+	char at[32], url[96];
+	const char *args[] = {
+	    "--no-default-context", "--isolation", "context", "--envd-listen", at, NULL};
+	char *log;
+
+	own_envd_port = free_port();
+	snprintf(at, sizeof(at), "127.0.0.1:%d", own_envd_port);
+	cr_assert_eq(broker_start(&own, args), 0);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/health", own_envd_port);
+	cr_assert_eq(status_of(url, NULL), 0, "something answers on envd's port");
+	log = broker_log(&own);
+	cr_assert(strstr(log, "envd: off (--isolation context"),
+	          "the log does not say why");
+	free(log);
+}
