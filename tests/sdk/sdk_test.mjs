@@ -379,6 +379,16 @@ async function envdChecks() {
     assert.equal(ex.error, undefined, describeExecution(ex));
     assert.equal(await withTimeout(f.read('/home/user/from_code.txt'), 'files.read'), 'made by runCode');
   });
+  await check('a chart saved by runCode downloads with files.read as PNG bytes', async () => {
+    const ex = await run(
+      "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n" +
+        "plt.plot([1, 2, 3])\nplt.savefig('chart.png')\nplt.close()",
+    );
+    assert.equal(ex.error, undefined, describeExecution(ex));
+    const png = await withTimeout(f.read('chart.png', { format: 'bytes' }), 'files.read');
+    assert.deepEqual(Array.from(png.slice(0, 4)), [0x89, 0x50, 0x4e, 0x47], 'not a PNG');
+    assert.ok(png.length > 1000, `${png.length} bytes`);
+  });
   await check('files.read of bytes round trips', async () => {
     const bytes = new Uint8Array([0, 1, 2, 250, 255]);
     await withTimeout(f.write('bin/b.dat', bytes), 'files.write');
