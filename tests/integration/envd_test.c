@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -442,4 +443,48 @@ Test(envd_own, isolation_context_leaves_the_listener_off, .timeout = 90, .fini =
 	cr_assert(strstr(log, "envd: off (--isolation context"),
 	          "the log does not say why");
 	free(log);
+}
+
+/* The pid the log gave envd's agent last (its proxy says "envd agent started, pid N"). */
+static pid_t
+agent_pid(const struct broker *b)
+{
+	char *log = broker_log(b), *at = log, *last = NULL;
+	pid_t pid = 0;
+
+	while ((at = strstr(at, "envd agent started, pid ")))
+		last = at++;
+	if (last)
+		pid = (pid_t)atoi(last + strlen("envd agent started, pid "));
+	free(log);
+	return pid;
+}
+
+static bool
+agent_is_new(void *arg)
+{
+	pid_t old = *(pid_t *)arg, now = agent_pid(&own);
+
+	return now > 0 && now != old && own_envd_up(NULL);
+}
+
+Test(envd_own, a_killed_agent_is_started_again, .timeout = 120, .fini = own_stop)
+{
+	char at[32], url[128];
+	const char *args[] = {"--no-default-context", "--pool", "0",
+	                      "--envd-listen",        at,       NULL};
+	pid_t pid;
+
+	own_envd_port = free_port();
+	snprintf(at, sizeof(at), "127.0.0.1:%d", own_envd_port);
+	cr_assert_eq(broker_start(&own, args), 0);
+	cr_assert_eq(wait_until(own_envd_up, NULL, 30000), 0,
+	             "envd's /health never said 204");
+	cr_assert_gt(pid = agent_pid(&own), 1, "no agent pid in the log");
+	cr_assert_eq(kill(pid, SIGKILL), 0);
+	cr_assert_eq(wait_until(agent_is_new, &pid, 30000), 0,
+	             "no new agent after a kill");
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/files?path=no-such",
+	         own_envd_port);
+	cr_assert_eq(status_of(url, NULL), 404, "the new agent does not answer");
 }
