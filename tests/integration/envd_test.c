@@ -227,6 +227,16 @@ Test(envd, a_file_is_the_contexts_file_both_ways)
 	cr_assert_eq(st, 200);
 	cr_assert_str_eq(got, "written by a context");
 	free(got);
+	/* both written as the contexts' uid: the same owner on the host, not root */
+	char a[256], b[256];
+	struct stat sa, sb;
+	snprintf(a, sizeof(a), "%s.work/shared.csv", test_run_dir());
+	snprintf(b, sizeof(b), "%s.work/from_ctx.txt", test_run_dir());
+	cr_assert_eq(stat(a, &sa), 0, "no %s", a);
+	cr_assert_eq(stat(b, &sb), 0, "no %s", b);
+	cr_assert_eq(sa.st_uid, sb.st_uid, "envd's file is uid %u, the context's %u",
+	             (unsigned)sa.st_uid, (unsigned)sb.st_uid);
+	cr_assert_neq(sa.st_uid, 0);
 }
 
 Test(envd, filesystem_calls_in_connect_json)
@@ -487,4 +497,33 @@ Test(envd_own, a_killed_agent_is_started_again, .timeout = 120, .fini = own_stop
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/files?path=no-such",
 	         own_envd_port);
 	cr_assert_eq(status_of(url, NULL), 404, "the new agent does not answer");
+}
+
+/* Not root: the agent's box is a user namespace's, as a rootless broker's kernels' are.
+ */
+Test(envd_own, a_rootless_broker_serves_files_from_its_box, .timeout = 120,
+     .fini = own_stop)
+{
+	char at[32], url[160];
+	const char *args[] = {"--no-default-context", "--pool", "python=0",
+	                      "--envd-listen",        at,       NULL};
+	struct resp r;
+
+	own_envd_port = free_port();
+	snprintf(at, sizeof(at), "127.0.0.1:%d", own_envd_port);
+	snprintf(envd_url, sizeof(envd_url), "http://127.0.0.1:%d", own_envd_port);
+	cr_assert_eq(broker_start_as(&own, 60999, args), 0,
+	             "a broker as uid 60999 did not start");
+	cr_assert_eq(wait_until(own_envd_up, NULL, 30000), 0,
+	             "envd's /health never said 204");
+	cr_assert_eq(write_raw("rootless.txt", "from a rootless broker"), 200);
+	envd("GET", "/files?path=rootless.txt", NULL, NULL, 0, &r);
+	cr_assert_eq(r.r_status, 200);
+	cr_assert_str_eq(r.r_body, "from a rootless broker");
+	resp_free(&r);
+	/* its files are the broker's uid's on the host (the box's uid 1000 inside) */
+	snprintf(url, sizeof(url), "%s.work/rootless.txt", own.b_run_dir);
+	struct stat sb;
+	cr_assert_eq(stat(url, &sb), 0, "no %s", url);
+	cr_assert_eq(sb.st_uid, 60999);
 }
