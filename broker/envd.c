@@ -186,27 +186,37 @@ answer_ok(struct http_request *hr, struct envd_call *ec, struct msg *m)
 	a = json_loadb(m->m_data.s, m->m_data.len, 0, NULL);
 	if (!strcmp(ec->ec_op, "remove")) {
 		out = json_object();
-	} else if (!strcmp(ec->ec_op, "list")) {
+	} else if (!strcmp(ec->ec_op, "list") && json_is_array(a)) {
 		size_t i;
 		json_t *v, *entries = json_array();
 		json_array_foreach(a, i, v)
 		{
 			json_t *e = entry_info(v);
-			if (e)
-				json_array_append_new(entries, e);
+			if (!e) { /* one bad entry: the answer is not the agent's to shape
+				   */
+				json_decref(entries);
+				entries = NULL;
+				break;
+			}
+			json_array_append_new(entries, e);
 		}
-		out = json_pack("{s:o}", "entries", entries);
+		if (entries)
+			out = json_pack("{s:o}", "entries", entries);
 	} else if (!strcmp(ec->ec_op, "write")) {
 		json_t *e = entry_info(a);
-		if (e) {
-			json_array_append_new(
-			    ec->ec_done,
-			    json_pack("{s:O, s:O, s:s}", "name",
-			              json_object_get(e, "name"), "path",
-			              json_object_get(e, "path"), "type", "file"));
-			json_decref(e);
-		}
 		json_decref(a);
+		if (!e) {
+			log_warn(
+			    "envd: the agent's answer to write is not what it must be");
+			fail_later(hr, false, "internal",
+			           "the envd agent's answer is malformed");
+			return;
+		}
+		json_array_append_new(
+		    ec->ec_done,
+		    json_pack("{s:O, s:O, s:s}", "name", json_object_get(e, "name"),
+		              "path", json_object_get(e, "path"), "type", "file"));
+		json_decref(e);
 		if (ec->ec_next < ec->ec_nfiles) { /* the next file of the upload */
 			struct envd_file *f = &ec->ec_files[ec->ec_next++];
 			send_op(hr, "write", json_pack("{s:s}", "path", f->ef_path),
@@ -215,7 +225,7 @@ answer_ok(struct http_request *hr, struct envd_call *ec, struct msg *m)
 		}
 		respond_complete(hr, 200, respond_json(json_incref(ec->ec_done)));
 		return;
-	} else {
+	} else if (strcmp(ec->ec_op, "list")) {
 		json_t *e = entry_info(a);
 		if (e)
 			out = json_pack("{s:o}", "entry", e);

@@ -150,6 +150,11 @@ entry(const char *path, struct answer *a)
 	              (int)(st.st_mode & 07777), "owner", name_of_uid(st.st_uid), "group",
 	              name_of_gid(st.st_gid), "mtime_s", (json_int_t)st.st_mtim.tv_sec,
 	              "mtime_ns", (json_int_t)st.st_mtim.tv_nsec);
+	if (!e) { /* a name JSON cannot carry (not UTF-8) */
+		fail(a, "invalid_argument", "path '%s': not UTF-8", path);
+		free(abs);
+		return NULL;
+	}
 	if (S_ISLNK(st.st_mode)) {
 		json_object_set_new(e, "type", json_string("symlink"));
 		if ((n = readlink(path, target, sizeof(target) - 1)) >= 0) {
@@ -202,15 +207,23 @@ list_into(json_t *out, const char *dir, unsigned depth, struct answer *a)
 		char *p = xasprintf("%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/",
 		                    de->d_name);
 		json_t *e = entry(p, a);
-		if (e) {
+		if (!e) {
+			/* gone meanwhile, or a name JSON cannot carry: skipped */
+			if (strcmp(a->a_code, "not_found") &&
+			    strcmp(a->a_code, "invalid_argument"))
+				rc = -1;
+			a->a_code = rc ? a->a_code : NULL;
+		} else {
 			bool sub = depth > 1 && de->d_type == DT_DIR;
 			json_array_append_new(out, e);
-			if (sub)
-				rc = list_into(out, p, depth - 1, a);
-		} else if (a->a_code && strcmp(a->a_code, "not_found")) {
-			rc = -1; /* gone meanwhile: skipped */
-		} else {
-			a->a_code = NULL;
+			/* a directory below that is not the tenant's to read: its entry
+			 * alone */
+			if (sub && list_into(out, p, depth - 1, a) < 0) {
+				if (strcmp(a->a_code, "permission_denied"))
+					rc = -1;
+				else
+					a->a_code = NULL;
+			}
 		}
 		free(p);
 	}
@@ -423,8 +436,16 @@ handle(int fd, const struct msg *m)
 	} else if (a.a_bytes) {
 		msg_set_str(&r, F_DATA, a.a_bytes, a.a_nbytes);
 	} else {
-		char *s = json_dumps(a.a_json, JSON_COMPACT);
-		msg_set_str(&r, F_DATA, s, strlen(s));
+		char *s = a.a_json ? json_dumps(a.a_json, JSON_COMPACT) : NULL;
+		if (!s) { /* nothing said what failed: say so, never answer nothing */
+			msg_free(&r);
+			msg_init(&r, MSG_FAIL);
+			msg_set_u64(&r, F_REQ, m->m_req);
+			msg_set_str(&r, F_TEXT, "no answer", 9);
+			msg_set_str(&r, F_OUTCOME, "internal", 8);
+		} else {
+			msg_set_str(&r, F_DATA, s, strlen(s));
+		}
 		free(s);
 	}
 	json_decref(a.a_json);

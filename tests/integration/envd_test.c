@@ -527,3 +527,43 @@ Test(envd_own, a_rootless_broker_serves_files_from_its_box, .timeout = 120,
 	cr_assert_eq(stat(url, &sb), 0, "no %s", url);
 	cr_assert_eq(sb.st_uid, 60999);
 }
+
+/* What a tenant can plant does not break a listing: a name that is not UTF-8
+ * is left out, a directory it cannot read is listed but not entered. */
+Test(envd, a_listing_survives_odd_names_and_closed_directories)
+{
+	char q[512];
+	long st;
+	json_t *l, *j;
+
+	up();
+	l = run(URL, NULL,
+	        "import os\nos.makedirs('odd/open', exist_ok=True)\n"
+	        "open(b'odd/bad\\xff', 'w').close()\n"
+	        "os.symlink(b'/x\\xfe', b'odd/badlink')\n"
+	        "os.makedirs('odd/closed/inner', exist_ok=True)\nos.chmod('odd/closed', "
+	        "0)\n");
+	cr_assert_not_null(l);
+	cr_assert_null(line_of(l, "error", 0), "%s", error_value(l));
+	json_decref(l);
+	j = rpc("ListDir", "{\"path\":\"odd\",\"depth\":3}", &st);
+	cr_assert_eq(st, 200, "ListDir: %ld", st);
+	size_t i;
+	json_t *v;
+	int n = 0;
+	json_array_foreach(json_object_get(j, "entries"), i, v)
+	{
+		const char *name = json_string_value(json_object_get(v, "name"));
+		cr_assert(strcmp(name, "inner"), "listed inside a closed directory");
+		n++;
+	}
+	cr_assert_eq(n, 3, "open, badlink, closed: %d", n);
+	json_decref(j);
+	snprintf(q, sizeof(q), "{\"path\":\"odd/badlink\"}");
+	j = rpc("Stat", q, &st);
+	cr_assert_eq(st, 200);
+	cr_assert_null(json_object_get(json_object_get(j, "entry"), "symlinkTarget"));
+	json_decref(j);
+	l = run(URL, NULL, "import os\nos.chmod('odd/closed', 0o755)\n");
+	json_decref(l);
+}
