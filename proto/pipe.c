@@ -39,14 +39,13 @@ pipe_read_all(int fd, unsigned char *p, size_t n)
 	return 0;
 }
 
-/* 0, or -errno (-EPIPE: the other end is gone). */
+/* m's frame appended to out: 0, or -EINVAL when it does not encode. */
 int
-pipe_send(int fd, const struct msg *m)
+pipe_frame_out(const struct msg *m, struct buf *out)
 {
 	unsigned char head[4];
 	void *buf = NULL;
 	size_t len = 0;
-	int rc;
 
 	if (msg_encode(m, &buf, &len) < 0)
 		return -EINVAL;
@@ -54,9 +53,47 @@ pipe_send(int fd, const struct msg *m)
 	head[1] = len >> 16;
 	head[2] = len >> 8;
 	head[3] = len;
-	if ((rc = pipe_write_all(fd, head, 4)) == 0)
-		rc = pipe_write_all(fd, buf, len);
+	buf_append(out, head, 4);
+	buf_append(out, buf, len);
 	free(buf);
+	return 0;
+}
+
+/*
+ * The first whole frame of in, taken off it: 0 with *m decoded, -EAGAIN when
+ * no whole frame is there yet, -EMSGSIZE or -EBADMSG for one that must end
+ * the connection (its bytes are not taken).
+ */
+int
+pipe_frame_in(struct buf *in, struct msg *m)
+{
+	const unsigned char *p = (const unsigned char *)buf_head(in);
+	size_t have = buf_pending(in), len;
+
+	if (have < 4)
+		return -EAGAIN;
+	len = (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3];
+	if (len > PROTO_MAX_FRAME)
+		return -EMSGSIZE;
+	if (have - 4 < len)
+		return -EAGAIN;
+	if (msg_decode(p + 4, len, m) != PROTO_OK)
+		return -EBADMSG;
+	buf_consume(in, 4 + len);
+	return 0;
+}
+
+/* 0, or -errno (-EPIPE: the other end is gone). */
+int
+pipe_send(int fd, const struct msg *m)
+{
+	struct buf out = {0};
+	int rc;
+
+	if ((rc = pipe_frame_out(m, &out)) == 0)
+		rc = pipe_write_all(fd, (const unsigned char *)buf_head(&out),
+		                    buf_pending(&out));
+	buf_free(&out);
 	return rc;
 }
 

@@ -4,11 +4,13 @@
  * context's kernel gets (sandbox.c: the contexts' uid, view, limits and
  * network); the agent connects to an abstract socket of the proxy's network
  * namespace, which only the box shares, and the proxy relays the broker's
- * MSG_ENVD to it and its OK / FAIL back, one request at a time. What the
- * agent says is a tenant's word: the decoder checks each frame, the reply
- * must name the request it answers, and the broker checks the rest.
+ * MSG_ENVD (and CANCEL) to it and its OK / FAIL / OUTPUT back, never
+ * waiting on it. What the agent says is a tenant's word: the decoder checks
+ * each frame, which must answer a request it was sent or belong to a stream
+ * it was given, and the broker checks the rest.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,9 +33,11 @@
 static struct {
 	struct proxy *px;
 	struct kproc proc;
-	int fd; /* the agent's connection, or -1 */
+	int fd;             /* the agent's connection (non-blocking), or -1 */
+	int ep;             /* the loop's epoll */
+	struct buf in, out; /* bytes from the agent not yet a whole frame; bytes for it */
 	enum kstate state;
-} e = {.fd = -1, .state = KS_STARTING};
+} e = {.fd = -1, .ep = -1, .state = KS_STARTING};
 
 static void
 status(struct msg *m)
@@ -97,34 +101,141 @@ envd_spawn(struct proxy *px)
 	return 0;
 }
 
-/* One request to the agent and its answer back; a silent or lying agent ends us. */
+/* Ids the agent may answer: requests sent and not answered, streams not ended. */
+struct idset {
+	uint64_t *is_v;
+	size_t is_n, is_cap;
+};
+
+static struct idset pending, streams;
+
+static void
+idset_add(struct idset *set, uint64_t id)
+{
+	if (set->is_n == set->is_cap) {
+		set->is_cap = set->is_cap ? 2 * set->is_cap : 16;
+		set->is_v = xrealloc(set->is_v, set->is_cap * sizeof(*set->is_v));
+	}
+	set->is_v[set->is_n++] = id;
+}
+
+/* Whether id was in set; it is no longer. */
+static bool
+idset_take(struct idset *set, uint64_t id)
+{
+	for (size_t i = 0; i < set->is_n; i++)
+		if (set->is_v[i] == id) {
+			set->is_v[i] = set->is_v[--set->is_n];
+			return true;
+		}
+	return false;
+}
+
+static bool
+idset_has(const struct idset *set, uint64_t id)
+{
+	for (size_t i = 0; i < set->is_n; i++)
+		if (set->is_v[i] == id)
+			return true;
+	return false;
+}
+
+/* The agent is gone or broke the protocol: what waits on it fails; the proxy ends. */
+static void
+agent_lost(const char *why)
+{
+	log_err("context %s: the envd agent: %s", e.px->px_id, why);
+	for (size_t i = 0; i < pending.is_n; i++)
+		ipc_reply(MSG_FAIL, pending.is_v[i], "the envd agent failed");
+	pending.is_n = 0;
+	e.state = KS_DEAD;
+	if (e.fd >= 0)
+		close(e.fd);
+	e.fd = -1;
+	buf_free(&e.in);
+	buf_free(&e.out);
+}
+
+/* What waits for the agent, written as far as its socket takes it. */
+static void
+agent_flush(void)
+{
+	while (e.fd >= 0 && buf_pending(&e.out)) {
+		ssize_t w = write(e.fd, buf_head(&e.out), buf_pending(&e.out));
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && errno == EAGAIN)
+			break;
+		if (w <= 0) {
+			agent_lost(w < 0 ? strerror(errno) : "closed");
+			return;
+		}
+		buf_consume(&e.out, (size_t)w);
+	}
+	struct epoll_event ev = {.events = EPOLLIN | (buf_pending(&e.out) ? EPOLLOUT : 0),
+	                         .data.fd = e.fd};
+	if (e.fd >= 0)
+		epoll_ctl(e.ep, EPOLL_CTL_MOD, e.fd, &ev);
+}
+
+/* A request (or a CANCEL) for the agent: queued, never waited for. */
 static void
 envd_relay(struct msg *m)
 {
-	struct msg r;
+	if (e.fd < 0) {
+		if (m->m_type == MSG_ENVD)
+			ipc_reply(MSG_FAIL, m->m_req, "the envd agent is not running");
+		return;
+	}
+	if (m->m_type == MSG_ENVD) {
+		idset_add(&pending, m->m_req);
+		if (m->m_has & FB(F_STREAM))
+			idset_add(&streams, m->m_stream);
+	}
+	if (pipe_frame_out(m, &e.out) < 0 && m->m_type == MSG_ENVD) {
+		idset_take(&pending, m->m_req);
+		ipc_reply(MSG_FAIL, m->m_req, "the request does not encode");
+	}
+	agent_flush();
+}
+
+/*
+ * What the agent said: each frame must answer a request it was sent (OK,
+ * FAIL) or belong to a stream it was given (OUTPUT); anything else ends it.
+ */
+static void
+agent_read(void)
+{
+	char chunk[64 << 10];
+	ssize_t r;
+	struct msg m;
 	int rc;
 
-	if (e.fd < 0) {
-		ipc_reply(MSG_FAIL, m->m_req, "the envd agent is not running");
+	while ((r = read(e.fd, chunk, sizeof(chunk))) > 0)
+		buf_append(&e.in, chunk, (size_t)r);
+	if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+		agent_lost(r == 0 ? "closed" : strerror(errno));
 		return;
 	}
-	if ((rc = pipe_send(e.fd, m)) < 0 || (rc = pipe_recv(e.fd, &r)) < 0) {
-		log_err("context %s: the envd agent: %s", e.px->px_id, strerror(-rc));
-		ipc_reply(MSG_FAIL, m->m_req, "the envd agent failed");
-		e.state = KS_DEAD;
-		close(e.fd);
-		e.fd = -1;
-		return;
+	while ((rc = pipe_frame_in(&e.in, &m)) == 0) {
+		bool ok = false;
+		if (m.m_type == MSG_OK || m.m_type == MSG_FAIL)
+			ok = idset_take(&pending, m.m_req);
+		else if (m.m_type == MSG_OUTPUT && idset_has(&streams, m.m_stream)) {
+			ok = true;
+			if (m.m_final)
+				idset_take(&streams, m.m_stream);
+		}
+		if (ok)
+			ipc_send(&m);
+		msg_free(&m);
+		if (!ok) {
+			agent_lost("a frame that answers nothing it was asked");
+			return;
+		}
 	}
-	if ((r.m_type != MSG_OK && r.m_type != MSG_FAIL) || r.m_req != m->m_req) {
-		log_err("context %s: the envd agent answered %s for request %llu",
-		        e.px->px_id, msg_type_name(r.m_type),
-		        (unsigned long long)m->m_req);
-		ipc_reply(MSG_FAIL, m->m_req, "the envd agent failed");
-	} else {
-		ipc_send(&r);
-	}
-	msg_free(&r);
+	if (rc != -EAGAIN)
+		agent_lost(strerror(-rc));
 }
 
 /* The broker's messages; false once it asked us to stop. */
@@ -145,7 +256,7 @@ envd_from_broker(void)
 		if (ev < 0)
 			continue;
 		bool stop = m.m_type == MSG_SHUTDOWN;
-		if (m.m_type == MSG_ENVD)
+		if (m.m_type == MSG_ENVD || m.m_type == MSG_CANCEL)
 			envd_relay(&m);
 		else if (stop)
 			ipc_reply(MSG_OK, m.m_req, NULL);
@@ -183,10 +294,11 @@ void
 envd_run(struct proxy *px, int sigfd)
 {
 	struct epoll_event ev = {.events = EPOLLIN}, got[4];
-	int ep = epoll_create1(EPOLL_CLOEXEC), rc;
+	int rc;
 	bool run = true;
 
 	e.px = px;
+	e.ep = epoll_create1(EPOLL_CLOEXEC);
 	/* not adopted by a next broker (no state file): it ends with ours */
 	prctl(PR_SET_PDEATHSIG, SIGTERM);
 	ipc_listen(px, status);
@@ -198,15 +310,20 @@ envd_run(struct proxy *px, int sigfd)
 		e.state = KS_IDLE;
 		log_info("context %s: envd agent started, pid %d", px->px_id,
 		         (int)(e.proc.kp_shown ? e.proc.kp_shown : e.proc.kp_pid));
+		fcntl(e.fd, F_SETFL, fcntl(e.fd, F_GETFL) | O_NONBLOCK);
+		ev.data.fd = e.fd;
+		epoll_ctl(e.ep, EPOLL_CTL_ADD, e.fd, &ev);
 	}
+	ev.events = EPOLLIN;
 	ev.data.fd = ipc_fd();
-	epoll_ctl(ep, EPOLL_CTL_ADD, ipc_fd(), &ev);
+	epoll_ctl(e.ep, EPOLL_CTL_ADD, ipc_fd(), &ev);
 	ev.data.fd = sigfd;
-	epoll_ctl(ep, EPOLL_CTL_ADD, sigfd, &ev);
+	epoll_ctl(e.ep, EPOLL_CTL_ADD, sigfd, &ev);
 	while (run) {
-		int n = epoll_wait(ep, got, 4, -1);
+		int n = epoll_wait(e.ep, got, 4, -1);
 		for (int i = 0; i < n && run; i++) {
-			if (got[i].data.fd == sigfd) {
+			int fd = got[i].data.fd;
+			if (fd == sigfd) {
 				struct signalfd_siginfo si;
 				while (read(sigfd, &si, sizeof(si)) == sizeof(si))
 					if (si.ssi_signo == SIGTERM ||
@@ -214,8 +331,13 @@ envd_run(struct proxy *px, int sigfd)
 						run = false;
 				if (run && e.proc.kp_pid)
 					run = envd_reap();
-			} else {
+			} else if (fd == ipc_fd()) {
 				run = envd_from_broker();
+			} else if (fd == e.fd) {
+				if (got[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+					agent_read();
+				if (e.fd >= 0 && (got[i].events & EPOLLOUT))
+					agent_flush();
 			}
 		}
 	}
@@ -226,5 +348,5 @@ envd_run(struct proxy *px, int sigfd)
 		waitpid(e.proc.kp_pid, NULL, 0);
 		sandbox_reaped(&px->px_box);
 	}
-	close(ep);
+	close(e.ep);
 }

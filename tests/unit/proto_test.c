@@ -93,7 +93,7 @@ static const struct {
     {CTL_STOP_KEEPS, "CTL_STOP_KEEPS", FB(F_REQ), 0},
     {MSG_STATS, "STATS", FB(F_COUNT), 0},
     {CTL_ACK, "CTL_ACK", FB(F_COUNT), 0},
-    {MSG_ENVD, "ENVD", FB(F_REQ) | FB(F_TEXT) | FB(F_CODE), FB(F_DATA)},
+    {MSG_ENVD, "ENVD", FB(F_REQ) | FB(F_TEXT) | FB(F_CODE), FB(F_DATA) | FB(F_STREAM)},
 };
 #define NTYPES (sizeof(types) / sizeof(types[0]))
 
