@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -24,25 +26,17 @@
 #include <stddef.h>
 #include <unistd.h>
 
-#include <jansson.h>
-
-#include "../proto/proto.h"
+#include "agent.h"
 
 /* A file read whole into one answer: under the frame limit, with room for the rest. */
 #define AGENT_MAX_FILE (PROTO_MAX_BIG - (64u << 10))
 #define AGENT_MAX_DEPTH 64
 #define AGENT_MAX_ENTRIES 100000
 
-struct answer {
-	const char *a_code; /* NULL: OK */
-	char a_text[1024];
-	json_t *a_json; /* OK's data as JSON */
-	char *a_bytes;  /* ... or bytes */
-	size_t a_nbytes;
-};
+static int proxy_fd = -1;
 
-static int __attribute__((format(printf, 3, 4)))
-fail(struct answer *a, const char *code, const char *fmt, ...)
+int
+agent_fail(struct answer *a, const char *code, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -85,10 +79,10 @@ code_of(int e)
 	}
 }
 
-static int
-fail_errno(struct answer *a, const char *what, const char *path, int e)
+int
+agent_fail_errno(struct answer *a, const char *what, const char *path, int e)
 {
-	return fail(a, code_of(e), "%s '%s': %s", what, path, strerror(e));
+	return agent_fail(a, code_of(e), "%s '%s': %s", what, path, strerror(e));
 }
 
 /* The path as a path of the box: relative ones are under the cwd (/home/user). */
@@ -140,7 +134,7 @@ entry(const char *path, struct answer *a)
 	ssize_t n;
 
 	if (lstat(path, &st) < 0) {
-		fail_errno(a, "stat", path, errno);
+		agent_fail_errno(a, "stat", path, errno);
 		free(abs);
 		return NULL;
 	}
@@ -151,7 +145,7 @@ entry(const char *path, struct answer *a)
 	              name_of_gid(st.st_gid), "mtime_s", (json_int_t)st.st_mtim.tv_sec,
 	              "mtime_ns", (json_int_t)st.st_mtim.tv_nsec);
 	if (!e) { /* a name JSON cannot carry (not UTF-8) */
-		fail(a, "invalid_argument", "path '%s': not UTF-8", path);
+		agent_fail(a, "invalid_argument", "path '%s': not UTF-8", path);
 		free(abs);
 		return NULL;
 	}
@@ -195,13 +189,14 @@ list_into(json_t *out, const char *dir, unsigned depth, struct answer *a)
 	int rc = 0;
 
 	if (!d)
-		return fail_errno(a, "list", dir, errno);
+		return agent_fail_errno(a, "list", dir, errno);
 	while ((de = readdir(d)) && rc == 0) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
 		if (json_array_size(out) >= AGENT_MAX_ENTRIES) {
-			rc = fail(a, "resource_exhausted", "list '%s': over %u entries",
-			          dir, AGENT_MAX_ENTRIES);
+			rc = agent_fail(a, "resource_exhausted",
+			                "list '%s': over %u entries", dir,
+			                AGENT_MAX_ENTRIES);
 			break;
 		}
 		char *p = xasprintf("%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/",
@@ -243,9 +238,10 @@ op_list(json_t *args, struct answer *a)
 	if (depth > AGENT_MAX_DEPTH)
 		depth = AGENT_MAX_DEPTH;
 	if (stat(path, &st) < 0)
-		return fail_errno(a, "list", path, errno);
+		return agent_fail_errno(a, "list", path, errno);
 	if (!S_ISDIR(st.st_mode))
-		return fail(a, "invalid_argument", "path '%s' is not a directory", path);
+		return agent_fail(a, "invalid_argument", "path '%s' is not a directory",
+		                  path);
 	a->a_json = json_array();
 	return list_into(a->a_json, path, (unsigned)depth, a);
 }
@@ -260,7 +256,7 @@ parents(const char *path, struct answer *a)
 	if (slash && slash != dir) {
 		*slash = '\0';
 		if ((rc = mkdir_p(dir, 0755)) < 0)
-			fail_errno(a, "make the directory", dir, -rc);
+			agent_fail_errno(a, "make the directory", dir, -rc);
 	}
 	free(dir);
 	return rc < 0 ? -1 : 0;
@@ -274,9 +270,9 @@ op_mkdir(json_t *args, struct answer *a)
 	int rc;
 
 	if (lstat(path, &st) == 0)
-		return fail(a, "already_exists", "path '%s' already exists", path);
+		return agent_fail(a, "already_exists", "path '%s' already exists", path);
 	if ((rc = mkdir_p(path, 0755)) < 0)
-		return fail_errno(a, "make the directory", path, -rc);
+		return agent_fail_errno(a, "make the directory", path, -rc);
 	return (a->a_json = entry(path, a)) ? 0 : -1;
 }
 
@@ -289,7 +285,7 @@ op_move(json_t *args, struct answer *a)
 	if (parents(to, a) < 0)
 		return -1;
 	if (rename(from, to) < 0)
-		return fail_errno(a, "move", from, errno);
+		return agent_fail_errno(a, "move", from, errno);
 	return (a->a_json = entry(to, a)) ? 0 : -1;
 }
 
@@ -301,9 +297,9 @@ op_remove(json_t *args, struct answer *a)
 	int rc;
 
 	if (lstat(path, &st) < 0)
-		return fail_errno(a, "remove", path, errno);
+		return agent_fail_errno(a, "remove", path, errno);
 	if ((rc = rm_rf(path)) < 0)
-		return fail_errno(a, "remove", path, -rc);
+		return agent_fail_errno(a, "remove", path, -rc);
 	a->a_json = json_object();
 	return 0;
 }
@@ -317,19 +313,19 @@ op_read(json_t *args, struct answer *a)
 	size_t got = 0;
 
 	if (fd < 0)
-		return fail_errno(a, "open", path, errno);
+		return agent_fail_errno(a, "open", path, errno);
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
 		if (S_ISDIR(st.st_mode))
-			return fail(a, "invalid_argument", "path '%s' is a directory",
-			            path);
-		return fail(a, "invalid_argument", "path '%s' is not a regular file",
-		            path);
+			return agent_fail(a, "invalid_argument",
+			                  "path '%s' is a directory", path);
+		return agent_fail(a, "invalid_argument",
+		                  "path '%s' is not a regular file", path);
 	}
 	if ((unsigned long long)st.st_size > AGENT_MAX_FILE) {
 		close(fd);
-		return fail(a, "resource_exhausted", "file '%s' is over %u bytes", path,
-		            AGENT_MAX_FILE);
+		return agent_fail(a, "resource_exhausted", "file '%s' is over %u bytes",
+		                  path, AGENT_MAX_FILE);
 	}
 	a->a_bytes = xmalloc(st.st_size ? st.st_size : 1);
 	while (got < (size_t)st.st_size) { /* a file that shrinks meanwhile ends sooner */
@@ -339,7 +335,7 @@ op_read(json_t *args, struct answer *a)
 		if (r < 0) {
 			int e = errno;
 			close(fd);
-			return fail_errno(a, "read", path, e);
+			return agent_fail_errno(a, "read", path, e);
 		}
 		if (r == 0)
 			break;
@@ -362,7 +358,7 @@ op_write(json_t *args, const struct pstr *data, struct answer *a)
 	if ((fd = open(path,
 	               O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
 	               0644)) < 0)
-		return fail_errno(a, "open", path, errno);
+		return agent_fail_errno(a, "open", path, errno);
 	while (done < data->len) {
 		ssize_t w = write(fd, data->s + done, data->len - done);
 		if (w < 0 && errno == EINTR)
@@ -370,12 +366,12 @@ op_write(json_t *args, const struct pstr *data, struct answer *a)
 		if (w < 0) {
 			int e = errno;
 			close(fd);
-			return fail_errno(a, "write", path, e);
+			return agent_fail_errno(a, "write", path, e);
 		}
 		done += w;
 	}
 	if (close(fd) < 0)
-		return fail_errno(a, "write", path, errno);
+		return agent_fail_errno(a, "write", path, errno);
 	return (a->a_json = entry(path, a)) ? 0 : -1;
 }
 
@@ -393,40 +389,72 @@ check_paths(json_t *args, const char *op, struct answer *a)
 		json_t *v = json_object_get(args, keys[i]);
 		if (!json_is_string(v) || !json_string_length(v) ||
 		    strlen(json_string_value(v)) != json_string_length(v))
-			return fail(a, "invalid_argument",
-			            "%s: a non-empty string is required", keys[i]);
+			return agent_fail(a, "invalid_argument",
+			                  "%s: a non-empty string is required", keys[i]);
 	}
 	return 0;
 }
 
+/* To the proxy; the agent ends when it is gone. */
+void
+agent_send(const struct msg *m)
+{
+	if (pipe_send(proxy_fd, m) < 0)
+		exit(0);
+}
+
+/* The file operations' and the processes' unary calls. */
 static void
-handle(int fd, const struct msg *m)
+dispatch(const char *op, json_t *args, const struct msg *m, struct answer *a)
+{
+	if (!strcmp(op, "plist"))
+		proc_list(a);
+	else if (!strcmp(op, "signal"))
+		proc_signal(args, a);
+	else if (!strcmp(op, "input"))
+		proc_input(args, &m->m_data, a);
+	else if (!strcmp(op, "close_stdin"))
+		proc_close_stdin(args, a);
+	else if (check_paths(args, op, a) < 0)
+		return;
+	else if (!strcmp(op, "stat"))
+		op_stat(args, a);
+	else if (!strcmp(op, "list"))
+		op_list(args, a);
+	else if (!strcmp(op, "mkdir"))
+		op_mkdir(args, a);
+	else if (!strcmp(op, "move"))
+		op_move(args, a);
+	else if (!strcmp(op, "remove"))
+		op_remove(args, a);
+	else if (!strcmp(op, "read"))
+		op_read(args, a);
+	else if (!strcmp(op, "write"))
+		op_write(args, &m->m_data, a);
+	else
+		agent_fail(a, "unimplemented", "no operation '%.64s'", op);
+}
+
+static void
+handle(const struct msg *m)
 {
 	struct answer a = {0};
 	json_t *args = json_loadb(m->m_code.s, m->m_code.len, 0, NULL);
 	const char *op = m->m_text.s;
 	struct msg r;
 
-	if (!json_is_object(args))
-		fail(&a, "invalid_argument", "the arguments are not a JSON object");
-	else if (check_paths(args, op, &a) == 0) {
-		if (!strcmp(op, "stat"))
-			op_stat(args, &a);
-		else if (!strcmp(op, "list"))
-			op_list(args, &a);
-		else if (!strcmp(op, "mkdir"))
-			op_mkdir(args, &a);
-		else if (!strcmp(op, "move"))
-			op_move(args, &a);
-		else if (!strcmp(op, "remove"))
-			op_remove(args, &a);
-		else if (!strcmp(op, "read"))
-			op_read(args, &a);
-		else if (!strcmp(op, "write"))
-			op_write(args, &m->m_data, &a);
+	if (m->m_has & FB(F_STREAM)) { /* a stream: its events answer it */
+		if (!strcmp(op, "start") && json_is_object(args))
+			proc_start(m->m_stream, args);
 		else
-			fail(&a, "unimplemented", "no operation '%.64s'", op);
+			proc_cancel(m->m_stream); /* nothing else streams yet */
+		json_decref(args);
+		return;
 	}
+	if (!json_is_object(args))
+		agent_fail(&a, "invalid_argument", "the arguments are not a JSON object");
+	else
+		dispatch(op, args, m, &a);
 	json_decref(args);
 	msg_init(&r, a.a_code ? MSG_FAIL : MSG_OK);
 	msg_set_u64(&r, F_REQ, m->m_req);
@@ -450,8 +478,7 @@ handle(int fd, const struct msg *m)
 	}
 	json_decref(a.a_json);
 	free(a.a_bytes);
-	if (pipe_send(fd, &r) < 0)
-		exit(0); /* the proxy is gone */
+	agent_send(&r);
 	msg_free(&r);
 }
 
@@ -459,28 +486,57 @@ int
 main(int argc, char **argv)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct pollfd pf[2 + 2 * PROC_MAX];
+	sigset_t chld;
 	size_t n;
-	int fd;
+	int sigfd;
 
 	log_init("sandcell-envd", LOG_INFO);
 	if (argc != 2 || (n = strlen(argv[1])) + 1 > sizeof(sa.sun_path))
 		fatal("usage: sandcell-envd SOCKET-NAME (started by sandcell-proxy "
 		      "--envd)");
 	memcpy(sa.sun_path + 1, argv[1], n); /* abstract: this network namespace's */
-	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
-	    connect(fd, (struct sockaddr *)&sa,
+	if ((proxy_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
+	    connect(proxy_fd, (struct sockaddr *)&sa,
 	            offsetof(struct sockaddr_un, sun_path) + 1 + n) < 0)
 		fatal("connect to the proxy: %s", strerror(errno));
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	signal(SIGPIPE, SIG_IGN);
+	if (sigprocmask(SIG_BLOCK, &chld, NULL) < 0 ||
+	    (sigfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
+		fatal("signalfd: %s", strerror(errno));
 	umask(022);
 	for (;;) {
-		struct msg m;
-		int rc = pipe_recv(fd, &m);
-		if (rc == -EPIPE)
-			return 0;
-		if (rc < 0)
-			fatal("a bad message from the proxy: %s", strerror(-rc));
-		if (m.m_type == MSG_ENVD)
-			handle(fd, &m);
-		msg_free(&m);
+		pf[0] = (struct pollfd){proxy_fd, POLLIN, 0};
+		pf[1] = (struct pollfd){sigfd, POLLIN, 0};
+		size_t np = 2 + proc_pollfds(pf + 2, 2 * PROC_MAX);
+		if (poll(pf, np, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			fatal("poll: %s", strerror(errno));
+		}
+		/* output first, then the exits (an end follows its output), then requests
+		 */
+		proc_ready(pf + 2, np - 2);
+		if (pf[1].revents) {
+			struct signalfd_siginfo si;
+			while (read(sigfd, &si, sizeof(si)) == sizeof(si))
+				;
+			proc_reap();
+		}
+		if (pf[0].revents) {
+			struct msg m;
+			int rc = pipe_recv(proxy_fd, &m);
+			if (rc == -EPIPE)
+				return 0;
+			if (rc < 0)
+				fatal("a bad message from the proxy: %s", strerror(-rc));
+			if (m.m_type == MSG_ENVD)
+				handle(&m);
+			else if (m.m_type == MSG_CANCEL)
+				proc_cancel(m.m_stream);
+			msg_free(&m);
+		}
 	}
 }

@@ -187,14 +187,14 @@ envd_relay(struct msg *m)
 			ipc_reply(MSG_FAIL, m->m_req, "the envd agent is not running");
 		return;
 	}
-	if (m->m_type == MSG_ENVD) {
-		idset_add(&pending, m->m_req);
-		if (m->m_has & FB(F_STREAM))
-			idset_add(&streams, m->m_stream);
-	}
+	/* a stream's request is answered by its events, others by OK or FAIL */
+	bool stream = m->m_type == MSG_ENVD && (m->m_has & FB(F_STREAM));
+	if (m->m_type == MSG_ENVD)
+		idset_add(stream ? &streams : &pending, stream ? m->m_stream : m->m_req);
 	if (pipe_frame_out(m, &e.out) < 0 && m->m_type == MSG_ENVD) {
-		idset_take(&pending, m->m_req);
-		ipc_reply(MSG_FAIL, m->m_req, "the request does not encode");
+		idset_take(stream ? &streams : &pending, stream ? m->m_stream : m->m_req);
+		if (!stream)
+			ipc_reply(MSG_FAIL, m->m_req, "the request does not encode");
 	}
 	agent_flush();
 }

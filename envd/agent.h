@@ -1,0 +1,45 @@
+/*
+ * agent.h — sandcell-envd, envd's agent in its box (docs/ENVD.md): what its
+ * files share. agent.c: the loop, the file operations, the answers; proc.c:
+ * the processes it starts (process.Process).
+ */
+#ifndef SANDCELL_AGENT_H
+#define SANDCELL_AGENT_H
+
+#include <poll.h>
+#include <stdbool.h>
+
+#include <jansson.h>
+
+#include "../proto/proto.h"
+
+/* One request's answer: OK (JSON or bytes) or FAIL (a Connect code). */
+struct answer {
+	const char *a_code; /* NULL: OK */
+	char a_text[1024];
+	json_t *a_json; /* OK's data as JSON */
+	char *a_bytes;  /* ... or bytes */
+	size_t a_nbytes;
+};
+
+/* agent.c */
+int agent_fail(struct answer *a, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int agent_fail_errno(struct answer *a, const char *what, const char *path, int e);
+void agent_send(const struct msg *m); /* to the proxy; the agent ends if it is gone */
+
+/* proc.c: processes, each in its own session; events go out as MSG_OUTPUT on
+ * the stream that started it (outcome: start, stdout, stderr, end, or a
+ * Connect code for a start that failed; final on the last) */
+#define PROC_MAX 256
+void proc_start(uint64_t stream, json_t *args);
+int proc_list(struct answer *a);
+int proc_signal(json_t *args, struct answer *a);
+int proc_input(json_t *args, const struct pstr *data, struct answer *a);
+int proc_close_stdin(json_t *args, struct answer *a);
+void proc_cancel(uint64_t stream);
+size_t proc_pollfds(struct pollfd *pf, size_t max); /* its pipes, for the loop */
+void proc_ready(const struct pollfd *pf, size_t n); /* after poll: their output */
+void proc_reap(void);                               /* after SIGCHLD */
+
+#endif

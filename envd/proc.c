@@ -1,0 +1,399 @@
+/*
+ * proc.c — the processes envd's agent starts (process.Process), in its box,
+ * as the contexts' uid: each in a session of its own, its stdout and stderr
+ * read as they come and sent as events on the stream that started it. A
+ * process outlives its stream (a client that leaves only detaches it, as in
+ * envd); it ends by itself or by a signal (SendSignal: its whole group).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+#define PROC_READ (64u << 10) /* most bytes of one output event */
+
+extern char **environ;
+
+struct proc {
+	pid_t p_pid;
+	uint64_t p_stream; /* its events' stream; 0: detached */
+	json_t *p_config;  /* cmd, args, envs, cwd, tag: as List gives them */
+	int p_fd[2];       /* stdout, stderr; -1 once at their end */
+	int p_in;          /* stdin, or -1 */
+	bool p_exited;
+	int p_status;
+};
+
+static struct proc *procs[PROC_MAX];
+static size_t nprocs;
+
+static void
+event(uint64_t stream, const char *kind, const void *data, size_t len, bool final)
+{
+	struct msg m;
+
+	if (!stream)
+		return;
+	msg_init(&m, MSG_OUTPUT);
+	msg_set_u64(&m, F_STREAM, stream);
+	msg_set_str(&m, F_OUTCOME, kind, strlen(kind));
+	msg_set_str(&m, F_DATA, data ? data : "", len);
+	if (final)
+		msg_set_u64(&m, F_FINAL, 1);
+	agent_send(&m);
+	msg_free(&m);
+}
+
+/* A start that failed: the stream's only event. */
+static void __attribute__((format(printf, 3, 4)))
+start_failed(uint64_t stream, const char *code, const char *fmt, ...)
+{
+	char text[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	event(stream, code, text, strlen(text), true);
+}
+
+/* environ with the request's envs over it (a key given twice: the request's). */
+static char **
+envp_of(json_t *envs)
+{
+	size_t n = 0, k = 0;
+	const char *key;
+	json_t *v;
+
+	while (environ[n])
+		n++;
+	char **envp = xcalloc(n + json_object_size(envs) + 1, sizeof(*envp));
+	for (size_t i = 0; i < n; i++) {
+		size_t kl = strcspn(environ[i], "=");
+		char name[256];
+		snprintf(name, sizeof(name), "%.*s", (int)(kl < 255 ? kl : 255),
+		         environ[i]);
+		if (!json_object_get(envs, name))
+			envp[k++] = xstrdup(environ[i]);
+	}
+	json_object_foreach(envs, key, v) envp[k++] =
+	    xasprintf("%s=%s", key, json_string_value(v));
+	return envp;
+}
+
+static void
+strv_free(char **v)
+{
+	for (size_t i = 0; v && v[i]; i++)
+		free(v[i]);
+	free(v);
+}
+
+/* In the child: its pipes, its session, default signals, its cwd, its program. */
+static void __attribute__((noreturn))
+child(int in, int out, int err, int status, const char *cwd, char **argv, char **envp)
+{
+	sigset_t none;
+	int e;
+
+	setsid();
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	for (int s = 1; s < NSIG; s++)
+		signal(s, SIG_DFL);
+	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0 || chdir(cwd) < 0) {
+		e = errno;
+		goto fail;
+	}
+	execve(argv[0], argv, envp);
+	if (errno == ENOENT && !strchr(argv[0], '/'))
+		execvpe(argv[0], argv, envp); /* a name: found on PATH, as envd does */
+	e = errno;
+fail:
+	if (write(status, &e, sizeof(e)) < 0)
+		_exit(127);
+	_exit(127);
+}
+
+void
+proc_start(uint64_t stream, json_t *args)
+{
+	const char *cmd = json_string_value(json_object_get(args, "cmd"));
+	const char *cwd = json_string_value(json_object_get(args, "cwd"));
+	json_t *list = json_object_get(args, "args"), *v;
+	bool with_stdin = json_is_true(json_object_get(args, "stdin"));
+	int out[2] = {-1, -1}, err[2] = {-1, -1}, in[2] = {-1, -1}, st[2] = {-1, -1},
+	    e = 0;
+	struct stat sb;
+	size_t i;
+	pid_t pid;
+
+	if (!cwd || !*cwd)
+		cwd = BOX_HOME;
+	if (nprocs == PROC_MAX) {
+		start_failed(stream, "resource_exhausted", "%d processes run already",
+		             PROC_MAX);
+		return;
+	}
+	if ((e = stat(cwd, &sb) < 0 ? errno : S_ISDIR(sb.st_mode) ? 0 : ENOTDIR)) {
+		start_failed(stream, "invalid_argument", "cwd '%s': %s", cwd,
+		             strerror(e));
+		return;
+	}
+	char **argv = xcalloc(json_array_size(list) + 2, sizeof(*argv));
+	argv[0] = xstrdup(cmd);
+	json_array_foreach(list, i, v) argv[i + 1] = xstrdup(json_string_value(v));
+	char **envp = envp_of(json_object_get(args, "envs"));
+	if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0 ||
+	    pipe2(st, O_CLOEXEC) < 0 ||
+	    (with_stdin ? pipe2(in, O_CLOEXEC)
+	                : (in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC))) < 0) {
+		e = errno;
+		goto out;
+	}
+	if ((pid = fork()) < 0) {
+		e = errno;
+		goto out;
+	}
+	if (pid == 0)
+		child(in[0], out[1], err[1], st[1], cwd, argv, envp);
+	close(st[1]);
+	st[1] = -1;
+	/* the exec closed its end: nothing to read; else its errno */
+	if (read(st[0], &e, sizeof(e)) == sizeof(e)) {
+		waitpid(pid, NULL, 0);
+		goto out;
+	}
+	e = 0;
+	struct proc *p = xcalloc(1, sizeof(*p));
+	p->p_pid = pid;
+	p->p_stream = stream;
+	p->p_config = json_deep_copy(args);
+	p->p_fd[0] = out[0];
+	p->p_fd[1] = err[0];
+	out[0] = err[0] = -1;
+	p->p_in = with_stdin ? in[1] : -1;
+	if (with_stdin) {
+		fcntl(p->p_in, F_SETFL,
+		      O_NONBLOCK); /* a full pipe never stops the agent */
+		in[1] = -1;
+	}
+	procs[nprocs++] = p;
+	char num[24];
+	snprintf(num, sizeof(num), "%d", (int)pid);
+	event(stream, "start", num, strlen(num), false);
+out:
+	if (e)
+		start_failed(stream,
+		             e == ENOENT   ? "not_found"
+		             : e == EACCES ? "permission_denied"
+		                           : "invalid_argument",
+		             "start '%s': %s", cmd, strerror(e));
+	for (int k = 0; k < 2; k++) {
+		if (out[k] >= 0)
+			close(out[k]);
+		if (err[k] >= 0)
+			close(err[k]);
+		if (in[k] >= 0)
+			close(in[k]);
+		if (st[k] >= 0)
+			close(st[k]);
+	}
+	strv_free(argv);
+	strv_free(envp);
+}
+
+/* Its end, once it exited and its output is all read: the last event. */
+static void
+maybe_end(size_t idx)
+{
+	struct proc *p = procs[idx];
+	char text[64];
+
+	if (!p->p_exited || p->p_fd[0] >= 0 || p->p_fd[1] >= 0)
+		return;
+	if (WIFEXITED(p->p_status))
+		snprintf(text, sizeof(text), "exit %d", WEXITSTATUS(p->p_status));
+	else
+		snprintf(text, sizeof(text), "signal %d", WTERMSIG(p->p_status));
+	event(p->p_stream, "end", text, strlen(text), true);
+	if (p->p_in >= 0)
+		close(p->p_in);
+	json_decref(p->p_config);
+	free(p);
+	procs[idx] = procs[--nprocs];
+}
+
+size_t
+proc_pollfds(struct pollfd *pf, size_t max)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < nprocs; i++)
+		for (int k = 0; k < 2; k++)
+			if (procs[i]->p_fd[k] >= 0 && n < max)
+				pf[n++] = (struct pollfd){procs[i]->p_fd[k], POLLIN, 0};
+	return n;
+}
+
+void
+proc_ready(const struct pollfd *pf, size_t n)
+{
+	static char chunk[PROC_READ];
+
+	for (size_t j = 0; j < n; j++) {
+		if (!pf[j].revents)
+			continue;
+		for (size_t i = 0; i < nprocs; i++) {
+			struct proc *p = procs[i];
+			int k = p->p_fd[0] == pf[j].fd   ? 0
+			        : p->p_fd[1] == pf[j].fd ? 1
+			                                 : -1;
+			if (k < 0)
+				continue;
+			ssize_t r = read(p->p_fd[k], chunk, sizeof(chunk));
+			if (r > 0) {
+				event(p->p_stream, k ? "stderr" : "stdout", chunk,
+				      (size_t)r, false);
+			} else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
+				close(p->p_fd[k]);
+				p->p_fd[k] = -1;
+				maybe_end(i);
+			}
+			break;
+		}
+	}
+}
+
+void
+proc_reap(void)
+{
+	int st;
+	pid_t pid;
+
+	while ((pid = waitpid(-1, &st, WNOHANG)) > 0)
+		for (size_t i = 0; i < nprocs; i++)
+			if (procs[i]->p_pid == pid && !procs[i]->p_exited) {
+				procs[i]->p_exited = true;
+				procs[i]->p_status = st;
+				maybe_end(i);
+				break;
+			}
+}
+
+/* The running process the request's selector names (pid or tag), or NULL. */
+static struct proc *
+selected(json_t *args, struct answer *a)
+{
+	json_t *pid = json_object_get(args, "pid");
+	const char *tag = json_string_value(json_object_get(args, "tag"));
+
+	for (size_t i = 0; i < nprocs; i++) {
+		struct proc *p = procs[i];
+		const char *ptag = json_string_value(json_object_get(p->p_config, "tag"));
+		if (p->p_exited)
+			continue;
+		if (json_is_integer(pid) && json_integer_value(pid) == p->p_pid)
+			return p;
+		if (tag && ptag && !strcmp(tag, ptag))
+			return p;
+	}
+	agent_fail(a, "not_found", "no such process");
+	return NULL;
+}
+
+int
+proc_list(struct answer *a)
+{
+	a->a_json = json_array();
+	for (size_t i = 0; i < nprocs; i++) {
+		if (procs[i]->p_exited)
+			continue;
+		json_t *o = json_deep_copy(procs[i]->p_config);
+		json_object_set_new(o, "pid", json_integer(procs[i]->p_pid));
+		json_array_append_new(a->a_json, o);
+	}
+	return 0;
+}
+
+int
+proc_signal(json_t *args, struct answer *a)
+{
+	struct proc *p = selected(args, a);
+	int sig = (int)json_integer_value(json_object_get(args, "signal"));
+
+	if (!p)
+		return -1;
+	if (sig != SIGKILL && sig != SIGTERM)
+		return agent_fail(a, "invalid_argument", "signal %d: SIGKILL or SIGTERM",
+		                  sig);
+	/* its group: what it started goes with it (it leads its own session) */
+	if (kill(-p->p_pid, sig) < 0 && kill(p->p_pid, sig) < 0)
+		return agent_fail_errno(a, "signal", "process", errno);
+	a->a_json = json_object();
+	return 0;
+}
+
+int
+proc_input(json_t *args, const struct pstr *data, struct answer *a)
+{
+	struct proc *p = selected(args, a);
+	size_t done = 0;
+
+	if (!p)
+		return -1;
+	if (p->p_in < 0)
+		return agent_fail(a, "failed_precondition",
+		                  "the process has no stdin open");
+	while (done < data->len) {
+		ssize_t w = write(p->p_in, data->s + done, data->len - done);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && errno == EAGAIN)
+			return agent_fail(
+			    a, "resource_exhausted",
+			    "the process's stdin is full: it does not read it");
+		if (w < 0)
+			return agent_fail_errno(a, "write stdin of", "the process",
+			                        errno);
+		done += (size_t)w;
+	}
+	a->a_json = json_object();
+	return 0;
+}
+
+int
+proc_close_stdin(json_t *args, struct answer *a)
+{
+	struct proc *p = selected(args, a);
+
+	if (!p)
+		return -1;
+	if (p->p_in >= 0)
+		close(p->p_in);
+	p->p_in = -1;
+	a->a_json = json_object();
+	return 0;
+}
+
+/* Its client left: its processes run on, their output is read and dropped. */
+void
+proc_cancel(uint64_t stream)
+{
+	bool had = false;
+
+	for (size_t i = 0; i < nprocs; i++)
+		if (procs[i]->p_stream == stream) {
+			procs[i]->p_stream = 0;
+			had = true;
+		}
+	if (had) /* the stream's last frame, so the proxy forgets it */
+		event(stream, "detached", NULL, 0, true);
+}
