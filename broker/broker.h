@@ -97,6 +97,21 @@ struct stream_ops {
 };
 
 /*
+ * A stream that is not an execution's NDJSON (envd's Connect streams,
+ * connect.c): its content type and keepalive bytes, its end for an error,
+ * and what turns a proxy's OUTPUT into its bytes (relay.c calls it). Its
+ * streams count in no execution metric and emit no execution event.
+ */
+struct stream_kind {
+	const char *sk_ctype;
+	const char *sk_keepalive;
+	size_t sk_keepalive_len;
+	/* the bytes that end it with an error (name: value); caller frees */
+	char *(*sk_end)(const char *name, const char *value, size_t *len);
+	void (*sk_in)(struct stream *s, struct msg *m);
+};
+
+/*
  * One execution's output: NDJSON from the proxy, relayed as it arrives to the
  * client of either transport (st_ops, with its own state in st_client).
  */
@@ -121,7 +136,9 @@ struct stream {
 	bool st_overflow;     /* over --stream-cap or spill failed: output no longer taken */
 	bool st_midline;      /* what is queued ends inside a line */
 	char *st_end;         /* error and end lines, queued once the line is complete */
+	size_t st_end_len;
 	struct buf st_tail;   /* bytes queued after the spill file's (when it is open) */
+	const struct stream_kind *st_kind; /* NULL: an execution's NDJSON */
 };
 TAILQ_HEAD(streamq, stream);
 
@@ -426,6 +443,7 @@ long respond_park_wait(uint64_t now); /* ms until the next is due, or -1 */
 
 /* stream.c */
 struct stream *stream_open(struct context *c, const char *code);
+struct stream *stream_open_as(struct context *c, const struct stream_kind *k);
 void stream_output(struct stream *s, const char *data, size_t len, struct msg *final);
 size_t stream_take(struct stream *s, char *out, size_t max);
 char *stream_take_all(struct stream *s, size_t *len);
@@ -516,6 +534,16 @@ void waiter_answer_ready(struct context *c);
 void waiter_reply(struct context *c, struct msg *m);
 uint64_t waiter_next_req(void);
 void waiter_send(struct context *c, struct request *rq, struct msg *m);
+
+/* connect.c: Connect's streams and process.Process's messages (envd.c's) */
+extern const struct stream_kind connect_process;
+char *connect_error_body(const char *code, const char *message, size_t *len);
+int connect_start_args(const char *body, size_t len, json_t **args, const char **code,
+		       char *err, size_t errsz);
+int connect_selector(json_t *body, json_t *args);
+int connect_signal(json_t *v);
+json_t *connect_list(json_t *a);
+json_t *connect_entry(json_t *a);
 
 /* envd.c: envd's API on its own listener (docs/ENVD.md) */
 void envd_start(void);

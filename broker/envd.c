@@ -15,6 +15,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <sodium.h>
+
 #include "broker.h"
 
 #define CT_JSON "application/json"
@@ -117,55 +119,6 @@ fail_later(struct http_request *hr, bool rpc, const char *code, const char *msg)
 	respond_complete(hr, st, r);
 }
 
-/* A string field of the agent's entry, or NULL. */
-static const char *
-str_of(json_t *o, const char *k)
-{
-	json_t *v = json_object_get(o, k);
-
-	return json_is_string(v) && strlen(json_string_value(v)) == json_string_length(v)
-	           ? json_string_value(v)
-	           : NULL;
-}
-
-/* The agent's entry as envd's EntryInfo (proto3 JSON), or NULL if it is not one. */
-static json_t *
-entry_info(json_t *a)
-{
-	const char *name = str_of(a, "name"), *path = str_of(a, "path"),
-	           *type = str_of(a, "type");
-	const char *perm = str_of(a, "permissions"), *owner = str_of(a, "owner");
-	const char *group = str_of(a, "group"), *target = str_of(a, "symlink_target");
-	json_t *size = json_object_get(a, "size"), *mode = json_object_get(a, "mode");
-	json_t *ms = json_object_get(a, "mtime_s"), *mns = json_object_get(a, "mtime_ns");
-	char num[24], when[64];
-	struct tm tm;
-	time_t t;
-
-	if (!name || !path || !type || !perm || !owner || !group ||
-	    !json_is_integer(size) || !json_is_integer(mode) || !json_is_integer(ms) ||
-	    !json_is_integer(mns) || json_integer_value(mode) < 0 ||
-	    json_integer_value(mode) > 07777 || json_integer_value(mns) < 0 ||
-	    json_integer_value(mns) > 999999999)
-		return NULL;
-	t = (time_t)json_integer_value(ms);
-	if (!gmtime_r(&t, &tm))
-		return NULL;
-	size_t n = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(when + n, sizeof(when) - n, ".%09dZ", (int)json_integer_value(mns));
-	snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(size));
-	json_t *e = json_pack(
-	    "{s:s, s:s, s:s, s:s, s:i, s:s, s:s, s:s, s:s}", "name", name, "type",
-	    !strcmp(type, "dir")       ? "FILE_TYPE_DIRECTORY"
-	    : !strcmp(type, "symlink") ? "FILE_TYPE_SYMLINK"
-	                               : "FILE_TYPE_FILE",
-	    "path", path, "size", num, "mode", (int)json_integer_value(mode),
-	    "permissions", perm, "owner", owner, "group", group, "modifiedTime", when);
-	if (target)
-		json_object_set_new(e, "symlinkTarget", json_string(target));
-	return e;
-}
-
 static void send_op(struct http_request *hr, const char *op, json_t *args,
                     const struct buf *data);
 
@@ -184,14 +137,17 @@ answer_ok(struct http_request *hr, struct envd_call *ec, struct msg *m)
 		return;
 	}
 	a = json_loadb(m->m_data.s, m->m_data.len, 0, NULL);
-	if (!strcmp(ec->ec_op, "remove")) {
+	if (!strcmp(ec->ec_op, "remove") || !strcmp(ec->ec_op, "signal") ||
+	    !strcmp(ec->ec_op, "input") || !strcmp(ec->ec_op, "close_stdin")) {
 		out = json_object();
+	} else if (!strcmp(ec->ec_op, "plist")) {
+		out = connect_list(a);
 	} else if (!strcmp(ec->ec_op, "list") && json_is_array(a)) {
 		size_t i;
 		json_t *v, *entries = json_array();
 		json_array_foreach(a, i, v)
 		{
-			json_t *e = entry_info(v);
+			json_t *e = connect_entry(v);
 			if (!e) { /* one bad entry: the answer is not the agent's to shape
 				   */
 				json_decref(entries);
@@ -203,7 +159,7 @@ answer_ok(struct http_request *hr, struct envd_call *ec, struct msg *m)
 		if (entries)
 			out = json_pack("{s:o}", "entries", entries);
 	} else if (!strcmp(ec->ec_op, "write")) {
-		json_t *e = entry_info(a);
+		json_t *e = connect_entry(a);
 		json_decref(a);
 		if (!e) {
 			log_warn(
@@ -225,8 +181,8 @@ answer_ok(struct http_request *hr, struct envd_call *ec, struct msg *m)
 		}
 		respond_complete(hr, 200, respond_json(json_incref(ec->ec_done)));
 		return;
-	} else if (strcmp(ec->ec_op, "list")) {
-		json_t *e = entry_info(a);
+	} else if (strcmp(ec->ec_op, "list") && strcmp(ec->ec_op, "plist")) {
+		json_t *e = connect_entry(a);
 		if (e)
 			out = json_pack("{s:o}", "entry", e);
 	}
@@ -450,6 +406,128 @@ do_rpc(struct http_request *hr, const char *method)
 	return MHD_YES;
 }
 
+/* A streaming call's answer before any event: 200, one end-of-stream envelope. */
+static enum MHD_Result
+stream_error(struct http_request *hr, const char *code, const char *message)
+{
+	size_t n;
+	char *body = connect_error_body(code, message, &n);
+	struct MHD_Response *r =
+	    MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE);
+
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+	                        connect_process.sk_ctype);
+	return respond_now(hr, 200, r);
+}
+
+/* process.Process/Start: a stream of the process's events (connect.c), which outlives
+ * its client. */
+static enum MHD_Result
+do_start(struct http_request *hr, struct context *c)
+{
+	const char *ct = MHD_lookup_connection_value(hr->hr_conn, MHD_HEADER_KIND,
+	                                             MHD_HTTP_HEADER_CONTENT_TYPE);
+	const char *code;
+	char err[256], *s;
+	json_t *args;
+	struct msg m;
+
+	if (!ct || strncasecmp(ct, "application/connect+json", 24))
+		return respond_now(hr, 415,
+		                   respond_text("streaming calls take "
+		                                "application/connect+json"));
+	if (connect_start_args(hr->hr_body.b_data ? buf_head(&hr->hr_body) : "",
+	                       buf_pending(&hr->hr_body), &args, &code, err,
+	                       sizeof(err)) < 0)
+		return stream_error(hr, code, err);
+	struct stream *st = stream_open_as(c, &connect_process);
+	s = json_dumps(args, JSON_COMPACT);
+	json_decref(args);
+	msg_init(&m, MSG_ENVD);
+	msg_set_u64(&m, F_REQ, waiter_next_req());
+	msg_set_str(&m, F_TEXT, "start", 5);
+	msg_set_str(&m, F_CODE, s, strlen(s));
+	msg_set_u64(&m, F_STREAM, st->st_id);
+	free(s);
+	link_send(c, &m);
+	msg_free(&m);
+	respond_stream(hr, st);
+	return MHD_YES;
+}
+
+/* process.Process's unary calls: List, SendSignal, SendInput, CloseStdin. */
+static enum MHD_Result
+do_process_rpc(struct http_request *hr, const char *method)
+{
+	const char *ct = MHD_lookup_connection_value(hr->hr_conn, MHD_HEADER_KIND,
+	                                             MHD_HTTP_HEADER_CONTENT_TYPE);
+	json_t *body, *args = json_object();
+	struct buf data = {0};
+	const char *op;
+
+	if (!ct || strncasecmp(ct, CT_JSON, strlen(CT_JSON))) {
+		json_decref(args);
+		return respond_now(hr, 415,
+		                   respond_text("unary calls take application/json"));
+	}
+	body = hr->hr_body.b_len ? json_loadb(buf_head(&hr->hr_body),
+	                                      buf_pending(&hr->hr_body), 0, NULL)
+	                         : json_object();
+	if (!json_is_object(body)) {
+		json_decref(body);
+		json_decref(args);
+		return fail_now(hr, true, "invalid_argument",
+		                "the body is not a JSON object");
+	}
+	if (!strcmp(method, "List")) {
+		op = "plist";
+	} else if (connect_selector(body, args) < 0) {
+		json_decref(body);
+		json_decref(args);
+		return fail_now(hr, true, "invalid_argument",
+		                "process: a pid or a tag is required");
+	} else if (!strcmp(method, "SendSignal")) {
+		int sig = connect_signal(json_object_get(body, "signal"));
+		op = "signal";
+		if (!sig) {
+			json_decref(body);
+			json_decref(args);
+			return fail_now(hr, true, "invalid_argument",
+			                "signal: SIGNAL_SIGKILL or SIGNAL_SIGTERM");
+		}
+		json_object_set_new(args, "signal", json_integer(sig));
+	} else if (!strcmp(method, "SendInput")) {
+		json_t *in = json_object_get(json_object_get(body, "input"), "stdin");
+		const char *b64 = json_string_value(in);
+		size_t n = b64 ? strlen(b64) : 0, got = 0;
+		unsigned char *bin = xmalloc(n + 1);
+		op = "input";
+		if (!b64 || sodium_base642bin(bin, n + 1, b64, n, NULL, &got, NULL,
+		                              sodium_base64_VARIANT_ORIGINAL) < 0) {
+			free(bin);
+			json_decref(body);
+			json_decref(args);
+			return fail_now(
+			    hr, true, "invalid_argument",
+			    "input.stdin: base64 bytes are required (PTY input is not "
+			    "served yet)");
+		}
+		buf_append(&data, bin, got);
+		free(bin);
+	} else if (!strcmp(method, "CloseStdin")) {
+		op = "close_stdin";
+	} else {
+		json_decref(body);
+		json_decref(args);
+		return fail_now(hr, true, "unimplemented",
+		                "this envd does not serve that method (docs/ENVD.md)");
+	}
+	json_decref(body);
+	send_op(hr, op, args, buf_pending(&data) ? &data : NULL);
+	buf_free(&data);
+	return MHD_YES;
+}
+
 /* The envd listener's requests, after http.c's checks. */
 enum MHD_Result
 envd_route(struct http_request *hr, const char *url, const char *method)
@@ -460,6 +538,7 @@ envd_route(struct http_request *hr, const char *url, const char *method)
 	bool ready =
 	    c && c->c_ready && c->c_pl->pl_state != KS_DEAD && c->c_pl->pl_pid > 0;
 	bool rpc = !strncmp(url, "/filesystem.Filesystem/", 23);
+	bool process = !strncmp(url, "/process.Process/", 17);
 
 	if (!strcmp(url, "/health")) {
 		if (!get)
@@ -471,13 +550,26 @@ envd_route(struct http_request *hr, const char *url, const char *method)
 		    hr, 204,
 		    MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT));
 	}
-	if (strcmp(url, "/files") && !rpc)
+	if (strcmp(url, "/files") && !rpc && !process)
 		return fail_now(hr, false, "not_found", "no such endpoint");
+	rpc |= process;
 	if (!ready)
 		return fail_now(hr, rpc, "unavailable",
 		                "envd is not running (yet): try again");
 	hr->hr_envd = xcalloc(1, sizeof(struct envd_call));
 	((struct envd_call *)hr->hr_envd)->ec_rpc = rpc;
+	if (process) {
+		if (!post)
+			return respond_now(hr, 405,
+			                   respond_text("Connect calls are POST"));
+		if (!strcmp(url + 17, "Start"))
+			return do_start(hr, c);
+		if (!strcmp(url + 17, "Connect") || !strcmp(url + 17, "StreamInput"))
+			return stream_error(
+			    hr, "unimplemented",
+			    "this envd does not serve that method yet (docs/ENVD.md)");
+		return do_process_rpc(hr, url + 17);
+	}
 	if (rpc) {
 		if (!post)
 			return respond_now(hr, 405,

@@ -78,21 +78,27 @@ envd(const char *method, const char *path, const char *ctype, const char *body,
 	curl_easy_cleanup(c);
 }
 
-/* A Connect unary call: its status and its JSON answer. */
+/* A Connect unary call of service: its status and its JSON answer. */
 static json_t *
-rpc(const char *method, const char *body, long *status)
+rpc_of(const char *service, const char *method, const char *body, long *status)
 {
 	char path[128];
 	struct resp r;
 	json_t *j;
 
-	snprintf(path, sizeof(path), "/filesystem.Filesystem/%s", method);
+	snprintf(path, sizeof(path), "/%s/%s", service, method);
 	envd("POST", path, "application/json", body, strlen(body), &r);
 	*status = r.r_status;
 	j = json_loadb(r.r_body, r.r_len, 0, NULL);
 	cr_assert_not_null(j, "%s: not JSON: %s", method, r.r_body);
 	resp_free(&r);
 	return j;
+}
+
+static json_t *
+rpc(const char *method, const char *body, long *status)
+{
+	return rpc_of("filesystem.Filesystem", method, body, status);
 }
 
 /* A file's bytes as GET /files gives them (NUL-terminated), or NULL with the status. */
@@ -566,4 +572,287 @@ Test(envd, a_listing_survives_odd_names_and_closed_directories)
 	json_decref(j);
 	l = run(URL, NULL, "import os\nos.chmod('odd/closed', 0o755)\n");
 	json_decref(l);
+}
+
+/* ---- process.Process: Connect's server stream, and what a command can reach ---- */
+
+/* A StartRequest for bash -c cmd, in its envelope (NUL-free JSON); *len its bytes. */
+static char *
+start_body(const char *cmd, size_t *len)
+{
+	json_t *j = json_pack("{s:{s:s, s:[s, s]}}", "process", "cmd", "/bin/bash",
+	                      "args", "-c", cmd);
+	char *s = json_dumps(j, JSON_COMPACT);
+	size_t n = strlen(s);
+	char *b = malloc(n + 5);
+
+	json_decref(j);
+	b[0] = 0;
+	b[1] = (char)(n >> 24);
+	b[2] = (char)(n >> 16);
+	b[3] = (char)(n >> 8);
+	b[4] = (char)n;
+	memcpy(b + 5, s, n);
+	free(s);
+	*len = n + 5;
+	return b;
+}
+
+/* The envelopes of a stream: each one's flags and JSON, in order (an array of [flags,
+ * json]). */
+static json_t *
+envelopes(const char *p, size_t len)
+{
+	json_t *out = json_array();
+
+	while (len >= 5) {
+		const unsigned char *u = (const unsigned char *)p;
+		size_t n =
+		    (size_t)u[1] << 24 | (size_t)u[2] << 16 | (size_t)u[3] << 8 | u[4];
+		cr_assert_leq(n, len - 5, "an envelope longer than the body");
+		json_t *j = json_loadb(p + 5, n, 0, NULL);
+		cr_assert_not_null(j, "an envelope that is not JSON");
+		json_array_append_new(out, json_pack("[i, o]", (int)u[0], j));
+		p += 5 + n;
+		len -= 5 + n;
+	}
+	cr_assert_eq(len, 0, "bytes after the last envelope");
+	return out;
+}
+
+static json_t *
+run_command(const char *cmd, struct resp *r)
+{
+	size_t n;
+	char *b = start_body(cmd, &n);
+
+	envd("POST", "/process.Process/Start", "application/connect+json", b, n, r);
+	free(b);
+	cr_assert_eq(r->r_status, 200);
+	cr_assert_str_eq(r->r_ctype, "application/connect+json");
+	return envelopes(r->r_body, r->r_len);
+}
+
+/* The event's member (start, data, end) of envelope i, or NULL. */
+static json_t *
+event_at(json_t *envs, size_t i, const char *kind)
+{
+	return json_object_get(
+	    json_object_get(json_array_get(json_array_get(envs, i), 1), "event"), kind);
+}
+
+Test(envd, start_streams_a_commands_events_in_envelopes)
+{
+	struct resp r;
+	json_t *e;
+	size_t n;
+	char out[64] = "", err[64] = "";
+
+	up();
+	e = run_command("echo hi; echo oops >&2; exit 3", &r);
+	n = json_array_size(e);
+	cr_assert_geq(n, 5, "start, stdout, stderr, end, end of stream: %s", r.r_body);
+	cr_assert_gt(json_integer_value(json_object_get(event_at(e, 0, "start"), "pid")),
+	             0);
+	for (size_t i = 1; i + 2 < n; i++) { /* bytes as base64 */
+		json_t *d = event_at(e, i, "data");
+		const char *o = json_string_value(json_object_get(d, "stdout"));
+		const char *x = json_string_value(json_object_get(d, "stderr"));
+		cr_assert(o || x, "envelope %zu is not data", i);
+		strncat(o ? out : err, o ? o : x, 20);
+	}
+	cr_assert_str_eq(out, "aGkK");     /* "hi\n" */
+	cr_assert_str_eq(err, "b29wcwo="); /* "oops\n" */
+	json_t *end = event_at(e, n - 2, "end");
+	cr_assert_eq(json_integer_value(json_object_get(end, "exitCode")), 3);
+	cr_assert_str_eq(json_string_value(json_object_get(end, "status")),
+	                 "exit status 3");
+	/* the last: the end of the stream (flag 2), without an error */
+	cr_assert_eq(json_integer_value(json_array_get(json_array_get(e, n - 1), 0)), 2);
+	cr_assert_eq(json_object_size(json_array_get(json_array_get(e, n - 1), 1)), 0);
+	json_decref(e);
+	resp_free(&r);
+}
+
+Test(envd, a_start_that_cannot_start_ends_its_stream_with_the_code)
+{
+	struct resp r;
+	json_t *e, *err;
+
+	up();
+	/* no such program: not_found, in the end of the stream, status 200 */
+	static const char nocmd[] =
+	    "\0\0\0\0\042{\"process\":{\"cmd\":\"/no/such/bin\"}}";
+	envd("POST", "/process.Process/Start", "application/connect+json", nocmd,
+	     sizeof(nocmd) - 1, &r);
+	cr_assert_eq(r.r_status, 200);
+	e = envelopes(r.r_body, r.r_len);
+	cr_assert_eq(json_array_size(e), 1, "%s", r.r_body + 5);
+	err = json_object_get(json_array_get(json_array_get(e, 0), 1), "error");
+	cr_assert_str_eq(json_string_value(json_object_get(err, "code")), "not_found");
+	json_decref(e);
+	resp_free(&r);
+	/* no envelope: invalid_argument */
+	envd("POST", "/process.Process/Start", "application/connect+json", "{}", 2, &r);
+	e = envelopes(r.r_body, r.r_len);
+	err = json_object_get(json_array_get(json_array_get(e, 0), 1), "error");
+	cr_assert_str_eq(json_string_value(json_object_get(err, "code")),
+	                 "invalid_argument");
+	json_decref(e);
+	resp_free(&r);
+}
+
+Test(envd, a_command_runs_as_the_contexts_uid_in_their_workspace)
+{
+	struct resp r;
+	json_t *e, *l;
+	char *ctx_uid;
+
+	up();
+	e = run_command("echo \"$(id -u):$(pwd)\"", &r); /* one line, one write */
+	const char *b64 =
+	    json_string_value(json_object_get(event_at(e, 1, "data"), "stdout"));
+	cr_assert_not_null(b64);
+	l = run(URL, NULL,
+	        "import os, base64\n"
+	        "print(base64.b64encode(f'{os.getuid()}:{os.getcwd()}\\n'.encode())."
+	        "decode(), end='')");
+	ctx_uid = stdout_of(l);
+	cr_assert_str_eq(b64, ctx_uid, "the command said %s, a context %s", b64, ctx_uid);
+	free(ctx_uid);
+	json_decref(l);
+	json_decref(e);
+	resp_free(&r);
+}
+
+static size_t
+first_bytes_then_leave(char *p, size_t sz, size_t n, void *arg)
+{
+	(void)p;
+	*(size_t *)arg += sz * n;
+	return 0; /* curl aborts: the client is gone after its first bytes */
+}
+
+static bool
+left_file_there(void *arg)
+{
+	long st;
+	char *got = read_file((const char *)arg, &st);
+
+	free(got);
+	return st == 200;
+}
+
+Test(envd, a_command_outlives_the_client_that_started_it)
+{
+	size_t n, got = 0;
+	char *b = start_body("sleep 1; echo done > outlived.txt", &n), url[96];
+	CURL *c = curl_easy_init();
+	struct curl_slist *h =
+	    curl_slist_append(NULL, "Content-Type: application/connect+json");
+
+	up();
+	snprintf(url, sizeof(url), "%s/process.Process/Start", envd_url);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, b);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)n);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, first_bytes_then_leave);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &got);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+	cr_assert_eq(curl_easy_perform(c), CURLE_WRITE_ERROR);
+	cr_assert_gt(got, 0, "no start event before leaving");
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	free(b);
+	cr_assert_eq(wait_until(left_file_there, "outlived.txt", 20000), 0,
+	             "the command did not run on after its client left");
+}
+
+static bool
+no_sleeper_listed(void *arg)
+{
+	long st;
+	json_t *j = rpc_of("process.Process", "List", "{}", &st);
+	char *text = json_dumps(j, 0);
+	bool none = text && strstr(text, (const char *)arg) == NULL;
+
+	free(text);
+	json_decref(j);
+	return st == 200 && none;
+}
+
+Test(envd, list_and_kill_a_background_command)
+{
+	long st;
+	json_t *j, *p;
+	char body[128];
+
+	up();
+	/* started, then its client leaves at once: it runs on in the background */
+	size_t n, got = 0;
+	char *b = start_body("sleep 77", &n), url[96];
+	CURL *c = curl_easy_init();
+	struct curl_slist *h =
+	    curl_slist_append(NULL, "Content-Type: application/connect+json");
+	snprintf(url, sizeof(url), "%s/process.Process/Start", envd_url);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, b);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)n);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, first_bytes_then_leave);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &got);
+	curl_easy_perform(c);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	free(b);
+	j = rpc_of("process.Process", "List", "{}", &st);
+	cr_assert_eq(st, 200);
+	p = NULL;
+	size_t i;
+	json_t *v;
+	json_array_foreach(json_object_get(j, "processes"), i, v)
+	{
+		json_t *args = json_object_get(json_object_get(v, "config"), "args");
+		if (!strcmp(json_string_value(json_array_get(args, 1)) ?: "", "sleep 77"))
+			p = v;
+	}
+	cr_assert_not_null(p, "sleep 77 is not listed: %s", json_dumps(j, 0));
+	snprintf(body, sizeof(body),
+	         "{\"process\":{\"pid\":%lld},\"signal\":\"SIGNAL_SIGKILL\"}",
+	         (long long)json_integer_value(json_object_get(p, "pid")));
+	json_decref(j);
+	j = rpc_of("process.Process", "SendSignal", body, &st);
+	cr_assert_eq(st, 200, "SendSignal: %ld", st);
+	json_decref(j);
+	cr_assert_eq(wait_until(no_sleeper_listed, "sleep 77", 10000), 0,
+	             "still listed after a kill");
+	/* a pid that is not running: not_found */
+	j = rpc_of("process.Process", "SendSignal", body, &st);
+	cr_assert_eq(st, 404);
+	cr_assert_str_eq(code_of(j), "not_found");
+	json_decref(j);
+}
+
+Test(envd, a_commands_kill_minus_one_costs_no_context_anything)
+{
+	struct bg busy = {.code = "import time\ntime.sleep(2)\nprint('still here')",
+	                  .timeout_ms = 60000};
+	struct resp r;
+	json_t *e;
+	char *out;
+
+	up();
+	bg_start(&busy);
+	e = run_command("kill -9 -1; echo not reached", &r);
+	json_decref(e);
+	resp_free(&r);
+	bg_join(&busy);
+	cr_assert_not_null(busy.lines, "the context's execution got no answer");
+	out = stdout_of(busy.lines);
+	cr_assert_str_eq(out, "still here\n");
+	free(out);
+	json_decref(busy.lines);
+	/* envd itself comes back (its agent, killed too, is started again) */
+	up();
 }

@@ -89,6 +89,7 @@ function mainText(ex) {
 
 let Sandbox;
 let NotFoundError;
+let CommandExitError;
 let sbx;
 
 async function run(code, opts = {}) {
@@ -103,6 +104,7 @@ async function main() {
     const mod = await import('@e2b/code-interpreter');
     Sandbox = mod.Sandbox;
     NotFoundError = mod.NotFoundError;
+    CommandExitError = mod.CommandExitError;
     assert.equal(typeof Sandbox?.create, 'function');
   });
   if (!Sandbox) return;
@@ -363,7 +365,7 @@ async function main() {
 // them to that one URL, which serves the code API alone for now: skipped.
 async function envdChecks() {
   if (process.env.SANDCELL_URL) {
-    console.log('ok - files through envd # skip: SANDCELL_URL sends them to the code port');
+    console.log('ok - files and commands through envd # skip: SANDCELL_URL sends them to the code port');
     skipped++;
     return;
   }
@@ -437,6 +439,64 @@ async function envdChecks() {
       assert.ok(e instanceof NotFoundError, `expected NotFoundError, got ${describeError(e)}`);
       return true;
     });
+  });
+  await commandChecks();
+}
+
+// Commands through envd's process.Process (docs/ENVD.md): in a box like a
+// context's, as its uid, in /home/user.
+async function commandChecks() {
+  const c = sbx.commands;
+  await check("commands.run('ls -la') lists the workspace", async () => {
+    const r = await withTimeout(c.run('ls -la'), 'commands.run');
+    assert.equal(r.exitCode, 0);
+    assert.match(r.stdout, /data\.csv/);
+  });
+  await check('commands.run: stdout and stderr live, and a non-zero exit is CommandExitError', async () => {
+    const seen = [];
+    await assert.rejects(
+      withTimeout(
+        c.run('echo out; echo err >&2; exit 3', { onStdout: (d) => seen.push(d), onStderr: (d) => seen.push(d) }),
+        'commands.run',
+      ),
+      (e) => {
+        assert.ok(e instanceof CommandExitError, `expected CommandExitError, got ${describeError(e)}`);
+        assert.equal(e.exitCode, 3);
+        assert.equal(e.stdout, 'out\n');
+        assert.equal(e.stderr, 'err\n');
+        return true;
+      },
+    );
+    assert.deepEqual(seen.sort(), ['err\n', 'out\n']);
+  });
+  await check('commands.run with cwd and envs', async () => {
+    const r = await withTimeout(c.run('pwd; echo $FOO', { cwd: '/tmp', envs: { FOO: 'bar' } }), 'commands.run');
+    assert.equal(r.stdout, '/tmp\nbar\n');
+  });
+  await check('a file a command writes is read by runCode', async () => {
+    await withTimeout(c.run("echo 'from a command' > cmd.txt"), 'commands.run');
+    const ex = await run("open('cmd.txt').read().strip()");
+    assert.equal(mainText(ex), 'from a command', describeExecution(ex));
+  });
+  await check('a background command is listed, killed, and no longer listed', async () => {
+    const h = await withTimeout(c.run('sleep 60', { background: true }), 'commands.run');
+    assert.ok(h.pid > 0, `pid ${h.pid}`);
+    const listed = await withTimeout(c.list(), 'commands.list');
+    const mine = listed.find((p) => p.pid === h.pid);
+    assert.ok(mine, `pid ${h.pid} not in ${JSON.stringify(listed)}`);
+    assert.deepEqual(mine.args, ['-l', '-c', 'sleep 60']);
+    assert.equal(await withTimeout(h.kill(), 'kill'), true);
+    await assert.rejects(withTimeout(h.wait(), 'wait'));
+    const after = await withTimeout(c.list(), 'commands.list');
+    assert.equal(after.find((p) => p.pid === h.pid), undefined);
+    assert.equal(await c.kill(h.pid), false);
+  });
+  await check('stdin: sendStdin then closeStdin reach a background cat', async () => {
+    const h = await withTimeout(c.run('cat', { background: true, stdin: true }), 'commands.run');
+    await withTimeout(c.sendStdin(h.pid, 'piped in\n'), 'sendStdin');
+    await withTimeout(c.closeStdin(h.pid), 'closeStdin');
+    const r = await withTimeout(h.wait(), 'wait');
+    assert.equal(r.stdout, 'piped in\n');
   });
 }
 
