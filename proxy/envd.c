@@ -47,15 +47,38 @@ status(struct msg *m)
 	            (uint64_t)(e.proc.kp_shown ? e.proc.kp_shown : e.proc.kp_pid));
 }
 
+/*
+ * The agent's environment, which its commands inherit: a context's (HOME,
+ * the tenant's package places, the global env), never the proxy's own.
+ */
+static char **
+agent_env(const struct proxy *px)
+{
+	char **pk = packages_env(BOX_HOME, NULL), **v;
+	size_t n = 0, k = 0;
+
+	while (pk[n])
+		n++;
+	v = xcalloc(n + px->px_ngenv + 4, sizeof(*v));
+	v[k++] = xstrdup("HOME=" BOX_HOME);
+	v[k++] = xstrdup("USER=user");
+	v[k++] = xstrdup("LANG=C.UTF-8");
+	for (size_t i = 0; i < n; i++)
+		v[k++] = pk[i];
+	free(pk);
+	for (size_t i = 0; i < px->px_ngenv; i++)
+		v[k++] =
+		    xasprintf("%s=%s", px->px_genv[i].e_key.s, px->px_genv[i].e_val.s);
+	return v;
+}
+
 /* The agent, started in its box: 0 with e.fd its connection, or -errno. */
 static int
 envd_spawn(struct proxy *px)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	unsigned char rnd[16];
-	char name[64], *argv[3],
-	    *envp[] = {"HOME=" BOX_HOME, "USER=user", "PATH=/usr/local/bin:/usr/bin:/bin",
-	               "LANG=C.UTF-8", NULL};
+	char name[64], *argv[3], **envp;
 	struct ucred uc;
 	socklen_t len = sizeof(uc);
 	int lfd, rc;
@@ -76,9 +99,15 @@ envd_spawn(struct proxy *px)
 	argv[0] = px->px_envd;
 	argv[1] = name;
 	argv[2] = NULL;
-	if ((rc = limits_prepare(&px->px_box)) < 0 ||
-	    (rc = sandbox_spawn(&px->px_box, BOX_HOME, px->px_envd, argv, envp,
-	                        &e.proc)) < 0) {
+	envp = agent_env(px);
+	rc = limits_prepare(&px->px_box);
+	if (rc == 0)
+		rc = sandbox_spawn(&px->px_box, BOX_HOME, px->px_envd, argv, envp,
+		                   &e.proc);
+	for (size_t i = 0; envp[i]; i++)
+		free(envp[i]);
+	free(envp);
+	if (rc < 0) {
 		close(lfd);
 		return rc;
 	}

@@ -253,9 +253,11 @@ configure(const char *kernel, const char *env_file)
 	px.px_cwd = xstrdup(px.px_cwd);
 	if (sodium_init() < 0)
 		fatal("sodium_init failed");
-	if (px.px_envd) { /* no kernel: its agent (envd.c) */
+	if (px.px_envd) { /* no kernel: its agent (envd.c), with the global env */
 		if (px.px_envd[0] != '/' || !px.px_box.bx_on)
 			fatal("context %s: --envd needs an absolute path and --sandbox", px.px_id);
+		if (env_file && load_env_file(&px, env_file) < 0)
+			exit(1);
 		return;
 	}
 	if (lang_normalise(kernel ? kernel : px.px_lang, lang, sizeof(lang)) < 0 ||

@@ -35,7 +35,8 @@ pick_port(void)
 	snprintf(envd_url, sizeof(envd_url), "http://127.0.0.1:%d", port);
 }
 
-HARNESS_SHARED_BROKER("--envd-listen", envd_at, "--max-body", "1M");
+HARNESS_SHARED_BROKER("--envd-listen", envd_at, "--max-body", "1M", "--env",
+                      "SANDCELL_TEST_GLOBAL=everywhere");
 
 #define URL test_url()
 
@@ -855,4 +856,30 @@ Test(envd, a_commands_kill_minus_one_costs_no_context_anything)
 	json_decref(busy.lines);
 	/* envd itself comes back (its agent, killed too, is started again) */
 	up();
+}
+
+/* A command's environment is a context's: the global env, HOME, the tenant's python
+ * first. */
+Test(envd, a_command_has_a_contexts_environment)
+{
+	struct resp r;
+	json_t *e, *l;
+	char *want;
+
+	up();
+	e = run_command("echo \"$SANDCELL_TEST_GLOBAL:$HOME:$(command -v python3)\"", &r);
+	const char *b64 =
+	    json_string_value(json_object_get(event_at(e, 1, "data"), "stdout"));
+	cr_assert_not_null(b64);
+	l = run(URL, NULL,
+	        "import os, base64, shutil\n"
+	        "v = f\"{os.environ['SANDCELL_TEST_GLOBAL']}:{os.environ['HOME']}:"
+	        "{shutil.which('python3')}\\n\"\n"
+	        "print(base64.b64encode(v.encode()).decode(), end='')");
+	want = stdout_of(l);
+	cr_assert_str_eq(b64, want, "the command said %s, a context %s", b64, want);
+	free(want);
+	json_decref(l);
+	json_decref(e);
+	resp_free(&r);
 }
