@@ -465,6 +465,12 @@ do_process_rpc(struct http_request *hr, const char *method)
 	struct buf data = {0};
 	const char *op;
 
+	if (strcmp(method, "List") && strcmp(method, "SendSignal") &&
+	    strcmp(method, "SendInput") && strcmp(method, "CloseStdin")) {
+		json_decref(args);
+		return fail_now(hr, true, "unimplemented",
+		                "this envd does not serve that method (docs/ENVD.md)");
+	}
 	if (!ct || strncasecmp(ct, CT_JSON, strlen(CT_JSON))) {
 		json_decref(args);
 		return respond_now(hr, 415,

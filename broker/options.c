@@ -120,7 +120,7 @@ static const struct opt options[] = {
     {"listen", "HOST:PORT", OPT_STRING, OPT_DST(CF.cf_listen), .o_default = "127.0.0.1:49999",
      .o_help = "HTTP address ([::1]:PORT for IPv6)"},
     {"envd-listen", "HOST:PORT", OPT_FUNC, .o_fn = envd_listen, .o_default = "127.0.0.1:49983",
-     .o_help = "envd's API (files; docs/ENVD.md), the same access token; none or '' turns it "
+     .o_help = "envd's API (files, commands; docs/ENVD.md), the same access token; none or '' turns it "
 	       "off, as --isolation context does"},
     {"run-dir", "DIR", OPT_STRING, OPT_DST(CF.cf_run_dir),
      .o_shown = "$XDG_RUNTIME_DIR/sandcell, else /tmp/sandcell-$UID",
