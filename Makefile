@@ -127,6 +127,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(PROTO_OBJ)
 # calls, kcache.o: a leaf); the layering (scripts/callgraph.sh) allows it
 $(BUILD)/tests/validate_test: $(BUILD)/broker/validate.o $(BUILD)/broker/kcache.o
 $(BUILD)/tests/frame_test: $(BUILD)/broker/frame.o
+$(BUILD)/tests/connect_test: $(BUILD)/broker/connect.o
 $(BUILD)/tests/ctlpeer_test: $(BUILD)/broker/ctlpeer.o
 $(BUILD)/tests/output_test: $(BUILD)/proxy/output.o
 $(BUILD)/tests/admit_test: $(BUILD)/proxy/admit.o $(BUILD)/proxy/unit.o $(BUILD)/proxy/output.o \
