@@ -181,9 +181,9 @@ process_in(struct stream *s, struct msg *m)
 			end_envelope(&b, NULL, NULL);
 	} else if (final && strcmp(kind, "end") && strcmp(kind, "detached")) {
 		/* a start that failed: its code, if it is one a start can fail with */
-		static const char *const codes[] = {"not_found", "invalid_argument",
-		                                    "permission_denied",
-		                                    "resource_exhausted"};
+		static const char *const codes[] = {
+		    "not_found", "invalid_argument", "permission_denied",
+		    "resource_exhausted", "unimplemented"};
 		bool known = false;
 		for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
 			known |= !strcmp(kind, codes[i]);
@@ -327,6 +327,27 @@ connect_start_args(const char *body, size_t len, json_t **args, const char **cod
 	return 0;
 bad:
 	json_decref(req);
+	return -1;
+}
+
+/* A ConnectRequest (in its envelope) as the agent's arguments: pid or tag. */
+int
+connect_connect_args(const char *body, size_t len, json_t **args, const char **code,
+                     char *err, size_t errsz)
+{
+	json_t *req = unwrap(body, len, err, errsz);
+
+	*code = "invalid_argument";
+	*args = json_object();
+	if (req && connect_selector(req, *args) == 0) {
+		json_decref(req);
+		return 0;
+	}
+	if (req)
+		snprintf(err, errsz, "process: a pid or a tag is required");
+	json_decref(req);
+	json_decref(*args);
+	*args = NULL;
 	return -1;
 }
 

@@ -420,14 +420,18 @@ stream_error(struct http_request *hr, const char *code, const char *message)
 	return respond_now(hr, 200, r);
 }
 
-/* process.Process/Start: a stream of the process's events (connect.c), which outlives
- * its client. */
+/*
+ * process.Process's streams, Start (a new process) and Connect (a running
+ * one, by pid or tag): its events through a stream of connect.c's kind, which
+ * outlive their client.
+ */
 static enum MHD_Result
-do_start(struct http_request *hr, struct context *c)
+do_stream(struct http_request *hr, struct context *c, bool start)
 {
 	const char *ct = MHD_lookup_connection_value(hr->hr_conn, MHD_HEADER_KIND,
 	                                             MHD_HTTP_HEADER_CONTENT_TYPE);
-	const char *code;
+	const char *body = hr->hr_body.b_data ? buf_head(&hr->hr_body) : "", *code;
+	size_t len = buf_pending(&hr->hr_body);
 	char err[256], *s;
 	json_t *args;
 	struct msg m;
@@ -436,16 +440,15 @@ do_start(struct http_request *hr, struct context *c)
 		return respond_now(hr, 415,
 		                   respond_text("streaming calls take "
 		                                "application/connect+json"));
-	if (connect_start_args(hr->hr_body.b_data ? buf_head(&hr->hr_body) : "",
-	                       buf_pending(&hr->hr_body), &args, &code, err,
-	                       sizeof(err)) < 0)
+	if (start ? connect_start_args(body, len, &args, &code, err, sizeof(err)) < 0
+	          : connect_connect_args(body, len, &args, &code, err, sizeof(err)) < 0)
 		return stream_error(hr, code, err);
 	struct stream *st = stream_open_as(c, &connect_process);
 	s = json_dumps(args, JSON_COMPACT);
 	json_decref(args);
 	msg_init(&m, MSG_ENVD);
 	msg_set_u64(&m, F_REQ, waiter_next_req());
-	msg_set_str(&m, F_TEXT, "start", 5);
+	msg_set_str(&m, F_TEXT, start ? "start" : "connect", start ? 5 : 7);
 	msg_set_str(&m, F_CODE, s, strlen(s));
 	msg_set_u64(&m, F_STREAM, st->st_id);
 	free(s);
@@ -568,9 +571,9 @@ envd_route(struct http_request *hr, const char *url, const char *method)
 		if (!post)
 			return respond_now(hr, 405,
 			                   respond_text("Connect calls are POST"));
-		if (!strcmp(url + 17, "Start"))
-			return do_start(hr, c);
-		if (!strcmp(url + 17, "Connect") || !strcmp(url + 17, "StreamInput"))
+		if (!strcmp(url + 17, "Start") || !strcmp(url + 17, "Connect"))
+			return do_stream(hr, c, url[17] == 'S');
+		if (!strcmp(url + 17, "StreamInput"))
 			return stream_error(
 			    hr, "unimplemented",
 			    "this envd does not serve that method yet (docs/ENVD.md)");

@@ -446,8 +446,11 @@ handle(const struct msg *m)
 	if (m->m_has & FB(F_STREAM)) { /* a stream: its events answer it */
 		if (!strcmp(op, "start") && json_is_object(args))
 			proc_start(m->m_stream, args);
-		else
-			proc_cancel(m->m_stream); /* nothing else streams yet */
+		else if (!strcmp(op, "connect") && json_is_object(args))
+			proc_connect(m->m_stream, args);
+		else /* the stream ends at once */
+			proc_refuse(m->m_stream, "unimplemented",
+			            "no such stream operation");
 		json_decref(args);
 		return;
 	}

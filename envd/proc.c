@@ -18,15 +18,17 @@
 #include "agent.h"
 
 #define PROC_READ (64u << 10) /* most bytes of one output event */
+#define PROC_STREAMS 8        /* clients following one process at once */
 
 extern char **environ;
 
 struct proc {
 	pid_t p_pid;
-	uint64_t p_stream; /* its events' stream; 0: detached */
-	json_t *p_config;  /* cmd, args, envs, cwd, tag: as List gives them */
-	int p_fd[2];       /* stdout, stderr; -1 once at their end */
-	int p_in;          /* stdin, or -1 */
+	uint64_t p_streams[PROC_STREAMS]; /* its events' streams (Start's, Connect's); 0:
+	                                     none */
+	json_t *p_config; /* cmd, args, envs, cwd, tag: as List gives them */
+	int p_fd[2];      /* stdout, stderr; -1 once at their end */
+	int p_in;         /* stdin, or -1 */
 	bool p_exited;
 	int p_status;
 };
@@ -174,7 +176,7 @@ proc_start(uint64_t stream, json_t *args)
 	e = 0;
 	struct proc *p = xcalloc(1, sizeof(*p));
 	p->p_pid = pid;
-	p->p_stream = stream;
+	p->p_streams[0] = stream;
 	p->p_config = json_deep_copy(args);
 	p->p_fd[0] = out[0];
 	p->p_fd[1] = err[0];
@@ -223,7 +225,8 @@ maybe_end(size_t idx)
 		snprintf(text, sizeof(text), "exit %d", WEXITSTATUS(p->p_status));
 	else
 		snprintf(text, sizeof(text), "signal %d", WTERMSIG(p->p_status));
-	event(p->p_stream, "end", text, strlen(text), true);
+	for (int k = 0; k < PROC_STREAMS; k++)
+		event(p->p_streams[k], "end", text, strlen(text), true);
 	if (p->p_in >= 0)
 		close(p->p_in);
 	json_decref(p->p_config);
@@ -260,8 +263,9 @@ proc_ready(const struct pollfd *pf, size_t n)
 				continue;
 			ssize_t r = read(p->p_fd[k], chunk, sizeof(chunk));
 			if (r > 0) {
-				event(p->p_stream, k ? "stderr" : "stdout", chunk,
-				      (size_t)r, false);
+				for (int f = 0; f < PROC_STREAMS; f++)
+					event(p->p_streams[f], k ? "stderr" : "stdout",
+					      chunk, (size_t)r, false);
 			} else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
 				close(p->p_fd[k]);
 				p->p_fd[k] = -1;
@@ -383,17 +387,48 @@ proc_close_stdin(json_t *args, struct answer *a)
 	return 0;
 }
 
-/* Its client left: its processes run on, their output is read and dropped. */
+/* Its client left: its process runs on, its output goes to its other clients or nowhere.
+ */
 void
 proc_cancel(uint64_t stream)
 {
 	bool had = false;
 
 	for (size_t i = 0; i < nprocs; i++)
-		if (procs[i]->p_stream == stream) {
-			procs[i]->p_stream = 0;
-			had = true;
-		}
+		for (int k = 0; k < PROC_STREAMS; k++)
+			if (procs[i]->p_streams[k] == stream) {
+				procs[i]->p_streams[k] = 0;
+				had = true;
+			}
 	if (had) /* the stream's last frame, so the proxy forgets it */
 		event(stream, "detached", NULL, 0, true);
+}
+
+/* Connect: one more client of a running process, from its start event on. */
+void
+proc_connect(uint64_t stream, json_t *args)
+{
+	struct answer a = {0};
+	struct proc *p = selected(args, &a);
+	char num[24];
+
+	if (!p) {
+		event(stream, a.a_code, a.a_text, strlen(a.a_text), true);
+		return;
+	}
+	for (int k = 0; k < PROC_STREAMS; k++)
+		if (!p->p_streams[k]) {
+			p->p_streams[k] = stream;
+			snprintf(num, sizeof(num), "%d", (int)p->p_pid);
+			event(stream, "start", num, strlen(num), false);
+			return;
+		}
+	event(stream, "resource_exhausted", "too many clients follow this process", 36,
+	      true);
+}
+
+void
+proc_refuse(uint64_t stream, const char *code, const char *text)
+{
+	event(stream, code, text, strlen(text), true);
 }

@@ -883,3 +883,22 @@ Test(envd, a_command_has_a_contexts_environment)
 	json_decref(e);
 	resp_free(&r);
 }
+
+Test(envd, connect_to_a_process_that_does_not_run_is_not_found)
+{
+	static const char body[] = "\0\0\0\0\032{\"process\":{\"pid\":999999}}";
+	struct resp r;
+	json_t *e, *err;
+
+	up();
+	envd("POST", "/process.Process/Connect", "application/connect+json", body,
+	     sizeof(body) - 1, &r);
+	cr_assert_eq(r.r_status, 200);
+	e = envelopes(r.r_body, r.r_len);
+	cr_assert_eq(json_array_size(e), 1);
+	cr_assert_eq(json_integer_value(json_array_get(json_array_get(e, 0), 0)), 2);
+	err = json_object_get(json_array_get(json_array_get(e, 0), 1), "error");
+	cr_assert_str_eq(json_string_value(json_object_get(err, "code")), "not_found");
+	json_decref(e);
+	resp_free(&r);
+}

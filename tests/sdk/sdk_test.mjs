@@ -491,6 +491,14 @@ async function commandChecks() {
     assert.equal(after.find((p) => p.pid === h.pid), undefined);
     assert.equal(await c.kill(h.pid), false);
   });
+  await check('commands.connect follows a running command to its end, beside its first client', async () => {
+    const h = await withTimeout(c.run('sleep 1; echo later', { background: true }), 'commands.run');
+    const again = await withTimeout(c.connect(h.pid), 'commands.connect');
+    const r = await withTimeout(again.wait(), 'wait');
+    assert.equal(r.stdout, 'later\n');
+    assert.equal((await withTimeout(h.wait(), 'wait')).stdout, 'later\n');
+    await assert.rejects(withTimeout(c.connect(999999), 'commands.connect'));
+  });
   await check('stdin: sendStdin then closeStdin reach a background cat', async () => {
     const h = await withTimeout(c.run('cat', { background: true, stdin: true }), 'commands.run');
     await withTimeout(c.sendStdin(h.pid, 'piped in\n'), 'sendStdin');

@@ -336,3 +336,21 @@ Test(connect, an_entry_is_rebuilt_from_checked_fields)
 	cr_assert_null(connect_entry(a));
 	json_decref(a);
 }
+
+Test(connect, a_connect_request_names_its_process)
+{
+	char err[256];
+	const char *code;
+	json_t *a;
+	size_t n;
+	char *b = wrap(0, "{\"process\":{\"tag\":\"web\"}}", &n);
+
+	cr_assert_eq(connect_connect_args(b, n, &a, &code, err, sizeof(err)), 0);
+	cr_assert_str_eq(json_string_value(json_object_get(a, "tag")), "web");
+	json_decref(a);
+	free(b);
+	b = wrap(0, "{\"process\":{}}", &n);
+	cr_assert_eq(connect_connect_args(b, n, &a, &code, err, sizeof(err)), -1);
+	cr_assert_str_eq(code, "invalid_argument");
+	free(b);
+}
