@@ -551,6 +551,7 @@ json_t *connect_entry(json_t *a);
 void envd_start(void);
 bool envd_wanted(void);
 enum MHD_Result envd_route(struct http_request *hr, const char *url, const char *method);
+bool envd_asked(struct MHD_Connection *conn, const char *url);
 void envd_free(struct http_request *hr);
 void waiter_tick(uint64_t now);
 

@@ -537,6 +537,22 @@ do_process_rpc(struct http_request *hr, const char *method)
 	return MHD_YES;
 }
 
+/*
+ * Whether a request to the code listener is envd's: the port E2B's proxies
+ * name (E2b-Sandbox-Port: 49983, envd's), or a path only envd has.
+ */
+bool
+envd_asked(struct MHD_Connection *conn, const char *url)
+{
+	const char *port =
+	    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Port");
+
+	if (port)
+		return !strcmp(port, "49983");
+	return !strcmp(url, "/files") || !strncmp(url, "/filesystem.Filesystem/", 23) ||
+	       !strncmp(url, "/process.Process/", 17);
+}
+
 /* The envd listener's requests, after http.c's checks. */
 enum MHD_Result
 envd_route(struct http_request *hr, const char *url, const char *method)
@@ -554,7 +570,7 @@ envd_route(struct http_request *hr, const char *url, const char *method)
 			return respond_now(hr, 405, respond_text("GET /health"));
 		/* ready when its agent is: what a client waits for */
 		if (!ready)
-			return respond_now(hr, 503, respond_text("envd is starting"));
+			return respond_now(hr, 503, respond_text(c ? "envd is starting" : "envd is off here (docs/ENVD.md)"));
 		return respond_now(
 		    hr, 204,
 		    MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT));

@@ -186,7 +186,8 @@ frame_unescape(char *s, bool *bad)
 	return unescape(s, bad, false);
 }
 
-/* The same, but an encoded '/' is one (envd's paths in its query: envd.c). */
+/* The same, but an encoded '/' is one (query values carry paths: envd.c); *bad
+ * still says it was there, so a path with one is refused all the same. */
 size_t
 frame_unescape_path(char *s, bool *bad)
 {
@@ -206,7 +207,10 @@ unescape(char *s, bool *bad, bool slash_ok)
 			continue;
 		}
 		char ch = (char)(hi << 4 | lo);
-		if ((ch == '/' && !slash_ok) || ch == '\0') {
+		if (ch == '/' && slash_ok) {
+			*bad = true;
+			*w++ = ch;
+		} else if (ch == '/' || ch == '\0') {
 			*bad = true;
 			memmove(w, r, 3);
 			w += 3;

@@ -177,8 +177,9 @@ unescape(void *cls, struct MHD_Connection *c, char *s)
 {
 	struct conn *cn = conn_of(c);
 	bool bad;
-	/* envd's query carries paths: its %2F is a '/' (its routes are fixed names) */
-	size_t n = cn && cn->cn_envd ? frame_unescape_path(s, &bad) : frame_unescape(s, &bad);
+	/* a query's value may be a path (envd's), its %2F a '/'; a path with one is
+	 * refused below all the same (the last string MHD unescapes is the path) */
+	size_t n = frame_unescape_path(s, &bad);
 
 	(void)cls;
 	if (bad && cn)
@@ -223,7 +224,8 @@ route(struct http_request *hr, const char *url, const char *method)
 	const char *rest;
 	struct context *c;
 
-	if (hr->hr_envd_port)
+	/* envd's port, or its API through this one (one URL for the whole sandbox) */
+	if (hr->hr_envd_port || envd_asked(hr->hr_conn, url))
 		return envd_route(hr, url, method);
 	if (!strcmp(url, "/health")) {
 		if (!get)

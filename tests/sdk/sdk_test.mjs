@@ -21,13 +21,12 @@ const OVERALL_TIMEOUT_MS = 120_000;
 
 let passed = 0;
 let failed = 0;
-let skipped = 0;
 let finished = false;
 
 function summaryAndExit() {
   if (finished) return;
   finished = true;
-  console.log(`${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ''}`);
+  console.log(`${passed} passed, ${failed} failed`);
   process.exit(failed === 0 ? 0 : 1);
 }
 
@@ -361,14 +360,9 @@ async function main() {
 }
 
 // Files through envd's API (docs/ENVD.md), which the SDK's debug mode sends
-// to http://localhost:49983. With SANDCELL_URL (49999 was busy) the SDK sends
-// them to that one URL, which serves the code API alone for now: skipped.
+// to http://localhost:49983; with SANDCELL_URL, to that one URL with
+// E2b-Sandbox-Port: 49983, which the code listener hands to envd.
 async function envdChecks() {
-  if (process.env.SANDCELL_URL) {
-    console.log('ok - files and commands through envd # skip: SANDCELL_URL sends them to the code port');
-    skipped++;
-    return;
-  }
   const f = sbx.files;
   await check("files.write('data.csv') then runCode reads it with pandas", async () => {
     const info = await withTimeout(f.write('data.csv', 'a,b\n1,2\n3,4\n'), 'files.write');
@@ -383,8 +377,7 @@ async function envdChecks() {
   });
   await check('a chart saved by runCode downloads with files.read as PNG bytes', async () => {
     const ex = await run(
-      "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n" +
-        "plt.plot([1, 2, 3])\nplt.savefig('chart.png')\nplt.close()",
+      "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.savefig('chart.png')\nplt.close()",
     );
     assert.equal(ex.error, undefined, describeExecution(ex));
     const png = await withTimeout(f.read('chart.png', { format: 'bytes' }), 'files.read');
