@@ -172,12 +172,65 @@ Test(envd, health_is_204_and_the_code_api_is_untouched)
 	cr_assert_eq(r.r_status, 204);
 	cr_assert_eq(r.r_len, 0);
 	resp_free(&r);
-	/* the code listener still answers as itself; it does not serve /files */
+	/* the code listener still answers as itself */
 	http(URL, "GET", "/health", NULL, &r, 10);
 	cr_assert_eq(r.r_status, 200);
+	cr_assert_str_eq(r.r_body, "\"OK\"");
 	resp_free(&r);
-	http(URL, "GET", "/files?path=x", NULL, &r, 10);
-	cr_assert_eq(r.r_status, 404);
+}
+
+/* GET on base with one extra header; the answer in r. */
+static void
+get_with(const char *base, const char *path, const char *header, struct resp *r)
+{
+	CURL *c = curl_easy_init();
+	struct curl_slist *h = curl_slist_append(NULL, header);
+	struct sink s = {0};
+	char url[512];
+
+	memset(r, 0, sizeof(*r));
+	snprintf(url, sizeof(url), "%s%s", base, path);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+	cr_assert_eq(curl_easy_perform(c), CURLE_OK);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->r_status);
+	r->r_body = s.data ? s.data : strdup("");
+	r->r_len = s.len;
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+}
+
+/* One URL: the code listener serves envd's API for whoever names its port. */
+Test(envd, the_code_url_serves_envd_for_its_port_and_paths)
+{
+	struct resp r;
+
+	up();
+	cr_assert_eq(write_raw("oneurl.txt", "through one URL"), 200);
+	get_with(URL, "/health", "E2b-Sandbox-Port: 49983", &r);
+	cr_assert_eq(r.r_status, 204, "/health as envd's: %ld", r.r_status);
+	resp_free(&r);
+	get_with(URL, "/health", "E2b-Sandbox-Port: 49999", &r);
+	cr_assert_eq(r.r_status, 200);
+	resp_free(&r);
+	get_with(URL, "/files?path=%2Fhome%2Fuser%2Foneurl.txt",
+	         "E2b-Sandbox-Port: 49983", &r);
+	cr_assert_eq(r.r_status, 200);
+	cr_assert_str_eq(r.r_body, "through one URL");
+	resp_free(&r);
+	/* envd's paths need no header; the code API's stay its own */
+	get_with(URL, "/files?path=oneurl.txt", "X-Nothing: 1", &r);
+	cr_assert_eq(r.r_status, 200);
+	resp_free(&r);
+	get_with(URL, "/languages", "E2b-Sandbox-Port: 49999", &r);
+	cr_assert_eq(r.r_status, 200);
+	resp_free(&r);
+	/* a path's encoded '/' is still refused */
+	get_with(URL, "/contexts%2Fx", "X-Nothing: 1", &r);
+	cr_assert_eq(r.r_status, 400);
 	resp_free(&r);
 }
 
