@@ -287,9 +287,13 @@ Test(connect, selectors_signals_and_the_process_list)
 	cr_assert_eq(connect_selector(body, args), -1);
 	json_decref(body);
 	json_decref(args);
-	cr_assert_eq(connect_signal(json_string("SIGNAL_SIGKILL")), 9);
-	cr_assert_eq(connect_signal(json_integer(15)), 15);
-	cr_assert_eq(connect_signal(json_integer(11)), 0);
+	json_t *sig[3] = {json_string("SIGNAL_SIGKILL"), json_integer(15),
+	                  json_integer(11)};
+	cr_assert_eq(connect_signal(sig[0]), 9);
+	cr_assert_eq(connect_signal(sig[1]), 15);
+	cr_assert_eq(connect_signal(sig[2]), 0);
+	for (int k = 0; k < 3; k++)
+		json_decref(sig[k]);
 	a = json_loads(
 	    "[{\"pid\":3,\"cmd\":\"/bin/bash\",\"args\":[\"-c\",\"x\"],\"envs\":{},"
 	    "\"cwd\":\"/tmp\",\"tag\":\"t\",\"stdin\":false}]",
