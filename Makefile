@@ -13,7 +13,7 @@ override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializ
 MSGPACK_LIBS := $(shell pkg-config --libs msgpack-c 2>/dev/null || pkg-config --libs msgpack 2>/dev/null || echo -lmsgpackc)
 LDLIBS_PROTO  = -lnng $(MSGPACK_LIBS) -ljansson -lpthread
 LDLIBS_PROXY  = $(LDLIBS_PROTO) -lcjson -lsodium -lseccomp
-LDLIBS_BROKER = $(LDLIBS_PROTO) -lmicrohttpd -lsodium
+LDLIBS_BROKER = $(LDLIBS_PROTO) -lmicrohttpd -lsodium -lz
 LDLIBS_TEST   = -lcriterion -lcurl
 
 LISTEN  ?= 127.0.0.1:49999
@@ -153,6 +153,9 @@ $(BUILD)/tests/%: tests/integration/%.c $(HARNESS) $(SUITE_ONLY) $(PROTO_OBJ)
 
 # A test binary whose test times out, run by faults_test (not a test itself).
 $(BUILD)/tests/faults_test: $(BUILD)/tests/timeout_probe
+
+# envd_test gzips what it sends (zlib)
+$(BUILD)/tests/envd_test: LDLIBS_TEST += -lz
 
 # The language tests #include the packages tests; run again with --isolation
 # context (lang_isolated_test.c #includes lang_test.c).

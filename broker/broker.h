@@ -552,6 +552,10 @@ void envd_start(void);
 bool envd_wanted(void);
 enum MHD_Result envd_route(struct http_request *hr, const char *url, const char *method);
 bool envd_asked(struct MHD_Connection *conn, const char *url);
+
+/* gzip.c: gzip on envd's /files */
+int gzip_body(struct MHD_Connection *c, struct buf *body, size_t max);
+struct MHD_Response *gzip_response(struct MHD_Connection *c, const char *data, size_t len);
 void envd_free(struct http_request *hr);
 void waiter_tick(uint64_t now);
 

@@ -129,11 +129,8 @@ answer_ok(struct http_request *hr, struct envd_call *ec, struct msg *m)
 	json_t *a = NULL, *out = NULL;
 
 	if (!strcmp(ec->ec_op, "read")) {
-		struct MHD_Response *r = MHD_create_response_from_buffer(
-		    m->m_data.len, m->m_data.s, MHD_RESPMEM_MUST_COPY);
-		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-		                        "application/octet-stream");
-		respond_complete(hr, 200, r);
+		respond_complete(hr, 200,
+		                 gzip_response(hr->hr_conn, m->m_data.s, m->m_data.len));
 		return;
 	}
 	a = json_loadb(m->m_data.s, m->m_data.len, 0, NULL);
@@ -285,7 +282,17 @@ do_upload(struct http_request *hr)
 	const char *ct = MHD_lookup_connection_value(hr->hr_conn, MHD_HEADER_KIND,
 	                                             MHD_HTTP_HEADER_CONTENT_TYPE);
 	const char *path = arg(hr, "path");
+	int z = gzip_body(hr->hr_conn, &hr->hr_body, sv.sv_cf.cf_max_body);
 
+	if (z == -EFBIG)
+		return respond_now(hr, 413,
+		                   respond_json(json_pack(
+		                       "{s:s, s:i}", "message",
+		                       "the body inflates past the limit", "code", 413)));
+	if (z < 0)
+		return fail_now(hr, false, "invalid_argument",
+		                z == -ENOTSUP ? "Content-Encoding: gzip or identity"
+		                              : "not gzip");
 	ec->ec_done = json_array();
 	if (ct && !strncasecmp(ct, "application/octet-stream", 24)) {
 		if (!path || !*path)
@@ -570,7 +577,10 @@ envd_route(struct http_request *hr, const char *url, const char *method)
 			return respond_now(hr, 405, respond_text("GET /health"));
 		/* ready when its agent is: what a client waits for */
 		if (!ready)
-			return respond_now(hr, 503, respond_text(c ? "envd is starting" : "envd is off here (docs/ENVD.md)"));
+			return respond_now(
+			    hr, 503,
+			    respond_text(c ? "envd is starting"
+			                   : "envd is off here (docs/ENVD.md)"));
 		return respond_now(
 		    hr, 204,
 		    MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT));

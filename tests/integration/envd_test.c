@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <curl/curl.h>
+#include <zlib.h>
 
 #include "harness.h"
 
@@ -954,4 +955,91 @@ Test(envd, connect_to_a_process_that_does_not_run_is_not_found)
 	cr_assert_str_eq(json_string_value(json_object_get(err, "code")), "not_found");
 	json_decref(e);
 	resp_free(&r);
+}
+
+/* text gzipped (zlib's gzip wrapper); *len its bytes */
+static char *
+gzipped(const char *text, size_t n, size_t *len)
+{
+	z_stream z = {0};
+	char *out;
+
+	cr_assert_eq(deflateInit2(&z, 9, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY),
+	             Z_OK);
+	out = malloc(deflateBound(&z, n));
+	z.next_in = (Bytef *)text;
+	z.avail_in = (uInt)n;
+	z.next_out = (Bytef *)out;
+	z.avail_out = (uInt)deflateBound(&z, n);
+	cr_assert_eq(deflate(&z, Z_FINISH), Z_STREAM_END);
+	*len = z.total_out;
+	deflateEnd(&z);
+	return out;
+}
+
+/* POST /files?path=P as gzipped octet-stream: the status. */
+static long
+write_gzipped(const char *path, const char *body, size_t n)
+{
+	CURL *c = curl_easy_init();
+	struct curl_slist *h =
+	    curl_slist_append(NULL, "Content-Type: application/octet-stream");
+	struct sink s = {0};
+	char url[256];
+	long st = 0;
+
+	h = curl_slist_append(h, "Content-Encoding: gzip");
+	snprintf(url, sizeof(url), "%s/files?path=%s", envd_url, path);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)n);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+	cr_assert_eq(curl_easy_perform(c), CURLE_OK);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
+	free(s.data);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	return st;
+}
+
+Test(envd, gzip_both_ways_and_no_bomb_past_the_limit)
+{
+	static const char text[] = "gzipped both ways\n";
+	size_t n;
+	char *gz = gzipped(text, sizeof(text) - 1, &n), *big;
+	CURL *c;
+	struct sink s = {0};
+	char url[256];
+	char *ce = NULL;
+	struct curl_header *hd;
+
+	up();
+	cr_assert_eq(write_gzipped("gz.txt", gz, n), 200);
+	free(gz);
+	/* read back asking for gzip: libcurl inflates what says Content-Encoding: gzip */
+	c = curl_easy_init();
+	snprintf(url, sizeof(url), "%s/files?path=gz.txt", envd_url);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "gzip");
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+	cr_assert_eq(curl_easy_perform(c), CURLE_OK);
+	cr_assert_eq(curl_easy_header(c, "Content-Encoding", 0, CURLH_HEADER, -1, &hd),
+	             CURLHE_OK);
+	ce = hd->value;
+	cr_assert_str_eq(ce, "gzip");
+	cr_assert_eq(s.len, sizeof(text) - 1);
+	cr_assert(!memcmp(s.data, text, s.len));
+	free(s.data);
+	curl_easy_cleanup(c);
+	/* 2 MiB of zeros gzip to a few KiB: past --max-body (1M) once inflated */
+	big = calloc(2u << 20, 1);
+	gz = gzipped(big, 2u << 20, &n);
+	cr_assert_lt(n, 64u << 10);
+	cr_assert_eq(write_gzipped("bomb.bin", gz, n), 413);
+	free(gz);
+	free(big);
+	cr_assert_eq(write_gzipped("bad.bin", "not gzip at all", 15), 400);
 }

@@ -390,6 +390,11 @@ async function envdChecks() {
     const got = await withTimeout(f.read('bin/b.dat', { format: 'bytes' }), 'files.read');
     assert.deepEqual(Array.from(got), Array.from(bytes));
   });
+  await check('files.write and files.read with gzip', async () => {
+    const text = 'x,y\n'.repeat(1000);
+    await withTimeout(f.write('gz.csv', text, { gzip: true }), 'files.write');
+    assert.equal(await withTimeout(f.read('gz.csv', { gzip: true }), 'files.read'), text);
+  });
   await check('files.write of several files', async () => {
     const infos = await withTimeout(
       f.write([{ path: 'many/one.txt', data: '1' }, { path: 'many/two.txt', data: '2' }]),
