@@ -544,6 +544,7 @@ int connect_selector(json_t *body, json_t *args);
 int connect_connect_args(const char *body, size_t len, json_t **args, const char **code,
 			 char *err, size_t errsz);
 int connect_signal(json_t *v);
+json_t *connect_pty_size(json_t *pty);
 json_t *connect_list(json_t *a);
 json_t *connect_entry(json_t *a);
 

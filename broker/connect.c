@@ -21,6 +21,7 @@
 #define CONNECT_END 0x02
 #define CONNECT_MAX_ARGS 4096
 #define CONNECT_MAX_ENVS 1024
+#define CONNECT_MAX_TTY 10000 /* columns or rows of a PTY */
 
 /* A string field of the agent's entry, or NULL. */
 static const char *
@@ -149,7 +150,9 @@ process_in(struct stream *s, struct msg *m)
 		envelope(
 		    &b, 0,
 		    json_pack("{s:{s:{s:I}}}", "event", "start", "pid", (json_int_t)v));
-	} else if ((!strcmp(kind, "stdout") || !strcmp(kind, "stderr")) && !final) {
+	} else if ((!strcmp(kind, "stdout") || !strcmp(kind, "stderr") ||
+	            !strcmp(kind, "pty")) &&
+	           !final) {
 		size_t n = sodium_base64_encoded_len(m->m_data.len,
 		                                     sodium_base64_VARIANT_ORIGINAL);
 		char *b64 = xmalloc(n);
@@ -283,9 +286,10 @@ connect_start_args(const char *body, size_t len, json_t **args, const char **cod
 		snprintf(err, errsz, "process.cmd: a non-empty string is required");
 		goto bad;
 	}
-	if (json_object_get(req, "pty") && !json_is_null(json_object_get(req, "pty"))) {
-		*code = "unimplemented";
-		snprintf(err, errsz, "PTYs are not served yet (docs/ENVD.md)");
+	json_t *pty = json_object_get(req, "pty");
+	if (pty && !json_is_null(pty) && connect_pty_size(pty) == NULL) {
+		snprintf(err, errsz, "pty.size: cols and rows from 1 to %d",
+		         CONNECT_MAX_TTY);
 		goto bad;
 	}
 	if ((list && !json_is_null(list) && !json_is_array(list)) ||
@@ -323,11 +327,26 @@ connect_start_args(const char *body, size_t len, json_t **args, const char **cod
 		json_object_set(*args, "cwd", json_object_get(proc, "cwd"));
 	if (json_is_string(json_object_get(req, "tag")))
 		json_object_set(*args, "tag", json_object_get(req, "tag"));
+	if (pty && !json_is_null(pty))
+		json_object_set_new(*args, "pty", connect_pty_size(pty));
 	json_decref(req);
 	return 0;
 bad:
 	json_decref(req);
 	return -1;
+}
+
+/* A PTY's {"size": {"cols", "rows"}} as {"cols", "rows"}, or NULL. */
+json_t *
+connect_pty_size(json_t *pty)
+{
+	json_t *size = json_object_get(pty, "size");
+	json_int_t cols = json_integer_value(json_object_get(size, "cols"));
+	json_int_t rows = json_integer_value(json_object_get(size, "rows"));
+
+	if (cols < 1 || rows < 1 || cols > CONNECT_MAX_TTY || rows > CONNECT_MAX_TTY)
+		return NULL;
+	return json_pack("{s:I, s:I}", "cols", cols, "rows", rows);
 }
 
 /* A ConnectRequest (in its envelope) as the agent's arguments: pid or tag. */

@@ -135,7 +135,8 @@ answer_ok(struct http_request *hr, struct envd_call *ec, struct msg *m)
 	}
 	a = json_loadb(m->m_data.s, m->m_data.len, 0, NULL);
 	if (!strcmp(ec->ec_op, "remove") || !strcmp(ec->ec_op, "signal") ||
-	    !strcmp(ec->ec_op, "input") || !strcmp(ec->ec_op, "close_stdin")) {
+	    !strcmp(ec->ec_op, "input") || !strcmp(ec->ec_op, "close_stdin") ||
+	    !strcmp(ec->ec_op, "resize")) {
 		out = json_object();
 	} else if (!strcmp(ec->ec_op, "plist")) {
 		out = connect_list(a);
@@ -473,10 +474,11 @@ do_process_rpc(struct http_request *hr, const char *method)
 	                                             MHD_HTTP_HEADER_CONTENT_TYPE);
 	json_t *body, *args = json_object();
 	struct buf data = {0};
-	const char *op;
+	const char *op = "plist";
 
 	if (strcmp(method, "List") && strcmp(method, "SendSignal") &&
-	    strcmp(method, "SendInput") && strcmp(method, "CloseStdin")) {
+	    strcmp(method, "SendInput") && strcmp(method, "CloseStdin") &&
+	    strcmp(method, "Update")) {
 		json_decref(args);
 		return fail_now(hr, true, "unimplemented",
 		                "this envd does not serve that method (docs/ENVD.md)");
@@ -513,7 +515,10 @@ do_process_rpc(struct http_request *hr, const char *method)
 		}
 		json_object_set_new(args, "signal", json_integer(sig));
 	} else if (!strcmp(method, "SendInput")) {
-		json_t *in = json_object_get(json_object_get(body, "input"), "stdin");
+		json_t *input = json_object_get(body, "input");
+		json_t *in = json_object_get(input, "stdin")
+		                 ? json_object_get(input, "stdin")
+		                 : json_object_get(input, "pty");
 		const char *b64 = json_string_value(in);
 		size_t n = b64 ? strlen(b64) : 0, got = 0;
 		unsigned char *bin = xmalloc(n + 1);
@@ -525,18 +530,23 @@ do_process_rpc(struct http_request *hr, const char *method)
 			json_decref(args);
 			return fail_now(
 			    hr, true, "invalid_argument",
-			    "input.stdin: base64 bytes are required (PTY input is not "
-			    "served yet)");
+			    "input.stdin or input.pty: base64 bytes are required");
 		}
 		buf_append(&data, bin, got);
 		free(bin);
 	} else if (!strcmp(method, "CloseStdin")) {
 		op = "close_stdin";
-	} else {
-		json_decref(body);
-		json_decref(args);
-		return fail_now(hr, true, "unimplemented",
-		                "this envd does not serve that method (docs/ENVD.md)");
+	} else if (!strcmp(method, "Update")) { /* a PTY's size */
+		json_t *size = connect_pty_size(json_object_get(body, "pty"));
+		op = "resize";
+		if (!size) {
+			json_decref(body);
+			json_decref(args);
+			return fail_now(hr, true, "invalid_argument",
+			                "pty.size: cols and rows are required");
+		}
+		json_object_update(args, size);
+		json_decref(size);
 	}
 	json_decref(body);
 	send_op(hr, op, args, buf_pending(&data) ? &data : NULL);

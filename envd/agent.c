@@ -415,6 +415,8 @@ dispatch(const char *op, json_t *args, const struct msg *m, struct answer *a)
 		proc_input(args, &m->m_data, a);
 	else if (!strcmp(op, "close_stdin"))
 		proc_close_stdin(args, a);
+	else if (!strcmp(op, "resize"))
+		proc_resize(args, a);
 	else if (check_paths(args, op, a) < 0)
 		return;
 	else if (!strcmp(op, "stat"))

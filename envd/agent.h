@@ -39,6 +39,7 @@ int proc_input(json_t *args, const struct pstr *data, struct answer *a);
 int proc_close_stdin(json_t *args, struct answer *a);
 void proc_cancel(uint64_t stream);
 void proc_connect(uint64_t stream, json_t *args);
+int proc_resize(json_t *args, struct answer *a);
 void proc_refuse(uint64_t stream, const char *code,
                  const char *text);                 /* its only event */
 size_t proc_pollfds(struct pollfd *pf, size_t max); /* its pipes, for the loop */

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,11 +25,11 @@ extern char **environ;
 
 struct proc {
 	pid_t p_pid;
-	uint64_t p_streams[PROC_STREAMS]; /* its events' streams (Start's, Connect's); 0:
-	                                     none */
+	uint64_t p_streams[PROC_STREAMS]; /* its clients' streams (Start's, Connect's) */
 	json_t *p_config; /* cmd, args, envs, cwd, tag: as List gives them */
 	int p_fd[2];      /* stdout, stderr; -1 once at their end */
-	int p_in;         /* stdin, or -1 */
+	int p_in;         /* stdin (a PTY's: its master), or -1 */
+	bool p_pty;       /* on a terminal: its output is one stream, "pty" */
 	bool p_exited;
 	int p_status;
 };
@@ -66,6 +67,24 @@ start_failed(uint64_t stream, const char *code, const char *fmt, ...)
 	event(stream, code, text, strlen(text), true);
 }
 
+/* A terminal of its own: fd[0] its master, fd[1] its slave, at the size asked. */
+static int
+pty_open(int fd[2], json_t *pty)
+{
+	struct winsize ws = {
+	    .ws_row = (unsigned short)json_integer_value(json_object_get(pty, "rows")),
+	    .ws_col = (unsigned short)json_integer_value(json_object_get(pty, "cols"))};
+	char name[64];
+
+	if ((fd[0] = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0)
+		return -1;
+	if (unlockpt(fd[0]) < 0 || ptsname_r(fd[0], name, sizeof(name)) ||
+	    (fd[1] = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0 ||
+	    ioctl(fd[0], TIOCSWINSZ, &ws) < 0)
+		return -1;
+	return 0;
+}
+
 /* environ with the request's envs over it (a key given twice: the request's). */
 static char **
 envp_of(json_t *envs)
@@ -100,7 +119,8 @@ strv_free(char **v)
 
 /* In the child: its pipes, its session, default signals, its cwd, its program. */
 static void __attribute__((noreturn))
-child(int in, int out, int err, int status, const char *cwd, char **argv, char **envp)
+child(int in, int out, int err, int status, const char *cwd, char **argv, char **envp,
+      bool tty)
 {
 	sigset_t none;
 	int e;
@@ -110,7 +130,8 @@ child(int in, int out, int err, int status, const char *cwd, char **argv, char *
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	for (int s = 1; s < NSIG; s++)
 		signal(s, SIG_DFL);
-	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0 || chdir(cwd) < 0) {
+	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0 ||
+	    (tty && ioctl(0, TIOCSCTTY, 0) < 0) || chdir(cwd) < 0) {
 		e = errno;
 		goto fail;
 	}
@@ -131,6 +152,7 @@ proc_start(uint64_t stream, json_t *args)
 	const char *cwd = json_string_value(json_object_get(args, "cwd"));
 	json_t *list = json_object_get(args, "args"), *v;
 	bool with_stdin = json_is_true(json_object_get(args, "stdin"));
+	json_t *pty = json_object_get(args, "pty");
 	int out[2] = {-1, -1}, err[2] = {-1, -1}, in[2] = {-1, -1}, st[2] = {-1, -1},
 	    e = 0;
 	struct stat sb;
@@ -153,10 +175,12 @@ proc_start(uint64_t stream, json_t *args)
 	argv[0] = xstrdup(cmd);
 	json_array_foreach(list, i, v) argv[i + 1] = xstrdup(json_string_value(v));
 	char **envp = envp_of(json_object_get(args, "envs"));
-	if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0 ||
-	    pipe2(st, O_CLOEXEC) < 0 ||
-	    (with_stdin ? pipe2(in, O_CLOEXEC)
-	                : (in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC))) < 0) {
+	if (pipe2(st, O_CLOEXEC) < 0 ||
+	    (pty ? pty_open(out, pty) < 0
+	         : pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0 ||
+	               (with_stdin
+	                    ? pipe2(in, O_CLOEXEC)
+	                    : (in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC))) < 0)) {
 		e = errno;
 		goto out;
 	}
@@ -165,7 +189,8 @@ proc_start(uint64_t stream, json_t *args)
 		goto out;
 	}
 	if (pid == 0)
-		child(in[0], out[1], err[1], st[1], cwd, argv, envp);
+		child(pty ? out[1] : in[0], out[1], pty ? out[1] : err[1], st[1], cwd,
+		      argv, envp, pty != NULL); /* a PTY's slave is all three */
 	close(st[1]);
 	st[1] = -1;
 	/* the exec closed its end: nothing to read; else its errno */
@@ -181,11 +206,16 @@ proc_start(uint64_t stream, json_t *args)
 	p->p_fd[0] = out[0];
 	p->p_fd[1] = err[0];
 	out[0] = err[0] = -1;
-	p->p_in = with_stdin ? in[1] : -1;
-	if (with_stdin) {
-		fcntl(p->p_in, F_SETFL,
-		      O_NONBLOCK); /* a full pipe never stops the agent */
+	p->p_pty = pty != NULL;
+	if (pty) { /* its input and size go to the master */
+		p->p_in = dup(p->p_fd[0]);
+		fcntl(p->p_in, F_SETFL, O_NONBLOCK);
+	} else if (with_stdin) { /* a full pipe never stops the agent */
+		p->p_in = in[1];
+		fcntl(p->p_in, F_SETFL, O_NONBLOCK);
 		in[1] = -1;
+	} else {
+		p->p_in = -1;
 	}
 	procs[nprocs++] = p;
 	char num[24];
@@ -264,7 +294,10 @@ proc_ready(const struct pollfd *pf, size_t n)
 			ssize_t r = read(p->p_fd[k], chunk, sizeof(chunk));
 			if (r > 0) {
 				for (int f = 0; f < PROC_STREAMS; f++)
-					event(p->p_streams[f], k ? "stderr" : "stdout",
+					event(p->p_streams[f],
+					      p->p_pty ? "pty"
+					      : k      ? "stderr"
+					               : "stdout",
 					      chunk, (size_t)r, false);
 			} else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
 				close(p->p_fd[k]);
@@ -431,4 +464,25 @@ void
 proc_refuse(uint64_t stream, const char *code, const char *text)
 {
 	event(stream, code, text, strlen(text), true);
+}
+
+/* Update: a PTY's new size. */
+int
+proc_resize(json_t *args, struct answer *a)
+{
+	struct proc *p = selected(args, a);
+	struct winsize ws = {
+	    .ws_row = (unsigned short)json_integer_value(json_object_get(args, "rows")),
+	    .ws_col = (unsigned short)json_integer_value(json_object_get(args, "cols"))};
+
+	if (!p)
+		return -1;
+	if (!p->p_pty || p->p_in < 0)
+		return agent_fail(a, "failed_precondition",
+		                  "the process has no terminal");
+	if (ioctl(p->p_in, TIOCSWINSZ, &ws) < 0)
+		return agent_fail_errno(a, "resize the terminal of", "the process",
+		                        errno);
+	a->a_json = json_object();
+	return 0;
 }

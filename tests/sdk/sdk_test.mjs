@@ -497,6 +497,26 @@ async function commandChecks() {
     assert.equal((await withTimeout(h.wait(), 'wait')).stdout, 'later\n');
     await assert.rejects(withTimeout(c.connect(999999), 'commands.connect'));
   });
+  await check('pty.create: an interactive shell takes input, answers, resizes and is killed', async () => {
+    let out = '';
+    const dec = new TextDecoder();
+    const enc = new TextEncoder();
+    const until = async (re) => {
+      for (const end = Date.now() + 15000; !re.test(out) && Date.now() < end; )
+        await new Promise((r) => setTimeout(r, 50));
+      assert.match(out, re);
+    };
+    const h = await withTimeout(
+      sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d); } }),
+      'pty.create',
+    );
+    await withTimeout(sbx.pty.sendInput(h.pid, enc.encode('echo pty-$((6*7))\n')), 'pty.sendInput');
+    await until(/pty-42/);
+    await withTimeout(sbx.pty.resize(h.pid, { cols: 100, rows: 30 }), 'pty.resize');
+    await withTimeout(sbx.pty.sendInput(h.pid, enc.encode('stty size\n')), 'pty.sendInput');
+    await until(/30 100/);
+    assert.equal(await withTimeout(h.kill(), 'kill'), true);
+  });
   await check('stdin: sendStdin then closeStdin reach a background cat', async () => {
     const h = await withTimeout(c.run('cat', { background: true, stdin: true }), 'commands.run');
     await withTimeout(c.sendStdin(h.pid, 'piped in\n'), 'sendStdin');

@@ -128,11 +128,23 @@ Test(connect, what_a_start_request_must_not_be)
 		cr_expect_str_eq(code, "invalid_argument", "%s", bad[i]);
 		cr_expect_null(a);
 	}
+	/* a PTY needs its size, within bounds */
 	cr_assert_eq(
 	    start("{\"process\":{\"cmd\":\"x\"},\"pty\":{\"size\":{\"cols\":80}}}", &a,
 	          &code),
 	    -1);
-	cr_assert_str_eq(code, "unimplemented");
+	cr_assert_str_eq(code, "invalid_argument");
+	cr_assert_eq(start("{\"process\":{\"cmd\":\"x\"},\"pty\":{\"size\":{\"cols\":80,"
+	                   "\"rows\":99999}}}",
+	                   &a, &code),
+	             -1);
+	cr_assert_eq(start("{\"process\":{\"cmd\":\"x\"},\"pty\":{\"size\":{\"cols\":80,"
+	                   "\"rows\":24}}}",
+	                   &a, &code),
+	             0);
+	cr_assert_eq(
+	    json_integer_value(json_object_get(json_object_get(a, "pty"), "rows")), 24);
+	json_decref(a);
 }
 
 Test(connect, only_one_uncompressed_envelope_is_a_request)
