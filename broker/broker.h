@@ -536,7 +536,13 @@ uint64_t waiter_next_req(void);
 void waiter_send(struct context *c, struct request *rq, struct msg *m);
 
 /* connect.c: Connect's streams and process.Process's messages (envd.c's) */
-extern const struct stream_kind connect_process;
+extern const struct stream_kind connect_process, connect_watch;
+int connect_watch_args(const char *body, size_t len, json_t **args, const char **code,
+		       char *err, size_t errsz);
+
+/* envdstream.c: envd's server streams begun (Start, Connect, WatchDir) */
+enum MHD_Result envdstream_open(struct http_request *hr, struct context *c, const char *op);
+enum MHD_Result envdstream_error(struct http_request *hr, const char *code, const char *message);
 char *connect_error_body(const char *code, const char *message, size_t *len);
 int connect_start_args(const char *body, size_t len, json_t **args, const char **code,
 		       char *err, size_t errsz);

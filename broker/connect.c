@@ -440,3 +440,80 @@ bad:
 	json_decref(out);
 	return NULL;
 }
+
+/* WatchDir's events (stream.c's sk_in): start, then each change as a FilesystemEvent. */
+static void
+watch_in(struct stream *s, struct msg *m)
+{
+	static const char *const types[][2] = {{"create", "EVENT_TYPE_CREATE"},
+	                                       {"write", "EVENT_TYPE_WRITE"},
+	                                       {"remove", "EVENT_TYPE_REMOVE"},
+	                                       {"rename", "EVENT_TYPE_RENAME"},
+	                                       {"chmod", "EVENT_TYPE_CHMOD"}};
+	const char *kind = (m->m_has & FB(F_OUTCOME)) ? m->m_outcome.s : "";
+	struct buf b = {0};
+	struct msg fin;
+	bool final = m->m_final, known = false;
+	json_t *ev = NULL;
+
+	if (!strcmp(kind, "detached"))
+		return;
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]) && !final; i++)
+		if (!strcmp(kind, types[i][0])) {
+			known = true;
+			/* a name JSON cannot carry (not UTF-8) is left out */
+			ev = json_pack("{s:{s:s, s:s}}", "filesystem", "name",
+			               m->m_data.s, "type", types[i][1]);
+		}
+	if (!strcmp(kind, "start") && !final)
+		envelope(&b, 0, json_pack("{s:{}}", "start"));
+	else if (known && ev)
+		envelope(&b, 0, ev);
+	else if (known)
+		return;
+	else if (final &&
+	         (!strcmp(kind, "not_found") || !strcmp(kind, "invalid_argument") ||
+	          !strcmp(kind, "permission_denied") ||
+	          !strcmp(kind, "resource_exhausted")))
+		end_envelope(&b, kind, m->m_data.s);
+	else {
+		log_warn("envd: watch event '%.32s' is not what it must be", kind);
+		end_envelope(&b, "internal", "the envd agent's event is malformed");
+		final = true;
+	}
+	msg_init(&fin, MSG_OUTPUT);
+	msg_set_str(&fin, F_OUTCOME, "ok", 2);
+	stream_output(s, buf_head(&b), buf_pending(&b), final ? &fin : NULL);
+	msg_free(&fin);
+	buf_free(&b);
+}
+
+/* {"keepalive":{}} in its envelope: WatchDirResponse's */
+static const char watch_keepalive[] = "\0\0\0\0\020{\"keepalive\":{}}";
+
+const struct stream_kind connect_watch = {
+    .sk_ctype = "application/connect+json",
+    .sk_keepalive = watch_keepalive,
+    .sk_keepalive_len = sizeof(watch_keepalive) - 1,
+    .sk_end = end_error,
+    .sk_in = watch_in,
+};
+
+/* A WatchDirRequest (in its envelope) as the agent's arguments: path, recursive. */
+int
+connect_watch_args(const char *body, size_t len, json_t **args, const char **code,
+                   char *err, size_t errsz)
+{
+	json_t *req = unwrap(body, len, err, errsz), *path = json_object_get(req, "path");
+
+	*code = "invalid_argument";
+	*args = NULL;
+	if (req && (!json_is_string(path) || !json_string_length(path) ||
+	            strlen(json_string_value(path)) != json_string_length(path)))
+		snprintf(err, errsz, "path: a non-empty string is required");
+	else if (req)
+		*args = json_pack("{s:O, s:b}", "path", path, "recursive",
+		                  json_is_true(json_object_get(req, "recursive")));
+	json_decref(req);
+	return *args ? 0 : -1;
+}

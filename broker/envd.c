@@ -414,58 +414,6 @@ do_rpc(struct http_request *hr, const char *method)
 	return MHD_YES;
 }
 
-/* A streaming call's answer before any event: 200, one end-of-stream envelope. */
-static enum MHD_Result
-stream_error(struct http_request *hr, const char *code, const char *message)
-{
-	size_t n;
-	char *body = connect_error_body(code, message, &n);
-	struct MHD_Response *r =
-	    MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE);
-
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-	                        connect_process.sk_ctype);
-	return respond_now(hr, 200, r);
-}
-
-/*
- * process.Process's streams, Start (a new process) and Connect (a running
- * one, by pid or tag): its events through a stream of connect.c's kind, which
- * outlive their client.
- */
-static enum MHD_Result
-do_stream(struct http_request *hr, struct context *c, bool start)
-{
-	const char *ct = MHD_lookup_connection_value(hr->hr_conn, MHD_HEADER_KIND,
-	                                             MHD_HTTP_HEADER_CONTENT_TYPE);
-	const char *body = hr->hr_body.b_data ? buf_head(&hr->hr_body) : "", *code;
-	size_t len = buf_pending(&hr->hr_body);
-	char err[256], *s;
-	json_t *args;
-	struct msg m;
-
-	if (!ct || strncasecmp(ct, "application/connect+json", 24))
-		return respond_now(hr, 415,
-		                   respond_text("streaming calls take "
-		                                "application/connect+json"));
-	if (start ? connect_start_args(body, len, &args, &code, err, sizeof(err)) < 0
-	          : connect_connect_args(body, len, &args, &code, err, sizeof(err)) < 0)
-		return stream_error(hr, code, err);
-	struct stream *st = stream_open_as(c, &connect_process);
-	s = json_dumps(args, JSON_COMPACT);
-	json_decref(args);
-	msg_init(&m, MSG_ENVD);
-	msg_set_u64(&m, F_REQ, waiter_next_req());
-	msg_set_str(&m, F_TEXT, start ? "start" : "connect", start ? 5 : 7);
-	msg_set_str(&m, F_CODE, s, strlen(s));
-	msg_set_u64(&m, F_STREAM, st->st_id);
-	free(s);
-	link_send(c, &m);
-	msg_free(&m);
-	respond_stream(hr, st);
-	return MHD_YES;
-}
-
 /* process.Process's unary calls: List, SendSignal, SendInput, CloseStdin. */
 static enum MHD_Result
 do_process_rpc(struct http_request *hr, const char *method)
@@ -608,9 +556,10 @@ envd_route(struct http_request *hr, const char *url, const char *method)
 			return respond_now(hr, 405,
 			                   respond_text("Connect calls are POST"));
 		if (!strcmp(url + 17, "Start") || !strcmp(url + 17, "Connect"))
-			return do_stream(hr, c, url[17] == 'S');
+			return envdstream_open(hr, c,
+			                       url[17] == 'S' ? "start" : "connect");
 		if (!strcmp(url + 17, "StreamInput"))
-			return stream_error(
+			return envdstream_error(
 			    hr, "unimplemented",
 			    "this envd does not serve that method yet (docs/ENVD.md)");
 		return do_process_rpc(hr, url + 17);
@@ -619,6 +568,8 @@ envd_route(struct http_request *hr, const char *url, const char *method)
 		if (!post)
 			return respond_now(hr, 405,
 			                   respond_text("Connect calls are POST"));
+		if (!strcmp(url + 23, "WatchDir"))
+			return envdstream_open(hr, c, "watch");
 		return do_rpc(hr, url + 23);
 	}
 	if (!user_known(arg(hr, "username")))

@@ -403,6 +403,24 @@ agent_send(const struct msg *m)
 		exit(0);
 }
 
+/* An event on a stream (a process's, a watch's); none when stream is 0. */
+void
+agent_event(uint64_t stream, const char *kind, const void *data, size_t len, bool final)
+{
+	struct msg m;
+
+	if (!stream)
+		return;
+	msg_init(&m, MSG_OUTPUT);
+	msg_set_u64(&m, F_STREAM, stream);
+	msg_set_str(&m, F_OUTCOME, kind, strlen(kind));
+	msg_set_str(&m, F_DATA, data ? data : "", len);
+	if (final)
+		msg_set_u64(&m, F_FINAL, 1);
+	agent_send(&m);
+	msg_free(&m);
+}
+
 /* The file operations' and the processes' unary calls. */
 static void
 dispatch(const char *op, json_t *args, const struct msg *m, struct answer *a)
@@ -450,6 +468,8 @@ handle(const struct msg *m)
 			proc_start(m->m_stream, args);
 		else if (!strcmp(op, "connect") && json_is_object(args))
 			proc_connect(m->m_stream, args);
+		else if (!strcmp(op, "watch") && json_is_object(args))
+			watch_start(m->m_stream, args);
 		else /* the stream ends at once */
 			proc_refuse(m->m_stream, "unimplemented",
 			            "no such stream operation");
@@ -491,7 +511,7 @@ int
 main(int argc, char **argv)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	struct pollfd pf[2 + 2 * PROC_MAX];
+	struct pollfd pf[2 + 2 * PROC_MAX + WATCH_MAX];
 	sigset_t chld;
 	size_t n;
 	int sigfd;
@@ -516,7 +536,8 @@ main(int argc, char **argv)
 		pf[0] = (struct pollfd){proxy_fd, POLLIN, 0};
 		pf[1] = (struct pollfd){sigfd, POLLIN, 0};
 		size_t np = 2 + proc_pollfds(pf + 2, 2 * PROC_MAX);
-		if (poll(pf, np, -1) < 0) {
+		size_t nw = watch_pollfds(pf + np, WATCH_MAX);
+		if (poll(pf, np + nw, -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			fatal("poll: %s", strerror(errno));
@@ -524,6 +545,7 @@ main(int argc, char **argv)
 		/* output first, then the exits (an end follows its output), then requests
 		 */
 		proc_ready(pf + 2, np - 2);
+		watch_ready(pf + np, nw);
 		if (pf[1].revents) {
 			struct signalfd_siginfo si;
 			while (read(sigfd, &si, sizeof(si)) == sizeof(si))
@@ -539,8 +561,10 @@ main(int argc, char **argv)
 				fatal("a bad message from the proxy: %s", strerror(-rc));
 			if (m.m_type == MSG_ENVD)
 				handle(&m);
-			else if (m.m_type == MSG_CANCEL)
+			else if (m.m_type == MSG_CANCEL) { /* a process's stream, or a watch's */
 				proc_cancel(m.m_stream);
+				watch_cancel(m.m_stream);
+			}
 			msg_free(&m);
 		}
 	}

@@ -1,7 +1,7 @@
 /*
  * agent.h — sandcell-envd, envd's agent in its box (docs/ENVD.md): what its
  * files share. agent.c: the loop, the file operations, the answers; proc.c:
- * the processes it starts (process.Process).
+ * the processes it starts (process.Process); watch.c: WatchDir.
  */
 #ifndef SANDCELL_AGENT_H
 #define SANDCELL_AGENT_H
@@ -27,6 +27,8 @@ int agent_fail(struct answer *a, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int agent_fail_errno(struct answer *a, const char *what, const char *path, int e);
 void agent_send(const struct msg *m); /* to the proxy; the agent ends if it is gone */
+void agent_event(uint64_t stream, const char *kind, const void *data, size_t len,
+                 bool final);
 
 /* proc.c: processes, each in its own session; events go out as MSG_OUTPUT on
  * the stream that started it (outcome: start, stdout, stderr, end, or a
@@ -45,5 +47,12 @@ void proc_refuse(uint64_t stream, const char *code,
 size_t proc_pollfds(struct pollfd *pf, size_t max); /* its pipes, for the loop */
 void proc_ready(const struct pollfd *pf, size_t n); /* after poll: their output */
 void proc_reap(void);                               /* after SIGCHLD */
+
+/* watch.c: WatchDir, a directory's changes (inotify) as events on its stream */
+#define WATCH_MAX 64
+void watch_start(uint64_t stream, json_t *args);
+size_t watch_pollfds(struct pollfd *pf, size_t max);
+void watch_ready(const struct pollfd *pf, size_t n);
+void watch_cancel(uint64_t stream);
 
 #endif

@@ -37,23 +37,6 @@ struct proc {
 static struct proc *procs[PROC_MAX];
 static size_t nprocs;
 
-static void
-event(uint64_t stream, const char *kind, const void *data, size_t len, bool final)
-{
-	struct msg m;
-
-	if (!stream)
-		return;
-	msg_init(&m, MSG_OUTPUT);
-	msg_set_u64(&m, F_STREAM, stream);
-	msg_set_str(&m, F_OUTCOME, kind, strlen(kind));
-	msg_set_str(&m, F_DATA, data ? data : "", len);
-	if (final)
-		msg_set_u64(&m, F_FINAL, 1);
-	agent_send(&m);
-	msg_free(&m);
-}
-
 /* A start that failed: the stream's only event. */
 static void __attribute__((format(printf, 3, 4)))
 start_failed(uint64_t stream, const char *code, const char *fmt, ...)
@@ -64,7 +47,7 @@ start_failed(uint64_t stream, const char *code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(text, sizeof(text), fmt, ap);
 	va_end(ap);
-	event(stream, code, text, strlen(text), true);
+	agent_event(stream, code, text, strlen(text), true);
 }
 
 /* A terminal of its own: fd[0] its master, fd[1] its slave, at the size asked. */
@@ -220,7 +203,7 @@ proc_start(uint64_t stream, json_t *args)
 	procs[nprocs++] = p;
 	char num[24];
 	snprintf(num, sizeof(num), "%d", (int)pid);
-	event(stream, "start", num, strlen(num), false);
+	agent_event(stream, "start", num, strlen(num), false);
 out:
 	if (e)
 		start_failed(stream,
@@ -256,7 +239,7 @@ maybe_end(size_t idx)
 	else
 		snprintf(text, sizeof(text), "signal %d", WTERMSIG(p->p_status));
 	for (int k = 0; k < PROC_STREAMS; k++)
-		event(p->p_streams[k], "end", text, strlen(text), true);
+		agent_event(p->p_streams[k], "end", text, strlen(text), true);
 	if (p->p_in >= 0)
 		close(p->p_in);
 	json_decref(p->p_config);
@@ -294,11 +277,11 @@ proc_ready(const struct pollfd *pf, size_t n)
 			ssize_t r = read(p->p_fd[k], chunk, sizeof(chunk));
 			if (r > 0) {
 				for (int f = 0; f < PROC_STREAMS; f++)
-					event(p->p_streams[f],
-					      p->p_pty ? "pty"
-					      : k      ? "stderr"
-					               : "stdout",
-					      chunk, (size_t)r, false);
+					agent_event(p->p_streams[f],
+					            p->p_pty ? "pty"
+					            : k      ? "stderr"
+					                     : "stdout",
+					            chunk, (size_t)r, false);
 			} else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
 				close(p->p_fd[k]);
 				p->p_fd[k] = -1;
@@ -434,7 +417,7 @@ proc_cancel(uint64_t stream)
 				had = true;
 			}
 	if (had) /* the stream's last frame, so the proxy forgets it */
-		event(stream, "detached", NULL, 0, true);
+		agent_event(stream, "detached", NULL, 0, true);
 }
 
 /* Connect: one more client of a running process, from its start event on. */
@@ -446,24 +429,24 @@ proc_connect(uint64_t stream, json_t *args)
 	char num[24];
 
 	if (!p) {
-		event(stream, a.a_code, a.a_text, strlen(a.a_text), true);
+		agent_event(stream, a.a_code, a.a_text, strlen(a.a_text), true);
 		return;
 	}
 	for (int k = 0; k < PROC_STREAMS; k++)
 		if (!p->p_streams[k]) {
 			p->p_streams[k] = stream;
 			snprintf(num, sizeof(num), "%d", (int)p->p_pid);
-			event(stream, "start", num, strlen(num), false);
+			agent_event(stream, "start", num, strlen(num), false);
 			return;
 		}
-	event(stream, "resource_exhausted", "too many clients follow this process", 36,
-	      true);
+	agent_event(stream, "resource_exhausted", "too many clients follow this process",
+	            36, true);
 }
 
 void
 proc_refuse(uint64_t stream, const char *code, const char *text)
 {
-	event(stream, code, text, strlen(text), true);
+	agent_event(stream, code, text, strlen(text), true);
 }
 
 /* Update: a PTY's new size. */

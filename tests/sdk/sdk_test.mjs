@@ -364,6 +364,7 @@ async function main() {
 // E2b-Sandbox-Port: 49983, which the code listener hands to envd.
 async function envdChecks() {
   const f = sbx.files;
+  const c_run = (cmd) => sbx.commands.run(cmd);
   await check("files.write('data.csv') then runCode reads it with pandas", async () => {
     const info = await withTimeout(f.write('data.csv', 'a,b\n1,2\n3,4\n'), 'files.write');
     assert.equal(info.path, '/home/user/data.csv');
@@ -394,6 +395,22 @@ async function envdChecks() {
     const text = 'x,y\n'.repeat(1000);
     await withTimeout(f.write('gz.csv', text, { gzip: true }), 'files.write');
     assert.equal(await withTimeout(f.read('gz.csv', { gzip: true }), 'files.read'), text);
+  });
+  await check('files.watchDir sees a file made, written and removed, recursively', async () => {
+    await withTimeout(f.makeDir('watched/sub'), 'files.makeDir');
+    const seen = [];
+    const w = await withTimeout(
+      f.watchDir('watched', (e) => seen.push(`${e.type} ${e.name}`), { recursive: true }),
+      'files.watchDir',
+    );
+    await withTimeout(f.write('watched/sub/new.txt', 'x'), 'files.write');
+    await withTimeout(c_run("rm watched/sub/new.txt"), 'commands.run');
+    for (const end = Date.now() + 10000; !seen.some((s) => s.startsWith('remove')) && Date.now() < end; )
+      await new Promise((r) => setTimeout(r, 50));
+    await w.stop();
+    assert.ok(seen.includes('create sub/new.txt'), JSON.stringify(seen));
+    assert.ok(seen.includes('write sub/new.txt'), JSON.stringify(seen));
+    assert.ok(seen.includes('remove sub/new.txt'), JSON.stringify(seen));
   });
   await check('files.write of several files', async () => {
     const infos = await withTimeout(

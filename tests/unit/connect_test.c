@@ -370,3 +370,55 @@ Test(connect, a_connect_request_names_its_process)
 	cr_assert_str_eq(code, "invalid_argument");
 	free(b);
 }
+
+static void
+watch_event(const char *kind, const char *data, bool final)
+{
+	struct msg m;
+
+	msg_init(&m, MSG_OUTPUT);
+	msg_set_u64(&m, F_STREAM, 1);
+	msg_set_str(&m, F_OUTCOME, kind, strlen(kind));
+	msg_set_str(&m, F_DATA, data, strlen(data));
+	if (final)
+		msg_set_u64(&m, F_FINAL, 1);
+	connect_watch.sk_in(NULL, &m);
+	msg_free(&m);
+}
+
+Test(connect, a_watchs_events_become_watchdir_responses)
+{
+	json_t *e;
+
+	watch_event("start", "", false);
+	watch_event("create", "sub/a.txt", false);
+	watch_event("write", "bad\xff", false); /* not UTF-8: left out */
+	watch_event("remove", "sub/a.txt", false);
+	e = envelopes();
+	cr_assert_eq(json_array_size(e), 3);
+	cr_assert_not_null(
+	    json_object_get(json_array_get(json_array_get(e, 0), 1), "start"));
+	json_t *fs =
+	    json_object_get(json_array_get(json_array_get(e, 1), 1), "filesystem");
+	cr_assert_str_eq(json_string_value(json_object_get(fs, "name")), "sub/a.txt");
+	cr_assert_str_eq(json_string_value(json_object_get(fs, "type")),
+	                 "EVENT_TYPE_CREATE");
+	fs = json_object_get(json_array_get(json_array_get(e, 2), 1), "filesystem");
+	cr_assert_str_eq(json_string_value(json_object_get(fs, "type")),
+	                 "EVENT_TYPE_REMOVE");
+	cr_assert_not(got_final);
+	json_decref(e);
+	/* its keepalive is WatchDirResponse's, not a process event's */
+	cr_assert(memmem(connect_watch.sk_keepalive + 5,
+	                 connect_watch.sk_keepalive_len - 5, "{\"keepalive\":{}}", 16));
+	reset();
+	watch_event("not_found", "watch 'x': No such file", true);
+	e = envelopes();
+	cr_assert_str_eq(
+	    json_string_value(json_object_get(
+	        json_object_get(json_array_get(json_array_get(e, 0), 1), "error"),
+	        "code")),
+	    "not_found");
+	cr_assert(got_final);
+	json_decref(e);
+}
