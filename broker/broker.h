@@ -537,6 +537,7 @@ void waiter_send(struct context *c, struct request *rq, struct msg *m);
 
 /* connect.c: Connect's streams and process.Process's messages (envd.c's) */
 extern const struct stream_kind connect_process, connect_watch;
+json_t *connect_watcher(const char *op, json_t *a);
 int connect_watch_args(const char *body, size_t len, json_t **args, const char **code,
 		       char *err, size_t errsz);
 

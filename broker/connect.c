@@ -441,15 +441,17 @@ bad:
 	return NULL;
 }
 
+/* The agent's change kinds and envd's EventType for each. */
+static const char *const watch_types[][2] = {{"create", "EVENT_TYPE_CREATE"},
+                                             {"write", "EVENT_TYPE_WRITE"},
+                                             {"remove", "EVENT_TYPE_REMOVE"},
+                                             {"rename", "EVENT_TYPE_RENAME"},
+                                             {"chmod", "EVENT_TYPE_CHMOD"}};
+
 /* WatchDir's events (stream.c's sk_in): start, then each change as a FilesystemEvent. */
 static void
 watch_in(struct stream *s, struct msg *m)
 {
-	static const char *const types[][2] = {{"create", "EVENT_TYPE_CREATE"},
-	                                       {"write", "EVENT_TYPE_WRITE"},
-	                                       {"remove", "EVENT_TYPE_REMOVE"},
-	                                       {"rename", "EVENT_TYPE_RENAME"},
-	                                       {"chmod", "EVENT_TYPE_CHMOD"}};
 	const char *kind = (m->m_has & FB(F_OUTCOME)) ? m->m_outcome.s : "";
 	struct buf b = {0};
 	struct msg fin;
@@ -458,12 +460,13 @@ watch_in(struct stream *s, struct msg *m)
 
 	if (!strcmp(kind, "detached"))
 		return;
-	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]) && !final; i++)
-		if (!strcmp(kind, types[i][0])) {
+	for (size_t i = 0; i < sizeof(watch_types) / sizeof(watch_types[0]) && !final;
+	     i++)
+		if (!strcmp(kind, watch_types[i][0])) {
 			known = true;
 			/* a name JSON cannot carry (not UTF-8) is left out */
 			ev = json_pack("{s:{s:s, s:s}}", "filesystem", "name",
-			               m->m_data.s, "type", types[i][1]);
+			               m->m_data.s, "type", watch_types[i][1]);
 		}
 	if (!strcmp(kind, "start") && !final)
 		envelope(&b, 0, json_pack("{s:{}}", "start"));
@@ -486,6 +489,40 @@ watch_in(struct stream *s, struct msg *m)
 	stream_output(s, buf_head(&b), buf_pending(&b), final ? &fin : NULL);
 	msg_free(&fin);
 	buf_free(&b);
+}
+
+/* The agent's answer to CreateWatcher ({"id"}) or GetWatcherEvents ([{name, type}])
+ * as envd's, or NULL if it is not one. */
+json_t *
+connect_watcher(const char *op, json_t *a)
+{
+	json_t *events, *v;
+	size_t i;
+
+	if (!strcmp(op, "wcreate"))
+		return json_is_string(json_object_get(a, "id"))
+		           ? json_pack("{s:O}", "watcherId", json_object_get(a, "id"))
+		           : NULL;
+	if (!json_is_array(a))
+		return NULL;
+	events = json_array();
+	json_array_foreach(a, i, v)
+	{
+		const char *name = json_string_value(json_object_get(v, "name"));
+		const char *type = json_string_value(json_object_get(v, "type"));
+		const char *as = NULL;
+		for (size_t k = 0;
+		     type && k < sizeof(watch_types) / sizeof(watch_types[0]); k++)
+			if (!strcmp(type, watch_types[k][0]))
+				as = watch_types[k][1];
+		if (!name || !as) {
+			json_decref(events);
+			return NULL;
+		}
+		json_array_append_new(events,
+		                      json_pack("{s:s, s:s}", "name", name, "type", as));
+	}
+	return json_pack("{s:o}", "events", events);
 }
 
 /* {"keepalive":{}} in its envelope: WatchDirResponse's */

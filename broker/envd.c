@@ -136,8 +136,10 @@ answer_ok(struct http_request *hr, struct envd_call *ec, struct msg *m)
 	a = json_loadb(m->m_data.s, m->m_data.len, 0, NULL);
 	if (!strcmp(ec->ec_op, "remove") || !strcmp(ec->ec_op, "signal") ||
 	    !strcmp(ec->ec_op, "input") || !strcmp(ec->ec_op, "close_stdin") ||
-	    !strcmp(ec->ec_op, "resize")) {
+	    !strcmp(ec->ec_op, "resize") || !strcmp(ec->ec_op, "wremove")) {
 		out = json_object();
+	} else if (!strcmp(ec->ec_op, "wcreate") || !strcmp(ec->ec_op, "wevents")) {
+		out = connect_watcher(ec->ec_op, a);
 	} else if (!strcmp(ec->ec_op, "plist")) {
 		out = connect_list(a);
 	} else if (!strcmp(ec->ec_op, "list") && json_is_array(a)) {
@@ -179,7 +181,8 @@ answer_ok(struct http_request *hr, struct envd_call *ec, struct msg *m)
 		}
 		respond_complete(hr, 200, respond_json(json_incref(ec->ec_done)));
 		return;
-	} else if (strcmp(ec->ec_op, "list") && strcmp(ec->ec_op, "plist")) {
+	} else if (strcmp(ec->ec_op, "list") && strcmp(ec->ec_op, "plist") &&
+	           ec->ec_op[0] != 'w') {
 		json_t *e = connect_entry(a);
 		if (e)
 			out = json_pack("{s:o}", "entry", e);
@@ -345,7 +348,10 @@ do_rpc(struct http_request *hr, const char *method)
 	           {"ListDir", "list"},
 	           {"MakeDir", "mkdir"},
 	           {"Move", "move"},
-	           {"Remove", "remove"}};
+	           {"Remove", "remove"},
+	           {"CreateWatcher", "wcreate"},
+	           {"GetWatcherEvents", "wevents"},
+	           {"RemoveWatcher", "wremove"}};
 	const char *ct = MHD_lookup_connection_value(hr->hr_conn, MHD_HEADER_KIND,
 	                                             MHD_HTTP_HEADER_CONTENT_TYPE);
 	json_error_t jerr;
@@ -379,9 +385,15 @@ do_rpc(struct http_request *hr, const char *method)
 		json_object_set(args, "source", json_object_get(body, "source"));
 		json_object_set(args, "destination",
 		                json_object_get(body, "destination"));
+	} else if (!strcmp(op, "wevents") || !strcmp(op, "wremove")) {
+		json_object_set(args, "id", json_object_get(body, "watcherId"));
 	} else {
 		json_object_set(args, "path", json_object_get(body, "path"));
 	}
+	if (!strcmp(op, "wcreate"))
+		json_object_set_new(
+		    args, "recursive",
+		    json_boolean(json_is_true(json_object_get(body, "recursive"))));
 	if (!strcmp(op, "list")) {
 		json_t *d = json_object_get(body, "depth");
 		json_int_t depth = 1;
@@ -404,7 +416,7 @@ do_rpc(struct http_request *hr, const char *method)
 	const char *k;
 	json_object_foreach(args, k, v)
 	{
-		if (strcmp(k, "depth") && !json_is_string(v)) {
+		if (strcmp(k, "depth") && strcmp(k, "recursive") && !json_is_string(v)) {
 			snprintf(msg, sizeof(msg), "%s: a string is required", k);
 			json_decref(args);
 			return fail_now(hr, true, "invalid_argument", msg);

@@ -435,6 +435,12 @@ dispatch(const char *op, json_t *args, const struct msg *m, struct answer *a)
 		proc_close_stdin(args, a);
 	else if (!strcmp(op, "resize"))
 		proc_resize(args, a);
+	else if (!strcmp(op, "wcreate"))
+		watch_create(args, a);
+	else if (!strcmp(op, "wevents"))
+		watch_events(args, a);
+	else if (!strcmp(op, "wremove"))
+		watch_remove(args, a);
 	else if (check_paths(args, op, a) < 0)
 		return;
 	else if (!strcmp(op, "stat"))

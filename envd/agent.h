@@ -54,5 +54,8 @@ void watch_start(uint64_t stream, json_t *args);
 size_t watch_pollfds(struct pollfd *pf, size_t max);
 void watch_ready(const struct pollfd *pf, size_t n);
 void watch_cancel(uint64_t stream);
+int watch_create(json_t *args, struct answer *a); /* the polling watchers */
+int watch_events(json_t *args, struct answer *a);
+int watch_remove(json_t *args, struct answer *a);
 
 #endif

@@ -16,7 +16,8 @@
 
 #include "agent.h"
 
-#define WATCH_DIRS 8192 /* directories one watch follows at most */
+#define WATCH_DIRS 8192   /* directories one watch follows at most */
+#define WATCH_QUEUE 10000 /* a polling watcher's changes kept until taken */
 #define WATCH_MASK                                                                       \
 	(IN_CREATE | IN_DELETE | IN_MODIFY | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB |   \
 	 IN_ONLYDIR | IN_DONT_FOLLOW)
@@ -27,8 +28,10 @@ struct wdir {
 };
 
 struct watch {
-	uint64_t w_stream;
-	int w_fd; /* its inotify instance */
+	uint64_t w_stream; /* WatchDir's stream; 0: a polling watcher's (w_id, w_queue) */
+	char w_id[24];
+	json_t *w_queue; /* its changes not yet taken: [{name, type}] */
+	int w_fd;        /* its inotify instance */
 	char *w_root;
 	bool w_recursive;
 	struct wdir *w_dirs;
@@ -71,8 +74,10 @@ add_dir(struct watch *w, const char *rel)
 	free(abs);
 }
 
-void
-watch_start(uint64_t stream, json_t *args)
+/* A watch of args' path (recursive or not): NULL with a's code and text if it cannot be.
+ */
+static struct watch *
+watch_new(json_t *args, struct answer *a)
 {
 	const char *path = json_string_value(json_object_get(args, "path"));
 	struct stat sb;
@@ -80,32 +85,82 @@ watch_start(uint64_t stream, json_t *args)
 	int e;
 
 	if (nwatches == WATCH_MAX) {
-		agent_event(stream, "resource_exhausted", "too many watches", 16, true);
-		return;
+		agent_fail(a, "resource_exhausted", "%d watches run already", WATCH_MAX);
+		return NULL;
+	}
+	if (!path || !*path) {
+		agent_fail(a, "invalid_argument", "path: a non-empty string is required");
+		return NULL;
 	}
 	if ((e = stat(path, &sb) < 0 ? errno : S_ISDIR(sb.st_mode) ? 0 : ENOTDIR)) {
-		char text[512];
-		snprintf(text, sizeof(text), "watch '%s': %s", path, strerror(e));
-		agent_event(stream,
-		            e == ENOENT   ? "not_found"
-		            : e == EACCES ? "permission_denied"
-		                          : "invalid_argument",
-		            text, strlen(text), true);
-		return;
+		agent_fail_errno(a, "watch", path, e);
+		return NULL;
 	}
 	w = xcalloc(1, sizeof(*w));
 	if ((w->w_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) < 0) {
 		free(w);
-		agent_event(stream, "resource_exhausted", "no inotify instance", 19,
-		            true);
-		return;
+		agent_fail_errno(a, "watch", path, errno);
+		return NULL;
 	}
-	w->w_stream = stream;
 	w->w_root = xstrdup(path);
 	w->w_recursive = json_is_true(json_object_get(args, "recursive"));
 	add_dir(w, "");
 	watches[nwatches++] = w;
+	return w;
+}
+
+void
+watch_start(uint64_t stream, json_t *args)
+{
+	struct answer a = {0};
+	struct watch *w = watch_new(args, &a);
+
+	if (!w) {
+		agent_event(stream, a.a_code, a.a_text, strlen(a.a_text), true);
+		return;
+	}
+	w->w_stream = stream;
 	agent_event(stream, "start", NULL, 0, false);
+}
+
+/* CreateWatcher: a watch whose changes wait to be taken (GetWatcherEvents). */
+int
+watch_create(json_t *args, struct answer *a)
+{
+	static unsigned long long next = 1;
+	struct watch *w = watch_new(args, a);
+
+	if (!w)
+		return -1;
+	snprintf(w->w_id, sizeof(w->w_id), "w%llu", next++);
+	w->w_queue = json_array();
+	a->a_json = json_pack("{s:s}", "id", w->w_id);
+	return 0;
+}
+
+static struct watch *
+watcher(json_t *args, struct answer *a)
+{
+	const char *id = json_string_value(json_object_get(args, "id"));
+
+	for (size_t i = 0; id && i < nwatches; i++)
+		if (!watches[i]->w_stream && !strcmp(watches[i]->w_id, id))
+			return watches[i];
+	agent_fail(a, "not_found", "no such watcher");
+	return NULL;
+}
+
+/* GetWatcherEvents: the changes since the last call, taken. */
+int
+watch_events(json_t *args, struct answer *a)
+{
+	struct watch *w = watcher(args, a);
+
+	if (!w)
+		return -1;
+	a->a_json = w->w_queue;
+	w->w_queue = json_array();
+	return 0;
 }
 
 size_t
@@ -157,8 +212,12 @@ changes(struct watch *w)
 			} else if (ev->mask & IN_ATTRIB) {
 				kind = "chmod";
 			}
-			if (kind)
+			if (kind && w->w_stream)
 				agent_event(w->w_stream, kind, name, strlen(name), false);
+			else if (kind && json_array_size(w->w_queue) < WATCH_QUEUE)
+				json_array_append_new(
+				    w->w_queue,
+				    json_pack("{s:s, s:s}", "name", name, "type", kind));
 			free(name);
 		}
 	}
@@ -175,22 +234,44 @@ watch_ready(const struct pollfd *pf, size_t n)
 			}
 }
 
+static void
+watch_free(size_t i)
+{
+	struct watch *w = watches[i];
+
+	close(w->w_fd);
+	for (size_t k = 0; k < w->w_n; k++)
+		free(w->w_dirs[k].wd_rel);
+	free(w->w_dirs);
+	free(w->w_root);
+	json_decref(w->w_queue);
+	free(w);
+	watches[i] = watches[--nwatches];
+}
+
+/* RemoveWatcher */
+int
+watch_remove(json_t *args, struct answer *a)
+{
+	struct watch *w = watcher(args, a);
+
+	if (!w)
+		return -1;
+	for (size_t i = 0; i < nwatches; i++)
+		if (watches[i] == w)
+			watch_free(i);
+	a->a_json = json_object();
+	return 0;
+}
+
 /* Its client left: the watch ends (its stream's last frame, so the proxy forgets it). */
 void
 watch_cancel(uint64_t stream)
 {
-	for (size_t i = 0; i < nwatches; i++) {
-		struct watch *w = watches[i];
-		if (w->w_stream != stream)
-			continue;
-		close(w->w_fd);
-		for (size_t k = 0; k < w->w_n; k++)
-			free(w->w_dirs[k].wd_rel);
-		free(w->w_dirs);
-		free(w->w_root);
-		free(w);
-		watches[i] = watches[--nwatches];
-		agent_event(stream, "detached", NULL, 0, true);
-		return;
-	}
+	for (size_t i = 0; i < nwatches; i++)
+		if (stream && watches[i]->w_stream == stream) {
+			watch_free(i);
+			agent_event(stream, "detached", NULL, 0, true);
+			return;
+		}
 }

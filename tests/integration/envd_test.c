@@ -1043,3 +1043,54 @@ Test(envd, gzip_both_ways_and_no_bomb_past_the_limit)
 	free(big);
 	cr_assert_eq(write_gzipped("bad.bin", "not gzip at all", 15), 400);
 }
+
+static bool
+watcher_saw(void *arg)
+{
+	const char **want = arg; /* watcher id, then the name */
+	char body[128], *text;
+	long st;
+	json_t *j;
+	static char seen[4096];
+
+	snprintf(body, sizeof(body), "{\"watcherId\":\"%s\"}", want[0]);
+	j = rpc("GetWatcherEvents", body, &st);
+	text = json_dumps(j, 0);
+	if (text && strlen(seen) + strlen(text) < sizeof(seen))
+		strcat(seen, text);
+	free(text);
+	json_decref(j);
+	return st == 200 && strstr(seen, want[1]);
+}
+
+Test(envd, a_polling_watcher_keeps_changes_until_taken)
+{
+	long st;
+	json_t *j;
+	char body[128];
+
+	up();
+	j = rpc("MakeDir", "{\"path\":\"polled\"}", &st);
+	json_decref(j);
+	j = rpc("CreateWatcher", "{\"path\":\"polled\",\"recursive\":true}", &st);
+	cr_assert_eq(st, 200);
+	const char *id = json_string_value(json_object_get(j, "watcherId"));
+	cr_assert_not_null(id);
+	cr_assert_eq(write_raw("polled/seen.txt", "x"), 200);
+	const char *want[2] = {
+	    id, "{\"name\": \"seen.txt\", \"type\": \"EVENT_TYPE_CREATE\"}"};
+	cr_assert_eq(wait_until(watcher_saw, want, 10000), 0,
+	             "no create event for seen.txt");
+	snprintf(body, sizeof(body), "{\"watcherId\":\"%s\"}", id);
+	json_t *r = rpc("RemoveWatcher", body, &st);
+	cr_assert_eq(st, 200);
+	json_decref(r);
+	r = rpc("GetWatcherEvents", body, &st);
+	cr_assert_eq(st, 404);
+	cr_assert_str_eq(code_of(r), "not_found");
+	json_decref(r);
+	json_decref(j);
+	j = rpc("CreateWatcher", "{\"path\":\"no/such/dir\"}", &st);
+	cr_assert_eq(st, 404);
+	json_decref(j);
+}
