@@ -270,6 +270,7 @@ int
 connect_start_args(const char *body, size_t len, json_t **args, const char **code,
                    char *err, size_t errsz)
 {
+	json_t *pty, *size = NULL;
 	json_t *req = unwrap(body, len, err, errsz), *proc, *list, *envs, *v;
 	const char *k;
 	size_t i;
@@ -286,8 +287,8 @@ connect_start_args(const char *body, size_t len, json_t **args, const char **cod
 		snprintf(err, errsz, "process.cmd: a non-empty string is required");
 		goto bad;
 	}
-	json_t *pty = json_object_get(req, "pty");
-	if (pty && !json_is_null(pty) && connect_pty_size(pty) == NULL) {
+	pty = json_object_get(req, "pty");
+	if (pty && !json_is_null(pty) && !(size = connect_pty_size(pty))) {
 		snprintf(err, errsz, "pty.size: cols and rows from 1 to %d",
 		         CONNECT_MAX_TTY);
 		goto bad;
@@ -327,11 +328,12 @@ connect_start_args(const char *body, size_t len, json_t **args, const char **cod
 		json_object_set(*args, "cwd", json_object_get(proc, "cwd"));
 	if (json_is_string(json_object_get(req, "tag")))
 		json_object_set(*args, "tag", json_object_get(req, "tag"));
-	if (pty && !json_is_null(pty))
-		json_object_set_new(*args, "pty", connect_pty_size(pty));
+	if (size)
+		json_object_set_new(*args, "pty", size);
 	json_decref(req);
 	return 0;
 bad:
+	json_decref(size);
 	json_decref(req);
 	return -1;
 }
