@@ -465,10 +465,23 @@ watch_in(struct stream *s, struct msg *m)
 	for (size_t i = 0; i < sizeof(watch_types) / sizeof(watch_types[0]) && !final;
 	     i++)
 		if (!strcmp(kind, watch_types[i][0])) {
+			/* the name, and after a NUL its entry (includeEntry) */
+			size_t nl = strlen(m->m_data.s);
+			json_t *a = nl < m->m_data.len
+			                ? json_loadb(m->m_data.s + nl + 1,
+			                             m->m_data.len - nl - 1, 0, NULL)
+			                : NULL;
+			json_t *entry = a ? connect_entry(a) : NULL;
 			known = true;
 			/* a name JSON cannot carry (not UTF-8) is left out */
 			ev = json_pack("{s:{s:s, s:s}}", "filesystem", "name",
 			               m->m_data.s, "type", watch_types[i][1]);
+			if (ev && entry)
+				json_object_set_new(json_object_get(ev, "filesystem"),
+				                    "entry", entry);
+			else
+				json_decref(entry);
+			json_decref(a);
 		}
 	if (!strcmp(kind, "start") && !final)
 		envelope(&b, 0, json_pack("{s:{}}", "start"));
@@ -521,8 +534,13 @@ connect_watcher(const char *op, json_t *a)
 			json_decref(events);
 			return NULL;
 		}
-		json_array_append_new(events,
-		                      json_pack("{s:s, s:s}", "name", name, "type", as));
+		json_t *fe = json_pack("{s:s, s:s}", "name", name, "type", as);
+		json_t *ent = json_object_get(v, "entry")
+		                  ? connect_entry(json_object_get(v, "entry"))
+		                  : NULL;
+		if (ent) /* includeEntry */
+			json_object_set_new(fe, "entry", ent);
+		json_array_append_new(events, fe);
 	}
 	return json_pack("{s:o}", "events", events);
 }
@@ -551,8 +569,10 @@ connect_watch_args(const char *body, size_t len, json_t **args, const char **cod
 	            strlen(json_string_value(path)) != json_string_length(path)))
 		snprintf(err, errsz, "path: a non-empty string is required");
 	else if (req)
-		*args = json_pack("{s:O, s:b}", "path", path, "recursive",
-		                  json_is_true(json_object_get(req, "recursive")));
+		*args =
+		    json_pack("{s:O, s:b, s:b}", "path", path, "recursive",
+		              json_is_true(json_object_get(req, "recursive")), "entry",
+		              json_is_true(json_object_get(req, "includeEntry")));
 	json_decref(req);
 	return *args ? 0 : -1;
 }

@@ -390,10 +390,14 @@ do_rpc(struct http_request *hr, const char *method)
 	} else {
 		json_object_set(args, "path", json_object_get(body, "path"));
 	}
-	if (!strcmp(op, "wcreate"))
+	if (!strcmp(op, "wcreate")) {
 		json_object_set_new(
 		    args, "recursive",
 		    json_boolean(json_is_true(json_object_get(body, "recursive"))));
+		json_object_set_new(
+		    args, "entry",
+		    json_boolean(json_is_true(json_object_get(body, "includeEntry"))));
+	}
 	if (!strcmp(op, "list")) {
 		json_t *d = json_object_get(body, "depth");
 		json_int_t depth = 1;
@@ -416,7 +420,8 @@ do_rpc(struct http_request *hr, const char *method)
 	const char *k;
 	json_object_foreach(args, k, v)
 	{
-		if (strcmp(k, "depth") && strcmp(k, "recursive") && !json_is_string(v)) {
+		if (strcmp(k, "depth") && strcmp(k, "recursive") && strcmp(k, "entry") &&
+		    !json_is_string(v)) {
 			snprintf(msg, sizeof(msg), "%s: a string is required", k);
 			json_decref(args);
 			return fail_now(hr, true, "invalid_argument", msg);

@@ -124,8 +124,8 @@ name_of_gid(gid_t gid)
 }
 
 /* What envd's EntryInfo says of path (lstat: a symlink is one, with its target). */
-static json_t *
-entry(const char *path, struct answer *a)
+json_t *
+agent_entry(const char *path, struct answer *a)
 {
 	char *abs = absolute(path), target[PATH_MAX], pm[11];
 	const char *base = strrchr(abs, '/');
@@ -176,7 +176,7 @@ op_stat(json_t *args, struct answer *a)
 {
 	const char *path = json_string_value(json_object_get(args, "path"));
 
-	if (!(a->a_json = entry(path, a)))
+	if (!(a->a_json = agent_entry(path, a)))
 		return -1;
 	return 0;
 }
@@ -201,7 +201,7 @@ list_into(json_t *out, const char *dir, unsigned depth, struct answer *a)
 		}
 		char *p = xasprintf("%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/",
 		                    de->d_name);
-		json_t *e = entry(p, a);
+		json_t *e = agent_entry(p, a);
 		if (!e) {
 			/* gone meanwhile, or a name JSON cannot carry: skipped */
 			if (strcmp(a->a_code, "not_found") &&
@@ -273,7 +273,7 @@ op_mkdir(json_t *args, struct answer *a)
 		return agent_fail(a, "already_exists", "path '%s' already exists", path);
 	if ((rc = mkdir_p(path, 0755)) < 0)
 		return agent_fail_errno(a, "make the directory", path, -rc);
-	return (a->a_json = entry(path, a)) ? 0 : -1;
+	return (a->a_json = agent_entry(path, a)) ? 0 : -1;
 }
 
 static int
@@ -286,7 +286,7 @@ op_move(json_t *args, struct answer *a)
 		return -1;
 	if (rename(from, to) < 0)
 		return agent_fail_errno(a, "move", from, errno);
-	return (a->a_json = entry(to, a)) ? 0 : -1;
+	return (a->a_json = agent_entry(to, a)) ? 0 : -1;
 }
 
 static int
@@ -372,7 +372,7 @@ op_write(json_t *args, const struct pstr *data, struct answer *a)
 	}
 	if (close(fd) < 0)
 		return agent_fail_errno(a, "write", path, errno);
-	return (a->a_json = entry(path, a)) ? 0 : -1;
+	return (a->a_json = agent_entry(path, a)) ? 0 : -1;
 }
 
 /* Every operation's string arguments: present, non-empty, no NUL (the decoder's). */

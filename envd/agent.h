@@ -27,6 +27,7 @@ int agent_fail(struct answer *a, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int agent_fail_errno(struct answer *a, const char *what, const char *path, int e);
 void agent_send(const struct msg *m); /* to the proxy; the agent ends if it is gone */
+json_t *agent_entry(const char *path, struct answer *a); /* envd's EntryInfo, the agent's words */
 void agent_event(uint64_t stream, const char *kind, const void *data, size_t len,
                  bool final);
 

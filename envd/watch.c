@@ -34,6 +34,7 @@ struct watch {
 	int w_fd;        /* its inotify instance */
 	char *w_root;
 	bool w_recursive;
+	bool w_entry; /* each event carries its entry (includeEntry) */
 	struct wdir *w_dirs;
 	size_t w_n, w_cap;
 };
@@ -104,6 +105,7 @@ watch_new(json_t *args, struct answer *a)
 	}
 	w->w_root = xstrdup(path);
 	w->w_recursive = json_is_true(json_object_get(args, "recursive"));
+	w->w_entry = json_is_true(json_object_get(args, "entry"));
 	add_dir(w, "");
 	watches[nwatches++] = w;
 	return w;
@@ -182,6 +184,42 @@ rel_of(const struct watch *w, int wd)
 	return NULL;
 }
 
+/*
+ * One change, to its stream or its queue; with includeEntry and a file
+ * still there, its entry after the name (a stream's data: name, NUL, JSON).
+ */
+static void
+change(struct watch *w, const char *kind, const char *name)
+{
+	struct answer a = {0};
+	char *path = xasprintf("%s/%s", w->w_root, name);
+	json_t *e = w->w_entry ? agent_entry(path, &a) : NULL;
+
+	free(path);
+	if (!w->w_stream) {
+		if (json_array_size(w->w_queue) < WATCH_QUEUE)
+			json_array_append_new(
+			    w->w_queue,
+			    e ? json_pack("{s:s, s:s, s:o}", "name", name, "type", kind,
+			                  "entry", e)
+			      : json_pack("{s:s, s:s}", "name", name, "type", kind));
+		else
+			json_decref(e);
+		return;
+	}
+	struct buf b = {0};
+	buf_append(&b, name, strlen(name));
+	if (e) {
+		char *s = json_dumps(e, JSON_COMPACT);
+		buf_append(&b, "", 1);
+		buf_append(&b, s, strlen(s));
+		free(s);
+		json_decref(e);
+	}
+	agent_event(w->w_stream, kind, buf_head(&b), buf_pending(&b), false);
+	buf_free(&b);
+}
+
 /* One watch's changes, as events. */
 static void
 changes(struct watch *w)
@@ -212,12 +250,8 @@ changes(struct watch *w)
 			} else if (ev->mask & IN_ATTRIB) {
 				kind = "chmod";
 			}
-			if (kind && w->w_stream)
-				agent_event(w->w_stream, kind, name, strlen(name), false);
-			else if (kind && json_array_size(w->w_queue) < WATCH_QUEUE)
-				json_array_append_new(
-				    w->w_queue,
-				    json_pack("{s:s, s:s}", "name", name, "type", kind));
+			if (kind)
+				change(w, kind, name);
 			free(name);
 		}
 	}

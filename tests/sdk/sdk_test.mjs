@@ -412,6 +412,21 @@ async function envdChecks() {
     assert.ok(seen.includes('write sub/new.txt'), JSON.stringify(seen));
     assert.ok(seen.includes('remove sub/new.txt'), JSON.stringify(seen));
   });
+  await check('files.watchDir with includeEntry gives each change its entry', async () => {
+    const entries = [];
+    const w = await withTimeout(
+      f.watchDir('watched', (e) => e.entry && entries.push(e.entry), { includeEntry: true }),
+      'files.watchDir',
+    );
+    await withTimeout(f.write('watched/with-entry.txt', '12345'), 'files.write');
+    for (const end = Date.now() + 10000; !entries.some((e) => e.size === 5) && Date.now() < end; )
+      await new Promise((r) => setTimeout(r, 50));
+    await w.stop();
+    const e = entries.find((x) => x.size === 5);
+    assert.ok(e, JSON.stringify(entries));
+    assert.equal(e.path, '/home/user/watched/with-entry.txt');
+    assert.equal(e.type, 'file');
+  });
   await check('files.write of several files', async () => {
     const infos = await withTimeout(
       f.write([{ path: 'many/one.txt', data: '1' }, { path: 'many/two.txt', data: '2' }]),

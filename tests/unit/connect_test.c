@@ -422,3 +422,29 @@ Test(connect, a_watchs_events_become_watchdir_responses)
 	cr_assert(got_final);
 	json_decref(e);
 }
+
+Test(connect, a_watch_event_may_carry_its_entry)
+{
+	static const char data[] =
+	    "a.txt\0{\"name\":\"a.txt\",\"path\":\"/home/user/w/a.txt\","
+	    "\"type\":\"file\",\"size\":5,\"mode\":420,\"permissions\":"
+	    "\"-rw-r--r--\",\"owner\":\"u\",\"group\":\"g\",\"mtime_s\":1,"
+	    "\"mtime_ns\":0}";
+	struct msg m;
+	json_t *e, *entry;
+
+	msg_init(&m, MSG_OUTPUT);
+	msg_set_u64(&m, F_STREAM, 1);
+	msg_set_str(&m, F_OUTCOME, "write", 5);
+	msg_set_str(&m, F_DATA, data, sizeof(data) - 1);
+	connect_watch.sk_in(NULL, &m);
+	msg_free(&m);
+	e = envelopes();
+	entry = json_object_get(
+	    json_object_get(json_array_get(json_array_get(e, 0), 1), "filesystem"),
+	    "entry");
+	cr_assert_str_eq(json_string_value(json_object_get(entry, "path")),
+	                 "/home/user/w/a.txt");
+	cr_assert_str_eq(json_string_value(json_object_get(entry, "size")), "5");
+	json_decref(e);
+}
