@@ -27,7 +27,7 @@
  * found by box_check, logged at start, shown in GET /ready. The box is
  * "full" when nothing is missing.
  */
-#define BOX_MAX_MISSING 8
+#define BOX_MAX_MISSING 12
 static struct lack {
 	const char *l_what, *l_how;
 } missing[BOX_MAX_MISSING];
@@ -40,6 +40,13 @@ lack(const char *what, const char *how)
 	if (nmissing < BOX_MAX_MISSING)
 		missing[nmissing++] = (struct lack){what, how};
 	log_warn("sandbox: %s (for it: %s)", what, how);
+}
+
+/* The same for a part found missing elsewhere (bounds.c). */
+void
+box_lack(const char *what, const char *how)
+{
+	lack(what, how);
 }
 
 /* How many parts the box lacks here (sandcell_sandbox_missing). */
@@ -58,11 +65,12 @@ box_level_json(void)
 	for (size_t i = 0; sv.sv_cf.cf_sandbox && i < nmissing; i++)
 		json_array_append_new(m, json_pack("{s:s, s:s}", "what", missing[i].l_what, "how",
 						   missing[i].l_how));
-	return json_pack("{s:s, s:b, s:o}", "level",
+	return json_pack("{s:s, s:b, s:o, s:o, s:o}", "level",
 			 !sv.sv_cf.cf_sandbox ? "off"
 			 : nmissing	     ? "reduced"
 					     : "full",
-			 "own_user_namespace", own_userns, "missing", m);
+			 "own_user_namespace", own_userns, "missing", m, "egress", egress_json(),
+			 "all_contexts", bounds_json());
 }
 
 /*
@@ -167,6 +175,17 @@ check_network(void)
 	if (stat("/dev/net/tun", &st) < 0 || !S_ISCHR(st.st_mode)) {
 		lack("outbound network: there is no /dev/net/tun, so contexts have loopback only",
 		     "the tun device (podman, docker: --device /dev/net/tun)");
+		sv.sv_cf.cf_kernel_network = "none";
+		return;
+	}
+	/* never a way out without the egress rules (egress.c) */
+	const char *why = egress_probe();
+	if (why) {
+		static char what[384];
+		snprintf(what, sizeof(what),
+			 "outbound network: nftables cannot set the boxes' egress rules here (%s), "
+			 "so contexts have loopback only", why);
+		lack(what, "nftables in the kernel (nf_tables, nft_reject_inet)");
 		sv.sv_cf.cf_kernel_network = "none";
 		return;
 	}
@@ -464,6 +483,7 @@ box_release(void)
 	uid_release(shared_uid, shared_lease);
 	uid_release(shared_net_uid, shared_net_lease);
 	shared_lease = shared_net_lease = -1;
+	bounds_release();
 	if (sv.sv_cf.cf_sandbox && !sv.sv_cf.cf_isolated && sv.sv_cf.cf_workspace_size)
 		wsdisk_unmount(sv.sv_cf.cf_cwd, false);
 }
@@ -532,10 +552,9 @@ box_bound_workspace(void)
 		return;
 	}
 	if (!cf->cf_workspace_size_set)
-		cf->cf_workspace_size = (wsdisk_free(cf->cf_cwd) / 4) & ~((1ull << 20) - 1);
+		cf->cf_workspace_size = bounds_workspace_default(wsdisk_free(cf->cf_cwd));
 	if (cf->cf_workspace_size < (16u << 20)) {
-		log_warn("workspace %s: %llu MiB free, too little for a size bound of a quarter: "
-			 "none", cf->cf_cwd, (unsigned long long)(wsdisk_free(cf->cf_cwd) >> 20));
+		log_warn("workspace %s: %llu MiB free, too little for a size bound: none", cf->cf_cwd, (unsigned long long)(wsdisk_free(cf->cf_cwd) >> 20));
 		cf->cf_workspace_size = 0;
 		return;
 	}
@@ -568,7 +587,8 @@ box_isolates(void)
  * --isolation context: two uids of the range no live context holds, its
  * kernels' and its network's, and a workspace of its own
  * (<workspace>/<id>, 0700, its uid's), which its box shows at BOX_HOME.
- * A cwd it was given is checked against that. The workspace root is 0711:
+ * A cwd it was given is checked first, against a box whose workspace is
+ * still empty, as its own will be. The workspace root is 0711:
  * no context lists the others.
  */
 int
@@ -581,6 +601,9 @@ box_isolate(struct context *c, char *err, size_t errsz)
 		snprintf(err, errsz, "no free uid in --kernel-uid-range %s", sv.sv_cf.cf_uid_range);
 		return -EAGAIN;
 	}
+	int rc = bounds_workspace_room(err, errsz); /* its bound within the total */
+	if (rc < 0)
+		return rc;
 	/* its filesystem's image takes the host's disk as it fills: room for a full one */
 	uint64_t room = wsdisk_free(sv.sv_cf.cf_cwd);
 	if (room < sv.sv_cf.cf_workspace_size) {
@@ -589,14 +612,20 @@ box_isolate(struct context *c, char *err, size_t errsz)
 			 (unsigned long long)(room >> 20));
 		return -ENOSPC;
 	}
+	/* its cwd, in a box whose workspace is not made yet: a refusal leaves nothing */
+	if (cwd_usable(box_kernel_uid(c), NULL, c->c_cwd, err, errsz) < 0)
+		return -EINVAL;
 	char *ws = xasprintf("%s/%s", sv.sv_cf.cf_cwd, c->c_id);
 	if (mkdir(ws, 0700) < 0 || chown(ws, c->c_uid, c->c_uid) < 0) {
-		snprintf(err, errsz, "workspace %s: %s", ws, strerror(errno));
+		int e = errno;
+		snprintf(err, errsz, "workspace %s: %s", ws, strerror(e));
+		if (e != EEXIST) /* made here: not left behind */
+			rmdir(ws);
 		free(ws);
 		return -EIO;
 	}
 	c->c_workspace = ws;
-	return cwd_usable(box_kernel_uid(c), box_workspace_of(c), c->c_cwd, err, errsz) < 0 ? -EINVAL : 0;
+	return 0;
 }
 
 /* The workspace a context's box shows at BOX_HOME, on the host. */
@@ -634,6 +663,10 @@ box_args(struct context *c, const char **argv, int *n)
 	}
 	if (c->c_workspace)
 		argv[(*n)++] = "--own-workspace";
+	if (bounds_group()) { /* the parent cgroup of all contexts' boxes */
+		argv[(*n)++] = "--cgroup-group";
+		argv[(*n)++] = bounds_group();
+	}
 	if (sv.sv_cf.cf_workspace_size) { /* an own one's (its proxy makes it), or shown */
 		static char size[24];
 		snprintf(size, sizeof(size), "%llu", (unsigned long long)sv.sv_cf.cf_workspace_size);
@@ -653,6 +686,7 @@ box_args(struct context *c, const char **argv, int *n)
 	argv[(*n)++] = sv.sv_cf.cf_isolated ? "context" : "shared";
 	argv[(*n)++] = "--network";
 	argv[(*n)++] = sv.sv_cf.cf_kernel_network;
+	egress_args(c, argv, n);
 	argv[(*n)++] = "--pids";
 	argv[(*n)++] = sv.sv_cf.cf_kernel_pids;
 	argv[(*n)++] = "--tmp-size";

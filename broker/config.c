@@ -221,24 +221,10 @@ config_proxy_bin(void)
 	return path;
 }
 
-/* A number from the first line of a file, or 0 ("max", absent, garbage). */
-static uint64_t
-first_number(const char *path)
-{
-	FILE *f = fopen(path, "re");
-	unsigned long long v = 0;
-
-	if (f && fscanf(f, "%llu", &v) != 1)
-		v = 0;
-	if (f)
-		fclose(f);
-	return v;
-}
-
 /*
  * The memory limit of each context when none is given: a quarter of what
- * the machine has, or of a container's limit (the cgroup at its root, v2 or
- * v1) when that is less. At least 256 MiB; the caller says it at start.
+ * the machine has, or of the memory limit the broker is under (its cgroup's
+ * or an ancestor's, as a container's) when that is less. At least 256 MiB; the caller says it at start.
  */
 uint64_t
 config_default_memory(uint64_t *of)
@@ -254,9 +240,7 @@ config_default_memory(uint64_t *of)
 		}
 	if (f)
 		fclose(f);
-	if ((lim = first_number("/sys/fs/cgroup/memory.max")) && lim < total)
-		total = lim;
-	if ((lim = first_number("/sys/fs/cgroup/memory/memory.limit_in_bytes")) && lim < total)
+	if ((lim = cgroup_memory_limit()) && lim < total) /* the broker's cgroup's, or a container's */
 		total = lim;
 	*of = total;
 	lim = (total / 4) & ~((1ull << 20) - 1);
@@ -303,6 +287,7 @@ settle_sandbox(void)
 	}
 	if (box_check(err, sizeof(err)) < 0)
 		fatal("sandbox: %s", err);
+	bounds_settle(); /* the parent cgroup of all contexts' boxes */
 	if (!sv.sv_cf.cf_kernel_memory && box_memory_cgroup()) { /* a memory cgroup each */
 		uint64_t of, m = config_default_memory(&of);
 		sv.sv_cf.cf_kernel_memory = xasprintf("%llu", (unsigned long long)m);
@@ -331,6 +316,43 @@ settle_sandbox(void)
 	}
 }
 
+/*
+ * The access token's file is in no box's sight. A box covering it (the
+ * file's inode under /dev/null) would not do: the usual rotation, a new
+ * file renamed over it, puts the new token in the cover's place for every
+ * running kernel; nor can a box hide the directories it needs (/etc).
+ * So a file the view shows (the system, the workspace, the Python profile's
+ * or Deno's directory) is refused at start, saying where to put it; each
+ * proxy checks its box's own binds too (proxy/sandbox.c).
+ */
+static void
+settle_token(void)
+{
+	const char *dirs[2] = {NULL, NULL}, *part;
+	char *startup = NULL;
+
+	if (!sv.sv_cf.cf_sandbox || !sv.sv_cf.cf_token_file)
+		return;
+	if (sv.sv_cf.cf_python_startup && strrchr(sv.sv_cf.cf_python_startup, '/'))
+		dirs[0] = startup = xstrndup(sv.sv_cf.cf_python_startup,
+					     strrchr(sv.sv_cf.cf_python_startup, '/') -
+						     sv.sv_cf.cf_python_startup);
+	char *deno = kspec_program("deno");
+	if (deno && strrchr(deno, '/'))
+		*strrchr(deno, '/') = '\0', dirs[1] = deno;
+	part = boxview_shows(sv.sv_cf.cf_token_file, sv.sv_cf.cf_cwd, dirs, 2);
+	if (part) {
+		log_err("--access-token-file %s: every box shows %s to its kernels, and no cover "
+			"of the file outlives a rotation (a new file renamed over it): put the "
+			"token where no box looks, such as /var/lib/sandcell/token (0600) or "
+			"systemd's $CREDENTIALS_DIRECTORY",
+			sv.sv_cf.cf_token_file, part);
+		exit(2);
+	}
+	free(startup);
+	free(deno);
+}
+
 /* The paths not given: the cwd (checked), the proxy, the Python profile. */
 static void
 settle_paths(void)
@@ -347,14 +369,16 @@ settle_paths(void)
 			cwd_given ? "" : "; give one with --cwd DIR");
 		exit(2);
 	}
-	box_bound_workspace(); /* its filesystem's root takes the directory's owner and mode */
-	if (!sv.sv_cf.cf_proxy_bin)
-		sv.sv_cf.cf_proxy_bin = config_proxy_bin();
 	/* (SANDCELL_PYTHON_STARTUP is the flag's variable: options.c read it) */
 	if (!sv.sv_cf.cf_python_startup)
 		sv.sv_cf.cf_python_startup = config_python_startup();
 	else if (!*sv.sv_cf.cf_python_startup)
 		sv.sv_cf.cf_python_startup = NULL; /* --python-startup '': none */
+	settle_token(); /* before the workspace is mounted: a refusal leaves nothing */
+	box_bound_workspace(); /* its filesystem's root takes the directory's owner and mode */
+	bounds_workspaces();
+	if (!sv.sv_cf.cf_proxy_bin)
+		sv.sv_cf.cf_proxy_bin = config_proxy_bin();
 	if (access(sv.sv_cf.cf_proxy_bin, X_OK) < 0)
 		fatal("proxy binary %s: %s", sv.sv_cf.cf_proxy_bin, strerror(errno));
 	/* envd's agent (envd.c) is beside the proxy */

@@ -535,6 +535,28 @@ envd_asked(struct MHD_Connection *conn, const char *url)
 	       !strncmp(url, "/process.Process/", 17);
 }
 
+/*
+ * Why an envd request's body is refused (415), or NULL: besides JSON
+ * (caller.c's rule), a file's bytes, a multipart upload and Connect's
+ * envelopes. (A web page's cross-origin request was refused before this, by
+ * its Origin.)
+ */
+const char *
+envd_body_refusal(struct MHD_Connection *conn, char *why, size_t whysz)
+{
+	static const char *const types[] = {"application/octet-stream", "multipart/form-data",
+	                                    "application/connect+json"};
+	const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
+
+	for (size_t i = 0; ct && i < sizeof(types) / sizeof(types[0]); i++) {
+		size_t n = strlen(types[i]);
+		const char *t = ct + strspn(ct, " \t");
+		if (!strncasecmp(t, types[i], n) && strchr(" \t;", t[n]))
+			return NULL; /* strchr finds the NUL too: the type alone */
+	}
+	return caller_body_refusal(conn, why, whysz);
+}
+
 /* The envd listener's requests, after http.c's checks. */
 enum MHD_Result
 envd_route(struct http_request *hr, const char *url, const char *method)

@@ -40,24 +40,6 @@ static unsigned klaunches;
 	"m = sys.argv.pop(1); sys.argv[0] = m; "                                         \
 	"runpy.run_module(m, run_name='__main__', alter_sys=True)"
 
-/* A free loopback TCP port, for kernels that cannot use ipc (Deno). */
-static int
-free_port(void)
-{
-	struct sockaddr_in a = {.sin_family = AF_INET};
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-
-	if (fd < 0)
-		return -1;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-		port = ntohs(a.sin_port);
-	close(fd);
-	return port;
-}
-
 static void
 env_put(char ***v, size_t *n, size_t *cap, char *kv)
 {
@@ -81,7 +63,11 @@ home_of(const struct proxy *px)
 	return px->px_box.bx_on ? xstrdup(BOX_HOME) : xasprintf("%s/home", px->px_kdir);
 }
 
-/* environ, overridden by the kernelspec's env, then ours, then the global env. */
+/*
+ * What a kernel is started with: the allowlisted part of environ (kenv.c),
+ * overridden by the kernelspec's env, then the tenant's package places, then
+ * ours, then the global env (--env, --env-file).
+ */
 char **
 launch_env(const struct proxy *px)
 {
@@ -104,8 +90,9 @@ launch_env(const struct proxy *px)
 		NULL,
 	};
 
+	/* built, not inherited: of ours only what every kernel needs and --env-pass names */
 	for (char **e = environ; *e; e++)
-		if (strncmp(*e, "NOTIFY_SOCKET=", 14) && strncmp(*e, "LISTEN_", 7))
+		if (kenv_passes(*e, px->px_env_pass))
 			env_put(&v, &n, &cap, xstrdup(*e));
 	for (char **e = px->px_ks->ks_env; *e; e++)
 		env_put(&v, &n, &cap, xstrdup(*e));
@@ -369,11 +356,10 @@ launch_connection_file(const struct proxy *px, const char *key, const char *path
 	if (px->px_ks->ks_tcp) {
 		snprintf(ip, sizeof(ip), "127.0.0.1");
 		kchan[0] = '\0';
-		for (int i = 0; i < 5; i++) {
-			if ((ports[i] = free_port()) < 0)
-				return -EADDRNOTAVAIL;
+		if (ports_free(ports, 5) < 0) /* distinct: the kernel binds each */
+			return -EADDRNOTAVAIL;
+		for (int i = 0; i < 5; i++)
 			snprintf(ep[i], EP_MAX, "tcp://127.0.0.1:%d", ports[i]);
-		}
 	} else {
 		if (px->px_box.bx_on)
 			snprintf(kchan, sizeof(kchan), "@k%u", klaunches);
@@ -446,7 +432,9 @@ launch_unboxed(const struct proxy *px, const char *dir, const char *exe, char **
 			_exit(124);
 		if (fd >= 0)
 			dup2(fd, 0);
-		dup2(2, 1); /* kernel's own stdout is the proxy's log, not a stream */
+		/* our pipe (kout.c), not our stderr: the broker's log */
+		dup2(bx->bx_out, 1);
+		dup2(bx->bx_out, 2);
 		if (chdir(dir) < 0)
 			_exit(126);
 		execve(exe, argv, envp);
