@@ -544,9 +544,11 @@ envd_asked(struct MHD_Connection *conn, const char *url)
 const char *
 envd_body_refusal(struct MHD_Connection *conn, char *why, size_t whysz)
 {
-	static const char *const types[] = {"application/octet-stream", "multipart/form-data",
+	static const char *const types[] = {"application/octet-stream",
+	                                    "multipart/form-data",
 	                                    "application/connect+json"};
-	const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
+	const char *ct =
+	    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
 
 	for (size_t i = 0; ct && i < sizeof(types) / sizeof(types[0]); i++) {
 		size_t n = strlen(types[i]);
