@@ -1094,3 +1094,23 @@ Test(envd, a_polling_watcher_keeps_changes_until_taken)
 	cr_assert_eq(st, 404);
 	json_decref(j);
 }
+
+/* The code API's caller checks are envd's: a web page's Origin, a rebound Host, a form
+ * body. */
+Test(envd, envd_takes_the_code_apis_caller_checks)
+{
+	struct resp r;
+
+	up();
+	get_with(envd_url, "/files?path=x", "Origin: http://evil.example", &r);
+	cr_assert_eq(r.r_status, 403, "a web page's request: %ld %s", r.r_status,
+	             r.r_body);
+	resp_free(&r);
+	get_with(envd_url, "/files?path=x", "Host: evil.example", &r);
+	cr_assert_eq(r.r_status, 403, "a rebound name: %ld %s", r.r_status, r.r_body);
+	resp_free(&r);
+	envd("POST", "/files?path=form.txt", "application/x-www-form-urlencoded", "a=1",
+	     3, &r);
+	cr_assert_eq(r.r_status, 415, "a form body: %ld", r.r_status);
+	resp_free(&r);
+}
