@@ -13,7 +13,7 @@ override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializ
 MSGPACK_LIBS := $(shell pkg-config --libs msgpack-c 2>/dev/null || pkg-config --libs msgpack 2>/dev/null || echo -lmsgpackc)
 LDLIBS_PROTO  = -lnng $(MSGPACK_LIBS) -ljansson -lpthread
 LDLIBS_PROXY  = $(LDLIBS_PROTO) -lcjson -lsodium -lseccomp -lnftables
-LDLIBS_BROKER = $(LDLIBS_PROTO) -lmicrohttpd -lsodium -lnftables
+LDLIBS_BROKER = $(LDLIBS_PROTO) -lmicrohttpd -lsodium -lnftables -lz
 LDLIBS_TEST   = -lcriterion -lcurl
 
 LISTEN  ?= 127.0.0.1:49999
@@ -36,7 +36,7 @@ PROXY_OBJ  = $(call obj,$(PROXY_SRC))
 BROKER_OBJ = $(call obj,$(BROKER_SRC))
 
 PROGS = $(BIN)/sandcell-broker $(BIN)/sandcell-proxy $(BIN)/sandcellctl $(BIN)/libsandcell-box.so \
-        $(BIN)/sandcell-init
+        $(BIN)/sandcell-init $(BIN)/sandcell-envd
 # The box's code (sandbox.c and what it uses) for the Python template, which
 # loads it with ctypes: the same sources as the proxy's, built position-independent.
 BOXLIB_SRC = proxy/boxlib.c proxy/hotpages.c proxy/sandbox.c proxy/boxroot.c proxy/boxinit.c \
@@ -104,6 +104,15 @@ $(BIN)/sandcell-broker: $(BUILD)/broker/main.o $(BROKER_OBJ) $(PROTO_OBJ)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_BROKER)
 
+# envd's agent, which runs in a box as the contexts' uid (docs/ENVD.md): mode
+# 0711 as sandcell-init, so that the tenant's processes cannot read it and it
+# stays non-dumpable after its exec (no ptrace of it by the tenant's commands).
+$(BIN)/sandcell-envd: $(BUILD)/envd/agent.o $(BUILD)/envd/proc.o $(BUILD)/envd/watch.o \
+		      $(PROTO_OBJ)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_PROTO)
+	chmod 0711 $@
+
 $(BIN)/sandcellctl: $(BUILD)/ctl/sandcellctl.o $(PROTO_OBJ)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_PROTO)
@@ -120,6 +129,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(PROTO_OBJ)
 $(BUILD)/tests/validate_test: $(BUILD)/broker/validate.o $(BUILD)/broker/kcache.o
 $(BUILD)/tests/frame_test: $(BUILD)/broker/frame.o
 $(BUILD)/tests/caller_test: $(BUILD)/broker/caller.o $(BUILD)/broker/frame.o
+$(BUILD)/tests/connect_test: $(BUILD)/broker/connect.o
 $(BUILD)/tests/ctlpeer_test: $(BUILD)/broker/ctlpeer.o
 $(BUILD)/tests/output_test: $(BUILD)/proxy/output.o
 $(BUILD)/tests/admit_test: $(BUILD)/proxy/admit.o $(BUILD)/proxy/unit.o $(BUILD)/proxy/output.o \
@@ -145,6 +155,9 @@ $(BUILD)/tests/%: tests/integration/%.c $(HARNESS) $(SUITE_ONLY) $(PROTO_OBJ)
 
 # A test binary whose test times out, run by faults_test (not a test itself).
 $(BUILD)/tests/faults_test: $(BUILD)/tests/timeout_probe
+
+# envd_test gzips what it sends (zlib)
+$(BUILD)/tests/envd_test: LDLIBS_TEST += -lz
 
 # The language tests #include the packages tests; run again with --isolation
 # context (lang_isolated_test.c #includes lang_test.c).
@@ -251,7 +264,8 @@ UNITDIR ?= /etc/systemd/system
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/sandcell/jupyter/kernels \
 	  $(DESTDIR)$(PREFIX)/lib/sandcell $(DESTDIR)$(UNITDIR)
-	install -m 755 $(filter-out %.so %/sandcell-init,$(PROGS)) $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(filter-out %.so %/sandcell-init %/sandcell-envd,$(PROGS)) $(DESTDIR)$(PREFIX)/bin/
+	install -m 711 $(BIN)/sandcell-envd $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(BIN)/libsandcell-box.so $(DESTDIR)$(PREFIX)/lib/sandcell/
 	install -m 711 $(BIN)/sandcell-init $(DESTDIR)$(PREFIX)/lib/sandcell/
 	cp -r proxy/jupyter/kernels/bash proxy/jupyter/kernels/java \

@@ -41,7 +41,9 @@ static unsigned npending_ctx; /* of them, from code in a context */
 /* Handed to MHD, not yet reported started (on_connection): newest last. */
 static struct pendq accept_handed = TAILQ_HEAD_INITIALIZER(accept_handed);
 static int listen_fd = -1; /* ours: MHD gets connections from here */
-static struct evsrc ev_listen;
+static int envd_fd = -1;   /* --envd-listen's: the same, for envd.c's routes */
+static unsigned short envd_port; /* its port, which tells its connections */
+static struct evsrc ev_listen, ev_envd;
 
 /* Connections waiting for their request line, for the connection limit. */
 unsigned
@@ -104,8 +106,8 @@ inherited_socket(void)
  * host:port, [v6]:port, or systemd's socket: the listening socket, or -1
  * with the reason logged.
  */
-int
-accept_listen(const char *where)
+static int
+listen_on(const char *where)
 {
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
 	const char *colon = strrchr(where, ':');
@@ -113,10 +115,6 @@ accept_listen(const char *where)
 	char host[256];
 	int fd = -1, one = 1, e;
 
-	if ((fd = inherited_socket()) >= 0) {
-		accept_watch(fd);
-		return fd;
-	}
 	if (!colon || colon == where || (size_t)(colon - where) >= sizeof(host)) {
 		log_err("--listen %s: expected HOST:PORT", where);
 		return -1;
@@ -141,12 +139,52 @@ accept_listen(const char *where)
 		log_err("listen on %s: %s", where, strerror(errno));
 		close(fd);
 		fd = -1;
-		goto out;
 	}
-	accept_watch(fd);
 out:
 	freeaddrinfo(ai);
 	return fd;
+}
+
+int
+accept_listen(const char *where)
+{
+	int fd = inherited_socket();
+
+	if (fd < 0 && (fd = listen_on(where)) < 0)
+		return -1;
+	accept_watch(fd);
+	return fd;
+}
+
+/* envd's listener (envd.c): its connections go to MHD as the others do. */
+int
+accept_listen_envd(const char *where)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	if ((envd_fd = listen_on(where)) < 0)
+		return -1;
+	if (getsockname(envd_fd, (struct sockaddr *)&ss, &len) < 0)
+		return -1;
+	envd_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+						   : ((struct sockaddr_in *)&ss)->sin_port);
+	ev_envd = (struct evsrc){EV_LISTEN, NULL};
+	server_watch(envd_fd, EPOLLIN, &ev_envd);
+	return envd_fd;
+}
+
+/* Whether the connection fd came through envd's listener (its local port). */
+bool
+accept_is_envd(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	if (envd_fd < 0 || fd < 0 || getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+		return false;
+	return envd_port == ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+							   : ((struct sockaddr_in *)&ss)->sin_port);
 }
 
 /* Closes it with a FIN: bytes left unread would make the close a reset. */
@@ -232,14 +270,13 @@ refuse_context(struct pending *pd)
 	pending_close(pd);
 }
 
-/* New connections: each waits in the pending list for its first bytes. */
-void
-accept_ready(void)
+static void
+accept_from(int lfd)
 {
 	for (;;) {
 		struct pending *pd = xcalloc(1, sizeof(*pd));
 		pd->pd_addrlen = sizeof(pd->pd_addr);
-		pd->pd_fd = accept4(listen_fd, (struct sockaddr *)&pd->pd_addr,
+		pd->pd_fd = accept4(lfd, (struct sockaddr *)&pd->pd_addr,
 				    &pd->pd_addrlen, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (pd->pd_fd < 0) {
 			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
@@ -274,6 +311,15 @@ accept_ready(void)
 		/* edge-triggered: peeked bytes stay unread, only new ones wake us */
 		server_watch(pd->pd_fd, EPOLLIN | EPOLLRDHUP | EPOLLET, &pd->pd_ev);
 	}
+}
+
+/* New connections, on either listener: each waits in the pending list for its first bytes. */
+void
+accept_ready(void)
+{
+	accept_from(listen_fd);
+	if (envd_fd >= 0)
+		accept_from(envd_fd);
 }
 
 /* Bytes (or an end) on a pending connection: hand it to MHD, refuse it, or wait. */
@@ -386,4 +432,9 @@ accept_stop(void)
 	server_unwatch(listen_fd);
 	close(listen_fd);
 	listen_fd = -1;
+	if (envd_fd >= 0) {
+		server_unwatch(envd_fd);
+		close(envd_fd);
+		envd_fd = -1;
+	}
 }

@@ -77,12 +77,13 @@ struct conn {
 	const char *cn_bad_at; /* the string of this request that had %2F or %00 */
 	uint64_t cn_body_by;   /* ms its request's body must be in by (--body-timeout); 0: none due */
 	struct http_request *cn_hr; /* that request, answered 408 past it */
+	bool cn_envd;          /* came through --envd-listen (envd.c) */
 };
 TAILQ_HEAD(connq, conn);
 
 
 /* What a waiting request's reply completes. */
-enum { OP_NONE, OP_RESTART, OP_DELETE, OP_INTERRUPT, OP_CREATE };
+enum { OP_NONE, OP_RESTART, OP_DELETE, OP_INTERRUPT, OP_CREATE, OP_ENVD };
 
 /*
  * A stream's client side, filled in by its transport (respond.c for HTTP,
@@ -96,6 +97,21 @@ struct stream_ops {
 	void (*so_wake)(struct stream *s);
 	const char *so_client; /* what listings call a connected client */
 	bool so_keepalive;     /* quiet streams get keepalive lines */
+};
+
+/*
+ * A stream that is not an execution's NDJSON (envd's Connect streams,
+ * connect.c): its content type and keepalive bytes, its end for an error,
+ * and what turns a proxy's OUTPUT into its bytes (relay.c calls it). Its
+ * streams count in no execution metric and emit no execution event.
+ */
+struct stream_kind {
+	const char *sk_ctype;
+	const char *sk_keepalive;
+	size_t sk_keepalive_len;
+	/* the bytes that end it with an error (name: value); caller frees */
+	char *(*sk_end)(const char *name, const char *value, size_t *len);
+	void (*sk_in)(struct stream *s, struct msg *m);
 };
 
 /*
@@ -123,7 +139,9 @@ struct stream {
 	bool st_overflow;     /* over --stream-cap or spill failed: output no longer taken */
 	bool st_midline;      /* what is queued ends inside a line */
 	char *st_end;         /* error and end lines, queued once the line is complete */
+	size_t st_end_len;
 	struct buf st_tail;   /* bytes queued after the spill file's (when it is open) */
+	const struct stream_kind *st_kind; /* NULL: an execution's NDJSON */
 };
 TAILQ_HEAD(streamq, stream);
 
@@ -151,6 +169,8 @@ struct request {
 	uint64_t rq_req;         /* waiting for the reply with this id; 0 = ready */
 	int rq_op;               /* OP_*: what the reply completes */
 	uint64_t rq_deadline;    /* answer 504 if the proxy is silent until then */
+	/* OP_ENVD: the proxy's reply goes here (envd.c), not to answer_done */
+	void (*rq_reply)(struct request *rq, struct msg *m);
 };
 TAILQ_HEAD(requestq, request);
 
@@ -167,6 +187,8 @@ struct http_request {
 	unsigned hr_code;        /* the status answered, for the metrics */
 	const char *hr_endpoint; /* path template, for the metrics */
 	const char *hr_method;
+	bool hr_envd_port;       /* came through --envd-listen: envd.c's routes */
+	void *hr_envd;           /* envd.c's state of the request */
 };
 
 /*
@@ -213,6 +235,7 @@ struct context {
 	int c_net_lease;
 	char *c_workspace;    /* its own workspace on the host (--isolation context), or NULL */
 	struct egress_lists c_egress; /* its own network rules; a warm proxy has none */
+	bool c_envd;          /* the envd context (envd.c): its box runs envd's agent; hidden */
 };
 TAILQ_HEAD(contextq, context);
 
@@ -226,6 +249,8 @@ struct pool_spec {
 /* Settings: from flags and the environment at start-up, read-only after. */
 struct server_config {
 	const char *cf_listen, *cf_run_dir, *cf_cwd, *cf_proxy_bin;
+	const char *cf_envd_listen; /* envd's API (envd.c); NULL: off */
+	const char *cf_envd_bin;    /* its agent, beside the proxy (sandcell-envd) */
 	char *cf_env_file;
 	const char *cf_log_level;
 	size_t cf_max_body;
@@ -351,6 +376,8 @@ void answer_drop(struct request *rq);
 
 /* accept.c */
 int accept_listen(const char *where);
+int accept_listen_envd(const char *where);
+bool accept_is_envd(int fd);
 void accept_ready(void);
 int accept_answer(int fd, const char *status, const char *text);
 void accept_sniff(struct pending *pd, uint32_t events);
@@ -384,6 +411,7 @@ void frame_field(struct frame *fr, const char *name, size_t namelen, const char 
 int frame_head(const char *b, size_t n, const char **why);
 int frame_request_line(const char *b, size_t n);
 size_t frame_unescape(char *s, bool *bad);
+size_t frame_unescape_path(char *s, bool *bad);
 const char *frame_quote(const char *s, char *out, size_t outsz);
 
 /* metrics.c */
@@ -440,6 +468,7 @@ long respond_park_wait(uint64_t now); /* ms until the next is due, or -1 */
 
 /* stream.c */
 struct stream *stream_open(struct context *c, const char *code);
+struct stream *stream_open_as(struct context *c, const struct stream_kind *k);
 void stream_output(struct stream *s, const char *data, size_t len, struct msg *final);
 size_t stream_take(struct stream *s, char *out, size_t max);
 char *stream_take_all(struct stream *s, size_t *len);
@@ -480,7 +509,7 @@ context_state(const struct context *c)
 static inline bool
 context_listed(const struct context *c)
 {
-	return !c->c_deleting && !c->c_pooled;
+	return !c->c_deleting && !c->c_pooled && !c->c_envd;
 }
 
 struct context *context_find(const char *id);
@@ -541,6 +570,39 @@ void waiter_request(struct context *c, struct request *rq, enum msg_type t, int 
 void waiter_answer_ready(struct context *c);
 void waiter_reply(struct context *c, struct msg *m);
 uint64_t waiter_next_req(void);
+void waiter_send(struct context *c, struct request *rq, struct msg *m);
+
+/* connect.c: Connect's streams and process.Process's messages (envd.c's) */
+extern const struct stream_kind connect_process, connect_watch;
+json_t *connect_watcher(const char *op, json_t *a);
+int connect_watch_args(const char *body, size_t len, json_t **args, const char **code,
+		       char *err, size_t errsz);
+
+/* envdstream.c: envd's server streams begun (Start, Connect, WatchDir) */
+enum MHD_Result envdstream_open(struct http_request *hr, struct context *c, const char *op);
+enum MHD_Result envdstream_error(struct http_request *hr, const char *code, const char *message);
+char *connect_error_body(const char *code, const char *message, size_t *len);
+int connect_start_args(const char *body, size_t len, json_t **args, const char **code,
+		       char *err, size_t errsz);
+int connect_selector(json_t *body, json_t *args);
+int connect_connect_args(const char *body, size_t len, json_t **args, const char **code,
+			 char *err, size_t errsz);
+int connect_signal(json_t *v);
+json_t *connect_pty_size(json_t *pty);
+json_t *connect_list(json_t *a);
+json_t *connect_entry(json_t *a);
+
+/* envd.c: envd's API on its own listener (docs/ENVD.md) */
+void envd_start(void);
+bool envd_wanted(void);
+enum MHD_Result envd_route(struct http_request *hr, const char *url, const char *method);
+bool envd_asked(struct MHD_Connection *conn, const char *url);
+const char *envd_body_refusal(struct MHD_Connection *conn, char *why, size_t whysz);
+
+/* gzip.c: gzip on envd's /files */
+int gzip_body(struct MHD_Connection *c, struct buf *body, size_t max);
+struct MHD_Response *gzip_response(struct MHD_Connection *c, const char *data, size_t len);
+void envd_free(struct http_request *hr);
 void waiter_tick(uint64_t now);
 
 /* kcache.c */

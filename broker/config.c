@@ -381,6 +381,12 @@ settle_paths(void)
 		sv.sv_cf.cf_proxy_bin = config_proxy_bin();
 	if (access(sv.sv_cf.cf_proxy_bin, X_OK) < 0)
 		fatal("proxy binary %s: %s", sv.sv_cf.cf_proxy_bin, strerror(errno));
+	/* envd's agent (envd.c) is beside the proxy */
+	const char *slash = strrchr(sv.sv_cf.cf_proxy_bin, '/');
+	sv.sv_cf.cf_envd_bin = slash ? xasprintf("%.*s/sandcell-envd",
+						 (int)(slash - sv.sv_cf.cf_proxy_bin),
+						 sv.sv_cf.cf_proxy_bin)
+				     : "sandcell-envd";
 }
 
 /* What the options leave to be worked out or checked, in order; exits on failure. */

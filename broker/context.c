@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "broker.h"
@@ -163,6 +165,12 @@ context_detach_all(void)
 	struct context *c;
 
 	while ((c = TAILQ_FIRST(&sv.sv_tb.tb_contexts))) {
+		/* envd's proxy is not kept: it has no state file to be adopted by */
+		if (c->c_envd && c->c_pl->pl_pid > 0) {
+			kill(c->c_pl->pl_pid, SIGTERM);
+			if (c->c_pl->pl_child)
+				waitpid(c->c_pl->pl_pid, NULL, 0);
+		}
 		/* kept: the next broker leases them again */
 		if (c->c_uid_lease >= 0)
 			close(c->c_uid_lease);

@@ -16,7 +16,7 @@
 
 #include "broker.h"
 
-#define METHOD_MAX 32   /* longer than any method a client sends */
+#define METHOD_MAX 32     /* longer than any method a client sends */
 #define BLANK_LINES_MAX 8 /* empty lines before a request line (RFC 9112 2.2) */
 
 bool
@@ -174,12 +174,28 @@ hexval(char ch)
 	return -1;
 }
 
+static size_t unescape(char *s, bool *bad, bool slash_ok);
+
 /*
  * Decodes %HH once, in place; returns the new length. An encoded '/' or NUL
  * stays encoded (it would split or cut an id) and sets *bad.
  */
 size_t
 frame_unescape(char *s, bool *bad)
+{
+	return unescape(s, bad, false);
+}
+
+/* The same, but an encoded '/' is one (query values carry paths: envd.c); *bad
+ * still says it was there, so a path with one is refused all the same. */
+size_t
+frame_unescape_path(char *s, bool *bad)
+{
+	return unescape(s, bad, true);
+}
+
+static size_t
+unescape(char *s, bool *bad, bool slash_ok)
 {
 	char *r = s, *w = s;
 
@@ -191,7 +207,10 @@ frame_unescape(char *s, bool *bad)
 			continue;
 		}
 		char ch = (char)(hi << 4 | lo);
-		if (ch == '/' || ch == '\0') {
+		if (ch == '/' && slash_ok) {
+			*bad = true;
+			*w++ = ch;
+		} else if (ch == '/' || ch == '\0') {
 			*bad = true;
 			memmove(w, r, 3);
 			w += 3;

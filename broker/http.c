@@ -178,7 +178,9 @@ unescape(void *cls, struct MHD_Connection *c, char *s)
 {
 	struct conn *cn = conn_of(c);
 	bool bad;
-	size_t n = frame_unescape(s, &bad);
+	/* a query's value may be a path (envd's), its %2F a '/'; a path with one is
+	 * refused below all the same (the last string MHD unescapes is the path) */
+	size_t n = frame_unescape_path(s, &bad);
 
 	(void)cls;
 	if (bad && cn)
@@ -227,6 +229,9 @@ route(struct http_request *hr, const char *url, const char *method)
 	if (caller_preflight(hr->hr_conn, method))
 		return respond_now(hr, 204,
 				   MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+	/* envd's port, or its API through this one (one URL for the whole sandbox) */
+	if (hr->hr_envd_port || envd_asked(hr->hr_conn, url))
+		return envd_route(hr, url, method);
 	if (!strcmp(url, "/health")) {
 		if (!get)
 			goto method;
@@ -366,6 +371,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		hr->hr_conn = conn;
 		hr->hr_endpoint = endpoint_of(url);
 		hr->hr_method = method_of(method);
+		hr->hr_envd_port = cn && cn->cn_envd;
 		*con_cls = hr;
 		if (cn)
 			cn->cn_in_request = true;
@@ -391,7 +397,10 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		if (cn && cn->cn_bad_at == url)
 			return respond_now(hr, 400, respond_text("the path has an encoded '/' or NUL "
 							  "(%%2F, %%00): not allowed"));
-		if ((refused = caller_body_refusal(conn, why, sizeof(why))))
+		/* envd's bodies are also files and Connect's envelopes (envd.c) */
+		if ((refused = hr->hr_envd_port || envd_asked(conn, url)
+				       ? envd_body_refusal(conn, why, sizeof(why))
+				       : caller_body_refusal(conn, why, sizeof(why))))
 			return respond_now(hr, 415, respond_text("%s", refused));
 		if (cl && strtoull(cl, NULL, 10) > sv.sv_cf.cf_max_body)
 			return respond_now(hr, 413,
@@ -451,6 +460,7 @@ on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	if (hr->hr_stream)
 		respond_closed(hr->hr_stream);
 	answer_drop(&hr->hr_rq); /* its client left while it waited */
+	envd_free(hr);
 	if (hr->hr_resp)
 		MHD_destroy_response(hr->hr_resp);
 	buf_free(&hr->hr_body);
@@ -471,6 +481,7 @@ on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
 		cn = xcalloc(1, sizeof(*cn));
 		cn->cn_fd = ci ? ci->connect_fd : -1;
 		cn->cn_since = accept_since(cn->cn_fd); /* its header timeout's start */
+		cn->cn_envd = accept_is_envd(cn->cn_fd);
 		TAILQ_INSERT_TAIL(&conns, cn, cn_link);
 		sv.sv_tb.tb_nconns++;
 		*socket_context = cn;
@@ -555,6 +566,11 @@ http_start(void)
 	openapi_init();
 	if (accept_listen(sv.sv_cf.cf_listen) < 0)
 		return -1;
+	if (envd_wanted() && accept_listen_envd(sv.sv_cf.cf_envd_listen) < 0) {
+		/* the code API serves on: envd's port may be another broker's */
+		log_err("envd: cannot listen on %s; envd's API is off", sv.sv_cf.cf_envd_listen);
+		sv.sv_cf.cf_envd_listen = NULL;
+	}
 	sv.sv_io.io_mhd = MHD_start_daemon(
 		flags, 0, NULL, NULL, on_request, NULL,
 		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first: it logs from here on */

@@ -176,6 +176,7 @@ serve_start(void)
 		exit(1);
 	template_start();
 	supervise_adopt_all();
+	envd_start();
 	/* python always, javascript when Deno is installed, as E2B does */
 	sv.sv_lc.lc_defaults = true;
 	for (int i = 0; i < 2 && !sv.sv_cf.cf_no_default; i++) {

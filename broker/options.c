@@ -122,10 +122,21 @@ level(const char *name, const char *origin)
 	return 0;
 }
 
+static int
+envd_listen(const char *where, const char *origin)
+{
+	(void)origin;
+	sv.sv_cf.cf_envd_listen = !*where || !strcmp(where, "none") ? NULL : where;
+	return 0;
+}
+
 #define CF sv.sv_cf
 static const struct opt options[] = {
     {"listen", "HOST:PORT", OPT_STRING, OPT_DST(CF.cf_listen), .o_default = "127.0.0.1:49999",
      .o_help = "HTTP address ([::1]:PORT for IPv6)"},
+    {"envd-listen", "HOST:PORT", OPT_FUNC, .o_fn = envd_listen, .o_default = "127.0.0.1:49983",
+     .o_help = "envd's API (files, commands; docs/ENVD.md), the same access token; none or '' turns it "
+	       "off, as --isolation context does"},
     {"run-dir", "DIR", OPT_STRING, OPT_DST(CF.cf_run_dir),
      .o_shown = "$XDG_RUNTIME_DIR/sandcell, else /tmp/sandcell-$UID",
      .o_help = "sockets and kernel state (0700); one broker per run dir"},

@@ -322,7 +322,7 @@ pool_create(const char *want, const char *cwd, bool is_default, struct egress_li
 	int n = 0, rc;
 
 	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
-		n += !c->c_pooled && !c->c_deleting;
+		n += !c->c_pooled && !c->c_deleting && !c->c_envd;
 	if (n >= sv.sv_cf.cf_max_contexts) {
 		snprintf(err, errsz, "too many contexts (limit %d); delete one first",
 			 sv.sv_cf.cf_max_contexts);

@@ -151,10 +151,13 @@ reader(void *cls, uint64_t pos, char *out, size_t max)
 	return 0;
 }
 
+/* An execution's NDJSON, or its kind's content type. */
 static struct MHD_Response *
-ndjson(struct MHD_Response *r)
+ndjson(struct MHD_Response *r, const struct stream *s)
 {
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+	                        s->st_kind ? s->st_kind->sk_ctype
+	                                   : "application/x-ndjson");
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
 	MHD_add_response_header(r, "X-Accel-Buffering", "no");
 	return r;
@@ -164,7 +167,8 @@ static struct MHD_Response *
 streamed(struct hstream *hs)
 {
 	return ndjson(MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, RESPONSE_BLOCK,
-	                                                reader, hs, NULL));
+	                                                reader, hs, NULL),
+	              hs->hs_s);
 }
 
 /* A stream that ended before its response went out, as one body. */
@@ -174,7 +178,7 @@ whole(struct stream *s)
 	size_t n;
 	char *body = stream_take_all(s, &n);
 
-	return ndjson(MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE));
+	return ndjson(MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE), s);
 }
 
 /*

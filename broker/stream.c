@@ -22,9 +22,8 @@ static const char keepalive[] = "{\"type\":\"keepalive\"}\n";
 /* Stream ids never repeat across broker restarts: proxies outlive us. */
 static uint64_t next_stream;
 
-/* Its client's side (st_ops) is set by the transport the request came by. */
-struct stream *
-stream_open(struct context *c, const char *code)
+static struct stream *
+open_stream(struct context *c, const char *code, const struct stream_kind *k)
 {
 	struct stream *s = xcalloc(1, sizeof(*s));
 	size_t n = strcspn(code, "\n");
@@ -39,9 +38,35 @@ stream_open(struct context *c, const char *code)
 	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_streams, s, st_link);
 	TAILQ_INSERT_TAIL(&c->c_streams, s, st_ctx_link);
 	c->c_nstreams++;
-	events_emit(json_pack("{s:s, s:I, s:s}", "event", "execution_started", "stream",
-				(json_int_t)s->st_id, "context", c->c_id));
+	s->st_kind = k;
+	if (!k)
+		events_emit(json_pack("{s:s, s:I, s:s}", "event", "execution_started", "stream",
+					(json_int_t)s->st_id, "context", c->c_id));
 	return s;
+}
+
+/* Its client's side (st_ops) is set by the transport the request came by. */
+struct stream *
+stream_open(struct context *c, const char *code)
+{
+	return open_stream(c, code, NULL);
+}
+
+/* A stream of another kind than an execution's (envd's: connect.c). */
+struct stream *
+stream_open_as(struct context *c, const struct stream_kind *k)
+{
+	return open_stream(c, "", k);
+}
+
+/* Its keepalive: an NDJSON line, or its kind's. */
+static void
+keepalive_into(struct stream *s, struct buf *b)
+{
+	if (s->st_kind)
+		buf_append(b, s->st_kind->sk_keepalive, s->st_kind->sk_keepalive_len);
+	else
+		buf_append(b, keepalive, sizeof(keepalive) - 1);
 }
 
 struct stream *
@@ -85,6 +110,8 @@ record(struct stream *s, const char *outcome, uint64_t wait_ms, uint64_t run_ms)
 	if (s->st_recorded)
 		return;
 	s->st_recorded = true;
+	if (s->st_kind)
+		return; /* not an execution */
 	if (s->st_ctx && strcmp(outcome, "cancelled"))
 		s->st_ctx->c_count++;
 	metrics_execution(s, outcome, wait_ms, run_ms);
@@ -189,6 +216,28 @@ unspill(struct stream *s)
 	}
 }
 
+/* The bytes that end s with an error (NUL-terminated; *len without it). */
+static char *
+end_bytes(struct stream *s, const char *name, const char *value, size_t *len)
+{
+	size_t n;
+	char *b;
+
+	if (s->st_kind) {
+		b = s->st_kind->sk_end(name, value, &n);
+	} else {
+		json_t *e = json_pack("{s:s, s:s, s:s, s:s}", "type", "error", "name", name,
+				      "value", value, "traceback", "");
+		char *line = json_dumps(e, JSON_COMPACT | JSON_ENSURE_ASCII);
+		json_decref(e);
+		b = xasprintf("%s\n{\"type\":\"end_of_execution\"}\n", line);
+		n = strlen(b);
+		free(line);
+	}
+	*len = n;
+	return b;
+}
+
 /* Where bytes go that must not wait on the disk: after the spill, if any. */
 static struct buf *
 tail_of(struct stream *s)
@@ -215,7 +264,7 @@ stream_free(struct stream *s)
 static void
 end_now(struct stream *s)
 {
-	buf_append(tail_of(s), s->st_end, strlen(s->st_end));
+	buf_append(tail_of(s), s->st_end, s->st_end_len);
 	s->st_final = true;
 	stream_detach(s);
 	wake(s);
@@ -246,17 +295,11 @@ finish_line(struct stream *s, const char *data, size_t len)
 static void
 stop(struct stream *s, const char *name, const char *value)
 {
-	json_t *e = json_pack("{s:s, s:s, s:s, s:s}", "type", "error", "name", name, "value",
-			      value, "traceback", "");
-	char *line = json_dumps(e, JSON_COMPACT | JSON_ENSURE_ASCII);
-
-	json_decref(e);
 	log_warn("stream %llu: %s: %s", (unsigned long long)s->st_id, name, value);
 	record(s, "output_limit", 0, now_ms() - s->st_started);
 	cancel(s);
 	s->st_overflow = true;
-	s->st_end = xasprintf("%s\n{\"type\":\"end_of_execution\"}\n", line);
-	free(line);
+	s->st_end = end_bytes(s, name, value, &s->st_end_len);
 	if (!s->st_midline)
 		end_now(s);
 }
@@ -304,7 +347,7 @@ stream_output(struct stream *s, const char *data, size_t len, struct msg *final)
 		s->st_final = false;
 		stop(s, "OutputSpillFailed", why);
 	} else {
-		if (len)
+		if (len && !s->st_kind) /* a kind's bytes come whole */
 			s->st_midline = data[len - 1] != '\n';
 		wake(s);
 		return;
@@ -317,26 +360,18 @@ stream_output(struct stream *s, const char *data, size_t len, struct msg *final)
 void
 stream_fail(struct stream *s, const char *name, const char *value, const char *outcome)
 {
-	json_t *e = json_pack("{s:s, s:s, s:s, s:s}", "type", "error", "name", name, "value",
-			      value, "traceback", "");
-	char *line = json_dumps(e, JSON_COMPACT | JSON_ENSURE_ASCII);
-	static const char end[] = "{\"type\":\"end_of_execution\"}\n";
 	struct msg fin;
-	struct buf b = {0};
+	size_t len;
 
-	json_decref(e);
 	if (!s->st_final && !s->st_gone) {
-		buf_append(&b, line, strlen(line));
-		buf_append(&b, "\n", 1);
-		buf_append(&b, end, sizeof(end) - 1);
+		char *b = end_bytes(s, name, value, &len);
 		msg_init(&fin, MSG_OUTPUT);
 		msg_set_str(&fin, F_OUTCOME, outcome, strlen(outcome));
 		msg_set_u64(&fin, F_RUN, now_ms() - s->st_started);
-		stream_output(s, b.b_data, b.b_len, &fin);
+		stream_output(s, b, len, &fin);
 		msg_free(&fin);
-		buf_free(&b);
+		free(b);
 	}
-	free(line);
 }
 
 void
@@ -422,7 +457,7 @@ void
 stream_probe(struct stream *s)
 {
 	if (backlog(s) == 0)
-		buf_append(&s->st_buf, keepalive, sizeof(keepalive) - 1);
+		keepalive_into(s, &s->st_buf);
 }
 
 /* Its client is gone: the proxy is told (CANCEL); its transport ends it. */
@@ -447,7 +482,7 @@ stream_tick(uint64_t now)
 		if (s->st_ops && s->st_ops->so_keepalive && !s->st_final && !s->st_gone &&
 		    now >= s->st_last_out + KEEPALIVE_MS && backlog(s) == 0) {
 			s->st_last_out = now;
-			buf_append(&s->st_buf, keepalive, sizeof(keepalive) - 1);
+			keepalive_into(s, &s->st_buf);
 			wake(s);
 		}
 }

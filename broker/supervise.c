@@ -77,6 +77,10 @@ supervise_spawn(struct context *c)
 		argv[n++] = (char *)sv.sv_cf.cf_kernel_user;
 	}
 	box_args(c, argv, &n);
+	if (c->c_envd) {
+		argv[n++] = "--envd";
+		argv[n++] = (char *)sv.sv_cf.cf_envd_bin;
+	}
 	if (template_socket(c->c_kernel)) {
 		argv[n++] = "--template";
 		argv[n++] = (char *)template_socket(c->c_kernel);

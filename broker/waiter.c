@@ -57,6 +57,17 @@ waiter_request(struct context *c, struct request *rq, enum msg_type t, int op)
 	msg_free(&m);
 }
 
+/* m (an envd operation) to c's proxy; its reply goes to rq->rq_reply. */
+void
+waiter_send(struct context *c, struct request *rq, struct msg *m)
+{
+	uint64_t req = waiter_next_req();
+
+	waiter_add(c, rq, req, OP_ENVD, WAIT_REPLY_MS);
+	msg_set_u64(m, F_REQ, req);
+	link_send(c, m);
+}
+
 void
 waiter_answer_ready(struct context *c)
 {
@@ -84,6 +95,11 @@ waiter_reply(struct context *c, struct msg *m)
 			break;
 	if (!rq)
 		return; /* its client left */
+	if (rq->rq_op == OP_ENVD) {
+		answer_drop(rq);
+		rq->rq_reply(rq, m);
+		return;
+	}
 	if (m->m_type == MSG_FAIL) {
 		answer_done(rq, 500, NULL, "%s", m->m_text.s);
 		return;

@@ -63,6 +63,10 @@ enum msg_type {
 	MSG_STATS, /* count: kernel output no execution owned, dropped since the last STATS */
 	/* sandcellctl -> broker */
 	CTL_ACK, /* count: replies received; the broker sends a client at most CTL_WINDOW unacked */
+	/* broker -> an envd proxy, which hands it to its agent (docs/ENVD.md);
+	 * answered OK (data) or FAIL (text, outcome: a Connect error code) */
+	MSG_ENVD, /* req, text: the operation; code: its JSON arguments; data: a file's bytes;
+		   * stream: the stream a process's events go to (MSG_OUTPUT) */
 	MSG_TYPE_MAX
 };
 
@@ -257,5 +261,12 @@ int chan_send(struct chan *ch, const struct msg *m);
 bool chan_up(struct chan *ch);
 void chan_flush(struct chan *ch, int ms); /* waits up to ms for the queue to be written */
 void chan_close(struct chan *ch);
+
+/* pipe.c: messages over a plain stream socket (the envd proxy and its agent), blocking. */
+int pipe_send(int fd, const struct msg *m);
+int pipe_recv(int fd, struct msg *m);
+/* ... and without blocking, for a loop: frames into and out of buffers */
+int pipe_frame_out(const struct msg *m, struct buf *out);
+int pipe_frame_in(struct buf *in, struct msg *m);
 
 #endif

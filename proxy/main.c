@@ -198,6 +198,8 @@ static const struct opt options[] = {
      .o_help = "a kernel still running this long after the first interrupt is restarted"},
     {"heartbeat-timeout", "MS", OPT_COUNT, OPT_DST(px.px_hb_dead_ms), 0, KERNEL_MS,
      .o_help = "an idle kernel silent this long is dead"},
+    {"envd", "AGENT", OPT_STRING, OPT_DST(px.px_envd),
+     .o_help = "the box runs envd's agent AGENT, not a kernel (docs/ENVD.md)"},
     {"template", "SOCKET", OPT_STRING, OPT_DST(px.px_template), .o_help = "fork from it"},
     {"template-wait", "MS", OPT_FUNC, .o_fn = opt_template_wait,
      .o_help = "the template is starting: wait this long for it"},
@@ -297,6 +299,13 @@ configure(const char *kernel, const char *env_file)
 	px.px_cwd = xstrdup(px.px_cwd);
 	if (sodium_init() < 0)
 		fatal("sodium_init failed");
+	if (px.px_envd) { /* no kernel: its agent (envd.c), with the global env */
+		if (px.px_envd[0] != '/' || !px.px_box.bx_on)
+			fatal("context %s: --envd needs an absolute path and --sandbox", px.px_id);
+		if (env_file && load_env_file(&px, env_file) < 0)
+			exit(1);
+		return;
+	}
 	if (lang_normalise(kernel ? kernel : px.px_lang, lang, sizeof(lang)) < 0 ||
 	    kspec_find(lang, &px.px_ks) < 0)
 		fatal("context %s: no kernelspec '%s'", px.px_id, kernel ? kernel : px.px_lang);
@@ -341,6 +350,8 @@ start(const char *kuser, unsigned long uid_arg)
 	 */
 	mallopt(M_MMAP_THRESHOLD, 256 << 10);
 
+	if (px.px_envd)
+		return; /* envd_run listens and starts its agent */
 	dispatch_init(&px); /* listens for the broker */
 	statefile_write(&px);
 	/* on failure, stay: the broker hears why (HELLO) and shuts us down */
@@ -360,6 +371,15 @@ main(int argc, char **argv)
 		fatal("signalfd: %s", strerror(errno));
 	configure(kernel, env_file);
 	start(kuser, uid_arg);
+	if (px.px_envd) {
+		envd_run(&px, sigfd);
+		sandbox_cleanup(&px.px_box, false);
+		ipc_close();
+		rm_rf(px.px_kdir);
+		rm_rf(px.px_dir);
+		log_info("context %s: envd proxy stopped", px.px_id);
+		return 0;
+	}
 	loop_run(&px, sigfd);
 
 	admit_fail_all("ContextDeleted", "the context was shut down");

@@ -237,6 +237,7 @@ struct proxy {
 	uint64_t px_interrupt_grace_ms; /* ... and this long after the first, a restart */
 	uint64_t px_hb_dead_ms; /* --heartbeat-timeout: an idle kernel silent this long is dead */
 	const char *px_template; /* the template's socket (--template), or NULL */
+	char *px_envd; /* --envd: the agent its box runs instead of a kernel (envd.c), or NULL */
 	uint64_t px_template_until; /* ... which is starting: waited for until then (ms) */
 	int px_max_starting;    /* --max-starting: kernels starting at once (0: any) */
 
@@ -344,6 +345,9 @@ int sandbox_status(const struct box *bx, int status, pid_t shown);
 void sandbox_reaped(struct box *bx);
 void sandbox_cleanup(struct box *bx, bool gone);
 json_t *sandbox_json(const struct box *bx);
+
+/* envd.c: the proxy's life with --envd */
+void envd_run(struct proxy *px, int sigfd);
 
 /* boxinit.c */
 void boxinit_wait(pid_t kid, bool watch) __attribute__((noreturn));

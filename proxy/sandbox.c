@@ -70,10 +70,15 @@ static void
 sandbox_binds(struct proxy *px)
 {
 	struct box *bx = &px->px_box;
-	const char *prog = px->px_ks->ks_argv[0];
-	char *deno = px->px_deno ? dir_of(px->px_deno) : NULL;
+	const char *prog = px->px_ks ? px->px_ks->ks_argv[0] : NULL;
+	char *deno;
 
 	bx->bx_kdir = px->px_kdir;
+	if (px->px_envd) { /* envd's agent (envd.c), and nothing of a kernel's */
+		bind_add(bx, dir_of(px->px_envd), false);
+		return;
+	}
+	deno = px->px_deno ? dir_of(px->px_deno) : NULL;
 	bind_add(bx, xstrdup(px->px_ks->ks_dir), false);
 	if (px->px_py_startup)
 		bind_add(bx, dir_of(px->px_py_startup), false);

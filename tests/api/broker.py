@@ -34,8 +34,9 @@ class Broker:
         self.url = f"http://127.0.0.1:{self.port}"
         self.run_dir = tempfile.mkdtemp(prefix="sandcell-pytest.")
         self.log = self.run_dir + ".log"
+        # (envd's fixed default port is not this walk's: --envd-listen none)
         argv = [os.path.join(BIN, "sandcell-broker"), "--listen", f"127.0.0.1:{self.port}",
-                "--run-dir", self.run_dir, "--grace", "2"] + list(args)
+                "--envd-listen", "none", "--run-dir", self.run_dir, "--grace", "2"] + list(args)
         if token:
             argv += ["--access-token", token]
         with open(self.log, "w") as log:

@@ -65,12 +65,17 @@ done
 init=$dest$prefix/lib/sandcell/sandcell-init
 check "$prefix/lib/sandcell/sandcell-init installed mode 0711 ($(stat -c %a "$init" 2>&1))" \
 	[ "$(stat -c %a "$init" 2>/dev/null)" = 711 ]
+# envd's agent runs as the contexts' uid: not readable by it either
+agent=$dest$prefix/bin/sandcell-envd
+check "$prefix/bin/sandcell-envd installed mode 0711 ($(stat -c %a "$agent" 2>&1))" \
+	[ "$(stat -c %a "$agent" 2>/dev/null)" = 711 ]
 
 # the installed broker, as a service manager starts it: no JUPYTER_PATH
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+envd_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 env -u JUPYTER_PATH -u SANDCELL_PYTHON_STARTUP "$dest$prefix/bin/sandcell-broker" \
-	--listen "127.0.0.1:$port" --run-dir "$run_dir" --no-default-context --pool 0 \
-	>>"$dest.log" 2>&1 &
+	--listen "127.0.0.1:$port" --envd-listen "127.0.0.1:$envd_port" --run-dir "$run_dir" \
+	--no-default-context --pool 0 >>"$dest.log" 2>&1 &
 broker=$!
 langs=
 for _ in $(seq 100); do
@@ -87,6 +92,14 @@ serves_openapi() {
 	curl -s --max-time 5 "http://127.0.0.1:$port/openapi.json" | grep -q '^{"openapi":"3\.1\.'
 }
 check "the installed broker serves its OpenAPI document" serves_openapi
+envd_up() {
+	for _ in $(seq 100); do
+		[ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "http://127.0.0.1:$envd_port/health")" = 204 ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+check "the installed broker's envd agent runs in its box (GET /health 204)" envd_up
 
 # as root, Python kernels are forked from the template it finds installed
 if [ "$(id -u)" = 0 ]; then

@@ -750,6 +750,10 @@ broker_restart(struct broker *b, const char *const *extra)
 	argv[n++] = listen;
 	argv[n++] = "--run-dir";
 	argv[n++] = b->b_run_dir;
+	/* envd's fixed default port is not for many brokers at once: a test that
+	 * wants envd names its own (envd_test.c; the last flag wins) */
+	argv[n++] = "--envd-listen";
+	argv[n++] = "none";
 	for (; extra && *extra && n < 60; extra++) {
 		if (!strcmp(*extra, "--no-default-context"))
 			want_default = false;

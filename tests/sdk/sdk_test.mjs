@@ -88,6 +88,7 @@ function mainText(ex) {
 
 let Sandbox;
 let NotFoundError;
+let CommandExitError;
 let sbx;
 
 async function run(code, opts = {}) {
@@ -102,6 +103,7 @@ async function main() {
     const mod = await import('@e2b/code-interpreter');
     Sandbox = mod.Sandbox;
     NotFoundError = mod.NotFoundError;
+    CommandExitError = mod.CommandExitError;
     assert.equal(typeof Sandbox?.create, 'function');
   });
   if (!Sandbox) return;
@@ -352,6 +354,207 @@ async function main() {
       assert.ok(e instanceof NotFoundError, `expected NotFoundError, got ${describeError(e)}`);
       return true;
     });
+  });
+
+  await envdChecks();
+}
+
+// Files through envd's API (docs/ENVD.md), which the SDK's debug mode sends
+// to http://localhost:49983; with SANDCELL_URL, to that one URL with
+// E2b-Sandbox-Port: 49983, which the code listener hands to envd.
+async function envdChecks() {
+  const f = sbx.files;
+  const c_run = (cmd) => sbx.commands.run(cmd);
+  await check("files.write('data.csv') then runCode reads it with pandas", async () => {
+    const info = await withTimeout(f.write('data.csv', 'a,b\n1,2\n3,4\n'), 'files.write');
+    assert.equal(info.path, '/home/user/data.csv');
+    const ex = await run("import pandas as pd\nint(pd.read_csv('data.csv')['b'].sum())");
+    assert.equal(mainText(ex), '6', describeExecution(ex));
+  });
+  await check('files.read of a file a context wrote', async () => {
+    const ex = await run("open('from_code.txt', 'w').write('made by runCode')");
+    assert.equal(ex.error, undefined, describeExecution(ex));
+    assert.equal(await withTimeout(f.read('/home/user/from_code.txt'), 'files.read'), 'made by runCode');
+  });
+  await check('a chart saved by runCode downloads with files.read as PNG bytes', async () => {
+    const ex = await run(
+      "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.savefig('chart.png')\nplt.close()",
+    );
+    assert.equal(ex.error, undefined, describeExecution(ex));
+    const png = await withTimeout(f.read('chart.png', { format: 'bytes' }), 'files.read');
+    assert.deepEqual(Array.from(png.slice(0, 4)), [0x89, 0x50, 0x4e, 0x47], 'not a PNG');
+    assert.ok(png.length > 1000, `${png.length} bytes`);
+  });
+  await check('files.read of bytes round trips', async () => {
+    const bytes = new Uint8Array([0, 1, 2, 250, 255]);
+    await withTimeout(f.write('bin/b.dat', bytes), 'files.write');
+    const got = await withTimeout(f.read('bin/b.dat', { format: 'bytes' }), 'files.read');
+    assert.deepEqual(Array.from(got), Array.from(bytes));
+  });
+  await check('files.write and files.read with gzip', async () => {
+    const text = 'x,y\n'.repeat(1000);
+    await withTimeout(f.write('gz.csv', text, { gzip: true }), 'files.write');
+    assert.equal(await withTimeout(f.read('gz.csv', { gzip: true }), 'files.read'), text);
+  });
+  await check('files.watchDir sees a file made, written and removed, recursively', async () => {
+    await withTimeout(f.makeDir('watched/sub'), 'files.makeDir');
+    const seen = [];
+    const w = await withTimeout(
+      f.watchDir('watched', (e) => seen.push(`${e.type} ${e.name}`), { recursive: true }),
+      'files.watchDir',
+    );
+    await withTimeout(f.write('watched/sub/new.txt', 'x'), 'files.write');
+    await withTimeout(c_run("rm watched/sub/new.txt"), 'commands.run');
+    for (const end = Date.now() + 10000; !seen.some((s) => s.startsWith('remove')) && Date.now() < end; )
+      await new Promise((r) => setTimeout(r, 50));
+    await w.stop();
+    assert.ok(seen.includes('create sub/new.txt'), JSON.stringify(seen));
+    assert.ok(seen.includes('write sub/new.txt'), JSON.stringify(seen));
+    assert.ok(seen.includes('remove sub/new.txt'), JSON.stringify(seen));
+  });
+  await check('files.watchDir with includeEntry gives each change its entry', async () => {
+    const entries = [];
+    const w = await withTimeout(
+      f.watchDir('watched', (e) => e.entry && entries.push(e.entry), { includeEntry: true }),
+      'files.watchDir',
+    );
+    await withTimeout(f.write('watched/with-entry.txt', '12345'), 'files.write');
+    for (const end = Date.now() + 10000; !entries.some((e) => e.size === 5) && Date.now() < end; )
+      await new Promise((r) => setTimeout(r, 50));
+    await w.stop();
+    const e = entries.find((x) => x.size === 5);
+    assert.ok(e, JSON.stringify(entries));
+    assert.equal(e.path, '/home/user/watched/with-entry.txt');
+    assert.equal(e.type, 'file');
+  });
+  await check('files.write of several files', async () => {
+    const infos = await withTimeout(
+      f.write([{ path: 'many/one.txt', data: '1' }, { path: 'many/two.txt', data: '2' }]),
+      'files.write',
+    );
+    assert.equal(infos.length, 2);
+    assert.equal(await f.read('many/two.txt'), '2');
+  });
+  await check('files.exists: true, then false for a missing path', async () => {
+    assert.equal(await withTimeout(f.exists('data.csv'), 'files.exists'), true);
+    assert.equal(await withTimeout(f.exists('no/such/file'), 'files.exists'), false);
+  });
+  await check('files.makeDir: true, then false when it exists', async () => {
+    assert.equal(await withTimeout(f.makeDir('made/deep'), 'files.makeDir'), true);
+    assert.equal(await withTimeout(f.makeDir('made/deep'), 'files.makeDir'), false);
+  });
+  await check('files.list names what is there, with types', async () => {
+    const entries = await withTimeout(f.list('/home/user/many'), 'files.list');
+    const names = entries.map((e) => e.name).sort();
+    assert.deepEqual(names, ['one.txt', 'two.txt']);
+    assert.equal(entries[0].type, 'file');
+    const top = await withTimeout(f.list('/home/user'), 'files.list');
+    assert.equal(top.find((e) => e.name === 'made')?.type, 'dir');
+  });
+  await check('files.getInfo: size and path', async () => {
+    const info = await withTimeout(f.getInfo('data.csv'), 'files.getInfo');
+    assert.equal(info.size, 12);
+    assert.equal(info.path, '/home/user/data.csv');
+  });
+  await check('files.rename moves it', async () => {
+    const info = await withTimeout(f.rename('many/one.txt', 'made/one.txt'), 'files.rename');
+    assert.equal(info.path, '/home/user/made/one.txt');
+    assert.equal(await f.exists('many/one.txt'), false);
+    assert.equal(await f.read('made/one.txt'), '1');
+  });
+  await check('files.remove, then read -> NotFoundError', async () => {
+    await withTimeout(f.remove('made'), 'files.remove');
+    assert.equal(await f.exists('made'), false);
+    await assert.rejects(f.read('made/one.txt'), (e) => {
+      assert.ok(e instanceof NotFoundError, `expected NotFoundError, got ${describeError(e)}`);
+      return true;
+    });
+  });
+  await commandChecks();
+}
+
+// Commands through envd's process.Process (docs/ENVD.md): in a box like a
+// context's, as its uid, in /home/user.
+async function commandChecks() {
+  const c = sbx.commands;
+  await check("commands.run('ls -la') lists the workspace", async () => {
+    const r = await withTimeout(c.run('ls -la'), 'commands.run');
+    assert.equal(r.exitCode, 0);
+    assert.match(r.stdout, /data\.csv/);
+  });
+  await check('commands.run: stdout and stderr live, and a non-zero exit is CommandExitError', async () => {
+    const seen = [];
+    await assert.rejects(
+      withTimeout(
+        c.run('echo out; echo err >&2; exit 3', { onStdout: (d) => seen.push(d), onStderr: (d) => seen.push(d) }),
+        'commands.run',
+      ),
+      (e) => {
+        assert.ok(e instanceof CommandExitError, `expected CommandExitError, got ${describeError(e)}`);
+        assert.equal(e.exitCode, 3);
+        assert.equal(e.stdout, 'out\n');
+        assert.equal(e.stderr, 'err\n');
+        return true;
+      },
+    );
+    assert.deepEqual(seen.sort(), ['err\n', 'out\n']);
+  });
+  await check('commands.run with cwd and envs', async () => {
+    const r = await withTimeout(c.run('pwd; echo $FOO', { cwd: '/tmp', envs: { FOO: 'bar' } }), 'commands.run');
+    assert.equal(r.stdout, '/tmp\nbar\n');
+  });
+  await check('a file a command writes is read by runCode', async () => {
+    await withTimeout(c.run("echo 'from a command' > cmd.txt"), 'commands.run');
+    const ex = await run("open('cmd.txt').read().strip()");
+    assert.equal(mainText(ex), 'from a command', describeExecution(ex));
+  });
+  await check('a background command is listed, killed, and no longer listed', async () => {
+    const h = await withTimeout(c.run('sleep 60', { background: true }), 'commands.run');
+    assert.ok(h.pid > 0, `pid ${h.pid}`);
+    const listed = await withTimeout(c.list(), 'commands.list');
+    const mine = listed.find((p) => p.pid === h.pid);
+    assert.ok(mine, `pid ${h.pid} not in ${JSON.stringify(listed)}`);
+    assert.deepEqual(mine.args, ['-l', '-c', 'sleep 60']);
+    assert.equal(await withTimeout(h.kill(), 'kill'), true);
+    await assert.rejects(withTimeout(h.wait(), 'wait'));
+    const after = await withTimeout(c.list(), 'commands.list');
+    assert.equal(after.find((p) => p.pid === h.pid), undefined);
+    assert.equal(await c.kill(h.pid), false);
+  });
+  await check('commands.connect follows a running command to its end, beside its first client', async () => {
+    const h = await withTimeout(c.run('sleep 1; echo later', { background: true }), 'commands.run');
+    const again = await withTimeout(c.connect(h.pid), 'commands.connect');
+    const r = await withTimeout(again.wait(), 'wait');
+    assert.equal(r.stdout, 'later\n');
+    assert.equal((await withTimeout(h.wait(), 'wait')).stdout, 'later\n');
+    await assert.rejects(withTimeout(c.connect(999999), 'commands.connect'));
+  });
+  await check('pty.create: an interactive shell takes input, answers, resizes and is killed', async () => {
+    let out = '';
+    const dec = new TextDecoder();
+    const enc = new TextEncoder();
+    const until = async (re) => {
+      for (const end = Date.now() + 15000; !re.test(out) && Date.now() < end; )
+        await new Promise((r) => setTimeout(r, 50));
+      assert.match(out, re);
+    };
+    const h = await withTimeout(
+      sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d); } }),
+      'pty.create',
+    );
+    await withTimeout(sbx.pty.sendInput(h.pid, enc.encode('echo pty-$((6*7))\n')), 'pty.sendInput');
+    await until(/pty-42/);
+    await withTimeout(sbx.pty.resize(h.pid, { cols: 100, rows: 30 }), 'pty.resize');
+    await withTimeout(sbx.pty.sendInput(h.pid, enc.encode('stty size\n')), 'pty.sendInput');
+    await until(/30 100/);
+    assert.equal(await withTimeout(h.kill(), 'kill'), true);
+  });
+  await check('stdin: sendStdin then closeStdin reach a background cat', async () => {
+    const h = await withTimeout(c.run('cat', { background: true, stdin: true }), 'commands.run');
+    await withTimeout(c.sendStdin(h.pid, 'piped in\n'), 'sendStdin');
+    await withTimeout(c.closeStdin(h.pid), 'closeStdin');
+    const r = await withTimeout(h.wait(), 'wait');
+    assert.equal(r.stdout, 'piped in\n');
   });
 }
 

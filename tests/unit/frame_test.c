@@ -43,6 +43,22 @@ Test(frame_unescape, decodes_once_and_keeps_encoded_slash_and_nul)
 	}
 }
 
+/* query values: an encoded '/' is one, and said; NUL still stays encoded and is bad */
+Test(frame_unescape, the_path_form_decodes_slash_but_not_nul)
+{
+	char buf[64];
+	bool bad;
+
+	snprintf(buf, sizeof(buf), "%%2Fhome%%2fuser%%2Fa%%20b.csv");
+	cr_expect_eq(frame_unescape_path(buf, &bad), strlen("/home/user/a b.csv"));
+	cr_expect_str_eq(buf, "/home/user/a b.csv");
+	cr_expect(bad); /* it had one: a path with it is still refused */
+	snprintf(buf, sizeof(buf), "a%%00b%%252F");
+	frame_unescape_path(buf, &bad);
+	cr_expect_str_eq(buf, "a%00b%2F"); /* once: %25 is '%' */
+	cr_expect(bad);
+}
+
 Test(frame_quote, echoes_printable_ascii_escapes_the_rest_and_stays_bounded)
 {
 	char out[16];

@@ -75,7 +75,7 @@ static const struct {
      FB(F_FINAL) | FB(F_OUTCOME) | FB(F_WAIT) | FB(F_RUN)},
     {MSG_STATE, "STATE", FB(F_STATE), KSTAT | FB(F_TEXT)},
     {MSG_OK, "OK", FB(F_REQ), FB(F_TEXT) | FB(F_DATA) | KSTAT | FB(F_PID)},
-    {MSG_FAIL, "FAIL", FB(F_REQ) | FB(F_TEXT), 0},
+    {MSG_FAIL, "FAIL", FB(F_REQ) | FB(F_TEXT), FB(F_OUTCOME)},
     {MSG_END, "END", FB(F_REQ), 0},
     {CTL_STATUS, "CTL_STATUS", FB(F_REQ), 0},
     {CTL_CONTEXTS, "CTL_CONTEXTS", FB(F_REQ), 0},
@@ -94,6 +94,7 @@ static const struct {
     {CTL_STOP_KEEPS, "CTL_STOP_KEEPS", FB(F_REQ), 0},
     {MSG_STATS, "STATS", FB(F_COUNT), FB(F_REFUSED)},
     {CTL_ACK, "CTL_ACK", FB(F_COUNT), 0},
+    {MSG_ENVD, "ENVD", FB(F_REQ) | FB(F_TEXT) | FB(F_CODE), FB(F_DATA) | FB(F_STREAM)},
 };
 #define NTYPES (sizeof(types) / sizeof(types[0]))
 

@@ -1,0 +1,691 @@
+/*
+ * envd.c — envd's API (E2B's in-sandbox daemon) on the --envd-listen
+ * listener (docs/ENVD.md): GET /health, GET and POST /files, and
+ * filesystem.Filesystem's unary calls in Connect's JSON. Each operation goes
+ * as a MSG_ENVD to the envd context, a hidden context whose proxy runs
+ * envd's agent in a box like a context's (proxy/envd.c, envd/agent.c); the
+ * agent's answer is checked here and rebuilt in proto3's JSON mapping.
+ * http.c hands a request here after its own checks (token, limits) when it
+ * came through the envd listener.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <sodium.h>
+
+#include "broker.h"
+
+#define CT_JSON "application/json"
+#define ENVD_MAX_FILES 256
+
+/* One file of an upload: where it goes, and its bytes in the request's body. */
+struct envd_file {
+	char *ef_path;
+	struct buf ef_data;
+};
+
+/* What an envd request is doing (its http_request's hr_envd). */
+struct envd_call {
+	const char *ec_op; /* the agent's operation */
+	bool ec_rpc;       /* Connect's error form, else /files' */
+	struct envd_file ec_files[ENVD_MAX_FILES];
+	size_t ec_nfiles, ec_next;
+	bool ec_too_many;
+	json_t *ec_done; /* an upload's EntryInfo[] so far */
+	struct MHD_PostProcessor *ec_pp;
+};
+
+/* The envd context: hidden, found by its flag (a respawn or a free may change it). */
+static struct context *
+envd_context(void)
+{
+	struct context *c;
+
+	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
+	if (c->c_envd && !c->c_deleting)
+		return c;
+	return NULL;
+}
+
+/* Connect's codes and the HTTP status each maps to. */
+static const struct {
+	const char *code;
+	unsigned status;
+} codes[] = {
+    {"canceled", 499},
+    {"unknown", 500},
+    {"invalid_argument", 400},
+    {"deadline_exceeded", 504},
+    {"not_found", 404},
+    {"already_exists", 409},
+    {"permission_denied", 403},
+    {"resource_exhausted", 429},
+    {"failed_precondition", 400},
+    {"aborted", 409},
+    {"out_of_range", 400},
+    {"unimplemented", 501},
+    {"internal", 500},
+    {"unavailable", 503},
+    {"data_loss", 500},
+    {"unauthenticated", 401},
+};
+
+static unsigned
+status_of(const char **code)
+{
+	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
+		if (*code && !strcmp(*code, codes[i].code))
+			return codes[i].status;
+	*code = "internal"; /* an agent's word we do not know */
+	return 500;
+}
+
+/* An error as envd gives it: Connect's {code, message}, or /files' {message, code:
+ * status}. */
+static struct MHD_Response *
+envd_error(bool rpc, const char *code, unsigned *status, const char *msg)
+{
+	unsigned st = status_of(&code);
+
+	/* /files: a full workspace is 507, as envd's */
+	if (!rpc && !strcmp(code, "resource_exhausted"))
+		st = 507;
+	*status = st;
+	if (rpc)
+		return respond_json(
+		    json_pack("{s:s, s:s}", "code", code, "message", msg));
+	return respond_json(json_pack("{s:s, s:i}", "message", msg, "code", (int)st));
+}
+
+static enum MHD_Result
+fail_now(struct http_request *hr, bool rpc, const char *code, const char *msg)
+{
+	unsigned st;
+	struct MHD_Response *r = envd_error(rpc, code, &st, msg);
+
+	return respond_now(hr, st, r);
+}
+
+static void
+fail_later(struct http_request *hr, bool rpc, const char *code, const char *msg)
+{
+	unsigned st;
+	struct MHD_Response *r = envd_error(rpc, code, &st, msg);
+
+	respond_complete(hr, st, r);
+}
+
+static void send_op(struct http_request *hr, const char *op, json_t *args,
+                    const struct buf *data);
+
+/* The agent's OK for an operation, as the HTTP answer (or the upload's next file). */
+static void
+answer_ok(struct http_request *hr, struct envd_call *ec, struct msg *m)
+{
+	json_t *a = NULL, *out = NULL;
+
+	if (!strcmp(ec->ec_op, "read")) {
+		respond_complete(hr, 200,
+		                 gzip_response(hr->hr_conn, m->m_data.s, m->m_data.len));
+		return;
+	}
+	a = json_loadb(m->m_data.s, m->m_data.len, 0, NULL);
+	if (!strcmp(ec->ec_op, "remove") || !strcmp(ec->ec_op, "signal") ||
+	    !strcmp(ec->ec_op, "input") || !strcmp(ec->ec_op, "close_stdin") ||
+	    !strcmp(ec->ec_op, "resize") || !strcmp(ec->ec_op, "wremove")) {
+		out = json_object();
+	} else if (!strcmp(ec->ec_op, "wcreate") || !strcmp(ec->ec_op, "wevents")) {
+		out = connect_watcher(ec->ec_op, a);
+	} else if (!strcmp(ec->ec_op, "plist")) {
+		out = connect_list(a);
+	} else if (!strcmp(ec->ec_op, "list") && json_is_array(a)) {
+		size_t i;
+		json_t *v, *entries = json_array();
+		json_array_foreach(a, i, v)
+		{
+			json_t *e = connect_entry(v);
+			if (!e) { /* one bad entry: the answer is not the agent's to shape
+				   */
+				json_decref(entries);
+				entries = NULL;
+				break;
+			}
+			json_array_append_new(entries, e);
+		}
+		if (entries)
+			out = json_pack("{s:o}", "entries", entries);
+	} else if (!strcmp(ec->ec_op, "write")) {
+		json_t *e = connect_entry(a);
+		json_decref(a);
+		if (!e) {
+			log_warn(
+			    "envd: the agent's answer to write is not what it must be");
+			fail_later(hr, false, "internal",
+			           "the envd agent's answer is malformed");
+			return;
+		}
+		json_array_append_new(
+		    ec->ec_done,
+		    json_pack("{s:O, s:O, s:s}", "name", json_object_get(e, "name"),
+		              "path", json_object_get(e, "path"), "type", "file"));
+		json_decref(e);
+		if (ec->ec_next < ec->ec_nfiles) { /* the next file of the upload */
+			struct envd_file *f = &ec->ec_files[ec->ec_next++];
+			send_op(hr, "write", json_pack("{s:s}", "path", f->ef_path),
+			        &f->ef_data);
+			return;
+		}
+		respond_complete(hr, 200, respond_json(json_incref(ec->ec_done)));
+		return;
+	} else if (strcmp(ec->ec_op, "list") && strcmp(ec->ec_op, "plist") &&
+	           ec->ec_op[0] != 'w') {
+		json_t *e = connect_entry(a);
+		if (e)
+			out = json_pack("{s:o}", "entry", e);
+	}
+	json_decref(a);
+	if (!out) {
+		log_warn("envd: the agent's answer to %s is not what it must be",
+		         ec->ec_op);
+		fail_later(hr, ec->ec_rpc, "internal",
+		           "the envd agent's answer is malformed");
+		return;
+	}
+	respond_complete(hr, 200, respond_json(out));
+}
+
+/* The proxy's reply to a MSG_ENVD (waiter.c calls it through rq_reply). */
+static void
+envd_reply(struct request *rq, struct msg *m)
+{
+	struct http_request *hr = (struct http_request *)rq;
+	struct envd_call *ec = hr->hr_envd;
+
+	if (m->m_type == MSG_FAIL) {
+		const char *code =
+		    (m->m_has & FB(F_OUTCOME)) ? m->m_outcome.s : "internal";
+		fail_later(hr, ec->ec_rpc, code, m->m_text.s);
+		return;
+	}
+	answer_ok(hr, ec, m);
+}
+
+/* One operation to the agent; its reply completes the request (envd_reply). */
+static void
+send_op(struct http_request *hr, const char *op, json_t *args, const struct buf *data)
+{
+	struct envd_call *ec = hr->hr_envd;
+	char *s = json_dumps(args, JSON_COMPACT);
+	struct msg m;
+
+	json_decref(args);
+	ec->ec_op = op;
+	msg_init(&m, MSG_ENVD);
+	msg_set_str(&m, F_TEXT, op, strlen(op));
+	msg_set_str(&m, F_CODE, s, strlen(s));
+	if (data)
+		msg_set_str(&m, F_DATA, data->b_data ? buf_head(data) : "",
+		            buf_pending(data));
+	free(s);
+	hr->hr_rq.rq_reply = envd_reply;
+	waiter_send(envd_context(), &hr->hr_rq, &m);
+	msg_free(&m);
+	if (!hr->hr_suspended)
+		answer_wait(&hr->hr_rq);
+}
+
+/* The request's query argument k, or NULL. */
+static const char *
+arg(struct http_request *hr, const char *k)
+{
+	return MHD_lookup_connection_value(hr->hr_conn, MHD_GET_ARGUMENT_KIND, k);
+}
+
+/* envd's users: "user", and "root", which is the same tenant here (docs/ENVD.md). */
+static bool
+user_known(const char *u)
+{
+	return !u || !strcmp(u, "user") || !strcmp(u, "root");
+}
+
+static enum MHD_Result
+upload_part(void *cls, enum MHD_ValueKind kind, const char *key, const char *filename,
+            const char *type, const char *enc, const char *data, uint64_t off,
+            size_t size)
+{
+	struct http_request *hr = cls;
+	struct envd_call *ec = hr->hr_envd;
+	const char *path = arg(hr, "path");
+
+	(void)kind;
+	(void)type;
+	(void)enc;
+	if (strcmp(key, "file"))
+		return MHD_YES; /* envd reads the field "file" alone */
+	if (off == 0) {
+		if (ec->ec_nfiles == ENVD_MAX_FILES) {
+			ec->ec_too_many = true;
+			return MHD_NO;
+		}
+		struct envd_file *f = &ec->ec_files[ec->ec_nfiles++];
+		/* the query's path for one file; a file's own name otherwise */
+		f->ef_path = xstrdup(path && *path ? path : filename ? filename : "");
+	}
+	buf_append(&ec->ec_files[ec->ec_nfiles - 1].ef_data, data, size);
+	return MHD_YES;
+}
+
+static enum MHD_Result
+do_upload(struct http_request *hr)
+{
+	struct envd_call *ec = hr->hr_envd;
+	const char *ct = MHD_lookup_connection_value(hr->hr_conn, MHD_HEADER_KIND,
+	                                             MHD_HTTP_HEADER_CONTENT_TYPE);
+	const char *path = arg(hr, "path");
+	int z = gzip_body(hr->hr_conn, &hr->hr_body, sv.sv_cf.cf_max_body);
+
+	if (z == -EFBIG)
+		return respond_now(hr, 413,
+		                   respond_json(json_pack(
+		                       "{s:s, s:i}", "message",
+		                       "the body inflates past the limit", "code", 413)));
+	if (z < 0)
+		return fail_now(hr, false, "invalid_argument",
+		                z == -ENOTSUP ? "Content-Encoding: gzip or identity"
+		                              : "not gzip");
+	ec->ec_done = json_array();
+	if (ct && !strncasecmp(ct, "application/octet-stream", 24)) {
+		if (!path || !*path)
+			return fail_now(hr, false, "invalid_argument",
+			                "the path query parameter is required with "
+			                "application/octet-stream");
+		ec->ec_files[0].ef_path = xstrdup(path);
+		ec->ec_files[0].ef_data = hr->hr_body;
+		memset(&hr->hr_body, 0, sizeof(hr->hr_body));
+		ec->ec_nfiles = 1;
+	} else if (ct && !strncasecmp(ct, "multipart/form-data", 19)) {
+		ec->ec_pp =
+		    MHD_create_post_processor(hr->hr_conn, 64 << 10, upload_part, hr);
+		if (!ec->ec_pp ||
+		    MHD_post_process(ec->ec_pp,
+		                     hr->hr_body.b_data ? buf_head(&hr->hr_body) : "",
+		                     buf_pending(&hr->hr_body)) != MHD_YES)
+			return fail_now(hr, false, "invalid_argument",
+			                ec->ec_too_many
+			                    ? "too many files in one upload"
+			                    : "the multipart body does not parse");
+	} else {
+		return fail_now(
+		    hr, false, "invalid_argument",
+		    "the body must be multipart/form-data or application/octet-stream");
+	}
+	if (!ec->ec_nfiles)
+		return fail_now(hr, false, "invalid_argument",
+		                "no field 'file' in the upload");
+	for (size_t i = 0; i < ec->ec_nfiles; i++)
+		if (!*ec->ec_files[i].ef_path)
+			return fail_now(
+			    hr, false, "invalid_argument",
+			    "a file has no path: give the path query parameter or "
+			    "the part's filename");
+	ec->ec_next = 1;
+	send_op(hr, "write", json_pack("{s:s}", "path", ec->ec_files[0].ef_path),
+	        &ec->ec_files[0].ef_data);
+	return MHD_YES;
+}
+
+/* filesystem.Filesystem's unary calls: Connect, JSON. */
+static enum MHD_Result
+do_rpc(struct http_request *hr, const char *method)
+{
+	static const struct {
+		const char *rpc, *op;
+	} ops[] = {{"Stat", "stat"},
+	           {"ListDir", "list"},
+	           {"MakeDir", "mkdir"},
+	           {"Move", "move"},
+	           {"Remove", "remove"},
+	           {"CreateWatcher", "wcreate"},
+	           {"GetWatcherEvents", "wevents"},
+	           {"RemoveWatcher", "wremove"}};
+	const char *ct = MHD_lookup_connection_value(hr->hr_conn, MHD_HEADER_KIND,
+	                                             MHD_HTTP_HEADER_CONTENT_TYPE);
+	json_error_t jerr;
+	json_t *body, *args;
+	const char *op = NULL;
+	char msg[256];
+
+	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+		if (!strcmp(method, ops[i].rpc))
+			op = ops[i].op;
+	if (!op)
+		return fail_now(hr, true, "unimplemented",
+		                "this envd does not serve that method (docs/ENVD.md)");
+	if (!ct || strncasecmp(ct, CT_JSON, strlen(CT_JSON)) ||
+	    (ct[strlen(CT_JSON)] && ct[strlen(CT_JSON)] != ';')) {
+		struct MHD_Response *r =
+		    respond_text("unary calls take application/json");
+		return respond_now(hr, 415, r);
+	}
+	body = hr->hr_body.b_len ? json_loadb(buf_head(&hr->hr_body),
+	                                      buf_pending(&hr->hr_body), 0, &jerr)
+	                         : json_object();
+	if (!json_is_object(body)) {
+		json_decref(body);
+		return fail_now(hr, true, "invalid_argument",
+		                "the body is not a JSON object");
+	}
+	/* proto3 JSON: camelCase or the proto's names; unknown fields ignored */
+	args = json_object();
+	if (!strcmp(op, "move")) {
+		json_object_set(args, "source", json_object_get(body, "source"));
+		json_object_set(args, "destination",
+		                json_object_get(body, "destination"));
+	} else if (!strcmp(op, "wevents") || !strcmp(op, "wremove")) {
+		json_object_set(args, "id", json_object_get(body, "watcherId"));
+	} else {
+		json_object_set(args, "path", json_object_get(body, "path"));
+	}
+	if (!strcmp(op, "wcreate")) {
+		json_object_set_new(
+		    args, "recursive",
+		    json_boolean(json_is_true(json_object_get(body, "recursive"))));
+		json_object_set_new(
+		    args, "entry",
+		    json_boolean(json_is_true(json_object_get(body, "includeEntry"))));
+	}
+	if (!strcmp(op, "list")) {
+		json_t *d = json_object_get(body, "depth");
+		json_int_t depth = 1;
+		if (json_is_integer(d))
+			depth = json_integer_value(d);
+		else if (json_is_string(d)) /* a uint32 may come as a string */
+			depth = strtoll(json_string_value(d), NULL, 10);
+		else if (d && !json_is_null(d))
+			depth = -1;
+		if (depth < 0 || depth > UINT32_MAX) {
+			json_decref(body);
+			json_decref(args);
+			return fail_now(hr, true, "invalid_argument",
+			                "depth: a uint32 is required");
+		}
+		json_object_set_new(args, "depth", json_integer(depth));
+	}
+	json_decref(body);
+	json_t *v;
+	const char *k;
+	json_object_foreach(args, k, v)
+	{
+		if (strcmp(k, "depth") && strcmp(k, "recursive") && strcmp(k, "entry") &&
+		    !json_is_string(v)) {
+			snprintf(msg, sizeof(msg), "%s: a string is required", k);
+			json_decref(args);
+			return fail_now(hr, true, "invalid_argument", msg);
+		}
+	}
+	send_op(hr, op, args, NULL);
+	return MHD_YES;
+}
+
+/* process.Process's unary calls: List, SendSignal, SendInput, CloseStdin. */
+static enum MHD_Result
+do_process_rpc(struct http_request *hr, const char *method)
+{
+	const char *ct = MHD_lookup_connection_value(hr->hr_conn, MHD_HEADER_KIND,
+	                                             MHD_HTTP_HEADER_CONTENT_TYPE);
+	json_t *body, *args = json_object();
+	struct buf data = {0};
+	const char *op = "plist";
+
+	if (strcmp(method, "List") && strcmp(method, "SendSignal") &&
+	    strcmp(method, "SendInput") && strcmp(method, "CloseStdin") &&
+	    strcmp(method, "Update")) {
+		json_decref(args);
+		return fail_now(hr, true, "unimplemented",
+		                "this envd does not serve that method (docs/ENVD.md)");
+	}
+	if (!ct || strncasecmp(ct, CT_JSON, strlen(CT_JSON))) {
+		json_decref(args);
+		return respond_now(hr, 415,
+		                   respond_text("unary calls take application/json"));
+	}
+	body = hr->hr_body.b_len ? json_loadb(buf_head(&hr->hr_body),
+	                                      buf_pending(&hr->hr_body), 0, NULL)
+	                         : json_object();
+	if (!json_is_object(body)) {
+		json_decref(body);
+		json_decref(args);
+		return fail_now(hr, true, "invalid_argument",
+		                "the body is not a JSON object");
+	}
+	if (!strcmp(method, "List")) {
+		op = "plist";
+	} else if (connect_selector(body, args) < 0) {
+		json_decref(body);
+		json_decref(args);
+		return fail_now(hr, true, "invalid_argument",
+		                "process: a pid or a tag is required");
+	} else if (!strcmp(method, "SendSignal")) {
+		int sig = connect_signal(json_object_get(body, "signal"));
+		op = "signal";
+		if (!sig) {
+			json_decref(body);
+			json_decref(args);
+			return fail_now(hr, true, "invalid_argument",
+			                "signal: SIGNAL_SIGKILL or SIGNAL_SIGTERM");
+		}
+		json_object_set_new(args, "signal", json_integer(sig));
+	} else if (!strcmp(method, "SendInput")) {
+		json_t *input = json_object_get(body, "input");
+		json_t *in = json_object_get(input, "stdin")
+		                 ? json_object_get(input, "stdin")
+		                 : json_object_get(input, "pty");
+		const char *b64 = json_string_value(in);
+		size_t n = b64 ? strlen(b64) : 0, got = 0;
+		unsigned char *bin = xmalloc(n + 1);
+		op = "input";
+		if (!b64 || sodium_base642bin(bin, n + 1, b64, n, NULL, &got, NULL,
+		                              sodium_base64_VARIANT_ORIGINAL) < 0) {
+			free(bin);
+			json_decref(body);
+			json_decref(args);
+			return fail_now(
+			    hr, true, "invalid_argument",
+			    "input.stdin or input.pty: base64 bytes are required");
+		}
+		buf_append(&data, bin, got);
+		free(bin);
+	} else if (!strcmp(method, "CloseStdin")) {
+		op = "close_stdin";
+	} else if (!strcmp(method, "Update")) { /* a PTY's size */
+		json_t *size = connect_pty_size(json_object_get(body, "pty"));
+		op = "resize";
+		if (!size) {
+			json_decref(body);
+			json_decref(args);
+			return fail_now(hr, true, "invalid_argument",
+			                "pty.size: cols and rows are required");
+		}
+		json_object_update(args, size);
+		json_decref(size);
+	}
+	json_decref(body);
+	send_op(hr, op, args, buf_pending(&data) ? &data : NULL);
+	buf_free(&data);
+	return MHD_YES;
+}
+
+/*
+ * Whether a request to the code listener is envd's: the port E2B's proxies
+ * name (E2b-Sandbox-Port: 49983, envd's), or a path only envd has.
+ */
+bool
+envd_asked(struct MHD_Connection *conn, const char *url)
+{
+	const char *port =
+	    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Port");
+
+	if (port)
+		return !strcmp(port, "49983");
+	return !strcmp(url, "/files") || !strncmp(url, "/filesystem.Filesystem/", 23) ||
+	       !strncmp(url, "/process.Process/", 17);
+}
+
+/*
+ * Why an envd request's body is refused (415), or NULL: besides JSON
+ * (caller.c's rule), a file's bytes, a multipart upload and Connect's
+ * envelopes. (A web page's cross-origin request was refused before this, by
+ * its Origin.)
+ */
+const char *
+envd_body_refusal(struct MHD_Connection *conn, char *why, size_t whysz)
+{
+	static const char *const types[] = {"application/octet-stream",
+	                                    "multipart/form-data",
+	                                    "application/connect+json"};
+	const char *ct =
+	    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
+
+	for (size_t i = 0; ct && i < sizeof(types) / sizeof(types[0]); i++) {
+		size_t n = strlen(types[i]);
+		const char *t = ct + strspn(ct, " \t");
+		if (!strncasecmp(t, types[i], n) && strchr(" \t;", t[n]))
+			return NULL; /* strchr finds the NUL too: the type alone */
+	}
+	return caller_body_refusal(conn, why, whysz);
+}
+
+/* The envd listener's requests, after http.c's checks. */
+enum MHD_Result
+envd_route(struct http_request *hr, const char *url, const char *method)
+{
+	bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+	bool post = !strcmp(method, "POST");
+	struct context *c = envd_context();
+	bool ready =
+	    c && c->c_ready && c->c_pl->pl_state != KS_DEAD && c->c_pl->pl_pid > 0;
+	bool rpc = !strncmp(url, "/filesystem.Filesystem/", 23);
+	bool process = !strncmp(url, "/process.Process/", 17);
+
+	if (!strcmp(url, "/health")) {
+		if (!get)
+			return respond_now(hr, 405, respond_text("GET /health"));
+		/* ready when its agent is: what a client waits for */
+		if (!ready)
+			return respond_now(
+			    hr, 503,
+			    respond_text(c ? "envd is starting"
+			                   : "envd is off here (docs/ENVD.md)"));
+		return respond_now(
+		    hr, 204,
+		    MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT));
+	}
+	if (strcmp(url, "/files") && !rpc && !process)
+		return fail_now(hr, false, "not_found", "no such endpoint");
+	rpc |= process;
+	if (!ready)
+		return fail_now(hr, rpc, "unavailable",
+		                "envd is not running (yet): try again");
+	hr->hr_envd = xcalloc(1, sizeof(struct envd_call));
+	((struct envd_call *)hr->hr_envd)->ec_rpc = rpc;
+	if (process) {
+		if (!post)
+			return respond_now(hr, 405,
+			                   respond_text("Connect calls are POST"));
+		if (!strcmp(url + 17, "Start") || !strcmp(url + 17, "Connect"))
+			return envdstream_open(hr, c,
+			                       url[17] == 'S' ? "start" : "connect");
+		if (!strcmp(url + 17, "StreamInput"))
+			return envdstream_error(
+			    hr, "unimplemented",
+			    "this envd does not serve that method yet (docs/ENVD.md)");
+		return do_process_rpc(hr, url + 17);
+	}
+	if (rpc) {
+		if (!post)
+			return respond_now(hr, 405,
+			                   respond_text("Connect calls are POST"));
+		if (!strcmp(url + 23, "WatchDir"))
+			return envdstream_open(hr, c, "watch");
+		return do_rpc(hr, url + 23);
+	}
+	if (!user_known(arg(hr, "username")))
+		return fail_now(hr, false, "unauthenticated",
+		                "no such user: envd knows 'user' and 'root'");
+	if (get) {
+		const char *path = arg(hr, "path");
+		if (!path || !*path)
+			return fail_now(hr, false, "invalid_argument",
+			                "the path query parameter is required");
+		send_op(hr, "read", json_pack("{s:s}", "path", path), NULL);
+		return MHD_YES;
+	}
+	if (post)
+		return do_upload(hr);
+	return respond_now(hr, 405, respond_text("GET or POST /files"));
+}
+
+/* An envd request's leftovers, as MHD ends it. */
+void
+envd_free(struct http_request *hr)
+{
+	struct envd_call *ec = hr->hr_envd;
+
+	if (!ec)
+		return;
+	for (size_t i = 0; i < ec->ec_nfiles; i++) {
+		free(ec->ec_files[i].ef_path);
+		buf_free(&ec->ec_files[i].ef_data);
+	}
+	if (ec->ec_pp)
+		MHD_destroy_post_processor(ec->ec_pp);
+	json_decref(ec->ec_done);
+	free(ec);
+	hr->hr_envd = NULL;
+}
+
+/*
+ * The envd context, as the broker starts: hidden (not listed, not counted),
+ * its proxy started with --envd and the contexts' box flags; its proxy is
+ * respawned as any context's when it dies (supervise.c).
+ */
+void
+envd_start(void)
+{
+	struct context *c;
+
+	if (!sv.sv_cf.cf_envd_listen)
+		return;
+	c = context_new(NULL, "envd", "envd", BOX_HOME, false);
+	c->c_envd = true;
+	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_contexts, c, c_link);
+	if (link_open(c, c->c_id) < 0 || supervise_spawn(c) < 0) {
+		log_err("envd: could not start its proxy; the envd listener answers 503");
+		context_free(c);
+		return;
+	}
+	log_info("envd: listening on http://%s, agent's proxy pid %d",
+	         sv.sv_cf.cf_envd_listen, (int)c->c_pl->pl_pid);
+}
+
+/*
+ * Whether envd's listener opens: it needs the one sandbox of the contexts,
+ * which --isolation context (a box per context) and --no-sandbox lack.
+ */
+bool
+envd_wanted(void)
+{
+	if (!sv.sv_cf.cf_envd_listen)
+		return false;
+	if (sv.sv_cf.cf_isolated || !sv.sv_cf.cf_sandbox) {
+		log_info("envd: off (%s: no single sandbox for its files)",
+		         sv.sv_cf.cf_isolated ? "--isolation context" : "--no-sandbox");
+		sv.sv_cf.cf_envd_listen = NULL;
+		return false;
+	}
+	return true;
+}

@@ -1,0 +1,1116 @@
+/*
+ * envd_test.c — envd's API on --envd-listen (docs/ENVD.md), over HTTP with
+ * libcurl as the SDKs speak it: /health, /files both ways (multipart and
+ * octet-stream), filesystem.Filesystem's unary calls in Connect's JSON, its
+ * errors, and that its files are the contexts' files and nothing beyond
+ * what a kernel can reach.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <zlib.h>
+
+#include "harness.h"
+
+static char envd_at[32] = "127.0.0.1:49983", envd_url[64];
+
+/* envd's port: a free one, chosen before the shared broker starts, and the
+ * same in criterion's workers (they inherit the environment) */
+__attribute__((constructor)) static void
+pick_port(void)
+{
+	const char *had = getenv("SANDCELL_TEST_ENVD_PORT");
+	int port = had ? atoi(had) : free_port();
+	char num[16];
+
+	snprintf(num, sizeof(num), "%d", port);
+	setenv("SANDCELL_TEST_ENVD_PORT", num, 1);
+
+	snprintf(envd_at, sizeof(envd_at), "127.0.0.1:%d", port);
+	snprintf(envd_url, sizeof(envd_url), "http://127.0.0.1:%d", port);
+}
+
+HARNESS_SHARED_BROKER("--envd-listen", envd_at, "--max-body", "1M", "--env",
+                      "SANDCELL_TEST_GLOBAL=everywhere");
+
+#define URL test_url()
+
+/* One request to envd: body of len bytes as ctype (or none), the answer in r. */
+static void
+envd(const char *method, const char *path, const char *ctype, const char *body,
+     size_t len, struct resp *r)
+{
+	CURL *c = curl_easy_init();
+	struct curl_slist *h = NULL;
+	struct sink s = {0};
+	char url[1024], head[160];
+	char *ct = NULL;
+
+	memset(r, 0, sizeof(*r));
+	snprintf(url, sizeof(url), "%s%s", envd_url, path);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	if (ctype) {
+		snprintf(head, sizeof(head), "Content-Type: %s", ctype);
+		h = curl_slist_append(h, head);
+	}
+	h = curl_slist_append(h, "Expect:");
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+	if (body) {
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)len);
+	}
+	cr_assert_eq(curl_easy_perform(c), CURLE_OK, "%s %s: no answer", method, path);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->r_status);
+	curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
+	if (ct)
+		snprintf(r->r_ctype, sizeof(r->r_ctype), "%s", ct);
+	r->r_body = s.data ? s.data : strdup("");
+	r->r_len = s.len;
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+}
+
+/* A Connect unary call of service: its status and its JSON answer. */
+static json_t *
+rpc_of(const char *service, const char *method, const char *body, long *status)
+{
+	char path[128];
+	struct resp r;
+	json_t *j;
+
+	snprintf(path, sizeof(path), "/%s/%s", service, method);
+	envd("POST", path, "application/json", body, strlen(body), &r);
+	*status = r.r_status;
+	j = json_loadb(r.r_body, r.r_len, 0, NULL);
+	cr_assert_not_null(j, "%s: not JSON: %s", method, r.r_body);
+	resp_free(&r);
+	return j;
+}
+
+static json_t *
+rpc(const char *method, const char *body, long *status)
+{
+	return rpc_of("filesystem.Filesystem", method, body, status);
+}
+
+/* A file's bytes as GET /files gives them (NUL-terminated), or NULL with the status. */
+static char *
+read_file(const char *path, long *status)
+{
+	char q[1024];
+	struct resp r;
+	char *e = curl_easy_escape(NULL, path, 0);
+
+	snprintf(q, sizeof(q), "/files?path=%s", e);
+	curl_free(e);
+	envd("GET", q, NULL, NULL, 0, &r);
+	*status = r.r_status;
+	if (r.r_status != 200) {
+		resp_free(&r);
+		return NULL;
+	}
+	return r.r_body;
+}
+
+/* An upload of one file with raw octet-stream: the status. */
+static long
+write_raw(const char *path, const char *data)
+{
+	char q[1024];
+	struct resp r;
+	char *e = curl_easy_escape(NULL, path, 0);
+	long st;
+
+	snprintf(q, sizeof(q), "/files?path=%s", e);
+	curl_free(e);
+	envd("POST", q, "application/octet-stream", data, strlen(data), &r);
+	st = r.r_status;
+	resp_free(&r);
+	return st;
+}
+
+static bool
+envd_up(void *arg)
+{
+	struct resp r;
+
+	(void)arg;
+	envd("GET", "/health", NULL, NULL, 0, &r);
+	resp_free(&r);
+	return r.r_status == 204;
+}
+
+static void
+up(void)
+{
+	cr_assert_eq(wait_until(envd_up, NULL, 30000), 0,
+	             "envd's /health never said 204");
+}
+
+static const char *
+code_of(json_t *j)
+{
+	const char *c = json_string_value(json_object_get(j, "code"));
+	return c ? c : "(none)";
+}
+
+Test(envd, health_is_204_and_the_code_api_is_untouched)
+{
+	struct resp r;
+
+	up();
+	envd("GET", "/health", NULL, NULL, 0, &r);
+	cr_assert_eq(r.r_status, 204);
+	cr_assert_eq(r.r_len, 0);
+	resp_free(&r);
+	/* the code listener still answers as itself */
+	http(URL, "GET", "/health", NULL, &r, 10);
+	cr_assert_eq(r.r_status, 200);
+	cr_assert_str_eq(r.r_body, "\"OK\"");
+	resp_free(&r);
+}
+
+/* GET on base with one extra header; the answer in r. */
+static void
+get_with(const char *base, const char *path, const char *header, struct resp *r)
+{
+	CURL *c = curl_easy_init();
+	struct curl_slist *h = curl_slist_append(NULL, header);
+	struct sink s = {0};
+	char url[512];
+
+	memset(r, 0, sizeof(*r));
+	snprintf(url, sizeof(url), "%s%s", base, path);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+	cr_assert_eq(curl_easy_perform(c), CURLE_OK);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->r_status);
+	r->r_body = s.data ? s.data : strdup("");
+	r->r_len = s.len;
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+}
+
+/* One URL: the code listener serves envd's API for whoever names its port. */
+Test(envd, the_code_url_serves_envd_for_its_port_and_paths)
+{
+	struct resp r;
+
+	up();
+	cr_assert_eq(write_raw("oneurl.txt", "through one URL"), 200);
+	get_with(URL, "/health", "E2b-Sandbox-Port: 49983", &r);
+	cr_assert_eq(r.r_status, 204, "/health as envd's: %ld", r.r_status);
+	resp_free(&r);
+	get_with(URL, "/health", "E2b-Sandbox-Port: 49999", &r);
+	cr_assert_eq(r.r_status, 200);
+	resp_free(&r);
+	get_with(URL, "/files?path=%2Fhome%2Fuser%2Foneurl.txt",
+	         "E2b-Sandbox-Port: 49983", &r);
+	cr_assert_eq(r.r_status, 200);
+	cr_assert_str_eq(r.r_body, "through one URL");
+	resp_free(&r);
+	/* envd's paths need no header; the code API's stay its own */
+	get_with(URL, "/files?path=oneurl.txt", "X-Nothing: 1", &r);
+	cr_assert_eq(r.r_status, 200);
+	resp_free(&r);
+	get_with(URL, "/languages", "E2b-Sandbox-Port: 49999", &r);
+	cr_assert_eq(r.r_status, 200);
+	resp_free(&r);
+	/* a path's encoded '/' is still refused */
+	get_with(URL, "/contexts%2Fx", "X-Nothing: 1", &r);
+	cr_assert_eq(r.r_status, 400);
+	resp_free(&r);
+}
+
+Test(envd, multipart_write_then_read_round_trip)
+{
+	const char *body =
+	    "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; "
+	    "filename=\"rt/one.csv\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+	    "a,b\n1,2\n\r\n--XyZ\r\nContent-Disposition: form-data; name=\"file\"; "
+	    "filename=\"rt/two.txt\"\r\n\r\nsecond\r\n--XyZ--\r\n";
+	struct resp r;
+	long st;
+	char *got;
+
+	up();
+	envd("POST", "/files", "multipart/form-data; boundary=XyZ", body, strlen(body),
+	     &r);
+	cr_assert_eq(r.r_status, 200, "upload: %ld %s", r.r_status, r.r_body);
+	json_t *a = json_loads(r.r_body, 0, NULL);
+	cr_assert(json_is_array(a) && json_array_size(a) == 2, "EntryInfo[]: %s",
+	          r.r_body);
+	cr_assert_str_eq(json_string_value(json_object_get(json_array_get(a, 0), "path")),
+	                 "/home/user/rt/one.csv");
+	cr_assert_str_eq(json_string_value(json_object_get(json_array_get(a, 1), "type")),
+	                 "file");
+	json_decref(a);
+	resp_free(&r);
+	got = read_file("rt/one.csv", &st);
+	cr_assert_eq(st, 200);
+	cr_assert_str_eq(got, "a,b\n1,2\n");
+	free(got);
+	got = read_file("/home/user/rt/two.txt", &st);
+	cr_assert_str_eq(got, "second");
+	free(got);
+}
+
+Test(envd, a_file_is_the_contexts_file_both_ways)
+{
+	long st;
+	char *got, *out;
+	json_t *l;
+
+	up();
+	cr_assert_eq(write_raw("shared.csv", "x,y\n3,4\n"), 200);
+	l = run(URL, NULL,
+	        "print(open('shared.csv').read(), end='')\n"
+	        "open('/home/user/from_ctx.txt', 'w').write('written by a context')");
+	cr_assert_not_null(l);
+	out = stdout_of(l);
+	cr_assert_str_eq(out, "x,y\n3,4\n", "the context read: %s", out);
+	free(out);
+	json_decref(l);
+	got = read_file("from_ctx.txt", &st);
+	cr_assert_eq(st, 200);
+	cr_assert_str_eq(got, "written by a context");
+	free(got);
+	/* both written as the contexts' uid: the same owner on the host, not root */
+	char a[256], b[256];
+	struct stat sa, sb;
+	snprintf(a, sizeof(a), "%s.work/shared.csv", test_run_dir());
+	snprintf(b, sizeof(b), "%s.work/from_ctx.txt", test_run_dir());
+	cr_assert_eq(stat(a, &sa), 0, "no %s", a);
+	cr_assert_eq(stat(b, &sb), 0, "no %s", b);
+	cr_assert_eq(sa.st_uid, sb.st_uid, "envd's file is uid %u, the context's %u",
+	             (unsigned)sa.st_uid, (unsigned)sb.st_uid);
+	cr_assert_neq(sa.st_uid, 0);
+}
+
+Test(envd, filesystem_calls_in_connect_json)
+{
+	long st;
+	json_t *j, *e;
+
+	up();
+	cr_assert_eq(write_raw("fs/a.txt", "12345"), 200);
+	j = rpc("Stat", "{\"path\":\"fs/a.txt\",\"someFutureField\":1}", &st);
+	cr_assert_eq(st, 200);
+	e = json_object_get(j, "entry");
+	cr_assert_str_eq(json_string_value(json_object_get(e, "type")), "FILE_TYPE_FILE");
+	cr_assert_str_eq(json_string_value(json_object_get(e, "size")),
+	                 "5"); /* int64: a string */
+	cr_assert_str_eq(json_string_value(json_object_get(e, "path")),
+	                 "/home/user/fs/a.txt");
+	cr_assert(json_is_string(json_object_get(e, "modifiedTime")));
+	json_decref(j);
+	j = rpc("MakeDir", "{\"path\":\"fs/sub/deeper\"}", &st);
+	cr_assert_eq(st, 200);
+	json_decref(j);
+	j = rpc("MakeDir", "{\"path\":\"fs/sub\"}", &st);
+	cr_assert_eq(st, 409);
+	cr_assert_str_eq(code_of(j), "already_exists");
+	json_decref(j);
+	j = rpc("Move", "{\"source\":\"fs/a.txt\",\"destination\":\"fs/sub/b.txt\"}",
+	        &st);
+	cr_assert_eq(st, 200);
+	cr_assert_str_eq(
+	    json_string_value(json_object_get(json_object_get(j, "entry"), "name")),
+	    "b.txt");
+	json_decref(j);
+	j = rpc("ListDir", "{\"path\":\"fs\",\"depth\":2}", &st);
+	cr_assert_eq(st, 200);
+	size_t i, n = 0;
+	json_t *v;
+	json_array_foreach(json_object_get(j, "entries"), i, v) n++;
+	cr_assert_eq(n, 3, "fs/sub, fs/sub/deeper, fs/sub/b.txt: %zu", n);
+	json_decref(j);
+	j = rpc("ListDir", "{\"path\":\"fs\"}", &st); /* depth 1 */
+	cr_assert_eq(json_array_size(json_object_get(j, "entries")), 1);
+	json_decref(j);
+	j = rpc("Remove", "{\"path\":\"fs\"}", &st);
+	cr_assert_eq(st, 200);
+	json_decref(j);
+	j = rpc("Stat", "{\"path\":\"fs\"}", &st);
+	cr_assert_eq(st, 404);
+	cr_assert_str_eq(code_of(j), "not_found");
+	json_decref(j);
+}
+
+Test(envd, bad_input_gets_envds_answers)
+{
+	struct resp r;
+	long st;
+	json_t *j;
+
+	up();
+	cr_assert_null(read_file("no/such/file", &st));
+	cr_assert_eq(st, 404);
+	cr_assert_null(
+	    read_file("/home/user", &st)); /* a directory where a file is needed */
+	cr_assert_eq(st, 400);
+	j = rpc("Stat", "{}", &st);
+	cr_assert_eq(st, 400);
+	cr_assert_str_eq(code_of(j), "invalid_argument");
+	json_decref(j);
+	j = rpc("Stat", "{\"path\":7}", &st);
+	cr_assert_str_eq(code_of(j), "invalid_argument");
+	json_decref(j);
+	j = rpc("WatchDirNope", "{}", &st);
+	cr_assert_eq(st, 501);
+	cr_assert_str_eq(code_of(j), "unimplemented");
+	json_decref(j);
+	envd("POST", "/filesystem.Filesystem/Stat", "text/plain", "{}", 2, &r);
+	cr_assert_eq(r.r_status, 415);
+	resp_free(&r);
+	envd("POST", "/filesystem.Filesystem/Stat", "application/json", "[1", 2, &r);
+	cr_assert_eq(r.r_status, 400);
+	resp_free(&r);
+	envd("GET", "/files?path=x&username=mallory", NULL, NULL, 0, &r);
+	cr_assert_eq(r.r_status, 401);
+	resp_free(&r);
+	/* a body over --max-body (1M here) */
+	size_t big = 2u << 20;
+	char *b = malloc(big + 1);
+	memset(b, 'x', big);
+	b[big] = '\0';
+	envd("POST", "/files?path=big.bin", "application/octet-stream", b, big, &r);
+	cr_assert_eq(r.r_status, 413);
+	resp_free(&r);
+	free(b);
+	cr_assert_null(read_file("big.bin", &st));
+	cr_assert_eq(st, 404);
+}
+
+Test(envd, nothing_reaches_beyond_the_box)
+{
+	char q[1024], *host_file, *got;
+	struct stat sb;
+	long st;
+	json_t *l;
+
+	up();
+	/* a context plants links to the host's secrets and to the run dir */
+	snprintf(q, sizeof(q),
+	         "import os\nos.symlink('/etc/shadow', 'to_shadow')\n"
+	         "os.symlink('%s', 'to_run')\nos.symlink('/', 'to_root')\n",
+	         test_run_dir());
+	l = run(URL, NULL, q);
+	cr_assert_not_null(l);
+	json_decref(l);
+	/* the box's /etc/shadow is not the tenant's to read */
+	cr_assert_null(read_file("to_shadow", &st));
+	cr_assert(st == 403 || st == 404, "to_shadow: %ld", st);
+	/* the run dir is not in the box: nothing there, neither to read nor to write */
+	snprintf(q, sizeof(q), "to_run/%s", "state.json");
+	cr_assert_null(read_file(q, &st));
+	cr_assert_eq(st, 404);
+	snprintf(q, sizeof(q), "../../..%s/planted", test_run_dir());
+	write_raw(q, "planted");
+	host_file = NULL;
+	cr_assert(asprintf(&host_file, "%s/planted", test_run_dir()) > 0);
+	cr_assert_neq(stat(host_file, &sb), 0, "a write through .. reached the host's %s",
+	              host_file);
+	free(host_file);
+	cr_assert(write_raw("to_root/etc/planted", "x") != 200,
+	          "a write into the box's /etc");
+	/* .. stays in the box: /home/user/../../etc/hostname is the box's */
+	got = read_file("../../etc/hostname", &st);
+	free(got);
+	cr_assert_neq(stat("/etc/planted", &sb), 0);
+}
+
+/* ---- brokers of their own: envd's listener under other settings ---- */
+
+static struct broker own;
+static int own_envd_port;
+
+static void
+own_stop(void)
+{
+	if (own.b_pid > 0)
+		broker_stop(&own);
+}
+
+/* GET url's status with headers h (NULL: none); 0 when nothing answers. */
+static long
+status_of(const char *url, const char *header)
+{
+	CURL *c = curl_easy_init();
+	struct curl_slist *h = header ? curl_slist_append(NULL, header) : NULL;
+	struct sink s = {0};
+	long st = 0;
+
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+	if (curl_easy_perform(c) == CURLE_OK)
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
+	free(s.data);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	return st;
+}
+
+static bool
+own_envd_up(void *arg)
+{
+	char url[96];
+
+	(void)arg;
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/health", own_envd_port);
+	return status_of(url, NULL) == 204;
+}
+
+Test(envd_own, the_access_token_is_the_code_apis, .timeout = 90, .fini = own_stop)
+{
+	char at[32], url[128];
+	const char *args[] = {
+	    "--no-default-context", "--pool", "0", "--access-token", "s3cret",
+	    "--envd-listen",        at,       NULL};
+
+	own_envd_port = free_port();
+	snprintf(at, sizeof(at), "127.0.0.1:%d", own_envd_port);
+	cr_assert_eq(broker_start(&own, args), 0);
+	/* /health needs none, as the code API's */
+	cr_assert_eq(wait_until(own_envd_up, NULL, 30000), 0,
+	             "envd's /health never said 204");
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/files?path=%%2Fhome%%2Fuser",
+	         own_envd_port);
+	cr_assert_eq(status_of(url, NULL), 401);
+	cr_assert_eq(status_of(url, "X-Access-Token: wrong"), 401);
+	/* with it: envd's own answer (a directory where a file is needed) */
+	cr_assert_eq(status_of(url, "X-Access-Token: s3cret"), 400);
+}
+
+Test(envd_own, isolation_context_leaves_the_listener_off, .timeout = 90, .fini = own_stop)
+{
+	char at[32], url[96];
+	const char *args[] = {
+	    "--no-default-context", "--isolation", "context", "--envd-listen", at, NULL};
+	char *log;
+
+	own_envd_port = free_port();
+	snprintf(at, sizeof(at), "127.0.0.1:%d", own_envd_port);
+	cr_assert_eq(broker_start(&own, args), 0);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/health", own_envd_port);
+	cr_assert_eq(status_of(url, NULL), 0, "something answers on envd's port");
+	log = broker_log(&own);
+	cr_assert(strstr(log, "envd: off (--isolation context"),
+	          "the log does not say why");
+	free(log);
+}
+
+/* The pid the log gave envd's agent last (its proxy says "envd agent started, pid N"). */
+static pid_t
+agent_pid(const struct broker *b)
+{
+	char *log = broker_log(b), *at = log, *last = NULL;
+	pid_t pid = 0;
+
+	while ((at = strstr(at, "envd agent started, pid ")))
+		last = at++;
+	if (last)
+		pid = (pid_t)atoi(last + strlen("envd agent started, pid "));
+	free(log);
+	return pid;
+}
+
+static bool
+agent_is_new(void *arg)
+{
+	pid_t old = *(pid_t *)arg, now = agent_pid(&own);
+
+	return now > 0 && now != old && own_envd_up(NULL);
+}
+
+Test(envd_own, a_killed_agent_is_started_again, .timeout = 120, .fini = own_stop)
+{
+	char at[32], url[128];
+	const char *args[] = {"--no-default-context", "--pool", "0",
+	                      "--envd-listen",        at,       NULL};
+	pid_t pid;
+
+	own_envd_port = free_port();
+	snprintf(at, sizeof(at), "127.0.0.1:%d", own_envd_port);
+	cr_assert_eq(broker_start(&own, args), 0);
+	cr_assert_eq(wait_until(own_envd_up, NULL, 30000), 0,
+	             "envd's /health never said 204");
+	cr_assert_gt(pid = agent_pid(&own), 1, "no agent pid in the log");
+	cr_assert_eq(kill(pid, SIGKILL), 0);
+	cr_assert_eq(wait_until(agent_is_new, &pid, 30000), 0,
+	             "no new agent after a kill");
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/files?path=no-such",
+	         own_envd_port);
+	cr_assert_eq(status_of(url, NULL), 404, "the new agent does not answer");
+}
+
+/* Not root: the agent's box is a user namespace's, as a rootless broker's kernels' are.
+ */
+Test(envd_own, a_rootless_broker_serves_files_from_its_box, .timeout = 120,
+     .fini = own_stop)
+{
+	char at[32], url[160];
+	const char *args[] = {"--no-default-context", "--pool", "python=0",
+	                      "--envd-listen",        at,       NULL};
+	struct resp r;
+
+	own_envd_port = free_port();
+	snprintf(at, sizeof(at), "127.0.0.1:%d", own_envd_port);
+	snprintf(envd_url, sizeof(envd_url), "http://127.0.0.1:%d", own_envd_port);
+	cr_assert_eq(broker_start_as(&own, 60999, args), 0,
+	             "a broker as uid 60999 did not start");
+	cr_assert_eq(wait_until(own_envd_up, NULL, 30000), 0,
+	             "envd's /health never said 204");
+	cr_assert_eq(write_raw("rootless.txt", "from a rootless broker"), 200);
+	envd("GET", "/files?path=rootless.txt", NULL, NULL, 0, &r);
+	cr_assert_eq(r.r_status, 200);
+	cr_assert_str_eq(r.r_body, "from a rootless broker");
+	resp_free(&r);
+	/* its files are the broker's uid's on the host (the box's uid 1000 inside) */
+	snprintf(url, sizeof(url), "%s.work/rootless.txt", own.b_run_dir);
+	struct stat sb;
+	cr_assert_eq(stat(url, &sb), 0, "no %s", url);
+	cr_assert_eq(sb.st_uid, 60999);
+}
+
+/* What a tenant can plant does not break a listing: a name that is not UTF-8
+ * is left out, a directory it cannot read is listed but not entered. */
+Test(envd, a_listing_survives_odd_names_and_closed_directories)
+{
+	char q[512];
+	long st;
+	json_t *l, *j;
+
+	up();
+	l = run(URL, NULL,
+	        "import os\nos.makedirs('odd/open', exist_ok=True)\n"
+	        "open(b'odd/bad\\xff', 'w').close()\n"
+	        "os.symlink(b'/x\\xfe', b'odd/badlink')\n"
+	        "os.makedirs('odd/closed/inner', exist_ok=True)\nos.chmod('odd/closed', "
+	        "0)\n");
+	cr_assert_not_null(l);
+	cr_assert_null(line_of(l, "error", 0), "%s", error_value(l));
+	json_decref(l);
+	j = rpc("ListDir", "{\"path\":\"odd\",\"depth\":3}", &st);
+	cr_assert_eq(st, 200, "ListDir: %ld", st);
+	size_t i;
+	json_t *v;
+	int n = 0;
+	json_array_foreach(json_object_get(j, "entries"), i, v)
+	{
+		const char *name = json_string_value(json_object_get(v, "name"));
+		cr_assert(strcmp(name, "inner"), "listed inside a closed directory");
+		n++;
+	}
+	cr_assert_eq(n, 3, "open, badlink, closed: %d", n);
+	json_decref(j);
+	snprintf(q, sizeof(q), "{\"path\":\"odd/badlink\"}");
+	j = rpc("Stat", q, &st);
+	cr_assert_eq(st, 200);
+	cr_assert_null(json_object_get(json_object_get(j, "entry"), "symlinkTarget"));
+	json_decref(j);
+	l = run(URL, NULL, "import os\nos.chmod('odd/closed', 0o755)\n");
+	json_decref(l);
+}
+
+/* ---- process.Process: Connect's server stream, and what a command can reach ---- */
+
+/* A StartRequest for bash -c cmd, in its envelope (NUL-free JSON); *len its bytes. */
+static char *
+start_body(const char *cmd, size_t *len)
+{
+	json_t *j = json_pack("{s:{s:s, s:[s, s]}}", "process", "cmd", "/bin/bash",
+	                      "args", "-c", cmd);
+	char *s = json_dumps(j, JSON_COMPACT);
+	size_t n = strlen(s);
+	char *b = malloc(n + 5);
+
+	json_decref(j);
+	b[0] = 0;
+	b[1] = (char)(n >> 24);
+	b[2] = (char)(n >> 16);
+	b[3] = (char)(n >> 8);
+	b[4] = (char)n;
+	memcpy(b + 5, s, n);
+	free(s);
+	*len = n + 5;
+	return b;
+}
+
+/* The envelopes of a stream: each one's flags and JSON, in order (an array of [flags,
+ * json]). */
+static json_t *
+envelopes(const char *p, size_t len)
+{
+	json_t *out = json_array();
+
+	while (len >= 5) {
+		const unsigned char *u = (const unsigned char *)p;
+		size_t n =
+		    (size_t)u[1] << 24 | (size_t)u[2] << 16 | (size_t)u[3] << 8 | u[4];
+		cr_assert_leq(n, len - 5, "an envelope longer than the body");
+		json_t *j = json_loadb(p + 5, n, 0, NULL);
+		cr_assert_not_null(j, "an envelope that is not JSON");
+		json_array_append_new(out, json_pack("[i, o]", (int)u[0], j));
+		p += 5 + n;
+		len -= 5 + n;
+	}
+	cr_assert_eq(len, 0, "bytes after the last envelope");
+	return out;
+}
+
+static json_t *
+run_command(const char *cmd, struct resp *r)
+{
+	size_t n;
+	char *b = start_body(cmd, &n);
+
+	envd("POST", "/process.Process/Start", "application/connect+json", b, n, r);
+	free(b);
+	cr_assert_eq(r->r_status, 200);
+	cr_assert_str_eq(r->r_ctype, "application/connect+json");
+	return envelopes(r->r_body, r->r_len);
+}
+
+/* The event's member (start, data, end) of envelope i, or NULL. */
+static json_t *
+event_at(json_t *envs, size_t i, const char *kind)
+{
+	return json_object_get(
+	    json_object_get(json_array_get(json_array_get(envs, i), 1), "event"), kind);
+}
+
+Test(envd, start_streams_a_commands_events_in_envelopes)
+{
+	struct resp r;
+	json_t *e;
+	size_t n;
+	char out[64] = "", err[64] = "";
+
+	up();
+	e = run_command("echo hi; echo oops >&2; exit 3", &r);
+	n = json_array_size(e);
+	cr_assert_geq(n, 5, "start, stdout, stderr, end, end of stream: %s", r.r_body);
+	cr_assert_gt(json_integer_value(json_object_get(event_at(e, 0, "start"), "pid")),
+	             0);
+	for (size_t i = 1; i + 2 < n; i++) { /* bytes as base64 */
+		json_t *d = event_at(e, i, "data");
+		const char *o = json_string_value(json_object_get(d, "stdout"));
+		const char *x = json_string_value(json_object_get(d, "stderr"));
+		cr_assert(o || x, "envelope %zu is not data", i);
+		strncat(o ? out : err, o ? o : x, 20);
+	}
+	cr_assert_str_eq(out, "aGkK");     /* "hi\n" */
+	cr_assert_str_eq(err, "b29wcwo="); /* "oops\n" */
+	json_t *end = event_at(e, n - 2, "end");
+	cr_assert_eq(json_integer_value(json_object_get(end, "exitCode")), 3);
+	cr_assert_str_eq(json_string_value(json_object_get(end, "status")),
+	                 "exit status 3");
+	/* the last: the end of the stream (flag 2), without an error */
+	cr_assert_eq(json_integer_value(json_array_get(json_array_get(e, n - 1), 0)), 2);
+	cr_assert_eq(json_object_size(json_array_get(json_array_get(e, n - 1), 1)), 0);
+	json_decref(e);
+	resp_free(&r);
+}
+
+Test(envd, a_start_that_cannot_start_ends_its_stream_with_the_code)
+{
+	struct resp r;
+	json_t *e, *err;
+
+	up();
+	/* no such program: not_found, in the end of the stream, status 200 */
+	static const char nocmd[] =
+	    "\0\0\0\0\042{\"process\":{\"cmd\":\"/no/such/bin\"}}";
+	envd("POST", "/process.Process/Start", "application/connect+json", nocmd,
+	     sizeof(nocmd) - 1, &r);
+	cr_assert_eq(r.r_status, 200);
+	e = envelopes(r.r_body, r.r_len);
+	cr_assert_eq(json_array_size(e), 1, "%s", r.r_body + 5);
+	err = json_object_get(json_array_get(json_array_get(e, 0), 1), "error");
+	cr_assert_str_eq(json_string_value(json_object_get(err, "code")), "not_found");
+	json_decref(e);
+	resp_free(&r);
+	/* no envelope: invalid_argument */
+	envd("POST", "/process.Process/Start", "application/connect+json", "{}", 2, &r);
+	e = envelopes(r.r_body, r.r_len);
+	err = json_object_get(json_array_get(json_array_get(e, 0), 1), "error");
+	cr_assert_str_eq(json_string_value(json_object_get(err, "code")),
+	                 "invalid_argument");
+	json_decref(e);
+	resp_free(&r);
+}
+
+Test(envd, a_command_runs_as_the_contexts_uid_in_their_workspace)
+{
+	struct resp r;
+	json_t *e, *l;
+	char *ctx_uid;
+
+	up();
+	e = run_command("echo \"$(id -u):$(pwd)\"", &r); /* one line, one write */
+	const char *b64 =
+	    json_string_value(json_object_get(event_at(e, 1, "data"), "stdout"));
+	cr_assert_not_null(b64);
+	l = run(URL, NULL,
+	        "import os, base64\n"
+	        "print(base64.b64encode(f'{os.getuid()}:{os.getcwd()}\\n'.encode())."
+	        "decode(), end='')");
+	ctx_uid = stdout_of(l);
+	cr_assert_str_eq(b64, ctx_uid, "the command said %s, a context %s", b64, ctx_uid);
+	free(ctx_uid);
+	json_decref(l);
+	json_decref(e);
+	resp_free(&r);
+}
+
+static size_t
+first_bytes_then_leave(char *p, size_t sz, size_t n, void *arg)
+{
+	(void)p;
+	*(size_t *)arg += sz * n;
+	return 0; /* curl aborts: the client is gone after its first bytes */
+}
+
+static bool
+left_file_there(void *arg)
+{
+	long st;
+	char *got = read_file((const char *)arg, &st);
+
+	free(got);
+	return st == 200;
+}
+
+Test(envd, a_command_outlives_the_client_that_started_it)
+{
+	size_t n, got = 0;
+	char *b = start_body("sleep 1; echo done > outlived.txt", &n), url[96];
+	CURL *c = curl_easy_init();
+	struct curl_slist *h =
+	    curl_slist_append(NULL, "Content-Type: application/connect+json");
+
+	up();
+	snprintf(url, sizeof(url), "%s/process.Process/Start", envd_url);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, b);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)n);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, first_bytes_then_leave);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &got);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+	cr_assert_eq(curl_easy_perform(c), CURLE_WRITE_ERROR);
+	cr_assert_gt(got, 0, "no start event before leaving");
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	free(b);
+	cr_assert_eq(wait_until(left_file_there, "outlived.txt", 20000), 0,
+	             "the command did not run on after its client left");
+}
+
+static bool
+no_sleeper_listed(void *arg)
+{
+	long st;
+	json_t *j = rpc_of("process.Process", "List", "{}", &st);
+	char *text = json_dumps(j, 0);
+	bool none = text && strstr(text, (const char *)arg) == NULL;
+
+	free(text);
+	json_decref(j);
+	return st == 200 && none;
+}
+
+Test(envd, list_and_kill_a_background_command)
+{
+	long st;
+	json_t *j, *p;
+	char body[128];
+
+	up();
+	/* started, then its client leaves at once: it runs on in the background */
+	size_t n, got = 0;
+	char *b = start_body("sleep 77", &n), url[96];
+	CURL *c = curl_easy_init();
+	struct curl_slist *h =
+	    curl_slist_append(NULL, "Content-Type: application/connect+json");
+	snprintf(url, sizeof(url), "%s/process.Process/Start", envd_url);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, b);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)n);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, first_bytes_then_leave);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &got);
+	curl_easy_perform(c);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	free(b);
+	j = rpc_of("process.Process", "List", "{}", &st);
+	cr_assert_eq(st, 200);
+	p = NULL;
+	size_t i;
+	json_t *v;
+	json_array_foreach(json_object_get(j, "processes"), i, v)
+	{
+		json_t *args = json_object_get(json_object_get(v, "config"), "args");
+		if (!strcmp(json_string_value(json_array_get(args, 1)) ?: "", "sleep 77"))
+			p = v;
+	}
+	cr_assert_not_null(p, "sleep 77 is not listed: %s", json_dumps(j, 0));
+	snprintf(body, sizeof(body),
+	         "{\"process\":{\"pid\":%lld},\"signal\":\"SIGNAL_SIGKILL\"}",
+	         (long long)json_integer_value(json_object_get(p, "pid")));
+	json_decref(j);
+	j = rpc_of("process.Process", "SendSignal", body, &st);
+	cr_assert_eq(st, 200, "SendSignal: %ld", st);
+	json_decref(j);
+	cr_assert_eq(wait_until(no_sleeper_listed, "sleep 77", 10000), 0,
+	             "still listed after a kill");
+	/* a pid that is not running: not_found */
+	j = rpc_of("process.Process", "SendSignal", body, &st);
+	cr_assert_eq(st, 404);
+	cr_assert_str_eq(code_of(j), "not_found");
+	json_decref(j);
+}
+
+Test(envd, a_commands_kill_minus_one_costs_no_context_anything)
+{
+	struct bg busy = {.code = "import time\ntime.sleep(2)\nprint('still here')",
+	                  .timeout_ms = 60000};
+	struct resp r;
+	json_t *e;
+	char *out;
+
+	up();
+	bg_start(&busy);
+	e = run_command("kill -9 -1; echo not reached", &r);
+	json_decref(e);
+	resp_free(&r);
+	bg_join(&busy);
+	cr_assert_not_null(busy.lines, "the context's execution got no answer");
+	out = stdout_of(busy.lines);
+	cr_assert_str_eq(out, "still here\n");
+	free(out);
+	json_decref(busy.lines);
+	/* envd itself comes back (its agent, killed too, is started again) */
+	up();
+}
+
+/* A command's environment is a context's: the global env, HOME, the tenant's python
+ * first. */
+Test(envd, a_command_has_a_contexts_environment)
+{
+	struct resp r;
+	json_t *e, *l;
+	char *want;
+
+	up();
+	e = run_command("echo \"$SANDCELL_TEST_GLOBAL:$HOME:$(command -v python3)\"", &r);
+	const char *b64 =
+	    json_string_value(json_object_get(event_at(e, 1, "data"), "stdout"));
+	cr_assert_not_null(b64);
+	l = run(URL, NULL,
+	        "import os, base64, shutil\n"
+	        "v = f\"{os.environ['SANDCELL_TEST_GLOBAL']}:{os.environ['HOME']}:"
+	        "{shutil.which('python3')}\\n\"\n"
+	        "print(base64.b64encode(v.encode()).decode(), end='')");
+	want = stdout_of(l);
+	cr_assert_str_eq(b64, want, "the command said %s, a context %s", b64, want);
+	free(want);
+	json_decref(l);
+	json_decref(e);
+	resp_free(&r);
+}
+
+Test(envd, connect_to_a_process_that_does_not_run_is_not_found)
+{
+	static const char body[] = "\0\0\0\0\032{\"process\":{\"pid\":999999}}";
+	struct resp r;
+	json_t *e, *err;
+
+	up();
+	envd("POST", "/process.Process/Connect", "application/connect+json", body,
+	     sizeof(body) - 1, &r);
+	cr_assert_eq(r.r_status, 200);
+	e = envelopes(r.r_body, r.r_len);
+	cr_assert_eq(json_array_size(e), 1);
+	cr_assert_eq(json_integer_value(json_array_get(json_array_get(e, 0), 0)), 2);
+	err = json_object_get(json_array_get(json_array_get(e, 0), 1), "error");
+	cr_assert_str_eq(json_string_value(json_object_get(err, "code")), "not_found");
+	json_decref(e);
+	resp_free(&r);
+}
+
+/* text gzipped (zlib's gzip wrapper); *len its bytes */
+static char *
+gzipped(const char *text, size_t n, size_t *len)
+{
+	z_stream z = {0};
+	char *out;
+
+	cr_assert_eq(deflateInit2(&z, 9, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY),
+	             Z_OK);
+	out = malloc(deflateBound(&z, n));
+	z.next_in = (Bytef *)text;
+	z.avail_in = (uInt)n;
+	z.next_out = (Bytef *)out;
+	z.avail_out = (uInt)deflateBound(&z, n);
+	cr_assert_eq(deflate(&z, Z_FINISH), Z_STREAM_END);
+	*len = z.total_out;
+	deflateEnd(&z);
+	return out;
+}
+
+/* POST /files?path=P as gzipped octet-stream: the status. */
+static long
+write_gzipped(const char *path, const char *body, size_t n)
+{
+	CURL *c = curl_easy_init();
+	struct curl_slist *h =
+	    curl_slist_append(NULL, "Content-Type: application/octet-stream");
+	struct sink s = {0};
+	char url[256];
+	long st = 0;
+
+	h = curl_slist_append(h, "Content-Encoding: gzip");
+	snprintf(url, sizeof(url), "%s/files?path=%s", envd_url, path);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)n);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+	cr_assert_eq(curl_easy_perform(c), CURLE_OK);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
+	free(s.data);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	return st;
+}
+
+Test(envd, gzip_both_ways_and_no_bomb_past_the_limit)
+{
+	static const char text[] = "gzipped both ways\n";
+	size_t n;
+	char *gz = gzipped(text, sizeof(text) - 1, &n), *big;
+	CURL *c;
+	struct sink s = {0};
+	char url[256];
+	char *ce = NULL;
+	struct curl_header *hd;
+
+	up();
+	cr_assert_eq(write_gzipped("gz.txt", gz, n), 200);
+	free(gz);
+	/* read back asking for gzip: libcurl inflates what says Content-Encoding: gzip */
+	c = curl_easy_init();
+	snprintf(url, sizeof(url), "%s/files?path=gz.txt", envd_url);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "gzip");
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+	cr_assert_eq(curl_easy_perform(c), CURLE_OK);
+	cr_assert_eq(curl_easy_header(c, "Content-Encoding", 0, CURLH_HEADER, -1, &hd),
+	             CURLHE_OK);
+	ce = hd->value;
+	cr_assert_str_eq(ce, "gzip");
+	cr_assert_eq(s.len, sizeof(text) - 1);
+	cr_assert(!memcmp(s.data, text, s.len));
+	free(s.data);
+	curl_easy_cleanup(c);
+	/* 2 MiB of zeros gzip to a few KiB: past --max-body (1M) once inflated */
+	big = calloc(2u << 20, 1);
+	gz = gzipped(big, 2u << 20, &n);
+	cr_assert_lt(n, 64u << 10);
+	cr_assert_eq(write_gzipped("bomb.bin", gz, n), 413);
+	free(gz);
+	free(big);
+	cr_assert_eq(write_gzipped("bad.bin", "not gzip at all", 15), 400);
+}
+
+static bool
+watcher_saw(void *arg)
+{
+	const char **want = arg; /* watcher id, then the name */
+	char body[128], *text;
+	long st;
+	json_t *j;
+	static char seen[4096];
+
+	snprintf(body, sizeof(body), "{\"watcherId\":\"%s\"}", want[0]);
+	j = rpc("GetWatcherEvents", body, &st);
+	text = json_dumps(j, 0);
+	if (text && strlen(seen) + strlen(text) < sizeof(seen))
+		strcat(seen, text);
+	free(text);
+	json_decref(j);
+	return st == 200 && strstr(seen, want[1]);
+}
+
+Test(envd, a_polling_watcher_keeps_changes_until_taken)
+{
+	long st;
+	json_t *j;
+	char body[128];
+
+	up();
+	j = rpc("MakeDir", "{\"path\":\"polled\"}", &st);
+	json_decref(j);
+	j = rpc("CreateWatcher", "{\"path\":\"polled\",\"recursive\":true}", &st);
+	cr_assert_eq(st, 200);
+	const char *id = json_string_value(json_object_get(j, "watcherId"));
+	cr_assert_not_null(id);
+	cr_assert_eq(write_raw("polled/seen.txt", "x"), 200);
+	const char *want[2] = {
+	    id, "{\"name\": \"seen.txt\", \"type\": \"EVENT_TYPE_CREATE\"}"};
+	cr_assert_eq(wait_until(watcher_saw, want, 10000), 0,
+	             "no create event for seen.txt");
+	snprintf(body, sizeof(body), "{\"watcherId\":\"%s\"}", id);
+	json_t *r = rpc("RemoveWatcher", body, &st);
+	cr_assert_eq(st, 200);
+	json_decref(r);
+	r = rpc("GetWatcherEvents", body, &st);
+	cr_assert_eq(st, 404);
+	cr_assert_str_eq(code_of(r), "not_found");
+	json_decref(r);
+	json_decref(j);
+	j = rpc("CreateWatcher", "{\"path\":\"no/such/dir\"}", &st);
+	cr_assert_eq(st, 404);
+	json_decref(j);
+}
+
+/* The code API's caller checks are envd's: a web page's Origin, a rebound Host, a form
+ * body. */
+Test(envd, envd_takes_the_code_apis_caller_checks)
+{
+	struct resp r;
+
+	up();
+	get_with(envd_url, "/files?path=x", "Origin: http://evil.example", &r);
+	cr_assert_eq(r.r_status, 403, "a web page's request: %ld %s", r.r_status,
+	             r.r_body);
+	resp_free(&r);
+	get_with(envd_url, "/files?path=x", "Host: evil.example", &r);
+	cr_assert_eq(r.r_status, 403, "a rebound name: %ld %s", r.r_status, r.r_body);
+	resp_free(&r);
+	envd("POST", "/files?path=form.txt", "application/x-www-form-urlencoded", "a=1",
+	     3, &r);
+	cr_assert_eq(r.r_status, 415, "a form body: %ld", r.r_status);
+	resp_free(&r);
+}
