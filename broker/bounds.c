@@ -32,16 +32,6 @@ bounds_group(void)
 	return group[0] ? group : NULL;
 }
 
-/* The machine's memory: MemTotal, or the limit the broker is under when less. */
-static uint64_t
-machine_memory(void)
-{
-	uint64_t of;
-
-	config_default_memory(&of);
-	return of;
-}
-
 /* Processes the machine can have: the least of pid_max and threads-max; 0 unknown. */
 static uint64_t
 machine_pids(void)
@@ -96,39 +86,39 @@ set_limit(const char *controller, const char *const files[2], uint64_t value)
  * boxes' and its limits. Memory: --total-memory, by default three quarters
  * of the machine's (the rest for the broker, its proxies and the system).
  * Processes: --total-pids, by default half of what the machine can have.
+ * memory_cgroup: whether the boxes get memory cgroups here (box.c). NULL,
+ * or what is missing for it, with in *how what would give it (box_lack).
  */
-void
-bounds_settle(void)
+const char *
+bounds_settle(bool memory_cgroup, const char **how)
 {
 	static const char *const mem_files[2] = {"memory.max", "memory.limit_in_bytes"};
 	static const char *const pids_files[2] = {"pids.max", NULL};
 	struct server_config *cf = &sv.sv_cf;
 	bool mem_off = cf->cf_total_memory_set && !cf->cf_total_memory;
 
+	const char *lacks = NULL;
+
 	if (!cf->cf_sandbox)
-		return;
-	if (geteuid() != 0 || !box_memory_cgroup()) {
-		if (!mem_off)
-			box_lack(
-			    "a memory bound on all contexts together (--total-memory): "
-			    "their "
-			    "sum may take the machine's memory",
-			    geteuid()
-			        ? "run the broker as root"
-			        : "a writable /sys/fs/cgroup with the memory controller");
-		return;
+		return NULL;
+	if (geteuid() != 0 || !memory_cgroup) {
+		if (mem_off)
+			return NULL;
+		*how = geteuid() ? "run the broker as root"
+				 : "a writable /sys/fs/cgroup with the memory controller";
+		return "a memory bound on all contexts together (--total-memory): their sum may "
+		       "take the machine's memory";
 	}
 	name_group();
 	if (!mem_off) {
-		uint64_t of = machine_memory();
+		uint64_t of = cgroup_machine_memory();
 		mem_total = cf->cf_total_memory_set ? cf->cf_total_memory
 		                                    : (of / 4 * 3) & ~((1ull << 20) - 1);
 		if (set_limit("memory", mem_files, mem_total) < 0) {
 			mem_total = 0;
-			box_lack("a memory bound on all contexts together "
-			         "(--total-memory): their "
-			         "parent cgroup's limit could not be set",
-			         "a writable /sys/fs/cgroup with the memory controller");
+			lacks = "a memory bound on all contexts together (--total-memory): their "
+				"parent cgroup's limit could not be set";
+			*how = "a writable /sys/fs/cgroup with the memory controller";
 		} else {
 			log_info("sandbox: all contexts together may use %llu MiB of "
 			         "memory%s; "
@@ -145,6 +135,7 @@ bounds_settle(void)
 		    set_limit("pids", pids_files, cf->cf_total_pids) == 0)
 			pids_total = cf->cf_total_pids;
 	}
+	return lacks;
 }
 
 /*

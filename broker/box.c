@@ -42,7 +42,7 @@ lack(const char *what, const char *how)
 	log_warn("sandbox: %s (for it: %s)", what, how);
 }
 
-/* The same for a part found missing elsewhere (bounds.c). */
+/* The same for a part found missing elsewhere (bounds.c's, through config.c). */
 void
 box_lack(const char *what, const char *how)
 {

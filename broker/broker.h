@@ -628,7 +628,7 @@ void ctlpeer_stop(void);
 
 /* bounds.c */
 const char *bounds_group(void);
-void bounds_settle(void);
+const char *bounds_settle(bool memory_cgroup, const char **how);
 uint64_t bounds_workspace_default(uint64_t free_bytes);
 void bounds_workspaces(void);
 int bounds_workspace_room(char *err, size_t errsz);

@@ -229,21 +229,10 @@ config_proxy_bin(void)
 uint64_t
 config_default_memory(uint64_t *of)
 {
-	uint64_t total = 0, lim;
-	char line[256];
-	FILE *f = fopen("/proc/meminfo", "re");
+	uint64_t lim;
 
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "MemTotal: %" SCNu64 " kB", &total) == 1) {
-			total <<= 10;
-			break;
-		}
-	if (f)
-		fclose(f);
-	if ((lim = cgroup_memory_limit()) && lim < total) /* the broker's cgroup's, or a container's */
-		total = lim;
-	*of = total;
-	lim = (total / 4) & ~((1ull << 20) - 1);
+	*of = cgroup_machine_memory();
+	lim = (*of / 4) & ~((1ull << 20) - 1);
 	return lim < (256ull << 20) ? 256ull << 20 : lim;
 }
 
@@ -287,7 +276,10 @@ settle_sandbox(void)
 	}
 	if (box_check(err, sizeof(err)) < 0)
 		fatal("sandbox: %s", err);
-	bounds_settle(); /* the parent cgroup of all contexts' boxes */
+	/* the parent cgroup of all contexts' boxes */
+	const char *remedy, *lacks = bounds_settle(box_memory_cgroup(), &remedy);
+	if (lacks)
+		box_lack(lacks, remedy);
 	if (!sv.sv_cf.cf_kernel_memory && box_memory_cgroup()) { /* a memory cgroup each */
 		uint64_t of, m = config_default_memory(&of);
 		sv.sv_cf.cf_kernel_memory = xasprintf("%llu", (unsigned long long)m);

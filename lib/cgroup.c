@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,4 +168,24 @@ cgroup_memory_limit(void)
 	if (f)
 		fclose(f);
 	return least;
+}
+
+/* The machine's memory: MemTotal, or the memory limit this process is under when less. */
+uint64_t
+cgroup_machine_memory(void)
+{
+	uint64_t total = 0, lim;
+	char line[256];
+	FILE *f = fopen("/proc/meminfo", "re");
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemTotal: %" SCNu64 " kB", &total) == 1) {
+			total <<= 10;
+			break;
+		}
+	if (f)
+		fclose(f);
+	if ((lim = cgroup_memory_limit()) && lim < total) /* the broker's cgroup's, or a container's */
+		total = lim;
+	return total;
 }

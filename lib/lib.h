@@ -74,6 +74,7 @@ char *cgroup_base(const char *controller);
 bool cgroup_usable(const char *controller);
 char *cgroup_parent(const char *controller, const char *group);
 uint64_t cgroup_memory_limit(void);
+uint64_t cgroup_machine_memory(void);
 
 /* ports.c */
 int ports_free(int *ports, size_t n);
