@@ -49,6 +49,16 @@ extern const char *const boxview_system[];
 bool boxview_is_system(const char *path);
 int boxview_host_path(const char *workspace, const char *path, char *out, size_t outsz);
 
+/* landlock.c */
+#define BOX_KDIR "/run/sandcell" /* in a box, the kernel's own dir (a copy of px_kdir) */
+struct landlock_rule {
+	const char *lr_path; /* and what is beneath it */
+	uint64_t lr_access;  /* LANDLOCK_ACCESS_FS_* it may do there */
+};
+extern const struct landlock_rule landlock_box[];
+int landlock_abi(void);
+int landlock_enter(const struct landlock_rule *rules);
+
 /* cgroup.c */
 char *cgroup_base(const char *controller);
 bool cgroup_usable(const char *controller);

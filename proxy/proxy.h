@@ -145,7 +145,6 @@ struct zmtp {
  * for kernels forked from the template.
  */
 #define BOX_MAX_BINDS 12
-#define BOX_KDIR "/run/sandcell" /* in a box, the kernel's own dir (a copy of px_kdir) */
 struct box_bind {
 	char *bb_path;  /* host path, shown at the same path in the box */
 	bool bb_write;  /* read-write (else read-only) */

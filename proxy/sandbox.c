@@ -220,7 +220,8 @@ sandbox_enter(const struct box *bx)
  * that tells the proxy its pid, its cwd. Signals go back to their defaults
  * before an exec (the proxy ignored SIGPIPE); a kernel forked from the
  * template keeps the interpreter's. The tenant's package places are made
- * where missing. 0, or an exit code.
+ * where missing. Last, the kernel's Landlock domain (lib/landlock.c), where
+ * the kernel has Landlock. 0, or an exit code (122: its Landlock domain).
  */
 int
 sandbox_kernel_child(const char *cwd, bool reset_signals)
@@ -246,7 +247,9 @@ sandbox_kernel_child(const char *cwd, bool reset_signals)
 	if (chdir(cwd) < 0)
 		return 126;
 	packages_prepare(BOX_HOME); /* as the kernel's uid, in its view */
-	return 0;
+	/* its Landlock domain, every process of the context's and no other's */
+	int rc = landlock_enter(landlock_box);
+	return rc < 0 && rc != -ENOTSUP ? 122 : 0;
 }
 
 /*
