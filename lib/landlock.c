@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -32,7 +33,8 @@
 
 #include "lib.h"
 
-/* Rights and fields of ABI 3 to 6, where the system's headers predate them (Linux 6.12's). */
+/* Rights and fields of ABI 3 to 6, where the system's headers predate them
+ * (Linux 6.12's). */
 #ifndef LANDLOCK_ACCESS_FS_TRUNCATE
 #define LANDLOCK_ACCESS_FS_TRUNCATE (1ULL << 14) /* ABI 3 */
 #endif
@@ -44,25 +46,28 @@
 #define LANDLOCK_SCOPE_SIGNAL (1ULL << 1)
 #endif
 
-/* struct landlock_ruleset_attr as of ABI 6 (it grows; its size tells the kernel which). */
+/* struct landlock_ruleset_attr as of ABI 6 (it grows; its size tells the kernel which).
+ */
 struct ll_ruleset_attr {
 	uint64_t handled_access_fs;
 	uint64_t handled_access_net; /* ABI 4; none handled: TCP stays the network's */
 	uint64_t scoped;             /* ABI 6 */
 };
 
-#define LL_READ                                                                           \
-	(LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE |                        \
+#define LL_READ                                                                          \
+	(LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE |                     \
 	 LANDLOCK_ACCESS_FS_READ_DIR)
 #define LL_FILES (LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_TRUNCATE)
-#define LL_WRITE                                                                          \
-	(LL_READ | LL_FILES | LANDLOCK_ACCESS_FS_REMOVE_DIR | LANDLOCK_ACCESS_FS_REMOVE_FILE | \
-	 LANDLOCK_ACCESS_FS_MAKE_DIR | LANDLOCK_ACCESS_FS_MAKE_REG |                          \
-	 LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO |                        \
-	 LANDLOCK_ACCESS_FS_MAKE_SYM | LANDLOCK_ACCESS_FS_REFER)
-/* every right a domain handles: what no rule grants is refused (devices are never made) */
-#define LL_HANDLED                                                                        \
-	(LL_WRITE | LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_BLOCK |           \
+#define LL_WRITE                                                                         \
+	(LL_READ | LL_FILES | LANDLOCK_ACCESS_FS_REMOVE_DIR |                            \
+	 LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_DIR |                  \
+	 LANDLOCK_ACCESS_FS_MAKE_REG | LANDLOCK_ACCESS_FS_MAKE_SOCK |                    \
+	 LANDLOCK_ACCESS_FS_MAKE_FIFO | LANDLOCK_ACCESS_FS_MAKE_SYM |                    \
+	 LANDLOCK_ACCESS_FS_REFER)
+/* every right a domain handles: what no rule grants is refused (devices are never made)
+ */
+#define LL_HANDLED                                                                       \
+	(LL_WRITE | LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_BLOCK |       \
 	 LANDLOCK_ACCESS_FS_IOCTL_DEV)
 
 /*
@@ -70,21 +75,63 @@ struct ll_ruleset_attr {
  * holds only what the box shows, the token covered: all of it may be read.
  */
 const struct landlock_rule landlock_box[] = {
-	{"/", LL_READ},                                          /* the system, its files */
-	{BOX_HOME, LL_WRITE},                                    /* the workspace */
-	{"/tmp", LL_WRITE},                                      /* its own, /var/tmp's too */
-	{"/dev", LL_READ | LL_FILES | LANDLOCK_ACCESS_FS_IOCTL_DEV}, /* null, tty, pts... */
-	{"/dev/shm", LL_WRITE},                                  /* POSIX shared memory */
-	{"/proc", LL_READ | LL_FILES},                           /* /proc/self/comm... */
-	{BOX_KDIR, LL_WRITE},                                    /* connection file, profile */
-	{NULL, 0},
+    {"/", LL_READ},       /* the system, its files */
+    {BOX_HOME, LL_WRITE}, /* the workspace */
+    {"/tmp", LL_WRITE},   /* its own, /var/tmp's too */
+    {"/dev", LL_READ | LL_FILES | LANDLOCK_ACCESS_FS_IOCTL_DEV}, /* null, tty, pts... */
+    {"/dev/shm", LL_WRITE},                                      /* POSIX shared memory */
+    {"/proc", LL_READ | LL_FILES},                               /* /proc/self/comm... */
+    {BOX_KDIR, LL_WRITE}, /* connection file, profile */
+    {NULL, 0},
 };
+
+/* The system's parts beside boxview_system, as a host has them (boxroot.c's links). */
+static const char *const system_links[] = {"/bin",   "/sbin",  "/lib",
+                                           "/lib32", "/lib64", "/libx32"};
+
+/*
+ * The rules of a box without namespaces, at the host's paths, which its
+ * kernel sees: the box's table without its root (the host's holds the run
+ * dir, the broker's files, other workspaces) and without /tmp (everyone's
+ * here: the kernel's is in its own dir), with the workspace home and its own
+ * dir kdir for BOX_HOME and BOX_KDIR, the system's parts (boxview_system)
+ * and each of reads (NULL-ended: what it is started from) read-only.
+ * Caller-freed (the paths are the caller's).
+ */
+struct landlock_rule *
+landlock_host(const char *home, const char *kdir, const char *const *reads)
+{
+	size_t n = 0, max = 32;
+	struct landlock_rule *r = xmalloc(max * sizeof(*r));
+
+	for (const struct landlock_rule *b = landlock_box; b->lr_path && n < max - 1;
+	     b++) {
+		if (!strcmp(b->lr_path, "/") || !strcmp(b->lr_path, "/tmp"))
+			continue;
+		r[n] = *b;
+		if (!strcmp(b->lr_path, BOX_HOME))
+			r[n].lr_path = home;
+		else if (!strcmp(b->lr_path, BOX_KDIR))
+			r[n].lr_path = kdir;
+		n++;
+	}
+	for (const char *const *s = boxview_system; *s && n < max - 1; s++)
+		r[n++] = (struct landlock_rule){*s, LL_READ};
+	for (size_t i = 0;
+	     i < sizeof(system_links) / sizeof(*system_links) && n < max - 1; i++)
+		r[n++] = (struct landlock_rule){system_links[i], LL_READ};
+	for (; reads && *reads && n < max - 1; reads++)
+		r[n++] = (struct landlock_rule){*reads, LL_READ};
+	r[n] = (struct landlock_rule){NULL, 0};
+	return r;
+}
 
 /* The kernel's Landlock ABI version: 0 without Landlock (not built, or disabled). */
 int
 landlock_abi(void)
 {
-	long v = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
+	long v = syscall(SYS_landlock_create_ruleset, NULL, 0,
+	                 LANDLOCK_CREATE_RULESET_VERSION);
 
 	return v < 0 ? 0 : (int)v;
 }
@@ -106,7 +153,8 @@ known(int abi, uint64_t want)
 static int
 add_path(int ruleset, int abi, const struct landlock_rule *r)
 {
-	struct landlock_path_beneath_attr pb = {.allowed_access = known(abi, r->lr_access)};
+	struct landlock_path_beneath_attr pb = {.allowed_access =
+	                                            known(abi, r->lr_access)};
 	int fd = open(r->lr_path, O_PATH | O_CLOEXEC), rc = 0;
 
 	if (fd < 0)
@@ -115,9 +163,11 @@ add_path(int ruleset, int abi, const struct landlock_rule *r)
 	struct stat st;
 	if (fstat(fd, &st) == 0 && !S_ISDIR(st.st_mode))
 		pb.allowed_access &= LANDLOCK_ACCESS_FS_EXECUTE | LL_FILES |
-				     LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_IOCTL_DEV;
+		                     LANDLOCK_ACCESS_FS_READ_FILE |
+		                     LANDLOCK_ACCESS_FS_IOCTL_DEV;
 	pb.parent_fd = fd;
-	if (syscall(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, &pb, 0) < 0)
+	if (syscall(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, &pb, 0) <
+	    0)
 		rc = -errno;
 	close(fd);
 	return rc;

@@ -57,6 +57,7 @@ struct landlock_rule {
 };
 extern const struct landlock_rule landlock_box[];
 int landlock_abi(void);
+struct landlock_rule *landlock_host(const char *home, const char *kdir, const char *const *reads);
 int landlock_enter(const struct landlock_rule *rules);
 
 /* cgroup.c */

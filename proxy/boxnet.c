@@ -311,7 +311,7 @@ boxnet_start(struct box *bx)
 {
 	int rc;
 
-	if (!bx->bx_on)
+	if (!bx->bx_on || bx->bx_nons) /* without namespaces: the container's network */
 		return 0;
 	if (bx->bx_userns)
 		rc = start_own(bx);

@@ -147,7 +147,7 @@ kernel_launch(void)
 		goto err;
 	}
 	/* the kernel's own dir is BOX_KDIR in its box */
-	argv = launch_argv(px, box->bx_on ? BOX_KDIR "/kernel.json" : conn);
+	argv = launch_argv(px, box->bx_on && !box->bx_nons ? BOX_KDIR "/kernel.json" : conn);
 	exe = launch_which(argv[0]);
 	envp = launch_env(px);
 	if ((rc = limits_prepare(box)) < 0) {

@@ -155,6 +155,8 @@ struct box {
 	bool bx_on;           /* --sandbox; else kernels run unboxed */
 	bool bx_isolated;     /* --isolation context: a uid of its own */
 	bool bx_userns;       /* not root: a user namespace maps the kernel's uid */
+	bool bx_nons;         /* no namespaces here (a container's seccomp profile): the
+			       * kernel sees the host's paths, through Landlock's rules */
 	uid_t bx_uid;         /* the kernel's, on the host; -1: ours (unboxed) */
 	gid_t bx_gid;
 	gid_t bx_groups[64];
@@ -307,6 +309,8 @@ bool boxnet_reaped(struct box *bx, pid_t pid, int status);
 
 /* sandbox.c */
 int sandbox_init(struct proxy *px);
+const char *sandbox_home(const struct proxy *px);
+const char *sandbox_kdir(const struct proxy *px);
 int sandbox_enter(const struct box *bx);
 int sandbox_kernel_child(const char *cwd, bool reset_signals);
 pid_t sandbox_recv(int sock, void *data, size_t len, ssize_t *got, int flags, int *fd);

@@ -88,6 +88,64 @@ sandbox_binds(struct proxy *px)
 	bind_add(bx, deno, false);
 }
 
+/*
+ * What the kernel sees at BOX_HOME and BOX_KDIR, and its Landlock rules:
+ * the box's view; without namespaces, the host's paths (nons_init).
+ */
+static const char *view_home = BOX_HOME;
+static const struct landlock_rule *view_rules = landlock_box;
+
+/* Its HOME, as the kernel sees it. */
+const char *
+sandbox_home(const struct proxy *px)
+{
+	return px->px_box.bx_on && px->px_box.bx_nons ? px->px_box.bx_workspace : BOX_HOME;
+}
+
+/* Its own dir, as the kernel sees it (unboxed: the host's). */
+const char *
+sandbox_kdir(const struct proxy *px)
+{
+	return px->px_box.bx_on && !px->px_box.bx_nons ? BOX_KDIR : px->px_kdir;
+}
+
+/*
+ * A box without namespaces (the container refuses them): the kernel sees
+ * the host's filesystem through Landlock's rules alone (lib/landlock.c), its
+ * /tmp in its own dir, the container's network. Root only (its uid is one
+ * of the range), and no Landlock is no box that keeps neighbours apart:
+ * said, and the box goes on with its uid, seccomp and rlimits.
+ */
+static int
+nons_init(struct proxy *px)
+{
+	struct box *bx = &px->px_box;
+	const char *reads[BOX_MAX_BINDS + 1];
+	int n = 0, rc;
+
+	if (geteuid() != 0) {
+		log_err("context %s: a box without namespaces needs root", px->px_id);
+		return -EPERM;
+	}
+	char *tmp = xasprintf("%s/tmp", px->px_kdir);
+	rc = mkdir_p(tmp, 0700);
+	free(tmp);
+	if (rc < 0)
+		return rc;
+	for (int i = 0; i < bx->bx_nbinds; i++)
+		reads[n++] = bx->bx_binds[i].bb_path;
+	reads[n] = NULL;
+	view_home = bx->bx_workspace;
+	view_rules = landlock_host(bx->bx_workspace, px->px_kdir, reads);
+	bx->bx_ws_size = 0;      /* its filesystem would need a mount */
+	bx->bx_net_ready = true; /* the container's network */
+	if (landlock_abi() < 6)
+		log_warn("context %s: no Landlock scoping here (ABI %d): its kernel can signal "
+			 "every process of its uid and reach abstract sockets", px->px_id,
+			 landlock_abi());
+	return 0;
+}
+
 int
 sandbox_init(struct proxy *px)
 {
@@ -119,7 +177,7 @@ sandbox_init(struct proxy *px)
 		log_err("context %s: kernels never run as root or as the proxy's uid", px->px_id);
 		return -EPERM;
 	}
-	if (!bx->bx_userns && (!bx->bx_net_uid || bx->bx_net_uid == bx->bx_uid)) {
+	if (!bx->bx_userns && !bx->bx_nons && (!bx->bx_net_uid || bx->bx_net_uid == bx->bx_uid)) {
 		log_err("context %s: the box's network needs a uid of its own (--net-uid), not "
 			"the kernel's", px->px_id);
 		return -EINVAL;
@@ -144,6 +202,8 @@ sandbox_init(struct proxy *px)
 		}
 	}
 	sandbox_binds(px);
+	if (bx->bx_nons && (rc = nons_init(px)) < 0)
+		return rc;
 	log_info("context %s: sandbox: uid %u%s, isolation %s, network %s, pids %llu, "
 		 "memory %llu, tmp %llu, workspace %s",
 		 px->px_id, (unsigned)(bx->bx_userns ? bx->bx_inuid : bx->bx_uid),
@@ -197,9 +257,10 @@ sb_drop(const struct box *bx)
 int
 sandbox_enter(const struct box *bx)
 {
-	if (boxroot_enter(bx) < 0)
+	if (!bx->bx_nons && boxroot_enter(bx) < 0)
 		return 120;
-	syscall(SYS_sethostname, "sandcell", 8);
+	if (!bx->bx_nons)
+		syscall(SYS_sethostname, "sandcell", 8);
 	limits_apply_child(bx);
 	if (sb_drop(bx) < 0)
 		return 122;
@@ -246,9 +307,9 @@ sandbox_kernel_child(const char *cwd, bool reset_signals)
 	close(3);
 	if (chdir(cwd) < 0)
 		return 126;
-	packages_prepare(BOX_HOME); /* as the kernel's uid, in its view */
+	packages_prepare(view_home); /* as the kernel's uid, in its view */
 	/* its Landlock domain, every process of the context's and no other's */
-	int rc = landlock_enter(landlock_box);
+	int rc = landlock_enter(view_rules);
 	return rc < 0 && rc != -ENOTSUP ? 122 : 0;
 }
 
@@ -378,9 +439,15 @@ sandbox_spawn(struct box *bx, const char *dir, const char *exe, char **argv, cha
 		return rc;
 	}
 	setsockopt(sv[0], SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
+	/* without namespaces, a cwd in the box's view is the host's path it shows */
+	char host[PATH_MAX];
+	if (bx->bx_nons && boxview_host_path(bx->bx_workspace, dir, host, sizeof(host)) == 0)
+		dir = *host ? host : view_home;
 	pid = syscall(SYS_clone,
-		      SIGCHLD | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS |
-			      (bx->bx_userns ? CLONE_NEWUSER : 0),
+		      SIGCHLD | (bx->bx_nons ? 0
+					     : CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC |
+						       CLONE_NEWUTS |
+						       (bx->bx_userns ? CLONE_NEWUSER : 0)),
 		      0, 0, 0, 0);
 	if (pid == 0) {
 		close(go[1]);

@@ -42,8 +42,9 @@ put(const char *dir, const char *name)
 static void
 setup(void)
 {
-	static const char *const dirs[] = {"usr", "home", "home/user", "tmp", "dev",
-					   "dev/shm", "proc", "run", BOX_KDIR + 1};
+	static const char *const dirs[] = {"usr",  "home", "home/user",
+	                                   "tmp",  "dev",  "dev/shm",
+	                                   "proc", "run",  BOX_KDIR + 1};
 	char p[256];
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
 
@@ -57,7 +58,8 @@ setup(void)
 	put(p, "lib.so");
 	snprintf(p, sizeof(p), "%s/dev", root);
 	put(p, "null");
-	/* the run dir: beside the box's root, in no rule (the token, the control socket) */
+	/* the run dir: beside the box's root, in no rule (the token, the control socket)
+	 */
 	snprintf(run, sizeof(run), "%s.run", root);
 	cr_assert_eq(mkdir(run, 0700), 0);
 	put(run, "token");
@@ -66,8 +68,8 @@ setup(void)
 	memcpy(a.sun_path + 1, sock_name, strlen(sock_name));
 	listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	cr_assert_eq(bind(listener, (struct sockaddr *)&a,
-			  offsetof(struct sockaddr_un, sun_path) + 1 + strlen(sock_name)),
-		     0);
+	                  offsetof(struct sockaddr_un, sun_path) + 1 + strlen(sock_name)),
+	             0);
 	cr_assert_eq(listen(listener, 4), 0);
 }
 
@@ -158,7 +160,7 @@ abstract_connect_outside(void)
 
 	memcpy(a.sun_path + 1, sock_name, strlen(sock_name));
 	rc = err(connect(s, (struct sockaddr *)&a,
-			 offsetof(struct sockaddr_un, sun_path) + 1 + strlen(sock_name)));
+	                 offsetof(struct sockaddr_un, sun_path) + 1 + strlen(sock_name)));
 	close(s);
 	return rc;
 }
@@ -220,22 +222,22 @@ static const struct row {
 	int r_errno;  /* what it fails with in the domain; 0: allowed */
 	bool r_scope; /* needs ABI 6 (scoped signals and abstract sockets) */
 } rows[] = {
-	{"create a file in the system", create_in_system, EACCES, false},
-	{"write to a system file", write_system_file, EACCES, false},
-	{"make a directory in the box's root", mkdir_in_root, EACCES, false},
-	{"remove a device", remove_device, EACCES, false},
-	{"read the run dir's token", read_run_dir_file, EACCES, false},
-	{"list the run dir", list_run_dir, EACCES, false},
-	{"signal a process outside the domain", signal_outside, EPERM, true},
-	{"connect to an abstract socket outside the domain", abstract_connect_outside, EPERM,
-	 true},
-	{"read the system", read_system, 0, false},
-	{"write in the workspace", write_workspace, 0, false},
-	{"write in /tmp", write_tmp, 0, false},
-	{"write in /dev/shm", write_shm, 0, false},
-	{"write the kernel's own dir", write_kdir, 0, false},
-	{"write to a device", write_device, 0, false},
-	{"signal its own child", signal_own_child, 0, false},
+    {"create a file in the system", create_in_system, EACCES, false},
+    {"write to a system file", write_system_file, EACCES, false},
+    {"make a directory in the box's root", mkdir_in_root, EACCES, false},
+    {"remove a device", remove_device, EACCES, false},
+    {"read the run dir's token", read_run_dir_file, EACCES, false},
+    {"list the run dir", list_run_dir, EACCES, false},
+    {"signal a process outside the domain", signal_outside, EPERM, true},
+    {"connect to an abstract socket outside the domain", abstract_connect_outside, EPERM,
+     true},
+    {"read the system", read_system, 0, false},
+    {"write in the workspace", write_workspace, 0, false},
+    {"write in /tmp", write_tmp, 0, false},
+    {"write in /dev/shm", write_shm, 0, false},
+    {"write the kernel's own dir", write_kdir, 0, false},
+    {"write to a device", write_device, 0, false},
+    {"signal its own child", signal_own_child, 0, false},
 };
 
 /* landlock_box with every path below root: the box's rules over a tree of ours. */
@@ -249,8 +251,9 @@ rebased(void)
 		n++;
 	r = calloc(n + 1, sizeof(*r));
 	for (size_t i = 0; i < n; i++)
-		r[i] = (struct landlock_rule){xasprintf("%s%s", root, landlock_box[i].lr_path),
-					      landlock_box[i].lr_access};
+		r[i] = (struct landlock_rule){
+		    xasprintf("%s%s", root, landlock_box[i].lr_path),
+		    landlock_box[i].lr_access};
 	return r;
 }
 
@@ -267,19 +270,21 @@ Test(landlock, each_rule_refuses_and_allows)
 		const struct row *r = &rows[i];
 		if (r->r_scope && abi < 6)
 			continue;
-		/* the row's try succeeds outside the domain (the test is the rule's doing) */
+		/* the row's try succeeds outside the domain (the test is the rule's
+		 * doing) */
 		if (r->r_errno) {
 			pid_t k = fork();
 			if (k == 0)
 				_exit(r->r_try());
 			cr_assert_eq(waitpid(k, &status, 0), k);
 			cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-				  "%s: fails without Landlock too (%s)", r->r_what,
-				  strerror(WEXITSTATUS(status)));
+			          "%s: fails without Landlock too (%s)", r->r_what,
+			          strerror(WEXITSTATUS(status)));
 			if (r->r_try == create_in_system || r->r_try == mkdir_in_root) {
 				char p[256];
 				snprintf(p, sizeof(p), "%s/%s", root,
-					 r->r_try == mkdir_in_root ? "newdir" : "usr/new");
+				         r->r_try == mkdir_in_root ? "newdir"
+				                                   : "usr/new");
 				r->r_try == mkdir_in_root ? rmdir(p) : unlink(p);
 			}
 			if (r->r_try == remove_device)
@@ -287,14 +292,15 @@ Test(landlock, each_rule_refuses_and_allows)
 		}
 		pid_t k = fork();
 		if (k == 0) {
-			if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || landlock_enter(rules) < 0)
+			if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+			    landlock_enter(rules) < 0)
 				_exit(255);
 			_exit(r->r_try());
 		}
 		cr_assert_eq(waitpid(k, &status, 0), k);
-		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) != 255, "%s: no domain",
-			  r->r_what);
+		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) != 255,
+		          "%s: no domain", r->r_what);
 		cr_expect_eq(WEXITSTATUS(status), r->r_errno, "%s: %s, not %s", r->r_what,
-			     strerror(WEXITSTATUS(status)), strerror(r->r_errno));
+		             strerror(WEXITSTATUS(status)), strerror(r->r_errno));
 	}
 }

@@ -1,0 +1,189 @@
+/*
+ * docker_test.c — a broker started as `docker run IMAGE` leaves root
+ * (harness.c's broker_contain_docker: Docker's default capabilities, its
+ * seccomp profile's refusal of new namespaces, a partly masked /proc, a
+ * read-only /sys/fs/cgroup, no /dev/net/tun). It starts, boxes its kernels
+ * without namespaces (uids of the range, no_new_privs, seccomp, rlimits,
+ * Landlock), GET /ready says so and what each missing part costs, and cells
+ * that kill everything kill only their own context's processes, next to a
+ * busy context of the same uid (shared isolation).
+ */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "../../lib/lib.h"
+
+/* --kernel-pids is RLIMIT_NPROC of the shared kernels' uid here: every context's together
+ */
+HARNESS_SHARED_BROKER("--pool", "python=0", "--kernel-pids", "256");
+HARNESS_CONTAINED;
+HARNESS_DOCKER;
+
+#define URL test_url()
+
+/* Whether one of the lacks /ready lists names this. */
+static bool
+lacks(json_t *missing, const char *what)
+{
+	size_t i;
+	json_t *m;
+
+	json_array_foreach(missing, i, m)
+	{
+		const char *w = json_string_value(json_object_get(m, "what"));
+		if (w && strstr(w, what) && json_string_value(json_object_get(m, "how")))
+			return true;
+	}
+	return false;
+}
+
+Test(docker, ready_says_the_box_is_reduced_without_namespaces, .timeout = 60)
+{
+	struct resp r;
+
+	cr_assert_eq(http(URL, "GET", "/ready", NULL, &r, 5), 0);
+	cr_assert_eq(r.r_status, 200, "%s", r.r_body);
+	json_t *j = json_loads(r.r_body, 0, NULL), *sb = json_object_get(j, "sandbox");
+	cr_assert_str_eq(json_string_value(json_object_get(sb, "level")), "reduced", "%s",
+	                 r.r_body);
+	cr_assert(json_is_false(json_object_get(sb, "namespaces")), "%s", r.r_body);
+	cr_assert_eq(json_integer_value(json_object_get(sb, "landlock_abi")),
+	             landlock_abi(), "%s", r.r_body);
+	json_t *m = json_object_get(sb, "missing");
+	cr_assert(lacks(m, "PID namespace"), "%s", r.r_body);
+	cr_assert(lacks(m, "/proc of the box's own"), "%s", r.r_body);
+	cr_assert(lacks(m, "network of the box's own"), "%s", r.r_body);
+	cr_assert(lacks(m, "pids cgroup"), "%s", r.r_body);
+	cr_assert(lacks(m, "memory cgroup"), "%s", r.r_body);
+	cr_assert_eq(metric_value(URL, "sandcell_sandbox_missing"),
+	             (double)json_array_size(m));
+	json_decref(j);
+	resp_free(&r);
+}
+
+/*
+ * A kernel is a uid of the range with no capabilities, no_new_privs and
+ * the seccomp filter; it reads neither the run dir nor the token, writes
+ * neither the system nor the host's /tmp, and signals neither the broker nor
+ * its proxy; its workspace and its own /tmp are writable.
+ */
+Test(docker, a_kernel_is_a_uid_of_the_range_in_a_landlock_domain, .timeout = 90)
+{
+	if (landlock_abi() < 6)
+		cr_skip_test("no Landlock scoping in this kernel (ABI %d)",
+		             landlock_abi());
+	char *id = context_new(URL, "python", NULL), code[2048];
+	pid_t broker = test_broker_pid(), proxy = context_pid(URL, id, "proxy_pid");
+
+	cr_assert(id && broker > 0 && proxy > 0);
+	snprintf(code, sizeof(code),
+	         "import os, tempfile\n"
+	         "st = dict(l.split(':\\t') for l in "
+	         "open('/proc/self/status').read().splitlines())\n"
+	         "print(61184 <= os.getuid() <= 65519, st['CapEff'], st['NoNewPrivs'], "
+	         "st['Seccomp'])\n"
+	         "def tr(f):\n"
+	         "    try:\n        f()\n        return 'done'\n"
+	         "    except OSError as e:\n        return type(e).__name__\n"
+	         "print(tr(lambda: os.listdir('%s')), tr(lambda: open('/usr/sandcell-x', "
+	         "'w')),"
+	         " tr(lambda: open('/tmp/sandcell-docker-test', 'w')),"
+	         " tr(lambda: os.kill(%d, 0)), tr(lambda: os.kill(%d, 0)))\n"
+	         "print(tr(lambda: open('notebook.txt', 'w').write('x')),"
+	         " tr(lambda: tempfile.TemporaryFile().write(b'x')))",
+	         test_run_dir(), (int)broker, (int)proxy);
+	char *out = run_stdout(URL, id, code);
+	cr_assert_str_eq(
+	    out,
+	    "True 0000000000000000 1 2\n"
+	    "PermissionError PermissionError PermissionError PermissionError "
+	    "PermissionError\n"
+	    "done done\n",
+	    "%s", out);
+	free(out);
+	context_delete(URL, id);
+	free(id);
+}
+
+/* A python execution in id prints 42: its kernel answers (restarted, if a cell ended it).
+ */
+static bool
+answers(void *arg)
+{
+	char *out = run_stdout(URL, arg, "print(6*7)");
+	bool ok = out && !strcmp(out, "42\n");
+
+	free(out);
+	return ok;
+}
+
+/*
+ * Shared isolation: both contexts' kernels are the same uid here, and only
+ * their Landlock domains tell them apart. (No fork bomb: without a PID
+ * namespace or a pids cgroup, its processes outlive its box.)
+ */
+Test(docker, cells_that_kill_everything_kill_only_their_own, .timeout = 300)
+{
+	static const char *const cells[] = {
+	    "import os\ntry:\n    os.kill(-1, 9)\nexcept OSError as e:\n    print(e)",
+	    "import subprocess\nsubprocess.run(['pkill', '-9', '-f', 'sandcell'])",
+	    "import subprocess\nsubprocess.run('kill -9 -1', shell=True)",
+	    "import subprocess\nsubprocess.run('rm -rf ~ /tmp/*', shell=True)",
+	    "import os\nos.killpg(0, 9)",
+	};
+	if (landlock_abi() < 6)
+		cr_skip_test("no Landlock scoping in this kernel (ABI %d)",
+		             landlock_abi());
+	char *busy = context_new(URL, "python", NULL),
+	     *id = context_new(URL, "python", NULL);
+	pid_t broker = test_broker_pid(), proxy = context_pid(URL, id, "proxy_pid");
+	pid_t nproxy = context_pid(URL, busy, "proxy_pid");
+	pid_t nkernel = context_pid(URL, busy, "kernel_pid");
+	struct bg b = {.ctx = busy,
+	               .code =
+	                   "import time\nfor i in range(120):\n    print(i, flush=True)\n"
+	                   "    time.sleep(0.25)\nprint('done')",
+	               .timeout_ms = 200000};
+
+	cr_assert(busy && id && broker > 0 && proxy > 0 && nproxy > 0 && nkernel > 0);
+	char *u1 = run_stdout(URL, busy, "import os; print(os.getuid())");
+	char *u2 = run_stdout(URL, id, "import os; print(os.getuid())");
+	cr_assert_str_eq(u1, u2, "the two contexts share a uid");
+	free(u1);
+	free(u2);
+	bg_start(&b);
+	cr_assert_eq(bg_wait_stdout(&b, 30000), 0, "the busy neighbour started");
+	for (size_t i = 0; i < sizeof(cells) / sizeof(cells[0]); i++) {
+		struct resp r;
+		json_decref(run(URL, id, cells[i])); /* its own kernel may die of it */
+		cr_assert_eq(kill(broker, 0), 0, "cell %zu ended the broker", i);
+		cr_assert_eq(kill(proxy, 0), 0, "cell %zu ended its proxy", i);
+		cr_assert_eq(kill(nproxy, 0), 0, "cell %zu ended the neighbour's proxy",
+		             i);
+		cr_assert_eq(kill(nkernel, 0), 0, "cell %zu ended the neighbour's kernel",
+		             i);
+		cr_assert_eq(http(URL, "GET", "/health", NULL, &r, 5), 0);
+		cr_assert_eq(r.r_status, 200, "cell %zu: /health %ld", i, r.r_status);
+		resp_free(&r);
+		cr_assert_eq(wait_until(answers, id, 60000), 0,
+		             "cell %zu: its context answers again", i);
+	}
+	bg_join(&b);
+	char *out = stdout_of(b.lines);
+	cr_assert(strstr(out, "\n119\ndone\n"), "the busy neighbour ran to its end: %s",
+	          out + (strlen(out) > 200 ? strlen(out) - 200 : 0));
+	cr_assert_str_eq(error_name(b.lines), "(none)");
+	cr_assert_eq(context_pid(URL, busy, "kernel_pid"), nkernel,
+	             "the neighbour restarted");
+	free(out);
+	json_decref(b.lines);
+	context_delete(URL, busy);
+	context_delete(URL, id);
+	free(busy);
+	free(id);
+}
