@@ -174,6 +174,30 @@ add_path(int ruleset, int abi, const struct landlock_rule *r)
 }
 
 /*
+ * This process (and what it starts) into a Landlock domain that scopes
+ * signals and abstract sockets alone, no file rule: a box's init without
+ * namespaces, so that its kill(-1) at the end reaches its box's processes
+ * (the kernel's domain is nested in it) and nothing else of its uid's. 0;
+ * -ENOTSUP below ABI 6 (nothing changed); or -errno.
+ */
+int
+landlock_scope(void)
+{
+	struct ll_ruleset_attr attr = {
+	    .scoped = LANDLOCK_SCOPE_SIGNAL | LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET};
+	int ruleset, rc = 0;
+
+	if (landlock_abi() < 6)
+		return -ENOTSUP;
+	if ((ruleset = syscall(SYS_landlock_create_ruleset, &attr, sizeof(attr), 0)) < 0)
+		return -errno;
+	if (syscall(SYS_landlock_restrict_self, ruleset, 0) < 0)
+		rc = -errno;
+	close(ruleset);
+	return rc;
+}
+
+/*
  * This process (and what it starts) into a new Landlock domain of rules
  * (ended by a NULL path), with signals and abstract sockets scoped to it
  * where the kernel can (ABI 6). no_new_privs must be set. 0; -ENOTSUP

@@ -332,6 +332,8 @@ sb_init(const struct box *bx, const char *dir, int go, int sock, const char *exe
 	close(go);
 	if ((rc = sandbox_enter(bx)))
 		_exit(rc);
+	/* without namespaces, a domain of the box's own holds the kernel's (boxinit.c) */
+	boxinit_scoped = bx->bx_nons && landlock_scope() == 0;
 	/* the uid change cleared PR_SET_PDEATHSIG: set it again, then make sure
 	 * the proxy did not die in between (its end of sock would be closed) */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -351,7 +353,7 @@ sb_init(const struct box *bx, const char *dir, int go, int sock, const char *exe
 		execve(exe, argv, envp);
 		_exit(127);
 	}
-	boxinit_wait(kid, false);
+	boxinit_wait(kid, boxinit_scoped); /* it ends its domain when the proxy says (sandbox_end) */
 }
 
 /*
@@ -522,6 +524,27 @@ sandbox_status(const struct box *bx, int status, pid_t shown)
 		log_warn("context %s: sandbox init exited with %d", bx->bx_id,
 			 WEXITSTATUS(status));
 	return status;
+}
+
+/*
+ * A box without namespaces, stopped: its init ends every process of its
+ * Landlock domain (boxinit.c), those a kill of its process group would
+ * miss (in a session of their own), when our end of its socket shuts; the
+ * init's exit waited for a second. Whether it was reaped (else the caller
+ * kills it as any box's).
+ */
+bool
+sandbox_end(struct box *bx, pid_t init)
+{
+	if (!bx->bx_nons || bx->bx_sock < 0 || landlock_abi() < 6)
+		return false;
+	shutdown(bx->bx_sock, SHUT_RDWR);
+	for (int i = 0; i < 100; i++) {
+		if (waitpid(init, NULL, WNOHANG) == init)
+			return true;
+		usleep(10000);
+	}
+	return false;
 }
 
 /* The kernel's box ended: forget its socket. */

@@ -9,6 +9,7 @@
  * busy context of the same uid (shared isolation).
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,4 +187,112 @@ Test(docker, cells_that_kill_everything_kill_only_their_own, .timeout = 300)
 	context_delete(URL, id);
 	free(busy);
 	free(id);
+}
+
+/* A process of the host whose argv is exactly "sleep" arg (kept by a dead kernel). */
+static bool
+sleeper_gone(void *arg)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	bool found = false;
+
+	while (d && !found && (de = readdir(d))) {
+		char buf[256];
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		size_t n = proc_cmdline(atoi(de->d_name), buf, sizeof(buf));
+		found = n > 6 && !strcmp(buf, "sleep") && !strcmp(buf + 6, arg);
+	}
+	if (d)
+		closedir(d);
+	return !found;
+}
+
+/*
+ * No PID namespace ends what a kernel leaves when it dies, or when its
+ * context is deleted: its box's init, in a Landlock domain of the box's own,
+ * ends it (a process in a session of its own too), and nothing of the
+ * neighbour's.
+ */
+Test(docker, what_a_dead_kernel_left_ends_with_it, .timeout = 120)
+{
+	if (landlock_abi() < 6)
+		cr_skip_test("no Landlock scoping in this kernel (ABI %d)",
+		             landlock_abi());
+	char *id = context_new(URL, "python", NULL),
+	     *busy = context_new(URL, "python", NULL);
+
+	cr_assert(id && busy);
+	char mine[16], theirs[16], code[256];
+	snprintf(mine, sizeof(mine), "7%d",
+	         (int)getpid()); /* its own (a run's leftovers) */
+	snprintf(theirs, sizeof(theirs), "8%d", (int)getpid());
+	pid_t nkernel = context_pid(URL, busy, "kernel_pid");
+	snprintf(
+	    code, sizeof(code),
+	    "import subprocess\nsubprocess.Popen(['setsid', 'sleep', '%s'])\nprint('ok')",
+	    theirs);
+	char *out = run_stdout(URL, busy, code);
+	cr_assert_str_eq(out, "ok\n");
+	free(out);
+	snprintf(code, sizeof(code),
+	         "import subprocess, os, time\n"
+	         "subprocess.Popen(['setsid', 'sleep', '%s'])\ntime.sleep(0.5)\n"
+	         "os.kill(os.getpid(), 9)",
+	         mine);
+	json_decref(run(URL, id, code));
+	cr_assert_eq(wait_until(answers, id, 60000), 0, "the context answers again");
+	cr_assert_eq(wait_until(sleeper_gone, mine, 10000), 0,
+	             "what the dead kernel started outlived it");
+	cr_assert(!sleeper_gone(theirs), "the neighbour's process was ended");
+	cr_assert_eq(context_pid(URL, busy, "kernel_pid"), nkernel,
+	             "the neighbour restarted");
+	context_delete(URL, id);
+	cr_assert_eq(context_delete(URL, busy), 0);
+	cr_assert_eq(wait_until(sleeper_gone, theirs, 10000), 0,
+	             "what a deleted context's kernel started outlived it");
+	free(id);
+	free(busy);
+}
+
+/* --isolation context: a uid per context, and Landlock's rules name its own workspace
+ * only. */
+Test(docker, isolation_context_hides_a_neighbours_workspace, .timeout = 180)
+{
+	struct broker b;
+	const char *args[] = {
+	    "--no-default-context", "--isolation", "context", "--pool", "python=0", NULL};
+	char code[1024], ws[600];
+
+	cr_assert_eq(broker_start_contained(&b, args), 0);
+	char *a = context_new(b.b_url, "python", NULL),
+	     *v = context_new(b.b_url, "python", NULL);
+	cr_assert(a && v);
+	char *acwd = context_host_cwd(b.b_url, a), *vcwd = context_host_cwd(b.b_url, v);
+	cr_assert(acwd && vcwd && strcmp(acwd, vcwd), "one workspace for two contexts");
+	char *out = run_stdout(b.b_url, v,
+	                       "open('mine.txt', 'w').write('private')\nimport os\n"
+	                       "print(os.getuid())");
+	unsigned vuid = 0;
+	cr_assert_eq(sscanf(out, "%u", &vuid), 1, "%s", out);
+	free(out);
+	snprintf(ws, sizeof(ws), "%s/mine.txt", vcwd);
+	snprintf(code, sizeof(code),
+	         "import os\nprint(os.getuid() != %u)\n"
+	         "def t(f):\n    try:\n        f()\n        print('read')\n"
+	         "    except OSError:\n        print('refused')\n"
+	         "t(lambda: open('%s').read())\n"
+	         "t(lambda: os.listdir('%s'))\n"
+	         "t(lambda: os.listdir(os.path.dirname('%s')))\n"
+	         "t(lambda: open('mine.txt', 'w').write('mine'))",
+	         vuid, ws, vcwd, vcwd);
+	out = run_stdout(b.b_url, a, code);
+	cr_assert_str_eq(out, "True\nrefused\nrefused\nrefused\nread\n", "%s", out);
+	free(out);
+	free(acwd);
+	free(vcwd);
+	free(a);
+	free(v);
+	cr_assert_eq(broker_stop(&b), 0);
 }
