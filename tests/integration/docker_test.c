@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <linux/capability.h>
 
 #include "harness.h"
 #include "../../lib/lib.h"
@@ -294,5 +295,51 @@ Test(docker, isolation_context_hides_a_neighbours_workspace, .timeout = 180)
 	free(vcwd);
 	free(a);
 	free(v);
+	cr_assert_eq(broker_stop(&b), 0);
+}
+
+/*
+ * A root pod under RuntimeDefault with every capability dropped but the
+ * few a box without namespaces uses: the kernels' uids (SETUID, SETGID,
+ * CHOWN), the files they own (DAC_OVERRIDE, FOWNER), dropping capabilities
+ * (SETPCAP), signalling kernels (KILL). Its broker boxes kernels as under
+ * Docker's defaults.
+ */
+Test(docker, a_root_pod_with_a_few_capabilities_is_boxed, .timeout = 120)
+{
+	static const int caps[] = {CAP_SETUID, CAP_SETGID,  CAP_CHOWN, CAP_DAC_OVERRIDE,
+	                           CAP_FOWNER, CAP_SETPCAP, CAP_KILL,  -1};
+	const char *args[] = {"--no-default-context", "--pool", "python=0", NULL};
+	struct broker b;
+	struct resp r;
+
+	cr_assert_eq(broker_start_docker(&b, caps, args), 0);
+	cr_assert_eq(http(b.b_url, "GET", "/ready", NULL, &r, 5), 0);
+	json_t *j = json_loads(r.r_body, 0, NULL), *sb = json_object_get(j, "sandbox");
+	cr_assert_str_eq(json_string_value(json_object_get(sb, "level")), "reduced", "%s",
+	                 r.r_body);
+	cr_assert(json_is_false(json_object_get(sb, "namespaces")), "%s", r.r_body);
+	json_decref(j);
+	resp_free(&r);
+	char *id = context_new(b.b_url, "python", NULL),
+	     *busy = context_new(b.b_url, "python", NULL);
+	cr_assert(id && busy);
+	pid_t nkernel = context_pid(b.b_url, busy, "kernel_pid");
+	char *out = run_stdout(
+	    b.b_url, id,
+	    "import os\n"
+	    "st = dict(l.split(':\\t') for l in "
+	    "open('/proc/self/status').read().splitlines())\n"
+	    "print(61184 <= os.getuid() <= 65519, st['CapEff'], st['NoNewPrivs'], "
+	    "st['Seccomp'])");
+	cr_assert_str_eq(out, "True 0000000000000000 1 2\n", "%s", out);
+	free(out);
+	json_decref(run(b.b_url, id,
+	                "import subprocess\nsubprocess.run('kill -9 -1', shell=True)"));
+	cr_assert_eq(kill(b.b_pid, 0), 0, "the broker is gone");
+	cr_assert_eq(context_pid(b.b_url, busy, "kernel_pid"), nkernel,
+	             "the neighbour restarted");
+	free(id);
+	free(busy);
 	cr_assert_eq(broker_stop(&b), 0);
 }

@@ -691,6 +691,16 @@ broker_start_contained(struct broker *b, const char *const *extra)
 	return broker_restart(b, extra);
 }
 
+int
+broker_start_docker(struct broker *b, const int *caps, const char *const *extra)
+{
+	if (broker_prepare(b, 0) < 0)
+		return -1;
+	b->b_contained = b->b_docker = true;
+	b->b_caps = caps;
+	return broker_restart(b, extra);
+}
+
 __attribute__((weak)) const bool harness_broker_docker = false;
 
 /* podman's default capabilities (containers.conf, 4.x) */
@@ -712,7 +722,7 @@ broker_contain(void)
 }
 
 int
-broker_contain_docker(void)
+broker_contain_docker(const int *caps)
 {
 #define NEW_NS                                                                            \
 	(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID |        \
@@ -736,7 +746,7 @@ broker_contain_docker(void)
 	};
 	struct sock_fprog prog = {sizeof(f) / sizeof(f[0]), f};
 
-	if (contain(docker_caps) < 0)
+	if (contain(caps ? caps : docker_caps) < 0)
 		return -1;
 	/* as root with CAP_SYS_ADMIN still: no no_new_privs needed, as Docker sets none */
 	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
@@ -800,7 +810,7 @@ broker_restart(struct broker *b, const char *const *extra)
 			setenv("LISTEN_FDS", "1", 1);
 			setenv("LISTEN_PID", pid, 1);
 		}
-		if (b->b_contained && (b->b_docker ? broker_contain_docker() : broker_contain()) < 0) {
+		if (b->b_contained && (b->b_docker ? broker_contain_docker(b->b_caps) : broker_contain()) < 0) {
 			fprintf(stderr, "harness: contain the broker: %s\n", strerror(errno));
 			_exit(126);
 		}

@@ -26,6 +26,7 @@ struct broker {
 	int b_listen_fd; /* > 0: passed at each (re)start as systemd passes a socket */
 	bool b_contained; /* started as a container's defaults leave root (broker_contain) */
 	bool b_docker;    /* ... Docker's: no user namespaces either (broker_contain_docker) */
+	const int *b_caps; /* ... with these capabilities (-1 ends them) for Docker's */
 	char b_host[48]; /* the address it listens on ("127.0.0.1"; b_url names loopback) */
 };
 
@@ -73,6 +74,8 @@ int broker_start_listening(struct broker *b, const char *host, const char *const
 int broker_start_as(struct broker *b, uid_t uid, const char *const *extra);
 /* The same, contained as a container's defaults leave root (broker_contain). */
 int broker_start_contained(struct broker *b, const char *const *extra);
+/* The same as Docker's defaults leave root, with caps (-1-ended) for Docker's default ones. */
+int broker_start_docker(struct broker *b, const int *caps, const char *const *extra);
 /* Stops it and its proxies; -1 if its log holds a sanitizer report. */
 int broker_stop(struct broker *b);
 char *broker_log(const struct broker *b); /* its whole log so far; caller frees */
@@ -109,7 +112,7 @@ int broker_contain(void);
  * clone with a CLONE_NEW* flag EPERM, clone3 ENOSYS (glibc falls back to
  * clone). 0, or -1 with errno.
  */
-int broker_contain_docker(void);
+int broker_contain_docker(const int *caps);
 
 /*
  * Where a broker started in a test's worker writes its log, named for that
