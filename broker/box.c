@@ -33,7 +33,6 @@ static struct lack {
 } missing[BOX_MAX_MISSING];
 static size_t nmissing;
 static bool own_userns; /* boxns.c: the broker's own user namespace */
-static bool no_namespaces; /* none to be had: the boxes are uid, seccomp, rlimits, Landlock */
 
 static void
 lack(const char *what, const char *how)
@@ -63,58 +62,9 @@ box_level_json(void)
 			 !sv.sv_cf.cf_sandbox ? "off"
 			 : nmissing	     ? "reduced"
 					     : "full",
-			 "own_user_namespace", own_userns, "namespaces", !no_namespaces,
+			 "own_user_namespace", own_userns, "namespaces", !boxnons_on(),
 			 "landlock_abi", landlock_abi(), "missing", m);
 }
-
-/* Whether the boxes are made without namespaces here (box_check). */
-bool
-box_no_namespaces(void)
-{
-	return sv.sv_cf.cf_sandbox && no_namespaces;
-}
-
-/*
- * Root without the capabilities a box needs and without user namespaces (a
- * container's seccomp profile refuses them: Docker's, RuntimeDefault): the
- * boxes are what is left, the kernels' uids of the range, no_new_privs,
- * seccomp, rlimits and Landlock, each lack said with what it costs. Without
- * Landlock's scoping (ABI 6) too, they still start, saying loudly what that
- * costs: a uid of the range keeps the broker's files and processes out of
- * reach, which --no-sandbox (the other way to start here) would not.
- */
-static void
-without_namespaces(const char *what, int err)
-{
-	int abi = landlock_abi();
-
-	no_namespaces = true;
-	log_warn("sandbox: no namespaces here (%s: %s; a container's seccomp profile): kernels "
-		 "are boxed without them, as uids of --kernel-uid-range with no_new_privs, "
-		 "seccomp, rlimits and Landlock (ABI %d)", what, strerror(err), abi);
-	static const char how[] = "allow user namespaces in the container's seccomp profile "
-				  "(docker run --security-opt seccomp=deploy/docker/seccomp.json), "
-				  "or run it with podman's defaults";
-	lack("a PID namespace of the box's own: kernels see the container's processes (they "
-	     "signal only their own context's through Landlock)", how);
-	lack("a /proc of the box's own: a kernel sees every process of the container", how);
-	lack("a network of the box's own: kernels share the container's network and its "
-	     "loopback (servers listening there are in their reach)", how);
-	lack("a root of the box's own: kernels see the container's filesystem through "
-	     "Landlock's rules alone (the system read-only, the workspace and their own dir "
-	     "writable), and their /tmp is in their own dir", how);
-	if (abi < 1)
-		lack("Landlock: no rule keeps a kernel from what its uid may read (the system, "
-		     "files others left open to all), nor its signals from every process of "
-		     "its uid: under --isolation shared, every context's",
-		     "a kernel with Landlock (Linux 5.13, lsm=landlock)");
-	else if (abi < 6)
-		lack("Landlock's scoping (ABI 6): a kernel can signal every process of its "
-		     "uid (under --isolation shared, every context's) and reach their abstract "
-		     "sockets",
-		     "Linux 6.12 or later");
-}
-
 
 /*
  * Whether a child can make the box's namespaces here (not root: in a user
@@ -213,7 +163,7 @@ check_network(void)
 {
 	struct stat st;
 
-	if (strcmp(sv.sv_cf.cf_kernel_network, "outbound") || no_namespaces)
+	if (strcmp(sv.sv_cf.cf_kernel_network, "outbound") || boxnons_on())
 		return;
 	if (stat("/dev/net/tun", &st) < 0 || !S_ISCHR(st.st_mode)) {
 		lack("outbound network: there is no /dev/net/tun, so contexts have loopback only",
@@ -246,7 +196,7 @@ box_check(char *err, size_t errsz)
 
 	if ((rc = boxns_probe(&what)) < 0 && boxns_has_cap(CAP_SETUID) &&
 	    boxns_has_cap(CAP_SETGID)) {
-		without_namespaces(what, -rc);
+		boxnons_start(what, -rc, lack);
 		rc = 1;
 	}
 	if (rc < 0) {
@@ -279,7 +229,7 @@ box_check(char *err, size_t errsz)
 			 strerror(errno));
 		return -ENOTSUP;
 	}
-	if (!no_namespaces && (rc = namespaces_work(&what)) < 0) {
+	if (!boxnons_on() && (rc = namespaces_work(&what)) < 0) {
 		snprintf(err, errsz, "%s, and cannot make the box's namespaces (%s: %s); %s, or "
 				     "pass --no-sandbox to run kernels unboxed",
 			 geteuid() ? "not root" : "root", what, strerror(-rc),
@@ -289,7 +239,7 @@ box_check(char *err, size_t errsz)
 				   : "allow namespaces in the container's seccomp profile");
 		return -ENOTSUP;
 	}
-	if (!no_namespaces && rc == 1)
+	if (!boxnons_on() && rc == 1)
 		lack("a /proc of the box's own (this /proc is partly masked): a box shows this one, "
 		     "with every process that is not the box's when it starts hidden",
 		     "an unmasked /proc (podman: --security-opt systempaths=unconfined; "
@@ -579,7 +529,7 @@ box_bound_workspace(void)
 		cf->cf_workspace_size = 0;
 		return;
 	}
-	if (own_userns || no_namespaces) { /* ext4 is mounted by init's user namespace alone */
+	if (own_userns || boxnons_on()) { /* ext4 is mounted by init's user namespace alone */
 		lack("a size bound on the workspace: a loop-mounted filesystem cannot be mounted "
 		     "from a user namespace",
 		     "root with every capability a box uses (podman: --cap-add "
@@ -690,7 +640,7 @@ box_args(struct context *c, const char **argv, int *n)
 	}
 	if (c->c_workspace)
 		argv[(*n)++] = "--own-workspace";
-	if (no_namespaces)
+	if (boxnons_on())
 		argv[(*n)++] = "--no-namespaces";
 	if (sv.sv_cf.cf_workspace_size) { /* an own one's (its proxy makes it), or shown */
 		static char size[24];

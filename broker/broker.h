@@ -532,7 +532,8 @@ int box_check(char *err, size_t errsz);
 bool box_memory_cgroup(void);
 size_t box_missing(void);
 json_t *box_level_json(void);
-bool box_no_namespaces(void);
+bool boxnons_on(void);
+void boxnons_start(const char *what, int err, void (*lack)(const char *what, const char *how));
 /* boxns.c */
 bool boxns_has_cap(int cap);
 bool boxns_root_suffices(void);

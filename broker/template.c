@@ -155,7 +155,7 @@ template_start(void)
 		log_info("template: off (--no-template): every kernel starts cold");
 		return;
 	}
-	if (!sv.sv_cf.cf_sandbox || geteuid() != 0 || box_no_namespaces()) {
+	if (!sv.sv_cf.cf_sandbox || geteuid() != 0 || boxnons_on()) {
 		log_info("template: off (%s): every kernel starts cold",
 			 !sv.sv_cf.cf_sandbox ? "--no-sandbox"
 			 : geteuid()	      ? "not root: the boxes are rootless"
