@@ -12,8 +12,8 @@ override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializ
 # msgpack-c is msgpack-c.pc (-lmsgpack-c) from Debian 13 on, msgpack.pc (-lmsgpackc) before
 MSGPACK_LIBS := $(shell pkg-config --libs msgpack-c 2>/dev/null || pkg-config --libs msgpack 2>/dev/null || echo -lmsgpackc)
 LDLIBS_PROTO  = -lnng $(MSGPACK_LIBS) -ljansson -lpthread
-LDLIBS_PROXY  = $(LDLIBS_PROTO) -lcjson -lsodium -lseccomp
-LDLIBS_BROKER = $(LDLIBS_PROTO) -lmicrohttpd -lsodium
+LDLIBS_PROXY  = $(LDLIBS_PROTO) -lcjson -lsodium -lseccomp -lnftables
+LDLIBS_BROKER = $(LDLIBS_PROTO) -lmicrohttpd -lsodium -lnftables
 LDLIBS_TEST   = -lcriterion -lcurl
 
 LISTEN  ?= 127.0.0.1:49999
@@ -119,6 +119,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(PROTO_OBJ)
 # calls, kcache.o: a leaf); the layering (scripts/callgraph.sh) allows it
 $(BUILD)/tests/validate_test: $(BUILD)/broker/validate.o $(BUILD)/broker/kcache.o
 $(BUILD)/tests/frame_test: $(BUILD)/broker/frame.o
+$(BUILD)/tests/caller_test: $(BUILD)/broker/caller.o $(BUILD)/broker/frame.o
 $(BUILD)/tests/ctlpeer_test: $(BUILD)/broker/ctlpeer.o
 $(BUILD)/tests/output_test: $(BUILD)/proxy/output.o
 $(BUILD)/tests/admit_test: $(BUILD)/proxy/admit.o $(BUILD)/proxy/unit.o $(BUILD)/proxy/output.o \

@@ -165,20 +165,37 @@ pending_close(struct pending *pd)
 	free(pd);
 }
 
+/*
+ * Writes a whole answer, status ("400 Bad Request") and text, on a socket
+ * that is then shut for writing; also for one MHD has (http_tick's 408),
+ * which nothing else writes to while its request's body is coming.
+ */
+int
+accept_answer(int fd, const char *status, const char *text)
+{
+	char head[640];
+	int n = snprintf(head, sizeof(head),
+			 "HTTP/1.1 %s\r\nConnection: close\r\n"
+			 "Content-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n\r\n%s\n",
+			 status, strlen(text) + 1, text);
+	int rc = 0;
+
+	if (n < 0 || (size_t)n >= sizeof(head))
+		return -EMSGSIZE;
+	if (send(fd, head, n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+		rc = -errno;
+	shutdown(fd, SHUT_WR);
+	return rc;
+}
+
 /* Answers 400, saying why, and closes. */
 static void
 refuse(struct pending *pd, const char *why)
 {
-	char head[512];
-	int n = snprintf(
-	    head, sizeof(head),
-	    "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n"
-	    "Content-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n\r\n%s\n",
-	    strlen(why) + 1, why);
+	int rc = accept_answer(pd->pd_fd, "400 Bad Request", why);
 
-	if (send(pd->pd_fd, head, n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-		log_debug("http: 400 to a malformed request: %s", strerror(errno));
-	shutdown(pd->pd_fd, SHUT_WR);
+	if (rc < 0)
+		log_debug("http: 400 to a malformed request: %s", strerror(-rc));
 	metrics_http("other", "other", 400);
 	pending_close(pd);
 }
@@ -206,17 +223,12 @@ context_refused(void)
 static void
 refuse_context(struct pending *pd)
 {
-	static const char body[] = "code running in a context cannot call this server's API\n";
-	char head[256];
-	int len = snprintf(head, sizeof(head),
-			   "HTTP/1.1 403 Forbidden\r\nConnection: close\r\n"
-			   "Content-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n\r\n%s",
-			   sizeof(body) - 1, body);
+	int rc;
 
 	context_refused();
-	if (send(pd->pd_fd, head, len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-		log_debug("http: 403 to a context: %s", strerror(errno));
-	shutdown(pd->pd_fd, SHUT_WR);
+	if ((rc = accept_answer(pd->pd_fd, "403 Forbidden",
+				"code running in a context cannot call this server's API")) < 0)
+		log_debug("http: 403 to a context: %s", strerror(-rc));
 	pending_close(pd);
 }
 

@@ -58,12 +58,12 @@ box_level_json(void)
 	for (size_t i = 0; sv.sv_cf.cf_sandbox && i < nmissing; i++)
 		json_array_append_new(m, json_pack("{s:s, s:s}", "what", missing[i].l_what, "how",
 						   missing[i].l_how));
-	return json_pack("{s:s, s:b, s:b, s:i, s:o}", "level",
+	return json_pack("{s:s, s:b, s:b, s:i, s:o, s:o}", "level",
 			 !sv.sv_cf.cf_sandbox ? "off"
 			 : nmissing	     ? "reduced"
 					     : "full",
 			 "own_user_namespace", own_userns, "namespaces", !boxnons_on(),
-			 "landlock_abi", landlock_abi(), "missing", m);
+			 "landlock_abi", landlock_abi(), "missing", m, "egress", egress_json());
 }
 
 /*
@@ -168,6 +168,17 @@ check_network(void)
 	if (stat("/dev/net/tun", &st) < 0 || !S_ISCHR(st.st_mode)) {
 		lack("outbound network: there is no /dev/net/tun, so contexts have loopback only",
 		     "the tun device (podman, docker: --device /dev/net/tun)");
+		sv.sv_cf.cf_kernel_network = "none";
+		return;
+	}
+	/* never a way out without the egress rules (egress.c) */
+	const char *why = egress_probe();
+	if (why) {
+		static char what[384];
+		snprintf(what, sizeof(what),
+			 "outbound network: nftables cannot set the boxes' egress rules here (%s), "
+			 "so contexts have loopback only", why);
+		lack(what, "nftables in the kernel (nf_tables, nft_reject_inet)");
 		sv.sv_cf.cf_kernel_network = "none";
 		return;
 	}
@@ -574,7 +585,8 @@ box_isolates(void)
  * --isolation context: two uids of the range no live context holds, its
  * kernels' and its network's, and a workspace of its own
  * (<workspace>/<id>, 0700, its uid's), which its box shows at BOX_HOME.
- * A cwd it was given is checked against that. The workspace root is 0711:
+ * A cwd it was given is checked first, against a box whose workspace is
+ * still empty, as its own will be. The workspace root is 0711:
  * no context lists the others.
  */
 int
@@ -595,14 +607,20 @@ box_isolate(struct context *c, char *err, size_t errsz)
 			 (unsigned long long)(room >> 20));
 		return -ENOSPC;
 	}
+	/* its cwd, in a box whose workspace is not made yet: a refusal leaves nothing */
+	if (cwd_usable(box_kernel_uid(c), NULL, c->c_cwd, err, errsz) < 0)
+		return -EINVAL;
 	char *ws = xasprintf("%s/%s", sv.sv_cf.cf_cwd, c->c_id);
 	if (mkdir(ws, 0700) < 0 || chown(ws, c->c_uid, c->c_uid) < 0) {
-		snprintf(err, errsz, "workspace %s: %s", ws, strerror(errno));
+		int e = errno;
+		snprintf(err, errsz, "workspace %s: %s", ws, strerror(e));
+		if (e != EEXIST) /* made here: not left behind */
+			rmdir(ws);
 		free(ws);
 		return -EIO;
 	}
 	c->c_workspace = ws;
-	return cwd_usable(box_kernel_uid(c), box_workspace_of(c), c->c_cwd, err, errsz) < 0 ? -EINVAL : 0;
+	return 0;
 }
 
 /* The workspace a context's box shows at BOX_HOME, on the host. */
@@ -661,6 +679,7 @@ box_args(struct context *c, const char **argv, int *n)
 	argv[(*n)++] = sv.sv_cf.cf_isolated ? "context" : "shared";
 	argv[(*n)++] = "--network";
 	argv[(*n)++] = sv.sv_cf.cf_kernel_network;
+	egress_args(c, argv, n);
 	argv[(*n)++] = "--pids";
 	argv[(*n)++] = sv.sv_cf.cf_kernel_pids;
 	argv[(*n)++] = "--tmp-size";

@@ -47,7 +47,9 @@ boxnons_start(const char *what, int err, void (*lack)(const char *what, const ch
 	lack("a /proc of the box's own: a kernel sees every process of the container", how);
 	lack(strcmp(sv.sv_cf.cf_kernel_network, "none")
 		 ? "a network of the box's own: kernels share the container's network and its "
-		   "loopback (servers listening there are in their reach)"
+		   "loopback (servers listening there are in their reach), with no egress rule "
+		   "(--egress-deny, the default deny list and the host's addresses are not "
+		   "applied)"
 		 : "--kernel-network none: no network namespace can hold kernels off the "
 		   "container's network, which they share, and its loopback",
 	     how);

@@ -36,6 +36,7 @@
  * client costs. */
 #define HTTP_CONN_MEMORY (12u << 10)
 #define TICK_MS 250
+#define CT_JSON "application/json"
 #define MHD_PASSES 4 /* MHD_run again at most this often per wake when it has more to do */
 #define POOL_BACKOFF_MS 10000 /* no pool refill after a warm kernel failed to start */
 #define POOL_YIELD_MS 5000    /* ... nor while a context a client asked for starts (pool_yield) */
@@ -74,6 +75,8 @@ struct conn {
 	bool cn_in_request; /* its request head has arrived; MHD's timeout rules */
 	uint64_t cn_since;  /* connected, or its last response ended */
 	const char *cn_bad_at; /* the string of this request that had %2F or %00 */
+	uint64_t cn_body_by;   /* ms its request's body must be in by (--body-timeout); 0: none due */
+	struct http_request *cn_hr; /* that request, answered 408 past it */
 };
 TAILQ_HEAD(connq, conn);
 
@@ -182,6 +185,11 @@ struct proxy_link {
 	enum kstate pl_state;
 };
 
+/* A context's own egress rules (egress.c): canonical comma lists of CIDRs, or NULL. */
+struct egress_lists {
+	char *el_allow, *el_deny; /* allow_out, deny_out */
+};
+
 struct context {
 	TAILQ_ENTRY(context) c_link;
 	char c_id[37];
@@ -204,6 +212,7 @@ struct context {
 	unsigned c_net_uid;   /* ... and its network's (boxnet.c); 0 = shared */
 	int c_net_lease;
 	char *c_workspace;    /* its own workspace on the host (--isolation context), or NULL */
+	struct egress_lists c_egress; /* its own network rules; a warm proxy has none */
 };
 TAILQ_HEAD(contextq, context);
 
@@ -244,6 +253,7 @@ struct server_config {
 	const char *cf_token_file; /* --access-token-file: hidden in every box */
 	unsigned cf_max_conns;
 	unsigned cf_header_timeout; /* s a connection gets to send a request head */
+	unsigned cf_body_timeout;   /* s a request's body gets, from its head's end */
 	uint64_t cf_stream_cap;     /* bytes a stream may hold for a slow client */
 	const char *cf_spill_dir;
 	unsigned cf_grace;      /* seconds running executions get on SIGTERM */
@@ -251,6 +261,7 @@ struct server_config {
 	char cf_heartbeat_timeout[24]; /* ms, for the proxies; "" = default */
 	uint64_t cf_watchdog_ms; /* systemd watchdog interval / 2; 0 = none */
 	json_t *cf_genv;        /* global env vars */
+	char *cf_env_pass;      /* --env-pass: names, comma-separated (lib/kenv.c); NULL: none */
 };
 
 /* What the event loop watches: its fds and their event sources. */
@@ -339,11 +350,21 @@ void answer_drop(struct request *rq);
 /* accept.c */
 int accept_listen(const char *where);
 void accept_ready(void);
+int accept_answer(int fd, const char *status, const char *text);
 void accept_sniff(struct pending *pd, uint32_t events);
 uint64_t accept_since(int fd);
 void accept_tick(uint64_t now);
 unsigned accept_pending(void);
 void accept_stop(void);
+
+/* caller.c */
+int caller_origin_option(const char *val, const char *origin);
+int caller_host_option(const char *val, const char *origin);
+bool caller_host_allowed(const char *host);
+const char *caller_refusal(struct MHD_Connection *conn, char *why, size_t whysz);
+const char *caller_body_refusal(struct MHD_Connection *conn, char *why, size_t whysz);
+bool caller_preflight(struct MHD_Connection *conn, const char *method);
+void caller_cors(struct MHD_Connection *conn, struct MHD_Response *r, bool preflight);
 
 /* cwd.c */
 int cwd_check(const char *dir, uid_t uid, char *err, size_t errsz);
@@ -371,6 +392,7 @@ enum metric {
 	M_PROXY_RESTART,
 	M_BYTES,
 	M_OUTPUT_DROPPED,
+	M_EGRESS_REFUSED,
 };
 void metrics_http(const char *endpoint, const char *method, unsigned status);
 void metrics_execution(struct stream *s, const char *outcome, uint64_t wait_ms,
@@ -391,7 +413,8 @@ int validate_execute(json_t *body, struct msg *m, const char **ctx_id, char *lan
 
 /* request.c */
 void request_execute(struct request *rq, json_t *body);
-void request_create(struct request *rq, const char *language, const char *cwd);
+void request_create(struct request *rq, const char *language, const char *cwd,
+		    struct egress_lists *net);
 void request_context(struct request *rq, const char *id, int op);
 void request_drain(struct request *rq, bool drain);
 
@@ -491,9 +514,21 @@ bool template_reaped(pid_t pid, int status);
 void template_tick(uint64_t now);
 void template_stop(void);
 
+/* egress.c */
+int egress_allow(const char *list, const char *origin);
+int egress_deny(const char *list, const char *origin);
+int egress_context(json_t *body, struct egress_lists *el, char *err, size_t errsz);
+void egress_free(struct egress_lists *el);
+bool egress_own(const struct egress_lists *el);
+void egress_args(const struct context *c, const char **argv, int *n);
+json_t *egress_json(void);
+const char *egress_probe(void);
+void egress_adopt(struct context *c, json_t *net);
+json_t *egress_context_json(const struct context *c);
+
 /* pool.c */
-int pool_create(const char *lang, const char *cwd, bool is_default, struct context **out,
-		char *err, size_t errsz);
+int pool_create(const char *lang, const char *cwd, bool is_default,
+		struct egress_lists *net, struct context **out, char *err, size_t errsz);
 struct context *pool_use(const char *kernel, const char *cwd, bool is_default);
 bool pool_restart(struct context *c);
 void pool_fill(void);

@@ -331,6 +331,43 @@ settle_sandbox(void)
 	}
 }
 
+/*
+ * The access token's file is in no box's sight. A box covering it (the
+ * file's inode under /dev/null) would not do: the usual rotation, a new
+ * file renamed over it, puts the new token in the cover's place for every
+ * running kernel; nor can a box hide the directories it needs (/etc).
+ * So a file the view shows (the system, the workspace, the Python profile's
+ * or Deno's directory) is refused at start, saying where to put it; each
+ * proxy checks its box's own binds too (proxy/sandbox.c).
+ */
+static void
+settle_token(void)
+{
+	const char *dirs[2] = {NULL, NULL}, *part;
+	char *startup = NULL;
+
+	if (!sv.sv_cf.cf_sandbox || !sv.sv_cf.cf_token_file)
+		return;
+	if (sv.sv_cf.cf_python_startup && strrchr(sv.sv_cf.cf_python_startup, '/'))
+		dirs[0] = startup = xstrndup(sv.sv_cf.cf_python_startup,
+					     strrchr(sv.sv_cf.cf_python_startup, '/') -
+						     sv.sv_cf.cf_python_startup);
+	char *deno = kspec_program("deno");
+	if (deno && strrchr(deno, '/'))
+		*strrchr(deno, '/') = '\0', dirs[1] = deno;
+	part = boxview_shows(sv.sv_cf.cf_token_file, sv.sv_cf.cf_cwd, dirs, 2);
+	if (part) {
+		log_err("--access-token-file %s: every box shows %s to its kernels, and no cover "
+			"of the file outlives a rotation (a new file renamed over it): put the "
+			"token where no box looks, such as /var/lib/sandcell/token (0600) or "
+			"systemd's $CREDENTIALS_DIRECTORY",
+			sv.sv_cf.cf_token_file, part);
+		exit(2);
+	}
+	free(startup);
+	free(deno);
+}
+
 /* The paths not given: the cwd (checked), the proxy, the Python profile. */
 static void
 settle_paths(void)
@@ -347,14 +384,15 @@ settle_paths(void)
 			cwd_given ? "" : "; give one with --cwd DIR");
 		exit(2);
 	}
-	box_bound_workspace(); /* its filesystem's root takes the directory's owner and mode */
-	if (!sv.sv_cf.cf_proxy_bin)
-		sv.sv_cf.cf_proxy_bin = config_proxy_bin();
 	/* (SANDCELL_PYTHON_STARTUP is the flag's variable: options.c read it) */
 	if (!sv.sv_cf.cf_python_startup)
 		sv.sv_cf.cf_python_startup = config_python_startup();
 	else if (!*sv.sv_cf.cf_python_startup)
 		sv.sv_cf.cf_python_startup = NULL; /* --python-startup '': none */
+	settle_token(); /* before the workspace is mounted: a refusal leaves nothing */
+	box_bound_workspace(); /* its filesystem's root takes the directory's owner and mode */
+	if (!sv.sv_cf.cf_proxy_bin)
+		sv.sv_cf.cf_proxy_bin = config_proxy_bin();
 	if (access(sv.sv_cf.cf_proxy_bin, X_OK) < 0)
 		fatal("proxy binary %s: %s", sv.sv_cf.cf_proxy_bin, strerror(errno));
 }

@@ -76,6 +76,9 @@ context_json(struct context *c, bool live)
 	json_t *box = box_json(c->c_pl->pl_slot);
 	if (box)
 		json_object_set_new(j, "sandbox", box);
+	json_t *net = egress_context_json(c);
+	if (net)
+		json_object_set_new(j, "network", net);
 	if (c->c_error)
 		json_object_set_new(j, "error", json_string(c->c_error));
 	return j;
@@ -133,6 +136,7 @@ context_free(struct context *c)
 	free(c->c_kernel);
 	free(c->c_cwd);
 	free(c->c_error);
+	egress_free(&c->c_egress);
 	uid_release(c->c_uid, c->c_uid_lease);
 	uid_release(c->c_net_uid, c->c_net_lease);
 	free(c->c_workspace);

@@ -279,7 +279,7 @@ handle(nng_pipe p, struct msg *m)
 		request_context(ctl_request(p, m->m_req), id, OP_DELETE);
 		return;
 	case CTL_CREATE:
-		request_create(ctl_request(p, m->m_req), m->m_lang.s, m->m_cwd.s);
+		request_create(ctl_request(p, m->m_req), m->m_lang.s, m->m_cwd.s, NULL);
 		return;
 	case CTL_DRAIN:
 	case CTL_UNDRAIN:

@@ -17,8 +17,6 @@
 
 #include "broker.h"
 
-#define CT_JSON "application/json"
-
 /* HTTP connections MHD has, for the connection limit and the header timeout. */
 static struct connq conns = TAILQ_HEAD_INITIALIZER(conns);
 static struct evsrc ev_mhd;
@@ -66,18 +64,21 @@ do_create(struct http_request *hr)
 {
 	char err[1024];
 	const char *language = NULL, *cwd = NULL;
+	struct egress_lists net = {0};
 	json_t *body = NULL;
 
 	if (hr->hr_body.b_len) {
 		if (!(body = parse_body(hr, err, sizeof(err))))
 			return respond_now(hr, 400, respond_text("%s", err));
 		if (validate_opt_string(body, "language", &language, err, sizeof(err)) < 0 ||
-		    validate_opt_string(body, "cwd", &cwd, err, sizeof(err)) < 0) {
+		    validate_opt_string(body, "cwd", &cwd, err, sizeof(err)) < 0 ||
+		    egress_context(body, &net, err, sizeof(err)) < 0) {
 			json_decref(body);
 			return respond_now(hr, 400, respond_text("%s", err));
 		}
 	}
-	request_create(&hr->hr_rq, language, cwd);
+	request_create(&hr->hr_rq, language, cwd, &net);
+	egress_free(&net);
 	json_decref(body);
 	return MHD_YES;
 }
@@ -222,6 +223,10 @@ route(struct http_request *hr, const char *url, const char *method)
 	const char *rest;
 	struct context *c;
 
+	/* a CORS preflight of a listed origin (caller_refusal let it in) */
+	if (caller_preflight(hr->hr_conn, method))
+		return respond_now(hr, 204,
+				   MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
 	if (!strcmp(url, "/health")) {
 		if (!get)
 			goto method;
@@ -354,6 +359,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		const char *cl =
 			MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
 		const char *refused;
+		char why[512];
 		struct conn *cn = conn_of(conn);
 		hr = xcalloc(1, sizeof(*hr));
 		hr->hr_rq.rq_ops = &respond_ops;
@@ -372,20 +378,35 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 			return respond_now(hr, 503,
 				       respond_text("too many connections (limit %u); try again",
 						 sv.sv_cf.cf_max_conns));
+		/* a web page's, or one by a rebound name: before the token, the body */
+		if ((refused = caller_refusal(conn, why, sizeof(why))))
+			return respond_now(hr, 403, respond_text("%s", refused));
 		/* probes carry no token: /health and /ready say nothing else */
+		/* nor do preflights, which browsers send without credentials */
 		if (sv.sv_cf.cf_token && strcmp(hr->hr_endpoint, "/health") &&
+		    !caller_preflight(conn, method) &&
 		    strcmp(hr->hr_endpoint, "/ready") &&
 		    (refused = token_refusal(conn)))
 			return respond_now(hr, 401, respond_text("%s", refused));
 		if (cn && cn->cn_bad_at == url)
 			return respond_now(hr, 400, respond_text("the path has an encoded '/' or NUL "
 							  "(%%2F, %%00): not allowed"));
+		if ((refused = caller_body_refusal(conn, why, sizeof(why))))
+			return respond_now(hr, 415, respond_text("%s", refused));
 		if (cl && strtoull(cl, NULL, 10) > sv.sv_cf.cf_max_body)
 			return respond_now(hr, 413,
 				       respond_text("request body over the limit of %zu bytes",
 						 sv.sv_cf.cf_max_body));
+		if (cn && (MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Transfer-Encoding") ||
+			   (cl && strtoull(cl, NULL, 10) > 0))) {
+			cn->cn_body_by = now_ms() + sv.sv_cf.cf_body_timeout * 1000ull;
+			cn->cn_hr = hr;
+		}
 		return MHD_YES;
 	}
+	struct conn *cn = conn_of(conn);
+	if (cn && !*upload_size)
+		cn->cn_body_by = 0; /* the body is in */
 	if (hr->hr_resp) {
 		struct MHD_Response *r = hr->hr_resp;
 		hr->hr_resp = NULL;
@@ -422,6 +443,8 @@ on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		cn->cn_in_request = false;
 		cn->cn_since = now_ms();
 		cn->cn_bad_at = NULL;
+		cn->cn_body_by = 0;
+		cn->cn_hr = NULL;
 	}
 	if (hr->hr_code)
 		metrics_http(hr->hr_endpoint, hr->hr_method, hr->hr_code);
@@ -462,19 +485,36 @@ on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
 /*
  * A connection that does not deliver a request head in time (a slowloris
  * trickling bytes, or one that never sends) is shut down; MHD then closes it.
+ * So is one whose request's body is not in by its deadline, however it
+ * trickles (MHD's own timeout is idle time), after a 408: MHD cannot queue
+ * an answer while a body comes, nor call us for a connection that sends
+ * nothing, so the 408 is written on its socket, which MHD does not write
+ * to then (accept_answer).
  */
 void
 http_tick(uint64_t now)
 {
 	struct conn *cn;
+	char why[128];
 
 	accept_tick(now);
-	TAILQ_FOREACH(cn, &conns, cn_link)
-		if (!cn->cn_in_request && cn->cn_fd >= 0 &&
+	TAILQ_FOREACH(cn, &conns, cn_link) {
+		if (cn->cn_fd < 0)
+			continue;
+		if (!cn->cn_in_request &&
 		    now > cn->cn_since + sv.sv_cf.cf_header_timeout * 1000ull) {
 			shutdown(cn->cn_fd, SHUT_RDWR);
 			cn->cn_fd = -1; /* once */
+		} else if (cn->cn_body_by && now > cn->cn_body_by) {
+			snprintf(why, sizeof(why), "the request body did not arrive within %us "
+				 "(--body-timeout)", sv.sv_cf.cf_body_timeout);
+			accept_answer(cn->cn_fd, "408 Request Timeout", why);
+			shutdown(cn->cn_fd, SHUT_RD);
+			if (cn->cn_hr)
+				cn->cn_hr->hr_code = 408; /* for the metrics */
+			cn->cn_fd = -1;
 		}
+	}
 }
 
 /*

@@ -183,7 +183,7 @@ serve_start(void)
 		struct context *ctx;
 		if (context_default(lang) || !kcache_find(lang))
 			continue;
-		if (pool_create(lang, box_default_cwd(), true, &ctx, err, sizeof(err)) < 0)
+		if (pool_create(lang, box_default_cwd(), true, NULL, &ctx, err, sizeof(err)) < 0)
 			log_err("default %s context: %s", lang, err);
 	}
 	sv.sv_lc.lc_defaults = false;

@@ -42,6 +42,7 @@ static struct {
 	uint64_t executions[N_OUTCOMES];
 	struct histogram duration, wait;
 	uint64_t disconnects, cancels, kernel_restarts, proxy_restarts, bytes, output_dropped;
+	uint64_t egress_refused;
 } mx;
 
 void
@@ -104,6 +105,7 @@ metrics_count(enum metric m, uint64_t n)
 	case M_PROXY_RESTART: mx.proxy_restarts += n; break;
 	case M_BYTES: mx.bytes += n; break;
 	case M_OUTPUT_DROPPED: mx.output_dropped += n; break;
+	case M_EGRESS_REFUSED: mx.egress_refused += n; break;
 	}
 }
 
@@ -298,6 +300,10 @@ metrics_render(size_t *len)
 		"Kernel output messages no execution owned (e.g. a thread or timer printing "
 		"after its execution ended), dropped.",
 		mx.output_dropped);
+	counter(&b, "sandcell_egress_refused_total",
+		"Packets the boxes' egress rules refused (connections to link-local, private or "
+		"the host's addresses, or outside --egress-allow and a context's network).",
+		mx.egress_refused);
 	*len = b.b_len;
 	return b.b_data;
 }

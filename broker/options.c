@@ -20,6 +20,21 @@ env_file(const char *path, const char *origin)
 	return config_env_file(path);
 }
 
+/* --env-pass NAME (repeatable; SANDCELL_ENV_PASS: names separated by commas or spaces) */
+static int
+env_pass(const char *names, const char *origin)
+{
+	char *bad;
+
+	if (kenv_pass_add(&sv.sv_cf.cf_env_pass, names, &bad) < 0) {
+		fprintf(stderr, "sandcell-broker: %s '%s': '%s' is not a variable's name\n", origin,
+			names, bad);
+		free(bad);
+		return -1;
+	}
+	return 0;
+}
+
 static int
 token(const char *tok, const char *origin)
 {
@@ -125,12 +140,18 @@ static const struct opt options[] = {
     {"env-file", "FILE", OPT_FUNC, .o_fn = env_file,
      .o_help = "global env vars for every kernel, KEY=VALUE lines ('export ' and # comments "
 	       "allowed)"},
+    {"env-pass", "NAME", OPT_FUNC, .o_fn = env_pass,
+     .o_help = "a variable of the broker's environment every kernel gets, with its value at "
+	       "start (repeatable; the variable: names separated by commas or spaces), such as "
+	       "HTTPS_PROXY or PIP_INDEX_URL; kernels get no other of the broker's variables but "
+	       "PATH, LANG, LANGUAGE, LC_* and TZ"},
     {"access-token", "TOKEN", OPT_FUNC, .o_fn = token,
      .o_help = "require this token (X-Access-Token or Authorization: Bearer) on every "
 	       "endpoint but /health and /ready; SANDCELL_ACCESS_TOKEN is not passed on to "
 	       "kernels"},
     {"access-token-file", "F", OPT_FUNC, .o_fn = token_file,
-     .o_help = "the token is the first line of F (hidden in every box)"},
+     .o_help = "the token is the first line of F, a file no box shows (one under /etc, the "
+	       "workspace or a kernel's directory is refused at start)"},
     {"max-body", "SIZE", OPT_SIZE, OPT_DST(CF.cf_max_body), .o_min = 1, .o_max = PROTO_MAX_BIG,
      .o_expect = "a size from 1 to 64M, such as 16M", .o_default = "16M",
      .o_help = "largest request body (413 above; at most 64M); a request head may take up to "
@@ -157,6 +178,19 @@ static const struct opt options[] = {
      .o_default = "30s",
      .o_help = "a connection must send a request head within DURATION of connecting or of "
 	       "its last response (slowloris)"},
+    {"body-timeout", "DURATION", OPT_SECONDS, OPT_DST(CF.cf_body_timeout), .o_min = 1,
+     .o_max = MAX_WAIT_S, .o_expect = "a duration such as 30, 30s or 1m, from 1s to 7 days",
+     .o_default = "30s",
+     .o_help = "a request's body must be in within DURATION of its head, however it trickles "
+	       "(408 and the connection closed; a 16M body at 30s needs ~550 KiB/s)"},
+    {"allowed-origin", "ORIGIN", OPT_FUNC, .o_fn = caller_origin_option,
+     .o_help = "a web page origin (https://app.example.com) whose browser requests are "
+	       "answered, CORS preflights included (repeatable, or a comma list; * for any); "
+	       "a request with any other Origin is refused (403)"},
+    {"allowed-host", "NAME", OPT_FUNC, .o_fn = caller_host_option,
+     .o_help = "a name clients reach the server by, besides localhost and IP addresses "
+	       "(repeatable, or a comma list; * for any, e.g. behind an ingress that checks "
+	       "it); a request with another Host is refused (403: DNS rebinding)"},
     {"conn-timeout", "DURATION", OPT_SECONDS, OPT_DST(CF.cf_conn_timeout), .o_max = MAX_WAIT_S,
      .o_expect = "a duration such as 120, 90s or 2m, at most 7 days", .o_default = "2m",
      .o_help = "idle HTTP connection timeout"},
@@ -224,6 +258,15 @@ static const struct opt options[] = {
      .o_help = "shared: one uid and one workspace for all contexts (E2B: a file written in one "
 	       "is read in another); context: each context gets a uid of its own and its own "
 	       "workspace <workspace>/<id> (0700, removed with the context) and no warm pool"},
+    {"egress-allow", "CIDR[,...]", OPT_FUNC, .o_fn = egress_allow,
+     .o_help = "addresses of the default deny list boxes may reach after all, such as a "
+	       "package mirror's 10.99.0.0/24 (repeatable; IPv4 or IPv6). By default a box "
+	       "reaches the internet but not link-local (cloud metadata), private, "
+	       "carrier-grade NAT or loopback ranges, nor the host's own addresses "
+	       "(docs/SECURITY.md: Egress)"},
+    {"egress-deny", "CIDR[,...]", OPT_FUNC, .o_fn = egress_deny,
+     .o_help = "more addresses boxes may not reach, such as 0.0.0.0/0 and ::/0 for no "
+	       "internet (repeatable); the longest matching prefix of both lists decides"},
     {"kernel-network", "outbound|none", OPT_FUNC, .o_fn = network, .o_default = "outbound",
      .o_help = "each context has a network of its own; outbound: with a way out through pasta "
 	       "(nothing comes in, the host's loopback is out of reach); none: loopback only"},

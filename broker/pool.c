@@ -50,33 +50,52 @@ pool_nonempty(int dirfd, const char *name)
 static uint64_t
 pool_packages_changed(void)
 {
-	char lib[PATH_MAX], site[NAME_MAX + 32];
+	char site[PATH_MAX];
 	struct timespec newest = {0}, rt;
+	struct boxpath_view v;
 	struct dirent *de;
 	struct stat st;
-	DIR *d;
+	int fd = -1, dfd;
+	DIR *d = NULL;
 
-	if (!sv.sv_cf.cf_sandbox ||
-	    snprintf(lib, sizeof(lib), "%s" PACKAGES_VENV "/lib", box_workspace_of(NULL)) >=
-		    (int)sizeof(lib) ||
-	    !(d = opendir(lib)))
+	/* looked at in the box's view: a tenant's link leads nowhere out of it */
+	if (!sv.sv_cf.cf_sandbox || boxpath_view_open(&v, box_workspace_of(NULL)) < 0)
 		return 0;
-	while ((de = readdir(d))) {
-		if (strncmp(de->d_name, "python", 6))
-			continue;
-		snprintf(site, sizeof(site), "%s/site-packages", de->d_name);
-		if (fstatat(dirfd(d), site, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
-		    pool_nonempty(dirfd(d), site) &&
-		    (st.st_mtim.tv_sec > newest.tv_sec ||
-		     (st.st_mtim.tv_sec == newest.tv_sec && st.st_mtim.tv_nsec > newest.tv_nsec)))
-			newest = st.st_mtim;
+	if (boxpath_open(&v, BOX_HOME PACKAGES_VENV "/lib", 0, &fd, NULL, 0) < 0 ||
+	    fd < 0 || (dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		goto out;
+	if (!(d = fdopendir(dfd))) {
+		close(dfd);
+		goto out;
 	}
-	closedir(d);
+	while ((de = readdir(d))) {
+		int sfd;
+		if (strncmp(de->d_name, "python", 6) ||
+		    snprintf(site, sizeof(site),
+		             BOX_HOME PACKAGES_VENV "/lib/%s/site-packages",
+		             de->d_name) >= (int)sizeof(site) ||
+		    boxpath_open(&v, site, BOXPATH_NOFOLLOW, &sfd, NULL, 0) < 0 ||
+		    sfd < 0)
+			continue;
+		if (fstat(sfd, &st) == 0 && S_ISDIR(st.st_mode) &&
+		    pool_nonempty(sfd, ".") &&
+		    (st.st_mtim.tv_sec > newest.tv_sec ||
+		     (st.st_mtim.tv_sec == newest.tv_sec &&
+		      st.st_mtim.tv_nsec > newest.tv_nsec)))
+			newest = st.st_mtim;
+		close(sfd);
+	}
+out:
+	if (d)
+		closedir(d);
+	if (fd >= 0)
+		close(fd);
+	boxpath_view_close(&v);
 	if (!newest.tv_sec)
 		return 0;
 	clock_gettime(CLOCK_REALTIME, &rt);
 	int64_t ago = (int64_t)(rt.tv_sec - newest.tv_sec) * 1000 +
-		      (rt.tv_nsec - newest.tv_nsec) / 1000000;
+	              (rt.tv_nsec - newest.tv_nsec) / 1000000;
 	uint64_t now = now_ms();
 	return ago <= 0 ? now : (uint64_t)ago < now ? now - (uint64_t)ago : 1;
 }
@@ -110,6 +129,8 @@ pool_take(const char *kernel, const struct context *x, const char *cwd)
 	bool looked = false;
 	struct context *c;
 
+	if (x && egress_own(&x->c_egress)) /* its rules are not a warm box's */
+		return NULL;
 	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link) {
 		if (!c->c_pooled || !c->c_ready || c->c_deleting || c->c_pl->pl_pid <= 0 ||
 		    c->c_pl->pl_state != KS_IDLE || strcmp(c->c_kernel, kernel))
@@ -293,8 +314,8 @@ pool_restart(struct context *x)
  * and "python" are the same default context.
  */
 int
-pool_create(const char *want, const char *cwd, bool is_default, struct context **out,
-	       char *err, size_t errsz)
+pool_create(const char *want, const char *cwd, bool is_default, struct egress_lists *net,
+	    struct context **out, char *err, size_t errsz)
 {
 	struct context *c;
 	const struct kspec *ks;
@@ -313,12 +334,17 @@ pool_create(const char *want, const char *cwd, bool is_default, struct context *
 		free(avail);
 		return -ENOENT;
 	}
-	if ((c = pool_use(ks->ks_name, cwd, is_default))) {
+	/* a warm proxy's box has the server's rules alone: none for a context with its own */
+	if (!egress_own(net) && (c = pool_use(ks->ks_name, cwd, is_default))) {
 		*out = c;
 		return 0;
 	}
 	c = context_new(NULL, ks->ks_lang, ks->ks_name, cwd, is_default);
 	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_contexts, c, c_link);
+	if (net) { /* the context's now */
+		c->c_egress = *net;
+		memset(net, 0, sizeof(*net));
+	}
 	if ((rc = box_isolate(c, err, errsz)) < 0) {
 		context_free(c);
 		return rc;

@@ -96,6 +96,7 @@ relay_recv(struct context *c)
 			break;
 		case MSG_STATS:
 			metrics_count(M_OUTPUT_DROPPED, m.m_count);
+			metrics_count(M_EGRESS_REFUSED, m.m_refused);
 			break;
 		case MSG_OK:
 		case MSG_FAIL:

@@ -44,7 +44,7 @@ execute_context(const char *ctx_id, char *lang, size_t langsz, struct context **
 	if ((ks = kcache_find(lang))) /* the default is per language */
 		snprintf(lang, langsz, "%s", ks->ks_lang);
 	if (!(*out = context_default(lang)) &&
-	    (rc = pool_create(lang, box_default_cwd(), true, out, err, errsz)) < 0)
+	    (rc = pool_create(lang, box_default_cwd(), true, NULL, out, err, errsz)) < 0)
 		return create_status(rc);
 	return 0;
 }
@@ -99,9 +99,14 @@ request_execute(struct request *rq, json_t *body)
 	rq->rq_ops->ro_stream(rq, s); /* the stream answers it from here */
 }
 
-/* A new context; answered once its kernel is ready. language and cwd may be NULL. */
+/*
+ * A new context; answered once its kernel is ready. language and cwd may be
+ * NULL; net, its own egress rules, becomes the context's (the caller frees
+ * what is left of it).
+ */
 void
-request_create(struct request *rq, const char *language, const char *cwd)
+request_create(struct request *rq, const char *language, const char *cwd,
+	       struct egress_lists *net)
 {
 	char err[1024], why[256], lang[MAX_LANG + 1];
 	struct context *c;
@@ -131,7 +136,7 @@ request_create(struct request *rq, const char *language, const char *cwd)
 	}
 	if (!cwd)
 		cwd = box_default_cwd();
-	if ((rc = pool_create(lang, cwd, false, &c, err, sizeof(err))) < 0) {
+	if ((rc = pool_create(lang, cwd, false, net, &c, err, sizeof(err))) < 0) {
 		answer_done(rq, create_status(rc), NULL, "%s", err);
 		return;
 	}

@@ -77,7 +77,10 @@ respond_json(json_t *j)
 enum MHD_Result
 respond_now(struct http_request *hr, unsigned status, struct MHD_Response *r)
 {
-	enum MHD_Result ret = MHD_queue_response(hr->hr_conn, status, r);
+	enum MHD_Result ret;
+
+	caller_cors(hr->hr_conn, r, status == 204);
+	ret = MHD_queue_response(hr->hr_conn, status, r);
 
 	hr->hr_code = status;
 	MHD_destroy_response(r);

@@ -24,7 +24,7 @@
 int
 supervise_spawn(struct context *c)
 {
-	const char *argv[64];
+	const char *argv[80];
 	char wait[24];
 	uint64_t wait_ms;
 	int n = 0;
@@ -46,6 +46,10 @@ supervise_spawn(struct context *c)
 	argv[n++] = c->c_cwd;
 	argv[n++] = "--env-file";
 	argv[n++] = sv.sv_cf.cf_env_file;
+	if (sv.sv_cf.cf_env_pass) {
+		argv[n++] = "--env-pass";
+		argv[n++] = sv.sv_cf.cf_env_pass;
+	}
 	argv[n++] = "--log-level";
 	argv[n++] = (char *)sv.sv_cf.cf_log_level;
 	if (c->c_default)
@@ -304,6 +308,7 @@ supervise_adopt_all(void)
 			json_t *box = json_object_get(j, "sandbox");
 			const char *iso = json_string_value(json_object_get(box, "isolation"));
 			c->c_pooled = pooled;
+			egress_adopt(c, json_object_get(j, "network"));
 			if (iso && !strcmp(iso, "context")) { /* its uids stay taken */
 				const char *ws = json_string_value(json_object_get(box, "workspace"));
 				c->c_uid = json_integer_value(json_object_get(box, "uid"));

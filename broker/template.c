@@ -78,7 +78,8 @@ find_file(const char *dir, const char *const *rel, size_t n)
  * The template's environment: PATH, and what a kernel's interpreter and data
  * stack pin at start (locale, PYTHON*, thread counts...) as the broker's
  * environment gives them to kernels (the template refuses a kernel whose
- * values differ), nothing else: never the broker's secrets.
+ * values differ): of those only what the kernels' allowlist (lib/kenv.c, with
+ * --env-pass) takes, as proxy/launch.c does. Never the broker's secrets.
  */
 static char **
 template_env(void)
@@ -94,7 +95,8 @@ template_env(void)
 	for (char **e = environ; *e && n < 95; e++) {
 		/* ours below, as proxy/launch.c gives them to every boxed kernel */
 		if (!strncmp(*e, "JPY_PARENT_PID=", 15) ||
-		    !strncmp(*e, "PYDEVD_DISABLE_FILE_VALIDATION=", 31))
+		    !strncmp(*e, "PYDEVD_DISABLE_FILE_VALIDATION=", 31) ||
+		    !kenv_passes(*e, sv.sv_cf.cf_env_pass))
 			continue;
 		for (size_t i = 0; i < sizeof(pinned) / sizeof(pinned[0]); i++)
 			if (!strncmp(*e, pinned[i], strlen(pinned[i]))) {

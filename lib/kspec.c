@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -375,50 +376,77 @@ kspec_find(const char *want, struct kspec **out)
 	return 0;
 }
 
+/* Whether dir (an fd, or a host path if fd is AT_FDCWD) holds one of names. */
+static bool
+config_in(int fd, const char *dir, bool *install)
+{
+	static const char *const names[] = {"deno.json", "deno.jsonc", "package.json"};
+	char p[PATH_MAX + 16];
+	bool found = false;
+	struct stat st;
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		snprintf(p, sizeof(p), "%s%s%s", dir, *dir ? "/" : "", names[i]);
+		if (fstatat(fd, p, &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(st.st_mode))
+			continue;
+		found = true;
+		if (!strcmp(names[i], "package.json")) {
+			snprintf(p, sizeof(p), "%s%snode_modules", dir, *dir ? "/" : "");
+			*install = fstatat(fd, p, &st, AT_SYMLINK_NOFOLLOW) < 0;
+		}
+	}
+	return found;
+}
+
 /*
  * Deno reads a configuration (deno.json, deno.jsonc, package.json) from its
  * cwd and the cwd's parents as it starts, and exits on a broken one (a
  * kernelspec's ks_config_in_cwd). Whether cwd or a parent of it holds one,
  * seen from the host (lstat: nothing is read); in a box (workspace not NULL:
- * the host dir shown at BOX_HOME), only the workspace's part of the path,
- * nothing else there being the tenant's. *install: the nearest package.json
- * has no node_modules beside it, which Deno wants made (`deno install`)
- * before it resolves from it.
+ * the host dir shown at BOX_HOME), cwd is resolved in the box's view
+ * (boxpath.c: a tenant's links never lead out of it) and only the
+ * workspace's part of the path looked at, nothing else there being the
+ * tenant's. *install: the nearest package.json has no node_modules beside
+ * it, which Deno wants made (`deno install`) before it resolves from it.
  */
 bool
 kspec_cwd_config(const char *workspace, const char *cwd, bool *install)
 {
-	static const char *const names[] = {"deno.json", "deno.jsonc", "package.json"};
-	char dir[PATH_MAX], host[PATH_MAX], p[PATH_MAX + 16];
+	char dir[PATH_MAX];
+	struct boxpath_view v;
 	bool found = false;
-	struct stat st;
+	int fd;
 
 	*install = false;
-	if (snprintf(dir, sizeof(dir), "%s", cwd) >= (int)sizeof(dir) || dir[0] != '/')
+	if (cwd[0] != '/')
 		return false;
-	for (;;) {
-		const char *d = dir[0] ? dir : "/"; /* the cwd, then each parent */
-		int rc = 0;
-		if (!workspace)
-			snprintf(host, sizeof(host), "%s", d);
-		else if (boxview_is_system(d))
-			rc = -ENOENT;
-		else
-			rc = boxview_host_path(workspace, d, host, sizeof(host));
-		for (size_t i = 0; rc == 0 && *host && i < sizeof(names) / sizeof(names[0]); i++) {
-			snprintf(p, sizeof(p), "%s/%s", host, names[i]);
-			if (lstat(p, &st) < 0 || S_ISDIR(st.st_mode))
-				continue;
-			found = true;
-			if (!strcmp(names[i], "package.json")) {
-				snprintf(p, sizeof(p), "%s/node_modules", host);
-				*install = lstat(p, &st) < 0;
-			}
+	if (!workspace) {
+		if (snprintf(dir, sizeof(dir), "%s", cwd) >= (int)sizeof(dir))
+			return false;
+	} else if (boxpath_view_open(&v, workspace) < 0) {
+		return false;
+	} else if (boxpath_open(&v, cwd, 0, &fd, dir, sizeof(dir)) < 0) {
+		boxpath_view_close(&v);
+		return false;
+	} else if (fd >= 0) {
+		close(fd);
+	}
+	for (;;) { /* the cwd, then each parent */
+		if (!workspace) {
+			found = config_in(AT_FDCWD, dir[0] ? dir : "/", install);
+		} else if (!strncmp(dir, BOX_HOME, strlen(BOX_HOME)) &&
+			   (!dir[strlen(BOX_HOME)] || dir[strlen(BOX_HOME)] == '/') &&
+			   boxpath_open(&v, dir, 0, &fd, NULL, 0) == 0 && fd >= 0) {
+			found = config_in(fd, "", install);
+			close(fd);
 		}
 		if (found || !dir[0] || !strcmp(dir, "/"))
-			return found;
+			break;
 		*strrchr(dir, '/') = '\0';
 	}
+	if (workspace)
+		boxpath_view_close(&v);
+	return found;
 }
 
 /*

@@ -47,7 +47,27 @@ int lang_normalise(const char *in, char *out, size_t outsz);
 #define PACKAGES_VENV "/.local/venv" /* below HOME: the tenant's Python venv (packages.c) */
 extern const char *const boxview_system[];
 bool boxview_is_system(const char *path);
-int boxview_host_path(const char *workspace, const char *path, char *out, size_t outsz);
+const char *boxview_shows(const char *path, const char *workspace, const char *const *dirs,
+			  size_t ndirs);
+
+/* boxpath.c: a tenant's path resolved as its box would, never on the host */
+#define BOXPATH_MAX_MOUNTS 8
+struct boxpath_mount {
+	const char *bm_path; /* in the box, canonical ("/": a whole root, a live box's) */
+	int bm_fd;           /* the host directory shown there (O_PATH), or -1: an
+			      * empty directory of the box's own (its /tmp at start) */
+};
+struct boxpath_view {
+	struct boxpath_mount bv_mounts[BOXPATH_MAX_MOUNTS];
+	size_t bv_n;
+};
+#define BOXPATH_NOFOLLOW 1u /* a symbolic link last is not followed */
+int boxpath_view_open(struct boxpath_view *v, const char *workspace);
+void boxpath_view_root(struct boxpath_view *v, int rootfd);
+void boxpath_view_close(struct boxpath_view *v);
+int boxpath_open(const struct boxpath_view *v, const char *path, unsigned flags, int *fd,
+		 char *real, size_t realsz);
+int boxpath_reopen(int fd, int flags);
 
 /* landlock.c */
 #define BOX_KDIR "/run/sandcell" /* in a box, the kernel's own dir (a copy of px_kdir) */
@@ -72,6 +92,19 @@ uint64_t wsdisk_free(const char *path);
  * root with dir's owner and mode; 0, or -errno and why in err. */
 int wsdisk_mount(const char *dir, uint64_t size, char *err, size_t errsz);
 void wsdisk_unmount(const char *dir, bool remove_image);
+
+/* cidr.c: an IPv4 or IPv6 address block */
+#define CIDR_STRLEN 52 /* "addr/len" of either family, and its NUL */
+struct cidr {
+	int c_family;       /* AF_INET, AF_INET6 */
+	uint8_t c_addr[16]; /* network byte order, host bits clear */
+	unsigned c_len;     /* prefix length */
+};
+extern const char *const cidr_default_deny[];
+int cidr_parse(const char *s, struct cidr *out, char *err, size_t errsz);
+void cidr_format(const struct cidr *c, char *out, size_t outsz);
+bool cidr_within(const struct cidr *inner, const struct cidr *outer);
+int cidr_list_parse(const char *list, struct cidr **v, size_t *n, char *err, size_t errsz);
 
 /* optenv.c */
 struct optenv {
@@ -195,5 +228,9 @@ struct buf {
 void buf_append(struct buf *b, const void *p, size_t n);
 void buf_consume(struct buf *b, size_t n);
 void buf_free(struct buf *b);
+
+/* kenv.c */
+bool kenv_passes(const char *kv, const char *pass);
+int kenv_pass_add(char **list, const char *spec, char **bad);
 
 #endif

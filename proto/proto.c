@@ -42,6 +42,7 @@ static const struct {
 	[F_WAIT] = {FK_U64, 0, offsetof(struct msg, m_wait)},
 	[F_RUN] = {FK_U64, 0, offsetof(struct msg, m_run)},
 	[F_FLAGS] = {FK_U64, 0, offsetof(struct msg, m_flags)},
+	[F_REFUSED] = {FK_U64, 0, offsetof(struct msg, m_refused)},
 };
 
 #define KSTAT (FB(F_STATE) | FB(F_KPID) | FB(F_QUEUE) | FB(F_COUNT))
@@ -60,7 +61,7 @@ static const struct {
 	[MSG_SHUTDOWN] = {"SHUTDOWN", FB(F_REQ), 0},
 	[MSG_INFO] = {"INFO", FB(F_REQ), 0},
 	[MSG_CLAIM] = {"CLAIM", FB(F_REQ) | FB(F_ID) | FB(F_CWD), FB(F_FLAGS)},
-	[MSG_STATS] = {"STATS", FB(F_COUNT), 0},
+	[MSG_STATS] = {"STATS", FB(F_COUNT), FB(F_REFUSED)},
 	[MSG_HELLO] = {"HELLO", FB(F_ID) | FB(F_LANG) | FB(F_CWD) | FB(F_PID) | FB(F_STATE),
 		       KSTAT | FB(F_TEXT)},
 	[MSG_OUTPUT] = {"OUTPUT", FB(F_STREAM) | FB(F_DATA),

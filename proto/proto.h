@@ -89,6 +89,7 @@ enum msg_field {
 	F_WAIT,    /* ms a unit waited in the queue */
 	F_RUN,     /* ms it ran */
 	F_FLAGS,   /* CLAIM: FLAG_DEFAULT */
+	F_REFUSED, /* STATS: connections the box's egress rules refused since the last STATS */
 	F_FIELD_MAX
 };
 #define FB(f) (1u << (f))
@@ -139,7 +140,7 @@ struct msg {
 	enum msg_type m_type;
 	uint32_t m_has; /* FB(field) for each field present */
 	uint64_t m_stream, m_req, m_timeout, m_policy, m_final;
-	uint64_t m_pid, m_kpid, m_state, m_queue, m_count, m_wait, m_run, m_flags;
+	uint64_t m_pid, m_kpid, m_state, m_queue, m_count, m_wait, m_run, m_flags, m_refused;
 	struct pstr m_code, m_data, m_text, m_id, m_lang, m_cwd, m_outcome;
 	struct penv *m_env;
 	size_t m_nenv;

@@ -37,7 +37,8 @@
 long boxlib_hot_fill(void); /* hotpages.c */
 
 /* The box of this fork: one per process (each request is a fork of its own). */
-static struct box bx = {.bx_on = true, .bx_sock = -1, .bx_pidfd = -1, .bx_initfd = -1};
+static struct box bx = {.bx_on = true, .bx_sock = -1, .bx_pidfd = -1, .bx_initfd = -1,
+			.bx_out = -1};
 static char *bx_cwd; /* the kernel's */
 
 /*
@@ -275,12 +276,14 @@ hello(int sock)
 /*
  * In B, PID 1 of the new namespaces: hello, wait for the proxy's go (it has
  * joined us to the context's cgroups), the box (sandbox_enter: mounts, limits,
- * uid, capabilities, no_new_privs, seccomp), then only fds 0-4 stay open: the
- * proxy's log as 2, its socket as 3, sandcell-init (opened before the mounts
- * could hide it) as 4. 0, or an exit code (sb_init's).
+ * uid, capabilities, no_new_privs, seccomp), then only fds 0-4 stay open:
+ * sandbox_stdio's (/dev/null, the proxy's pipe out as 1 and 2, its socket as
+ * 3), sandcell-init (opened before the mounts could hide it) as 4. Not one of
+ * ours: our stdout and stderr are the broker's log. 0, or an exit code
+ * (sb_init's).
  */
 static int
-boxlib_init(int sock, int errfd)
+boxlib_init(int sock, int out)
 {
 	int rc, fd = -1;
 	char c;
@@ -302,7 +305,7 @@ boxlib_init(int sock, int errfd)
 	struct pollfd pf = {sock, POLLRDHUP, 0};
 	if (poll(&pf, 1, 0) != 0)
 		return 127;
-	if (dup2(errfd, 2) < 0 || dup2(sock, 3) < 0)
+	if (sandbox_stdio(out, sock) < 0)
 		return 122;
 	if (bx.bx_initfd >= 0 && bx.bx_initfd != 4) {
 		if (dup3(bx.bx_initfd, 4, O_CLOEXEC) < 0)
@@ -380,7 +383,7 @@ boxlib_wait(int kid)
  */
 int
 boxlib_fork(int ownpid, const char *conf, int netfd, const char *args, size_t alen,
-	    const char *env, size_t elen, int sock, int errfd)
+	    const char *env, size_t elen, int sock, int out)
 {
 	pid_t b, k;
 	int rc;
@@ -407,7 +410,7 @@ boxlib_fork(int ownpid, const char *conf, int netfd, const char *args, size_t al
 		dprintf(2,
 			"sandcell-template[%d] info: the kernel's /proc cmdline and environ: %s\n",
 			(int)getpid(), strerror(-rc));
-	if ((rc = boxlib_init(sock, errfd)))
+	if ((rc = boxlib_init(sock, out)))
 		_exit(rc);
 	if ((k = fork()) < 0)
 		_exit(127);

@@ -313,6 +313,8 @@ boxnet_start(struct box *bx)
 
 	if (!bx->bx_on || bx->bx_nons) /* without namespaces: the container's network */
 		return 0;
+	if (bx->bx_net == BOX_NET_OUTBOUND)
+		boxfw_host(); /* while we are in the host's namespace */
 	if (bx->bx_userns)
 		rc = start_own(bx);
 	else if (bx->bx_net == BOX_NET_NONE)
@@ -321,9 +323,11 @@ boxnet_start(struct box *bx)
 		rc = start_owned(bx);
 	if (rc == 0 && loopback_up() < 0)
 		rc = -errno;
-	if (rc < 0)
+	if (rc < 0) {
 		log_err("context %s: the box's network namespace: %s", bx->bx_id, strerror(-rc));
-	return rc;
+		return rc;
+	}
+	return boxfw_apply(bx); /* said */
 }
 
 /* A default route in our namespace: pasta has set it up. */

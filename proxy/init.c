@@ -4,7 +4,7 @@
  * whole life; once it has forked the kernel it executes this instead, which
  * holds a few pages and does what the init must (boxinit.c).
  *
- *     sandcell-init KERNEL_PID     (fd 3: the proxy's socket, fd 2: its log)
+ *     sandcell-init KERNEL_PID     (fd 3: the proxy's socket, 1 and 2: its pipe)
  *
  * The kernel has the init's uid, and an exec makes a process dumpable again:
  * the kernel could then open /proc/1/mem or take fd 3 (pidfd_getfd) and speak

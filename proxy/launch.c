@@ -81,7 +81,11 @@ home_of(const struct proxy *px)
 	return px->px_box.bx_on ? xstrdup(sandbox_home(px)) : xasprintf("%s/home", px->px_kdir);
 }
 
-/* environ, overridden by the kernelspec's env, then ours, then the global env. */
+/*
+ * What a kernel is started with: the allowlisted part of environ (kenv.c),
+ * overridden by the kernelspec's env, then the tenant's package places, then
+ * ours, then the global env (--env, --env-file).
+ */
 char **
 launch_env(const struct proxy *px)
 {
@@ -107,8 +111,9 @@ launch_env(const struct proxy *px)
 		NULL,
 	};
 
+	/* built, not inherited: of ours only what every kernel needs and --env-pass names */
 	for (char **e = environ; *e; e++)
-		if (strncmp(*e, "NOTIFY_SOCKET=", 14) && strncmp(*e, "LISTEN_", 7))
+		if (kenv_passes(*e, px->px_env_pass))
 			env_put(&v, &n, &cap, xstrdup(*e));
 	for (char **e = px->px_ks->ks_env; *e; e++)
 		env_put(&v, &n, &cap, xstrdup(*e));
@@ -453,7 +458,9 @@ launch_unboxed(const struct proxy *px, const char *dir, const char *exe, char **
 			_exit(124);
 		if (fd >= 0)
 			dup2(fd, 0);
-		dup2(2, 1); /* kernel's own stdout is the proxy's log, not a stream */
+		/* our pipe (kout.c), not our stderr: the broker's log */
+		dup2(bx->bx_out, 1);
+		dup2(bx->bx_out, 2);
 		if (chdir(dir) < 0)
 			_exit(126);
 		execve(exe, argv, envp);

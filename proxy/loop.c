@@ -1,8 +1,8 @@
 /*
  * loop.c — the proxy's event loop: one epoll over the kernel's sockets
  * (zmtp.c, each watched by its connection's fd while it has one), the link
- * to the broker (its eventfd), a signalfd and the pidfd of a box forked from
- * the template. Each wake reads iopub before shell (a reply must not
+ * to the broker (its eventfd), a signalfd, the pipe of the boxes' stdout and
+ * stderr (kout.c) and the pidfd of a box forked from the template. Each wake reads iopub before shell (a reply must not
  * overtake its output), then the broker's messages, then ticks the timers.
  */
 #include <errno.h>
@@ -17,7 +17,7 @@
 #include "proxy.h"
 
 /* What the loop's epoll reports, as its data. */
-enum { W_IPC, W_SIG, W_BOX, W_KERNEL };
+enum { W_IPC, W_SIG, W_BOX, W_KOUT, W_KERNEL };
 
 static struct proxy *px;
 static int ep = -1, sigfd = -1;
@@ -218,7 +218,7 @@ sleep_ms(uint64_t now, bool rest, uint64_t until)
 
 /* What woke the loop: which of the broker, the signals, the box; kernel sockets pending. */
 static void
-woken(struct epoll_event *evs, int n, bool *ipc, bool *sig, bool *box)
+woken(struct epoll_event *evs, int n, bool *ipc, bool *sig, bool *box, bool *out)
 {
 	for (int i = 0; i < n; i++) {
 		uint32_t w = evs[i].data.u32;
@@ -228,6 +228,8 @@ woken(struct epoll_event *evs, int n, bool *ipc, bool *sig, bool *box)
 			*sig = true;
 		else if (w == W_BOX)
 			*box = true;
+		else if (w == W_KOUT)
+			*out = true;
 		else if (w >= W_KERNEL && w < W_KERNEL + KSOCK_N) {
 			struct zmtp *z = kernel_sock(w - W_KERNEL);
 			if (z && z == zw[w - W_KERNEL].zw_z && (evs[i].events & ~EPOLLIN))
@@ -250,9 +252,10 @@ loop_run(struct proxy *p, int sig)
 		fatal("epoll_create1: %s", strerror(errno));
 	watch(EPOLL_CTL_ADD, ipc_fd(), W_IPC);
 	watch(EPOLL_CTL_ADD, sigfd, W_SIG);
+	watch(EPOLL_CTL_ADD, kout_fd(), W_KOUT);
 	while (!dispatch_quit()) {
 		struct epoll_event evs[8];
-		bool ipc = false, sig = false, box = false;
+		bool ipc = false, sig = false, box = false, out = false;
 		uint64_t now = now_ms(), until;
 		bool rest = iopub_rest(now, &until);
 		long wait = sleep_ms(now, rest, until);
@@ -265,9 +268,11 @@ loop_run(struct proxy *p, int sig)
 				wait = 0;
 		if ((n = epoll_wait(ep, evs, 8, (int)wait)) < 0 && errno != EINTR)
 			fatal("epoll_wait: %s", strerror(errno));
-		woken(evs, n, &ipc, &sig, &box);
+		woken(evs, n, &ipc, &sig, &box, &out);
 		if (rest && n > 0)
 			zw[KSOCK_IOPUB].zw_pending = true; /* iopub first, whatever woke us */
+		if (out)
+			kout_drain(now);
 		if (sig)
 			reap();
 		if (box)
@@ -283,7 +288,9 @@ loop_run(struct proxy *p, int sig)
 				zmtp_tick(kernel_sock(i), now);
 		admit_tick(now);
 		kernel_tick(now);
+		kout_tick(now);
 		admit_flush();
+		boxfw_tick(&px->px_box, now);
 	}
 	close(ep);
 }

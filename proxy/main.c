@@ -86,6 +86,40 @@ opt_network(const char *mode, const char *origin)
 	return 0;
 }
 
+/* --egress-allow and its kin: the box's egress rules (boxfw.c) */
+static int
+opt_egress(const char *list, const char *origin, enum boxfw_list which)
+{
+	(void)origin;
+	if (boxfw_option(&px.px_box.bx_fw, list, which) < 0)
+		usage();
+	return 0;
+}
+
+static int
+opt_egress_allow(const char *list, const char *origin)
+{
+	return opt_egress(list, origin, BOXFW_ALLOW);
+}
+
+static int
+opt_egress_deny(const char *list, const char *origin)
+{
+	return opt_egress(list, origin, BOXFW_DENY);
+}
+
+static int
+opt_context_allow(const char *list, const char *origin)
+{
+	return opt_egress(list, origin, BOXFW_CTX_ALLOW);
+}
+
+static int
+opt_context_deny(const char *list, const char *origin)
+{
+	return opt_egress(list, origin, BOXFW_CTX_DENY);
+}
+
 static int
 opt_template_wait(const char *ms, const char *origin)
 {
@@ -116,6 +150,8 @@ static const struct opt options[] = {
     {"cwd", "DIR", OPT_STRING, OPT_DST(px.px_cwd), .o_help = "the context's cwd"},
     {"kernel", "NAME", OPT_STRING, OPT_DST(opt_kernel), .o_help = "a kernelspec by name"},
     {"env-file", "FILE", OPT_STRING, OPT_DST(opt_env_file), .o_help = "the global env (JSON)"},
+    {"env-pass", "NAMES", OPT_STRING, OPT_DST(px.px_env_pass),
+     .o_help = "variables of ours the kernel gets beside PATH and the locale (comma-separated)"},
     {"log-level", "LEVEL", OPT_FUNC, .o_fn = opt_log_level, .o_help = "error, warn, info, debug"},
     {"default", NULL, OPT_SWITCH, OPT_DST(px.px_default),
      .o_help = "the broker's default context for its language"},
@@ -134,6 +170,14 @@ static const struct opt options[] = {
     {"uid-range", "A-B", OPT_FUNC, .o_fn = opt_uid_range, .o_help = "uids the box may lease"},
     {"isolation", "shared|context", OPT_FUNC, .o_fn = opt_isolation, .o_help = "(the broker's)"},
     {"network", "outbound|none", OPT_FUNC, .o_fn = opt_network, .o_help = "the box's network"},
+    {"egress-allow", "CIDR[,...]", OPT_FUNC, .o_fn = opt_egress_allow,
+     .o_help = "the server's holes in the default deny list (repeatable)"},
+    {"egress-deny", "CIDR[,...]", OPT_FUNC, .o_fn = opt_egress_deny,
+     .o_help = "the server's additions to it (repeatable)"},
+    {"context-allow-out", "CIDR[,...]", OPT_FUNC, .o_fn = opt_context_allow,
+     .o_help = "the context's allow_out (repeatable)"},
+    {"context-deny-out", "CIDR[,...]", OPT_FUNC, .o_fn = opt_context_deny,
+     .o_help = "the context's deny_out (repeatable)"},
     {"pids", "N", OPT_COUNT, OPT_DST(BX.bx_pids), .o_max = UINT64_MAX, .o_expect = "a count",
      .o_help = "pids.max; 0: none"},
     {"tmp-size", "BYTES", OPT_COUNT, OPT_DST(BX.bx_tmp_size), .o_max = UINT64_MAX,
@@ -281,6 +325,10 @@ start(const char *kuser, unsigned long uid_arg)
 		fatal("mkdir %s: %s", px.px_dir, strerror(-c));
 	kernel_ids(&px.px_box, kuser, uid_arg);
 	kernel_dir(&px, kuser != NULL);
+	/* the kernels' stdout and stderr: a pipe of ours, never our stderr (the broker's log) */
+	if ((c = kout_open(px.px_id)) < 0)
+		fatal("context %s: the kernel's output pipe: %s", px.px_id, strerror(-c));
+	px.px_box.bx_out = kout_box_fd();
 	if ((c = sandbox_init(&px)) < 0)
 		fatal("context %s: cannot build the sandbox: %s", px.px_id, strerror(-c));
 	if (boxnet_start(&px.px_box) < 0) /* while no thread exists */

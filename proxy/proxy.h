@@ -150,6 +150,13 @@ struct box_bind {
 	bool bb_write;  /* read-write (else read-only) */
 };
 enum box_net { BOX_NET_OUTBOUND, BOX_NET_NONE };
+/* where its traffic may go (boxfw.c): the server's lists and the context's */
+enum boxfw_list { BOXFW_ALLOW, BOXFW_DENY, BOXFW_CTX_ALLOW, BOXFW_CTX_DENY, BOXFW_NLISTS };
+struct boxfw {
+	struct cidr *fw_list[BOXFW_NLISTS];
+	size_t fw_n[BOXFW_NLISTS];
+	bool fw_on; /* the rules are set */
+};
 struct box {
 	const char *bx_id;    /* the context's (or pooled proxy's): for log lines */
 	bool bx_on;           /* --sandbox; else kernels run unboxed */
@@ -181,6 +188,7 @@ struct box {
 	pid_t bx_net_holder;  /* holds the namespace while the proxy lives; 0: none */
 	pid_t bx_pasta;       /* pasta, the namespace's way out; 0: none */
 	bool bx_net_ready;    /* the way out is set up (or known not to come) */
+	struct boxfw bx_fw;   /* its egress rules (boxfw.c) */
 
 	/* its limits (limits.c) */
 	uint64_t bx_pids;     /* pids.max; 0: none */
@@ -198,6 +206,7 @@ struct box {
 	int bx_pidfd;         /* an init forked from the template; -1: none */
 	char *bx_init;        /* boxlib.c: sandcell-init, which a forked init runs */
 	int bx_initfd;        /* ... opened by that init before its mounts; -1: none */
+	int bx_out;           /* its stdout and stderr: the proxy's pipe (kout.c); -1: none */
 };
 
 /*
@@ -218,6 +227,7 @@ struct proxy {
 	char *px_deno;     /* Deno's program, on every kernel's PATH (`deno add`), or NULL */
 	struct penv *px_genv; /* global env: applied at spawn */
 	size_t px_ngenv;
+	const char *px_env_pass; /* our variables the kernel gets (lib/kenv.c); NULL: none */
 	bool px_default; /* the broker's default context for its language */
 	const char *px_py_startup; /* run in every IPython kernel at start */
 	bool px_display_is_result; /* IRkernel shows values as display_data */
@@ -307,12 +317,21 @@ int boxnet_start(struct box *bx);
 bool boxnet_ready(struct box *bx, uint64_t since);
 bool boxnet_reaped(struct box *bx, pid_t pid, int status);
 
+/* boxfw.c */
+int boxfw_option(struct boxfw *fw, const char *list, enum boxfw_list which);
+void boxfw_host(void);
+int boxfw_apply(struct box *bx);
+int64_t boxfw_refused(const struct box *bx);
+char *boxfw_list_text(const struct box *bx, enum boxfw_list which);
+void boxfw_tick(const struct box *bx, uint64_t now);
+
 /* sandbox.c */
 int sandbox_init(struct proxy *px);
 const char *sandbox_home(const struct proxy *px);
 const char *sandbox_kdir(const struct proxy *px);
 int sandbox_enter(const struct box *bx);
 int sandbox_kernel_child(const char *cwd, bool reset_signals);
+int sandbox_stdio(int out, int sock);
 pid_t sandbox_recv(int sock, void *data, size_t len, ssize_t *got, int flags, int *fd);
 int sandbox_spawn(struct box *bx, const char *dir, const char *exe, char **argv, char **envp,
 		  struct kproc *kp);
@@ -406,6 +425,13 @@ void dispatch_msg(struct msg *m);
 void dispatch_stop(void);
 bool dispatch_quit(void);
 bool dispatch_gone(void);
+
+/* kout.c: a box's stdout and stderr, read and logged as lines of ours */
+int kout_open(const char *id);
+int kout_fd(void);
+int kout_box_fd(void);
+void kout_drain(uint64_t now);
+void kout_tick(uint64_t now);
 
 /* loop.c */
 void loop_run(struct proxy *px, int sigfd);

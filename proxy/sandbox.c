@@ -92,8 +92,23 @@ sandbox_binds(struct proxy *px)
  * What the kernel sees at BOX_HOME and BOX_KDIR, and its Landlock rules:
  * the box's view; without namespaces, the host's paths (nons_init).
  */
-static const char *view_home = BOX_HOME;
+static const char *view_home = BOX_HOME, *view_tmp = "/tmp";
 static const struct landlock_rule *view_rules = landlock_box;
+
+/* A path of the box's view (a cwd the broker checked in it) where this box shows it. */
+static const char *
+view_path(const char *path, char *out, size_t outsz)
+{
+	size_t n = strlen(BOX_HOME);
+
+	if (!strncmp(path, BOX_HOME, n) && (!path[n] || path[n] == '/') &&
+	    snprintf(out, outsz, "%s%s", view_home, path + n) < (int)outsz)
+		return out;
+	if (!strncmp(path, "/tmp", 4) && (!path[4] || path[4] == '/') &&
+	    snprintf(out, outsz, "%s%s", view_tmp, path + 4) < (int)outsz)
+		return out;
+	return path;
+}
 
 /* Its HOME, as the kernel sees it. */
 const char *
@@ -128,10 +143,11 @@ nons_init(struct proxy *px)
 		return -EPERM;
 	}
 	char *tmp = xasprintf("%s/tmp", px->px_kdir);
-	rc = mkdir_p(tmp, 0700);
-	free(tmp);
-	if (rc < 0)
+	if ((rc = mkdir_p(tmp, 0700)) < 0) {
+		free(tmp);
 		return rc;
+	}
+	view_tmp = tmp;
 	for (int i = 0; i < bx->bx_nbinds; i++)
 		reads[n++] = bx->bx_binds[i].bb_path;
 	reads[n] = NULL;
@@ -154,6 +170,8 @@ sandbox_init(struct proxy *px)
 
 	bx->bx_id = px->px_id;
 	bx->bx_sock = bx->bx_pidfd = bx->bx_initfd = -1;
+	if (bx->bx_out < 0) /* kout_open's, before us */
+		return -EBADF;
 	if (!bx->bx_on)
 		return 0;
 	if (geteuid() != 0) {
@@ -202,6 +220,17 @@ sandbox_init(struct proxy *px)
 		}
 	}
 	sandbox_binds(px);
+	if (bx->bx_hide) {
+		/* the broker refused a token file the view shows; these binds are ours */
+		const char *dirs[BOX_MAX_BINDS], *part;
+		for (int i = 0; i < bx->bx_nbinds; i++)
+			dirs[i] = bx->bx_binds[i].bb_path;
+		if ((part = boxview_shows(bx->bx_hide, bx->bx_workspace, dirs, bx->bx_nbinds))) {
+			log_err("context %s: the box would show the access token file %s (in %s): "
+				"put it where no box looks", px->px_id, bx->bx_hide, part);
+			return -EPERM;
+		}
+	}
 	if (bx->bx_nons && (rc = nons_init(px)) < 0)
 		return rc;
 	log_info("context %s: sandbox: uid %u%s, isolation %s, network %s, pids %llu, "
@@ -276,9 +305,30 @@ sandbox_enter(const struct box *bx)
 }
 
 /*
+ * The descriptors a box is given, and none other (its init's, which its
+ * kernel inherits): stdin /dev/null (the box's), stdout and stderr out, the
+ * proxy's pipe (kout.c), and sock, the init's socket to the proxy, as 3.
+ * Nothing of the proxy's or the template's (their stderr is the broker's
+ * log) is among them. The caller closes what is above. 0, or -1.
+ */
+int
+sandbox_stdio(int out, int sock)
+{
+	int nul;
+
+	if (out < 3 || sock < 3 || dup2(out, 1) < 0 || dup2(out, 2) < 0)
+		return -1;
+	if ((nul = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0 || dup2(nul, 0) < 0)
+		return -1;
+	if (nul != 3)
+		close(nul);
+	return dup2(sock, 3) < 0 ? -1 : 0;
+}
+
+/*
  * The kernel's own steps in the box, after the init forked it (fd 3 is the
- * init's socket): stdin from /dev/null, stdout to the proxy's log, the hello
- * that tells the proxy its pid, its cwd. Signals go back to their defaults
+ * init's socket; 0-2 are sandbox_stdio's): the hello that tells the proxy its
+ * pid, its cwd. Signals go back to their defaults
  * before an exec (the proxy ignored SIGPIPE); a kernel forked from the
  * template keeps the interpreter's. The tenant's package places are made
  * where missing. Last, the kernel's Landlock domain (lib/landlock.c), where
@@ -287,7 +337,6 @@ sandbox_enter(const struct box *bx)
 int
 sandbox_kernel_child(const char *cwd, bool reset_signals)
 {
-	int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	sigset_t none;
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -296,11 +345,6 @@ sandbox_kernel_child(const char *cwd, bool reset_signals)
 		for (int s = 1; s < NSIG; s++)
 			signal(s, SIG_DFL);
 	sigprocmask(SIG_SETMASK, &none, NULL);
-	if (fd >= 0) {
-		dup2(fd, 0);
-		close(fd);
-	}
-	dup2(2, 1); /* kernel's own stdout is the proxy's log, not a stream */
 	/* hello: the proxy learns our pid in its namespace (SO_PASSCRED) */
 	if (send(3, "k", 1, 0) != 1)
 		return 125;
@@ -340,8 +384,8 @@ sb_init(const struct box *bx, const char *dir, int go, int sock, const char *exe
 	struct pollfd pf = {sock, POLLRDHUP, 0};
 	if (poll(&pf, 1, 0) != 0)
 		_exit(127);
-	/* the proxy's own descriptors stay out of the box */
-	if (dup2(sock, 3) < 0)
+	/* the box's descriptors; the proxy's own (its stderr too) stay out */
+	if (sandbox_stdio(bx->bx_out, sock) < 0)
 		_exit(122);
 	syscall(SYS_close_range, 4, ~0U, 0);
 	kid = syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
@@ -443,8 +487,8 @@ sandbox_spawn(struct box *bx, const char *dir, const char *exe, char **argv, cha
 	setsockopt(sv[0], SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
 	/* without namespaces, a cwd in the box's view is the host's path it shows */
 	char host[PATH_MAX];
-	if (bx->bx_nons && boxview_host_path(bx->bx_workspace, dir, host, sizeof(host)) == 0)
-		dir = *host ? host : view_home;
+	if (bx->bx_nons)
+		dir = view_path(dir, host, sizeof(host));
 	pid = syscall(SYS_clone,
 		      SIGCHLD | (bx->bx_nons ? 0
 					     : CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC |

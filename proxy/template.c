@@ -63,7 +63,10 @@ box_json(const struct box *bx, const char *cwd)
 			 "cgroup", bx->bx_cg_mem != NULL, "nproc", (json_int_t)bx->bx_nproc);
 }
 
-/* The request, our log (fd 2) and our network namespace, which the box joins. */
+/*
+ * The request, the box's stdout and stderr (our pipe, kout.c: never our own
+ * stderr, the broker's log) and our network namespace, which the box joins.
+ */
 static int
 send_request(const struct box *bx, const char *cwd, int s, const char *exe, char **argv,
 	     char **envp)
@@ -71,7 +74,7 @@ send_request(const struct box *bx, const char *cwd, int s, const char *exe, char
 	json_t *o = json_pack("{s:s, s:o, s:o, s:s, s:o}", "exe", exe, "argv", strv_json(argv),
 			      "env", strv_json(envp), "cwd", cwd, "box", box_json(bx, cwd));
 	char *body = json_dumps(o, JSON_COMPACT);
-	int fds[2] = {2, -1}, nfds = 2, rc = 0;
+	int fds[2] = {bx->bx_out, -1}, nfds = 2, rc = 0;
 	char cbuf[CMSG_SPACE(sizeof(fds))];
 	struct iovec iov = {body, body ? strlen(body) : 0};
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf};

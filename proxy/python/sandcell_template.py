@@ -12,8 +12,9 @@
 # never see it (their box covers the run dir) and none of its descriptors.
 #
 # One request per connection, from a proxy (proxy/template.c): a JSON object
-# (exe, argv, env, cwd, box) with the proxy's stderr and, with --network none,
-# its network namespace as SCM_RIGHTS. The connection becomes the box's link
+# (exe, argv, env, cwd, box) with the box's stdout and stderr (a pipe the
+# proxy reads: never our own stderr, the broker's log) and the proxy's network
+# namespace as SCM_RIGHTS. The connection becomes the box's link
 # to its proxy. A request that a fork could not honour exactly as a cold
 # start would (another interpreter, an environment that changes how Python
 # or the data stack start) gets "n" and a reason: the proxy starts it cold.

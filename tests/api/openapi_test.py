@@ -229,9 +229,10 @@ def request(b, method, path, body=None, token=True, headers=None, timeout=60):
     h = dict(headers or {})
     if token and b.token:
         h["X-Access-Token"] = b.token
+    if body is not None:
+        h.setdefault("Content-Type", "application/json")  # bytes too: the API takes no other
     if body is not None and not isinstance(body, bytes):
         body = json.dumps(body).encode()
-        h["Content-Type"] = "application/json"
     c = http.client.HTTPConnection("127.0.0.1", b.port, timeout=timeout)
     try:
         c.request(method, path, body=body, headers=h)
@@ -392,6 +393,17 @@ def walk(api, b):
         st, ct, data = request(b, "POST", "/contexts", bad)
         A(f"POST /contexts with {why} is 400", "POST", "/contexts", st, ct, data)
         check(f"... {why}: 400", st == 400, st)
+    st, ct, data = request(b, "POST", "/contexts", {}, headers={"Content-Type": "text/plain"})
+    A("POST /contexts with a text/plain body is 415", "POST", "/contexts", st, ct, data)
+    check("... and it is 415", st == 415, st)
+    st, ct, data = request(b, "POST", "/contexts", {}, headers={"Origin": "http://evil.example"})
+    A("POST /contexts from a web page's origin is 403", "POST", "/contexts", st, ct, data,
+      component="Forbidden")
+    check("... and it is 403", st == 403, st)
+    st, ct, data = request(b, "GET", "/contexts", headers={"Host": "evil.example"})
+    A("GET /contexts by a name not the server's is 403", "GET", "/contexts", st, ct, data,
+      component="Forbidden")
+    check("... and it is 403", st == 403, st)
     st, ct, data = request(b, "GET", "/contexts")
     listed = A("GET /contexts", "GET", "/contexts", st, ct, data) or []
     check("GET /contexts lists the new context", any(c["id"] == ctx for c in listed))
@@ -424,7 +436,7 @@ def walk(api, b):
         st, ct, data = request(b, "POST", "/execute", body)
         A(f"POST /execute with {why} is {want}", "POST", "/execute", st, ct, data)
         check(f"... {why}: {want}", st == want, st)
-    st, ct, data = raw(b, b"POST /execute HTTP/1.1\r\nHost: x\r\nX-Access-Token: " +
+    st, ct, data = raw(b, b"POST /execute HTTP/1.1\r\nHost: localhost\r\nX-Access-Token: " +
                        b.token.encode() + b"\r\nContent-Type: application/json\r\n"
                        b"Content-Length: 70000\r\n\r\n")
     A("POST /execute with a body over --max-body is 413", "POST", "/execute", st, ct, data)
@@ -471,11 +483,11 @@ def walk(api, b):
     st, ct, data = raw(b, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
     A("bytes that cannot start a request line are 400", None, None, st, ct, data,
       component="BadRequest")
-    st, ct, data = raw(b, b"POST /execute HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+    st, ct, data = raw(b, b"POST /execute HTTP/1.1\r\nHost: localhost\r\nContent-Length: 3\r\n"
                        b"Transfer-Encoding: chunked\r\n\r\n")
     A("Content-Length with Transfer-Encoding is 400", None, None, st, ct, data,
       component="BadRequest")
-    st, ct, data = raw(b, b"GET /health HTTP/1.1\r\nHost: x\r\n" +
+    st, ct, data = raw(b, b"GET /health HTTP/1.1\r\nHost: localhost\r\n" +
                        b"".join(b"X-Long-%d: %0100d\r\n" % (i, i) for i in range(2000)) + b"\r\n")
     A("a head too large is 431", "GET", "/health", st, ct, data, component="HeadersTooLarge")
     check("... and it is 431", st == 431, st)
@@ -491,7 +503,7 @@ def walk(api, b):
         net_uid = json.loads(data)["sandbox"]["net_uid"]
         try:
             st, ct, data = parse_raw(as_uid(net_uid, b.port,
-                                            b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"))
+                                            b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"))
             A("a context calling the API is 403", "GET", "/health", st, ct, data,
               component="Forbidden")
             check("... and it is 403", st == 403, st)

@@ -22,6 +22,7 @@ grace=5
 name=sandcell-test-$$
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 url=http://127.0.0.1:$port
+json="Content-Type: application/json" # the API takes JSON bodies only
 passed=0
 failed=0
 ok() { passed=$((passed + 1)); echo "ok - $1"; }
@@ -73,7 +74,7 @@ for pair in "python:print(6*7)" "javascript:console.log(6*7)" "typescript:consol
 	lang=${pair%%:*}
 	code=${pair#*:}
 	body=$(python3 -c 'import json,sys; print(json.dumps({"language": sys.argv[1], "code": sys.argv[2]}))' "$lang" "$code")
-	out=$(curl -s --max-time 90 "$url/execute" -d "$body")
+	out=$(curl -s --max-time 90 -H "$json" "$url/execute" -d "$body")
 	if echo "$out" | grep -q '"type":"stdout","text":"42'; then
 		ok "$lang runs in the image"
 	else
@@ -83,7 +84,7 @@ done
 
 # the data stack imports (scipy without python3-pythran: see the Containerfile)
 code='import numpy, pandas, scipy.interpolate, scipy.stats, sklearn.linear_model, seaborn, sympy, plotly, openpyxl, xlrd, bs4, requests, PIL\nx = numpy.random.rand(20, 2)\nscipy.interpolate.RBFInterpolator(x, x[:, 0])(x[:2])\nprint(6*7)'
-out=$(curl -s --max-time 90 "$url/execute" -d "{\"code\": \"$code\"}")
+out=$(curl -s --max-time 90 -H "$json" "$url/execute" -d "{\"code\": \"$code\"}")
 if echo "$out" | grep -q '"type":"stdout","text":"42'; then
 	ok "the python data stack imports and runs"
 else
@@ -98,7 +99,7 @@ else
 fi
 
 # A drain: a running execution finishes, /ready turns 503, the broker exits 0.
-curl -s --max-time 60 "$url/execute" \
+curl -s --max-time 60 -H "$json" "$url/execute" \
 	-d '{"code": "import time\ntime.sleep(3)\nprint(\"drained\")"}' >"/tmp/$name.run" &
 run=$!
 sleep 0.5
@@ -118,7 +119,7 @@ check "exit status 0 after a drain (got $code)" [ "$code" = 0 ]
 # Past the grace: an execution longer than it is cut, and the exit is still 0.
 podman start "$name" >/dev/null
 wait_status /ready 200 120 || notok "restarted container becomes ready"
-curl -s --max-time 60 "$url/execute" -d '{"code": "import time\ntime.sleep(60)"}' \
+curl -s --max-time 60 -H "$json" "$url/execute" -d '{"code": "import time\ntime.sleep(60)"}' \
 	>"/tmp/$name.long" &
 run=$!
 sleep 0.5
@@ -142,14 +143,14 @@ print(json.dumps(d))' "$@"
 }
 # ctx: a new python context's id
 ctx() {
-	curl -s --max-time 90 "$url/contexts" -d '{"language": "python"}' |
+	curl -s --max-time 90 -H "$json" "$url/contexts" -d '{"language": "python"}' |
 		python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'
 }
 # answers CONTEXT: its kernel prints 42 within 60 s (restarted, if a cell ended it)
 answers() {
 	i=0
 	while [ "$i" -lt 60 ]; do
-		curl -s --max-time 30 "$url/execute" -d "$(body 'print(6*7)' "$1")" |
+		curl -s --max-time 30 -H "$json" "$url/execute" -d "$(body 'print(6*7)' "$1")" |
 			grep -q '"type":"stdout","text":"42' && return 0
 		sleep 1
 		i=$((i + 1))
@@ -181,7 +182,7 @@ st = dict(l.split(":\t") for l in open("/proc/self/status").read().splitlines())
 u = os.getuid()
 open(os.path.expanduser("~/mine"), "w").write("x")
 print(61184 <= u <= 65519, st["CapEff"], st["NoNewPrivs"], st["Seccomp"], os.listdir("/proc/1"), os.path.exists("/tmp/sandcell-0"))'
-out=$(curl -s --max-time 90 "$url/execute" -d "$(body "$code")")
+out=$(curl -s --max-time 90 -H "$json" "$url/execute" -d "$(body "$code")")
 if echo "$out" | grep -q '"text":"True 0000000000000000 1 2 \[\] False'; then
 	ok "with podman's defaults a kernel runs as a uid of its own, no capabilities, no_new_privs, seccomp, the container's processes and the run dir out of sight, and writes its workspace"
 else
@@ -192,7 +193,7 @@ fi
 # only its own; the server, the neighbour and the context itself go on.
 busy=$(ctx)
 victim=$(ctx)
-curl -s --max-time 200 "$url/execute" -d "$(body 'import time
+curl -s --max-time 200 -H "$json" "$url/execute" -d "$(body 'import time
 for i in range(240):
     print(i, flush=True)
     time.sleep(0.25)
@@ -213,7 +214,7 @@ except Exception as e:
 subprocess.run('rm -rf ~ /tmp/*', shell=True)"; do
 	what=$(echo "$cell" | tail -n 1 | sed 's/^ *//')
 	case $cell in *":|:"*) what="a fork bomb" ;; *killpg*) what="os.killpg(0, 9)" ;; *os.kill*) what="os.kill(-1, 9)" ;; esac
-	curl -s --max-time 60 "$url/execute" -d "$(body "$cell" "$victim")" >/dev/null
+	curl -s --max-time 60 -H "$json" "$url/execute" -d "$(body "$cell" "$victim")" >/dev/null
 	case $cell in *":|:"*) curl -s --max-time 60 -X POST "$url/contexts/$victim/restart" >/dev/null ;; esac
 	if [ "$(podman inspect -f '{{.State.Running}}' "$name")" = true ] &&
 		wait_status /health 200 5 && answers "$victim"; then
@@ -240,7 +241,7 @@ podman run -d --name "$name" $PODMAN_RUN_FLAGS --security-opt systempaths=unconf
 wait_status /ready 200 120 || notok "the container with systempaths=unconfined becomes ready"
 code='import os
 print(len([p for p in os.listdir("/proc") if p.isdigit()]) < 10, os.getppid())'
-out=$(curl -s --max-time 90 "$url/execute" -d "$(body "$code")")
+out=$(curl -s --max-time 90 -H "$json" "$url/execute" -d "$(body "$code")")
 ready=$(curl -s --max-time 5 "$url/ready")
 if echo "$out" | grep -q '"text":"True 1' && ! echo "$ready" | grep -q '/proc'; then
 	ok "with systempaths=unconfined a box has a /proc of its own"

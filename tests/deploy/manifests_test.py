@@ -135,6 +135,8 @@ def main():
         check(f"{rel}: readiness is /ready, liveness /health",
               c.get("readinessProbe", {}).get("httpGet", {}).get("path") == "/ready" and
               c.get("livenessProbe", {}).get("httpGet", {}).get("path") == "/health")
+        check(f"{rel}: clients may name the pod by its Service (--allowed-host)",
+              "--allowed-host" in args or bool(env.get("SANDCELL_ALLOWED_HOST")))
         check(f"{rel}: terminationGracePeriodSeconds covers --grace {grace}",
               spec.get("terminationGracePeriodSeconds", 30) > grace,
               f"{spec.get('terminationGracePeriodSeconds', 30)} s")

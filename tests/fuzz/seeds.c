@@ -84,6 +84,7 @@ static const char *const field_name[] = {
     "stream", "req",   "code",  "env",     "timeout", "policy", "data",
     "final",  "text",  "id",    "lang",    "cwd",     "pid",    "kpid",
     "state",  "queue", "count", "outcome", "wait",    "run",    "flags",
+    "refused",
 };
 _Static_assert(sizeof(field_name) / sizeof(field_name[0]) == F_FIELD_MAX,
                "a field has no name in seeds.c");
@@ -131,6 +132,9 @@ set_field(struct msg *m, enum msg_field f)
 		break;
 	case F_FLAGS:
 		msg_set_u64(m, f, 1);
+		break;
+	case F_REFUSED:
+		msg_set_u64(m, f, 5);
 		break;
 	case F_CODE: {
 		static const char c[] = "import os\nprint(os.getcwd())\n6*7";

@@ -46,7 +46,7 @@ static const size_t fuzz_msg_u64[] = {
     offsetof(struct msg, m_kpid),    offsetof(struct msg, m_state),
     offsetof(struct msg, m_queue),   offsetof(struct msg, m_count),
     offsetof(struct msg, m_wait),    offsetof(struct msg, m_run),
-    offsetof(struct msg, m_flags),
+    offsetof(struct msg, m_flags),   offsetof(struct msg, m_refused),
 };
 
 static const struct {

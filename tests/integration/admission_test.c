@@ -57,7 +57,7 @@ post_and_leave(const char *ctx, const char *code, useconds_t usec)
 	int fd;
 
 	cr_assert(asprintf(&req,
-			   "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+			   "POST /execute HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
 			   "Content-Length: %zu\r\n\r\n%s",
 			   strlen(js), js) > 0);
 	cr_assert((fd = tcp_connect(URL)) >= 0);
@@ -326,7 +326,7 @@ Test(admission, client_gone_before_the_response_head_is_cancelled, .timeout = 60
 	body = json_pack("{s:s, s:s}", "code", code, "context_id", id);
 	js = json_dumps(body, JSON_COMPACT);
 	snprintf(req, sizeof(req),
-		 "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+		 "POST /execute HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
 		 "Content-Length: %zu\r\n\r\n%s",
 		 strlen(js), js);
 	free(js);

@@ -444,43 +444,43 @@ Test(core, unknown_paths_and_methods, .timeout = 30)
  * which only MHD reads: there it joins a folded line to the field's name
  * unseen, and answers a Content-Length it cannot parse itself (and closes).
  */
-#define SMUGGLED "GET /contexts HTTP/1.1\r\nHost: x\r\n\r\n"
+#define SMUGGLED "GET /contexts HTTP/1.1\r\nHost: localhost\r\n\r\n"
 
 static const struct {
 	const char *name, *head, *says;
 	bool later;
 } bad_framing[] = {
     {"Content-Length and Transfer-Encoding",
-     "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+     "POST /execute HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\n"
      "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
      "Transfer-Encoding", true},
     {"Transfer-Encoding and Content-Length",
-     "POST /execute HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+     "POST /execute HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
      "Content-Length: 5\r\n\r\n0\r\n\r\n",
      "Transfer-Encoding", true},
     {"two Content-Lengths that differ",
-     "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+     "POST /execute HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n"
      "Content-Length: 5\r\n\r\n",
      "Content-Length", true},
     {"a Content-Length list",
-     "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 6\r\n\r\n",
+     "POST /execute HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5, 6\r\n\r\n",
      "Content-Length", false},
     {"a Content-Length that is no number",
-     "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", "Content-Length",
+     "POST /execute HTTP/1.1\r\nHost: localhost\r\nContent-Length: abc\r\n\r\n", "Content-Length",
      false},
     {"Transfer-Encoding gzip",
-     "POST /execute HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
+     "POST /execute HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip\r\n\r\n",
      "Transfer-Encoding", true},
     {"Transfer-Encoding chunked, gzip",
-     "POST /execute HTTP/1.1\r\nHost: x\r\n"
+     "POST /execute HTTP/1.1\r\nHost: localhost\r\n"
      "Transfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n",
      "Transfer-Encoding", true},
     {"Transfer-Encoding identity",
-     "POST /execute HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n",
+     "POST /execute HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: identity\r\n\r\n",
      "Transfer-Encoding", true},
-    {"obs-fold with a space", "GET /health HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n",
+    {"obs-fold with a space", "GET /health HTTP/1.1\r\nHost: localhost\r\nX-A: a\r\n b\r\n\r\n",
      "obs-fold", false},
-    {"obs-fold with a tab", "GET /health HTTP/1.1\r\nHost: x\r\nX-A: a\r\n\tb\r\n\r\n",
+    {"obs-fold with a tab", "GET /health HTTP/1.1\r\nHost: localhost\r\nX-A: a\r\n\tb\r\n\r\n",
      "obs-fold", false},
     {"whitespace before a colon", "GET /health HTTP/1.1\r\nHost : x\r\n\r\n",
      "header name", true},
@@ -574,7 +574,7 @@ Test(core, bad_framing_after_a_good_request_is_400_and_the_connection_closed,
 	for (size_t i = 0; i < sizeof(bad_framing) / sizeof(bad_framing[0]); i++) {
 		if (!bad_framing[i].later)
 			continue;
-		snprintf(req, sizeof(req), "GET /health HTTP/1.1\r\nHost: x\r\n\r\n%s%s",
+		snprintf(req, sizeof(req), "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n%s%s",
 		         bad_framing[i].head, SMUGGLED);
 		bool closed = exchange(req, out, sizeof(out));
 		cr_expect(closed, "%s: the connection stayed open; came back: '%s'",
@@ -598,12 +598,14 @@ Test(core, pipelined_requests_after_well_framed_ones_are_answered, .timeout = 60
 	static const struct {
 		const char *name, *head, *status;
 	} good[] = {
-	    {"no body", "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", "200"},
+	    {"no body", "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n", "200"},
 	    {"a Content-Length",
-	     "POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello", "405"},
+	     "POST /health HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+	     "Content-Length: 5\r\n\r\nhello",
+	     "405"},
 	    {"chunked",
-	     "POST /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-	     "5\r\nhello\r\n0\r\n\r\n",
+	     "POST /health HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+	     "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
 	     "405"},
 	};
 	char req[1024], out[8192], want[32];
@@ -611,7 +613,7 @@ Test(core, pipelined_requests_after_well_framed_ones_are_answered, .timeout = 60
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
 		snprintf(
 		    req, sizeof(req),
-		    "%sGET /contexts HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+		    "%sGET /contexts HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
 		    good[i].head);
 		cr_expect(exchange(req, out, sizeof(out)),
 		          "%s: open after Connection: close: '%s'", good[i].name, out);
@@ -709,11 +711,13 @@ post_raw(const char *code, long http_version, size_t *n, curl_off_t *len)
 	char url[512];
 	json_t *j = json_pack("{s:s}", "code", code);
 	char *js = json_dumps(j, 0);
+	struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
 	long st = 0;
 
 	snprintf(url, sizeof(url), "%s/execute", URL);
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_HTTP_VERSION, http_version);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
 	curl_easy_setopt(c, CURLOPT_POSTFIELDS, js);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
@@ -724,6 +728,7 @@ post_raw(const char *code, long http_version, size_t *n, curl_off_t *len)
 	cr_assert_eq(st, 200);
 	cr_assert_not_null(b.data);
 	curl_easy_cleanup(c);
+	curl_slist_free_all(h);
 	free(js);
 	json_decref(j);
 	*n = b.len;

@@ -117,7 +117,7 @@ raw_execute(const char *url, const char *id, const char *code, const char *versi
 	int fd;
 
 	if (asprintf(&req,
-		     "POST /execute HTTP/%s\r\nHost: x\r\nContent-Type: application/json\r\n"
+		     "POST /execute HTTP/%s\r\nHost: localhost\r\nContent-Type: application/json\r\n"
 		     "%sContent-Length: %zu\r\n\r\n%s",
 		     version, headers, strlen(js), js) < 0)
 		req = NULL;
@@ -771,6 +771,31 @@ contain(const int *kept)
 	return 0; /* the exec leaves root the bounding set as its capabilities */
 }
 
+/*
+ * SANDCELL_ENV_PASS for a test's broker: the variables its caller set, and
+ * this machine's way to the internet (a proxy, the CA of a TLS-inspecting
+ * one, package indexes) where the environment has them, as an operator
+ * passes them on (--env-pass): kernels get no other of the broker's
+ * variables. Made before the fork; the child sets it.
+ */
+static const char *
+env_pass(char *buf, size_t len)
+{
+	static const char *const net[] = {
+	    "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY", "https_proxy", "http_proxy",
+	    "no_proxy", "all_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS",
+	    "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "DENO_CERT", "DENO_TLS_CA_STORE", "PIP_CERT",
+	    "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_DEFAULT_TIMEOUT",
+	    "PIP_DISABLE_PIP_VERSION_CHECK", "NPM_CONFIG_REGISTRY"};
+	const char *given = getenv("SANDCELL_ENV_PASS");
+	size_t n = snprintf(buf, len, "%s", given ? given : "");
+
+	for (size_t i = 0; i < sizeof(net) / sizeof(net[0]) && n < len; i++)
+		if (getenv(net[i]))
+			n += snprintf(buf + n, len - n, "%s%s", n ? "," : "", net[i]);
+	return buf;
+}
+
 int
 broker_restart(struct broker *b, const char *const *extra)
 {
@@ -794,9 +819,12 @@ broker_restart(struct broker *b, const char *const *extra)
 		argv[n++] = *extra;
 	}
 	argv[n] = NULL;
+	char pass[1024];
+	env_pass(pass, sizeof(pass));
 	fflush(NULL);
 	if ((b->b_pid = fork()) == 0) {
 		FILE *log = fopen(b->b_log, "a");
+		setenv("SANDCELL_ENV_PASS", pass, 1);
 		/* a test that dies (timeout, crash) takes its broker with it */
 		prctl(PR_SET_PDEATHSIG, SIGINT);
 		if (log)

@@ -58,6 +58,8 @@ struct inet {
 	pid_t in_srv;
 };
 int inet_start(struct inet *in);
+/* The stand-in answers at addr too (a host route to it, for its life). */
+int inet_alias(struct inet *in, const char *addr);
 void inet_stop(struct inet *in);
 
 /* Starts a broker with extra arguments (NULL-terminated); waits for /health

@@ -2,7 +2,10 @@
  * inet.c — a stand-in for the internet in tests: a network namespace of the
  * test's own, joined to the host by a veth pair, where python3's http.server
  * serves one page. A box reaches it as it would a server outside the
- * machine: through its way out (pasta), over the host's routes.
+ * machine: through its way out (pasta), over the host's routes. Its
+ * addresses are of 198.18.0.0/15 (benchmarking: neither private nor
+ * anyone's), which a box may reach; inet_alias adds stand-ins at any
+ * other address (cloud metadata's, a private host's).
  */
 #include <errno.h>
 #include <signal.h>
@@ -35,7 +38,7 @@ sh(const char *fmt, ...)
 	"class S(socketserver.ThreadingTCPServer): allow_reuse_address = True\n"         \
 	"class H(http.server.SimpleHTTPRequestHandler): log_message = lambda *a: None\n" \
 	"h = functools.partial(H, directory=sys.argv[3])\n"                              \
-	"S((sys.argv[1], int(sys.argv[2])), h).serve_forever()\n"
+	"S(('0.0.0.0', int(sys.argv[2])), h).serve_forever()\n"
 
 static bool
 serving(void *arg)
@@ -61,8 +64,7 @@ inet_start(struct inet *in)
 		return -1;
 	snprintf(in->in_ns, sizeof(in->in_ns), "sc-inet-%u", n);
 	snprintf(in->in_if, sizeof(in->in_if), "scv%u", n % 10000000);
-	snprintf(in->in_addr, sizeof(in->in_addr), "10.%u.%u.2", 200 + n % 50,
-	         (n / 50) % 250);
+	snprintf(in->in_addr, sizeof(in->in_addr), "198.%u.%u.2", 18 + n % 2, (n / 2) % 256);
 	snprintf(in->in_dir, sizeof(in->in_dir), "/tmp/sandcell-inet.XXXXXX");
 	if (!mkdtemp(in->in_dir))
 		return -1;
@@ -72,7 +74,7 @@ inet_start(struct inet *in)
 	fprintf(f, "%s\n", INET_PAGE);
 	fclose(f);
 	harness_track_netns(in->in_ns);
-	/* the host side .1, the namespace's .2, a /30 of 10.200-249.x */
+	/* the host side .1, the namespace's .2, a /30 of 198.18.0.0/15 */
 	if (sh("ip netns add %s && ip link add %s type veth peer name %sp && "
 	       "ip link set %sp netns %s && ip addr add %.*s.1/30 dev %s && ip link set "
 	       "%s up && "
@@ -106,6 +108,26 @@ inet_start(struct inet *in)
 		return -1;
 	}
 	return 0;
+}
+
+/*
+ * Another address the stand-in answers at (the same page, the same port):
+ * the namespace's own, routed there from the host for as long as the
+ * stand-in lives (the route goes with the veth pair).
+ */
+int
+inet_alias(struct inet *in, const char *addr)
+{
+	char url[64];
+	struct inet probe;
+
+	if (sh("ip -n %s addr add %s/32 dev lo && ip route replace %s/32 via %s dev %s",
+	       in->in_ns, addr, addr, in->in_addr, in->in_if) < 0)
+		return -1;
+	snprintf(url, sizeof(url), "http://%s:%d", addr, in->in_port);
+	probe = *in;
+	memcpy(probe.in_url, url, sizeof(url));
+	return wait_until(serving, &probe, 10000);
 }
 
 void

@@ -204,7 +204,7 @@ Test(load, ended_stream_still_sent_to_a_slow_reader_holds_no_queue_slot, .timeou
 		 "    sys.stdout.flush()\"}",
 		 id);
 	snprintf(req, sizeof(req),
-		 "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+		 "POST /execute HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
 		 "Content-Length: %zu\r\n\r\n%s",
 		 strlen(body), body);
 	cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));

@@ -738,14 +738,16 @@ Test(sandbox, outbound_network_reaches_the_internet_and_none_has_none, .timeout 
  * other address of the host (here the host's side of the stand-in
  * internet's link, the broker listening on every address as in a
  * container) a connection comes from pasta, a uid of the range, and is
- * answered 403. Two requests that would change a neighbour are sent and not
+ * answered 403: the egress rules refuse the host's addresses, so this one
+ * is allowed (--egress-allow) to reach the check behind them. Two requests that would change a neighbour are sent and not
  * waited for: one on a connection left open, one on a connection closed at
  * once. The neighbour keeps its state; a client of the machine is served.
  */
 Test(sandbox, a_context_cannot_call_the_servers_api, .fini = priv_box_stop, .timeout = 120)
 {
-	const char *args[] = {"--no-default-context", "--pool", "python=0", NULL};
-	char code[3072], host[64], via[64], url[96];
+	char code[3072], host[64], via[64], url[96], hole[80];
+	const char *args[] = {"--no-default-context", "--pool", "python=0", "--egress-allow", hole,
+			      NULL};
 	struct inet in;
 
 	if (geteuid() != 0)
@@ -755,6 +757,7 @@ Test(sandbox, a_context_cannot_call_the_servers_api, .fini = priv_box_stop, .tim
 	host_address(host);
 	snprintf(via, sizeof(via), "%.*s.1", (int)(strrchr(in.in_addr, '.') - in.in_addr),
 		 in.in_addr);
+	snprintf(hole, sizeof(hole), "%s/32", via);
 	cr_assert_eq(broker_start_listening(&priv_box, "0.0.0.0", args), 0);
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d", priv_box.b_port);
 	char *victim = keeper_new(url), *attacker = context_new(url, "python", NULL);
@@ -805,9 +808,9 @@ Test(sandbox, a_context_cannot_call_the_servers_api, .fini = priv_box_stop, .tim
 Test(sandbox, a_context_holding_connections_open_leaves_room_for_clients, .fini = priv_box_stop,
      .timeout = 120)
 {
+	char code[512], via[64], url[96], hole[80];
 	const char *args[] = {"--no-default-context", "--pool", "python=0", "--max-connections",
-			      "40", NULL};
-	char code[512], via[64], url[96];
+			      "40", "--egress-allow", hole, NULL};
 	struct inet in;
 
 	if (geteuid() != 0)
@@ -816,6 +819,7 @@ Test(sandbox, a_context_holding_connections_open_leaves_room_for_clients, .fini 
 		cr_skip_test("needs root and iproute2 for a second address of the host");
 	snprintf(via, sizeof(via), "%.*s.1", (int)(strrchr(in.in_addr, '.') - in.in_addr),
 		 in.in_addr);
+	snprintf(hole, sizeof(hole), "%s/32", via);
 	cr_assert_eq(broker_start_listening(&priv_box, "0.0.0.0", args), 0);
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d", priv_box.b_port);
 	char *id = context_new(url, "python", NULL);
@@ -1972,15 +1976,17 @@ Test(sandbox, a_cwd_two_isolated_contexts_share_by_name_is_private_to_each,
 
 /*
  * An access-token file where a box shows the host (under /etc), readable by
- * the kernel's uid on the host: inside, it reads empty. as: the broker's uid
- * (0: root's; the rootless broker's kernels are its uid on the host).
+ * the kernel's uid on the host: the broker refuses it at start, saying where
+ * to put it (no cover of the file survives a rotation: handdown_test). as:
+ * the broker's uid (0: root's; the rootless broker's kernels are its uid on
+ * the host).
  */
 static void
-token_file_reads_empty(struct broker *b, uid_t as)
+token_file_in_sight_is_refused(struct broker *b, uid_t as)
 {
 	const char *token = "sandcell-file-token-never-seen";
-	char path[64], code[256], *arg[] = {"--no-default-context", "--pool", "python=0",
-					    "--access-token-file", path, NULL};
+	char path[64], *arg[] = {"--no-default-context", "--pool", "python=0",
+				 "--access-token-file", path, NULL};
 	int fd;
 
 	snprintf(path, sizeof(path), "/etc/sandcell-test-token-%d", (int)getpid());
@@ -1990,33 +1996,221 @@ token_file_reads_empty(struct broker *b, uid_t as)
 	close(fd);
 	int rc = as ? broker_start_as(b, as, (const char *const *)arg)
 		    : broker_start(b, (const char *const *)arg);
-	harness_access_token(token);
-	char *id = rc == 0 ? context_new(b->b_url, "python", NULL) : NULL;
-	char *out = NULL;
-	if (id) {
-		snprintf(code, sizeof(code),
-			 "try:\n    print(repr(open('%s').read()))\nexcept OSError as e:\n"
-			 "    print(type(e).__name__)",
-			 path);
-		out = run_stdout(b->b_url, id, code);
-	}
-	harness_access_token(NULL);
+	char *log = broker_log(b);
 	unlink(path);
-	cr_assert_eq(rc, 0);
-	cr_assert_not_null(id);
-	cr_expect_str_eq(out, "''\n", "the token file reads %s", out ? out : "(nothing)");
+	cr_expect_eq(rc, -1, "the broker started with a token file every box shows");
+	cr_expect_eq(b->b_exit, 2);
+	cr_expect(strstr(log, path) && strstr(log, "every box shows /etc") &&
+			  strstr(log, "where no box looks"),
+		  "the log does not say why: %s", log);
+	free(log);
+}
+
+Test(sandbox, a_token_file_in_sight_of_the_box_is_refused_at_start, .fini = priv_box_stop,
+     .timeout = 120)
+{
+	token_file_in_sight_is_refused(&priv_box, 0);
+}
+
+Test(sandbox, a_token_file_in_sight_of_a_rootless_box_is_refused_at_start, .fini = rootless_stop,
+     .timeout = 120)
+{
+	token_file_in_sight_is_refused(&rootless, ROOTLESS_UID);
+}
+
+/*
+ * POST /contexts with cwd: its status and its body with the cwd in it read
+ * as "<cwd>", in *out (caller frees).
+ */
+static long
+create_answer(const struct broker *b, const char *cwd, char **out)
+{
+	char body[1200], *p, *s;
+	struct resp r;
+	long st;
+	size_t n = strlen(cwd);
+
+	snprintf(body, sizeof(body), "{\"cwd\": \"%s\"}", cwd);
+	cr_assert_eq(http(b->b_url, "POST", "/contexts", body, &r, 60), 0);
+	st = r.r_status;
+	s = r.r_body ? r.r_body : "";
+	*out = calloc(1, strlen(s) + 1);
+	for (p = *out; *s;) {
+		if (!strncmp(s, cwd, n)) {
+			p += sprintf(p, "<cwd>");
+			s += n;
+		} else {
+			*p++ = *s++;
+		}
+	}
+	resp_free(&r);
+	return st;
+}
+
+/*
+ * Each cwd of refused (NULL-terminated) answered as one the box does not
+ * have at all is, with no context started for it.
+ */
+static void
+refused_alike(const struct broker *b, const char *const *refused)
+{
+	char *want, *got;
+	int before = created_in_log(b);
+	long want_st = create_answer(b, "/home/user/no-such-dir-in-any-box", &want);
+
+	cr_assert_eq(want_st, 400, "%ld %s", want_st, want);
+	for (size_t i = 0; refused[i]; i++) {
+		long st = create_answer(b, refused[i], &got);
+		cr_expect(st == want_st && !strcmp(got, want),
+		          "cwd %s: %ld %s, where a missing one is %ld %s", refused[i], st,
+		          got, want_st, want);
+		free(got);
+	}
+	free(want);
+	cr_expect_eq(created_in_log(b), before,
+	             "a context was started for a refused cwd");
+}
+
+/* Host paths a box does not show: a 0700 root dir (and a dir, a file in it). */
+static char oracle_dir[] = "/root/sandcell-oracle-XXXXXX";
+
+static void
+oracle_stop(void)
+{
+	char cmd[128];
+
+	priv_box_stop();
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", oracle_dir);
+	system(cmd);
+}
+
+static void
+oracle_plant(void)
+{
+	char p[128];
+	int fd;
+
+	cr_assert_not_null(mkdtemp(oracle_dir));
+	cr_assert_eq(chmod(oracle_dir, 0700), 0);
+	snprintf(p, sizeof(p), "%s/dir", oracle_dir);
+	cr_assert_eq(mkdir(p, 0755), 0);
+	snprintf(p, sizeof(p), "%s/file", oracle_dir);
+	cr_assert((fd = open(p, O_WRONLY | O_CREAT, 0644)) >= 0);
+	close(fd);
+}
+
+/*
+ * A kernel plants links in the shared workspace to the host (a directory and
+ * a file in a 0700 root dir, a missing path, the run dir, and the box's root
+ * by "..") and asks for contexts there: each answer is the one for a path no
+ * box has, whatever the host holds, and no kernel starts for them. Links the
+ * box resolves inside it still give a context there.
+ */
+Test(sandbox, a_cwd_through_a_tenants_links_tells_nothing_of_the_host,
+     .fini = oracle_stop, .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "0", NULL};
+	char code[2048], c[6][700];
+
+	oracle_plant();
+	cr_assert_eq(broker_start(&priv_box, args), 0);
+	const char *url = priv_box.b_url;
+	char *planter = context_new(url, "python", NULL);
+	cr_assert_not_null(planter);
+	snprintf(code, sizeof(code),
+	         "import os\n"
+	         "for name, to in [('o-dir', '%s/dir'), ('o-file', '%s/file'),\n"
+	         "                 ('o-missing', '%s/missing'), ('o-run', '%s'),\n"
+	         "                 ('up', '../../..'), ('lnk', '/home/user/real'), "
+	         "('rlnk', 'real')]:\n"
+	         "    os.symlink(to, name)\n"
+	         "os.makedirs('real/sub')\n"
+	         "print('planted')",
+	         oracle_dir, oracle_dir, oracle_dir, priv_box.b_run_dir);
+	char *out = run_stdout(url, planter, code);
+	cr_assert_str_eq(out, "planted\n", "%s", out ? out : "(nothing)");
 	free(out);
-	free(id);
+
+	snprintf(c[0], sizeof(c[0]), "/home/user/up%s/dir", oracle_dir);
+	snprintf(c[1], sizeof(c[1]), "/home/user/up%s/file", oracle_dir);
+	snprintf(c[2], sizeof(c[2]), "/home/user/up%s", priv_box.b_run_dir);
+	snprintf(c[3], sizeof(c[3]), "/home/user/../..%s/dir", oracle_dir);
+	snprintf(c[4], sizeof(c[4]), "%s/dir", oracle_dir);
+	snprintf(c[5], sizeof(c[5]), "/home/user/o-run/ctx");
+	const char *refused[] = {"/home/user/o-dir",
+	                         "/home/user/o-file",
+	                         "/home/user/o-missing",
+	                         "/home/user/o-run",
+	                         c[0],
+	                         c[1],
+	                         c[2],
+	                         c[3],
+	                         c[4],
+	                         c[5],
+	                         NULL};
+	refused_alike(&priv_box, refused);
+
+	/* in the box: a link to a directory of the workspace, absolute or not */
+	const char *fine[][2] = {{"/home/user/lnk/sub", "/home/user/real/sub\n"},
+	                         {"/home/user/rlnk", "/home/user/real\n"}};
+	for (size_t i = 0; i < 2; i++) {
+		char *id = context_new(url, "python", fine[i][0]);
+		cr_assert_not_null(id, "no context in %s", fine[i][0]);
+		out = run_stdout(url, id, "import os\nprint(os.getcwd())");
+		cr_expect_str_eq(out, fine[i][1], "cwd %s", fine[i][0]);
+		free(out);
+		free(id);
+	}
+	free(planter);
 }
 
-Test(sandbox, a_token_file_in_sight_of_the_box_reads_empty, .fini = priv_box_stop,
-     .timeout = 120)
+/* The names in dir, sorted, one per line (caller frees). */
+static char *
+listing(const char *dir)
 {
-	token_file_reads_empty(&priv_box, 0);
+	char cmd[300], buf[8192];
+	size_t n;
+
+	snprintf(cmd, sizeof(cmd), "ls -A '%s' | sort", dir);
+	FILE *f = popen(cmd, "r");
+	cr_assert_not_null(f);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = '\0';
+	pclose(f);
+	return strdup(buf);
 }
 
-Test(sandbox, a_token_file_in_sight_of_a_rootless_box_reads_empty, .fini = rootless_stop,
-     .timeout = 120)
+/*
+ * --isolation context: refused cwds (E2B's /root among them) read as a path
+ * no box has, whatever the host holds there, and leave nothing in the
+ * workspace root: no directory per refusal.
+ */
+Test(sandbox, refused_cwds_under_isolation_read_alike_and_leave_nothing,
+     .fini = oracle_stop, .timeout = 180)
 {
-	token_file_reads_empty(&rootless, ROOTLESS_UID);
+	const char *args[] = {"--no-default-context", "--isolation", "context", NULL};
+	char ws[200], c[3][700];
+
+	oracle_plant();
+	cr_assert_eq(broker_start(&priv_box, args), 0);
+	snprintf(ws, sizeof(ws), "%s.work", priv_box.b_run_dir);
+	char *before = listing(ws);
+	snprintf(c[0], sizeof(c[0]), "%s/dir", oracle_dir);
+	snprintf(c[1], sizeof(c[1]), "%s/file", oracle_dir);
+	snprintf(c[2], sizeof(c[2]), "/home/user/../..%s", priv_box.b_run_dir);
+	const char *refused[] = {"/root",
+	                         "/root/.cache",
+	                         c[0],
+	                         c[1],
+	                         c[2],
+	                         priv_box.b_run_dir,
+	                         "/home/user/sub",
+	                         "/tmp/x",
+	                         "/nonexistent",
+	                         NULL};
+	refused_alike(&priv_box, refused);
+	char *after = listing(ws);
+	cr_expect_str_eq(after, before, "the workspace root %s changed", ws);
+	free(before);
+	free(after);
 }

@@ -52,6 +52,7 @@ static const struct {
     [F_WAIT] = {K_U64, offsetof(struct msg, m_wait), 0},
     [F_RUN] = {K_U64, offsetof(struct msg, m_run), 0},
     [F_FLAGS] = {K_U64, offsetof(struct msg, m_flags), 0},
+    [F_REFUSED] = {K_U64, offsetof(struct msg, m_refused), 0},
 };
 
 #define KSTAT (FB(F_STATE) | FB(F_KPID) | FB(F_QUEUE) | FB(F_COUNT))
@@ -91,7 +92,7 @@ static const struct {
     {MSG_CLAIM, "CLAIM", FB(F_REQ) | FB(F_ID) | FB(F_CWD), FB(F_FLAGS)},
     {CTL_STOP_ENDS, "CTL_STOP_ENDS", FB(F_REQ), 0},
     {CTL_STOP_KEEPS, "CTL_STOP_KEEPS", FB(F_REQ), 0},
-    {MSG_STATS, "STATS", FB(F_COUNT), 0},
+    {MSG_STATS, "STATS", FB(F_COUNT), FB(F_REFUSED)},
     {CTL_ACK, "CTL_ACK", FB(F_COUNT), 0},
 };
 #define NTYPES (sizeof(types) / sizeof(types[0]))

@@ -1,0 +1,522 @@
+/*
+ * egress_test.c — where a box's traffic may go. A stand-in internet of the
+ * test's own (inet.c) also answers at cloud metadata's 169.254.169.254 and
+ * at a private host, 10.99.0.1 (routes to the test's namespace, for the
+ * test's life); nothing is sent to any other address but the host's own
+ * resolver. By default a box reaches the internet and no link-local or
+ * private address nor the host's own, a refusal fails at once (no hang),
+ * /metrics counts it; --egress-allow opens a hole, a context's "network"
+ * narrows what the server allows and never widens it; a kernel cannot
+ * change the rules. In both isolation modes, and under a broker that is
+ * not root.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+/* the shared broker is not used: each test starts the one it needs */
+HARNESS_SHARED_BROKER("--pool", "python=0", "--no-default-context");
+
+#define METADATA "169.254.169.254"
+#define PRIVATE "10.99.0.1"
+#define ROOTLESS_UID 60998
+
+static struct broker eb;
+static struct inet in;
+static bool eb_on;
+static mode_t tun_mode; /* /dev/net/tun's mode before a test opened it; 0: untouched */
+
+static void
+egress_stop(void)
+{
+	inet_stop(&in);
+	if (eb_on)
+		broker_stop(&eb);
+	eb_on = false;
+	if (tun_mode)
+		chmod("/dev/net/tun", tun_mode);
+	tun_mode = 0;
+}
+
+/* The stand-in internet and its aliases, or the test is skipped. */
+static void
+standins(void)
+{
+	if (geteuid() != 0 || inet_start(&in) < 0)
+		cr_skip_test("needs root and iproute2 for a stand-in internet");
+	cr_assert_eq(inet_alias(&in, METADATA), 0, "a stand-in at " METADATA);
+	cr_assert_eq(inet_alias(&in, PRIVATE), 0, "a stand-in at " PRIVATE);
+}
+
+static void
+start(const char *const *args, uid_t as)
+{
+	cr_assert_eq(as ? broker_start_as(&eb, as, args) : broker_start(&eb, args), 0,
+	             "the broker did not start");
+	eb_on = true;
+}
+
+/*
+ * Code for lang that fetches, in order, the stand-in internet, the metadata
+ * stand-in and the private one, and prints a line for each: the page, or
+ * "refused" when it failed within 3 s, or "hung" when it failed later
+ * (each waits up to 10 s).
+ */
+static void
+probe_code(const char *lang, char *code, size_t len)
+{
+	char urls[3][80];
+
+	snprintf(urls[0], sizeof(urls[0]), "%s", in.in_url);
+	snprintf(urls[1], sizeof(urls[1]), "http://" METADATA ":%d", in.in_port);
+	snprintf(urls[2], sizeof(urls[2]), "http://" PRIVATE ":%d", in.in_port);
+	if (!strcmp(lang, "python"))
+		snprintf(code, len,
+		         "import time, urllib.request\n"
+		         "for u in ['%s', '%s', '%s']:\n"
+		         "    t = time.time()\n"
+		         "    try:\n"
+		         "        print(urllib.request.urlopen(u, "
+		         "timeout=10).read().decode().strip())\n"
+		         "    except Exception as e:\n"
+		         "        print('refused' if time.time() - t < 3 else 'hung: "
+		         "%%r' %% e)\n",
+		         urls[0], urls[1], urls[2]);
+	else if (!strcmp(lang, "bash"))
+		snprintf(code, len,
+		         "for u in %s %s %s; do t=$(date +%%s); out=$(curl -s --max-time "
+		         "10 $u); "
+		         "rc=$?; if [ $rc = 0 ]; then echo \"$out\"; elif [ $(( $(date "
+		         "+%%s) - t )) "
+		         "-lt 3 ]; then echo refused; else echo \"hung: $rc\"; fi; done",
+		         urls[0], urls[1], urls[2]);
+	else
+		snprintf(
+		    code, len,
+		    "for (const u of ['%s', '%s', '%s']) {\n"
+		    "  const t = Date.now();\n"
+		    "  try {\n"
+		    "    const r = await fetch(u, {signal: "
+		    "AbortSignal.timeout(10000)});\n"
+		    "    console.log((await r.text()).trim());\n"
+		    "  } catch (e) {\n"
+		    "    console.log(Date.now() - t < 3000 ? 'refused' : 'hung: ' + e);\n"
+		    "  }\n"
+		    "}",
+		    urls[0], urls[1], urls[2]);
+}
+
+/* What a context of lang sees of the three: "page|refused" etc., one word each. */
+static char *
+probe(const char *base, const char *id, const char *lang)
+{
+	char code[2048];
+	char *out;
+
+	probe_code(lang, code, sizeof(code));
+	out = run_stdout(base, id, code);
+	cr_assert_not_null(out);
+	/* the page reads "page": shorter to compare */
+	for (char *p; (p = strstr(out, INET_PAGE));) {
+		memmove(p + 4, p + strlen(INET_PAGE), strlen(p + strlen(INET_PAGE)) + 1);
+		memcpy(p, "page", 4);
+	}
+	return out;
+}
+
+static bool
+refusals_counted(void *arg)
+{
+	return metric_value(eb.b_url, "sandcell_egress_refused_total") >= *(double *)arg;
+}
+
+/*
+ * Python: a name that cannot exist looked up as any program looks one up
+ * (getaddrinfo, through the resolvers of the box's /etc/resolv.conf): "no
+ * such name" is the resolver's answer (its way is open), "no answer" that it
+ * could not be reached; "no resolver" if the box names none it can use. The
+ * test sends nothing else outside the machine: whether a resolver's other
+ * ports are refused is the private stand-in's case (10.99.0.1), never probed
+ * at a real resolver's address.
+ */
+static const char dns_py[] =
+    "import ipaddress, socket\n"
+    "ns = [l.split()[1] for l in open('/etc/resolv.conf') if "
+    "l.startswith('nameserver')]\n"
+    "ns = [a for a in ns if ipaddress.ip_address(a).version == 4 and\n"
+    "      not ipaddress.ip_address(a).is_loopback]\n"
+    "if not ns:\n"
+    "    print('no resolver')\n"
+    "else:\n"
+    "    try:\n"
+    "        socket.getaddrinfo('sandcell.invalid', 80)\n"
+    "        print('an answer')\n"
+    "    except socket.gaierror as e:\n"
+    "        print('no such name' if e.errno == socket.EAI_NONAME else 'no answer', e)\n";
+
+/*
+ * Python's, bash's and Deno's way out reach the internet and not the
+ * metadata nor the private host, refused at once; the refusals are counted.
+ * The host's resolver (a private address here, 10.255.255.53 on this
+ * machine's kind) still answers a name's lookup.
+ */
+static void
+default_rules(const char *const *args, uid_t as)
+{
+	static const char *const langs[] = {"python", "bash", "javascript"};
+
+	standins();
+	start(args, as);
+	for (int i = 0; i < 3; i++) {
+		char *id = context_new(eb.b_url, langs[i], NULL);
+		cr_assert_not_null(id, "a %s context", langs[i]);
+		char *out = probe(eb.b_url, id, langs[i]);
+		cr_expect_str_eq(out, "page\nrefused\nrefused\n", "%s: %s", langs[i],
+		                 out);
+		free(out);
+		free(id);
+	}
+	/* GET /ready says what is in force */
+	struct resp r;
+	cr_assert_eq(http(eb.b_url, "GET", "/ready", NULL, &r, 10), 0);
+	cr_expect(strstr(r.r_body, "\"egress\"") &&
+	              strstr(r.r_body, "\"169.254.0.0/16\""),
+	          "/ready: %s", r.r_body);
+	resp_free(&r);
+	double want = 6; /* two refusals of three languages, at least */
+	cr_expect_eq(wait_until(refusals_counted, &want, 10000), 0,
+	             "sandcell_egress_refused_total is %g",
+	             metric_value(eb.b_url, "sandcell_egress_refused_total"));
+
+	/* DNS: the resolvers the box's /etc/resolv.conf names answer */
+	char *py = context_new(eb.b_url, "python", NULL);
+	cr_assert_not_null(py);
+	char *out = run_stdout(eb.b_url, py, dns_py);
+	cr_assert_not_null(out);
+	if (strcmp(out, "no resolver\n"))
+		cr_expect(!strncmp(out, "no such name", 12), "DNS to the host's resolver: %s", out);
+	free(out);
+
+	/* the host's own addresses: a listener of the test's on the host's side of the
+	 * link */
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof(sa);
+	int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	char code[512];
+	cr_assert(ls >= 0 && bind(ls, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+	          listen(ls, 16) == 0 &&
+	          getsockname(ls, (struct sockaddr *)&sa, &sl) == 0);
+	snprintf(code, sizeof(code),
+	         "import socket, time\n"
+	         "t = time.time()\n"
+	         "try:\n"
+	         "    socket.create_connection(('%.*s.1', %d), 10)\n"
+	         "    print('host reached')\n"
+	         "except OSError:\n"
+	         "    print('host refused' if time.time() - t < 3 else 'host hung')\n",
+	         (int)(strrchr(in.in_addr, '.') - in.in_addr), in.in_addr,
+	         ntohs(sa.sin_port));
+	out = run_stdout(eb.b_url, py, code);
+	close(ls);
+	cr_expect_str_eq(out, "host refused\n", "the host's address: %s", out);
+	free(out);
+	free(py);
+}
+
+Test(egress, shared_boxes_reach_the_internet_but_not_metadata_or_private_hosts,
+     .fini = egress_stop, .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", NULL};
+	default_rules(args, 0);
+}
+
+Test(egress, isolated_boxes_reach_the_internet_but_not_metadata_or_private_hosts,
+     .fini = egress_stop, .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool",  "python=0",
+	                      "--isolation",          "context", NULL};
+	default_rules(args, 0);
+}
+
+Test(egress, rootless_boxes_reach_the_internet_but_not_metadata_or_private_hosts,
+     .fini = egress_stop, .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0",
+	                      "--kernel-memory",      "2G",     NULL};
+	struct stat st;
+
+	/* its pasta opens the host's tun device: Debian's 0666, as a root broker makes it
+	 */
+	if (stat("/dev/net/tun", &st) < 0)
+		cr_skip_test("no /dev/net/tun: no way out to test");
+	if ((st.st_mode & 0666) != 0666) {
+		tun_mode = st.st_mode & 07777;
+		cr_assert_eq(chmod("/dev/net/tun", 0666), 0);
+	}
+	default_rules(args, ROOTLESS_UID);
+}
+
+/* A context of lang with this "network" (JSON), its id; NULL on failure (status in *st).
+ */
+static char *
+context_with(const char *lang, const char *network, long *st)
+{
+	char body[512];
+	struct resp r;
+	char *id = NULL;
+
+	snprintf(body, sizeof(body), "{\"language\": \"%s\", \"network\": %s}", lang,
+	         network);
+	cr_assert_eq(http(eb.b_url, "POST", "/contexts", body, &r, 60), 0);
+	*st = r.r_status;
+	if (r.r_status == 200) {
+		json_t *j = json_loads(r.r_body, 0, NULL);
+		id = strdup(json_string_value(json_object_get(j, "id")));
+		json_decref(j);
+	}
+	resp_free(&r);
+	return id;
+}
+
+/*
+ * --egress-allow opens the private host to every context; a context's
+ * lists narrow that: one reaches the private host alone (deny_out all,
+ * allow_out it), one nothing; one cannot open the metadata. A warm proxy
+ * (the server's rules) is handed to none of them, nor at a restart.
+ */
+static void
+context_rules(const char *isolation)
+{
+	const char *args[] = {"--no-default-context", "--pool",  "python=1",
+	                      "--isolation",          isolation, "--egress-allow",
+	                      "10.99.0.0/24",         NULL};
+	long st;
+
+	standins();
+	start(args, 0);
+	char *plain = context_new(eb.b_url, "python", NULL);
+	cr_assert_not_null(plain);
+	char *out = probe(eb.b_url, plain, "python");
+	cr_expect_str_eq(out, "page\nrefused\npage\n", "the server's hole: %s", out);
+	free(out);
+
+	char *only = context_with(
+	    "python", "{\"deny_out\": [\"0.0.0.0/0\"], \"allow_out\": [\"" PRIVATE "\"]}",
+	    &st);
+	cr_assert_not_null(only, "%ld", st);
+	char *sh = context_with(
+	    "bash",
+	    "{\"deny_out\": [\"0.0.0.0/0\"], \"allow_out\": [\"" PRIVATE "/32\"]}", &st);
+	cr_assert_not_null(sh, "%ld", st);
+	out = probe(eb.b_url, sh, "bash");
+	cr_expect_str_eq(out, "refused\nrefused\npage\n",
+	                 "bash, the private host alone: %s", out);
+	free(out);
+	out = probe(eb.b_url, only, "python");
+	cr_expect_str_eq(out, "refused\nrefused\npage\n",
+	                 "python, the private host alone: %s", out);
+	free(out);
+	/* deny_out all leaves no DNS either: the resolver is refused like the rest */
+	out = run_stdout(eb.b_url, only, dns_py);
+	cr_assert_not_null(out);
+	cr_expect(!strcmp(out, "no resolver\n") || !strncmp(out, "no answer", 9),
+	          "DNS under deny_out all: %s", out);
+	free(out);
+
+	char *none =
+	    context_with("javascript", "{\"deny_out\": [\"0.0.0.0/0\", \"::/0\"]}", &st);
+	cr_assert_not_null(none, "%ld", st);
+	out = probe(eb.b_url, none, "javascript");
+	cr_expect_str_eq(out, "refused\nrefused\nrefused\n", "no way out: %s", out);
+	free(out);
+
+	char *wider =
+	    context_with("python", "{\"allow_out\": [\"169.254.0.0/16\"]}", &st);
+	cr_assert_not_null(wider, "%ld", st);
+	out = probe(eb.b_url, wider, "python");
+	cr_expect_str_eq(out, "page\nrefused\npage\n",
+	                 "a context widened the server's: %s", out);
+	free(out);
+
+	/* a restart keeps the context's rules (no warm proxy with the server's) */
+	cr_assert_eq(context_post(eb.b_url, only, "restart", 60), 200);
+	out = probe(eb.b_url, only, "python");
+	cr_expect_str_eq(out, "refused\nrefused\npage\n", "after a restart: %s", out);
+	free(out);
+
+	/* bad lists: 400, saying what is wrong */
+	static const char *const bad[] = {
+	    "{\"deny_out\": [\"10.99.0.1/24\"]}",
+	    "{\"deny_out\": [\"example.com\"]}",
+	    "{\"deny_out\": \"0.0.0.0/0\"}",
+	    "{\"allowOut\": []}",
+	    "{\"deny_out\": [\"::1/129\"]}",
+	    "{\"deny_out\": [\"1.2.3.4/\"]}",
+	    "[\"0.0.0.0/0\"]",
+	    "{\"deny_out\": [42]}",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char *id = context_with("python", bad[i], &st);
+		cr_expect_null(id, "%s was taken", bad[i]);
+		cr_expect_eq(st, 400, "%s: %ld", bad[i], st);
+		free(id);
+	}
+	free(plain);
+	free(only);
+	free(sh);
+	free(none);
+	free(wider);
+}
+
+Test(egress, a_contexts_network_narrows_the_servers_rules_shared, .fini = egress_stop,
+     .timeout = 300)
+{
+	context_rules("shared");
+}
+
+Test(egress, a_contexts_network_narrows_the_servers_rules_isolated, .fini = egress_stop,
+     .timeout = 300)
+{
+	context_rules("context");
+}
+
+/*
+ * The kernel cannot take the rules down: nft (nfnetlink) refuses it, as do
+ * route and address changes; the metadata stays refused after it tried.
+ */
+Test(egress, a_kernel_cannot_remove_the_rules, .fini = egress_stop, .timeout = 180)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", NULL};
+
+	standins();
+	start(args, 0);
+	char *id = context_new(eb.b_url, "python", NULL);
+	cr_assert_not_null(id);
+	char *out = run_stdout(
+	    eb.b_url, id,
+	    "import os, socket, subprocess\n"
+	    "for fd in map(int, os.listdir('/proc/self/fd')):\n"
+	    "    try:\n"
+	    "        s = socket.socket(fileno=os.dup(fd))\n"
+	    "    except OSError:\n"
+	    "        continue\n"
+	    "    if s.family == socket.AF_NETLINK:\n"
+	    "        print('a netlink socket at fd', fd, 'ok')\n"
+	    "    s.close()\n"
+	    "try:\n"
+	    "    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12).close()\n"
+	    "    print('netfilter socket opened')\n"
+	    "except OSError as e:\n"
+	    "    print('netfilter socket refused')\n"
+	    "for cmd in ['nft flush ruleset', 'nft delete table inet sandcell',\n"
+	    "            'ip route del default', 'ip link set eth0 down']:\n"
+	    "    try:\n"
+	    "        r = subprocess.run(cmd.split(), capture_output=True)\n"
+	    "        print(cmd, 'ok' if r.returncode == 0 else 'failed')\n"
+	    "    except FileNotFoundError:\n"
+	    "        print(cmd, 'failed')\n");
+	cr_assert_not_null(out);
+	cr_expect_eq(strstr(out, " ok\n"), NULL, "a kernel changed the network: %s", out);
+	free(out);
+	out = probe(eb.b_url, id, "python");
+	cr_expect_str_eq(out, "page\nrefused\nrefused\n", "after the kernel tried: %s",
+	                 out);
+	free(out);
+	free(id);
+}
+
+struct respawn {
+	const char *id;
+	pid_t old;
+};
+
+/* Its proxy is another, and its kernel is ready again. */
+static bool
+respawned(void *arg)
+{
+	struct respawn *rs = arg;
+	pid_t now = context_pid(eb.b_url, rs->id, "proxy_pid");
+	json_t *c;
+	bool idle;
+
+	if (now <= 0 || now == rs->old || !(c = context_get(eb.b_url, rs->id)))
+		return false;
+	idle = !strcmp(json_string_value(json_object_get(c, "state")) ?: "", "idle");
+	json_decref(c);
+	return idle;
+}
+
+/*
+ * A context's rules are its proxy's: a broker restarted under
+ * --keep-contexts learns them from the proxy it re-attaches (GET
+ * /contexts/{id} shows them), and a proxy respawned after that (killed
+ * here) gets them again.
+ */
+Test(egress, a_contexts_rules_outlive_a_broker_restart_and_a_proxy_respawn,
+     .fini = egress_stop, .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0",
+	                      "--keep-contexts", NULL};
+	long st;
+
+	standins();
+	start(args, 0);
+	char *id = context_with("python", "{\"deny_out\": [\"0.0.0.0/0\"]}", &st);
+	cr_assert_not_null(id, "%ld", st);
+	char *out = probe(eb.b_url, id, "python");
+	cr_expect_str_eq(out, "refused\nrefused\nrefused\n", "deny_out all: %s", out);
+	free(out);
+
+	kill(eb.b_pid, SIGKILL);
+	waitpid(eb.b_pid, NULL, 0);
+	cr_assert_eq(broker_restart(&eb, args), 0);
+	json_t *c = context_get(eb.b_url, id);
+	cr_assert_not_null(c);
+	json_t *deny = json_object_get(json_object_get(c, "network"), "deny_out");
+	cr_expect_str_eq(json_string_value(json_array_get(deny, 0)), "0.0.0.0/0",
+	                 "the re-attached context's network: %s", json_dumps(c, 0));
+	json_decref(c);
+
+	pid_t proxy = context_pid(eb.b_url, id, "proxy_pid");
+	cr_assert_gt(proxy, 0);
+	kill(proxy, SIGKILL);
+	struct respawn rs = {id, proxy};
+	cr_assert_eq(wait_until(respawned, &rs, 60000), 0, "the proxy was not respawned");
+	out = probe(eb.b_url, id, "python");
+	cr_expect_str_eq(out, "refused\nrefused\nrefused\n", "after a respawn: %s", out);
+	free(out);
+	free(id);
+}
+
+/*
+ * The server's own lists: no internet (SANDCELL_EGRESS_DENY, as an image
+ * sets it) but a package mirror (--egress-allow), for every context: the
+ * longer prefix decides.
+ */
+Test(egress, the_server_denies_the_internet_and_opens_a_mirror, .fini = egress_stop,
+     .timeout = 120)
+{
+	const char *args[] = {"--no-default-context", "--pool",       "python=0",
+	                      "--egress-allow",       "10.99.0.0/24", NULL};
+
+	standins();
+	setenv("SANDCELL_EGRESS_DENY", "0.0.0.0/0, ::/0", 1);
+	start(args, 0);
+	unsetenv("SANDCELL_EGRESS_DENY");
+	char *id = context_new(eb.b_url, "python", NULL);
+	cr_assert_not_null(id);
+	char *out = probe(eb.b_url, id, "python");
+	cr_expect_str_eq(out, "refused\nrefused\npage\n", "the mirror alone: %s", out);
+	free(out);
+	free(id);
+}
