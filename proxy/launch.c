@@ -17,6 +17,7 @@
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <unistd.h>
+#include <sodium.h>
 
 #include "proxy.h"
 
@@ -386,10 +387,15 @@ launch_connection_file(const struct proxy *px, const char *key, const char *path
 	} else {
 		if (px->px_box.bx_on && !px->px_box.bx_nons)
 			snprintf(kchan, sizeof(kchan), "@k%u", klaunches);
-		else if (px->px_box.bx_on && landlock_abi() >= 6) /* the host's names: ours, */
-			snprintf(kchan, sizeof(kchan), "@sandcell.%d.k%u", (int)getpid(),
-				 klaunches); /* out of every other Landlock domain's reach */
-		else
+		else if (px->px_box.bx_on && landlock_abi() >= 6) {
+			/* the host's names, out of every other Landlock domain's reach;
+			 * unguessable, so that no neighbour binds one first */
+			unsigned char r[12];
+			char hex[2 * sizeof(r) + 1];
+			randombytes_buf(r, sizeof(r));
+			sodium_bin2hex(hex, sizeof(hex), r, sizeof(r));
+			snprintf(kchan, sizeof(kchan), "@sandcell.%s.k%u", hex, klaunches);
+		} else
 			snprintf(kchan, sizeof(kchan), "%s/k%d.%u", px->px_kdir,
 				 (int)getpid(), klaunches);
 		snprintf(ip, sizeof(ip), "%s", kchan);

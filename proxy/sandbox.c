@@ -142,6 +142,12 @@ nons_init(struct proxy *px)
 		log_err("context %s: a box without namespaces needs root", px->px_id);
 		return -EPERM;
 	}
+	/* its channels would listen on the container's loopback, its output for any to read */
+	if (px->px_ks->ks_tcp && bx->bx_isolated) {
+		log_err("context %s: kernel %s speaks TCP only, which no box without namespaces "
+			"keeps from other tenants (--isolation context)", px->px_id, px->px_ks->ks_name);
+		return -EPERM;
+	}
 	char *tmp = xasprintf("%s/tmp", px->px_kdir);
 	if ((rc = mkdir_p(tmp, 0700)) < 0) {
 		free(tmp);

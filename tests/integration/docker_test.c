@@ -291,6 +291,15 @@ Test(docker, isolation_context_hides_a_neighbours_workspace, .timeout = 180)
 	out = run_stdout(b.b_url, a, code);
 	cr_assert_str_eq(out, "True\nrefused\nrefused\nrefused\nread\n", "%s", out);
 	free(out);
+	/* Deno's channels would be TCP on the container's loopback: its proxy refuses to
+	 * box it (its log says why), and the context does not start */
+	struct resp r;
+	cr_assert_eq(
+	    http(b.b_url, "POST", "/contexts", "{\"language\": \"javascript\"}", &r, 60),
+	    0);
+	cr_assert(r.r_status == 500 && strstr(r.r_body, "could not start"), "%ld %s",
+	          r.r_status, r.r_body);
+	resp_free(&r);
 	free(acwd);
 	free(vcwd);
 	free(a);
