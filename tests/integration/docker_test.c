@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 #include <linux/capability.h>
@@ -351,4 +352,45 @@ Test(docker, a_root_pod_with_a_few_capabilities_is_boxed, .timeout = 120)
 	free(id);
 	free(busy);
 	cr_assert_eq(broker_stop(&b), 0);
+}
+
+/*
+ * The access token's file, open to every uid here (mode 0644, outside the
+ * run dir): Landlock's rules name no such place, so a kernel cannot read it,
+ * where its uid alone could.
+ */
+Test(docker, a_kernel_reads_no_token_file_even_one_open_to_all, .timeout = 120)
+{
+	if (landlock_abi() < 1)
+		cr_skip_test("no Landlock in this kernel");
+	char dir[] = "/var/tmp/docker_test.XXXXXX", path[64], code[256];
+	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_eq(chmod(dir, 0755), 0);
+	snprintf(path, sizeof(path), "%s/token", dir);
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fputs("s3cret-token\n", f);
+	fclose(f);
+	cr_assert_eq(chmod(path, 0644), 0);
+	const char *args[] = {"--no-default-context", "--pool", "python=0",
+	                      "--access-token-file",  path,     NULL};
+	struct broker b;
+
+	harness_access_token("s3cret-token");
+	cr_assert_eq(broker_start_docker(&b, NULL, args), 0);
+	char *id = context_new(b.b_url, "python", NULL);
+	cr_assert_not_null(id);
+	snprintf(code, sizeof(code),
+	         "import os\ntry:\n    print(open('%s').read())\nexcept OSError as e:\n"
+	         "    print(type(e).__name__, os.access('%s', os.R_OK))",
+	         path, path);
+	char *out = run_stdout(b.b_url, id, code);
+	/* its uid may read it (access(2) asks the modes), Landlock refuses */
+	cr_assert_str_eq(out, "PermissionError True\n", "%s", out);
+	free(out);
+	free(id);
+	cr_assert_eq(broker_stop(&b), 0);
+	harness_access_token(NULL);
+	unlink(path);
+	rmdir(dir);
 }
