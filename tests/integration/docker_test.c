@@ -394,3 +394,46 @@ Test(docker, a_kernel_reads_no_token_file_even_one_open_to_all, .timeout = 120)
 	unlink(path);
 	rmdir(dir);
 }
+
+/*
+ * Two contexts of one uid (shared isolation), without a PID namespace
+ * between them: the neighbour's kernel is in sight in /proc, but its
+ * environment, memory and descriptors are another Landlock domain's
+ * (ptrace access is scoped: the names of its descriptors show, not what
+ * they are), and so are its signals.
+ */
+Test(docker, a_neighbour_of_the_same_uid_is_out_of_reach, .timeout = 120)
+{
+	if (landlock_abi() < 6)
+		cr_skip_test("no Landlock scoping in this kernel (ABI %d)",
+		             landlock_abi());
+	char *id = context_new(URL, "python", NULL),
+	     *nb = context_new(URL, "python", NULL);
+	char code[1024];
+
+	cr_assert(id && nb);
+	pid_t nkernel = context_pid(URL, nb, "kernel_pid");
+	cr_assert(nkernel > 0);
+	snprintf(code, sizeof(code),
+	         "import os\n"
+	         "def tr(f):\n"
+	         "    try:\n        f()\n        return 'done'\n"
+	         "    except OSError as e:\n        return type(e).__name__\n"
+	         "print(os.stat('/proc/%d').st_uid == os.getuid())\n"
+	         "print(tr(lambda: open('/proc/%d/environ').read()),"
+	         " tr(lambda: open('/proc/%d/mem', 'rb').read(1)),"
+	         " tr(lambda: os.readlink('/proc/%d/fd/1')), tr(lambda: os.kill(%d, 0)))",
+	         (int)nkernel, (int)nkernel, (int)nkernel, (int)nkernel, (int)nkernel);
+	char *out = run_stdout(URL, id, code);
+	cr_assert_str_eq(
+	    out,
+	    "True\nPermissionError PermissionError PermissionError PermissionError\n",
+	    "%s", out);
+	free(out);
+	cr_assert_eq(context_pid(URL, nb, "kernel_pid"), nkernel,
+	             "the neighbour restarted");
+	context_delete(URL, id);
+	context_delete(URL, nb);
+	free(id);
+	free(nb);
+}
