@@ -88,6 +88,11 @@ const struct landlock_rule landlock_box[] = {
 /* The system's parts beside boxview_system, as a host has them (boxroot.c's links). */
 static const char *const system_links[] = {"/bin",   "/sbin",  "/lib",
                                            "/lib32", "/lib64", "/libx32"};
+/* Of the host's /dev, what a box's shows (boxroot.c's devices); its shm is a row above.
+ */
+static const char *const host_devices[] = {"/dev/null",   "/dev/zero",    "/dev/full",
+                                           "/dev/random", "/dev/urandom", "/dev/tty",
+                                           "/dev/pts"};
 
 /*
  * The rules of a box without namespaces, at the host's paths, which its
@@ -95,8 +100,10 @@ static const char *const system_links[] = {"/bin",   "/sbin",  "/lib",
  * dir, the broker's files, other workspaces) and without /tmp (everyone's
  * here: the kernel's is in its own dir), with the workspace home and its own
  * dir kdir for BOX_HOME and BOX_KDIR, the system's parts (boxview_system)
- * and each of reads (NULL-ended: what it is started from) read-only.
- * Caller-freed (the paths are the caller's).
+ * and each of reads (NULL-ended: what it is started from) read-only. Of
+ * /dev, the devices a box shows; /proc read-only (the host's shows every
+ * process of the uid, other contexts' too). Caller-freed (the paths are the
+ * caller's).
  */
 struct landlock_rule *
 landlock_host(const char *home, const char *kdir, const char *const *reads)
@@ -108,11 +115,22 @@ landlock_host(const char *home, const char *kdir, const char *const *reads)
 	     b++) {
 		if (!strcmp(b->lr_path, "/") || !strcmp(b->lr_path, "/tmp"))
 			continue;
+		if (!strcmp(b->lr_path, "/dev")) {
+			for (size_t i = 0;
+			     i < sizeof(host_devices) / sizeof(*host_devices) &&
+			     n < max - 1;
+			     i++)
+				r[n++] =
+				    (struct landlock_rule){host_devices[i], b->lr_access};
+			continue;
+		}
 		r[n] = *b;
 		if (!strcmp(b->lr_path, BOX_HOME))
 			r[n].lr_path = home;
 		else if (!strcmp(b->lr_path, BOX_KDIR))
 			r[n].lr_path = kdir;
+		else if (!strcmp(b->lr_path, "/proc"))
+			r[n].lr_access = LL_READ;
 		n++;
 	}
 	for (const char *const *s = boxview_system; *s && n < max - 1; s++)
@@ -183,8 +201,8 @@ add_path(int ruleset, int abi, const struct landlock_rule *r)
 int
 landlock_scope(void)
 {
-	struct ll_ruleset_attr attr = {
-	    .scoped = LANDLOCK_SCOPE_SIGNAL | LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET};
+	struct ll_ruleset_attr attr = {.scoped = LANDLOCK_SCOPE_SIGNAL |
+	                                         LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET};
 	int ruleset, rc = 0;
 
 	if (landlock_abi() < 6)

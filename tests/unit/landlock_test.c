@@ -304,3 +304,74 @@ Test(landlock, each_rule_refuses_and_allows)
 		             strerror(WEXITSTATUS(status)), strerror(r->r_errno));
 	}
 }
+
+/* What a row of the host's table tries: 0, or the errno it failed with. */
+static int
+try_open(const char *path, int flags)
+{
+	int fd = open(path, flags | O_CLOEXEC, 0644);
+
+	if (fd < 0)
+		return errno;
+	close(fd);
+	return 0;
+}
+
+/*
+ * The rules of a box without namespaces (landlock_host), at the host's own
+ * paths: the system and the devices a box shows, its workspace and own dir;
+ * not the host's /tmp, /proc's files for writing, other devices, or what is
+ * beside them.
+ */
+Test(landlock, the_hosts_table_names_the_box_and_nothing_else)
+{
+	static const struct {
+		const char *h_what, *h_path;
+		int h_flags, h_errno;
+	} rows[] = {
+	    {"read the system", "/etc/passwd", O_RDONLY, 0},
+	    {"write a device a box shows", "/dev/null", O_WRONLY | O_TRUNC, 0},
+	    {"read /proc", "/proc/self/status", O_RDONLY, 0},
+	    {"write the workspace", "HOME/notebook.py", O_WRONLY | O_CREAT, 0},
+	    {"write its own dir", "KDIR/kernel.json", O_WRONLY | O_CREAT, 0},
+	    {"write the host's /tmp", "/tmp/landlock_test.host", O_WRONLY | O_CREAT,
+	     EACCES},
+	    {"read the run dir", "RUN/token", O_RDONLY, EACCES},
+	    {"write /proc's files", "/proc/self/comm", O_WRONLY, EACCES},
+	    {"read a device a box does not show", "/dev/kmsg", O_RDONLY, EACCES},
+	};
+	char home[128], kdir[128], p[256];
+	int status;
+
+	if (landlock_abi() < 1)
+		cr_skip_test("no Landlock in this kernel");
+	snprintf(home, sizeof(home), "%s/home/user", root);
+	snprintf(kdir, sizeof(kdir), "%s%s", root, BOX_KDIR);
+	struct landlock_rule *rules = landlock_host(home, kdir, NULL);
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		const char *path = rows[i].h_path;
+		if (!strncmp(path, "HOME/", 5))
+			snprintf(p, sizeof(p), "%s/%s", home, path + 5), path = p;
+		else if (!strncmp(path, "KDIR/", 5))
+			snprintf(p, sizeof(p), "%s/%s", kdir, path + 5), path = p;
+		else if (!strncmp(path, "RUN/", 4))
+			snprintf(p, sizeof(p), "%s/%s", run, path + 4), path = p;
+		if (access(path, F_OK) < 0 && !(rows[i].h_flags & O_CREAT))
+			continue; /* this host has no such file */
+		pid_t k = fork();
+		if (k == 0) {
+			if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+			    landlock_enter(rules) < 0)
+				_exit(255);
+			_exit(try_open(path, rows[i].h_flags));
+		}
+		cr_assert_eq(waitpid(k, &status, 0), k);
+		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) != 255,
+		          "%s: no domain", rows[i].h_what);
+		cr_expect_eq(WEXITSTATUS(status), rows[i].h_errno, "%s (%s): %s, not %s",
+		             rows[i].h_what, path, strerror(WEXITSTATUS(status)),
+		             strerror(rows[i].h_errno));
+	}
+	unlink("/tmp/landlock_test.host");
+	free(rules);
+}
