@@ -437,3 +437,28 @@ Test(docker, a_neighbour_of_the_same_uid_is_out_of_reach, .timeout = 120)
 	free(id);
 	free(nb);
 }
+
+/* As the image starts it (a default context, a warm pool): every kernel boxed the same.
+ */
+Test(docker, the_default_context_and_the_pool_are_boxed, .timeout = 180)
+{
+	const char *args[] = {"--pool", "python=2", NULL};
+	struct broker b;
+
+	cr_assert_eq(broker_start_docker(&b, NULL, args), 0);
+	for (int i = 0; i < 3; i++) {
+		char *id = context_new(b.b_url, "python", NULL);
+		cr_assert_not_null(id);
+		char *out = run_stdout(b.b_url, id,
+		                       "import os\n"
+		                       "st = dict(l.split(':\\t') for l in "
+		                       "open('/proc/self/status').read().splitlines())\n"
+		                       "print(61184 <= os.getuid() <= 65519, "
+		                       "st['NoNewPrivs'], st['Seccomp'], "
+		                       "os.getcwd() == os.environ['HOME'])");
+		cr_assert_str_eq(out, "True 1 2 True\n", "context %d: %s", i, out);
+		free(out);
+		free(id);
+	}
+	cr_assert_eq(broker_stop(&b), 0);
+}
