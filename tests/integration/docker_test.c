@@ -127,8 +127,9 @@ answers(void *arg)
 
 /*
  * Shared isolation: both contexts' kernels are the same uid here, and only
- * their Landlock domains tell them apart. (No fork bomb: without a PID
- * namespace or a pids cgroup, its processes outlive its box.)
+ * their Landlock domains tell them apart. A fork bomb's processes hold the
+ * uid's RLIMIT_NPROC (there is no pids cgroup) until a restart ends its box:
+ * the init ends every process of its domain.
  */
 Test(docker, cells_that_kill_everything_kill_only_their_own, .timeout = 300)
 {
@@ -136,6 +137,8 @@ Test(docker, cells_that_kill_everything_kill_only_their_own, .timeout = 300)
 	    "import os\ntry:\n    os.kill(-1, 9)\nexcept OSError as e:\n    print(e)",
 	    "import subprocess\nsubprocess.run(['pkill', '-9', '-f', 'sandcell'])",
 	    "import subprocess\nsubprocess.run('kill -9 -1', shell=True)",
+	    "import subprocess\ntry:\n    subprocess.run(['bash', '-c', ':(){ :|:& "
+	    "};:'], timeout=3)\nexcept Exception as e:\n    print(e)",
 	    "import subprocess\nsubprocess.run('rm -rf ~ /tmp/*', shell=True)",
 	    "import os\nos.killpg(0, 9)",
 	};
@@ -173,6 +176,8 @@ Test(docker, cells_that_kill_everything_kill_only_their_own, .timeout = 300)
 		cr_assert_eq(http(URL, "GET", "/health", NULL, &r, 5), 0);
 		cr_assert_eq(r.r_status, 200, "cell %zu: /health %ld", i, r.r_status);
 		resp_free(&r);
+		if (strstr(cells[i], ":|:"))
+			cr_assert_eq(context_post(URL, id, "restart", 60), 200);
 		cr_assert_eq(wait_until(answers, id, 60000), 0,
 		             "cell %zu: its context answers again", i);
 	}
