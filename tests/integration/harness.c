@@ -721,6 +721,14 @@ broker_contain(void)
 	return contain(podman_caps);
 }
 
+#if defined(__x86_64__)
+#define NATIVE_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define NATIVE_ARCH AUDIT_ARCH_AARCH64
+#else
+#error "broker_contain_docker: the seccomp filter's architecture"
+#endif
+
 int
 broker_contain_docker(const int *caps)
 {
@@ -732,7 +740,7 @@ broker_contain_docker(const int *caps)
 	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (err))
 	struct sock_filter f[] = {
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NATIVE_ARCH, 1, 0),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
 		REFUSE(__NR_unshare, EPERM),
