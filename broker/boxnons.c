@@ -56,11 +56,11 @@ boxnons_start(const char *what, int err, void (*lack)(const char *what, const ch
 	lack("a root of the box's own: kernels see the container's filesystem through "
 	     "Landlock's rules alone (the system read-only, the workspace and their own dir "
 	     "writable), and their /tmp is in their own dir", how);
-	if (abi < 1)
+	if (abi < 2)
 		lack("Landlock: no rule keeps a kernel from what its uid may read (the system, "
 		     "files others left open to all), nor its signals from every process of "
 		     "its uid: under --isolation shared, every context's",
-		     "a kernel with Landlock (Linux 5.13, lsm=landlock)");
+		     "a kernel with Landlock ABI 2 or later (Linux 5.19, lsm=landlock)");
 	else if (abi < 6)
 		lack("Landlock's scoping (ABI 6): a kernel can signal every process of its "
 		     "uid (under --isolation shared, every context's) and reach their abstract "

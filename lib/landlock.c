@@ -219,7 +219,8 @@ landlock_scope(void)
  * This process (and what it starts) into a new Landlock domain of rules
  * (ended by a NULL path), with signals and abstract sockets scoped to it
  * where the kernel can (ABI 6). no_new_privs must be set. 0; -ENOTSUP
- * without Landlock (nothing changed); or -errno of the step that failed.
+ * without Landlock, or with ABI 1 only (nothing changed); or -errno of the
+ * step that failed.
  */
 int
 landlock_enter(const struct landlock_rule *rules)
@@ -227,7 +228,9 @@ landlock_enter(const struct landlock_rule *rules)
 	int abi = landlock_abi(), ruleset, rc = 0;
 	struct ll_ruleset_attr attr = {.handled_access_fs = known(abi, LL_HANDLED)};
 
-	if (abi < 1)
+	/* ABI 1 refuses every rename or link between directories (pip's, git's):
+	 * no domain rather than a box its kernels cannot install into */
+	if (abi < 2)
 		return -ENOTSUP;
 	if (abi >= 6)
 		attr.scoped = LANDLOCK_SCOPE_SIGNAL | LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET;

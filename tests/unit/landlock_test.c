@@ -264,7 +264,7 @@ Test(landlock, each_rule_refuses_and_allows)
 	int abi = landlock_abi(), status;
 	struct landlock_rule *rules = rebased();
 
-	if (abi < 1)
+	if (abi < 2)
 		cr_skip_test("no Landlock in this kernel");
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
 		const struct row *r = &rows[i];
@@ -343,7 +343,7 @@ Test(landlock, the_hosts_table_names_the_box_and_nothing_else)
 	char home[128], kdir[128], p[256];
 	int status;
 
-	if (landlock_abi() < 1)
+	if (landlock_abi() < 2)
 		cr_skip_test("no Landlock in this kernel");
 	snprintf(home, sizeof(home), "%s/home/user", root);
 	snprintf(kdir, sizeof(kdir), "%s%s", root, BOX_KDIR);
