@@ -27,7 +27,7 @@
  * found by box_check, logged at start, shown in GET /ready. The box is
  * "full" when nothing is missing.
  */
-#define BOX_MAX_MISSING 8
+#define BOX_MAX_MISSING 12
 static struct lack {
 	const char *l_what, *l_how;
 } missing[BOX_MAX_MISSING];
@@ -40,6 +40,13 @@ lack(const char *what, const char *how)
 	if (nmissing < BOX_MAX_MISSING)
 		missing[nmissing++] = (struct lack){what, how};
 	log_warn("sandbox: %s (for it: %s)", what, how);
+}
+
+/* The same for a part found missing elsewhere (bounds.c). */
+void
+box_lack(const char *what, const char *how)
+{
+	lack(what, how);
 }
 
 /* How many parts the box lacks here (sandcell_sandbox_missing). */
@@ -58,12 +65,13 @@ box_level_json(void)
 	for (size_t i = 0; sv.sv_cf.cf_sandbox && i < nmissing; i++)
 		json_array_append_new(m, json_pack("{s:s, s:s}", "what", missing[i].l_what, "how",
 						   missing[i].l_how));
-	return json_pack("{s:s, s:b, s:b, s:i, s:o, s:o}", "level",
+	return json_pack("{s:s, s:b, s:b, s:i, s:o, s:o, s:o}", "level",
 			 !sv.sv_cf.cf_sandbox ? "off"
 			 : nmissing	     ? "reduced"
 					     : "full",
 			 "own_user_namespace", own_userns, "namespaces", !boxnons_on(),
-			 "landlock_abi", landlock_abi(), "missing", m, "egress", egress_json());
+			 "landlock_abi", landlock_abi(), "missing", m, "egress", egress_json(),
+			 "all_contexts", bounds_json());
 }
 
 /*
@@ -481,6 +489,7 @@ box_release(void)
 	uid_release(shared_uid, shared_lease);
 	uid_release(shared_net_uid, shared_net_lease);
 	shared_lease = shared_net_lease = -1;
+	bounds_release();
 	if (sv.sv_cf.cf_sandbox && !sv.sv_cf.cf_isolated && sv.sv_cf.cf_workspace_size)
 		wsdisk_unmount(sv.sv_cf.cf_cwd, false);
 }
@@ -549,10 +558,9 @@ box_bound_workspace(void)
 		return;
 	}
 	if (!cf->cf_workspace_size_set)
-		cf->cf_workspace_size = (wsdisk_free(cf->cf_cwd) / 4) & ~((1ull << 20) - 1);
+		cf->cf_workspace_size = bounds_workspace_default(wsdisk_free(cf->cf_cwd));
 	if (cf->cf_workspace_size < (16u << 20)) {
-		log_warn("workspace %s: %llu MiB free, too little for a size bound of a quarter: "
-			 "none", cf->cf_cwd, (unsigned long long)(wsdisk_free(cf->cf_cwd) >> 20));
+		log_warn("workspace %s: %llu MiB free, too little for a size bound: none", cf->cf_cwd, (unsigned long long)(wsdisk_free(cf->cf_cwd) >> 20));
 		cf->cf_workspace_size = 0;
 		return;
 	}
@@ -599,6 +607,9 @@ box_isolate(struct context *c, char *err, size_t errsz)
 		snprintf(err, errsz, "no free uid in --kernel-uid-range %s", sv.sv_cf.cf_uid_range);
 		return -EAGAIN;
 	}
+	int rc = bounds_workspace_room(err, errsz); /* its bound within the total */
+	if (rc < 0)
+		return rc;
 	/* its filesystem's image takes the host's disk as it fills: room for a full one */
 	uint64_t room = wsdisk_free(sv.sv_cf.cf_cwd);
 	if (room < sv.sv_cf.cf_workspace_size) {
@@ -660,6 +671,10 @@ box_args(struct context *c, const char **argv, int *n)
 		argv[(*n)++] = "--own-workspace";
 	if (boxnons_on())
 		argv[(*n)++] = "--no-namespaces";
+	if (bounds_group()) { /* the parent cgroup of all contexts' boxes */
+		argv[(*n)++] = "--cgroup-group";
+		argv[(*n)++] = bounds_group();
+	}
 	if (sv.sv_cf.cf_workspace_size) { /* an own one's (its proxy makes it), or shown */
 		static char size[24];
 		snprintf(size, sizeof(size), "%llu", (unsigned long long)sv.sv_cf.cf_workspace_size);

@@ -246,6 +246,8 @@ struct server_config {
 	const char *cf_uid_range, *cf_kernel_network, *cf_kernel_pids, *cf_kernel_tmp;
 	uint64_t cf_workspace_size; /* a workspace's size bound (wsdisk.c); 0: none */
 	bool cf_workspace_size_set; /* given (--workspace-size), not the default */
+	uint64_t cf_total_memory, cf_total_pids, cf_total_workspace; /* all contexts' (bounds.c) */
+	bool cf_total_memory_set, cf_total_pids_set, cf_total_workspace_set;
 	struct pool_spec cf_pool[8]; /* --pool (each one's ps_retry_at is pool.c's) */
 	size_t cf_npool;
 	unsigned char cf_token_hash[32]; /* BLAKE2b of the access token */
@@ -562,8 +564,18 @@ void ctlpeer_gone(uint32_t id);
 void ctlpeer_reap(void (*fn)(uint32_t id, void *arg), void *arg);
 void ctlpeer_stop(void);
 
+/* bounds.c */
+const char *bounds_group(void);
+void bounds_settle(void);
+uint64_t bounds_workspace_default(uint64_t free_bytes);
+void bounds_workspaces(void);
+int bounds_workspace_room(char *err, size_t errsz);
+json_t *bounds_json(void);
+void bounds_release(void);
+
 /* box.c */
 int box_check(char *err, size_t errsz);
+void box_lack(const char *what, const char *how);
 bool box_memory_cgroup(void);
 size_t box_missing(void);
 json_t *box_level_json(void);

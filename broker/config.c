@@ -221,24 +221,10 @@ config_proxy_bin(void)
 	return path;
 }
 
-/* A number from the first line of a file, or 0 ("max", absent, garbage). */
-static uint64_t
-first_number(const char *path)
-{
-	FILE *f = fopen(path, "re");
-	unsigned long long v = 0;
-
-	if (f && fscanf(f, "%llu", &v) != 1)
-		v = 0;
-	if (f)
-		fclose(f);
-	return v;
-}
-
 /*
  * The memory limit of each context when none is given: a quarter of what
- * the machine has, or of a container's limit (the cgroup at its root, v2 or
- * v1) when that is less. At least 256 MiB; the caller says it at start.
+ * the machine has, or of the memory limit the broker is under (its cgroup's
+ * or an ancestor's, as a container's) when that is less. At least 256 MiB; the caller says it at start.
  */
 uint64_t
 config_default_memory(uint64_t *of)
@@ -254,9 +240,7 @@ config_default_memory(uint64_t *of)
 		}
 	if (f)
 		fclose(f);
-	if ((lim = first_number("/sys/fs/cgroup/memory.max")) && lim < total)
-		total = lim;
-	if ((lim = first_number("/sys/fs/cgroup/memory/memory.limit_in_bytes")) && lim < total)
+	if ((lim = cgroup_memory_limit()) && lim < total) /* the broker's cgroup's, or a container's */
 		total = lim;
 	*of = total;
 	lim = (total / 4) & ~((1ull << 20) - 1);
@@ -303,6 +287,7 @@ settle_sandbox(void)
 	}
 	if (box_check(err, sizeof(err)) < 0)
 		fatal("sandbox: %s", err);
+	bounds_settle(); /* the parent cgroup of all contexts' boxes */
 	if (!sv.sv_cf.cf_kernel_memory && box_memory_cgroup()) { /* a memory cgroup each */
 		uint64_t of, m = config_default_memory(&of);
 		sv.sv_cf.cf_kernel_memory = xasprintf("%llu", (unsigned long long)m);
@@ -391,6 +376,7 @@ settle_paths(void)
 		sv.sv_cf.cf_python_startup = NULL; /* --python-startup '': none */
 	settle_token(); /* before the workspace is mounted: a refusal leaves nothing */
 	box_bound_workspace(); /* its filesystem's root takes the directory's owner and mode */
+	bounds_workspaces();
 	if (!sv.sv_cf.cf_proxy_bin)
 		sv.sv_cf.cf_proxy_bin = config_proxy_bin();
 	if (access(sv.sv_cf.cf_proxy_bin, X_OK) < 0)

@@ -272,9 +272,27 @@ static const struct opt options[] = {
 	       "(nothing comes in, the host's loopback is out of reach); none: loopback only"},
     {"workspace-size", "SIZE", OPT_SIZE, OPT_DST(CF.cf_workspace_size), OPT_ZERO, 16u << 20,
      UINT64_MAX, "a size of at least 16M, such as 4G, or 0 for none",
-     .o_given = &CF.cf_workspace_size_set, .o_shown = "a quarter of the space free at start",
+     .o_given = &CF.cf_workspace_size_set,
+     .o_shown = "a quarter of the space free at start; --isolation context: "
+		"--total-workspace-size shared by --max-contexts contexts (at least 16M)",
      .o_help = "the workspace's size bound, a filesystem of its own (shared: the server's; "
 	       "--isolation context: each context's); 0 for none"},
+    {"total-memory", "SIZE", OPT_SIZE, OPT_DST(CF.cf_total_memory), OPT_ZERO, 16u << 20,
+     UINT64_MAX, "a size of at least 16M, such as 12G, or 0 for none",
+     .o_given = &CF.cf_total_memory_set,
+     .o_shown = "three quarters of the machine's memory (root, with the sandbox)",
+     .o_help = "memory limit of all contexts together: a parent cgroup over every box's (over "
+	       "it the largest kernel is OOM-killed, KernelDied: out of memory); 0 for none"},
+    {"total-pids", "N", OPT_COUNT, OPT_DST(CF.cf_total_pids), 0, 0, 1u << 22,
+     "a number of processes, 0 for no limit", .o_given = &CF.cf_total_pids_set,
+     .o_shown = "half of what the machine can have (root, with the sandbox)",
+     .o_help = "processes and threads of all contexts together (the parent cgroup's pids.max)"},
+    {"total-workspace-size", "SIZE", OPT_SIZE, OPT_DST(CF.cf_total_workspace), OPT_ZERO,
+     16u << 20, UINT64_MAX, "a size of at least 16M, such as 100G, or 0 for none",
+     .o_given = &CF.cf_total_workspace_set, .o_shown = "half the space free at start",
+     .o_help = "--isolation context: the sum of the contexts' workspace bounds; a context "
+	       "whose bound does not fit in what the others hold is refused (507); by default "
+	       "each one's bound is it shared by --max-contexts contexts"},
     {"kernel-pids", "N", OPT_SIZE, OPT_DST(CF.cf_kernel_pids), OPT_XDIGITS, 0, 1u << 22,
      "a number of processes, 0 for no limit", .o_default = "1024",
      .o_help = "processes and threads per context (cgroup pids controller; where none can "

@@ -21,7 +21,11 @@
 static int
 create_status(int rc)
 {
-	return rc == -EAGAIN ? 429 : rc == -ENOENT || rc == -EINVAL ? 400 : 500;
+	/* ENOSPC: no room for its workspace's bound (bounds.c) until a context goes */
+	return rc == -EAGAIN			 ? 429
+	       : rc == -ENOENT || rc == -EINVAL ? 400
+	       : rc == -ENOSPC			 ? 507
+						 : 500;
 }
 
 /* The context an execution names, or the default of its language (created on first use). */

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,4 +71,100 @@ cgroup_usable(const char *controller)
 	free(probe);
 	free(base);
 	return ok;
+}
+
+/*
+ * The cgroup of controller that holds the per-box ones: group under
+ * cgroup_base's (made if new, the controller enabled for its children on
+ * v2), or cgroup_base's itself when group is NULL. NULL when it cannot be.
+ */
+char *
+cgroup_parent(const char *controller, const char *group)
+{
+	char *base = cgroup_base(controller), *dir, *ctl, *enable;
+	int rc = 0;
+
+	if (!base || !group)
+		return base;
+	dir = xasprintf("%s/%s", base, group);
+	free(base);
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+		free(dir);
+		return NULL;
+	}
+	ctl = xasprintf("%s/cgroup.subtree_control", dir); /* v2 only */
+	enable = xasprintf("+%s", controller);
+	if (access(ctl, F_OK) == 0)
+		rc = write_in_dir(dir, "cgroup.subtree_control", enable);
+	free(enable);
+	free(ctl);
+	if (rc < 0) {
+		free(dir);
+		return NULL;
+	}
+	return dir;
+}
+
+/* A limit file's number; 0 for none ("max", v1's "unlimited" near 2^63, unreadable). */
+static uint64_t
+limit_in(const char *dir, const char *file)
+{
+	char *path = xasprintf("%s/%s", dir, file), buf[32] = "";
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+	unsigned long long v;
+
+	if (fd >= 0)
+		close(fd);
+	free(path);
+	buf[n > 0 ? n : 0] = '\0';
+	if (sscanf(buf, "%llu", &v) != 1 || v >= (1ull << 62))
+		return 0;
+	return v;
+}
+
+/*
+ * The memory limit this process is under: the least of its memory cgroup's
+ * and its ancestors' (v2 memory.max, v1 memory.limit_in_bytes), as
+ * /proc/self/cgroup names them (a container's root is its own cgroup); 0
+ * for none.
+ */
+uint64_t
+cgroup_memory_limit(void)
+{
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	char line[512], path[PATH_MAX];
+	uint64_t least = 0;
+
+	while (f && fgets(line, sizeof(line), f)) {
+		char *ctl = strchr(line, ':'), *rel = ctl ? strchr(ctl + 1, ':') : NULL;
+		const char *file = "memory.limit_in_bytes",
+		           *root = "/sys/fs/cgroup/memory";
+		bool v1;
+		if (!rel)
+			continue;
+		*rel++ = '\0';
+		rel[strcspn(rel, "\n")] = '\0';
+		v1 = !strcmp(ctl + 1, "memory") || strstr(ctl + 1, ",memory") ||
+		     !strncmp(ctl + 1, "memory,", 7);
+		if (!v1 && strcmp(ctl + 1, "")) /* another v1 controller's line */
+			continue;
+		if (!v1) {
+			file = "memory.max";
+			root = "/sys/fs/cgroup";
+		}
+		snprintf(path, sizeof(path), "%s%s", root, rel);
+		for (;;) { /* and its ancestors', up to the hierarchy's root */
+			uint64_t v = limit_in(path, file);
+			char *end = strrchr(path, '/');
+			if (v && (!least || v < least))
+				least = v;
+			if (!strcmp(path, root) || !end || end == path)
+				break;
+			*end = '\0';
+		}
+	}
+	if (f)
+		fclose(f);
+	return least;
 }

@@ -84,6 +84,11 @@ int landlock_scope(void);
 /* cgroup.c */
 char *cgroup_base(const char *controller);
 bool cgroup_usable(const char *controller);
+char *cgroup_parent(const char *controller, const char *group);
+uint64_t cgroup_memory_limit(void);
+
+/* ports.c */
+int ports_free(int *ports, size_t n);
 
 /* wsdisk.c */
 bool wsdisk_mounted(const char *dir);

@@ -107,7 +107,11 @@ ipc_listen(const struct proxy *p, void (*fill)(struct msg *m))
 	px = p;
 	status = fill;
 	unlink(url + strlen("ipc://")); /* a stale socket of a dead proxy of this id */
-	if ((e = chan_listen(&to_broker, url)))
+	/* made in the host's network namespace (nng binds it in this thread): no box lists it */
+	int here = hostnet_enter();
+	e = chan_listen(&to_broker, url);
+	hostnet_leave(here);
+	if (e)
 		fatal("context %s: listen %s: %s", px->px_id, url, nng_strerror(e));
 	free(url);
 }

@@ -2,9 +2,10 @@
  * kconfig.c — a kernel that reads a configuration from its cwd and the
  * cwd's parents as it starts (Deno: deno.json, deno.jsonc, package.json;
  * a kernelspec's ks_config_in_cwd). It starts in its cwd only when one is
- * there (lib/kspec.c's kspec_cwd_config), and not after a start with it
- * failed, until a restart: a file a context wrote must not keep the next
- * kernel from starting. Elsewhere (its own dir) its first units move it to
+ * there (lib/kspec.c's kspec_cwd_config), and not after two starts with it
+ * in a row failed, until a restart: a file a context wrote must not keep the
+ * next kernel from starting, and one failure may be the machine's (a start
+ * killed under load), not the file's. Elsewhere (its own dir) its first units move it to
  * its cwd. kernel.c asks; this file calls nothing of the proxy's.
  */
 #include <stdbool.h>
@@ -15,7 +16,8 @@
 static struct {
 	bool kc_in_cwd;  /* the kernel starting or running was started in its cwd, with it */
 	bool kc_install; /* ... whose nearest package.json has no node_modules beside it */
-	bool kc_failed;  /* a start with it failed: started elsewhere until a restart */
+	int kc_fails;    /* starts with it that failed in a row */
+	bool kc_failed;  /* two did: started elsewhere until a restart */
 	char *kc_notice; /* for the next unit's stderr: the configuration was not read */
 } kc;
 
@@ -45,6 +47,7 @@ kconfig_first_units(const struct proxy *px, char *out[3])
 {
 	int n = 0;
 
+	kc.kc_fails = 0; /* it started */
 	if (px->px_ks->ks_config_in_cwd && !kc.kc_in_cwd)
 		out[n++] = envset_chdir(px->px_ks->ks_lang, px->px_cwd);
 	if (kc.kc_install) {
@@ -57,14 +60,21 @@ kconfig_first_units(const struct proxy *px, char *out[3])
 
 /*
  * A start that failed (why): whether it was one with the configuration,
- * which may be why; then the next starts are without it, and the next unit
- * says so. Such a start ran nothing: nothing of the context is lost.
+ * which may be why; the next start is with it again once, then without it
+ * (and the next unit says so). Such a start ran nothing: nothing of the
+ * context is lost.
  */
 bool
 kconfig_start_failed(const struct proxy *px, const char *why)
 {
 	if (!kc.kc_in_cwd)
 		return false;
+	if (++kc.kc_fails < 2) {
+		log_warn("context %s: kernel %s did not start with the configuration in %s or "
+			 "above (%s): started again with it",
+			 px->px_id, px->px_ks->ks_name, px->px_cwd, why);
+		return true;
+	}
 	kc.kc_failed = true;
 	log_warn("context %s: kernel %s did not start with the configuration in %s or above "
 		 "(%s): started again without it",
@@ -83,6 +93,7 @@ void
 kconfig_reset(void)
 {
 	kc.kc_failed = false;
+	kc.kc_fails = 0;
 	free(kc.kc_notice);
 	kc.kc_notice = NULL;
 }

@@ -41,24 +41,6 @@ static unsigned klaunches;
 	"m = sys.argv.pop(1); sys.argv[0] = m; "                                         \
 	"runpy.run_module(m, run_name='__main__', alter_sys=True)"
 
-/* A free loopback TCP port, for kernels that cannot use ipc (Deno). */
-static int
-free_port(void)
-{
-	struct sockaddr_in a = {.sin_family = AF_INET};
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-
-	if (fd < 0)
-		return -1;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-		port = ntohs(a.sin_port);
-	close(fd);
-	return port;
-}
-
 static void
 env_put(char ***v, size_t *n, size_t *cap, char *kv)
 {
@@ -379,11 +361,10 @@ launch_connection_file(const struct proxy *px, const char *key, const char *path
 	if (px->px_ks->ks_tcp) {
 		snprintf(ip, sizeof(ip), "127.0.0.1");
 		kchan[0] = '\0';
-		for (int i = 0; i < 5; i++) {
-			if ((ports[i] = free_port()) < 0)
-				return -EADDRNOTAVAIL;
+		if (ports_free(ports, 5) < 0) /* distinct: the kernel binds each */
+			return -EADDRNOTAVAIL;
+		for (int i = 0; i < 5; i++)
 			snprintf(ep[i], EP_MAX, "tcp://127.0.0.1:%d", ports[i]);
-		}
 	} else {
 		if (px->px_box.bx_on && !px->px_box.bx_nons)
 			snprintf(kchan, sizeof(kchan), "@k%u", klaunches);

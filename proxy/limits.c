@@ -28,7 +28,7 @@ box_cgroup(struct box *bx, const char *controller)
 
 	if (!strcmp(controller, "memory") && bx->bx_cg_parent)
 		dir = xasprintf("%s/sandcell-%s", bx->bx_cg_parent, bx->bx_id);
-	else if ((base = cgroup_base(controller))) {
+	else if ((base = cgroup_parent(controller, bx->bx_cg_group))) {
 		dir = xasprintf("%s/%s", base, bx->bx_id);
 		free(base);
 	} else {

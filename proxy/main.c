@@ -164,6 +164,8 @@ static const struct opt options[] = {
     {"cpu", "SECONDS", OPT_SECONDS, OPT_DST(BX.bx_cpu), .o_max = UINT32_MAX,
      .o_expect = "a CPU time such as 600 or 2h", .o_help = "CPU-time limit; 0: none"},
     {"cgroup", "DIR", OPT_STRING, OPT_DST(BX.bx_cg_parent), .o_help = "memory cgroup parent"},
+    {"cgroup-group", "NAME", OPT_STRING, OPT_DST(BX.bx_cg_group),
+     .o_help = "the box's cgroups go under this one of sandcell's (the broker's bound on all)"},
     {"sandbox", NULL, OPT_SWITCH, OPT_DST(BX.bx_on), .o_help = "the kernel runs boxed"},
     {"no-namespaces", NULL, OPT_SWITCH, OPT_DST(BX.bx_nons),
      .o_help = "a box without namespaces: uid, seccomp, rlimits, Landlock"},
@@ -331,6 +333,7 @@ start(const char *kuser, unsigned long uid_arg)
 	px.px_box.bx_out = kout_box_fd();
 	if ((c = sandbox_init(&px)) < 0)
 		fatal("context %s: cannot build the sandbox: %s", px.px_id, strerror(-c));
+	hostnet_keep(); /* the link's socket and the template's connections are made there */
 	if (boxnet_start(&px.px_box) < 0) /* while no thread exists */
 		exit(1);
 

@@ -196,6 +196,7 @@ struct box {
 	uint64_t bx_mem;      /* bytes; 0: none */
 	uint64_t bx_cpu;      /* seconds of CPU per kernel; 0: none */
 	char *bx_cg_parent;   /* --cgroup: where the memory cgroup goes (unboxed) */
+	char *bx_cg_group;    /* --cgroup-group: the parent of its cgroups, under sandcell's */
 	char *bx_cg[2];       /* its cgroup dirs: one on v2, pids and memory on v1 */
 	char *bx_cg_mem;      /* the one of them with the memory limit, or NULL */
 	unsigned long long bx_oom_seen;
@@ -324,6 +325,12 @@ int boxfw_apply(struct box *bx);
 int64_t boxfw_refused(const struct box *bx);
 char *boxfw_list_text(const struct box *bx, enum boxfw_list which);
 void boxfw_tick(const struct box *bx, uint64_t now);
+
+/* hostnet.c */
+void hostnet_keep(void);
+int hostnet_enter(void);
+void hostnet_leave(int here);
+int hostnet_socket(int domain, int type, int protocol);
 
 /* sandbox.c */
 int sandbox_init(struct proxy *px);

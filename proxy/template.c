@@ -126,7 +126,8 @@ template_connect(const struct proxy *px)
 	if (strlen(px->px_template) >= sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
 	strcpy(sa.sun_path, px->px_template);
-	if ((s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)) < 0)
+	/* in the host's namespace: its accepted end, named as the template's socket, is made in ours */
+	if ((s = hostnet_socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)) < 0)
 		return -errno;
 	setsockopt(s, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
 	/* a template that accepts nothing (stopped, overwhelmed) is not waited for long */

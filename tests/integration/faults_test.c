@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <glob.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -494,10 +495,19 @@ Test(faults, a_test_that_times_out_leaves_nothing_behind, .timeout = 120)
 
 	cr_assert(!something_runs_from(run_dir), "something still runs from %s", run_dir);
 	cr_assert(access(run_dir, F_OK) != 0, "%s is left", run_dir);
-	snprintf(path, sizeof(path), "/sys/fs/cgroup/pids/sandcell/%s", id);
-	cr_assert(access(path, F_OK) != 0, "%s is left", path);
-	snprintf(path, sizeof(path), "/sys/fs/cgroup/sandcell/%s", id);
-	cr_assert(access(path, F_OK) != 0, "%s is left", path);
+	/* sandcell's own, or under its broker's parent (broker/bounds.c) */
+	static const char *const cgs[] = {"/sys/fs/cgroup/pids/sandcell/%s%s",
+					  "/sys/fs/cgroup/memory/sandcell/%s%s",
+					  "/sys/fs/cgroup/sandcell/%s%s"};
+	for (size_t i = 0; i < sizeof(cgs) / sizeof(cgs[0]); i++) {
+		glob_t g;
+		snprintf(path, sizeof(path), cgs[i], "", id);
+		cr_assert(access(path, F_OK) != 0, "%s is left", path);
+		snprintf(path, sizeof(path), cgs[i], "broker-*/", id);
+		int left = glob(path, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
+		cr_assert_eq(left, 0, "%s is left", left ? g.gl_pathv[0] : path);
+		globfree(&g);
+	}
 	snprintf(path, sizeof(path), "/run/sandcell-uids/%u", uid);
 	cr_assert(access(path, F_OK) != 0, "the lease of uid %u is left", uid);
 }

@@ -2214,3 +2214,233 @@ Test(sandbox, refused_cwds_under_isolation_read_alike_and_leave_nothing,
 	free(before);
 	free(after);
 }
+
+/*
+ * /proc/net/unix of one context, read by its kernel, against what it must
+ * not name: the run dir, the context's id, the template, any path of the
+ * host (its kernel's own sockets are abstract: no line names a path).
+ */
+static void
+unix_sockets_name_nothing(const char *url, const char *run_dir, const char *id, const char *lang)
+{
+	const char *code = !strcmp(lang, "python") ? "print(open('/proc/net/unix').read(), end='')"
+			   : !strcmp(lang, "bash") ? "cat /proc/net/unix"
+						   : "console.log(Deno.readTextFileSync('/proc/net/unix'))";
+	char *out = run_stdout(url, id, code), *save = NULL;
+
+	cr_assert(out && strstr(out, "Inode Path"), "%s: /proc/net/unix: %s", lang, out ? out : "");
+	for (char *line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		const char *path = strrchr(line, ' ');
+		cr_expect(!strstr(line, run_dir), "%s: names the run dir: %s", lang, line);
+		cr_expect(!strstr(line, id), "%s: names its context: %s", lang, line);
+		cr_expect(!strstr(line, "template"), "%s: names the template: %s", lang, line);
+		cr_expect(!path || path[1] != '/', "%s: names a path: %s", lang, line);
+	}
+	free(out);
+}
+
+/* A python context forked from the template (its pandas imported before it ran). */
+struct forked {
+	const char *url;
+	char *id;
+};
+
+static bool
+forked_python(void *arg)
+{
+	struct forked *f = arg;
+	char *out;
+
+	if (!f->id && !(f->id = context_new(f->url, "python", NULL)))
+		return false;
+	out = run_stdout(f->url, f->id, "import sys\nprint('pandas' in sys.modules)");
+	bool yes = out && !strcmp(out, "True\n");
+	free(out);
+	if (!yes) { /* a cold start while the template was starting: another */
+		context_delete(f->url, f->id);
+		free(f->id);
+		f->id = NULL;
+	}
+	return yes;
+}
+
+/*
+ * /proc/net/unix in a box lists the sockets of the network namespace it
+ * shares with its proxy: the proxy's link socket and its connections to the
+ * template are made in the host's, so that nothing of the host is named
+ * there: in shared and --isolation context modes, in a box forked from the
+ * template (python) and in cold ones (bash, Deno).
+ */
+Test(sandbox, proc_net_unix_in_a_box_names_nothing_of_the_host, .fini = priv_box_stop,
+     .timeout = 300)
+{
+	const char *modes[] = {"shared", "context"};
+
+	for (int m = 0; m < 2; m++) {
+		const char *args[] = {"--no-default-context", "--pool", "0", "--isolation", modes[m],
+				      NULL};
+		cr_assert_eq(broker_start(&priv_box, args), 0, "isolation %s", modes[m]);
+		const char *url = priv_box.b_url;
+		struct forked f = {url, NULL};
+		cr_assert_eq(wait_until(forked_python, &f, 90000), 0,
+			     "isolation %s: no kernel was forked from the template", modes[m]);
+		unix_sockets_name_nothing(url, priv_box.b_run_dir, f.id, "python");
+		for (int l = 0; l < 2; l++) {
+			const char *lang = l ? "javascript" : "bash";
+			char *id = context_new(url, lang, NULL);
+			cr_assert(id, "isolation %s: a %s context", modes[m], lang);
+			unix_sockets_name_nothing(url, priv_box.b_run_dir, id, lang);
+			free(id);
+		}
+		free(f.id);
+		cr_assert_eq(broker_stop(&priv_box), 0);
+		priv_box.b_pid = 0;
+	}
+}
+
+/* GET /ready's sandbox.all_contexts member key, or -1. */
+static long long
+all_contexts(const char *url, const char *key)
+{
+	struct resp r;
+	long long v = -1;
+
+	if (http(url, "GET", "/ready", NULL, &r, 10) == 0 && r.r_status == 200) {
+		json_t *j = json_loads(r.r_body, 0, NULL);
+		json_t *a = json_object_get(json_object_get(j, "sandbox"), "all_contexts");
+		if (json_is_integer(json_object_get(a, key)))
+			v = json_integer_value(json_object_get(a, key));
+		json_decref(j);
+	}
+	resp_free(&r);
+	return v;
+}
+
+#define HOG_MIB 32 /* each hog's share: under its own limit, three of them over the total */
+
+/*
+ * All contexts together stay under --total-memory, whatever each one's
+ * limit: three contexts each holding a share under their own limit
+ * (--kernel-memory) that together pass the total cannot all hold it (a
+ * kernel is OOM-killed), while a quiet context and the broker stay.
+ */
+Test(sandbox, contexts_together_stay_under_the_total_memory, .fini = priv_box_stop,
+     .timeout = 300)
+{
+	const char *args[] = {"--no-default-context", "--pool",	       "0",
+			      "--kernel-memory",      "64M",	       "--total-memory",
+			      "160M",		      "--kernel-network", "none",
+			      NULL};
+	char code[256], *hog[3];
+	int holding = 0;
+
+	cr_assert_eq(broker_start(&priv_box, args), 0);
+	const char *url = priv_box.b_url;
+	cr_assert_eq(all_contexts(url, "memory_bytes"), 160ll << 20, "GET /ready's bound");
+	struct forked q = {url, NULL};
+	/* forked kernels: each one's own memory is what it takes after the fork (~20 MiB) */
+	cr_assert_eq(wait_until(forked_python, &q, 90000), 0, "no kernel forked from the template");
+	for (int i = 0; i < 3; i++) {
+		struct forked f = {url, NULL};
+		cr_assert_eq(wait_until(forked_python, &f, 60000), 0, "hog %d", i);
+		hog[i] = f.id;
+	}
+	/* each writes its share (every page) and keeps it */
+	snprintf(code, sizeof(code), "x = b'x' * (%d << 20)\nprint('held')", HOG_MIB);
+	for (int i = 0; i < 3; i++) {
+		json_t *l = execute_code(url, hog[i], code, NULL, 60000, NULL);
+		cr_log_info("hog %d: %s %s", i, error_name(l), error_value(l));
+		json_decref(l);
+	}
+	for (int i = 0; i < 3; i++) {
+		char *out = run_stdout(url, hog[i], "print(len(x))");
+		holding += out && !strcmp(out, "33554432\n");
+		free(out);
+	}
+	cr_expect(holding < 3, "three contexts hold %d MiB each, past the total of 160 MiB",
+		  HOG_MIB);
+	cr_expect(holding >= 1, "no context holds its share: the bound is not the total's");
+	char *out = run_stdout(url, q.id, "print('quiet')");
+	cr_expect_str_eq(out ? out : "", "quiet\n", "the quiet context");
+	free(out);
+	struct resp r;
+	cr_expect_eq(http(url, "GET", "/health", NULL, &r, 5), 0);
+	cr_expect_eq(r.r_status, 200, "the server after the hogs");
+	resp_free(&r);
+	cr_expect_eq(kill(priv_box.b_pid, 0), 0, "the broker is gone");
+	for (int i = 0; i < 3; i++)
+		free(hog[i]);
+	free(q.id);
+}
+
+static bool
+held_16m(void *url)
+{
+	return all_contexts(url, "workspace_bytes_held") == 16ll << 20;
+}
+
+/* POST /contexts with a language: its status, the id (caller frees) in *id. */
+static long
+context_post_new(const char *url, const char *lang, char **id, char *err, size_t errsz)
+{
+	char body[64];
+	struct resp r;
+	long st = -1;
+
+	*id = NULL;
+	snprintf(body, sizeof(body), "{\"language\": \"%s\"}", lang);
+	if (http(url, "POST", "/contexts", body, &r, 60) == 0) {
+		json_t *j = json_loads(r.r_body, 0, NULL);
+		st = r.r_status;
+		if (st == 200 && json_string_value(json_object_get(j, "id")))
+			*id = strdup(json_string_value(json_object_get(j, "id")));
+		snprintf(err, errsz, "%s", r.r_body ? r.r_body : "");
+		json_decref(j);
+	}
+	resp_free(&r);
+	return st;
+}
+
+/*
+ * --isolation context: the contexts' workspace bounds never sum past
+ * --total-workspace-size. Two of 16 MiB fit in 40 MiB; the third is refused
+ * at once (507, saying why) and leaves nothing; the two keep writing; a
+ * deleted context gives its share back. GET /ready shows the total and what
+ * is held.
+ */
+Test(sandbox, workspaces_together_stay_under_their_total, .fini = priv_box_stop, .timeout = 180)
+{
+	const char *args[] = {"--no-default-context",	 "--pool",	   "0",
+			      "--isolation",		 "context",	   "--workspace-size",
+			      "16M",			 "--total-workspace-size", "40M",
+			      "--kernel-network",	 "none",	   NULL};
+	char err[1024], *a, *b, *c;
+
+	cr_assert_eq(broker_start(&priv_box, args), 0);
+	const char *url = priv_box.b_url;
+	cr_assert_eq(all_contexts(url, "workspace_bytes"), 40ll << 20, "GET /ready's bound");
+	cr_assert_eq(context_post_new(url, "bash", &a, err, sizeof(err)), 200, "%s", err);
+	cr_assert_eq(context_post_new(url, "python", &b, err, sizeof(err)), 200, "%s", err);
+	cr_expect_eq(all_contexts(url, "workspace_bytes_held"), 32ll << 20);
+	cr_assert_eq(context_post_new(url, "bash", &c, err, sizeof(err)), 507, "%s", err);
+	cr_expect(strstr(err, "total-workspace-size"), "the refusal does not say why: %s", err);
+	cr_expect_eq(all_contexts(url, "workspace_bytes_held"), 32ll << 20);
+	char *out = run_stdout(url, a, "head -c 1048576 /dev/zero > f && echo written");
+	cr_expect_str_eq(out ? out : "", "written\n");
+	free(out);
+	out = run_stdout(url, b, "open('f', 'w').write('x' * (1 << 20))\nprint('written')");
+	cr_expect_str_eq(out ? out : "", "written\n");
+	free(out);
+	cr_assert_eq(context_delete(url, a), 0);
+	/* its share is held until its proxy has removed its workspace */
+	cr_assert_eq(wait_until(held_16m, (void *)url, 20000), 0, "held: %lld",
+		     all_contexts(url, "workspace_bytes_held"));
+	cr_assert_eq(context_post_new(url, "bash", &c, err, sizeof(err)), 200,
+		     "a deleted context's share was not given back: %s", err);
+	out = run_stdout(url, c, "echo ok");
+	cr_expect_str_eq(out ? out : "", "ok\n");
+	free(out);
+	free(a);
+	free(b);
+	free(c);
+}

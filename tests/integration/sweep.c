@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -94,28 +95,65 @@ kill_all_from(const char *dir)
 	return killed;
 }
 
-/* The cgroups a context's box was given (proxy/sandbox.c, proxy/limits.c), v1 and v2. */
+/* rmdir, waiting a moment for its processes to leave it: 1 removed, 0 not there, -1 not removed. */
+static int
+remove_cgroup(const char *path)
+{
+	int rc = -1;
+
+	for (double t0 = ms_now(); ms_since(t0) < 5000; usleep(20000))
+		if ((rc = rmdir(path)) == 0 || errno == ENOENT)
+			break;
+	if (rc == 0)
+		return 1;
+	if (errno == ENOENT)
+		return 0;
+	fprintf(stderr, "sweep: could not remove %s: %s\n", path, strerror(errno));
+	return -1;
+}
+
+/*
+ * The cgroups a context's box was given (proxy/sandbox.c, proxy/limits.c), v1
+ * and v2: under its broker's parent (broker/bounds.c), or sandcell's itself.
+ */
 static int
 remove_cgroups(const char *id)
 {
-	static const char *const where[] = {"/sys/fs/cgroup/pids/sandcell/%s",
-					    "/sys/fs/cgroup/memory/sandcell/%s",
-					    "/sys/fs/cgroup/sandcell/%s",
-					    "/sys/fs/cgroup/sandcell/sandcell-%s"};
+	static const char *const where[] = {"/sys/fs/cgroup/pids/sandcell/%s%s",
+					    "/sys/fs/cgroup/memory/sandcell/%s%s",
+					    "/sys/fs/cgroup/sandcell/%s%s",
+					    "/sys/fs/cgroup/sandcell/sandcell-%s%s"};
 	int removed = 0;
 
 	for (size_t i = 0; i < sizeof(where) / sizeof(where[0]); i++) {
 		char path[PATH_MAX];
-		snprintf(path, sizeof(path), where[i], id);
-		int rc = -1;
-		/* its processes may take a moment to leave it */
-		for (double t0 = ms_now(); ms_since(t0) < 5000; usleep(20000))
-			if ((rc = rmdir(path)) == 0 || errno == ENOENT)
-				break;
-		if (rc == 0)
-			removed++;
-		else if (errno != ENOENT)
-			fprintf(stderr, "sweep: could not remove %s: %s\n", path, strerror(errno));
+		glob_t g;
+		snprintf(path, sizeof(path), where[i], "", id);
+		removed += remove_cgroup(path) > 0;
+		snprintf(path, sizeof(path), where[i], "broker-*/", id);
+		if (glob(path, 0, NULL, &g) == 0)
+			for (size_t k = 0; k < g.gl_pathc; k++)
+				removed += remove_cgroup(g.gl_pathv[k]) > 0;
+		globfree(&g);
+	}
+	return removed;
+}
+
+/* The parent cgroups of a broker on run dir (broker/bounds.c names them), once empty. */
+static int
+remove_broker_cgroups(const char *dir)
+{
+	static const char *const where[] = {"/sys/fs/cgroup/pids/sandcell",
+					    "/sys/fs/cgroup/memory/sandcell", "/sys/fs/cgroup/sandcell"};
+	unsigned long long h = 0xcbf29ce484222325ull;
+	int removed = 0;
+
+	for (const char *p = dir; *p; p++)
+		h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+	for (size_t i = 0; i < sizeof(where) / sizeof(where[0]); i++) {
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%s/broker-%016llx", where[i], h);
+		removed += rmdir(path) == 0;
 	}
 	return removed;
 }
@@ -206,6 +244,7 @@ sweep_one(const char *dir)
 				cgroups += remove_cgroups(de->d_name);
 		closedir(d);
 	}
+	cgroups += remove_broker_cgroups(dir);
 	leases = remove_leases(dir);
 	snprintf(ctx, sizeof(ctx), "%s.work", dir);
 	int mounts = harness_unmount_below(ctx);
