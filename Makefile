@@ -41,7 +41,7 @@ PROGS = $(BIN)/sandcell-broker $(BIN)/sandcell-proxy $(BIN)/sandcellctl $(BIN)/l
 # loads it with ctypes: the same sources as the proxy's, built position-independent.
 BOXLIB_SRC = proxy/boxlib.c proxy/hotpages.c proxy/sandbox.c proxy/boxroot.c proxy/boxinit.c \
              proxy/filter.c proxy/limits.c proxy/packages.c lib/boxview.c \
-             lib/cgroup.c lib/util.c lib/wsdisk.c
+             lib/cgroup.c lib/landlock.c lib/util.c lib/wsdisk.c
 # The wrapper kernels' shared reader of their child's output: one source,
 # copied into each of their kernelspec dirs (not in git), the one dir of its
 # kernel's that a box shows; make install takes the copies along.

@@ -65,11 +65,12 @@ box_level_json(void)
 	for (size_t i = 0; sv.sv_cf.cf_sandbox && i < nmissing; i++)
 		json_array_append_new(m, json_pack("{s:s, s:s}", "what", missing[i].l_what, "how",
 						   missing[i].l_how));
-	return json_pack("{s:s, s:b, s:o, s:o, s:o}", "level",
+	return json_pack("{s:s, s:b, s:b, s:i, s:o, s:o, s:o}", "level",
 			 !sv.sv_cf.cf_sandbox ? "off"
 			 : nmissing	     ? "reduced"
 					     : "full",
-			 "own_user_namespace", own_userns, "missing", m, "egress", egress_json(),
+			 "own_user_namespace", own_userns, "namespaces", !boxnons_on(),
+			 "landlock_abi", landlock_abi(), "missing", m, "egress", egress_json(),
 			 "all_contexts", bounds_json());
 }
 
@@ -170,7 +171,7 @@ check_network(void)
 {
 	struct stat st;
 
-	if (strcmp(sv.sv_cf.cf_kernel_network, "outbound"))
+	if (strcmp(sv.sv_cf.cf_kernel_network, "outbound") || boxnons_on())
 		return;
 	if (stat("/dev/net/tun", &st) < 0 || !S_ISCHR(st.st_mode)) {
 		lack("outbound network: there is no /dev/net/tun, so contexts have loopback only",
@@ -212,7 +213,12 @@ box_check(char *err, size_t errsz)
 	const char *what;
 	int rc;
 
-	if ((rc = boxns_probe(&what)) < 0) {
+	if ((rc = boxns_probe(&what)) < 0 && boxns_has_cap(CAP_SETUID) &&
+	    boxns_has_cap(CAP_SETGID)) {
+		boxnons_start(what, -rc, lack);
+		rc = 1;
+	}
+	if (rc < 0) {
 		snprintf(err, errsz, "root without the capabilities a box needs (CAP_SYS_ADMIN and "
 				     "others), and no user namespace of the "
 				     "broker's own to box kernels from (%s: %s); keep the "
@@ -242,7 +248,7 @@ box_check(char *err, size_t errsz)
 			 strerror(errno));
 		return -ENOTSUP;
 	}
-	if ((rc = namespaces_work(&what)) < 0) {
+	if (!boxnons_on() && (rc = namespaces_work(&what)) < 0) {
 		snprintf(err, errsz, "%s, and cannot make the box's namespaces (%s: %s); %s, or "
 				     "pass --no-sandbox to run kernels unboxed",
 			 geteuid() ? "not root" : "root", what, strerror(-rc),
@@ -252,7 +258,7 @@ box_check(char *err, size_t errsz)
 				   : "allow namespaces in the container's seccomp profile");
 		return -ENOTSUP;
 	}
-	if (rc == 1)
+	if (!boxnons_on() && rc == 1)
 		lack("a /proc of the box's own (this /proc is partly masked): a box shows this one, "
 		     "with every process that is not the box's when it starts hidden",
 		     "an unmasked /proc (podman: --security-opt systempaths=unconfined; "
@@ -543,7 +549,7 @@ box_bound_workspace(void)
 		cf->cf_workspace_size = 0;
 		return;
 	}
-	if (own_userns) { /* ext4 is mounted by init's user namespace alone */
+	if (own_userns || boxnons_on()) { /* ext4 is mounted by init's user namespace alone */
 		lack("a size bound on the workspace: a loop-mounted filesystem cannot be mounted "
 		     "from a user namespace",
 		     "root with every capability a box uses (podman: --cap-add "
@@ -663,6 +669,8 @@ box_args(struct context *c, const char **argv, int *n)
 	}
 	if (c->c_workspace)
 		argv[(*n)++] = "--own-workspace";
+	if (boxnons_on())
+		argv[(*n)++] = "--no-namespaces";
 	if (bounds_group()) { /* the parent cgroup of all contexts' boxes */
 		argv[(*n)++] = "--cgroup-group";
 		argv[(*n)++] = bounds_group();

@@ -641,6 +641,8 @@ void box_lack(const char *what, const char *how);
 bool box_memory_cgroup(void);
 size_t box_missing(void);
 json_t *box_level_json(void);
+bool boxnons_on(void);
+void boxnons_start(const char *what, int err, void (*lack)(const char *what, const char *how));
 /* boxns.c */
 bool boxns_has_cap(int cap);
 bool boxns_root_suffices(void);

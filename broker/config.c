@@ -381,6 +381,27 @@ settle_paths(void)
 				     : "sandcell-envd";
 }
 
+/* Once every lack is known: the sandbox's level, as GET /ready gives it. */
+static void
+say_level(void)
+{
+	json_t *lv = box_level_json();
+	size_t n = json_array_size(json_object_get(lv, "missing"));
+	json_int_t abi = json_integer_value(json_object_get(lv, "landlock_abi"));
+
+	char parts[64] = "";
+
+	if (n)
+		snprintf(parts, sizeof(parts), " (%zu parts missing, each said above)", n);
+	if (sv.sv_cf.cf_sandbox)
+		log_msg(n ? LOG_WARN : LOG_INFO, "sandbox: level %s%s%s, Landlock ABI %lld%s",
+			json_string_value(json_object_get(lv, "level")),
+			json_is_false(json_object_get(lv, "namespaces")) ? " without namespaces" : "",
+			parts, (long long)abi,
+			abi >= 6 ? "" : abi ? " (no scoping of signals)" : " (none)");
+	json_decref(lv);
+}
+
 /* What the options leave to be worked out or checked, in order; exits on failure. */
 void
 config_settle(void)
@@ -393,4 +414,5 @@ config_settle(void)
 	if (!sv.sv_cf.cf_sandbox || strcmp(sv.sv_cf.cf_kernel_network, "none"))
 		box_peer_check();
 	settle_paths();
+	say_level();
 }

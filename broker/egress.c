@@ -307,6 +307,8 @@ egress_json(void)
 {
 	json_t *d = json_array();
 
+	if (boxnons_on()) /* no namespace to hold the rules: the container's network */
+		return json_pack("{s:s}", "mode", "unfiltered");
 	if (!sv.sv_cf.cf_sandbox || strcmp(sv.sv_cf.cf_kernel_network, "outbound"))
 		return json_pack("{s:s}", "mode",
 		                 sv.sv_cf.cf_sandbox ? "none" : "unboxed");

@@ -157,9 +157,11 @@ template_start(void)
 		log_info("template: off (--no-template): every kernel starts cold");
 		return;
 	}
-	if (!sv.sv_cf.cf_sandbox || geteuid() != 0) {
+	if (!sv.sv_cf.cf_sandbox || geteuid() != 0 || boxnons_on()) {
 		log_info("template: off (%s): every kernel starts cold",
-			 sv.sv_cf.cf_sandbox ? "not root: the boxes are rootless" : "--no-sandbox");
+			 !sv.sv_cf.cf_sandbox ? "--no-sandbox"
+			 : geteuid()	      ? "not root: the boxes are rootless"
+					      : "no namespaces here: the boxes have none");
 		return;
 	}
 	if (!(ks = kcache_find("python")))

@@ -69,6 +69,18 @@ int boxpath_open(const struct boxpath_view *v, const char *path, unsigned flags,
 		 char *real, size_t realsz);
 int boxpath_reopen(int fd, int flags);
 
+/* landlock.c */
+#define BOX_KDIR "/run/sandcell" /* in a box, the kernel's own dir (a copy of px_kdir) */
+struct landlock_rule {
+	const char *lr_path; /* and what is beneath it */
+	uint64_t lr_access;  /* LANDLOCK_ACCESS_FS_* it may do there */
+};
+extern const struct landlock_rule landlock_box[];
+int landlock_abi(void);
+struct landlock_rule *landlock_host(const char *home, const char *kdir, const char *const *reads);
+int landlock_enter(const struct landlock_rule *rules);
+int landlock_scope(void);
+
 /* cgroup.c */
 char *cgroup_base(const char *controller);
 bool cgroup_usable(const char *controller);

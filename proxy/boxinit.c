@@ -15,6 +15,9 @@
 
 #include "proxy.h"
 
+/* The init is in a Landlock domain of its box's own (sandbox.c, no namespaces). */
+bool boxinit_scoped;
+
 /*
  * With watch, also end when the proxy's end of fd 3 closes: a box forked
  * from the template is not the proxy's child, so PR_SET_PDEATHSIG cannot do it.
@@ -39,8 +42,11 @@ boxinit_wait(pid_t kid, bool watch)
 		if (watch) {
 			while ((pid = waitpid(-1, &status, WNOHANG)) == 0) {
 				if (poll(pf, 2, -1) > 0 &&
-				    (pf[0].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+				    (pf[0].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+					if (boxinit_scoped) /* what no PID namespace ends */
+						kill(-1, SIGKILL);
 					_exit(0); /* the proxy is gone: so is the box */
+				}
 				while (read(pf[1].fd, &si, sizeof(si)) == sizeof(si))
 					;
 			}
@@ -48,9 +54,11 @@ boxinit_wait(pid_t kid, bool watch)
 			pid = wait(&status);
 		}
 		if (pid == kid) {
-			if (send(3, &status, sizeof(status), 0) < 0)
-				_exit(124);
-			_exit(0);
+			int rc = send(3, &status, sizeof(status), 0) < 0 ? 124 : 0;
+			/* no PID namespace ends what the kernel left: its domain is ours */
+			if (boxinit_scoped)
+				kill(-1, SIGKILL);
+			_exit(rc);
 		}
 		if (pid < 0 && errno == ECHILD)
 			_exit(127);

@@ -311,7 +311,7 @@ boxnet_start(struct box *bx)
 {
 	int rc;
 
-	if (!bx->bx_on)
+	if (!bx->bx_on || bx->bx_nons) /* without namespaces: the container's network */
 		return 0;
 	if (bx->bx_net == BOX_NET_OUTBOUND)
 		boxfw_host(); /* while we are in the host's namespace */

@@ -146,6 +146,10 @@ static const int sb_allowed[] = {
 	SCMP_SYS(shmget), SCMP_SYS(shmat), SCMP_SYS(shmdt), SCMP_SYS(shmctl),
 	SCMP_SYS(semget), SCMP_SYS(semop), SCMP_SYS(semtimedop), SCMP_SYS(semctl),
 	SCMP_SYS(msgget), SCMP_SYS(msgsnd), SCMP_SYS(msgrcv), SCMP_SYS(msgctl),
+	/* Landlock: the kernel's child enters its domain after the filter
+	 * (lib/landlock.c); a kernel can only narrow its own further */
+	SCMP_SYS(landlock_create_ruleset), SCMP_SYS(landlock_add_rule),
+	SCMP_SYS(landlock_restrict_self),
 };
 /* clang-format on */
 

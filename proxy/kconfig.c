@@ -33,7 +33,8 @@ kconfig_start_dir(const struct proxy *px, const struct box *bx)
 		kc.kc_in_cwd = true;
 		return px->px_cwd;
 	}
-	return bx->bx_on ? BOX_KDIR : px->px_kdir;
+	(void)bx;
+	return sandbox_kdir(px);
 }
 
 /*

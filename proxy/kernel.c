@@ -147,7 +147,7 @@ kernel_launch(void)
 		goto err;
 	}
 	/* the kernel's own dir is BOX_KDIR in its box */
-	argv = launch_argv(px, box->bx_on ? BOX_KDIR "/kernel.json" : conn);
+	argv = launch_argv(px, box->bx_on && !box->bx_nons ? BOX_KDIR "/kernel.json" : conn);
 	exe = launch_which(argv[0]);
 	envp = launch_env(px);
 	if ((rc = limits_prepare(box)) < 0) {
@@ -217,9 +217,11 @@ kernel_stop(void)
 		template_kill(box); /* not our child: its pidfd, no waitpid */
 		k.k_proc.kp_pid = 0;
 	} else if (k.k_proc.kp_pid > 0) {
-		killpg(k.k_proc.kp_pid, SIGKILL);
-		kill(k.k_proc.kp_pid, SIGKILL);
-		waitpid(k.k_proc.kp_pid, NULL, 0);
+		if (!sandbox_end(box, k.k_proc.kp_pid)) {
+			killpg(k.k_proc.kp_pid, SIGKILL);
+			kill(k.k_proc.kp_pid, SIGKILL);
+			waitpid(k.k_proc.kp_pid, NULL, 0);
+		}
 		k.k_proc.kp_pid = 0;
 	}
 	sandbox_reaped(box);

@@ -17,6 +17,7 @@
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <unistd.h>
+#include <sodium.h>
 
 #include "proxy.h"
 
@@ -60,7 +61,7 @@ env_put(char ***v, size_t *n, size_t *cap, char *kv)
 static char *
 home_of(const struct proxy *px)
 {
-	return px->px_box.bx_on ? xstrdup(BOX_HOME) : xasprintf("%s/home", px->px_kdir);
+	return px->px_box.bx_on ? xstrdup(sandbox_home(px)) : xasprintf("%s/home", px->px_kdir);
 }
 
 /*
@@ -77,8 +78,11 @@ launch_env(const struct proxy *px)
 	char *ours[] = {
 		xasprintf("HOME=%s", home),
 		/* the profile is sandcell's, beside the connection file: not in the workspace */
-		xasprintf("IPYTHONDIR=%s/ipython", box ? BOX_KDIR : px->px_kdir),
-		box ? xstrdup("JUPYTER_RUNTIME_DIR=/tmp/.jupyter")
+		xasprintf("IPYTHONDIR=%s/ipython", sandbox_kdir(px)),
+		/* without namespaces the host's /tmp is everyone's: the kernel's is in its dir */
+		px->px_box.bx_nons ? xasprintf("TMPDIR=%s/tmp", px->px_kdir) : NULL,
+		px->px_box.bx_nons ? xasprintf("JUPYTER_RUNTIME_DIR=%s/tmp/.jupyter", px->px_kdir)
+		: box ? xstrdup("JUPYTER_RUNTIME_DIR=/tmp/.jupyter")
 		    : xasprintf("JUPYTER_RUNTIME_DIR=%s/.jupyter-runtime", home),
 		xasprintf("PWD=%s", px->px_cwd),
 		xstrdup("PYDEVD_DISABLE_FILE_VALIDATION=1"),
@@ -338,7 +342,8 @@ launch_dirs(const struct proxy *px)
 /*
  * The connection file: ipc sockets, abstract in a box (names in the proxy's
  * network namespace, which only it and its box share; no file to fill or
- * find) and by path in the kernel's dir otherwise; TCP on loopback for
+ * find; in a box without namespaces, the host's, which Landlock scopes to
+ * the kernel's domain) and by path in the kernel's dir otherwise; TCP on loopback for
  * kernels that speak nothing else (Deno). Named for this launch alone: a
  * box outlives its proxy until its init notices, and a kernel restarted
  * must not be mistaken for the one before it.
@@ -361,9 +366,17 @@ launch_connection_file(const struct proxy *px, const char *key, const char *path
 		for (int i = 0; i < 5; i++)
 			snprintf(ep[i], EP_MAX, "tcp://127.0.0.1:%d", ports[i]);
 	} else {
-		if (px->px_box.bx_on)
+		if (px->px_box.bx_on && !px->px_box.bx_nons)
 			snprintf(kchan, sizeof(kchan), "@k%u", klaunches);
-		else
+		else if (px->px_box.bx_on && landlock_abi() >= 6) {
+			/* the host's names, out of every other Landlock domain's reach;
+			 * unguessable, so that no neighbour binds one first */
+			unsigned char r[12];
+			char hex[2 * sizeof(r) + 1];
+			randombytes_buf(r, sizeof(r));
+			sodium_bin2hex(hex, sizeof(hex), r, sizeof(r));
+			snprintf(kchan, sizeof(kchan), "@sandcell.%s.k%u", hex, klaunches);
+		} else
 			snprintf(kchan, sizeof(kchan), "%s/k%d.%u", px->px_kdir,
 				 (int)getpid(), klaunches);
 		snprintf(ip, sizeof(ip), "%s", kchan);

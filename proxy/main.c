@@ -167,6 +167,8 @@ static const struct opt options[] = {
     {"cgroup-group", "NAME", OPT_STRING, OPT_DST(BX.bx_cg_group),
      .o_help = "the box's cgroups go under this one of sandcell's (the broker's bound on all)"},
     {"sandbox", NULL, OPT_SWITCH, OPT_DST(BX.bx_on), .o_help = "the kernel runs boxed"},
+    {"no-namespaces", NULL, OPT_SWITCH, OPT_DST(BX.bx_nons),
+     .o_help = "a box without namespaces: uid, seccomp, rlimits, Landlock"},
     {"uid-range", "A-B", OPT_FUNC, .o_fn = opt_uid_range, .o_help = "uids the box may lease"},
     {"isolation", "shared|context", OPT_FUNC, .o_fn = opt_isolation, .o_help = "(the broker's)"},
     {"network", "outbound|none", OPT_FUNC, .o_fn = opt_network, .o_help = "the box's network"},
@@ -246,7 +248,8 @@ kernel_ids(struct box *bx, const char *kuser, unsigned long uid)
 /*
  * The kernel's own files (connection file, IPython profile; ipc sockets when
  * unboxed): in a box, this context's dir, which its box shows read-only;
- * unboxed as another user, a dir of its own under <run dir>.kernels (0711),
+ * unboxed as another user or boxed without namespaces (which show the host's
+ * paths), a dir of its own under <run dir>.kernels (0711),
  * outside the run dir (0700, ours); else the context's dir.
  */
 static void
@@ -254,9 +257,9 @@ kernel_dir(struct proxy *p, bool other_user)
 {
 	int c;
 
-	if (p->px_box.bx_on) {
+	if (p->px_box.bx_on && !p->px_box.bx_nons) {
 		p->px_kdir = xasprintf("%s/kernel", p->px_dir);
-	} else if (other_user) {
+	} else if (other_user || p->px_box.bx_on) {
 		char *root = xasprintf("%s.kernels", p->px_run_dir);
 		mkdir_p(root, 0711);
 		chmod(root, 0711);

@@ -146,7 +146,6 @@ struct zmtp {
  * for kernels forked from the template.
  */
 #define BOX_MAX_BINDS 12
-#define BOX_KDIR "/run/sandcell" /* in a box, the kernel's own dir (a copy of px_kdir) */
 struct box_bind {
 	char *bb_path;  /* host path, shown at the same path in the box */
 	bool bb_write;  /* read-write (else read-only) */
@@ -164,6 +163,8 @@ struct box {
 	bool bx_on;           /* --sandbox; else kernels run unboxed */
 	bool bx_isolated;     /* --isolation context: a uid of its own */
 	bool bx_userns;       /* not root: a user namespace maps the kernel's uid */
+	bool bx_nons;         /* no namespaces here (a container's seccomp profile): the
+			       * kernel sees the host's paths, through Landlock's rules */
 	uid_t bx_uid;         /* the kernel's, on the host; -1: ours (unboxed) */
 	gid_t bx_gid;
 	gid_t bx_groups[64];
@@ -335,6 +336,8 @@ int hostnet_socket(int domain, int type, int protocol);
 
 /* sandbox.c */
 int sandbox_init(struct proxy *px);
+const char *sandbox_home(const struct proxy *px);
+const char *sandbox_kdir(const struct proxy *px);
 int sandbox_enter(const struct box *bx);
 int sandbox_kernel_child(const char *cwd, bool reset_signals);
 int sandbox_stdio(int out, int sock);
@@ -342,6 +345,7 @@ pid_t sandbox_recv(int sock, void *data, size_t len, ssize_t *got, int flags, in
 int sandbox_spawn(struct box *bx, const char *dir, const char *exe, char **argv, char **envp,
 		  struct kproc *kp);
 int sandbox_status(const struct box *bx, int status, pid_t shown);
+bool sandbox_end(struct box *bx, pid_t init);
 void sandbox_reaped(struct box *bx);
 void sandbox_cleanup(struct box *bx, bool gone);
 json_t *sandbox_json(const struct box *bx);
@@ -350,6 +354,7 @@ json_t *sandbox_json(const struct box *bx);
 void envd_run(struct proxy *px, int sigfd);
 
 /* boxinit.c */
+extern bool boxinit_scoped;
 void boxinit_wait(pid_t kid, bool watch) __attribute__((noreturn));
 
 /* template.c */

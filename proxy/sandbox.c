@@ -93,6 +93,86 @@ sandbox_binds(struct proxy *px)
 	bind_add(bx, deno, false);
 }
 
+/*
+ * What the kernel sees at BOX_HOME and BOX_KDIR, and its Landlock rules:
+ * the box's view; without namespaces, the host's paths (nons_init).
+ */
+static const char *view_home = BOX_HOME, *view_tmp = "/tmp";
+static const struct landlock_rule *view_rules = landlock_box;
+
+/* A path of the box's view (a cwd the broker checked in it) where this box shows it. */
+static const char *
+view_path(const char *path, char *out, size_t outsz)
+{
+	size_t n = strlen(BOX_HOME);
+
+	if (!strncmp(path, BOX_HOME, n) && (!path[n] || path[n] == '/') &&
+	    snprintf(out, outsz, "%s%s", view_home, path + n) < (int)outsz)
+		return out;
+	if (!strncmp(path, "/tmp", 4) && (!path[4] || path[4] == '/') &&
+	    snprintf(out, outsz, "%s%s", view_tmp, path + 4) < (int)outsz)
+		return out;
+	return path;
+}
+
+/* Its HOME, as the kernel sees it. */
+const char *
+sandbox_home(const struct proxy *px)
+{
+	return px->px_box.bx_on && px->px_box.bx_nons ? px->px_box.bx_workspace : BOX_HOME;
+}
+
+/* Its own dir, as the kernel sees it (unboxed: the host's). */
+const char *
+sandbox_kdir(const struct proxy *px)
+{
+	return px->px_box.bx_on && !px->px_box.bx_nons ? BOX_KDIR : px->px_kdir;
+}
+
+/*
+ * A box without namespaces (the container refuses them): the kernel sees
+ * the host's filesystem through Landlock's rules alone (lib/landlock.c), its
+ * /tmp in its own dir, the container's network. Root only (its uid is one
+ * of the range), and no Landlock is no box that keeps neighbours apart:
+ * said, and the box goes on with its uid, seccomp and rlimits.
+ */
+static int
+nons_init(struct proxy *px)
+{
+	struct box *bx = &px->px_box;
+	const char *reads[BOX_MAX_BINDS + 1];
+	int n = 0, rc;
+
+	if (geteuid() != 0) {
+		log_err("context %s: a box without namespaces needs root", px->px_id);
+		return -EPERM;
+	}
+	/* its channels would listen on the container's loopback, its output for any to read */
+	if (px->px_ks->ks_tcp && bx->bx_isolated) {
+		log_err("context %s: kernel %s speaks TCP only, which no box without namespaces "
+			"keeps from other tenants (--isolation context)", px->px_id, px->px_ks->ks_name);
+		return -EPERM;
+	}
+	char *tmp = xasprintf("%s/tmp", px->px_kdir);
+	if ((rc = mkdir_p(tmp, 0700)) < 0) {
+		free(tmp);
+		return rc;
+	}
+	view_tmp = tmp;
+	for (int i = 0; i < bx->bx_nbinds; i++)
+		reads[n++] = bx->bx_binds[i].bb_path;
+	reads[n] = NULL;
+	view_home = bx->bx_workspace;
+	view_rules = landlock_host(bx->bx_workspace, px->px_kdir, reads);
+	bx->bx_ws_size = 0;      /* its filesystem would need a mount */
+	bx->bx_net_ready = true; /* the container's network */
+	if (landlock_abi() < 6)
+		log_warn("context %s: no Landlock scoping here (ABI %d): its kernel can signal "
+			 "every process of its uid and reach abstract sockets", px->px_id,
+			 landlock_abi());
+	return 0;
+}
+
 int
 sandbox_init(struct proxy *px)
 {
@@ -126,7 +206,7 @@ sandbox_init(struct proxy *px)
 		log_err("context %s: kernels never run as root or as the proxy's uid", px->px_id);
 		return -EPERM;
 	}
-	if (!bx->bx_userns && (!bx->bx_net_uid || bx->bx_net_uid == bx->bx_uid)) {
+	if (!bx->bx_userns && !bx->bx_nons && (!bx->bx_net_uid || bx->bx_net_uid == bx->bx_uid)) {
 		log_err("context %s: the box's network needs a uid of its own (--net-uid), not "
 			"the kernel's", px->px_id);
 		return -EINVAL;
@@ -162,6 +242,8 @@ sandbox_init(struct proxy *px)
 			return -EPERM;
 		}
 	}
+	if (bx->bx_nons && (rc = nons_init(px)) < 0)
+		return rc;
 	log_info("context %s: sandbox: uid %u%s, isolation %s, network %s, pids %llu, "
 		 "memory %llu, tmp %llu, workspace %s",
 		 px->px_id, (unsigned)(bx->bx_userns ? bx->bx_inuid : bx->bx_uid),
@@ -215,9 +297,10 @@ sb_drop(const struct box *bx)
 int
 sandbox_enter(const struct box *bx)
 {
-	if (boxroot_enter(bx) < 0)
+	if (!bx->bx_nons && boxroot_enter(bx) < 0)
 		return 120;
-	syscall(SYS_sethostname, "sandcell", 8);
+	if (!bx->bx_nons)
+		syscall(SYS_sethostname, "sandcell", 8);
 	limits_apply_child(bx);
 	if (sb_drop(bx) < 0)
 		return 122;
@@ -259,7 +342,8 @@ sandbox_stdio(int out, int sock)
  * pid, its cwd. Signals go back to their defaults
  * before an exec (the proxy ignored SIGPIPE); a kernel forked from the
  * template keeps the interpreter's. The tenant's package places are made
- * where missing. 0, or an exit code.
+ * where missing. Last, the kernel's Landlock domain (lib/landlock.c), where
+ * the kernel has Landlock. 0, or an exit code (122: its Landlock domain).
  */
 int
 sandbox_kernel_child(const char *cwd, bool reset_signals)
@@ -278,8 +362,10 @@ sandbox_kernel_child(const char *cwd, bool reset_signals)
 	close(3);
 	if (chdir(cwd) < 0)
 		return 126;
-	packages_prepare(BOX_HOME); /* as the kernel's uid, in its view */
-	return 0;
+	packages_prepare(view_home); /* as the kernel's uid, in its view */
+	/* its Landlock domain, every process of the context's and no other's */
+	int rc = landlock_enter(view_rules);
+	return rc < 0 && rc != -ENOTSUP ? 122 : 0;
 }
 
 /*
@@ -301,6 +387,8 @@ sb_init(const struct box *bx, const char *dir, int go, int sock, const char *exe
 	close(go);
 	if ((rc = sandbox_enter(bx)))
 		_exit(rc);
+	/* without namespaces, a domain of the box's own holds the kernel's (boxinit.c) */
+	boxinit_scoped = bx->bx_nons && landlock_scope() == 0;
 	/* the uid change cleared PR_SET_PDEATHSIG: set it again, then make sure
 	 * the proxy did not die in between (its end of sock would be closed) */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -320,7 +408,7 @@ sb_init(const struct box *bx, const char *dir, int go, int sock, const char *exe
 		execve(exe, argv, envp);
 		_exit(127);
 	}
-	boxinit_wait(kid, false);
+	boxinit_wait(kid, boxinit_scoped); /* it ends its domain when the proxy says (sandbox_end) */
 }
 
 /*
@@ -408,9 +496,15 @@ sandbox_spawn(struct box *bx, const char *dir, const char *exe, char **argv, cha
 		return rc;
 	}
 	setsockopt(sv[0], SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
+	/* without namespaces, a cwd in the box's view is the host's path it shows */
+	char host[PATH_MAX];
+	if (bx->bx_nons)
+		dir = view_path(dir, host, sizeof(host));
 	pid = syscall(SYS_clone,
-		      SIGCHLD | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS |
-			      (bx->bx_userns ? CLONE_NEWUSER : 0),
+		      SIGCHLD | (bx->bx_nons ? 0
+					     : CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC |
+						       CLONE_NEWUTS |
+						       (bx->bx_userns ? CLONE_NEWUSER : 0)),
 		      0, 0, 0, 0);
 	if (pid == 0) {
 		close(go[1]);
@@ -485,6 +579,27 @@ sandbox_status(const struct box *bx, int status, pid_t shown)
 		log_warn("context %s: sandbox init exited with %d", bx->bx_id,
 			 WEXITSTATUS(status));
 	return status;
+}
+
+/*
+ * A box without namespaces, stopped: its init ends every process of its
+ * Landlock domain (boxinit.c), those a kill of its process group would
+ * miss (in a session of their own), when our end of its socket shuts; the
+ * init's exit waited for a second. Whether it was reaped (else the caller
+ * kills it as any box's).
+ */
+bool
+sandbox_end(struct box *bx, pid_t init)
+{
+	if (!bx->bx_nons || bx->bx_sock < 0 || landlock_abi() < 6)
+		return false;
+	shutdown(bx->bx_sock, SHUT_RDWR);
+	for (int i = 0; i < 100; i++) {
+		if (waitpid(init, NULL, WNOHANG) == init)
+			return true;
+		usleep(10000);
+	}
+	return false;
 }
 
 /* The kernel's box ended: forget its socket. */

@@ -19,7 +19,12 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <sched.h>
+#include <stddef.h>
+#include <sys/syscall.h>
+#include <linux/audit.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
@@ -682,16 +687,82 @@ broker_start_contained(struct broker *b, const char *const *extra)
 	if (broker_prepare(b, 0) < 0)
 		return -1;
 	b->b_contained = true;
+	b->b_docker = harness_broker_docker;
 	return broker_restart(b, extra);
 }
 
 int
+broker_start_docker(struct broker *b, const int *caps, const char *const *extra)
+{
+	if (broker_prepare(b, 0) < 0)
+		return -1;
+	b->b_contained = b->b_docker = true;
+	b->b_caps = caps;
+	return broker_restart(b, extra);
+}
+
+__attribute__((weak)) const bool harness_broker_docker = false;
+
+/* podman's default capabilities (containers.conf, 4.x) */
+static const int podman_caps[] = {CAP_CHOWN,	    CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID,
+				  CAP_KILL,	    CAP_NET_BIND_SERVICE, CAP_SETFCAP, CAP_SETGID,
+				  CAP_SETPCAP,	    CAP_SETUID,	      CAP_SYS_CHROOT, -1};
+/* Docker's (moby's oci/caps/defaults.go) */
+static const int docker_caps[] = {CAP_CHOWN,	    CAP_DAC_OVERRIDE, CAP_FSETID, CAP_FOWNER,
+				  CAP_MKNOD,	    CAP_NET_RAW,      CAP_SETGID, CAP_SETUID,
+				  CAP_SETFCAP,	    CAP_SETPCAP,      CAP_NET_BIND_SERVICE,
+				  CAP_SYS_CHROOT,   CAP_KILL,	      CAP_AUDIT_WRITE, -1};
+
+static int contain(const int *kept);
+
+int
 broker_contain(void)
 {
-	/* podman's default capabilities (containers.conf, 4.x) */
-	static const int kept[] = {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID, CAP_KILL,
-				   CAP_NET_BIND_SERVICE, CAP_SETFCAP, CAP_SETGID, CAP_SETPCAP,
-				   CAP_SETUID, CAP_SYS_CHROOT};
+	return contain(podman_caps);
+}
+
+#if defined(__x86_64__)
+#define NATIVE_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define NATIVE_ARCH AUDIT_ARCH_AARCH64
+#else
+#error "broker_contain_docker: the seccomp filter's architecture"
+#endif
+
+int
+broker_contain_docker(const int *caps)
+{
+#define NEW_NS                                                                            \
+	(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID |        \
+	 CLONE_NEWNET | CLONE_NEWCGROUP)
+#define REFUSE(nr, err)                                                                   \
+	BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1),                                   \
+	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (err))
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NATIVE_ARCH, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		REFUSE(__NR_unshare, EPERM),
+		REFUSE(__NR_setns, EPERM),
+		REFUSE(__NR_clone3, ENOSYS),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone, 0, 3),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+		BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, NEW_NS, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = {sizeof(f) / sizeof(f[0]), f};
+
+	if (contain(caps ? caps : docker_caps) < 0)
+		return -1;
+	/* as root with CAP_SYS_ADMIN still: no no_new_privs needed, as Docker sets none */
+	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
+}
+
+static int
+contain(const int *kept)
+{
 
 	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
 	    mount("/dev/null", "/proc/keys", NULL, MS_BIND, NULL) < 0 ||
@@ -700,7 +771,7 @@ broker_contain(void)
 		return -1;
 	for (int c = 0; c <= CAP_LAST_CAP; c++) {
 		bool keep = false;
-		for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++)
+		for (size_t i = 0; kept[i] >= 0; i++)
 			keep = keep || kept[i] == c;
 		if (!keep && prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0)
 			return -1;
@@ -779,7 +850,7 @@ broker_restart(struct broker *b, const char *const *extra)
 			setenv("LISTEN_FDS", "1", 1);
 			setenv("LISTEN_PID", pid, 1);
 		}
-		if (b->b_contained && broker_contain() < 0) {
+		if (b->b_contained && (b->b_docker ? broker_contain_docker(b->b_caps) : broker_contain()) < 0) {
 			fprintf(stderr, "harness: contain the broker: %s\n", strerror(errno));
 			_exit(126);
 		}

@@ -25,6 +25,8 @@ struct broker {
 	int b_exit; /* its exit status if it exited at start-up, else -1 */
 	int b_listen_fd; /* > 0: passed at each (re)start as systemd passes a socket */
 	bool b_contained; /* started as a container's defaults leave root (broker_contain) */
+	bool b_docker;    /* ... Docker's: no user namespaces either (broker_contain_docker) */
+	const int *b_caps; /* ... with these capabilities (-1 ends them) for Docker's */
 	char b_host[48]; /* the address it listens on ("127.0.0.1"; b_url names loopback) */
 };
 
@@ -74,6 +76,8 @@ int broker_start_listening(struct broker *b, const char *host, const char *const
 int broker_start_as(struct broker *b, uid_t uid, const char *const *extra);
 /* The same, contained as a container's defaults leave root (broker_contain). */
 int broker_start_contained(struct broker *b, const char *const *extra);
+/* The same as Docker's defaults leave root, with caps (-1-ended) for Docker's default ones. */
+int broker_start_docker(struct broker *b, const int *caps, const char *const *extra);
 /* Stops it and its proxies; -1 if its log holds a sanitizer report. */
 int broker_stop(struct broker *b);
 char *broker_log(const struct broker *b); /* its whole log so far; caller frees */
@@ -92,6 +96,9 @@ extern const char *const harness_broker_args[];
 /* The shared broker is started contained (broker_contain); a suite declares it once. */
 extern const bool harness_broker_contained;
 #define HARNESS_CONTAINED const bool harness_broker_contained = true
+/* ... as Docker's defaults leave root (broker_contain_docker). */
+extern const bool harness_broker_docker;
+#define HARNESS_DOCKER const bool harness_broker_docker = true
 /*
  * In a broker's child, before its exec: what `podman run IMAGE` leaves
  * root: a mount namespace of its own, /proc partly masked (a file under
@@ -100,6 +107,14 @@ extern const bool harness_broker_contained;
  * only (no CAP_SYS_ADMIN). 0, or -1 with errno.
  */
 int broker_contain(void);
+/*
+ * The same as `docker run IMAGE` (and Kubernetes' RuntimeDefault) leaves
+ * root: Docker's default capabilities, and its default seccomp profile's
+ * refusals of namespaces without CAP_SYS_ADMIN: unshare and setns EPERM,
+ * clone with a CLONE_NEW* flag EPERM, clone3 ENOSYS (glibc falls back to
+ * clone). 0, or -1 with errno.
+ */
+int broker_contain_docker(const int *caps);
 
 /*
  * Where a broker started in a test's worker writes its log, named for that

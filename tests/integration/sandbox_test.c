@@ -32,6 +32,7 @@
 #include <linux/netlink.h>
 
 #include "harness.h"
+#include "../../lib/lib.h"
 
 /* no pool: a context's proxy dir is named by its id */
 HARNESS_SHARED_BROKER("--pool", "python=0");
@@ -455,6 +456,37 @@ Test(sandbox, the_kernel_cannot_reach_into_its_cold_init, .timeout = 120)
 	cr_assert_str_eq(out, "denied denied denied\n", "the kernel reaches into its init: %s", out);
 	free(out);
 	free(id);
+}
+
+/*
+ * A kernel is in a Landlock domain of its context's (lib/landlock.c) that
+ * scopes its signals: its box's init, which has its uid, is out of its
+ * reach (kill answers EPERM; in its PID namespace a signal to PID 1 would
+ * be dropped, which kill reports as done). Python forked from the template,
+ * bash cold.
+ */
+Test(sandbox, a_kernel_signals_only_its_own_landlock_domain, .timeout = 120)
+{
+	if (landlock_abi() < 6)
+		cr_skip_test("no Landlock scoping in this kernel (ABI %d)", landlock_abi());
+	char *py = context_new(URL, "python", NULL), *sh = context_new(URL, "bash", NULL);
+
+	cr_assert(py && sh);
+	char *out = run_stdout(URL, py,
+			       "import os, subprocess\n"
+			       "try:\n    os.kill(1, 0)\n    print('reached')\n"
+			       "except PermissionError:\n    print('scoped')\n"
+			       "k = subprocess.Popen(['sleep', '60'])\nk.kill()\n"
+			       "print('own', k.wait())");
+	cr_assert_str_eq(out, "scoped\nown -9\n", "python: %s", out);
+	free(out);
+	out = run_stdout(URL, sh,
+			 "kill -0 1 2>/dev/null && echo reached || echo scoped; "
+			 "sleep 60 & kill -9 $! && echo own");
+	cr_assert_str_eq(out, "scoped\nown\n", "bash: %s", out);
+	free(out);
+	free(py);
+	free(sh);
 }
 
 Test(sandbox, no_privilege_to_gain_through_a_setuid_binary, .timeout = 120)
