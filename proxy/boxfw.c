@@ -18,7 +18,9 @@
  * allow_out only opens holes in its own deny_out. DNS to the host's resolvers (its
  * /etc/resolv.conf, which the box shows) passes on port 53 alone, before
  * both, unless the operator's or the context's own rules refuse the
- * resolver. A refusal fails at once (a TCP reset, else ICMP administratively
+ * resolver; one on the host's loopback is the proxy's relay on the box's
+ * own loopback (boxdns.c), under the same condition (boxfw_resolver_ok).
+ * A refusal fails at once (a TCP reset, else ICMP administratively
  * prohibited) and counts in a named counter the proxy reports (MSG_STATS).
  */
 #include <arpa/inet.h>

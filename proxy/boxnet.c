@@ -7,7 +7,8 @@
  * connections go out through pasta, user-mode networking: its own TCP/UDP
  * stack turns the namespace's packets into sockets of the host. pasta lets
  * nothing in (-t/-u/-T/-U none) and gives no way to the host's loopback
- * (--no-map-gw). --network none: loopback only, no pasta.
+ * (--no-map-gw); DNS to a resolver there is relayed by the proxy
+ * (boxdns.c). --network none: loopback only, no pasta.
  *
  * As root the namespace belongs to a user namespace of its own, owned by
  * bx_net_uid, a uid of --kernel-uid-range no kernel runs as: pasta runs as

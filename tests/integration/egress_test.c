@@ -8,7 +8,9 @@
  * /metrics counts it; --egress-allow opens a hole, a context's "network"
  * narrows what the server allows and never widens it; a kernel cannot
  * change the rules. In both isolation modes, and under a broker that is
- * not root.
+ * not root. A resolver on the host's loopback (a stand-in of the test's, at
+ * 127.0.0.53, named by an /etc/resolv.conf of the test's mount namespace)
+ * answers a box, and nothing else of the host's loopback does.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
