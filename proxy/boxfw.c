@@ -18,7 +18,9 @@
  * allow_out only opens holes in its own deny_out. DNS to the host's resolvers (its
  * /etc/resolv.conf, which the box shows) passes on port 53 alone, before
  * both, unless the operator's or the context's own rules refuse the
- * resolver. A refusal fails at once (a TCP reset, else ICMP administratively
+ * resolver; one on the host's loopback is the proxy's relay on the box's
+ * own loopback (boxdns.c), under the same condition (boxfw_resolver_ok).
+ * A refusal fails at once (a TCP reset, else ICMP administratively
  * prohibited) and counts in a named counter the proxy reports (MSG_STATS).
  */
 #include <arpa/inet.h>
@@ -80,12 +82,10 @@ rule_order(const void *a, const void *b)
 	return (int)x->r_class - (int)y->r_class;
 }
 
-/* A chain's rules, in the order nftables tries them (by prefix, or as given). */
+/* A chain's rules, in the order nftables tries them (rules() put them so). */
 static void
-put_chain(FILE *f, const char *name, struct rule *v, size_t n, bool by_prefix)
+put_chain(FILE *f, const char *name, const struct rule *v, size_t n)
 {
-	if (by_prefix)
-		qsort(v, n, sizeof(*v), rule_order);
 	fprintf(f, "add chain inet " BOXFW_TABLE " %s\n", name);
 	for (size_t i = 0; i < n; i++) {
 		char net[CIDR_STRLEN];
@@ -177,33 +177,63 @@ put_resolvers(FILE *f, const struct rule *srv, size_t nsrv, const struct rule *c
 		fclose(rc);
 }
 
+/* The server's chain (by prefix) and the context's (as given), as rules. */
+static void
+rules(const struct boxfw *fw, struct rule **srv, size_t *nsrv, struct rule **ctx,
+      size_t *nctx)
+{
+	char err[128];
+
+	for (int i = 0; cidr_default_deny[i]; i++) {
+		struct cidr c;
+		if (cidr_parse(cidr_default_deny[i], &c, err, sizeof(err)) == 0)
+			add_rule(srv, nsrv, &c, RC_DEFAULT);
+	}
+	for (size_t i = 0; i < host_n; i++)
+		add_rule(srv, nsrv, &host_addrs[i], RC_DEFAULT);
+	for (size_t i = 0; i < fw->fw_n[BOXFW_ALLOW]; i++)
+		add_rule(srv, nsrv, &fw->fw_list[BOXFW_ALLOW][i], RC_ALLOW);
+	for (size_t i = 0; i < fw->fw_n[BOXFW_DENY]; i++)
+		add_rule(srv, nsrv, &fw->fw_list[BOXFW_DENY][i], RC_DENY);
+	qsort(*srv, *nsrv, sizeof(**srv), rule_order);
+	/* the context's as given: allow_out first */
+	for (size_t i = 0; i < fw->fw_n[BOXFW_CTX_ALLOW]; i++)
+		add_rule(ctx, nctx, &fw->fw_list[BOXFW_CTX_ALLOW][i], RC_ALLOW);
+	for (size_t i = 0; i < fw->fw_n[BOXFW_CTX_DENY]; i++)
+		add_rule(ctx, nctx, &fw->fw_list[BOXFW_CTX_DENY][i], RC_DENY);
+}
+
+/*
+ * Whether DNS may go to the host's resolver at c: unless the operator's
+ * rules or the context's refuse it (the default list and the host's
+ * addresses aside). boxdns.c asks it of a resolver on the host's loopback.
+ */
+bool
+boxfw_resolver_ok(const struct box *bx, const struct cidr *c)
+{
+	struct rule *srv = NULL, *ctx = NULL;
+	size_t nsrv = 0, nctx = 0;
+	bool ok;
+
+	rules(&bx->bx_fw, &srv, &nsrv, &ctx, &nctx);
+	ok = chain_passes(srv, nsrv, c, false) && chain_passes(ctx, nctx, c, true);
+	free(srv);
+	free(ctx);
+	return ok;
+}
+
 /* The whole ruleset, as nft's commands, in one transaction. */
 static char *
 ruleset(const struct boxfw *fw)
 {
 	struct rule *srv = NULL, *ctx = NULL;
 	size_t nsrv = 0, nctx = 0, len = 0;
-	char *text = NULL, err[128];
+	char *text = NULL;
 	FILE *f = open_memstream(&text, &len);
 
 	if (!f)
 		fatal("open_memstream: %s", strerror(errno));
-	for (int i = 0; cidr_default_deny[i]; i++) {
-		struct cidr c;
-		if (cidr_parse(cidr_default_deny[i], &c, err, sizeof(err)) == 0)
-			add_rule(&srv, &nsrv, &c, RC_DEFAULT);
-	}
-	for (size_t i = 0; i < host_n; i++)
-		add_rule(&srv, &nsrv, &host_addrs[i], RC_DEFAULT);
-	for (size_t i = 0; i < fw->fw_n[BOXFW_ALLOW]; i++)
-		add_rule(&srv, &nsrv, &fw->fw_list[BOXFW_ALLOW][i], RC_ALLOW);
-	for (size_t i = 0; i < fw->fw_n[BOXFW_DENY]; i++)
-		add_rule(&srv, &nsrv, &fw->fw_list[BOXFW_DENY][i], RC_DENY);
-	/* the context's as given: allow_out first */
-	for (size_t i = 0; i < fw->fw_n[BOXFW_CTX_ALLOW]; i++)
-		add_rule(&ctx, &nctx, &fw->fw_list[BOXFW_CTX_ALLOW][i], RC_ALLOW);
-	for (size_t i = 0; i < fw->fw_n[BOXFW_CTX_DENY]; i++)
-		add_rule(&ctx, &nctx, &fw->fw_list[BOXFW_CTX_DENY][i], RC_DENY);
+	rules(fw, &srv, &nsrv, &ctx, &nctx);
 	fprintf(f, "add table inet " BOXFW_TABLE "\n"
 	           "add counter inet " BOXFW_TABLE " refused\n"
 	           "add chain inet " BOXFW_TABLE " refuse\n"
@@ -212,12 +242,12 @@ ruleset(const struct boxfw *fw)
 	           " refuse meta l4proto tcp reject with tcp reset\n"
 	           "add rule inet " BOXFW_TABLE
 	           " refuse reject with icmpx type admin-prohibited\n");
-	put_chain(f, "server", srv, nsrv, true);
-	put_chain(f, "context", ctx, nctx, false);
+	put_chain(f, "server", srv, nsrv);
+	put_chain(f, "context", ctx, nctx);
 	fprintf(f, "add chain inet " BOXFW_TABLE
 	           " out { type filter hook output priority 0; policy accept; }\n"
 	           "add rule inet " BOXFW_TABLE " out oifname \"lo\" accept\n");
-	put_resolvers(f, srv, nsrv, ctx, nctx); /* (the chains are in their order now) */
+	put_resolvers(f, srv, nsrv, ctx, nctx);
 	fprintf(f, "add rule inet " BOXFW_TABLE " out jump server\n"
 	           "add rule inet " BOXFW_TABLE " out jump context\n");
 	fclose(f);

@@ -7,7 +7,8 @@
  * connections go out through pasta, user-mode networking: its own TCP/UDP
  * stack turns the namespace's packets into sockets of the host. pasta lets
  * nothing in (-t/-u/-T/-U none) and gives no way to the host's loopback
- * (--no-map-gw). --network none: loopback only, no pasta.
+ * (--no-map-gw); DNS to a resolver there is relayed by the proxy
+ * (boxdns.c). --network none: loopback only, no pasta.
  *
  * As root the namespace belongs to a user namespace of its own, owned by
  * bx_net_uid, a uid of --kernel-uid-range no kernel runs as: pasta runs as
@@ -313,8 +314,10 @@ boxnet_start(struct box *bx)
 
 	if (!bx->bx_on || bx->bx_nons) /* without namespaces: the container's network */
 		return 0;
-	if (bx->bx_net == BOX_NET_OUTBOUND)
-		boxfw_host(); /* while we are in the host's namespace */
+	if (bx->bx_net == BOX_NET_OUTBOUND) { /* while we are in the host's namespace */
+		boxfw_host();
+		boxdns_host();
+	}
 	if (bx->bx_userns)
 		rc = start_own(bx);
 	else if (bx->bx_net == BOX_NET_NONE)
@@ -327,7 +330,11 @@ boxnet_start(struct box *bx)
 		log_err("context %s: the box's network namespace: %s", bx->bx_id, strerror(-rc));
 		return rc;
 	}
-	return boxfw_apply(bx); /* said */
+	if ((rc = boxfw_apply(bx)) < 0)
+		return rc; /* said */
+	if (bx->bx_net == BOX_NET_OUTBOUND)
+		boxdns_box(bx); /* a loopback resolver of the host's: relayed */
+	return 0;
 }
 
 /* A default route in our namespace: pasta has set it up. */

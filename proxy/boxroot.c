@@ -24,7 +24,9 @@
 #define STAGE "/tmp" /* where the new root is made, in the init's own mount namespace */
 
 /* What a line of the view makes (box_view). */
-enum part { P_SYSTEM, P_LINK, P_TMPFS, P_DEV, P_PROC, P_HOME, P_KERNEL, P_BIND, P_HIDE };
+enum part {
+	P_SYSTEM, P_RESOLV, P_LINK, P_TMPFS, P_DEV, P_PROC, P_HOME, P_KERNEL, P_BIND, P_HIDE
+};
 struct part_line {
 	enum part pl_kind;
 	const char *pl_path; /* in the box */
@@ -37,6 +39,7 @@ struct part_line {
  */
 static const struct part_line box_view[] = {
 	{P_SYSTEM, NULL},          /* boxview_system, read-only: /usr, /etc */
+	{P_RESOLV, "/etc/resolv.conf"}, /* where the host's is a link: the file it names */
 	{P_LINK, "/bin"},          {P_LINK, "/sbin"},  {P_LINK, "/lib"},
 	{P_LINK, "/lib32"},        {P_LINK, "/lib64"}, {P_LINK, "/libx32"},
 	{P_TMPFS, "/tmp"},         /* private, --kernel-tmp-size; /var/tmp is a link to it */
@@ -303,7 +306,7 @@ copy_tree(int src, const char *dst, uid_t uid, gid_t gid, int depth)
 struct sources {
 	int s_system[8];
 	int s_dev[sizeof(devices) / sizeof(devices[0])];
-	int s_home, s_kernel, s_bind[BOX_MAX_BINDS], s_hide;
+	int s_home, s_kernel, s_bind[BOX_MAX_BINDS], s_hide, s_resolv;
 };
 
 static void
@@ -324,13 +327,17 @@ open_sources(const struct box *bx, struct sources *src)
 					 ? -1
 					 : open(bx->bx_binds[i].bb_path, O_PATH | O_CLOEXEC);
 	src->s_hide = bx->bx_hide ? open("/dev/null", O_PATH | O_CLOEXEC) : -1;
+	struct stat st;
+	src->s_resolv = lstat("/etc/resolv.conf", &st) == 0 && S_ISLNK(st.st_mode)
+				? open("/etc/resolv.conf", O_PATH | O_CLOEXEC)
+				: -1;
 }
 
 /* Done with them: nothing of the host's stays open in the init once the root is made. */
 static void
 close_sources(const struct box *bx, const struct sources *src)
 {
-	int fds[] = {src->s_home, src->s_kernel, src->s_hide};
+	int fds[] = {src->s_home, src->s_kernel, src->s_hide, src->s_resolv};
 
 	for (size_t i = 0; i < 8 && boxview_system[i]; i++)
 		if (src->s_system[i] >= 0)
@@ -434,6 +441,18 @@ make_part(const struct box *bx, const struct sources *src, size_t i)
 			if (bind_at(src->s_system[k], boxview_system[k], true, false) < 0)
 				return -1;
 		return 0;
+	case P_RESOLV: { /* an Ubuntu's link into /run/systemd, which the box lacks */
+		if (src->s_resolv < 0)
+			return 0; /* a file, shown with /etc; or a link to nothing */
+		int link = open(staged(dst, path), O_PATH | O_NOFOLLOW | O_CLOEXEC), rc;
+		/* over the link itself: through its fd, as its path would be followed */
+		rc = link < 0 ? -1
+			      : mount(fdpath(target, src->s_resolv), fdpath(opts, link), NULL,
+				      MS_BIND, NULL);
+		if (link >= 0)
+			close(link);
+		return rc < 0 ? -1 : remount_bind(dst, false);
+	}
 	case P_LINK: /* the host's link, or its directory read-only; nothing if neither */
 		if ((n = readlink(path, target, sizeof(target) - 1)) > 0) {
 			target[n] = '\0';

@@ -348,6 +348,11 @@ envd_run(struct proxy *px, int sigfd)
 	epoll_ctl(e.ep, EPOLL_CTL_ADD, ipc_fd(), &ev);
 	ev.data.fd = sigfd;
 	epoll_ctl(e.ep, EPOLL_CTL_ADD, sigfd, &ev);
+	int dnsfd[6], ndns = boxdns_fds(dnsfd, 6); /* a loopback resolver's relay */
+	for (int i = 0; i < ndns; i++) {
+		ev.data.fd = dnsfd[i];
+		epoll_ctl(e.ep, EPOLL_CTL_ADD, dnsfd[i], &ev);
+	}
 	while (run) {
 		int n = epoll_wait(e.ep, got, 4, -1);
 		for (int i = 0; i < n && run; i++) {
@@ -362,7 +367,9 @@ envd_run(struct proxy *px, int sigfd)
 					run = envd_reap();
 			} else if (fd == ipc_fd()) {
 				run = envd_from_broker();
-			} else if (fd == e.fd) {
+			} else if (fd != e.fd) {
+				boxdns_drain();
+			} else {
 				if (got[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
 					agent_read();
 				if (e.fd >= 0 && (got[i].events & EPOLLOUT))

@@ -17,7 +17,7 @@
 #include "proxy.h"
 
 /* What the loop's epoll reports, as its data. */
-enum { W_IPC, W_SIG, W_BOX, W_KOUT, W_KERNEL };
+enum { W_IPC, W_SIG, W_BOX, W_KOUT, W_DNS, W_KERNEL };
 
 static struct proxy *px;
 static int ep = -1, sigfd = -1;
@@ -218,7 +218,7 @@ sleep_ms(uint64_t now, bool rest, uint64_t until)
 
 /* What woke the loop: which of the broker, the signals, the box; kernel sockets pending. */
 static void
-woken(struct epoll_event *evs, int n, bool *ipc, bool *sig, bool *box, bool *out)
+woken(struct epoll_event *evs, int n, bool *ipc, bool *sig, bool *box, bool *out, bool *dns)
 {
 	for (int i = 0; i < n; i++) {
 		uint32_t w = evs[i].data.u32;
@@ -230,6 +230,8 @@ woken(struct epoll_event *evs, int n, bool *ipc, bool *sig, bool *box, bool *out
 			*box = true;
 		else if (w == W_KOUT)
 			*out = true;
+		else if (w == W_DNS)
+			*dns = true;
 		else if (w >= W_KERNEL && w < W_KERNEL + KSOCK_N) {
 			struct zmtp *z = kernel_sock(w - W_KERNEL);
 			if (z && z == zw[w - W_KERNEL].zw_z && (evs[i].events & ~EPOLLIN))
@@ -253,9 +255,12 @@ loop_run(struct proxy *p, int sig)
 	watch(EPOLL_CTL_ADD, ipc_fd(), W_IPC);
 	watch(EPOLL_CTL_ADD, sigfd, W_SIG);
 	watch(EPOLL_CTL_ADD, kout_fd(), W_KOUT);
+	int dnsfd[6], ndns = boxdns_fds(dnsfd, 6);
+	for (int i = 0; i < ndns; i++)
+		watch(EPOLL_CTL_ADD, dnsfd[i], W_DNS);
 	while (!dispatch_quit()) {
 		struct epoll_event evs[8];
-		bool ipc = false, sig = false, box = false, out = false;
+		bool ipc = false, sig = false, box = false, out = false, dns = false;
 		uint64_t now = now_ms(), until;
 		bool rest = iopub_rest(now, &until);
 		long wait = sleep_ms(now, rest, until);
@@ -268,11 +273,13 @@ loop_run(struct proxy *p, int sig)
 				wait = 0;
 		if ((n = epoll_wait(ep, evs, 8, (int)wait)) < 0 && errno != EINTR)
 			fatal("epoll_wait: %s", strerror(errno));
-		woken(evs, n, &ipc, &sig, &box, &out);
+		woken(evs, n, &ipc, &sig, &box, &out, &dns);
 		if (rest && n > 0)
 			zw[KSOCK_IOPUB].zw_pending = true; /* iopub first, whatever woke us */
 		if (out)
 			kout_drain(now);
+		if (dns)
+			boxdns_drain();
 		if (sig)
 			reap();
 		if (box)

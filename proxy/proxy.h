@@ -320,7 +320,14 @@ int boxnet_start(struct box *bx);
 bool boxnet_ready(struct box *bx, uint64_t since);
 bool boxnet_reaped(struct box *bx, pid_t pid, int status);
 
+/* boxdns.c */
+void boxdns_host(void);
+void boxdns_box(const struct box *bx);
+int boxdns_fds(int *fds, int max);
+void boxdns_drain(void);
+
 /* boxfw.c */
+bool boxfw_resolver_ok(const struct box *bx, const struct cidr *c);
 int boxfw_option(struct boxfw *fw, const char *list, enum boxfw_list which);
 void boxfw_host(void);
 int boxfw_apply(struct box *bx);

@@ -8,7 +8,9 @@
  * /metrics counts it; --egress-allow opens a hole, a context's "network"
  * narrows what the server allows and never widens it; a kernel cannot
  * change the rules. In both isolation modes, and under a broker that is
- * not root.
+ * not root. A resolver on the host's loopback (a stand-in of the test's, at
+ * 127.0.0.53, named by an /etc/resolv.conf of the test's mount namespace)
+ * answers a box, and nothing else of the host's loopback does.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -17,6 +19,10 @@
 #include <signal.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sched.h>
+#include <errno.h>
+#include <strings.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -519,4 +525,207 @@ Test(egress, the_server_denies_the_internet_and_opens_a_mirror, .fini = egress_s
 	cr_expect_str_eq(out, "refused\nrefused\npage\n", "the mirror alone: %s", out);
 	free(out);
 	free(id);
+}
+
+/*
+ * A loopback resolver of the host's (systemd-resolved's 127.0.0.53 stub, a
+ * local dnsmasq): the test's broker runs in a mount namespace of the
+ * test's own where /etc/resolv.conf names only it, and a stand-in of the
+ * test's answers there (the machine's own /etc/resolv.conf is untouched;
+ * nothing is sent outside the machine).
+ */
+#define DNS_NAME "sandcell-test.example"
+#define DNS_ADDR "198.18.0.7"
+
+static pid_t dns_pid;
+static char dns_dir[64];
+
+static void
+dns_stop(void)
+{
+	if (dns_pid > 0) {
+		kill(dns_pid, SIGKILL);
+		waitpid(dns_pid, NULL, 0);
+	}
+	dns_pid = 0;
+	egress_stop();
+	if (dns_dir[0]) {
+		char cmd[96];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dns_dir);
+		cr_expect_eq(system(cmd), 0, "%s", cmd);
+	}
+	dns_dir[0] = '\0';
+}
+
+/* The stand-in's answer to q (n bytes) in out: DNS_NAME's A, no AAAA, no other name. */
+static size_t
+dns_answer(const unsigned char *q, size_t n, unsigned char *out)
+{
+	static const unsigned char want[] = "\015sandcell-test\007example";
+	size_t i = 12;
+
+	while (i < n && q[i])
+		i += q[i] + 1u;
+	if (n < 12 || i + 5 > n)
+		return 0;
+	size_t qlen = i + 5 - 12; /* the question: its name, type and class */
+	bool ours = i - 12 == sizeof(want) - 1 && !strncasecmp((const char *)q + 12,
+	                                                        (const char *)want, i - 12);
+	bool a = q[i + 1] == 0 && q[i + 2] == 1;
+	memcpy(out, q, 2);
+	out[2] = 0x81; /* an answer, recursion desired */
+	out[3] = ours ? 0x80 : 0x83; /* recursion available; no such name */
+	memcpy(out + 4, "\0\1\0\0\0\0\0\0", 8);
+	out[7] = ours && a;
+	memcpy(out + 12, q + 12, qlen);
+	if (!(ours && a))
+		return 12 + qlen;
+	static const unsigned char rr[] = {0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 198, 18, 0, 7};
+	memcpy(out + 12 + qlen, rr, sizeof(rr));
+	return 12 + qlen + sizeof(rr);
+}
+
+/* The stand-in resolver at addr:53 (UDP), a child of the test's; 0, or -1 if the port is taken. */
+static int
+dns_standin(const char *addr)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(53)};
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	inet_pton(AF_INET, addr, &sa.sin_addr);
+	if (s < 0 || bind(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		if (s >= 0)
+			close(s);
+		return -1;
+	}
+	if ((dns_pid = fork()) == 0) {
+		unsigned char q[1500], out[1600];
+		for (;;) {
+			struct sockaddr_storage from;
+			socklen_t fl = sizeof(from);
+			ssize_t n = recvfrom(s, q, sizeof(q), 0, (struct sockaddr *)&from, &fl);
+			size_t m = n > 0 ? dns_answer(q, (size_t)n, out) : 0;
+			if (m)
+				sendto(s, out, m, 0, (struct sockaddr *)&from, fl);
+		}
+	}
+	close(s);
+	return dns_pid > 0 ? 0 : -1;
+}
+
+/*
+ * link: the broker's /etc/resolv.conf is a link to a file the box does not
+ * show (an Ubuntu's, into /run/systemd; here into the test's dir in /tmp),
+ * else a file. Its /etc is a copy of the machine's, with the test's
+ * resolv.conf, bound over /etc in a mount namespace of the test's own.
+ */
+static void
+loopback_resolver(const char *const *args, uid_t as, bool link)
+{
+	const char *ns = "127.0.0.53";
+	char path[128], stub[128], etc[96], code[1024];
+	FILE *f;
+
+	standins();
+	if (dns_standin(ns) < 0) /* a resolved of the machine's own: another loopback address */
+		cr_assert_eq(dns_standin(ns = "127.0.0.153"), 0, "a stand-in resolver");
+	cr_assert(mkdtemp(strcpy(dns_dir, "/tmp/sandcell-dns-XXXXXX")));
+	chmod(dns_dir, 0755);
+	snprintf(etc, sizeof(etc), "%s/etc", dns_dir);
+	snprintf(code, sizeof(code), "cp -a /etc '%s'", etc);
+	cr_assert_eq(system(code), 0, "%s", code);
+	snprintf(path, sizeof(path), "%s/resolv.conf", etc);
+	snprintf(stub, sizeof(stub), "%s/stub-resolv.conf", dns_dir);
+	unlink(path);
+	cr_assert((f = fopen(link ? stub : path, "w")));
+	fprintf(f, "nameserver %s\noptions timeout:2 attempts:2\n", ns);
+	fclose(f);
+	chmod(link ? stub : path, 0644);
+	if (link)
+		cr_assert_eq(symlink(stub, path), 0);
+	cr_assert_eq(unshare(CLONE_NEWNS), 0, "a mount namespace: %s", strerror(errno));
+	cr_assert_eq(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
+	cr_assert_eq(mount(etc, "/etc", NULL, MS_BIND, NULL), 0, "the test's /etc: %s",
+	             strerror(errno));
+	struct stat st;
+	cr_assert(lstat("/etc/resolv.conf", &st) == 0 && !S_ISLNK(st.st_mode) == !link,
+	          "/etc/resolv.conf is%s a link", link ? " not" : "");
+	start(args, as);
+
+	/* a name looked up as programs do: Python (forked from the template), bash (cold) */
+	char *py = context_new(eb.b_url, "python", NULL);
+	cr_assert_not_null(py);
+	char *out = run_stdout(eb.b_url, py,
+	                       "import socket\n"
+	                       "print([l.split()[1] for l in open('/etc/resolv.conf') "
+	                       "if l.startswith('nameserver')])\n"
+	                       "try:\n"
+	                       "    print(socket.getaddrinfo('" DNS_NAME "', 80, "
+	                       "socket.AF_INET)[0][4][0])\n"
+	                       "except OSError as e:\n"
+	                       "    print('no answer', e)\n");
+	char want[128];
+	snprintf(want, sizeof(want), "['%s']\n" DNS_ADDR "\n", ns);
+	cr_expect_str_eq(out, want, "Python's lookup through the host's loopback resolver: %s",
+	                 out);
+	free(out);
+	char *sh = context_new(eb.b_url, "bash", NULL);
+	cr_assert_not_null(sh);
+	out = run_stdout(eb.b_url, sh, "getent hosts " DNS_NAME " || echo no answer");
+	cr_assert_not_null(out);
+	cr_expect(!strncmp(out, DNS_ADDR " ", strlen(DNS_ADDR " ")) && strstr(out, DNS_NAME),
+	          "bash's lookup: %s", out);
+	free(out);
+	free(sh);
+
+	/* nothing else of the host's loopback: the resolver's address over TCP, another
+	 * port of the host's loopback where the test listens */
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof(sa);
+	int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	inet_pton(AF_INET, ns, &sa.sin_addr);
+	cr_assert(ls >= 0 && bind(ls, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+	          listen(ls, 16) == 0 && getsockname(ls, (struct sockaddr *)&sa, &sl) == 0);
+	snprintf(code, sizeof(code),
+	         "import socket, time\n"
+	         "for a in [('%s', 53), ('%s', %d), ('127.0.0.1', %d)]:\n"
+	         "    t = time.time()\n"
+	         "    try:\n"
+	         "        socket.create_connection(a, 10)\n"
+	         "        print('reached')\n"
+	         "    except OSError:\n"
+	         "        print('refused' if time.time() - t < 3 else 'hung')\n",
+	         ns, ns, ntohs(sa.sin_port), ntohs(sa.sin_port));
+	out = run_stdout(eb.b_url, py, code);
+	close(ls);
+	cr_expect_str_eq(out, "refused\nrefused\nrefused\n", "the host's loopback: %s", out);
+	free(out);
+	/* and the metadata, still */
+	out = probe(eb.b_url, py, "python");
+	cr_expect_str_eq(out, "page\nrefused\nrefused\n", "%s", out);
+	free(out);
+	free(py);
+}
+
+Test(egress, a_loopback_resolver_behind_a_link_answers_and_nothing_else_of_the_hosts_loopback,
+     .fini = dns_stop, .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", NULL};
+	loopback_resolver(args, 0, true);
+}
+
+Test(egress, a_loopback_resolver_answers_a_rootless_broker_s_boxes, .fini = dns_stop,
+     .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0",
+	                      "--kernel-memory",      "2G",     NULL};
+	struct stat st;
+
+	if (stat("/dev/net/tun", &st) < 0)
+		cr_skip_test("no /dev/net/tun: no way out to test");
+	if ((st.st_mode & 0666) != 0666) {
+		tun_mode = st.st_mode & 07777;
+		cr_assert_eq(chmod("/dev/net/tun", 0666), 0);
+	}
+	loopback_resolver(args, ROOTLESS_UID, false);
 }
