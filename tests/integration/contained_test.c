@@ -85,18 +85,6 @@ Test(contained, a_kernel_is_boxed_as_a_uid_of_its_own_and_sees_nothing_of_the_se
 	free(id);
 }
 
-/* A python execution in id prints 42: its kernel answers (restarted, if a cell ended it).
- */
-static bool
-answers(void *arg)
-{
-	char *out = run_stdout(URL, arg, "print(6*7)");
-	bool ok = out && !strcmp(out, "42\n");
-
-	free(out);
-	return ok;
-}
-
 Test(contained, cells_that_kill_everything_kill_only_their_own, .timeout = 300)
 {
 	static const char *const cells[] = {
@@ -111,46 +99,9 @@ Test(contained, cells_that_kill_everything_kill_only_their_own, .timeout = 300)
 	};
 	char *busy = context_new(URL, "python", NULL),
 	     *id = context_new(URL, "python", NULL);
-	pid_t broker = test_broker_pid(), proxy = context_pid(URL, id, "proxy_pid");
-	pid_t nproxy = context_pid(URL, busy, "proxy_pid");
-	pid_t nkernel = context_pid(URL, busy, "kernel_pid");
-	struct bg b = {.ctx = busy,
-	               .code =
-	                   "import time\nfor i in range(200):\n    print(i, flush=True)\n"
-	                   "    time.sleep(0.25)\nprint('done')",
-	               .timeout_ms = 200000};
-
-	cr_assert(busy && id && broker > 0 && proxy > 0 && nproxy > 0 && nkernel > 0);
-	bg_start(&b);
-	cr_assert_eq(bg_wait_stdout(&b, 30000), 0, "the busy neighbour started");
-	for (size_t i = 0; i < sizeof(cells) / sizeof(cells[0]); i++) {
-		struct resp r;
-		json_decref(run(URL, id, cells[i])); /* its own kernel may die of it */
-		cr_assert_eq(kill(broker, 0), 0, "cell %zu ended the broker", i);
-		cr_assert_eq(kill(proxy, 0), 0, "cell %zu ended its proxy", i);
-		cr_assert_eq(kill(nproxy, 0), 0, "cell %zu ended the neighbour's proxy",
-		             i);
-		cr_assert_eq(kill(nkernel, 0), 0, "cell %zu ended the neighbour's kernel",
-		             i);
-		cr_assert_eq(http(URL, "GET", "/health", NULL, &r, 5), 0);
-		cr_assert_eq(r.r_status, 200, "cell %zu: /health %ld", i, r.r_status);
-		resp_free(&r);
-		/* a fork bomb's processes may hold its uid's processes for a while:
-		 * a restart ends its box */
-		if (strstr(cells[i], ":|:"))
-			cr_assert_eq(context_post(URL, id, "restart", 60), 200);
-		cr_assert_eq(wait_until(answers, id, 60000), 0,
-		             "cell %zu: its context answers again", i);
-	}
-	bg_join(&b);
-	char *out = stdout_of(b.lines);
-	cr_assert(strstr(out, "\n199\ndone\n"), "the busy neighbour ran to its end: %s",
-	          out + (strlen(out) > 200 ? strlen(out) - 200 : 0));
-	cr_assert_str_eq(error_name(b.lines), "(none)");
-	cr_assert_eq(context_pid(URL, busy, "kernel_pid"), nkernel,
-	             "the neighbour restarted");
-	free(out);
-	json_decref(b.lines);
+	cr_assert(busy && id);
+	expect_cells_kill_only_their_own(URL, test_broker_pid(), id, busy, cells,
+					 sizeof(cells) / sizeof(cells[0]), 200);
 	context_delete(URL, busy);
 	context_delete(URL, id);
 	free(busy);

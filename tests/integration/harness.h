@@ -268,6 +268,11 @@ char *keeper_new(const char *base);
 void keeper_check(const char *base, const char *id);
 /* expect.c (suites only): code, run in context id, prints exactly want. */
 void expect_stdout(const char *base, const char *id, const char *code, const char *want);
+/* expect.c (suites only): cells run in id beside busy, a neighbour printing lines
+ * 0..lines-1: each kills only id's own processes (the broker is pid broker). */
+void expect_cells_kill_only_their_own(const char *base, pid_t broker, const char *id,
+				      const char *busy, const char *const *cells, size_t ncells,
+				      int lines);
 /*
  * Python code, run by a process of a box: whether it can open its init's
  * /proc/1/mem, take the init's fd 3 (the proxy's socket) with pidfd_getfd,
