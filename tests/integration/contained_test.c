@@ -21,22 +21,6 @@ HARNESS_CONTAINED;
 
 #define URL test_url()
 
-/* Whether one of the lacks /ready lists names this. */
-static bool
-lacks(json_t *missing, const char *what)
-{
-	size_t i;
-	json_t *m;
-
-	json_array_foreach(missing, i, m)
-	{
-		const char *w = json_string_value(json_object_get(m, "what"));
-		if (w && strstr(w, what) && json_string_value(json_object_get(m, "how")))
-			return true;
-	}
-	return false;
-}
-
 Test(contained, ready_says_the_box_is_reduced_and_what_it_lacks, .timeout = 60)
 {
 	struct resp r;
@@ -49,11 +33,11 @@ Test(contained, ready_says_the_box_is_reduced_and_what_it_lacks, .timeout = 60)
 	cr_assert(json_is_true(json_object_get(sb, "own_user_namespace")), "%s",
 	          r.r_body);
 	json_t *m = json_object_get(sb, "missing");
-	cr_assert(lacks(m, "/proc of the box's own"), "%s", r.r_body);
-	cr_assert(lacks(m, "pids cgroup"), "%s", r.r_body);
-	cr_assert(lacks(m, "memory cgroup"), "%s", r.r_body);
-	cr_assert(lacks(m, "outbound network"), "%s", r.r_body);
-	cr_assert(lacks(m, "size bound on the workspace"), "%s", r.r_body);
+	cr_assert(ready_lacks(m, "/proc of the box's own"), "%s", r.r_body);
+	cr_assert(ready_lacks(m, "pids cgroup"), "%s", r.r_body);
+	cr_assert(ready_lacks(m, "memory cgroup"), "%s", r.r_body);
+	cr_assert(ready_lacks(m, "outbound network"), "%s", r.r_body);
+	cr_assert(ready_lacks(m, "size bound on the workspace"), "%s", r.r_body);
 	cr_assert_eq(metric_value(URL, "sandcell_sandbox_missing"),
 	             (double)json_array_size(m));
 	json_decref(j);

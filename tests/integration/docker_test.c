@@ -29,22 +29,6 @@ HARNESS_DOCKER;
 
 #define URL test_url()
 
-/* Whether one of the lacks /ready lists names this. */
-static bool
-lacks(json_t *missing, const char *what)
-{
-	size_t i;
-	json_t *m;
-
-	json_array_foreach(missing, i, m)
-	{
-		const char *w = json_string_value(json_object_get(m, "what"));
-		if (w && strstr(w, what) && json_string_value(json_object_get(m, "how")))
-			return true;
-	}
-	return false;
-}
-
 Test(docker, ready_says_the_box_is_reduced_without_namespaces, .timeout = 60)
 {
 	struct resp r;
@@ -58,11 +42,11 @@ Test(docker, ready_says_the_box_is_reduced_without_namespaces, .timeout = 60)
 	cr_assert_eq(json_integer_value(json_object_get(sb, "landlock_abi")),
 	             landlock_abi(), "%s", r.r_body);
 	json_t *m = json_object_get(sb, "missing");
-	cr_assert(lacks(m, "PID namespace"), "%s", r.r_body);
-	cr_assert(lacks(m, "/proc of the box's own"), "%s", r.r_body);
-	cr_assert(lacks(m, "network of the box's own"), "%s", r.r_body);
-	cr_assert(lacks(m, "pids cgroup"), "%s", r.r_body);
-	cr_assert(lacks(m, "memory cgroup"), "%s", r.r_body);
+	cr_assert(ready_lacks(m, "PID namespace"), "%s", r.r_body);
+	cr_assert(ready_lacks(m, "/proc of the box's own"), "%s", r.r_body);
+	cr_assert(ready_lacks(m, "network of the box's own"), "%s", r.r_body);
+	cr_assert(ready_lacks(m, "pids cgroup"), "%s", r.r_body);
+	cr_assert(ready_lacks(m, "memory cgroup"), "%s", r.r_body);
 	cr_assert_eq(metric_value(URL, "sandcell_sandbox_missing"),
 	             (double)json_array_size(m));
 	json_decref(j);

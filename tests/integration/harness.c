@@ -1392,3 +1392,19 @@ template_pid(const char *run_dir)
 {
 	return pid_where(is_template_of, run_dir);
 }
+
+/* Whether one of the parts GET /ready's sandbox.missing lists names what, with a "how". */
+bool
+ready_lacks(json_t *missing, const char *what)
+{
+	size_t i;
+	json_t *m;
+
+	json_array_foreach(missing, i, m)
+	{
+		const char *w = json_string_value(json_object_get(m, "what"));
+		if (w && strstr(w, what) && json_string_value(json_object_get(m, "how")))
+			return true;
+	}
+	return false;
+}

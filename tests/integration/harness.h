@@ -174,6 +174,8 @@ int bg_wait_stdout(struct bg *b, long timeout_ms);
 
 /* "kernel_pid" or "proxy_pid" of a context, from GET /contexts/{id}; 0 if none. */
 pid_t context_pid(const char *base, const char *id, const char *which);
+/* Whether GET /ready's sandbox.missing names what (with what would give it). */
+bool ready_lacks(json_t *missing, const char *what);
 /* POST /contexts/{id}/{action} (restart, interrupt): the HTTP status, or -1. */
 long context_post(const char *base, const char *id, const char *action, long timeout_s);
 
