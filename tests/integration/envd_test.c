@@ -36,7 +36,7 @@ pick_port(void)
 	snprintf(envd_url, sizeof(envd_url), "http://127.0.0.1:%d", port);
 }
 
-HARNESS_SHARED_BROKER("--envd-listen", envd_at, "--max-body", "1M", "--env",
+HARNESS_SHARED_BROKER("--envd-listen", envd_at, "--max-body", "1M", "--max-file-size", "1M", "--env",
                       "SANDCELL_TEST_GLOBAL=everywhere");
 
 #define URL test_url()
