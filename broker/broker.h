@@ -606,16 +606,34 @@ const char *envd_body_refusal(struct MHD_Connection *conn, char *why, size_t why
 
 /* gzip.c: gzip on envd's /files */
 bool gzip_takes(struct MHD_Connection *c);
+#define GZIP_WINDOW (15 + 16) /* zlib's windowBits for its gzip wrapper */
 void envd_free(struct http_request *hr);
 struct context *envd_context(void);
 struct MHD_Response *envd_error(bool rpc, const char *code, unsigned *status, const char *msg);
 bool envd_upload_asked(const char *url, const char *method);
 
-/* envdfile.c: GET and POST /files, streamed with bounded memory */
+/* envdfile.c: /files' transfers (a file's stream to the agent) and downloads */
+/* One file on its way, either direction: its stream and its counts. */
+struct xfer {
+	struct stream *x_s; /* NULL once it ended */
+	struct upload *x_up;
+	struct download *x_down;
+	uint64_t x_sent, x_acked; /* an upload's bytes sent, acknowledged */
+	json_t *x_entry;          /* an upload's EntryInfo, once done */
+};
+void envdfile_send(struct xfer *x, const char *op, json_t *args, const char *data, size_t len);
+void envdfile_open(struct xfer *x, struct context *c, const char *op, const char *path);
+void envdfile_close(struct xfer *x);
+int64_t envdfile_number(const struct msg *m);
 enum MHD_Result envdfile_read(struct http_request *hr, struct context *c, const char *path);
-enum MHD_Result envdfile_upload(struct http_request *hr, struct context *c, const char *path);
-enum MHD_Result envdfile_body(struct http_request *hr, const char *data, size_t *size);
 void envdfile_free(struct http_request *hr);
+
+/* envdupload.c: POST /files, its body streamed to the agent */
+enum MHD_Result envdupload_start(struct http_request *hr, struct context *c, const char *path);
+enum MHD_Result envdupload_body(struct http_request *hr, const char *data, size_t *size);
+void envdupload_in(struct xfer *x, struct msg *m);
+void envdupload_lost(struct xfer *x);
+void envdupload_free(struct http_request *hr);
 void waiter_tick(uint64_t now);
 
 /* kcache.c */

@@ -501,7 +501,7 @@ envd_route(struct http_request *hr, const char *url, const char *method)
 		return envdfile_read(hr, c, path);
 	}
 	if (post) /* http.c hands it here with its head alone: its body streams */
-		return envdfile_upload(hr, c, arg(hr, "path"));
+		return envdupload_start(hr, c, arg(hr, "path"));
 	return respond_now(hr, 405, respond_text("GET or POST /files"));
 }
 

@@ -435,7 +435,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		return respond_now(hr, hr->hr_status, r);
 	}
 	if (hr->hr_upload)
-		return envdfile_body(hr, upload, upload_size);
+		return envdupload_body(hr, upload, upload_size);
 	if (hr->hr_stream_body) { /* answered at its head: its body is dropped */
 		*upload_size = 0;
 		return MHD_YES;
