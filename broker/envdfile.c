@@ -160,22 +160,27 @@ down_reader(void *cls, uint64_t pos, char *out, size_t max)
 		down_took(d, n);
 		if (n)
 			return (ssize_t)n;
-	} else {
-		while (!n && !d->d_zdone && (buf_pending(&d->d_buf) || d->d_eof)) {
+	} else { /* as much as fits: small writes would wait on the peer's ACKs */
+		size_t room = max;
+		while (room && !d->d_zdone && (buf_pending(&d->d_buf) || d->d_eof)) {
 			size_t in = buf_pending(&d->d_buf);
 			d->d_z.next_in = (Bytef *)(in ? buf_head(&d->d_buf) : "");
 			d->d_z.avail_in = (uInt)in;
-			d->d_z.next_out = (Bytef *)out;
-			d->d_z.avail_out = (uInt)max;
+			d->d_z.next_out = (Bytef *)(out + (max - room));
+			d->d_z.avail_out = (uInt)room;
 			int zr = deflate(&d->d_z, d->d_eof ? Z_FINISH : Z_NO_FLUSH);
 			if (zr == Z_STREAM_ERROR)
 				return MHD_CONTENT_READER_END_WITH_ERROR;
 			d->d_zdone = zr == Z_STREAM_END;
-			buf_consume(&d->d_buf, in - d->d_z.avail_in);
-			down_took(d, in - d->d_z.avail_in);
-			n = max - d->d_z.avail_out;
+			size_t took = in - d->d_z.avail_in,
+			       made = room - d->d_z.avail_out;
+			buf_consume(&d->d_buf, took);
+			down_took(d, took);
+			room -= made;
+			if (!took && !made)
+				break; /* zlib wants more input */
 		}
-		if (n)
+		if ((n = max - room))
 			return (ssize_t)n;
 	}
 	if (d->d_eof && (!d->d_gzip || d->d_zdone))
@@ -202,8 +207,8 @@ down_start(struct download *d, uint64_t size)
 	d->d_size = size;
 	d->d_started = true;
 	d->d_gzip = gzip_takes(d->d_hr->hr_conn) &&
-	            deflateInit2(&d->d_z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, GZIP_WINDOW,
-	                         8, Z_DEFAULT_STRATEGY) == Z_OK;
+	            deflateInit2(&d->d_z, Z_BEST_SPEED, Z_DEFLATED, GZIP_WINDOW, 8,
+	                         Z_DEFAULT_STRATEGY) == Z_OK;
 	r = MHD_create_response_from_callback(d->d_gzip ? MHD_SIZE_UNKNOWN : size,
 	                                      64 << 10, down_reader, d, down_free_cb);
 	d->d_refs++;

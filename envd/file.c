@@ -233,8 +233,11 @@ file_cancel(uint64_t stream)
 {
 	struct xfer *x = find(stream);
 
-	if (x)
-		drop(x);
+	if (!x)
+		return;
+	drop(x);
+	/* its last event, which the proxy takes as its end (the broker has none) */
+	agent_event(stream, "cancelled", NULL, 0, true);
 }
 
 /* Whether a download may send now (the loop then does not sleep in poll). */
