@@ -32,6 +32,8 @@ struct upload {
 	uint64_t u_inflight;  /* sent and not acknowledged, over all its files */
 	const char *u_path;   /* the query's path */
 	struct MHD_PostProcessor *u_pp;
+	char *u_part; /* the part told with no bytes yet, and its path */
+	bool u_part_empty;
 	z_stream u_z;
 	bool u_gzip, u_zend;
 	bool u_waiting;    /* suspended: the window is full */
@@ -184,10 +186,16 @@ up_part(void *cls, enum MHD_ValueKind kind, const char *key, const char *filenam
 	if (strcmp(key, "file"))
 		return MHD_YES; /* envd reads the field "file" alone */
 	/* the query's path for one file; a file's own name otherwise */
-	if (off == 0 && up_file(u, u->u_path && *u->u_path ? u->u_path
-	                           : filename              ? filename
-	                                                   : "") < 0)
+	const char *path = u->u_path && *u->u_path ? u->u_path : filename ? filename : "";
+	/* a part begins at offset 0, perhaps told first with no bytes: once */
+	if (off == 0 && !(u->u_part_empty && !strcmp(path, u->u_part)) &&
+	    up_file(u, path) < 0)
 		return MHD_NO;
+	if (off == 0 && !size) {
+		free(u->u_part);
+		u->u_part = xstrdup(path);
+	}
+	u->u_part_empty = off == 0 && !size;
 	up_bytes(u, data, size);
 	return u->u_status ? MHD_NO : MHD_YES;
 }
@@ -424,6 +432,7 @@ envdupload_free(struct http_request *hr)
 	if (u->u_fail)
 		MHD_destroy_response(u->u_fail);
 	buf_free(&u->u_pending);
+	free(u->u_part);
 	free(u);
 	hr->hr_upload = NULL;
 }

@@ -2,9 +2,10 @@
  * file.c — envd's /files in the agent, streamed (docs/ENVD.md): a download
  * is read in ENVD_CHUNK pieces and sent as its stream's events as far as
  * the broker's credit goes (ENVD_WINDOW, topped up by "more"); an upload's
- * chunks are written at their offsets into a temporary file beside the
- * target, acknowledged one by one, and the file renamed into place at its
- * end, so a cut or failed upload leaves nothing half-written. Each transfer
+ * chunks are written at their offsets, acknowledged one by one: a new file
+ * in place (as envd writes it; removed if the upload fails), one that is
+ * there into a temporary file beside it, renamed into place at the end. So a
+ * cut or failed upload leaves nothing half-written. Each transfer
  * is a stream of the broker's: its CANCEL drops it (a download stops, an
  * upload's temporary file is removed).
  */
@@ -19,10 +20,12 @@
 
 #include "agent.h"
 
-/* One transfer: a download (x_tmp NULL) or an upload into x_tmp. */
+/* One transfer: a download, or an upload (x_up) into x_path or x_tmp. */
 struct xfer {
 	uint64_t x_stream; /* 0: a free slot */
 	int x_fd;
+	bool x_up;
+	bool x_fresh;           /* an upload made x_path: removed if it fails */
 	char *x_tmp, *x_path;   /* an upload's temporary file and its target */
 	uint64_t x_size, x_off; /* a download's size at open; bytes done */
 	uint64_t x_credit;      /* a download's bytes the broker takes now */
@@ -65,6 +68,8 @@ drop(struct xfer *x)
 		close(x->x_fd);
 	if (x->x_tmp)
 		unlink(x->x_tmp);
+	else if (x->x_fresh)
+		unlink(x->x_path);
 	free(x->x_tmp);
 	free(x->x_path);
 	*x = (struct xfer){.x_fd = -1};
@@ -126,7 +131,7 @@ file_more(uint64_t stream, json_t *args)
 	struct xfer *x = find(stream);
 	json_int_t n = json_integer_value(json_object_get(args, "n"));
 
-	if (!x || x->x_tmp || n <= 0)
+	if (!x || x->x_up || n <= 0)
 		return;
 	x->x_credit += (uint64_t)n;
 	if (x->x_credit > ENVD_WINDOW)
@@ -156,7 +161,18 @@ file_wopen(uint64_t stream, json_t *args)
 	/* a link is written through, as envd's open(O_TRUNC) does */
 	if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && realpath(path, real))
 		path = real;
+	x->x_up = true;
 	x->x_path = xstrdup(path);
+	/* a new file is written in place, as envd does (watchers see it made and
+	 * written), and removed if the upload fails */
+	x->x_fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0644);
+	if (x->x_fd >= 0) {
+		x->x_fresh = true;
+		return;
+	}
+	if (errno != EEXIST)
+		return fail(x, errno, "create", path);
+	/* one there is replaced whole at the end, never left half-written */
 	dir = xstrdup(path);
 	slash = strrchr(dir, '/');
 	x->x_tmp = slash ? xasprintf("%.*s/.%s.upload-XXXXXX", (int)(slash - dir), dir,
@@ -180,7 +196,7 @@ file_wdata(uint64_t stream, json_t *args, const struct pstr *data)
 	json_int_t off = json_integer_value(json_object_get(args, "off"));
 	size_t done = 0;
 
-	if (!x || !x->x_tmp)
+	if (!x || !x->x_up)
 		return; /* cancelled or failed: its end was sent */
 	if (off < 0 || (uint64_t)off != x->x_off)
 		return fail(x, EINVAL, "write (out of order)", x->x_path);
@@ -206,16 +222,17 @@ file_wend(uint64_t stream)
 	json_t *e;
 	char *s;
 
-	if (!x || !x->x_tmp)
+	if (!x || !x->x_up)
 		return;
 	int rc = close(x->x_fd);
 	x->x_fd = -1;
 	if (rc < 0)
 		return fail(x, errno, "write", x->x_path);
-	if (rename(x->x_tmp, x->x_path) < 0)
+	if (x->x_tmp && rename(x->x_tmp, x->x_path) < 0)
 		return fail(x, errno, "write", x->x_path);
 	free(x->x_tmp);
 	x->x_tmp = NULL; /* it is the file now */
+	x->x_fresh = false;
 	if (!(e = agent_entry(x->x_path, &a))) {
 		proc_refuse(stream, a.a_code, a.a_text);
 		return drop(x);
@@ -245,7 +262,7 @@ bool
 file_ready(void)
 {
 	for (size_t i = 0; i < FILE_MAX; i++)
-		if (xfers[i].x_stream && !xfers[i].x_tmp && xfers[i].x_credit)
+		if (xfers[i].x_stream && !xfers[i].x_up && xfers[i].x_credit)
 			return true;
 	return false;
 }
@@ -258,7 +275,7 @@ file_step(void)
 
 	for (size_t i = 0; i < FILE_MAX; i++) {
 		struct xfer *x = &xfers[i];
-		if (!x->x_stream || x->x_tmp || !x->x_credit)
+		if (!x->x_stream || x->x_up || !x->x_credit)
 			continue;
 		uint64_t want = x->x_size - x->x_off;
 		if (want > sizeof(chunk))

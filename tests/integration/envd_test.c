@@ -1181,6 +1181,18 @@ dir_has(void *arg)
 	return yes;
 }
 
+/* Whether ListDir of dir names exactly what arg's prefix says ("a b "). */
+static bool
+dir_is(void *arg)
+{
+	struct in_dir *w = arg;
+	char *names = names_in(w->dir);
+	bool yes = names && !strcmp(names, w->prefix);
+
+	free(names);
+	return yes;
+}
+
 /* A transfer's bytes: made up as they go (xorshift), their CRC, the broker's
  * highest RSS seen meanwhile, and where to cut it (0: never). */
 struct gen {
@@ -1371,30 +1383,48 @@ Test(envd_own, a_full_workspace_is_507_and_leaves_nothing, .timeout = 180,
 	             "the workspace holds what a failed upload wrote");
 }
 
-/* An upload whose client leaves mid-body: its temporary file, then nothing. */
-Test(envd, a_cut_upload_leaves_no_file_and_no_temp_file)
+/* Half an upload of path (2 MiB said, 1 MiB sent) on a connection left open:
+ * its fd, once ListDir of cut names what shows it arrived (prefix). */
+static int
+half_upload(const char *path, const char *prefix)
 {
 	static char chunk[64 << 10];
-	struct in_dir tmp = {"cut", ".big.bin.upload-"}, empty = {"cut", NULL};
+	struct in_dir seen = {"cut", prefix};
 	char head[512];
-	int fd;
+	int fd = tcp_connect(envd_url);
 
-	up();
-	fd = tcp_connect(envd_url);
 	cr_assert_geq(fd, 0);
 	snprintf(head, sizeof(head),
-	         "POST /files?path=cut/big.bin HTTP/1.1\r\nHost: %s\r\n"
+	         "POST /files?path=%s HTTP/1.1\r\nHost: %s\r\n"
 	         "Content-Type: application/octet-stream\r\nContent-Length: %u\r\n\r\n",
-	         envd_at, 2u << 20);
+	         path, envd_at, 2u << 20);
 	cr_assert_eq(write(fd, head, strlen(head)), (ssize_t)strlen(head));
 	memset(chunk, 'c', sizeof(chunk));
 	for (int i = 0; i < 16; i++) /* 1 MiB of 2: the agent has chunks of it */
 		cr_assert_eq(write(fd, chunk, sizeof(chunk)), (ssize_t)sizeof(chunk));
-	cr_assert_eq(wait_until(dir_has, &tmp, 10000), 0,
-	             "the upload's bytes never reached the agent while it came");
-	close(fd);
-	cr_assert_eq(wait_until(dir_has, &empty, 10000), 0,
+	cr_assert_eq(wait_until(dir_has, &seen, 10000), 0,
+	             "the upload's bytes never reached the agent while it came: %s",
+	             names_in("cut"));
+	return fd;
+}
+
+/* An upload whose client leaves mid-body: a new file is gone, one that was
+ * there is as it was (its temporary file gone). */
+Test(envd, a_cut_upload_leaves_no_file_and_no_temp_file)
+{
+	struct in_dir only_old = {"cut", "old.bin "};
+	long st;
+	char *got;
+
+	up();
+	close(half_upload("cut/new.bin", "new.bin"));
+	cr_assert_eq(write_raw("cut/old.bin", "old"), 200);
+	close(half_upload("cut/old.bin", ".old.bin.upload-"));
+	cr_assert_eq(wait_until(dir_is, &only_old, 10000), 0,
 	             "a cut upload left something behind: %s", names_in("cut"));
+	got = read_file("cut/old.bin", &st);
+	cr_assert_str_eq(got, "old");
+	free(got);
 }
 
 /* envd's uploads are bounded by --max-file-size (2M here), not --max-body (1M) */
