@@ -27,5 +27,6 @@ takes_gzip(const char *accept)
 bool
 gzip_takes(struct MHD_Connection *c)
 {
-	return takes_gzip(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept-Encoding"));
+	return takes_gzip(
+	    MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept-Encoding"));
 }

@@ -106,7 +106,8 @@ envd_spawn(struct proxy *px)
 		if ((e.fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
 			return -errno;
 		if (connect(e.fd, (struct sockaddr *)&sa,
-		            offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name)) == 0)
+		            offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name)) ==
+		    0)
 			break;
 		close(e.fd);
 		e.fd = -1;
@@ -216,9 +217,9 @@ envd_relay(struct msg *m)
 	bool stream = m->m_type == MSG_ENVD && (m->m_has & FB(F_STREAM));
 	/* a transfer's later steps (file.c's more, wdata, wend) open no stream */
 	const char *op = m->m_text.s ? m->m_text.s : "";
-	bool opens = m->m_type == MSG_ENVD && !(stream && (!strcmp(op, "more") ||
-	                                                  !strcmp(op, "wdata") ||
-	                                                  !strcmp(op, "wend")));
+	bool opens = m->m_type == MSG_ENVD &&
+	             !(stream && (!strcmp(op, "more") || !strcmp(op, "wdata") ||
+	                          !strcmp(op, "wend")));
 	if (opens)
 		idset_add(stream ? &streams : &pending, stream ? m->m_stream : m->m_req);
 	if (pipe_frame_out(m, &e.out) < 0 && opens) {

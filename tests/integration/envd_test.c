@@ -37,8 +37,8 @@ pick_port(void)
 	snprintf(envd_url, sizeof(envd_url), "http://127.0.0.1:%d", port);
 }
 
-HARNESS_SHARED_BROKER("--envd-listen", envd_at, "--max-body", "1M", "--max-file-size", "2M", "--env",
-                      "SANDCELL_TEST_GLOBAL=everywhere");
+HARNESS_SHARED_BROKER("--envd-listen", envd_at, "--max-body", "1M", "--max-file-size",
+                      "2M", "--env", "SANDCELL_TEST_GLOBAL=everywhere");
 
 #define URL test_url()
 
@@ -1314,7 +1314,8 @@ static void
 own_envd(const char *const *more)
 {
 	char at[32];
-	const char *args[16] = {"--no-default-context", "--pool", "0", "--envd-listen", at};
+	const char *args[16] = {"--no-default-context", "--pool", "0", "--envd-listen",
+	                        at};
 	size_t n = 5;
 
 	for (size_t i = 0; more && more[i] && n < 15; i++)
