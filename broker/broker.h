@@ -189,6 +189,9 @@ struct http_request {
 	const char *hr_method;
 	bool hr_envd_port;       /* came through --envd-listen: envd.c's routes */
 	void *hr_envd;           /* envd.c's state of the request */
+	bool hr_stream_body;          /* envd's upload: its body is not held here */
+	struct upload *hr_upload;     /* envdfile.c's: POST /files, its body streamed */
+	struct download *hr_download; /* envdfile.c's: GET /files, its bytes streamed */
 };
 
 /*
@@ -254,6 +257,7 @@ struct server_config {
 	char *cf_env_file;
 	const char *cf_log_level;
 	size_t cf_max_body;
+	uint64_t cf_max_file_size; /* envd's uploads, a file's bytes (413 above) */
 	int cf_max_queue;
 	int cf_max_contexts;
 	char cf_max_starting[24]; /* kernels starting at once, for the proxies; "0": any */
@@ -452,6 +456,7 @@ void request_drain(struct request *rq, bool drain);
 int http_start(void);
 void http_stop(void);
 void http_tick(uint64_t now);
+void http_body_progress(struct http_request *hr);
 
 /* respond.c */
 extern const struct request_ops respond_ops;
@@ -600,9 +605,35 @@ bool envd_asked(struct MHD_Connection *conn, const char *url);
 const char *envd_body_refusal(struct MHD_Connection *conn, char *why, size_t whysz);
 
 /* gzip.c: gzip on envd's /files */
-int gzip_body(struct MHD_Connection *c, struct buf *body, size_t max);
-struct MHD_Response *gzip_response(struct MHD_Connection *c, const char *data, size_t len);
+bool gzip_takes(struct MHD_Connection *c);
+#define GZIP_WINDOW (15 + 16) /* zlib's windowBits for its gzip wrapper */
 void envd_free(struct http_request *hr);
+struct context *envd_context(void);
+struct MHD_Response *envd_error(bool rpc, const char *code, unsigned *status, const char *msg);
+bool envd_upload_asked(const char *url, const char *method);
+
+/* envdfile.c: /files' transfers (a file's stream to the agent) and downloads */
+/* One file on its way, either direction: its stream and its counts. */
+struct xfer {
+	struct stream *x_s; /* NULL once it ended */
+	struct upload *x_up;
+	struct download *x_down;
+	uint64_t x_sent, x_acked; /* an upload's bytes sent, acknowledged */
+	json_t *x_entry;          /* an upload's EntryInfo, once done */
+};
+void envdfile_send(struct xfer *x, const char *op, json_t *args, const char *data, size_t len);
+void envdfile_open(struct xfer *x, struct context *c, const char *op, const char *path);
+void envdfile_close(struct xfer *x);
+int64_t envdfile_number(const struct msg *m);
+enum MHD_Result envdfile_read(struct http_request *hr, struct context *c, const char *path);
+void envdfile_free(struct http_request *hr);
+
+/* envdupload.c: POST /files, its body streamed to the agent */
+enum MHD_Result envdupload_start(struct http_request *hr, struct context *c, const char *path);
+enum MHD_Result envdupload_body(struct http_request *hr, const char *data, size_t *size);
+void envdupload_in(struct xfer *x, struct msg *m);
+void envdupload_lost(struct xfer *x);
+void envdupload_free(struct http_request *hr);
 void waiter_tick(uint64_t now);
 
 /* kcache.c */

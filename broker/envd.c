@@ -20,27 +20,14 @@
 #include "broker.h"
 
 #define CT_JSON "application/json"
-#define ENVD_MAX_FILES 256
-
-/* One file of an upload: where it goes, and its bytes in the request's body. */
-struct envd_file {
-	char *ef_path;
-	struct buf ef_data;
-};
-
 /* What an envd request is doing (its http_request's hr_envd). */
 struct envd_call {
 	const char *ec_op; /* the agent's operation */
 	bool ec_rpc;       /* Connect's error form, else /files' */
-	struct envd_file ec_files[ENVD_MAX_FILES];
-	size_t ec_nfiles, ec_next;
-	bool ec_too_many;
-	json_t *ec_done; /* an upload's EntryInfo[] so far */
-	struct MHD_PostProcessor *ec_pp;
 };
 
 /* The envd context: hidden, found by its flag (a respawn or a free may change it). */
-static struct context *
+struct context *
 envd_context(void)
 {
 	struct context *c;
@@ -86,7 +73,7 @@ status_of(const char **code)
 
 /* An error as envd gives it: Connect's {code, message}, or /files' {message, code:
  * status}. */
-static struct MHD_Response *
+struct MHD_Response *
 envd_error(bool rpc, const char *code, unsigned *status, const char *msg)
 {
 	unsigned st = status_of(&code);
@@ -119,20 +106,12 @@ fail_later(struct http_request *hr, bool rpc, const char *code, const char *msg)
 	respond_complete(hr, st, r);
 }
 
-static void send_op(struct http_request *hr, const char *op, json_t *args,
-                    const struct buf *data);
-
-/* The agent's OK for an operation, as the HTTP answer (or the upload's next file). */
+/* The agent's OK for an operation, as the HTTP answer. */
 static void
 answer_ok(struct http_request *hr, struct envd_call *ec, struct msg *m)
 {
 	json_t *a = NULL, *out = NULL;
 
-	if (!strcmp(ec->ec_op, "read")) {
-		respond_complete(hr, 200,
-		                 gzip_response(hr->hr_conn, m->m_data.s, m->m_data.len));
-		return;
-	}
 	a = json_loadb(m->m_data.s, m->m_data.len, 0, NULL);
 	if (!strcmp(ec->ec_op, "remove") || !strcmp(ec->ec_op, "signal") ||
 	    !strcmp(ec->ec_op, "input") || !strcmp(ec->ec_op, "close_stdin") ||
@@ -158,29 +137,6 @@ answer_ok(struct http_request *hr, struct envd_call *ec, struct msg *m)
 		}
 		if (entries)
 			out = json_pack("{s:o}", "entries", entries);
-	} else if (!strcmp(ec->ec_op, "write")) {
-		json_t *e = connect_entry(a);
-		json_decref(a);
-		if (!e) {
-			log_warn(
-			    "envd: the agent's answer to write is not what it must be");
-			fail_later(hr, false, "internal",
-			           "the envd agent's answer is malformed");
-			return;
-		}
-		json_array_append_new(
-		    ec->ec_done,
-		    json_pack("{s:O, s:O, s:s}", "name", json_object_get(e, "name"),
-		              "path", json_object_get(e, "path"), "type", "file"));
-		json_decref(e);
-		if (ec->ec_next < ec->ec_nfiles) { /* the next file of the upload */
-			struct envd_file *f = &ec->ec_files[ec->ec_next++];
-			send_op(hr, "write", json_pack("{s:s}", "path", f->ef_path),
-			        &f->ef_data);
-			return;
-		}
-		respond_complete(hr, 200, respond_json(json_incref(ec->ec_done)));
-		return;
 	} else if (strcmp(ec->ec_op, "list") && strcmp(ec->ec_op, "plist") &&
 	           ec->ec_op[0] != 'w') {
 		json_t *e = connect_entry(a);
@@ -250,92 +206,6 @@ static bool
 user_known(const char *u)
 {
 	return !u || !strcmp(u, "user") || !strcmp(u, "root");
-}
-
-static enum MHD_Result
-upload_part(void *cls, enum MHD_ValueKind kind, const char *key, const char *filename,
-            const char *type, const char *enc, const char *data, uint64_t off,
-            size_t size)
-{
-	struct http_request *hr = cls;
-	struct envd_call *ec = hr->hr_envd;
-	const char *path = arg(hr, "path");
-
-	(void)kind;
-	(void)type;
-	(void)enc;
-	if (strcmp(key, "file"))
-		return MHD_YES; /* envd reads the field "file" alone */
-	if (off == 0) {
-		if (ec->ec_nfiles == ENVD_MAX_FILES) {
-			ec->ec_too_many = true;
-			return MHD_NO;
-		}
-		struct envd_file *f = &ec->ec_files[ec->ec_nfiles++];
-		/* the query's path for one file; a file's own name otherwise */
-		f->ef_path = xstrdup(path && *path ? path : filename ? filename : "");
-	}
-	buf_append(&ec->ec_files[ec->ec_nfiles - 1].ef_data, data, size);
-	return MHD_YES;
-}
-
-static enum MHD_Result
-do_upload(struct http_request *hr)
-{
-	struct envd_call *ec = hr->hr_envd;
-	const char *ct = MHD_lookup_connection_value(hr->hr_conn, MHD_HEADER_KIND,
-	                                             MHD_HTTP_HEADER_CONTENT_TYPE);
-	const char *path = arg(hr, "path");
-	int z = gzip_body(hr->hr_conn, &hr->hr_body, sv.sv_cf.cf_max_body);
-
-	if (z == -EFBIG)
-		return respond_now(hr, 413,
-		                   respond_json(json_pack(
-		                       "{s:s, s:i}", "message",
-		                       "the body inflates past the limit", "code", 413)));
-	if (z < 0)
-		return fail_now(hr, false, "invalid_argument",
-		                z == -ENOTSUP ? "Content-Encoding: gzip or identity"
-		                              : "not gzip");
-	ec->ec_done = json_array();
-	if (ct && !strncasecmp(ct, "application/octet-stream", 24)) {
-		if (!path || !*path)
-			return fail_now(hr, false, "invalid_argument",
-			                "the path query parameter is required with "
-			                "application/octet-stream");
-		ec->ec_files[0].ef_path = xstrdup(path);
-		ec->ec_files[0].ef_data = hr->hr_body;
-		memset(&hr->hr_body, 0, sizeof(hr->hr_body));
-		ec->ec_nfiles = 1;
-	} else if (ct && !strncasecmp(ct, "multipart/form-data", 19)) {
-		ec->ec_pp =
-		    MHD_create_post_processor(hr->hr_conn, 64 << 10, upload_part, hr);
-		if (!ec->ec_pp ||
-		    MHD_post_process(ec->ec_pp,
-		                     hr->hr_body.b_data ? buf_head(&hr->hr_body) : "",
-		                     buf_pending(&hr->hr_body)) != MHD_YES)
-			return fail_now(hr, false, "invalid_argument",
-			                ec->ec_too_many
-			                    ? "too many files in one upload"
-			                    : "the multipart body does not parse");
-	} else {
-		return fail_now(
-		    hr, false, "invalid_argument",
-		    "the body must be multipart/form-data or application/octet-stream");
-	}
-	if (!ec->ec_nfiles)
-		return fail_now(hr, false, "invalid_argument",
-		                "no field 'file' in the upload");
-	for (size_t i = 0; i < ec->ec_nfiles; i++)
-		if (!*ec->ec_files[i].ef_path)
-			return fail_now(
-			    hr, false, "invalid_argument",
-			    "a file has no path: give the path query parameter or "
-			    "the part's filename");
-	ec->ec_next = 1;
-	send_op(hr, "write", json_pack("{s:s}", "path", ec->ec_files[0].ef_path),
-	        &ec->ec_files[0].ef_data);
-	return MHD_YES;
 }
 
 /* filesystem.Filesystem's unary calls: Connect, JSON. */
@@ -535,6 +405,13 @@ envd_asked(struct MHD_Connection *conn, const char *url)
 	       !strncmp(url, "/process.Process/", 17);
 }
 
+/* Whether it is an upload (POST /files), whose body streams (envdfile.c). */
+bool
+envd_upload_asked(const char *url, const char *method)
+{
+	return !strcmp(url, "/files") && !strcmp(method, "POST");
+}
+
 /*
  * Why an envd request's body is refused (415), or NULL: besides JSON
  * (caller.c's rule), a file's bytes, a multipart upload and Connect's
@@ -621,11 +498,10 @@ envd_route(struct http_request *hr, const char *url, const char *method)
 		if (!path || !*path)
 			return fail_now(hr, false, "invalid_argument",
 			                "the path query parameter is required");
-		send_op(hr, "read", json_pack("{s:s}", "path", path), NULL);
-		return MHD_YES;
+		return envdfile_read(hr, c, path);
 	}
-	if (post)
-		return do_upload(hr);
+	if (post) /* http.c hands it here with its head alone: its body streams */
+		return envdupload_start(hr, c, arg(hr, "path"));
 	return respond_now(hr, 405, respond_text("GET or POST /files"));
 }
 
@@ -635,15 +511,9 @@ envd_free(struct http_request *hr)
 {
 	struct envd_call *ec = hr->hr_envd;
 
+	envdfile_free(hr);
 	if (!ec)
 		return;
-	for (size_t i = 0; i < ec->ec_nfiles; i++) {
-		free(ec->ec_files[i].ef_path);
-		buf_free(&ec->ec_files[i].ef_data);
-	}
-	if (ec->ec_pp)
-		MHD_destroy_post_processor(ec->ec_pp);
-	json_decref(ec->ec_done);
 	free(ec);
 	hr->hr_envd = NULL;
 }

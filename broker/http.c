@@ -402,6 +402,19 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 				       ? envd_body_refusal(conn, why, sizeof(why))
 				       : caller_body_refusal(conn, why, sizeof(why))))
 			return respond_now(hr, 415, respond_text("%s", refused));
+		/* an upload's body streams to the agent, bounded by --max-file-size
+		 * (envdfile.c), not held here: its head is routed now */
+		if ((hr->hr_envd_port || envd_asked(conn, url)) &&
+		    envd_upload_asked(url, method)) {
+			hr->hr_stream_body = true;
+			if (cn && (MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+							       "Transfer-Encoding") ||
+				   (cl && strtoull(cl, NULL, 10) > 0))) {
+				cn->cn_body_by = now_ms() + sv.sv_cf.cf_body_timeout * 1000ull;
+				cn->cn_hr = hr;
+			}
+			return envd_route(hr, url, method);
+		}
 		if (cl && strtoull(cl, NULL, 10) > sv.sv_cf.cf_max_body)
 			return respond_now(hr, 413,
 				       respond_text("request body over the limit of %zu bytes",
@@ -420,6 +433,12 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		struct MHD_Response *r = hr->hr_resp;
 		hr->hr_resp = NULL;
 		return respond_now(hr, hr->hr_status, r);
+	}
+	if (hr->hr_upload)
+		return envdupload_body(hr, upload, upload_size);
+	if (hr->hr_stream_body) { /* answered at its head: its body is dropped */
+		*upload_size = 0;
+		return MHD_YES;
 	}
 	if (*upload_size) {
 		if (hr->hr_body.b_len + *upload_size > sv.sv_cf.cf_max_body)
@@ -491,6 +510,19 @@ on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
 		free(cn);
 		*socket_context = NULL;
 	}
+}
+
+/*
+ * A streamed upload moved on (envdfile.c): --body-timeout counts from here,
+ * so a large file's body is bounded by its progress, not its total time.
+ */
+void
+http_body_progress(struct http_request *hr)
+{
+	struct conn *cn = conn_of(hr->hr_conn);
+
+	if (cn && cn->cn_body_by)
+		cn->cn_body_by = now_ms() + sv.sv_cf.cf_body_timeout * 1000ull;
 }
 
 /*

@@ -165,8 +165,13 @@ static const struct opt options[] = {
 	       "workspace or a kernel's directory is refused at start)"},
     {"max-body", "SIZE", OPT_SIZE, OPT_DST(CF.cf_max_body), .o_min = 1, .o_max = PROTO_MAX_BIG,
      .o_expect = "a size from 1 to 64M, such as 16M", .o_default = "16M",
-     .o_help = "largest request body (413 above; at most 64M); a request head may take up to "
-	       "~6 KiB (431 above)"},
+     .o_help = "largest request body but an envd upload's (--max-file-size) (413 above; at "
+	       "most 64M); a request head may take up to ~6 KiB (431 above)"},
+    {"max-file-size", "SIZE", OPT_SIZE, OPT_DST(CF.cf_max_file_size), .o_min = 1,
+     .o_max = UINT64_MAX, .o_expect = "a size such as 1G", .o_default = "1G",
+     .o_help = "largest file an upload to envd's POST /files writes (413 above, nothing "
+	       "left behind); its body streams to the box, not bounded by --max-body "
+	       "(docs/ENVD.md)"},
     {"max-queue", "N", OPT_COUNT, OPT_DST(CF.cf_max_queue), .o_max = 1000000,
      .o_expect = "a count from 0 to 1000000", .o_default = "64",
      .o_help = "executions waiting per context (429 above)"},

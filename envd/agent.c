@@ -28,8 +28,6 @@
 
 #include "agent.h"
 
-/* A file read whole into one answer: under the frame limit, with room for the rest. */
-#define AGENT_MAX_FILE (PROTO_MAX_BIG - (64u << 10))
 #define AGENT_MAX_DEPTH 64
 #define AGENT_MAX_ENTRIES 100000
 
@@ -247,8 +245,8 @@ op_list(json_t *args, struct answer *a)
 }
 
 /* mkdir -p of path's parents, as envd does before a write or a move. */
-static int
-parents(const char *path, struct answer *a)
+int
+agent_parents(const char *path, struct answer *a)
 {
 	char *dir = xstrdup(path), *slash = strrchr(dir, '/');
 	int rc = 0;
@@ -282,7 +280,7 @@ op_move(json_t *args, struct answer *a)
 	const char *from = json_string_value(json_object_get(args, "source"));
 	const char *to = json_string_value(json_object_get(args, "destination"));
 
-	if (parents(to, a) < 0)
+	if (agent_parents(to, a) < 0)
 		return -1;
 	if (rename(from, to) < 0)
 		return agent_fail_errno(a, "move", from, errno);
@@ -302,77 +300,6 @@ op_remove(json_t *args, struct answer *a)
 		return agent_fail_errno(a, "remove", path, -rc);
 	a->a_json = json_object();
 	return 0;
-}
-
-static int
-op_read(json_t *args, struct answer *a)
-{
-	const char *path = json_string_value(json_object_get(args, "path"));
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	struct stat st;
-	size_t got = 0;
-
-	if (fd < 0)
-		return agent_fail_errno(a, "open", path, errno);
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		if (S_ISDIR(st.st_mode))
-			return agent_fail(a, "invalid_argument",
-			                  "path '%s' is a directory", path);
-		return agent_fail(a, "invalid_argument",
-		                  "path '%s' is not a regular file", path);
-	}
-	if ((unsigned long long)st.st_size > AGENT_MAX_FILE) {
-		close(fd);
-		return agent_fail(a, "resource_exhausted", "file '%s' is over %u bytes",
-		                  path, AGENT_MAX_FILE);
-	}
-	a->a_bytes = xmalloc(st.st_size ? st.st_size : 1);
-	while (got < (size_t)st.st_size) { /* a file that shrinks meanwhile ends sooner */
-		ssize_t r = read(fd, a->a_bytes + got, st.st_size - got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			int e = errno;
-			close(fd);
-			return agent_fail_errno(a, "read", path, e);
-		}
-		if (r == 0)
-			break;
-		got += r;
-	}
-	a->a_nbytes = got;
-	close(fd);
-	return 0;
-}
-
-static int
-op_write(json_t *args, const struct pstr *data, struct answer *a)
-{
-	const char *path = json_string_value(json_object_get(args, "path"));
-	size_t done = 0;
-	int fd;
-
-	if (parents(path, a) < 0)
-		return -1;
-	if ((fd = open(path,
-	               O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
-	               0644)) < 0)
-		return agent_fail_errno(a, "open", path, errno);
-	while (done < data->len) {
-		ssize_t w = write(fd, data->s + done, data->len - done);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0) {
-			int e = errno;
-			close(fd);
-			return agent_fail_errno(a, "write", path, e);
-		}
-		done += w;
-	}
-	if (close(fd) < 0)
-		return agent_fail_errno(a, "write", path, errno);
-	return (a->a_json = agent_entry(path, a)) ? 0 : -1;
 }
 
 /* Every operation's string arguments: present, non-empty, no NUL (the decoder's). */
@@ -453,10 +380,6 @@ dispatch(const char *op, json_t *args, const struct msg *m, struct answer *a)
 		op_move(args, a);
 	else if (!strcmp(op, "remove"))
 		op_remove(args, a);
-	else if (!strcmp(op, "read"))
-		op_read(args, a);
-	else if (!strcmp(op, "write"))
-		op_write(args, &m->m_data, a);
 	else
 		agent_fail(a, "unimplemented", "no operation '%.64s'", op);
 }
@@ -476,6 +399,16 @@ handle(const struct msg *m)
 			proc_connect(m->m_stream, args);
 		else if (!strcmp(op, "watch") && json_is_object(args))
 			watch_start(m->m_stream, args);
+		else if (!strcmp(op, "read") && json_is_object(args))
+			file_read(m->m_stream, args);
+		else if (!strcmp(op, "more") && json_is_object(args))
+			file_more(m->m_stream, args);
+		else if (!strcmp(op, "wopen") && json_is_object(args))
+			file_wopen(m->m_stream, args);
+		else if (!strcmp(op, "wdata") && json_is_object(args))
+			file_wdata(m->m_stream, args, &m->m_data);
+		else if (!strcmp(op, "wend"))
+			file_wend(m->m_stream);
 		else /* the stream ends at once */
 			proc_refuse(m->m_stream, "unimplemented",
 			            "no such stream operation");
@@ -539,10 +472,16 @@ main(int argc, char **argv)
 		fatal("usage: sandcell-envd SOCKET-NAME (started by sandcell-proxy "
 		      "--envd)");
 	memcpy(sa.sun_path + 1, argv[1], n); /* abstract: this network namespace's */
-	if ((proxy_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
-	    connect(proxy_fd, (struct sockaddr *)&sa,
-	            offsetof(struct sockaddr_un, sun_path) + 1 + n) < 0)
-		fatal("connect to the proxy: %s", strerror(errno));
+	/* the agent listens and the proxy connects: Landlock's scoping keeps a
+	 * boxed process from connecting to an abstract socket made outside its
+	 * domain, never the proxy from connecting in */
+	int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (lfd < 0 ||
+	    bind(lfd, (struct sockaddr *)&sa,
+	         offsetof(struct sockaddr_un, sun_path) + 1 + n) < 0 ||
+	    listen(lfd, 1) < 0 || (proxy_fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) < 0)
+		fatal("listen for the proxy: %s", strerror(errno));
+	close(lfd); /* one connection: nothing else gets the proxy's place */
 	sigemptyset(&chld);
 	sigaddset(&chld, SIGCHLD);
 	signal(SIGPIPE, SIG_IGN);
@@ -555,7 +494,8 @@ main(int argc, char **argv)
 		pf[1] = (struct pollfd){sigfd, POLLIN, 0};
 		size_t np = 2 + proc_pollfds(pf + 2, 2 * PROC_MAX);
 		size_t nw = watch_pollfds(pf + np, WATCH_MAX);
-		if (poll(pf, np + nw, -1) < 0) {
+		/* a download with credit goes on at once */
+		if (poll(pf, np + nw, file_ready() ? 0 : -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			fatal("poll: %s", strerror(errno));
@@ -564,6 +504,7 @@ main(int argc, char **argv)
 		 */
 		proc_ready(pf + 2, np - 2);
 		watch_ready(pf + np, nw);
+		file_step();
 		if (pf[1].revents) {
 			struct signalfd_siginfo si;
 			while (read(sigfd, &si, sizeof(si)) == sizeof(si))
@@ -583,6 +524,7 @@ main(int argc, char **argv)
 			         MSG_CANCEL) { /* a process's stream, or a watch's */
 				proc_cancel(m.m_stream);
 				watch_cancel(m.m_stream);
+				file_cancel(m.m_stream);
 			}
 			msg_free(&m);
 		}

@@ -27,6 +27,7 @@ int agent_fail(struct answer *a, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int agent_fail_errno(struct answer *a, const char *what, const char *path, int e);
 void agent_send(const struct msg *m); /* to the proxy; the agent ends if it is gone */
+int agent_parents(const char *path, struct answer *a); /* mkdir -p of its parents */
 json_t *agent_entry(const char *path, struct answer *a); /* envd's EntryInfo, the agent's words */
 void agent_event(uint64_t stream, const char *kind, const void *data, size_t len,
                  bool final);
@@ -58,5 +59,17 @@ void watch_cancel(uint64_t stream);
 int watch_create(json_t *args, struct answer *a); /* the polling watchers */
 int watch_events(json_t *args, struct answer *a);
 int watch_remove(json_t *args, struct answer *a);
+
+/* file.c: GET and POST /files, streamed: a download's chunks as credit allows,
+ * an upload's into a temporary file renamed into place at its end */
+#define FILE_MAX 16
+void file_read(uint64_t stream, json_t *args);
+void file_more(uint64_t stream, json_t *args);
+void file_wopen(uint64_t stream, json_t *args);
+void file_wdata(uint64_t stream, json_t *args, const struct pstr *data);
+void file_wend(uint64_t stream);
+void file_cancel(uint64_t stream);
+bool file_ready(void);
+void file_step(void);
 
 #endif

@@ -124,6 +124,10 @@ enum kstate { KS_STARTING = 0, KS_IDLE, KS_BUSY, KS_DEAD };
 #define CTL_WINDOW 2
 #define PROTO_MAX_FRAME (80u << 20) /* whole frame */
 #define PROTO_MAX_BIG (64u << 20)   /* code, data */
+/* envd's /files, streamed (docs/ENVD.md): a chunk, and the bytes in flight
+ * each way per transfer (unacknowledged upload bytes, a download's credit) */
+#define ENVD_CHUNK (256u << 10)
+#define ENVD_WINDOW (4u * ENVD_CHUNK)
 #define PROTO_MAX_TEXT (64u << 10)  /* error text */
 #define PROTO_MAX_NAME 4096u        /* id, lang, cwd */
 #define PROTO_MAX_ENV 1024u         /* env entries */

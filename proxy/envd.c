@@ -81,21 +81,12 @@ envd_spawn(struct proxy *px)
 	char name[64], *argv[3], **envp;
 	struct ucred uc;
 	socklen_t len = sizeof(uc);
-	int lfd, rc;
+	int rc;
 
 	randombytes_buf(rnd, sizeof(rnd));
 	memcpy(name, "sandcell-envd-", 14);
 	sodium_bin2hex(name + 14, sizeof(name) - 14, rnd, sizeof(rnd));
 	memcpy(sa.sun_path + 1, name, strlen(name));
-	if ((lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
-		return -errno;
-	if (bind(lfd, (struct sockaddr *)&sa,
-	         offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name)) < 0 ||
-	    listen(lfd, 1) < 0) {
-		rc = -errno;
-		close(lfd);
-		return rc;
-	}
 	argv[0] = px->px_envd;
 	argv[1] = name;
 	argv[2] = NULL;
@@ -107,17 +98,23 @@ envd_spawn(struct proxy *px)
 	for (size_t i = 0; envp[i]; i++)
 		free(envp[i]);
 	free(envp);
-	if (rc < 0) {
-		close(lfd);
+	if (rc < 0)
 		return rc;
+	/* the agent listens, we connect (Landlock's scoping lets a box's process
+	 * take a connection from outside, never make one out): until it does */
+	for (int waited = 0;; waited += 10) {
+		if ((e.fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+			return -errno;
+		if (connect(e.fd, (struct sockaddr *)&sa,
+		            offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name)) ==
+		    0)
+			break;
+		close(e.fd);
+		e.fd = -1;
+		if (waited >= ENVD_CONNECT_MS)
+			return -ETIMEDOUT;
+		poll(NULL, 0, 10);
 	}
-	struct pollfd pf = {lfd, POLLIN, 0};
-	if (poll(&pf, 1, ENVD_CONNECT_MS) != 1 ||
-	    (e.fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) < 0) {
-		close(lfd);
-		return -ETIMEDOUT;
-	}
-	close(lfd); /* one connection: nothing else gets this agent's place */
 	/* the box's own uid (in a user namespace, ours) */
 	uid_t want = px->px_box.bx_userns ? geteuid() : px->px_box.bx_uid;
 	if (getsockopt(e.fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) < 0 || uc.uid != want) {
@@ -218,9 +215,14 @@ envd_relay(struct msg *m)
 	}
 	/* a stream's request is answered by its events, others by OK or FAIL */
 	bool stream = m->m_type == MSG_ENVD && (m->m_has & FB(F_STREAM));
-	if (m->m_type == MSG_ENVD)
+	/* a transfer's later steps (file.c's more, wdata, wend) open no stream */
+	const char *op = m->m_text.s ? m->m_text.s : "";
+	bool opens = m->m_type == MSG_ENVD &&
+	             !(stream && (!strcmp(op, "more") || !strcmp(op, "wdata") ||
+	                          !strcmp(op, "wend")));
+	if (opens)
 		idset_add(stream ? &streams : &pending, stream ? m->m_stream : m->m_req);
-	if (pipe_frame_out(m, &e.out) < 0 && m->m_type == MSG_ENVD) {
+	if (pipe_frame_out(m, &e.out) < 0 && opens) {
 		idset_take(stream ? &streams : &pending, stream ? m->m_stream : m->m_req);
 		if (!stream)
 			ipc_reply(MSG_FAIL, m->m_req, "the request does not encode");

@@ -6,6 +6,7 @@
  * what a kernel can reach.
  */
 #include <criterion/criterion.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +37,8 @@ pick_port(void)
 	snprintf(envd_url, sizeof(envd_url), "http://127.0.0.1:%d", port);
 }
 
-HARNESS_SHARED_BROKER("--envd-listen", envd_at, "--max-body", "1M", "--env",
-                      "SANDCELL_TEST_GLOBAL=everywhere");
+HARNESS_SHARED_BROKER("--envd-listen", envd_at, "--max-body", "1M", "--max-file-size",
+                      "2M", "--env", "SANDCELL_TEST_GLOBAL=everywhere");
 
 #define URL test_url()
 
@@ -382,8 +383,8 @@ Test(envd, bad_input_gets_envds_answers)
 	envd("GET", "/files?path=x&username=mallory", NULL, NULL, 0, &r);
 	cr_assert_eq(r.r_status, 401);
 	resp_free(&r);
-	/* a body over --max-body (1M here) */
-	size_t big = 2u << 20;
+	/* a file over --max-file-size (2M here), its size said: refused at once */
+	size_t big = (2u << 20) + 4096;
 	char *b = malloc(big + 1);
 	memset(b, 'x', big);
 	b[big] = '\0';
@@ -1034,9 +1035,9 @@ Test(envd, gzip_both_ways_and_no_bomb_past_the_limit)
 	cr_assert(!memcmp(s.data, text, s.len));
 	free(s.data);
 	curl_easy_cleanup(c);
-	/* 2 MiB of zeros gzip to a few KiB: past --max-body (1M) once inflated */
-	big = calloc(2u << 20, 1);
-	gz = gzipped(big, 2u << 20, &n);
+	/* 4 MiB of zeros gzip to a few KiB: past --max-file-size (2M) once inflated */
+	big = calloc(4u << 20, 1);
+	gz = gzipped(big, 4u << 20, &n);
 	cr_assert_lt(n, 64u << 10);
 	cr_assert_eq(write_gzipped("bomb.bin", gz, n), 413);
 	free(gz);
@@ -1113,4 +1114,336 @@ Test(envd, envd_takes_the_code_apis_caller_checks)
 	     3, &r);
 	cr_assert_eq(r.r_status, 415, "a form body: %ld", r.r_status);
 	resp_free(&r);
+}
+
+/* ---- files of any size, streamed (envdfile.c, envd/file.c) ---- */
+
+/* A process's /proc status field in KiB (VmRSS:, VmHWM:), or -1. */
+static long
+vm_kib(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, strlen(field)))
+			v = strtol(line + strlen(field), NULL, 10);
+	fclose(f);
+	return v;
+}
+
+/* The names ListDir gives for dir (depth 1), as one string "a b c " ("" when
+ * empty); NULL when it fails (the directory is not there). */
+static char *
+names_in(const char *dir)
+{
+	char body[512];
+	long st;
+	json_t *j, *v;
+	size_t i, n = 1;
+	char *out;
+
+	snprintf(body, sizeof(body), "{\"path\":\"%s\"}", dir);
+	j = rpc("ListDir", body, &st);
+	if (st != 200) {
+		json_decref(j);
+		return NULL;
+	}
+	json_array_foreach(json_object_get(j, "entries"), i, v) n +=
+	    strlen(json_string_value(json_object_get(v, "name"))) + 1;
+	out = calloc(1, n);
+	json_array_foreach(json_object_get(j, "entries"), i, v)
+	{
+		strcat(out, json_string_value(json_object_get(v, "name")));
+		strcat(out, " ");
+	}
+	json_decref(j);
+	return out;
+}
+
+/* Whether ListDir of dir names what arg starts (NULL arg: whether it is empty). */
+struct in_dir {
+	const char *dir, *prefix;
+};
+
+static bool
+dir_has(void *arg)
+{
+	struct in_dir *w = arg;
+	char *names = names_in(w->dir);
+	bool yes = names && (w->prefix ? strstr(names, w->prefix) != NULL : !*names);
+
+	free(names);
+	return yes;
+}
+
+/* Whether ListDir of dir names exactly what arg's prefix says ("a b "). */
+static bool
+dir_is(void *arg)
+{
+	struct in_dir *w = arg;
+	char *names = names_in(w->dir);
+	bool yes = names && !strcmp(names, w->prefix);
+
+	free(names);
+	return yes;
+}
+
+/* A transfer's bytes: made up as they go (xorshift), their CRC, the broker's
+ * highest RSS seen meanwhile, and where to cut it (0: never). */
+struct gen {
+	uint64_t g_state, g_left, g_done, g_cut;
+	uLong g_crc;
+	pid_t g_broker;
+	long g_rss_max;
+};
+
+static void
+gen_sample(struct gen *g)
+{
+	long rss = vm_kib(g->g_broker, "VmRSS:");
+
+	if (rss > g->g_rss_max)
+		g->g_rss_max = rss;
+}
+
+static size_t
+gen_read(char *out, size_t size, size_t n, void *arg)
+{
+	struct gen *g = arg;
+	size_t len = size * n;
+
+	if (len > g->g_left)
+		len = g->g_left;
+	len &= ~(size_t)7;
+	if (!len && g->g_left) /* the last few bytes */
+		len = g->g_left;
+	for (size_t i = 0; i < len; i += 8) {
+		g->g_state ^= g->g_state << 13;
+		g->g_state ^= g->g_state >> 7;
+		g->g_state ^= g->g_state << 17;
+		memcpy(out + i, &g->g_state, len - i < 8 ? len - i : 8);
+	}
+	g->g_crc = crc32(g->g_crc, (const Bytef *)out, (uInt)len);
+	if ((g->g_done + len) >> 22 != g->g_done >> 22) /* every 4 MiB */
+		gen_sample(g);
+	g->g_left -= len;
+	g->g_done += len;
+	return len;
+}
+
+static size_t
+gen_write(char *data, size_t size, size_t n, void *arg)
+{
+	struct gen *g = arg;
+	size_t len = size * n;
+
+	g->g_crc = crc32(g->g_crc, (const Bytef *)data, (uInt)len);
+	if ((g->g_done + len) >> 22 != g->g_done >> 22)
+		gen_sample(g);
+	g->g_done += len;
+	if (g->g_cut && g->g_done >= g->g_cut)
+		return 0; /* the client leaves mid-way */
+	return len;
+}
+
+/* POST /files?path=P of g's bytes, raw, with their size said (or chunked: size
+ * -1): the status. */
+static long
+upload_gen(const char *path, struct gen *g, curl_off_t size)
+{
+	CURL *c = curl_easy_init();
+	struct curl_slist *h =
+	    curl_slist_append(NULL, "Content-Type: application/octet-stream");
+	struct sink s = {0};
+	char url[256];
+	long st = 0;
+
+	h = curl_slist_append(h, "Expect:");
+	snprintf(url, sizeof(url), "%s/files?path=%s", envd_url, path);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_POST, 1L);
+	curl_easy_setopt(c, CURLOPT_READFUNCTION, gen_read);
+	curl_easy_setopt(c, CURLOPT_READDATA, g);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, size);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 300L);
+	cr_assert_eq(curl_easy_perform(c), CURLE_OK, "upload of %s: no answer", path);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
+	free(s.data);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	return st;
+}
+
+/* GET /files?path=P into g (its CRC, its count; cut at g_cut): the status, 0
+ * when the client left; *length the Content-Length said (-1: none). */
+static long
+download_gen(const char *path, struct gen *g, curl_off_t *length)
+{
+	CURL *c = curl_easy_init();
+	char url[256];
+	long st = 0;
+	CURLcode rc;
+
+	snprintf(url, sizeof(url), "%s/files?path=%s", envd_url, path);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, gen_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, g);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 300L);
+	rc = curl_easy_perform(c);
+	if (rc == CURLE_OK)
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
+	else
+		cr_assert(g->g_cut && rc == CURLE_WRITE_ERROR, "download of %s: %s", path,
+		          curl_easy_strerror(rc));
+	if (length)
+		curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, length);
+	curl_easy_cleanup(c);
+	return st;
+}
+
+/* An own broker (defaults, --max-file-size 1G) whose envd_url is this test's. */
+static void
+own_envd(const char *const *more)
+{
+	char at[32];
+	const char *args[16] = {"--no-default-context", "--pool", "0", "--envd-listen",
+	                        at};
+	size_t n = 5;
+
+	for (size_t i = 0; more && more[i] && n < 15; i++)
+		args[n++] = more[i];
+	own_envd_port = free_port();
+	snprintf(at, sizeof(at), "127.0.0.1:%d", own_envd_port);
+	snprintf(envd_url, sizeof(envd_url), "http://127.0.0.1:%d", own_envd_port);
+	cr_assert_eq(broker_start(&own, args), 0);
+	cr_assert_eq(wait_until(own_envd_up, NULL, 30000), 0,
+	             "envd's /health never said 204");
+}
+
+#define BIG (100ull << 20)
+#define RSS_SLACK_KIB (32l << 10) /* a bounded window, not the file */
+
+Test(envd_own, a_100_mib_file_goes_up_and_down_in_bounded_memory, .timeout = 600,
+     .fini = own_stop)
+{
+	struct gen up = {.g_state = 0x9e3779b97f4a7c15ull, .g_left = BIG};
+	struct gen down = {0};
+	curl_off_t length = -1;
+	long rss0, hwm0;
+
+	own_envd(NULL);
+	up.g_broker = down.g_broker = own.b_pid;
+	rss0 = vm_kib(own.b_pid, "VmRSS:");
+	hwm0 = vm_kib(own.b_pid, "VmHWM:");
+	cr_assert_eq(upload_gen("big/data.bin", &up, (curl_off_t)BIG), 200);
+	cr_assert_eq(up.g_done, BIG);
+	cr_assert_eq(download_gen("big/data.bin", &down, &length), 200);
+	cr_assert_eq(length, (curl_off_t)BIG, "Content-Length: the file's size");
+	cr_assert_eq(down.g_done, BIG, "the whole file came back");
+	cr_assert_eq(down.g_crc, up.g_crc, "the same bytes came back");
+	/* the broker held a window of each, never the file */
+	cr_assert_lt(up.g_rss_max - rss0, RSS_SLACK_KIB, "upload: RSS %ld KiB -> %ld KiB",
+	             rss0, up.g_rss_max);
+	cr_assert_lt(down.g_rss_max - rss0, RSS_SLACK_KIB,
+	             "download: RSS %ld KiB -> %ld KiB", rss0, down.g_rss_max);
+	cr_assert_lt(vm_kib(own.b_pid, "VmHWM:") - hwm0, RSS_SLACK_KIB,
+	             "peak RSS %ld KiB -> %ld KiB", hwm0, vm_kib(own.b_pid, "VmHWM:"));
+	/* clients that leave mid-way end the agent's reads: more of them than it
+	 * has transfers at once (16), and the next download is whole */
+	for (int i = 0; i < 20; i++) {
+		struct gen cut = {.g_cut = 1u << 20, .g_broker = own.b_pid};
+		cr_assert_eq(download_gen("big/data.bin", &cut, NULL), 0);
+	}
+	memset(&down, 0, sizeof(down));
+	down.g_broker = own.b_pid;
+	cr_assert_eq(download_gen("big/data.bin", &down, NULL), 200);
+	cr_assert_eq(down.g_crc, up.g_crc);
+	cr_assert_lt(vm_kib(own.b_pid, "VmHWM:") - hwm0, RSS_SLACK_KIB,
+	             "peak RSS %ld KiB -> %ld KiB after the cut downloads", hwm0,
+	             vm_kib(own.b_pid, "VmHWM:"));
+}
+
+Test(envd_own, a_full_workspace_is_507_and_leaves_nothing, .timeout = 180,
+     .fini = own_stop)
+{
+	const char *more[] = {"--workspace-size", "16M", NULL};
+	struct gen g = {.g_state = 7, .g_left = 24u << 20};
+	struct in_dir empty = {"full", NULL};
+
+	own_envd(more);
+	cr_assert_eq(upload_gen("full/big.bin", &g, (curl_off_t)(24u << 20)), 507);
+	cr_assert_eq(wait_until(dir_has, &empty, 10000), 0,
+	             "the workspace holds what a failed upload wrote");
+}
+
+/* Half an upload of path (2 MiB said, 1 MiB sent) on a connection left open:
+ * its fd, once ListDir of cut names what shows it arrived (prefix). */
+static int
+half_upload(const char *path, const char *prefix)
+{
+	static char chunk[64 << 10];
+	struct in_dir seen = {"cut", prefix};
+	char head[512];
+	int fd = tcp_connect(envd_url);
+
+	cr_assert_geq(fd, 0);
+	snprintf(head, sizeof(head),
+	         "POST /files?path=%s HTTP/1.1\r\nHost: %s\r\n"
+	         "Content-Type: application/octet-stream\r\nContent-Length: %u\r\n\r\n",
+	         path, envd_at, 2u << 20);
+	cr_assert_eq(write(fd, head, strlen(head)), (ssize_t)strlen(head));
+	memset(chunk, 'c', sizeof(chunk));
+	for (int i = 0; i < 16; i++) /* 1 MiB of 2: the agent has chunks of it */
+		cr_assert_eq(write(fd, chunk, sizeof(chunk)), (ssize_t)sizeof(chunk));
+	cr_assert_eq(wait_until(dir_has, &seen, 10000), 0,
+	             "the upload's bytes never reached the agent while it came: %s",
+	             names_in("cut"));
+	return fd;
+}
+
+/* An upload whose client leaves mid-body: a new file is gone, one that was
+ * there is as it was (its temporary file gone). */
+Test(envd, a_cut_upload_leaves_no_file_and_no_temp_file)
+{
+	struct in_dir only_old = {"cut", "old.bin "};
+	long st;
+	char *got;
+
+	up();
+	close(half_upload("cut/new.bin", "new.bin"));
+	cr_assert_eq(write_raw("cut/old.bin", "old"), 200);
+	close(half_upload("cut/old.bin", ".old.bin.upload-"));
+	cr_assert_eq(wait_until(dir_is, &only_old, 10000), 0,
+	             "a cut upload left something behind: %s", names_in("cut"));
+	got = read_file("cut/old.bin", &st);
+	cr_assert_str_eq(got, "old");
+	free(got);
+}
+
+/* envd's uploads are bounded by --max-file-size (2M here), not --max-body (1M) */
+Test(envd, uploads_are_bounded_by_max_file_size_not_max_body)
+{
+	struct gen g = {.g_state = 3, .g_left = 1536u << 10}, back = {0};
+	struct in_dir empty = {"bound", NULL};
+
+	up();
+	cr_assert_eq(upload_gen("bound/ok.bin", &g, (curl_off_t)(1536u << 10)), 200);
+	cr_assert_eq(download_gen("bound/ok.bin", &back, NULL), 200);
+	cr_assert_eq(back.g_crc, g.g_crc);
+	long st;
+	json_decref(rpc("Remove", "{\"path\":\"bound/ok.bin\"}", &st));
+	cr_assert_eq(st, 200);
+	/* chunked: no size said, refused once its bytes pass the bound */
+	struct gen big = {.g_state = 5, .g_left = 3u << 20};
+	cr_assert_eq(upload_gen("bound/big.bin", &big, -1), 413);
+	cr_assert_eq(wait_until(dir_has, &empty, 10000), 0,
+	             "an upload past --max-file-size left something behind");
 }
