@@ -139,7 +139,7 @@ bounds_settle(bool memory_cgroup, const char **how)
 }
 
 /*
- * A workspace's size bound when none is given (box_bound_workspace): shared,
+ * A workspace's size bound when none is given (workspace_bound): shared,
  * the one workspace's, a quarter of the space free; --isolation context,
  * the total (--total-workspace-size, by default half the space free at
  * start) shared by as many contexts as --max-contexts allows, so that the
@@ -158,7 +158,7 @@ bounds_workspace_default(uint64_t free_bytes)
 	return each < (16u << 20) ? 16u << 20 : each;
 }
 
-/* Once the workspace's bound is settled (box_bound_workspace): the total of them all. */
+/* Once the workspace's bound is settled (workspace_bound): the total of them all. */
 void
 bounds_workspaces(void)
 {

@@ -49,6 +49,13 @@ box_lack(const char *what, const char *how)
 	lack(what, how);
 }
 
+/* Whether the broker runs in a user namespace of its own (boxns.c). */
+bool
+box_own_userns(void)
+{
+	return own_userns;
+}
+
 /* How many parts the box lacks here (sandcell_sandbox_missing). */
 size_t
 box_missing(void)
@@ -492,94 +499,6 @@ box_release(void)
 	bounds_release();
 	if (sv.sv_cf.cf_sandbox && !sv.sv_cf.cf_isolated && sv.sv_cf.cf_workspace_size)
 		wsdisk_unmount(sv.sv_cf.cf_cwd, false);
-}
-
-/*
- * The shared workspace, the contexts' default cwd: <run dir>.work, owned by
- * the kernels' uid (the broker's own home is no place for them).
- */
-const char *
-box_workspace(void)
-{
-	static char *dir;
-	int rc;
-
-	if (dir)
-		return dir;
-	dir = xasprintf("%s.work", sv.sv_cf.cf_run_dir);
-	if ((rc = mkdir_p(dir, 0755)) < 0)
-		fatal("workspace %s: %s", dir, strerror(-rc));
-	/* not root: the kernels are our uid on the host, the workspace is ours */
-	if (geteuid() == 0 && !sv.sv_cf.cf_isolated) {
-		struct stat st;
-		unsigned uid = box_kernel_uid(NULL); /* --kernel-user's, or the one leased */
-		/* another broker leased our last uid while we were down: said, not fixed */
-		if (stat(dir, &st) == 0 && st.st_uid && st.st_uid != uid)
-			log_warn("workspace %s: was uid %u's, now uid %u's; what is in it "
-				 "stays uid %u's, which may be another broker's kernels' now",
-				 dir, (unsigned)st.st_uid, uid, (unsigned)st.st_uid);
-		if (chown(dir, uid, uid) < 0)
-			fatal("workspace %s: chown: %s", dir, strerror(errno));
-	}
-	/* isolated: root's, or the context holding the first uid could rename the others' */
-	if (sv.sv_cf.cf_isolated && (chown(dir, 0, 0) < 0 || chmod(dir, 0711) < 0))
-		fatal("workspace %s: chown/chmod: %s", dir, strerror(errno));
-	return dir;
-}
-
-/*
- * The workspace's size bound (lib/wsdisk.c): by default a quarter of the
- * space free where it is at start. Shared isolation: the server's workspace
- * gets its filesystem now; --isolation context: each context's, made by its
- * proxy (box_args). Root only; where it cannot be, said, and none.
- */
-void
-box_bound_workspace(void)
-{
-	struct server_config *cf = &sv.sv_cf;
-	char err[512];
-	int rc;
-
-	if (!cf->cf_sandbox || (cf->cf_workspace_size_set && !cf->cf_workspace_size))
-		return;
-	if (geteuid() != 0) {
-		if (cf->cf_workspace_size_set)
-			log_warn("--workspace-size: a workspace has a size bound only when the "
-				 "broker is root (a loop-mounted filesystem): none");
-		cf->cf_workspace_size = 0;
-		return;
-	}
-	if (own_userns || boxnons_on()) { /* ext4 is mounted by init's user namespace alone */
-		lack("a size bound on the workspace: a loop-mounted filesystem cannot be mounted "
-		     "from a user namespace",
-		     "root with every capability a box uses (podman: --cap-add "
-		     "SYS_ADMIN,NET_ADMIN,SYS_PTRACE) and loop devices");
-		cf->cf_workspace_size = 0;
-		return;
-	}
-	if (!cf->cf_workspace_size_set)
-		cf->cf_workspace_size = bounds_workspace_default(wsdisk_free(cf->cf_cwd));
-	if (cf->cf_workspace_size < (16u << 20)) {
-		log_warn("workspace %s: %llu MiB free, too little for a size bound: none", cf->cf_cwd, (unsigned long long)(wsdisk_free(cf->cf_cwd) >> 20));
-		cf->cf_workspace_size = 0;
-		return;
-	}
-	if (cf->cf_isolated) {
-		log_info("sandbox: each context's workspace may hold %llu MiB (a filesystem of its "
-			 "own); --workspace-size changes it, 0 lifts it",
-			 (unsigned long long)(cf->cf_workspace_size >> 20));
-		return;
-	}
-	if ((rc = wsdisk_mount(cf->cf_cwd, cf->cf_workspace_size, err, sizeof(err))) < 0) {
-		log_warn("workspace %s: no size bound: %s", cf->cf_cwd, err);
-		lack("a size bound on the workspace (its filesystem could not be mounted)",
-		     "loop devices (/dev/loop-control)");
-		cf->cf_workspace_size = 0;
-		return;
-	}
-	log_info("sandbox: the workspace %s may hold %llu MiB (a filesystem of its own, %s.img); "
-		 "--workspace-size changes it, 0 lifts it",
-		 cf->cf_cwd, (unsigned long long)(cf->cf_workspace_size >> 20), cf->cf_cwd);
 }
 
 /* Whether each context gets a uid of its own (box_isolate). */

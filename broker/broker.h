@@ -639,15 +639,9 @@ void bounds_release(void);
 int box_check(char *err, size_t errsz);
 void box_lack(const char *what, const char *how);
 bool box_memory_cgroup(void);
+bool box_own_userns(void);
 size_t box_missing(void);
 json_t *box_level_json(void);
-bool boxnons_on(void);
-void boxnons_start(const char *what, int err, void (*lack)(const char *what, const char *how));
-/* boxns.c */
-bool boxns_has_cap(int cap);
-bool boxns_root_suffices(void);
-int boxns_probe(const char **what);
-int boxns_enter(const char **what);
 void box_peer_check(void);
 bool box_peer_is_context(int fd);
 unsigned box_uid(void);
@@ -656,11 +650,23 @@ uid_t box_kernel_uid(const struct context *c);
 const char *box_workspace_of(const struct context *c);
 const char *box_default_cwd(void);
 bool box_isolates(void);
-const char *box_workspace(void);
-void box_bound_workspace(void);
 int box_isolate(struct context *c, char *err, size_t errsz);
 void box_args(struct context *c, const char **argv, int *n);
 json_t *box_json(const char *slot);
+
+/* boxnons.c */
+bool boxnons_on(void);
+void boxnons_start(const char *what, int err, void (*lack)(const char *what, const char *how));
+
+/* boxns.c */
+bool boxns_has_cap(int cap);
+bool boxns_root_suffices(void);
+int boxns_probe(const char **what);
+int boxns_enter(const char **what);
+
+/* workspace.c */
+const char *workspace_shared(void);
+void workspace_bound(void);
 
 /* uidlease.c */
 int uid_lease(unsigned uid, const char *role);

@@ -353,7 +353,7 @@ settle_paths(void)
 	char err[512];
 
 	if (!sv.sv_cf.cf_cwd)
-		sv.sv_cf.cf_cwd = sv.sv_cf.cf_sandbox ? box_workspace() : config_default_cwd();
+		sv.sv_cf.cf_cwd = sv.sv_cf.cf_sandbox ? workspace_shared() : config_default_cwd();
 	/* every kernel would fail to start there (status 126): refuse now */
 	if (cwd_check(sv.sv_cf.cf_cwd, box_isolates() ? (uid_t)-1 : box_kernel_uid(NULL), err,
 		      sizeof(err)) < 0) {
@@ -367,7 +367,7 @@ settle_paths(void)
 	else if (!*sv.sv_cf.cf_python_startup)
 		sv.sv_cf.cf_python_startup = NULL; /* --python-startup '': none */
 	settle_token(); /* before the workspace is mounted: a refusal leaves nothing */
-	box_bound_workspace(); /* its filesystem's root takes the directory's owner and mode */
+	workspace_bound(); /* its filesystem's root takes the directory's owner and mode */
 	bounds_workspaces();
 	if (!sv.sv_cf.cf_proxy_bin)
 		sv.sv_cf.cf_proxy_bin = config_proxy_bin();

@@ -217,11 +217,7 @@ kernel_stop(void)
 		template_kill(box); /* not our child: its pidfd, no waitpid */
 		k.k_proc.kp_pid = 0;
 	} else if (k.k_proc.kp_pid > 0) {
-		if (!sandbox_end(box, k.k_proc.kp_pid)) {
-			killpg(k.k_proc.kp_pid, SIGKILL);
-			kill(k.k_proc.kp_pid, SIGKILL);
-			waitpid(k.k_proc.kp_pid, NULL, 0);
-		}
+		sandbox_end(box, k.k_proc.kp_pid);
 		k.k_proc.kp_pid = 0;
 	}
 	sandbox_reaped(box);

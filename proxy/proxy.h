@@ -345,7 +345,7 @@ pid_t sandbox_recv(int sock, void *data, size_t len, ssize_t *got, int flags, in
 int sandbox_spawn(struct box *bx, const char *dir, const char *exe, char **argv, char **envp,
 		  struct kproc *kp);
 int sandbox_status(const struct box *bx, int status, pid_t shown);
-bool sandbox_end(struct box *bx, pid_t init);
+void sandbox_end(struct box *bx, pid_t init);
 void sandbox_reaped(struct box *bx);
 void sandbox_cleanup(struct box *bx, bool gone);
 json_t *sandbox_json(const struct box *bx);

@@ -593,24 +593,26 @@ sandbox_status(const struct box *bx, int status, pid_t shown)
 }
 
 /*
- * A box without namespaces, stopped: its init ends every process of its
- * Landlock domain (boxinit.c), those a kill of its process group would
- * miss (in a session of their own), when our end of its socket shuts; the
- * init's exit waited for a second. Whether it was reaped (else the caller
- * kills it as any box's).
+ * The box of a kernel we started (init, our child) stopped and reaped. A box
+ * without namespaces: its init ends every process of its Landlock domain
+ * (boxinit.c), those a kill of its process group would miss (in a session
+ * of their own), when our end of its socket shuts; its exit is waited for a
+ * second. Any other box, or that one still there: killed, as its group.
  */
-bool
+void
 sandbox_end(struct box *bx, pid_t init)
 {
-	if (!bx->bx_nons || bx->bx_sock < 0 || landlock_abi() < 6)
-		return false;
-	shutdown(bx->bx_sock, SHUT_RDWR);
-	for (int i = 0; i < 100; i++) {
-		if (waitpid(init, NULL, WNOHANG) == init)
-			return true;
-		usleep(10000);
+	if (bx->bx_nons && bx->bx_sock >= 0 && landlock_abi() >= 6) {
+		shutdown(bx->bx_sock, SHUT_RDWR);
+		for (int i = 0; i < 100; i++) {
+			if (waitpid(init, NULL, WNOHANG) == init)
+				return;
+			usleep(10000);
+		}
 	}
-	return false;
+	killpg(init, SIGKILL);
+	kill(init, SIGKILL);
+	waitpid(init, NULL, 0);
 }
 
 /* The kernel's box ended: forget its socket. */
