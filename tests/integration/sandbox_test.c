@@ -2249,6 +2249,37 @@ Test(sandbox, under_isolation_each_contexts_root_is_its_own, .fini = others_stop
 }
 
 /*
+ * A tenant that makes the workspace's .root a link to a host path (/etc,
+ * which its box shows read-only at /etc, or the run dir) gets an empty
+ * read-only /root in its next box: the link is never followed by the
+ * box's init, which runs as root on the host's paths.
+ */
+Test(sandbox, a_dot_root_made_a_link_is_not_followed, .fini = others_stop, .timeout = 180)
+{
+	const char *args[] = {"--no-default-context", "--pool", "0", NULL};
+	char code[800];
+
+	cr_assert_eq(broker_start(&other, args), 0);
+	char *a = context_new(other.b_url, "python", NULL);
+	cr_assert_not_null(a);
+	snprintf(code, sizeof(code),
+		 "import os\nos.rename('/home/user/.root', '/home/user/old-root')\n"
+		 "os.symlink('%s', '/home/user/.root')\nprint('swapped')",
+		 other.b_run_dir);
+	char *out = run_stdout(other.b_url, a, code);
+	cr_assert_str_eq(out ? out : "", "swapped\n");
+	free(out);
+	char *b = context_new(other.b_url, "python", "/root");
+	cr_assert_not_null(b, "cwd /root refused once .root is a link");
+	out = run_stdout(other.b_url, b,
+			 "import os\nprint(os.getcwd(), os.listdir('/root'), os.access('/root', os.W_OK))");
+	cr_assert_str_eq(out ? out : "", "/root [] False\n");
+	free(out);
+	free(a);
+	free(b);
+}
+
+/*
  * /proc/net/unix of one context, read by its kernel, against what it must
  * not name: the run dir, the context's id, the template, any path of the
  * host (its kernel's own sockets are abstract: no line names a path).
