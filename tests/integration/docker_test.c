@@ -481,9 +481,10 @@ Test(docker, cwd_root_is_the_workspaces_dot_root, .timeout = 120)
 	char *a = context_new(URL, "python", "/root");
 
 	cr_assert_not_null(a, "a context with cwd /root was refused");
-	char *out = run_stdout(URL, a,
-	                       "import os\nopen('r.txt', 'w').write('kept')\n"
-	                       "print(os.getcwd().endswith('/.root'), os.stat('.').st_uid == os.getuid())");
+	char *out = run_stdout(
+	    URL, a,
+	    "import os\nopen('r.txt', 'w').write('kept')\n"
+	    "print(os.getcwd().endswith('/.root'), os.stat('.').st_uid == os.getuid())");
 	cr_assert_str_eq(out ? out : "", "True True\n");
 	free(out);
 	char *b = context_new(URL, "python", "/root");

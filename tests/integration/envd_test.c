@@ -334,10 +334,11 @@ Test(envd, root_is_the_tenants_directory_for_contexts_and_envd, .timeout = 120)
 	/* envd: Stat, read, and a write a context reads */
 	j = rpc("Stat", "{\"path\":\"/root/note.txt\"}", &st);
 	cr_assert_eq(st, 200, "Stat /root/note.txt: %ld %s", st, code_of(j));
-	cr_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "entry"), "path")),
-	                 "/root/note.txt");
-	cr_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "entry"), "size")),
-	                 "9");
+	cr_assert_str_eq(
+	    json_string_value(json_object_get(json_object_get(j, "entry"), "path")),
+	    "/root/note.txt");
+	cr_assert_str_eq(
+	    json_string_value(json_object_get(json_object_get(j, "entry"), "size")), "9");
 	json_decref(j);
 	char *got = read_file("/root/note.txt", &st);
 	cr_assert_eq(st, 200);

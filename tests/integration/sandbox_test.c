@@ -1280,17 +1280,20 @@ created_in_log(const struct broker *b)
 	return n;
 }
 
-/* POST /contexts with cwd /srv (no box shows it): 400 naming it and why, no proxy started. */
+/* POST /contexts with cwd /srv (no box shows it): 400 naming it and why, no proxy
+ * started. */
 static void
 root_cwd_refused_at_once(struct broker *b)
 {
 	struct resp r;
 	int before = created_in_log(b);
 
-	cr_assert_eq(http(b->b_url, "POST", "/contexts", "{\"cwd\": \"/srv\"}", &r, 60), 0);
+	cr_assert_eq(http(b->b_url, "POST", "/contexts", "{\"cwd\": \"/srv\"}", &r, 60),
+	             0);
 	cr_assert_eq(r.r_status, 400, "%ld %s", r.r_status, r.r_body);
-	cr_assert(strstr(r.r_body, "'/srv'") && strstr(r.r_body, "not in the context's box"),
-		  "%s", r.r_body);
+	cr_assert(strstr(r.r_body, "'/srv'") &&
+	              strstr(r.r_body, "not in the context's box"),
+	          "%s", r.r_body);
 	resp_free(&r);
 	cr_assert_eq(created_in_log(b), before, "a context was started for it");
 }
@@ -1299,8 +1302,8 @@ root_cwd_refused_at_once(struct broker *b)
  * A cwd no box shows (/srv; E2B's /root once, now the tenant's: envd_test's
  * root_is_the_tenants_directory_for_contexts_and_envd): the broker answers
  * 400 at once, with no kernel started for it (it once crash-looped the
- * kernel three times and answered 500), in either isolation mode. (A directory of the box its kernel cannot enter: hostile's
- * a_bad_cwd_is_named_only_when_the_client_sent_it.)
+ * kernel three times and answered 500), in either isolation mode. (A directory of the box
+ * its kernel cannot enter: hostile's a_bad_cwd_is_named_only_when_the_client_sent_it.)
  */
 Test(sandbox, a_cwd_outside_the_box_is_400_at_once, .fini = others_stop,
      .timeout = 120)
@@ -1677,13 +1680,14 @@ first_component_of(const char *name, const char *env)
  * The box's view is a short list one can read: its root holds the system
  * (read-only), a private /tmp, /dev, /proc, /home/user, /root (the
  * workspace's .root), /run/sandcell and the top directories of the kernel's
- * own files, nothing else of the host: no /srv, /opt, /mnt, /boot, /sys, no /run/lock, no /dev/mqueue.
+ * own files, nothing else of the host: no /srv, /opt, /mnt, /boot, /sys, no /run/lock, no
+ * /dev/mqueue.
  */
 Test(sandbox, the_box_shows_its_short_list_and_nothing_else, .timeout = 60)
 {
-	static const char *const system[] = {"bin",  "dev",  "etc",  "home", "lib",
-					     "lib32", "lib64", "libx32", "proc", "root",
-					     "run",  "sbin", "tmp",  "usr",  "var"};
+	static const char *const system[] = {"bin",   "dev",   "etc",    "home", "lib",
+	                                     "lib32", "lib64", "libx32", "proc", "root",
+	                                     "run",   "sbin",  "tmp",    "usr",  "var"};
 	char *id = context_new(URL, "python", NULL);
 
 	cr_assert_not_null(id);
@@ -2236,12 +2240,14 @@ Test(sandbox, under_isolation_each_contexts_root_is_its_own, .fini = others_stop
 	char *a = context_new(other.b_url, "python", "/root"),
 	     *b = context_new(other.b_url, "python", "/root");
 	cr_assert(a && b, "a context with cwd /root was refused");
-	char *out = run_stdout(other.b_url, a,
-			       "import os\nopen('mine.txt', 'w').write('a')\nprint(os.getcwd())");
+	char *out =
+	    run_stdout(other.b_url, a,
+	               "import os\nopen('mine.txt', 'w').write('a')\nprint(os.getcwd())");
 	cr_assert_str_eq(out ? out : "", "/root\n");
 	free(out);
-	out = run_stdout(other.b_url, b,
-			 "import os\nprint(os.getcwd(), os.path.exists('/root/mine.txt'))");
+	out =
+	    run_stdout(other.b_url, b,
+	               "import os\nprint(os.getcwd(), os.path.exists('/root/mine.txt'))");
 	cr_assert_str_eq(out ? out : "", "/root False\n", "a neighbour's /root is seen");
 	free(out);
 	free(a);
@@ -2263,16 +2269,17 @@ Test(sandbox, a_dot_root_made_a_link_is_not_followed, .fini = others_stop, .time
 	char *a = context_new(other.b_url, "python", NULL);
 	cr_assert_not_null(a);
 	snprintf(code, sizeof(code),
-		 "import os\nos.rename('/home/user/.root', '/home/user/old-root')\n"
-		 "os.symlink('%s', '/home/user/.root')\nprint('swapped')",
-		 other.b_run_dir);
+	         "import os\nos.rename('/home/user/.root', '/home/user/old-root')\n"
+	         "os.symlink('%s', '/home/user/.root')\nprint('swapped')",
+	         other.b_run_dir);
 	char *out = run_stdout(other.b_url, a, code);
 	cr_assert_str_eq(out ? out : "", "swapped\n");
 	free(out);
 	char *b = context_new(other.b_url, "python", "/root");
 	cr_assert_not_null(b, "cwd /root refused once .root is a link");
 	out = run_stdout(other.b_url, b,
-			 "import os\nprint(os.getcwd(), os.listdir('/root'), os.access('/root', os.W_OK))");
+	                 "import os\nprint(os.getcwd(), os.listdir('/root'), "
+	                 "os.access('/root', os.W_OK))");
 	cr_assert_str_eq(out ? out : "", "/root [] False\n");
 	free(out);
 	free(a);

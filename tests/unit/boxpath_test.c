@@ -255,7 +255,8 @@ Test(boxpath, root_is_the_workspaces_dot_root_and_never_a_link)
 	cr_assert_eq(symlink(secret, p), 0);
 	boxpath_view_close(&view);
 	cr_assert_eq(boxpath_view_open(&view, ws), 0);
-	cr_expect_eq(resolve("/root/file", 0, real, NULL), -ENOENT, "the link was followed");
+	cr_expect_eq(resolve("/root/file", 0, real, NULL), -ENOENT,
+	             "the link was followed");
 	/* the directory: what it holds is at /root */
 	cr_assert_eq(unlink(p), 0);
 	in_ws(".root", NULL);
