@@ -547,8 +547,7 @@ main(int argc, char **argv)
 	memcpy(sa.sun_path + 1, argv[1], n);
 	int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (lfd < 0 ||
-	    bind(lfd, (struct sockaddr *)&sa,
-	         offsetof(struct sockaddr_un, sun_path) + 1 + n) < 0 ||
+	    bind(lfd, (struct sockaddr *)&sa, offsetof(struct sockaddr_un, sun_path) + 1 + n) < 0 ||
 	    listen(lfd, 1) < 0 || (proxy_fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) < 0)
 		fatal("the proxy's connection: %s", strerror(errno));
 	close(lfd);
