@@ -538,19 +538,11 @@ main(int argc, char **argv)
 	if (argc != 2 || (n = strlen(argv[1])) + 1 > sizeof(sa.sun_path))
 		fatal("usage: sandcell-envd SOCKET-NAME (started by sandcell-proxy "
 		      "--envd)");
-	/*
-	 * abstract: this network namespace's. We listen and the proxy connects:
-	 * Landlock scopes the box's abstract sockets (a socket of the proxy's is
-	 * out of our reach), not the proxy's connecting into the box. One
-	 * connection, before any command runs.
-	 */
-	memcpy(sa.sun_path + 1, argv[1], n);
-	int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (lfd < 0 ||
-	    bind(lfd, (struct sockaddr *)&sa, offsetof(struct sockaddr_un, sun_path) + 1 + n) < 0 ||
-	    listen(lfd, 1) < 0 || (proxy_fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) < 0)
-		fatal("the proxy's connection: %s", strerror(errno));
-	close(lfd);
+	memcpy(sa.sun_path + 1, argv[1], n); /* abstract: this network namespace's */
+	if ((proxy_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
+	    connect(proxy_fd, (struct sockaddr *)&sa,
+	            offsetof(struct sockaddr_un, sun_path) + 1 + n) < 0)
+		fatal("connect to the proxy: %s", strerror(errno));
 	sigemptyset(&chld);
 	sigaddset(&chld, SIGCHLD);
 	signal(SIGPIPE, SIG_IGN);

@@ -72,46 +72,30 @@ agent_env(const struct proxy *px)
 	return v;
 }
 
-/*
- * Connects to the agent's abstract socket (name): the agent listens and we
- * connect, since Landlock scopes the box's abstract sockets to its domain
- * (the agent could not reach one of ours). Tried until it listens or
- * ENVD_CONNECT_MS pass: 0 with e.fd, or -ETIMEDOUT.
- */
-static int
-agent_connect(const char *name)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	socklen_t sl = offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name);
-
-	memcpy(sa.sun_path + 1, name, strlen(name));
-	for (int waited = 0; waited < ENVD_CONNECT_MS; waited += 10) {
-		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd < 0)
-			return -errno;
-		if (connect(fd, (struct sockaddr *)&sa, sl) == 0) {
-			e.fd = fd;
-			return 0;
-		}
-		close(fd);
-		poll(NULL, 0, 10);
-	}
-	return -ETIMEDOUT;
-}
-
 /* The agent, started in its box: 0 with e.fd its connection, or -errno. */
 static int
 envd_spawn(struct proxy *px)
 {
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	unsigned char rnd[16];
 	char name[64], *argv[3], **envp;
 	struct ucred uc;
 	socklen_t len = sizeof(uc);
-	int rc;
+	int lfd, rc;
 
 	randombytes_buf(rnd, sizeof(rnd));
 	memcpy(name, "sandcell-envd-", 14);
 	sodium_bin2hex(name + 14, sizeof(name) - 14, rnd, sizeof(rnd));
+	memcpy(sa.sun_path + 1, name, strlen(name));
+	if ((lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+		return -errno;
+	if (bind(lfd, (struct sockaddr *)&sa,
+	         offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name)) < 0 ||
+	    listen(lfd, 1) < 0) {
+		rc = -errno;
+		close(lfd);
+		return rc;
+	}
 	argv[0] = px->px_envd;
 	argv[1] = name;
 	argv[2] = NULL;
@@ -123,9 +107,18 @@ envd_spawn(struct proxy *px)
 	for (size_t i = 0; envp[i]; i++)
 		free(envp[i]);
 	free(envp);
-	if (rc < 0 || (rc = agent_connect(name)) < 0)
+	if (rc < 0) {
+		close(lfd);
 		return rc;
-	/* the listener's: the box's own uid (in a user namespace, ours) */
+	}
+	struct pollfd pf = {lfd, POLLIN, 0};
+	if (poll(&pf, 1, ENVD_CONNECT_MS) != 1 ||
+	    (e.fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) < 0) {
+		close(lfd);
+		return -ETIMEDOUT;
+	}
+	close(lfd); /* one connection: nothing else gets this agent's place */
+	/* the box's own uid (in a user namespace, ours) */
 	uid_t want = px->px_box.bx_userns ? geteuid() : px->px_box.bx_uid;
 	if (getsockopt(e.fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) < 0 || uc.uid != want) {
 		log_err("context %s: the envd agent's connection is not the box's uid",
