@@ -50,7 +50,7 @@ KERNEL_PY = proxy/jupyter/kernels/bash/sandcell_marked.py \
 UNIT_TESTS = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
 INTEG_TESTS = $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/*_test.c))
 
-.PHONY: all bench deps fuzz install run soak test test-install test-systemd test-unit test-options test-integration test-sdk test-asan clean \
+.PHONY: all bench bench-envd deps fuzz install run soak test test-install test-systemd test-unit test-options test-integration test-sdk test-asan clean \
         check-deps format image test-api test-deploy test-image
 
 all: $(PROGS) $(BUILD)/profile.stamp $(KERNEL_PY)
@@ -190,6 +190,10 @@ fuzz: deps
 # Benchmarks print figures; they are not part of make test.
 bench: deps all $(BUILD)/bench
 	SANDCELL_BIN=$(abspath $(BIN)) $(BUILD)/bench $(BENCH)
+
+# envd's files and commands through the E2B SDK against cp and /execute
+bench-envd: all
+	sh tests/bench/envd.sh $(abspath $(BIN))
 
 deps:
 	@sh scripts/deps.sh

@@ -29,9 +29,23 @@ add(struct boxpath_view *v, const char *path, int fd)
 		v->bv_mounts[v->bv_n++] = (struct boxpath_mount){path, fd};
 }
 
+/* The workspace's BOX_ROOT_DIR, a directory beneath it and no link, or -1 (none yet). */
+static int
+root_of(int home)
+{
+	struct open_how how = {
+	    .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+	    .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+	};
+	int fd = syscall(SYS_openat2, home, BOX_ROOT_DIR, &how, sizeof(how));
+
+	return fd < 0 ? -1 : fd;
+}
+
 /*
  * The view a box of this workspace shows a tenant's paths (boxview.c): the
- * workspace at BOX_HOME, the system read-only at its own paths, and /tmp, the
+ * workspace at BOX_HOME, its BOX_ROOT_DIR at BOX_ROOT (an empty directory
+ * until a box made it), the system read-only at its own paths, and /tmp, the
  * box's own, empty when its kernel starts. workspace NULL: one not made yet
  * (an empty directory). 0, or -errno when a part cannot be opened.
  */
@@ -44,6 +58,7 @@ boxpath_view_open(struct boxpath_view *v, const char *workspace)
 	if (workspace && (fd = open(workspace, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
 		return -errno;
 	add(v, BOX_HOME, workspace ? fd : -1);
+	add(v, BOX_ROOT, workspace ? root_of(fd) : -1);
 	add(v, "/tmp", -1);
 	for (const char *const *s = boxview_system; *s; s++) {
 		if ((fd = open(*s, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {

@@ -1,12 +1,17 @@
 /*
  * boxview.c — what a box shows of the host, by path: the system read-only
- * at its own paths, and the workspace at BOX_HOME. The proxy builds its
- * boxes' roots from it (boxroot.c); a tenant's path (a context's cwd) is
- * resolved in that view by boxpath.c, never on the host.
+ * at its own paths, the workspace at BOX_HOME and its BOX_ROOT_DIR at
+ * BOX_ROOT. The proxy builds its boxes' roots from it (boxroot.c); a
+ * tenant's path (a context's cwd) is resolved in that view by boxpath.c,
+ * never on the host.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "lib.h"
 
@@ -71,4 +76,33 @@ boxview_shows(const char *path, const char *workspace, const char *const *dirs, 
 	if (!part && realpath(path, real))
 		part = part_of(real, workspace, dirs, ndirs);
 	return part;
+}
+
+/*
+ * The workspace's BOX_ROOT_DIR (home: a descriptor of the workspace), which a
+ * box shows at BOX_ROOT: made if absent (0700, uid's), never followed if a
+ * link. An O_PATH descriptor of it, or -ENOTDIR when the tenant put
+ * something else there (its box then has an empty read-only BOX_ROOT), or
+ * -errno. Inside the workspace, it is within the workspace's size bound and
+ * kept with it. Called by a box's init (root, or root of its user namespace).
+ */
+int
+boxview_root_open(int home, uid_t uid, gid_t gid)
+{
+	struct stat st;
+	int fd, made = mkdirat(home, BOX_ROOT_DIR, 0700) == 0, e;
+
+	if (!made && errno != EEXIST)
+		return -errno;
+	if ((fd = openat(home, BOX_ROOT_DIR,
+	                 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		return errno == ELOOP ? -ENOTDIR : -errno;
+	/* made by us: the tenant's (one swapped in meanwhile was theirs anyway) */
+	if (fstat(fd, &st) < 0 ||
+	    (made && st.st_uid != uid && fchown(fd, uid, gid) < 0)) {
+		e = errno;
+		close(fd);
+		return -e;
+	}
+	return fd;
 }

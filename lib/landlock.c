@@ -77,6 +77,7 @@ struct ll_ruleset_attr {
 const struct landlock_rule landlock_box[] = {
     {"/", LL_READ},       /* the system, its files */
     {BOX_HOME, LL_WRITE}, /* the workspace */
+    {BOX_ROOT, LL_WRITE}, /* the workspace's BOX_ROOT_DIR */
     {"/tmp", LL_WRITE},   /* its own, /var/tmp's too */
     {"/dev", LL_READ | LL_FILES | LANDLOCK_ACCESS_FS_IOCTL_DEV}, /* null, tty, pts... */
     {"/dev/shm", LL_WRITE},                                      /* POSIX shared memory */
@@ -113,7 +114,9 @@ landlock_host(const char *home, const char *kdir, const char *const *reads)
 
 	for (const struct landlock_rule *b = landlock_box; b->lr_path && n < max - 1;
 	     b++) {
-		if (!strcmp(b->lr_path, "/") || !strcmp(b->lr_path, "/tmp"))
+		/* BOX_ROOT: the workspace's BOX_ROOT_DIR, beneath home */
+		if (!strcmp(b->lr_path, "/") || !strcmp(b->lr_path, "/tmp") ||
+		    !strcmp(b->lr_path, BOX_ROOT))
 			continue;
 		if (!strcmp(b->lr_path, "/dev")) {
 			for (size_t i = 0;

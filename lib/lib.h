@@ -45,8 +45,13 @@ int lang_normalise(const char *in, char *out, size_t outsz);
 /* boxview.c */
 #define BOX_HOME "/home/user" /* the workspace in a box: HOME and the default cwd */
 #define PACKAGES_VENV "/.local/venv" /* below HOME: the tenant's Python venv (packages.c) */
+/* In a box, root's home as E2B's code expects it: the workspace's BOX_ROOT_DIR,
+ * read-write */
+#define BOX_ROOT "/root"
+#define BOX_ROOT_DIR ".root"
 extern const char *const boxview_system[];
 bool boxview_is_system(const char *path);
+int boxview_root_open(int home, uid_t uid, gid_t gid);
 const char *boxview_shows(const char *path, const char *workspace, const char *const *dirs,
 			  size_t ndirs);
 

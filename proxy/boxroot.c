@@ -1,7 +1,8 @@
 /*
  * boxroot.c — the filesystem a box sees, built from nothing up: an empty root
  * of its own (pivot_root) given, one line of box_view each, the system
- * read-only, the workspace at BOX_HOME read-write, a private /tmp, its own
+ * read-only, the workspace at BOX_HOME read-write (and its BOX_ROOT_DIR at
+ * BOX_ROOT, root's home as E2B's code expects it), a private /tmp, its own
  * /proc (or the host's with the others' processes hidden: proc_of_host), a
  * minimal /dev, a copy of the kernel's own dir at BOX_KDIR, and what it is
  * started from read-only at the host's paths. No other host path exists
@@ -25,7 +26,7 @@
 
 /* What a line of the view makes (box_view). */
 enum part {
-	P_SYSTEM, P_RESOLV, P_LINK, P_TMPFS, P_DEV, P_PROC, P_HOME, P_KERNEL, P_BIND, P_HIDE
+	P_SYSTEM, P_RESOLV, P_LINK, P_TMPFS, P_DEV, P_PROC, P_HOME, P_ROOT, P_KERNEL, P_BIND, P_HIDE
 };
 struct part_line {
 	enum part pl_kind;
@@ -46,6 +47,7 @@ static const struct part_line box_view[] = {
 	{P_DEV, "/dev"},           /* null zero full random urandom tty, pts, shm */
 	{P_PROC, "/proc"},         /* the box's processes only */
 	{P_HOME, BOX_HOME},        /* the workspace, read-write: HOME and the default cwd */
+	{P_ROOT, BOX_ROOT},        /* the workspace's BOX_ROOT_DIR, read-write (boxview.c) */
 	{P_KERNEL, BOX_KDIR},      /* its own dir, a copy in a small tmpfs: connection file,
 				    * IPython profile (the kernel writes both) */
 	{P_BIND, NULL},            /* the kernel's files and program (bx_binds), read-only */
@@ -306,7 +308,7 @@ copy_tree(int src, const char *dst, uid_t uid, gid_t gid, int depth)
 struct sources {
 	int s_system[8];
 	int s_dev[sizeof(devices) / sizeof(devices[0])];
-	int s_home, s_kernel, s_bind[BOX_MAX_BINDS], s_hide, s_resolv;
+	int s_home, s_root, s_kernel, s_bind[BOX_MAX_BINDS], s_hide, s_resolv;
 };
 
 static void
@@ -321,6 +323,8 @@ open_sources(const struct box *bx, struct sources *src)
 		src->s_dev[i] = open(path, O_PATH | O_CLOEXEC);
 	}
 	src->s_home = open(bx->bx_workspace, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	src->s_root = src->s_home < 0 ? -1
+				      : boxview_root_open(src->s_home, inside_uid(bx), inside_gid(bx));
 	src->s_kernel = bx->bx_kdir ? open(bx->bx_kdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
 	for (int i = 0; i < bx->bx_nbinds; i++)
 		src->s_bind[i] = boxview_is_system(bx->bx_binds[i].bb_path)
@@ -337,7 +341,7 @@ open_sources(const struct box *bx, struct sources *src)
 static void
 close_sources(const struct box *bx, const struct sources *src)
 {
-	int fds[] = {src->s_home, src->s_kernel, src->s_hide, src->s_resolv};
+	int fds[] = {src->s_home, src->s_root, src->s_kernel, src->s_hide, src->s_resolv};
 
 	for (size_t i = 0; i < 8 && boxview_system[i]; i++)
 		if (src->s_system[i] >= 0)
@@ -482,6 +486,12 @@ make_part(const struct box *bx, const struct sources *src, size_t i)
 		return errno == EPERM ? proc_of_host(dst) : -1;
 	case P_HOME:
 		return bind_at(src->s_home, path, true, true);
+	case P_ROOT: /* none (the tenant put a file or a link there): empty, read-only */
+		if (src->s_root < 0) {
+			mkdirs(staged(dst, path));
+			return 0;
+		}
+		return bind_at(src->s_root, path, true, true);
 	case P_KERNEL:
 		if (!bx->bx_kdir)
 			return 0;

@@ -112,6 +112,12 @@ view_path(const char *path, char *out, size_t outsz)
 	if (!strncmp(path, "/tmp", 4) && (!path[4] || path[4] == '/') &&
 	    snprintf(out, outsz, "%s%s", view_tmp, path + 4) < (int)outsz)
 		return out;
+	n = strlen(BOX_ROOT); /* without namespaces, the workspace's BOX_ROOT_DIR */
+	if (strcmp(view_home, BOX_HOME) && !strncmp(path, BOX_ROOT, n) &&
+	    (!path[n] || path[n] == '/') &&
+	    snprintf(out, outsz, "%s/" BOX_ROOT_DIR "%s", view_home, path + n) <
+	        (int)outsz)
+		return out;
 	return path;
 }
 
@@ -163,6 +169,11 @@ nons_init(struct proxy *px)
 		reads[n++] = bx->bx_binds[i].bb_path;
 	reads[n] = NULL;
 	view_home = bx->bx_workspace;
+	int home = open(bx->bx_workspace, O_PATH | O_DIRECTORY | O_CLOEXEC), root;
+	if (home >= 0 && (root = boxview_root_open(home, bx->bx_uid, bx->bx_gid)) >= 0)
+		close(root); /* BOX_ROOT, at the host's path (view_path) */
+	if (home >= 0)
+		close(home);
 	view_rules = landlock_host(bx->bx_workspace, px->px_kdir, reads);
 	bx->bx_ws_size = 0;      /* its filesystem would need a mount */
 	bx->bx_net_ready = true; /* the container's network */

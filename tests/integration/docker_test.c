@@ -419,3 +419,30 @@ Test(docker, the_default_context_and_the_pool_are_boxed, .timeout = 180)
 	}
 	cr_assert_eq(broker_stop(&b), 0);
 }
+
+/*
+ * A box without namespaces shows the host's paths: a cwd of /root (E2B's
+ * SDK suites) is the workspace's .root there, made for it, the tenant's,
+ * and a second context reads what the first wrote in it.
+ */
+Test(docker, cwd_root_is_the_workspaces_dot_root, .timeout = 120)
+{
+	char *a = context_new(URL, "python", "/root");
+
+	cr_assert_not_null(a, "a context with cwd /root was refused");
+	char *out = run_stdout(
+	    URL, a,
+	    "import os\nopen('r.txt', 'w').write('kept')\n"
+	    "print(os.getcwd().endswith('/.root'), os.stat('.').st_uid == os.getuid())");
+	cr_assert_str_eq(out ? out : "", "True True\n");
+	free(out);
+	char *b = context_new(URL, "python", "/root");
+	cr_assert_not_null(b);
+	out = run_stdout(URL, b, "print(open('r.txt').read())");
+	cr_assert_str_eq(out ? out : "", "kept\n");
+	free(out);
+	context_delete(URL, a);
+	context_delete(URL, b);
+	free(a);
+	free(b);
+}

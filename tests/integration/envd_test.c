@@ -301,6 +301,66 @@ Test(envd, a_file_is_the_contexts_file_both_ways)
 	cr_assert_neq(sa.st_uid, 0);
 }
 
+/*
+ * E2B's code runs as root, with cwd /root: in a box /root is the tenant's own
+ * directory, the workspace's .root (inside its bound, kept with it). A
+ * context made with cwd /root runs there, what it writes there another
+ * context reads, and envd, and it is there after a restart and on the host.
+ */
+Test(envd, root_is_the_tenants_directory_for_contexts_and_envd, .timeout = 120)
+{
+	long st;
+	char *id, *out, host[256];
+	json_t *l, *j;
+	struct stat sb;
+
+	up();
+	id = context_new(URL, "python", "/root");
+	cr_assert_not_null(id, "a context with cwd /root was refused");
+	l = run(URL, id,
+	        "import os\nprint(os.getcwd())\n"
+	        "open('note.txt', 'w').write('root note')");
+	cr_assert_not_null(l);
+	out = stdout_of(l);
+	cr_assert_str_eq(out, "/root\n", "%s", out);
+	free(out);
+	json_decref(l);
+	/* another context (the default one, cwd /home/user) reads it at /root */
+	l = run(URL, NULL, "print(open('/root/note.txt').read(), end='')");
+	cr_assert_not_null(l);
+	out = stdout_of(l);
+	cr_assert_str_eq(out, "root note", "%s", out);
+	free(out);
+	json_decref(l);
+	/* envd: Stat, read, and a write a context reads */
+	j = rpc("Stat", "{\"path\":\"/root/note.txt\"}", &st);
+	cr_assert_eq(st, 200, "Stat /root/note.txt: %ld %s", st, code_of(j));
+	cr_assert_str_eq(
+	    json_string_value(json_object_get(json_object_get(j, "entry"), "path")),
+	    "/root/note.txt");
+	cr_assert_str_eq(
+	    json_string_value(json_object_get(json_object_get(j, "entry"), "size")), "9");
+	json_decref(j);
+	char *got = read_file("/root/note.txt", &st);
+	cr_assert_eq(st, 200);
+	cr_assert_str_eq(got, "root note");
+	free(got);
+	cr_assert_eq(write_raw("/root/from_envd.txt", "from envd"), 200);
+	/* kept across a restart, and on the host in the workspace */
+	cr_assert_eq(context_post(URL, id, "restart", 60), 200);
+	l = run(URL, id, "import os\nprint(os.getcwd(), open('from_envd.txt').read())");
+	cr_assert_not_null(l);
+	out = stdout_of(l);
+	cr_assert_str_eq(out, "/root from envd\n", "%s", out);
+	free(out);
+	json_decref(l);
+	snprintf(host, sizeof(host), "%s.work/.root/note.txt", test_run_dir());
+	cr_assert_eq(stat(host, &sb), 0, "no %s", host);
+	cr_assert_neq(sb.st_uid, 0, "/root's file is root's on the host");
+	context_delete(URL, id);
+	free(id);
+}
+
 Test(envd, filesystem_calls_in_connect_json)
 {
 	long st;

@@ -1280,27 +1280,30 @@ created_in_log(const struct broker *b)
 	return n;
 }
 
-/* POST /contexts with cwd /root: 400 naming it and why, no proxy started for it. */
+/* POST /contexts with cwd /srv (no box shows it): 400 naming it and why, no proxy
+ * started. */
 static void
 root_cwd_refused_at_once(struct broker *b)
 {
 	struct resp r;
 	int before = created_in_log(b);
 
-	cr_assert_eq(http(b->b_url, "POST", "/contexts", "{\"cwd\": \"/root\"}", &r, 60), 0);
+	cr_assert_eq(http(b->b_url, "POST", "/contexts", "{\"cwd\": \"/srv\"}", &r, 60),
+	             0);
 	cr_assert_eq(r.r_status, 400, "%ld %s", r.r_status, r.r_body);
-	cr_assert(strstr(r.r_body, "'/root'") && strstr(r.r_body, "not in the context's box"),
-		  "%s", r.r_body);
+	cr_assert(strstr(r.r_body, "'/srv'") &&
+	              strstr(r.r_body, "not in the context's box"),
+	          "%s", r.r_body);
 	resp_free(&r);
 	cr_assert_eq(created_in_log(b), before, "a context was started for it");
 }
 
 /*
- * E2B's SDK suites create contexts with cwd /root. A box shows no /root: the
- * broker answers 400 at once, with no kernel started for it (it once
- * crash-looped the kernel three times and answered 500), in either
- * isolation mode. (A directory of the box its kernel cannot enter: hostile's
- * a_bad_cwd_is_named_only_when_the_client_sent_it.)
+ * A cwd no box shows (/srv; E2B's /root once, now the tenant's: envd_test's
+ * root_is_the_tenants_directory_for_contexts_and_envd): the broker answers
+ * 400 at once, with no kernel started for it (it once crash-looped the
+ * kernel three times and answered 500), in either isolation mode. (A directory of the box
+ * its kernel cannot enter: hostile's a_bad_cwd_is_named_only_when_the_client_sent_it.)
  */
 Test(sandbox, a_cwd_outside_the_box_is_400_at_once, .fini = others_stop,
      .timeout = 120)
@@ -1675,14 +1678,16 @@ first_component_of(const char *name, const char *env)
 
 /*
  * The box's view is a short list one can read: its root holds the system
- * (read-only), a private /tmp, /dev, /proc, /home/user, /run/sandcell and the
- * top directories of the kernel's own files, nothing else of the host: no
- * /root, /srv, /opt, /mnt, /boot, /sys, no /run/lock, no /dev/mqueue.
+ * (read-only), a private /tmp, /dev, /proc, /home/user, /root (the
+ * workspace's .root), /run/sandcell and the top directories of the kernel's
+ * own files, nothing else of the host: no /srv, /opt, /mnt, /boot, /sys, no /run/lock, no
+ * /dev/mqueue.
  */
 Test(sandbox, the_box_shows_its_short_list_and_nothing_else, .timeout = 60)
 {
-	static const char *const system[] = {"bin", "dev", "etc", "home", "lib", "lib32", "lib64",
-					     "libx32", "proc", "run", "sbin", "tmp", "usr", "var"};
+	static const char *const system[] = {"bin",   "dev",   "etc",    "home", "lib",
+	                                     "lib32", "lib64", "libx32", "proc", "root",
+	                                     "run",   "sbin",  "tmp",    "usr",  "var"};
 	char *id = context_new(URL, "python", NULL);
 
 	cr_assert_not_null(id);
@@ -2187,7 +2192,7 @@ listing(const char *dir)
 }
 
 /*
- * --isolation context: refused cwds (E2B's /root among them) read as a path
+ * --isolation context: refused cwds (below /root among them) read as a path
  * no box has, whatever the host holds there, and leave nothing in the
  * workspace root: no directory per refusal.
  */
@@ -2204,7 +2209,7 @@ Test(sandbox, refused_cwds_under_isolation_read_alike_and_leave_nothing,
 	snprintf(c[0], sizeof(c[0]), "%s/dir", oracle_dir);
 	snprintf(c[1], sizeof(c[1]), "%s/file", oracle_dir);
 	snprintf(c[2], sizeof(c[2]), "/home/user/../..%s", priv_box.b_run_dir);
-	const char *refused[] = {"/root",
+	const char *refused[] = {"/srv",
 	                         "/root/.cache",
 	                         c[0],
 	                         c[1],
@@ -2219,6 +2224,66 @@ Test(sandbox, refused_cwds_under_isolation_read_alike_and_leave_nothing,
 	cr_expect_str_eq(after, before, "the workspace root %s changed", ws);
 	free(before);
 	free(after);
+}
+
+/*
+ * --isolation context: each context's /root is its own (its workspace's
+ * .root). Two contexts made with cwd /root run there; what one writes there
+ * the other does not see.
+ */
+Test(sandbox, under_isolation_each_contexts_root_is_its_own, .fini = others_stop,
+     .timeout = 180)
+{
+	const char *args[] = {"--no-default-context", "--isolation", "context", NULL};
+
+	cr_assert_eq(broker_start(&other, args), 0);
+	char *a = context_new(other.b_url, "python", "/root"),
+	     *b = context_new(other.b_url, "python", "/root");
+	cr_assert(a && b, "a context with cwd /root was refused");
+	char *out =
+	    run_stdout(other.b_url, a,
+	               "import os\nopen('mine.txt', 'w').write('a')\nprint(os.getcwd())");
+	cr_assert_str_eq(out ? out : "", "/root\n");
+	free(out);
+	out =
+	    run_stdout(other.b_url, b,
+	               "import os\nprint(os.getcwd(), os.path.exists('/root/mine.txt'))");
+	cr_assert_str_eq(out ? out : "", "/root False\n", "a neighbour's /root is seen");
+	free(out);
+	free(a);
+	free(b);
+}
+
+/*
+ * A tenant that makes the workspace's .root a link to a host path (/etc,
+ * which its box shows read-only at /etc, or the run dir) gets an empty
+ * read-only /root in its next box: the link is never followed by the
+ * box's init, which runs as root on the host's paths.
+ */
+Test(sandbox, a_dot_root_made_a_link_is_not_followed, .fini = others_stop, .timeout = 180)
+{
+	const char *args[] = {"--no-default-context", "--pool", "0", NULL};
+	char code[800];
+
+	cr_assert_eq(broker_start(&other, args), 0);
+	char *a = context_new(other.b_url, "python", NULL);
+	cr_assert_not_null(a);
+	snprintf(code, sizeof(code),
+	         "import os\nos.rename('/home/user/.root', '/home/user/old-root')\n"
+	         "os.symlink('%s', '/home/user/.root')\nprint('swapped')",
+	         other.b_run_dir);
+	char *out = run_stdout(other.b_url, a, code);
+	cr_assert_str_eq(out ? out : "", "swapped\n");
+	free(out);
+	char *b = context_new(other.b_url, "python", "/root");
+	cr_assert_not_null(b, "cwd /root refused once .root is a link");
+	out = run_stdout(other.b_url, b,
+	                 "import os\nprint(os.getcwd(), os.listdir('/root'), "
+	                 "os.access('/root', os.W_OK))");
+	cr_assert_str_eq(out ? out : "", "/root [] False\n");
+	free(out);
+	free(a);
+	free(b);
 }
 
 /*

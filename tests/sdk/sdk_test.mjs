@@ -12,6 +12,7 @@
 // `N passed, M failed`; exits 0 only when nothing failed.
 
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 
 process.env.E2B_DEBUG = 'true';
 delete process.env.E2B_API_KEY; // debug mode must not need one
@@ -371,6 +372,49 @@ async function envdChecks() {
     const ex = await run("import pandas as pd\nint(pd.read_csv('data.csv')['b'].sum())");
     assert.equal(mainText(ex), '6', describeExecution(ex));
   });
+  await check("createCodeContext({cwd: '/root'}): runCode runs there, its files are envd's", async () => {
+    const root = await withTimeout(
+      sbx.createCodeContext({ cwd: '/root', requestTimeoutMs: CALL_TIMEOUT_MS }),
+      'createCodeContext',
+    );
+    try {
+      const ex = await run("import os\nopen('r.txt', 'w').write('in /root')\nos.getcwd()", { context: root });
+      assert.equal(mainText(ex), '/root');
+      assert.equal(await withTimeout(f.read('/root/r.txt'), 'files.read'), 'in /root');
+      await withTimeout(f.write('/root/w.txt', 'from the SDK'), 'files.write');
+      const back = await run("open('w.txt').read()", { context: root });
+      assert.equal(mainText(back), 'from the SDK');
+    } finally {
+      await withTimeout(sbx.removeCodeContext(root.id), 'removeCodeContext');
+    }
+  });
+  // A file the SDK writes, read by runCode in each language, and one it writes read back.
+  const rPresent = await run('1', { language: 'r' }).then(
+    (ex) => !ex.error,
+    () => false,
+  );
+  const fileLangs = [
+    ['js', "console.log(Deno.readTextFileSync('/home/user/lang/in.txt'))",
+      "Deno.writeTextFileSync('/home/user/lang/js.txt', 'from js')"],
+    ['r', "cat(readLines('/home/user/lang/in.txt'), '\\n')",
+      "writeLines('from r', '/home/user/lang/r.txt')"],
+  ];
+  for (const [language, read, write] of fileLangs) {
+    await check(`files.write read by runCode in ${language}, and a file it writes read by files.read`, async () => {
+      if (language === 'r' && !rPresent) {
+        console.log('# skip: no R kernel');
+        return;
+      }
+      await withTimeout(f.write('lang/in.txt', 'from the SDK'), 'files.write');
+      const ex = await run(read, { language });
+      assert.equal(ex.error, undefined, describeExecution(ex));
+      assert.equal(ex.logs.stdout.join('').trim(), 'from the SDK', describeExecution(ex));
+      const w = await run(write, { language });
+      assert.equal(w.error, undefined, describeExecution(w));
+      const got = await withTimeout(f.read(`lang/${language}.txt`), 'files.read');
+      assert.equal(got.trim(), `from ${language}`);
+    });
+  }
   await check('files.read of a file a context wrote', async () => {
     const ex = await run("open('from_code.txt', 'w').write('made by runCode')");
     assert.equal(ex.error, undefined, describeExecution(ex));
@@ -469,6 +513,26 @@ async function envdChecks() {
       assert.ok(e instanceof NotFoundError, `expected NotFoundError, got ${describeError(e)}`);
       return true;
     });
+  });
+  await check("the README's data-analysis example runs as printed", async () => {
+    // README.md's block marked "sdk_test.mjs runs this block", run as it is
+    // there with this test's sbx, and what it leaves checked
+    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+    const m = readme.match(/```js\n(\/\/[^\n]*sdk_test\.mjs runs this block[^\n]*\n[\s\S]*?)```/);
+    assert.ok(m, 'no block marked "sdk_test.mjs runs this block" in README.md');
+    const printed = [];
+    const AsyncFunction = (async () => {}).constructor;
+    const example = new AsyncFunction('sbx', 'console', `${m[1]}\nreturn { analysis, chart };`);
+    const { analysis, chart } = await withTimeout(
+      example(sbx, { log: (...a) => printed.push(a.join(' ')) }),
+      "the README's example",
+      2 * CALL_TIMEOUT_MS,
+    );
+    assert.equal(analysis.error, undefined, describeExecution(analysis));
+    assert.match(analysis.text, /^17\.63/, describeExecution(analysis));
+    assert.deepEqual(printed, [analysis.text]);
+    assert.deepEqual(Array.from(chart.slice(0, 4)), [0x89, 0x50, 0x4e, 0x47], 'not a PNG');
+    assert.ok(chart.length > 1000, `${chart.length} bytes`);
   });
   await commandChecks();
 }

@@ -128,10 +128,10 @@ Test(boxpath, what_the_box_does_not_show_is_enoent_whatever_the_host_holds)
 	    BOX_HOME "/hostfile",
 	    BOX_HOME "/gone",
 	    BOX_HOME "/nothing",
-	    "/root",
+	    "/root/x",
 	    "/tmp/x",
 	    "/proc/self",
-	    BOX_HOME "/up/root",
+	    BOX_HOME "/up/root/x",
 	    BOX_HOME "/up/tmp/x",
 	};
 
@@ -236,4 +236,36 @@ Test(boxpath, a_live_roots_view_keeps_every_path_inside_it)
 	cr_expect_eq(boxpath_reopen(fd, O_RDONLY), -ELOOP, "a link reopened");
 	close(fd);
 	boxpath_view_close(&v);
+}
+
+/*
+ * /root is the workspace's .root (an empty directory of the box's own until a
+ * box made it); a .root that is a link (to a host dir) is not followed.
+ */
+Test(boxpath, root_is_the_workspaces_dot_root_and_never_a_link)
+{
+	char real[PATH_MAX], p[400];
+	struct stat st;
+
+	cr_expect_eq(resolve("/root", 0, real, &st), 0);
+	cr_expect(S_ISDIR(st.st_mode));
+	cr_expect_eq(resolve("/root/file", 0, real, NULL), -ENOENT);
+	/* a link to the secret dir: still the box's own empty /root */
+	snprintf(p, sizeof(p), "%s/.root", ws);
+	cr_assert_eq(symlink(secret, p), 0);
+	boxpath_view_close(&view);
+	cr_assert_eq(boxpath_view_open(&view, ws), 0);
+	cr_expect_eq(resolve("/root/file", 0, real, NULL), -ENOENT,
+	             "the link was followed");
+	/* the directory: what it holds is at /root */
+	cr_assert_eq(unlink(p), 0);
+	in_ws(".root", NULL);
+	snprintf(p, sizeof(p), "%s/.root/f", ws);
+	close(open(p, O_WRONLY | O_CREAT, 0600));
+	boxpath_view_close(&view);
+	cr_assert_eq(boxpath_view_open(&view, ws), 0);
+	cr_expect_eq(resolve("/root/f", 0, real, &st), 0);
+	cr_expect_str_eq(real, "/root/f");
+	cr_expect(S_ISREG(st.st_mode));
+	cr_expect_eq(resolve(BOX_HOME "/.root/f", 0, real, NULL), 0);
 }
