@@ -456,7 +456,6 @@ void request_drain(struct request *rq, bool drain);
 int http_start(void);
 void http_stop(void);
 void http_tick(uint64_t now);
-void http_body_progress(struct http_request *hr);
 
 /* respond.c */
 extern const struct request_ops respond_ops;
@@ -517,6 +516,7 @@ context_listed(const struct context *c)
 	return !c->c_deleting && !c->c_pooled && !c->c_envd;
 }
 
+struct context *context_envd(void);
 struct context *context_find(const char *id);
 struct context *context_default(const char *lang);
 json_t *context_json(struct context *c, bool live);
@@ -579,6 +579,7 @@ void waiter_send(struct context *c, struct request *rq, struct msg *m);
 
 /* connect.c: Connect's streams and process.Process's messages (envd.c's) */
 extern const struct stream_kind connect_process, connect_watch;
+json_t *connect_error(bool rpc, const char *code, unsigned *status, const char *msg);
 json_t *connect_watcher(const char *op, json_t *a);
 int connect_watch_args(const char *body, size_t len, json_t **args, const char **code,
 		       char *err, size_t errsz);
@@ -608,21 +609,22 @@ const char *envd_body_refusal(struct MHD_Connection *conn, char *why, size_t why
 bool gzip_takes(struct MHD_Connection *c);
 #define GZIP_WINDOW (15 + 16) /* zlib's windowBits for its gzip wrapper */
 void envd_free(struct http_request *hr);
-struct context *envd_context(void);
-struct MHD_Response *envd_error(bool rpc, const char *code, unsigned *status, const char *msg);
 bool envd_upload_asked(const char *url, const char *method);
 
 /* envdfile.c: /files' transfers (a file's stream to the agent) and downloads */
 /* One file on its way, either direction: its stream and its counts. */
 struct xfer {
 	struct stream *x_s; /* NULL once it ended */
+	void (*x_in)(struct xfer *x, struct msg *m); /* the agent's event (its opener's) */
+	void (*x_lost)(struct xfer *x);              /* its proxy was lost */
 	struct upload *x_up;
 	struct download *x_down;
 	uint64_t x_sent, x_acked; /* an upload's bytes sent, acknowledged */
 	json_t *x_entry;          /* an upload's EntryInfo, once done */
 };
 void envdfile_send(struct xfer *x, const char *op, json_t *args, const char *data, size_t len);
-void envdfile_open(struct xfer *x, struct context *c, const char *op, const char *path);
+void envdfile_open(struct xfer *x, struct context *c, const char *op, const char *path,
+		   void (*in)(struct xfer *, struct msg *), void (*lost)(struct xfer *));
 void envdfile_close(struct xfer *x);
 int64_t envdfile_number(const struct msg *m);
 enum MHD_Result envdfile_read(struct http_request *hr, struct context *c, const char *path);
@@ -631,8 +633,6 @@ void envdfile_free(struct http_request *hr);
 /* envdupload.c: POST /files, its body streamed to the agent */
 enum MHD_Result envdupload_start(struct http_request *hr, struct context *c, const char *path);
 enum MHD_Result envdupload_body(struct http_request *hr, const char *data, size_t *size);
-void envdupload_in(struct xfer *x, struct msg *m);
-void envdupload_lost(struct xfer *x);
 void envdupload_free(struct http_request *hr);
 void waiter_tick(uint64_t now);
 

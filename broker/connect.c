@@ -576,3 +576,52 @@ connect_watch_args(const char *body, size_t len, json_t **args, const char **cod
 	json_decref(req);
 	return *args ? 0 : -1;
 }
+
+/* Connect's codes and the HTTP status each maps to. */
+static const struct {
+	const char *code;
+	unsigned status;
+} codes[] = {
+    {"canceled", 499},
+    {"unknown", 500},
+    {"invalid_argument", 400},
+    {"deadline_exceeded", 504},
+    {"not_found", 404},
+    {"already_exists", 409},
+    {"permission_denied", 403},
+    {"resource_exhausted", 429},
+    {"failed_precondition", 400},
+    {"aborted", 409},
+    {"out_of_range", 400},
+    {"unimplemented", 501},
+    {"internal", 500},
+    {"unavailable", 503},
+    {"data_loss", 500},
+    {"unauthenticated", 401},
+};
+
+static unsigned
+status_of(const char **code)
+{
+	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
+		if (*code && !strcmp(*code, codes[i].code))
+			return codes[i].status;
+	*code = "internal"; /* an agent's word we do not know */
+	return 500;
+}
+
+/* An error's body as envd gives it: Connect's {code, message}, or /files' {message,
+ * code: status}; *status is its HTTP status. */
+json_t *
+connect_error(bool rpc, const char *code, unsigned *status, const char *msg)
+{
+	unsigned st = status_of(&code);
+
+	/* /files: a full workspace is 507, as envd's */
+	if (!rpc && !strcmp(code, "resource_exhausted"))
+		st = 507;
+	*status = st;
+	if (rpc)
+		return json_pack("{s:s, s:s}", "code", code, "message", msg);
+	return json_pack("{s:s, s:i}", "message", msg, "code", (int)st);
+}

@@ -180,3 +180,15 @@ context_detach_all(void)
 		context_free(c);
 	}
 }
+
+/* The envd context: hidden, found by its flag (a respawn or a free may change it). */
+struct context *
+context_envd(void)
+{
+	struct context *c;
+
+	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
+	if (c->c_envd && !c->c_deleting)
+		return c;
+	return NULL;
+}

@@ -26,73 +26,11 @@ struct envd_call {
 	bool ec_rpc;       /* Connect's error form, else /files' */
 };
 
-/* The envd context: hidden, found by its flag (a respawn or a free may change it). */
-struct context *
-envd_context(void)
-{
-	struct context *c;
-
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
-	if (c->c_envd && !c->c_deleting)
-		return c;
-	return NULL;
-}
-
-/* Connect's codes and the HTTP status each maps to. */
-static const struct {
-	const char *code;
-	unsigned status;
-} codes[] = {
-    {"canceled", 499},
-    {"unknown", 500},
-    {"invalid_argument", 400},
-    {"deadline_exceeded", 504},
-    {"not_found", 404},
-    {"already_exists", 409},
-    {"permission_denied", 403},
-    {"resource_exhausted", 429},
-    {"failed_precondition", 400},
-    {"aborted", 409},
-    {"out_of_range", 400},
-    {"unimplemented", 501},
-    {"internal", 500},
-    {"unavailable", 503},
-    {"data_loss", 500},
-    {"unauthenticated", 401},
-};
-
-static unsigned
-status_of(const char **code)
-{
-	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
-		if (*code && !strcmp(*code, codes[i].code))
-			return codes[i].status;
-	*code = "internal"; /* an agent's word we do not know */
-	return 500;
-}
-
-/* An error as envd gives it: Connect's {code, message}, or /files' {message, code:
- * status}. */
-struct MHD_Response *
-envd_error(bool rpc, const char *code, unsigned *status, const char *msg)
-{
-	unsigned st = status_of(&code);
-
-	/* /files: a full workspace is 507, as envd's */
-	if (!rpc && !strcmp(code, "resource_exhausted"))
-		st = 507;
-	*status = st;
-	if (rpc)
-		return respond_json(
-		    json_pack("{s:s, s:s}", "code", code, "message", msg));
-	return respond_json(json_pack("{s:s, s:i}", "message", msg, "code", (int)st));
-}
-
 static enum MHD_Result
 fail_now(struct http_request *hr, bool rpc, const char *code, const char *msg)
 {
 	unsigned st;
-	struct MHD_Response *r = envd_error(rpc, code, &st, msg);
+	struct MHD_Response *r = respond_json(connect_error(rpc, code, &st, msg));
 
 	return respond_now(hr, st, r);
 }
@@ -101,7 +39,7 @@ static void
 fail_later(struct http_request *hr, bool rpc, const char *code, const char *msg)
 {
 	unsigned st;
-	struct MHD_Response *r = envd_error(rpc, code, &st, msg);
+	struct MHD_Response *r = respond_json(connect_error(rpc, code, &st, msg));
 
 	respond_complete(hr, st, r);
 }
@@ -188,7 +126,7 @@ send_op(struct http_request *hr, const char *op, json_t *args, const struct buf 
 		            buf_pending(data));
 	free(s);
 	hr->hr_rq.rq_reply = envd_reply;
-	waiter_send(envd_context(), &hr->hr_rq, &m);
+	waiter_send(context_envd(), &hr->hr_rq, &m);
 	msg_free(&m);
 	if (!hr->hr_suspended)
 		answer_wait(&hr->hr_rq);
@@ -442,7 +380,7 @@ envd_route(struct http_request *hr, const char *url, const char *method)
 {
 	bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
 	bool post = !strcmp(method, "POST");
-	struct context *c = envd_context();
+	struct context *c = context_envd();
 	bool ready =
 	    c && c->c_ready && c->c_pl->pl_state != KS_DEAD && c->c_pl->pl_pid > 0;
 	bool rpc = !strncmp(url, "/filesystem.Filesystem/", 23);
@@ -511,6 +449,7 @@ envd_free(struct http_request *hr)
 {
 	struct envd_call *ec = hr->hr_envd;
 
+	envdupload_free(hr);
 	envdfile_free(hr);
 	if (!ec)
 		return;

@@ -75,8 +75,11 @@ envdfile_send(struct xfer *x, const char *op, json_t *args, const char *data, si
 }
 
 void
-envdfile_open(struct xfer *x, struct context *c, const char *op, const char *path)
+envdfile_open(struct xfer *x, struct context *c, const char *op, const char *path,
+	      void (*in)(struct xfer *, struct msg *), void (*lost)(struct xfer *))
 {
+	x->x_in = in;
+	x->x_lost = lost;
 	x->x_s = stream_open_as(c, &xfer_kind);
 	x->x_s->st_ops = &xfer_ops;
 	x->x_s->st_client = x;
@@ -246,19 +249,26 @@ down_in(struct download *d, struct msg *m)
 	}
 	if (!d->d_started && m->m_final && *kind && strcmp(kind, "end")) {
 		unsigned st;
-		struct MHD_Response *r = envd_error(
-		    false, kind, &st, m->m_data.len ? m->m_data.s : "the read failed");
+		struct MHD_Response *r = respond_json(connect_error(
+		    false, kind, &st, m->m_data.len ? m->m_data.s : "the read failed"));
 		respond_complete(d->d_hr, st, r);
 		return;
 	}
 	log_warn("envd: the agent's answer to a read is not what it must be");
 	if (!d->d_started)
 		respond_complete(d->d_hr, 500,
-		                 envd_error(false, "internal", &(unsigned){0},
-		                            "the envd agent's answer is malformed"));
+		                 respond_json(connect_error(false, "internal", &(unsigned){0},
+		                            "the envd agent's answer is malformed")));
 	d->d_broken = true;
 	envdfile_close(&d->d_x);
 	down_wake(d);
+}
+
+/* The agent's event on a download's transfer. */
+static void
+down_event(struct xfer *x, struct msg *m)
+{
+	down_in(x->x_down, m);
 }
 
 /* ---- both ---- */
@@ -275,10 +285,7 @@ xfer_in(struct stream *s, struct msg *m)
 	}
 	if (!m->m_data.s)
 		m->m_data.s = (char *)"";
-	if (x->x_up)
-		envdupload_in(x, m);
-	else
-		down_in(x->x_down, m);
+	x->x_in(x, m);
 }
 
 /* The broker ended the stream (its proxy is lost): it is freed after this. */
@@ -292,15 +299,18 @@ xfer_lost(struct stream *s, const char *data, size_t len, bool final)
 	if (!final)
 		return;
 	x->x_s = NULL;
-	if (x->x_up) {
-		envdupload_lost(x);
-		return;
-	}
+	x->x_lost(x);
+}
+
+/* A download's proxy was lost: its answer, if not begun, says so. */
+static void
+down_lost(struct xfer *x)
+{
 	struct download *d = x->x_down;
 	if (!d->d_started)
 		respond_complete(d->d_hr, 503,
-		                 envd_error(false, "unavailable", &(unsigned){0},
-		                            "the envd agent was lost"));
+		                 respond_json(connect_error(false, "unavailable", &(unsigned){0},
+		                            "the envd agent was lost")));
 	d->d_broken = true;
 	down_wake(d);
 }
@@ -315,7 +325,7 @@ envdfile_read(struct http_request *hr, struct context *c, const char *path)
 	d->d_x.x_down = d;
 	d->d_refs = 1;
 	hr->hr_download = d;
-	envdfile_open(&d->d_x, c, "read", path);
+	envdfile_open(&d->d_x, c, "read", path, down_event, down_lost);
 	respond_suspend(hr);
 	return MHD_YES;
 }
@@ -325,8 +335,6 @@ void
 envdfile_free(struct http_request *hr)
 {
 	struct download *d = hr->hr_download;
-
-	envdupload_free(hr);
 
 	if (d) {
 		envdfile_close(&d->d_x);

@@ -20,6 +20,9 @@
 
 #include "broker.h"
 
+static void up_in(struct xfer *x, struct msg *m);
+static void up_lost(struct xfer *x);
+
 #define ENVDUPLOAD_MAX_FILES 256
 
 struct upload {
@@ -78,7 +81,7 @@ static void
 up_fail_code(struct upload *u, const char *code, const char *msg)
 {
 	unsigned st;
-	struct MHD_Response *r = envd_error(false, code, &st, msg);
+	struct MHD_Response *r = respond_json(connect_error(false, code, &st, msg));
 
 	up_fail(u, st, r);
 }
@@ -118,7 +121,6 @@ up_flush(struct upload *u, bool last)
 		buf_consume(&u->u_pending, n);
 		x->x_sent += n;
 		u->u_inflight += n;
-		http_body_progress(u->u_hr);
 	}
 }
 
@@ -170,7 +172,7 @@ up_file(struct upload *u, const char *path)
 	x->x_up = u;
 	u->u_files[u->u_nfiles++] = x;
 	u->u_size = 0;
-	envdfile_open(x, u->u_c, "wopen", path);
+	envdfile_open(x, u->u_c, "wopen", path, up_in, up_lost);
 	return 0;
 }
 
@@ -288,8 +290,8 @@ up_done(struct upload *u)
 }
 
 /* An upload file's event: an acknowledgement, its end, or why it failed. */
-void
-envdupload_in(struct xfer *x, struct msg *m)
+static void
+up_in(struct xfer *x, struct msg *m)
 {
 	struct upload *u = x->x_up;
 	const char *kind = m->m_outcome.s ? m->m_outcome.s : "";
@@ -346,20 +348,20 @@ envdupload_start(struct http_request *hr, struct context *c, const char *path)
 		if (strcasecmp(enc, "gzip"))
 			return respond_now(
 			    hr, 400,
-			    envd_error(false, "invalid_argument", &st,
-			               "Content-Encoding: gzip or identity"));
+			    respond_json(connect_error(false, "invalid_argument", &st,
+			               "Content-Encoding: gzip or identity")));
 		if (inflateInit2(&u->u_z, GZIP_WINDOW) != Z_OK)
 			return respond_now(
-			    hr, 500, envd_error(false, "internal", &st, "out of memory"));
+			    hr, 500, respond_json(connect_error(false, "internal", &st, "out of memory")));
 		u->u_gzip = true;
 	}
 	if (ct && !strncasecmp(ct, "application/octet-stream", 24)) {
 		if (!path || !*path)
 			return respond_now(
 			    hr, 400,
-			    envd_error(false, "invalid_argument", &st,
+			    respond_json(connect_error(false, "invalid_argument", &st,
 			               "the path query parameter is required with "
-			               "application/octet-stream"));
+			               "application/octet-stream")));
 		/* its size is said: refused before its bytes */
 		if (!u->u_gzip && cl &&
 		    strtoull(cl, NULL, 10) > sv.sv_cf.cf_max_file_size) {
@@ -374,13 +376,13 @@ envdupload_start(struct http_request *hr, struct context *c, const char *path)
 		if (!(u->u_pp = MHD_create_post_processor(conn, 64 << 10, up_part, u)))
 			return respond_now(
 			    hr, 400,
-			    envd_error(false, "invalid_argument", &st,
-			               "the multipart body does not parse"));
+			    respond_json(connect_error(false, "invalid_argument", &st,
+			               "the multipart body does not parse")));
 	} else {
 		return respond_now(hr, 400,
-		                   envd_error(false, "invalid_argument", &st,
+		                   respond_json(connect_error(false, "invalid_argument", &st,
 		                              "the body must be multipart/form-data or "
-		                              "application/octet-stream"));
+		                              "application/octet-stream")));
 	}
 	return MHD_YES;
 }
@@ -406,8 +408,8 @@ envdupload_body(struct http_request *hr, const char *data, size_t *size)
 }
 
 /* Its proxy is lost: the upload fails. */
-void
-envdupload_lost(struct xfer *x)
+static void
+up_lost(struct xfer *x)
 {
 	up_fail_code(x->x_up, "unavailable", "the envd agent was lost");
 }

@@ -434,8 +434,13 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		hr->hr_resp = NULL;
 		return respond_now(hr, hr->hr_status, r);
 	}
-	if (hr->hr_upload)
+	if (hr->hr_upload) {
+		/* a streamed upload: --body-timeout counts from its last bytes, so
+		 * a large file's body is bounded by its progress, not its total time */
+		if (cn && *upload_size && cn->cn_body_by)
+			cn->cn_body_by = now_ms() + sv.sv_cf.cf_body_timeout * 1000ull;
 		return envdupload_body(hr, upload, upload_size);
+	}
 	if (hr->hr_stream_body) { /* answered at its head: its body is dropped */
 		*upload_size = 0;
 		return MHD_YES;
@@ -510,19 +515,6 @@ on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
 		free(cn);
 		*socket_context = NULL;
 	}
-}
-
-/*
- * A streamed upload moved on (envdfile.c): --body-timeout counts from here,
- * so a large file's body is bounded by its progress, not its total time.
- */
-void
-http_body_progress(struct http_request *hr)
-{
-	struct conn *cn = conn_of(hr->hr_conn);
-
-	if (cn && cn->cn_body_by)
-		cn->cn_body_by = now_ms() + sv.sv_cf.cf_body_timeout * 1000ull;
 }
 
 /*
