@@ -51,6 +51,7 @@ enum ev_kind {
 	EV_CTX_RECV,
 	EV_CTX_PIDFD,
 	EV_HANGUP,
+	EV_UPLOAD_HANGUP,
 	EV_CTL,
 	EV_LISTEN,
 	EV_PENDING
@@ -634,6 +635,8 @@ void envdfile_free(struct http_request *hr);
 enum MHD_Result envdupload_start(struct http_request *hr, struct context *c, const char *path);
 enum MHD_Result envdupload_body(struct http_request *hr, const char *data, size_t *size);
 void envdupload_free(struct http_request *hr);
+struct upload;
+void envdupload_hangup(struct upload *u, uint32_t events);
 void waiter_tick(uint64_t now);
 
 /* kcache.c */

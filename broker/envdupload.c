@@ -40,11 +40,22 @@ struct upload {
 	z_stream u_z;
 	bool u_gzip, u_zend;
 	bool u_waiting;    /* suspended: the window is full */
+	int u_fd;          /* the client's socket, watched until the body is in (up_watch) */
+	struct evsrc u_ev;
+	bool u_watched;
 	bool u_body_in;    /* the whole body came */
 	bool u_answered;   /* its response is queued */
 	unsigned u_status; /* failed: the status, with u_fail the answer */
 	struct MHD_Response *u_fail;
 };
+
+static void
+up_unwatch(struct upload *u)
+{
+	if (u->u_watched)
+		server_unwatch(u->u_fd);
+	u->u_watched = false;
+}
 
 static void
 up_resume(struct upload *u)
@@ -253,6 +264,7 @@ up_body_in(struct upload *u)
 {
 	struct http_request *hr = u->u_hr;
 
+	up_unwatch(u); /* the body is in: a client that now shuts its side still reads */
 	if (!u->u_status && u->u_gzip && !u->u_zend)
 		up_fail_code(u, "invalid_argument", "not gzip (cut short)");
 	if (!u->u_status && u->u_pp) {
@@ -338,9 +350,24 @@ envdupload_start(struct http_request *hr, struct context *c, const char *path)
 	const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 	                                             MHD_HTTP_HEADER_CONTENT_LENGTH);
 	struct upload *u = xcalloc(1, sizeof(*u));
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	unsigned st;
 
 	u->u_hr = hr;
+	u->u_fd = ci ? ci->connect_fd : -1;
+	u->u_ev = (struct evsrc){EV_UPLOAD_HANGUP, u};
+	/*
+	 * The client's leaving mid-body is ours to see: MHD misses it while the
+	 * connection is suspended (the window full), and its edge-triggered
+	 * epoll can miss an end that came with the last bytes (a short read
+	 * leaves the end unread, and no new edge comes): the upload would wait,
+	 * its files half-written, until the body's deadline.
+	 */
+	if (u->u_fd >= 0) {
+		server_watch(u->u_fd, EPOLLRDHUP, &u->u_ev);
+		u->u_watched = true;
+	}
 	u->u_c = c;
 	u->u_path = path;
 	hr->hr_upload = u;
@@ -422,6 +449,7 @@ envdupload_free(struct http_request *hr)
 
 	if (!u)
 		return;
+	up_unwatch(u);
 	for (size_t i = 0; i < u->u_nfiles; i++) {
 		envdfile_close(u->u_files[i]);
 		json_decref(u->u_files[i]->x_entry);
@@ -437,4 +465,19 @@ envdupload_free(struct http_request *hr)
 	free(u->u_part);
 	free(u);
 	hr->hr_upload = NULL;
+}
+
+/*
+ * The client shut its side (or reset) before its body was whole: the rest
+ * cannot come. The upload fails, its files' transfers end (CANCEL: the
+ * agent leaves nothing of them), and the socket is shut so that MHD, woken
+ * by it, ends the request (as http.c does for a body past its deadline).
+ */
+void
+envdupload_hangup(struct upload *u, uint32_t events)
+{
+	(void)events;
+	up_unwatch(u);
+	up_fail_code(u, "canceled", "the client left before its body was whole");
+	shutdown(u->u_fd, SHUT_RDWR);
 }

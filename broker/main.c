@@ -106,6 +106,7 @@ loop(void)
 			case EV_CTX_RECV: relay_recv(ev->ev_obj); break;
 			case EV_CTX_PIDFD: supervise_pidfd(ev->ev_obj); break;
 			case EV_HANGUP: respond_hangup(ev->ev_obj, evs[i].events); break;
+			case EV_UPLOAD_HANGUP: envdupload_hangup(ev->ev_obj, evs[i].events); break;
 			case EV_CTL: control_recv(); break;
 			case EV_LISTEN: accept_ready(); break;
 			case EV_PENDING: accept_sniff(ev->ev_obj, evs[i].events); break;
