@@ -136,13 +136,25 @@ digits(const struct pstr *p, long long *v)
 	return !errno && end == p->s + p->len;
 }
 
+/* What an event became (Connect envelopes) to the stream, and its end when final. */
+static void
+send_envelopes(struct stream *s, struct buf *b, bool final)
+{
+	struct msg fin;
+
+	msg_init(&fin, MSG_OUTPUT);
+	msg_set_str(&fin, F_OUTCOME, "ok", 2);
+	stream_output(s, buf_head(b), buf_pending(b), final ? &fin : NULL);
+	msg_free(&fin);
+	buf_free(b);
+}
+
 /* An event of the agent's for the stream s, as envelopes (stream.c's sk_in). */
 static void
 process_in(struct stream *s, struct msg *m)
 {
 	const char *kind = (m->m_has & FB(F_OUTCOME)) ? m->m_outcome.s : "";
 	struct buf b = {0};
-	struct msg fin;
 	long long v;
 	bool final = m->m_final;
 
@@ -198,11 +210,7 @@ process_in(struct stream *s, struct msg *m)
 		end_envelope(&b, "internal", "the envd agent's event is malformed");
 		final = true;
 	}
-	msg_init(&fin, MSG_OUTPUT);
-	msg_set_str(&fin, F_OUTCOME, "ok", 2);
-	stream_output(s, buf_head(&b), buf_pending(&b), final ? &fin : NULL);
-	msg_free(&fin);
-	buf_free(&b);
+	send_envelopes(s, &b, final);
 }
 
 /* {"event":{"keepalive":{}}} in its envelope */
@@ -456,7 +464,6 @@ watch_in(struct stream *s, struct msg *m)
 {
 	const char *kind = (m->m_has & FB(F_OUTCOME)) ? m->m_outcome.s : "";
 	struct buf b = {0};
-	struct msg fin;
 	bool final = m->m_final, known = false;
 	json_t *ev = NULL;
 
@@ -499,11 +506,7 @@ watch_in(struct stream *s, struct msg *m)
 		end_envelope(&b, "internal", "the envd agent's event is malformed");
 		final = true;
 	}
-	msg_init(&fin, MSG_OUTPUT);
-	msg_set_str(&fin, F_OUTCOME, "ok", 2);
-	stream_output(s, buf_head(&b), buf_pending(&b), final ? &fin : NULL);
-	msg_free(&fin);
-	buf_free(&b);
+	send_envelopes(s, &b, final);
 }
 
 /* The agent's answer to CreateWatcher ({"id"}) or GetWatcherEvents ([{name, type}])
