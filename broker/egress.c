@@ -305,13 +305,14 @@ egress_context_json(const struct context *c)
 json_t *
 egress_json(void)
 {
-	json_t *d = json_array();
+	json_t *d;
 
 	if (boxnons_on()) /* no namespace to hold the rules: the container's network */
 		return json_pack("{s:s}", "mode", "unfiltered");
 	if (!sv.sv_cf.cf_sandbox || strcmp(sv.sv_cf.cf_kernel_network, "outbound"))
 		return json_pack("{s:s}", "mode",
 		                 sv.sv_cf.cf_sandbox ? "none" : "unboxed");
+	d = json_array();
 	for (int i = 0; cidr_default_deny[i]; i++)
 		json_array_append_new(d, json_string(cidr_default_deny[i]));
 	return json_pack("{s:s, s:o, s:o, s:o, s:s, s:s}", "mode", "outbound",
