@@ -2045,9 +2045,10 @@ create_answer(const struct broker *b, const char *cwd, char **out)
 	cr_assert_eq(http(b->b_url, "POST", "/contexts", body, &r, 60), 0);
 	st = r.r_status;
 	s = r.r_body ? r.r_body : "";
-	*out = calloc(1, strlen(s) + 1);
+	/* "<cwd>" may be longer than the cwd it stands for ("/srv") */
+	*out = calloc(1, (strlen(s) + 1) * sizeof("<cwd>"));
 	for (p = *out; *s;) {
-		if (!strncmp(s, cwd, n)) {
+		if (n && !strncmp(s, cwd, n)) {
 			p += sprintf(p, "<cwd>");
 			s += n;
 		} else {
