@@ -194,7 +194,11 @@ Test(docker, what_a_dead_kernel_left_ends_with_it, .timeout = 120)
 	free(out);
 	snprintf(code, sizeof(code),
 	         "import subprocess, os, time\n"
-	         "subprocess.Popen(['setsid', 'sleep', '%s'])\ntime.sleep(0.5)\n"
+	         "p = subprocess.Popen(['setsid', 'sleep', '%s'])\n"
+	         "for _ in range(3000):  # until the child runs sleep (polled, 30 s at most)\n"
+	         "    if b'sleep' in open('/proc/%%d/cmdline' %% p.pid, 'rb').read():\n"
+	         "        break\n"
+	         "    time.sleep(0.01)\n"
 	         "os.kill(os.getpid(), 9)",
 	         mine);
 	json_decref(run(URL, id, code));
