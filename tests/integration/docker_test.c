@@ -180,7 +180,7 @@ Test(docker, what_a_dead_kernel_left_ends_with_it, .timeout = 120)
 	     *busy = context_new(URL, "python", NULL);
 
 	cr_assert(id && busy);
-	char mine[16], theirs[16], code[256];
+	char mine[16], theirs[16], code[512];
 	snprintf(mine, sizeof(mine), "7%d",
 	         (int)getpid()); /* its own (a run's leftovers) */
 	snprintf(theirs, sizeof(theirs), "8%d", (int)getpid());
@@ -192,10 +192,11 @@ Test(docker, what_a_dead_kernel_left_ends_with_it, .timeout = 120)
 	char *out = run_stdout(URL, busy, code);
 	cr_assert_str_eq(out, "ok\n");
 	free(out);
+	/* the kernel dies once its setsid child runs sleep (polled, 30 s at most) */
 	snprintf(code, sizeof(code),
 	         "import subprocess, os, time\n"
 	         "p = subprocess.Popen(['setsid', 'sleep', '%s'])\n"
-	         "for _ in range(3000):  # until the child runs sleep (polled, 30 s at most)\n"
+	         "for _ in range(3000):\n"
 	         "    if b'sleep' in open('/proc/%%d/cmdline' %% p.pid, 'rb').read():\n"
 	         "        break\n"
 	         "    time.sleep(0.01)\n"
