@@ -28,7 +28,8 @@
 
 static const char *const sections[] = {"raw",       "latency", "throughput", "contexts",
                                        "streaming", "memory",  "cancel",     "ipc",
-                                       "sandbox",   "goals",   "template",   NULL};
+                                       "sandbox",   "goals",   "template",   "kcpu",
+                                       NULL};
 
 static int
 cmp_double(const void *a, const void *b)
@@ -891,6 +892,11 @@ main(int argc, char **argv)
 		watch_start(&w);
 		box_bench();
 		watch_end(&w, "sandbox");
+	}
+	if (only && !strcmp(only, "kcpu")) {
+		watch_start(&w);
+		kcpu_bench();
+		watch_end(&w, "kcpu");
 	}
 	/* a full run records the goals' figures in its sections */
 	if (only && !strcmp(only, "goals")) {

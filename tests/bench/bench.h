@@ -74,6 +74,7 @@ int raw_ready(struct raw_kernel *k, int timeout_ms);
 int raw_exec(struct raw_kernel *k, const char *code, struct raw_out *out, int timeout_ms);
 void raw_stop(struct raw_kernel *k);
 int raw_start(struct raw_kernel *ks, int n, bool profile); /* n side by side */
+extern int (*raw_child_hook)(void); /* in a spawned kernel before exec, if set */
 void template_bench(void); /* template.c */
 void raw_bench_stream(void);
 void raw_bench_aggregate(void);
@@ -137,6 +138,9 @@ void goals_profile_run(const char *section); /* raw kernels with and without it 
 void goals_contexts(const char *section);    /* burst, first import pandas, PSS */
 void goals_bench(void);
 void goals_print(void);
+
+/* kcpu.c: a kernel's CPU per x=1, split by cause */
+void kcpu_bench(void);
 
 /* box.c: (9) the sandbox against --no-sandbox */
 void box_bench(void);

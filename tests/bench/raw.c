@@ -34,6 +34,7 @@ extern char **environ;
 
 struct raw_figs raw_figs;
 const int raw_nkernels[3] = {1, 4, 16};
+int (*raw_child_hook)(void);
 
 static void *raw_zctx;
 
@@ -255,7 +256,7 @@ raw_spawn(struct raw_kernel *k, void *zctx, bool profile)
 		dup2(null, 0);
 		dup2(null, 1);
 		dup2(null, 2);
-		if (chdir(k->rk_dir) < 0)
+		if (chdir(k->rk_dir) < 0 || (raw_child_hook && raw_child_hook() < 0))
 			_exit(126);
 		execvpe(argv[0], argv, env);
 		_exit(127);
