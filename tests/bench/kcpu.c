@@ -35,7 +35,7 @@
 #define KCPU_RUNS 300 /* x=1 per kernel per round */
 #define KCPU_WARMUP 50
 
-enum { K_RAW, K_NOPROF, K_SECCOMP, K_UNBOXED, K_BOXCOLD, K_TEMPLATE, K_N };
+enum { K_RAW, K_NOPROF, K_SECCOMP, K_UNBOXED, K_BOXCOLD, K_TEMPLATE, K_FORK2, K_HTTP, K_N };
 
 static const char *const kcpu_what[K_N] = {
     "raw client's kernel, cold, with the profile (baseline)",
@@ -44,6 +44,8 @@ static const char *const kcpu_what[K_N] = {
     "sandcell's kernel, --no-sandbox (cold, no box)",
     "sandcell's kernel in the box, --no-template (cold)",
     "sandcell's kernel in the box, forked from the template (default)",
+    "  another kernel forked from the same template (a later fork)",
+    "  the same, driven by POST /execute (broker and proxy, not the raw client)",
 };
 
 /* The brokers of the sandcell kernels, and the raw client's filter. */
@@ -60,6 +62,8 @@ struct kk {
 	void *k_zctx;    /* attached: its own, made in the proxy's netns */
 	struct broker k_b; /* sandcell's kernels: their broker */
 	bool k_have_b;
+	struct hc k_h; /* K_HTTP: its client and request */
+	char *k_body;
 	char *k_ctx;
 	double k_us[KCPU_ROUNDS], k_ratio[KCPU_ROUNDS];
 	double k_flt[KCPU_ROUNDS], k_csw[KCPU_ROUNDS];
@@ -265,6 +269,9 @@ kcpu_stop(struct kk *x)
 				zmq_close(s[i]);
 		if (x->k_zctx)
 			zmq_ctx_term(x->k_zctx);
+	} else if (x->k_body) {
+		hc_free(&x->k_h);
+		free(x->k_body);
 	} else if (x->k_up) {
 		raw_stop(&x->k_k);
 	}
@@ -294,6 +301,30 @@ kcpu_status(pid_t pid, const char *key)
 	return v;
 }
 
+static int
+kcpu_exec(struct kk *x)
+{
+	return x->k_body ? hc_exec(&x->k_h, x->k_body, NULL)
+	                 : raw_exec(&x->k_k, "x=1", NULL, 30000);
+}
+
+/* A further context of the template's broker: the raw client on its kernel
+ * (fork2), or POST /execute to it (http). */
+static int
+kcpu_more(struct kk *x, const struct broker *b, bool http)
+{
+	x->k_b = *b;
+	if (wait_until(kcpu_forked, x, 120000) < 0)
+		return -1;
+	if (!http)
+		return kcpu_attach(x, b->b_run_dir, true);
+	if (hc_init(&x->k_h, b->b_url) < 0)
+		return -1;
+	x->k_body = hc_body("x=1", x->k_ctx);
+	x->k_k.rk_pid = hc_kernel_pid(b->b_url, x->k_ctx);
+	return x->k_k.rk_pid > 0 ? 0 : -1;
+}
+
 /* One round: KCPU_RUNS x=1 on each kernel, taking them in turn. */
 static void
 kcpu_round(struct kk *x, int r)
@@ -307,7 +338,7 @@ kcpu_round(struct kk *x, int r)
 		for (int j = 0; j < K_N; j++) {
 			int m = (i + j + r) % K_N; /* who goes first turns: drift cancels */
 			if (x[m].k_up)
-				raw_exec(&x[m].k_k, "x=1", NULL, 30000);
+				kcpu_exec(&x[m]);
 		}
 	for (int m = 0; m < K_N; m++) {
 		if (!x[m].k_up)
@@ -349,6 +380,9 @@ kcpu_bench(void)
 		raw_child_hook = m == K_SECCOMP ? kcpu_filter_child : NULL;
 		if (m < K_UNBOXED)
 			rc = raw_start(&x[m].k_k, 1, m != K_NOPROF);
+		else if (m > K_TEMPLATE)
+			rc = x[K_TEMPLATE].k_up ? kcpu_more(&x[m], &x[K_TEMPLATE].k_b, m == K_HTTP)
+			                        : -1;
 		else
 			rc = kcpu_sandcell(&x[m], m);
 		raw_child_hook = NULL;
@@ -356,8 +390,9 @@ kcpu_bench(void)
 		if (!x[m].k_up)
 			table_note("kcpu: %s: did not start or answer", kcpu_what[m]);
 		else
-			for (int i = 0; i < KCPU_WARMUP; i++)
-				raw_exec(&x[m].k_k, "x=1", NULL, 30000);
+			progress("kcpu: %s: kernel pid %d", kcpu_what[m], (int)x[m].k_k.rk_pid);
+		for (int i = 0; x[m].k_up && i < KCPU_WARMUP; i++)
+			kcpu_exec(&x[m]);
 	}
 	if (getloadavg(l, 3) == 3)
 		table_note("kcpu: load average before the rounds %.2f %.2f %.2f", l[0], l[1],
@@ -385,6 +420,6 @@ kcpu_bench(void)
 	table_note("kcpu rows: p50 is the kernel's CPU per x=1 (all its threads' run time), "
 	           "vs raw the median of the rounds' ratios to the baseline's; absolute "
 	           "figures move with the machine's load, ratios of one run hold");
-	for (int m = 0; m < K_N; m++)
+	for (int m = K_N - 1; m >= 0; m--) /* a broker's contexts before it */
 		kcpu_stop(&x[m]);
 }
