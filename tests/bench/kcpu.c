@@ -35,17 +35,37 @@
 #define KCPU_RUNS 300 /* x=1 per kernel per round */
 #define KCPU_WARMUP 50
 
-enum { K_RAW, K_NOPROF, K_SECCOMP, K_UNBOXED, K_BOXCOLD, K_TEMPLATE, K_FORK2, K_HTTP, K_N };
+enum {
+	K_RAW,
+	K_NOPROF,
+	K_SECCOMP,
+	K_NAP,
+	K_UNBOXED,
+	K_BOXCOLD,
+	K_TEMPLATE,
+	K_FORK2,
+	K_HTTP,
+	K_N
+};
 
 static const char *const kcpu_what[K_N] = {
     "raw client's kernel, cold, with the profile (baseline)",
     "  the same without the start-up profile",
     "  the same under the box's seccomp filter",
+    "  the same with ipykernel's 0.5 ms nap after each execution (before)",
     "sandcell's kernel, --no-sandbox (cold, no box)",
     "sandcell's kernel in the box, --no-template (cold)",
     "sandcell's kernel in the box, forked from the template (default)",
-    "  another kernel forked from the same template (a later fork)",
+    "  a later fork, invalidating import caches after every cell (before)",
     "  the same, driven by POST /execute (broker and proxy, not the raw client)",
+};
+
+/* What the rows marked "(before)" run first: what the kernels did before. */
+static const char *const kcpu_setup[K_N] = {
+    [K_NAP] = "get_ipython().kernel._execute_sleep = 0.0005",
+    [K_FORK2] = "import importlib\n"
+                "get_ipython().events.register('post_run_cell',\n"
+                "    lambda *_: importlib.invalidate_caches())",
 };
 
 /* The brokers of the sandcell kernels, and the raw client's filter. */
@@ -59,7 +79,7 @@ static struct box kcpu_box;
 struct kk {
 	struct raw_kernel k_k;
 	bool k_up, k_attached;
-	void *k_zctx;    /* attached: its own, made in the proxy's netns */
+	void *k_zctx;      /* attached: its own, made in the proxy's netns */
 	struct broker k_b; /* sandcell's kernels: their broker */
 	bool k_have_b;
 	struct hc k_h; /* K_HTTP: its client and request */
@@ -97,18 +117,22 @@ kcpu_ns(pid_t pid, double *flt, double *csw)
 		FILE *f;
 		if (atoi(e->d_name) <= 0)
 			continue;
-		snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)pid, atoi(e->d_name));
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)pid,
+		         atoi(e->d_name));
 		if ((f = fopen(path, "r"))) {
 			if (fscanf(f, "%llu", &run) == 1)
 				ns += run;
 			fclose(f);
 		}
-		snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)pid, atoi(e->d_name));
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)pid,
+		         atoi(e->d_name));
 		if ((f = fopen(path, "r"))) {
 			long v;
 			while (fgets(line, sizeof(line), f))
-				if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1 ||
-				    sscanf(line, "nonvoluntary_ctxt_switches: %ld", &v) == 1)
+				if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) ==
+				        1 ||
+				    sscanf(line, "nonvoluntary_ctxt_switches: %ld", &v) ==
+				        1)
 					*csw += v;
 			fclose(f);
 		}
@@ -191,7 +215,8 @@ kcpu_attach(struct kk *x, const char *run_dir, bool boxed)
 	snprintf(path, sizeof(path), "%s/ctx/%s%s/kernel.json", run_dir, x->k_ctx,
 	         boxed ? "/kernel" : "");
 	if (proxy <= 0 || x->k_k.rk_pid <= 0 || !(cf = json_load_file(path, 0, &err))) {
-		table_note("kcpu: no kernel or connection file for %s (%s)", x->k_ctx, path);
+		table_note("kcpu: no kernel or connection file for %s (%s)", x->k_ctx,
+		           path);
 		return -ENOENT;
 	}
 	const char *ip = json_string_value(json_object_get(cf, "ip")),
@@ -249,7 +274,8 @@ kcpu_sandcell(struct kk *x, int which)
 	x->k_have_b = true;
 	if (which == K_TEMPLATE) {
 		if (wait_until(kcpu_forked, x, 120000) < 0) {
-			table_note("kcpu: no kernel was forked from the template in 120 s");
+			table_note(
+			    "kcpu: no kernel was forked from the template in 120 s");
 			return -1;
 		}
 	} else if (!(x->k_ctx = context_new(x->k_b.b_url, "python", NULL))) {
@@ -294,7 +320,8 @@ kcpu_status(pid_t pid, const char *key)
 		while (fgets(line, sizeof(line), f))
 			if (!strncmp(line, key, kl) && line[kl] == ':') {
 				line[strcspn(line, "\n")] = '\0';
-				v = fmt("%s", line + kl + 1 + strspn(line + kl + 1, " \t"));
+				v = fmt("%s",
+				        line + kl + 1 + strspn(line + kl + 1, " \t"));
 			}
 		fclose(f);
 	}
@@ -336,7 +363,8 @@ kcpu_round(struct kk *x, int r)
 			ns[m] = -kcpu_ns(x[m].k_k.rk_pid, &flt[m], &csw[m]);
 	for (int i = 0; i < KCPU_RUNS; i++)
 		for (int j = 0; j < K_N; j++) {
-			int m = (i + j + r) % K_N; /* who goes first turns: drift cancels */
+			int m =
+			    (i + j + r) % K_N; /* who goes first turns: drift cancels */
 			if (x[m].k_up)
 				kcpu_exec(&x[m]);
 		}
@@ -349,7 +377,8 @@ kcpu_round(struct kk *x, int r)
 		x[m].k_csw[r] = (c - csw[m]) / KCPU_RUNS;
 	}
 	for (int m = 0; m < K_N; m++)
-		x[m].k_ratio[r] = x[K_RAW].k_up && x[m].k_up ? x[m].k_us[r] / x[K_RAW].k_us[r] : 0;
+		x[m].k_ratio[r] =
+		    x[K_RAW].k_up && x[m].k_up ? x[m].k_us[r] / x[K_RAW].k_us[r] : 0;
 }
 
 static double
@@ -381,22 +410,27 @@ kcpu_bench(void)
 		if (m < K_UNBOXED)
 			rc = raw_start(&x[m].k_k, 1, m != K_NOPROF);
 		else if (m > K_TEMPLATE)
-			rc = x[K_TEMPLATE].k_up ? kcpu_more(&x[m], &x[K_TEMPLATE].k_b, m == K_HTTP)
-			                        : -1;
+			rc = x[K_TEMPLATE].k_up
+			         ? kcpu_more(&x[m], &x[K_TEMPLATE].k_b, m == K_HTTP)
+			         : -1;
 		else
 			rc = kcpu_sandcell(&x[m], m);
 		raw_child_hook = NULL;
 		x[m].k_up = rc == 0;
+		if (x[m].k_up && kcpu_setup[m] &&
+		    raw_exec(&x[m].k_k, kcpu_setup[m], NULL, 30000) < 0)
+			table_note("kcpu: %s: its set-up failed", kcpu_what[m]);
 		if (!x[m].k_up)
 			table_note("kcpu: %s: did not start or answer", kcpu_what[m]);
 		else
-			progress("kcpu: %s: kernel pid %d", kcpu_what[m], (int)x[m].k_k.rk_pid);
+			progress("kcpu: %s: kernel pid %d", kcpu_what[m],
+			         (int)x[m].k_k.rk_pid);
 		for (int i = 0; x[m].k_up && i < KCPU_WARMUP; i++)
 			kcpu_exec(&x[m]);
 	}
 	if (getloadavg(l, 3) == 3)
-		table_note("kcpu: load average before the rounds %.2f %.2f %.2f", l[0], l[1],
-		           l[2]);
+		table_note("kcpu: load average before the rounds %.2f %.2f %.2f", l[0],
+		           l[1], l[2]);
 	for (int r = 0; r < KCPU_ROUNDS; r++) {
 		progress("kcpu: round %d of %d", r + 1, KCPU_ROUNDS);
 		kcpu_round(x, r);
@@ -408,18 +442,20 @@ kcpu_bench(void)
 		table_add("kcpu", fmt("%s", kcpu_what[m]),
 		          fmt("%.0f us", kcpu_median(x[m].k_us, KCPU_ROUNDS)), NULL,
 		          fmt("%.3f", kcpu_median(x[m].k_ratio, KCPU_ROUNDS)), NULL);
-		table_detail("kernel CPU per x=1, median of %d rounds of %d; per x=1: %.2f "
-		             "faults, %.1f context switches; %s threads, CPUs %s, %s",
-		             KCPU_ROUNDS, KCPU_RUNS, kcpu_median(x[m].k_flt, KCPU_ROUNDS),
-		             kcpu_median(x[m].k_csw, KCPU_ROUNDS), kcpu_status(pid, "Threads"),
-		             kcpu_status(pid, "Cpus_allowed_list"), kcpu_status(pid, "Seccomp"));
+		table_detail(
+		    "kernel CPU per x=1, median of %d rounds of %d; per x=1: %.2f "
+		    "faults, %.1f context switches; %s threads, CPUs %s, %s",
+		    KCPU_ROUNDS, KCPU_RUNS, kcpu_median(x[m].k_flt, KCPU_ROUNDS),
+		    kcpu_median(x[m].k_csw, KCPU_ROUNDS), kcpu_status(pid, "Threads"),
+		    kcpu_status(pid, "Cpus_allowed_list"), kcpu_status(pid, "Seccomp"));
 	}
 	if (getloadavg(l, 3) == 3)
-		table_note("kcpu: load average after the rounds %.2f %.2f %.2f", l[0], l[1],
-		           l[2]);
-	table_note("kcpu rows: p50 is the kernel's CPU per x=1 (all its threads' run time), "
-	           "vs raw the median of the rounds' ratios to the baseline's; absolute "
-	           "figures move with the machine's load, ratios of one run hold");
+		table_note("kcpu: load average after the rounds %.2f %.2f %.2f", l[0],
+		           l[1], l[2]);
+	table_note(
+	    "kcpu rows: p50 is the kernel's CPU per x=1 (all its threads' run time), "
+	    "vs raw the median of the rounds' ratios to the baseline's; absolute "
+	    "figures move with the machine's load, ratios of one run hold");
 	for (int m = K_N - 1; m >= 0; m--) /* a broker's contexts before it */
 		kcpu_stop(&x[m]);
 }
