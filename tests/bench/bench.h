@@ -44,6 +44,7 @@ void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *mem_detail(pid_t pid); /* anon, file and PSS parts of the RSS */
 double cpu_ms(pid_t pid);          /* user + system CPU time from /proc/PID/stat, or -1 */
 double self_cpu_ms(void);          /* this process, all threads */
+double tasks_ns(pid_t pid, double *csw); /* its threads' run time, ns; switches */
 
 /* The figures of the raw client that the sandcell sections compare with. */
 struct raw_figs {

@@ -13,7 +13,6 @@
  * median over KCPU_ROUNDS rounds of its CPU per execution and of its ratio
  * to the baseline in the same round.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -103,43 +102,8 @@ kcpu_filter_child(void)
 static double
 kcpu_ns(pid_t pid, double *flt, double *csw)
 {
-	char path[96], line[128];
-	double ns = 0;
-	struct dirent *e;
-	DIR *d;
-
-	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-	if (!(d = opendir(path)))
-		return -1;
-	*csw = 0;
-	while ((e = readdir(d))) {
-		unsigned long long run;
-		FILE *f;
-		if (atoi(e->d_name) <= 0)
-			continue;
-		snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)pid,
-		         atoi(e->d_name));
-		if ((f = fopen(path, "r"))) {
-			if (fscanf(f, "%llu", &run) == 1)
-				ns += run;
-			fclose(f);
-		}
-		snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)pid,
-		         atoi(e->d_name));
-		if ((f = fopen(path, "r"))) {
-			long v;
-			while (fgets(line, sizeof(line), f))
-				if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) ==
-				        1 ||
-				    sscanf(line, "nonvoluntary_ctxt_switches: %ld", &v) ==
-				        1)
-					*csw += v;
-			fclose(f);
-		}
-	}
-	closedir(d);
 	*flt = proc_stat_field(pid, 10) + proc_stat_field(pid, 12); /* minflt + majflt */
-	return ns;
+	return tasks_ns(pid, csw);
 }
 
 /* The raw client's socket to one of an attached kernel's. */
