@@ -87,6 +87,7 @@ def _install(ip):
     ip.set_custom_exc((KeyboardInterrupt,), _interrupted)
     _own_thread_output(ip)  # first: _capture_fds's write check stays the outer frame
     _capture_fds(ip)
+    _quick_flush()
     _iopub_flow_control(ip)
 
     sys.meta_path.insert(
@@ -275,6 +276,29 @@ def _capture_fds(ip):
 
     OutStream.write = bounded_write
 
+
+
+def _quick_flush():
+    """A flush of a stream that holds nothing returns at once. ipykernel's
+    waits for a round trip through its sending thread whatever the stream
+    holds, and the kernel flushes stdout and stderr at the end of every
+    execution: two hand-offs between threads each time, ~10 % of a short
+    execution's CPU (make bench BENCH=kcpu). What was handed to that thread
+    earlier goes before the execution's idle status all the same (one queue,
+    one socket), and the proxy ends an execution on that idle."""
+    from ipykernel.iostream import OutStream
+
+    flush = OutStream.flush
+    if getattr(flush, "_sandcell", False):
+        return
+
+    def quick_flush(self):
+        if getattr(self, "echo", None) is None and not _buffered(self):
+            return None
+        return flush(self)
+
+    quick_flush._sandcell = True
+    OutStream.flush = quick_flush
 
 
 def _buffered(stream):

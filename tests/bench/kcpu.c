@@ -39,6 +39,7 @@ enum {
 	K_NOPROF,
 	K_SECCOMP,
 	K_NAP,
+	K_FLUSH,
 	K_UNBOXED,
 	K_BOXCOLD,
 	K_TEMPLATE,
@@ -52,6 +53,7 @@ static const char *const kcpu_what[K_N] = {
     "  the same without the start-up profile",
     "  the same under the box's seccomp filter",
     "  the same with ipykernel's 0.5 ms nap after each execution (before)",
+    "  the same with ipykernel's flush of empty streams (before)",
     "sandcell's kernel, --no-sandbox (cold, no box)",
     "sandcell's kernel in the box, --no-template (cold)",
     "sandcell's kernel in the box, forked from the template (default)",
@@ -62,6 +64,10 @@ static const char *const kcpu_what[K_N] = {
 /* What the rows marked "(before)" run first: what the kernels did before. */
 static const char *const kcpu_setup[K_N] = {
     [K_NAP] = "get_ipython().kernel._execute_sleep = 0.0005",
+    [K_FLUSH] = "from ipykernel.iostream import OutStream as O\n"
+                "f = O.flush\n"
+                "O.flush = f.__closure__[f.__code__.co_freevars.index('flush')]"
+                ".cell_contents",
     [K_FORK2] = "import importlib\n"
                 "get_ipython().events.register('post_run_cell',\n"
                 "    lambda *_: importlib.invalidate_caches())",

@@ -700,16 +700,22 @@ Test(core, output_with_nul_characters_is_delivered, .timeout = 30)
 
 /*
  * A Python kernel does not nap after each execution (ipykernel's 0.5 ms
- * Kernel._execute_sleep, off in the config the proxy writes), and ending on
- * the reply and iopub's idle loses nothing without it: the last output of
- * print, os.write to fd 1 and a thread's print, in ten executions back to
- * back, is each in its own execution's response.
+ * Kernel._execute_sleep, off in the config the proxy writes) nor wait on its
+ * sending thread to flush a stream that holds nothing (the profile's
+ * quick_flush), and ending on the reply and iopub's idle loses nothing
+ * without them: the last output of print, os.write to fd 1 and a thread's
+ * print, in ten executions back to back, is each in its own execution's
+ * response.
  */
 Test(core, a_python_kernel_does_not_nap_and_loses_no_output, .timeout = 60)
 {
-	json_t *l = run(URL, NULL, "get_ipython().kernel._execute_sleep == 0");
+	json_t *l = run(URL, NULL,
+			"import sys\n"
+			"(get_ipython().kernel._execute_sleep == 0,\n"
+			" type(sys.stdout).flush.__name__ == 'quick_flush')");
 
-	cr_assert_str_eq(result_text(l), "True", "no nap after each execution: %s",
+	cr_assert_str_eq(result_text(l), "(True, True)",
+			 "no nap after each execution, no wait on an empty flush: %s",
 			 result_text(l));
 	json_decref(l);
 	for (int i = 0; i < 10; i++) {
