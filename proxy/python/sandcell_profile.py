@@ -293,9 +293,11 @@ def _quick_flush():
         return
 
     def quick_flush(self):
-        if getattr(self, "echo", None) is None and not _buffered(self):
-            return None
-        return flush(self)
+        try:
+            empty = getattr(self, "echo", None) is None and not _buffered(self)
+        except Exception:  # an ipykernel whose streams hold text otherwise
+            empty = False
+        return None if empty else flush(self)
 
     quick_flush._sandcell = True
     OutStream.flush = quick_flush
