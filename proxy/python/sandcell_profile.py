@@ -88,6 +88,7 @@ def _install(ip):
     _own_thread_output(ip)  # first: _capture_fds's write check stays the outer frame
     _capture_fds(ip)
     _quick_flush()
+    _quiet_log(ip)
     _iopub_flow_control(ip)
 
     sys.meta_path.insert(
@@ -301,6 +302,26 @@ def _quick_flush():
 
     quick_flush._sandcell = True
     OutStream.flush = quick_flush
+
+
+def _quiet_log(ip):
+    """The kernel's logger at the lowest level any of its handlers takes:
+    traitlets sets the logger to DEBUG and its handler to the app's level
+    (WARN), so each of ipykernel's four debug calls per execution built a
+    record that no handler took (~8 us each). Nothing logged is lost."""
+    import logging
+
+    log = getattr(getattr(ip, "kernel", None), "log", None)
+    if not isinstance(log, logging.Logger):
+        return
+    levels, at = [], log
+    while at is not None:
+        levels += [h.level for h in at.handlers]
+        if not at.propagate:
+            break
+        at = at.parent
+    if levels and min(levels) > log.getEffectiveLevel():
+        log.setLevel(min(levels))
 
 
 def _buffered(stream):
