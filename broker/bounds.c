@@ -202,7 +202,7 @@ ws_held(void)
 
 	if (!sv.sv_cf.cf_isolated)
 		return ws_total;
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
+	CONTEXT_FOREACH(c)
 	n += c->c_workspace != NULL;
 	return n * sv.sv_cf.cf_workspace_size;
 }

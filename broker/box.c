@@ -20,8 +20,6 @@
 
 #include "broker.h"
 
-#define BOX_USERNS_UID 1000 /* proxy/sandbox.c's SB_USERNS_UID */
-
 /*
  * What the box lacks here, each with what would give it (the next level):
  * found by box_check, logged at start, shown in GET /ready. The box is
@@ -402,7 +400,7 @@ ours(unsigned uid)
 
 	if (uid == shared_uid || uid == shared_net_uid)
 		return true;
-	TAILQ_FOREACH(o, &sv.sv_tb.tb_contexts, c_link)
+	CONTEXT_FOREACH(o)
 		if (o->c_uid == uid || o->c_net_uid == uid)
 			return true;
 	return false;
@@ -618,18 +616,4 @@ box_args(struct context *c, const char **argv, int *n)
 	argv[(*n)++] = sv.sv_cf.cf_kernel_pids;
 	argv[(*n)++] = "--tmp-size";
 	argv[(*n)++] = sv.sv_cf.cf_kernel_tmp;
-}
-
-/* What the proxy of slot wrote of its box in its state file; NULL if nothing. */
-json_t *
-box_json(const char *slot)
-{
-	char *path = xasprintf("%s/ctx/%s/state.json", sv.sv_cf.cf_run_dir, slot);
-	json_t *st = json_load_file(path, 0, NULL), *box = NULL;
-
-	free(path);
-	if (json_is_object(json_object_get(st, "sandbox")))
-		box = json_incref(json_object_get(st, "sandbox"));
-	json_decref(st);
-	return box;
 }

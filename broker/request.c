@@ -162,7 +162,7 @@ request_context(struct request *rq, const char *id, int op)
 		/* nobody to ask: a delete is done at once, the rest cannot be */
 		if (op == OP_DELETE) {
 			context_delete(c);
-			context_free(c);
+			context_end(c, CTX_DELETED, NULL);
 			answer_done(rq, 200, json_null(), NULL);
 		} else {
 			answer_done(rq, 503, NULL, "context %s has no proxy: %s; delete it",
