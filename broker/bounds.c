@@ -208,7 +208,7 @@ ws_held(void)
 }
 
 /*
- * Before a context gets a workspace of its own (box_isolate): whether its
+ * Before a context gets a workspace of its own (workspace_own): whether its
  * bound fits in what the others leave of the total. -ENOSPC (507) if not:
  * a context deleted gives its share back.
  */

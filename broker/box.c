@@ -1,7 +1,9 @@
 /*
  * box.c — the broker's side of the kernels' sandbox (built by each proxy,
- * proxy/sandbox.c): can this machine build it, the shared workspace, what the
- * proxies are told, and what an operator sees of a context's box.
+ * proxy/sandbox.c): can this machine build it (what it lacks here, GET
+ * /ready's "sandbox"), the workspace a box shows, what the proxies are told
+ * (box_args), and what a stop releases. The uids boxes run as are boxuid.c's,
+ * the peer check peer.c's, a context's own workspace workspace.c's.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -281,274 +283,16 @@ box_check(char *err, size_t errsz)
 }
 
 /*
- * Whether the broker can tell a context's connections from its clients': it
- * looks up a connection to itself made here (peer.c), which must name our
- * own uid. Without it (no sock_diag here) no connection is refused as a
- * context's, and the log says that contexts can reach the API.
- */
-static bool
-peer_lookup_works(void)
-{
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t al = sizeof(a);
-	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), c = -1, s = -1;
-	uid_t uid = (uid_t)-1;
-	bool ok = false;
-
-	if (l >= 0 && bind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(l, 1) == 0 &&
-	    getsockname(l, (struct sockaddr *)&a, &al) == 0 &&
-	    (c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
-	    connect(c, (struct sockaddr *)&a, sizeof(a)) == 0 && (s = accept(l, NULL, NULL)) >= 0)
-		ok = peer_uid(s, &uid) == PEER_UID && uid == geteuid();
-	if (s >= 0)
-		close(s);
-	if (c >= 0)
-		close(c);
-	if (l >= 0)
-		close(l);
-	return ok;
-}
-
-/* --kernel-uid-range, A-B. */
-static void
-uid_range(unsigned *a, unsigned *b)
-{
-	*a = *b = 0;
-	sscanf(sv.sv_cf.cf_uid_range, "%u-%u", a, b);
-}
-
-/* Whether boxes run kernels as uids of the range on the host (root's boxes). */
-static bool
-boxes_use_the_range(void)
-{
-	return sv.sv_cf.cf_sandbox && geteuid() == 0;
-}
-
-/*
- * Whether the kernels' uids on the host are their own: root's boxes (the
- * range, or --kernel-user), or --kernel-user without the sandbox. Otherwise
- * they are the broker's uid and nothing tells their connections apart.
- */
-static bool
-kernels_have_own_uids(void)
-{
-	return boxes_use_the_range() || sv.sv_cf.cf_kernel_uid;
-}
-
-/* At start: whether box_peer_is_context can work here; the log says if not. */
-void
-box_peer_check(void)
-{
-	sv.sv_cf.cf_peer_check = false;
-	if (!kernels_have_own_uids()) {
-		if (!sv.sv_cf.cf_sandbox)
-			return; /* the log already says what --no-sandbox gives away */
-		log_warn("kernels run as the broker's uid on the host: code in a context can "
-			 "reach this server's API over the network%s",
-			 sv.sv_cf.cf_token ? " (the access token still guards it)"
-					   : "; set --access-token, or --kernel-network none");
-		return;
-	}
-	if (!(sv.sv_cf.cf_peer_check = peer_lookup_works()))
-		log_warn("cannot look up the owners of local connections (NETLINK_SOCK_DIAG): "
-			 "code in a context can reach this server's API over the network%s",
-			 sv.sv_cf.cf_token ? " (the access token still guards it)"
-					   : "; set --access-token, or --kernel-network none");
-}
-
-/*
- * Whether an accepted HTTP connection comes from code in a context: kernels
- * share the host's network by default, and through the API one context could
- * run code in another, read its output or delete it. A connection from this
- * machine whose owner cannot be named (its client closed before we looked)
- * is not taken on trust either.
- */
-bool
-box_peer_is_context(int fd)
-{
-	unsigned a, b;
-	uid_t uid;
-
-	if (!sv.sv_cf.cf_peer_check)
-		return false;
-	switch (peer_uid(fd, &uid)) {
-	case PEER_REMOTE: return false;
-	case PEER_UNKNOWN: return true;
-	}
-	if (uid == geteuid())
-		return false;
-	if (sv.sv_cf.cf_kernel_uid && uid == sv.sv_cf.cf_kernel_uid)
-		return true;
-	uid_range(&a, &b);
-	return boxes_use_the_range() && uid >= a && uid <= b;
-}
-
-/*
- * The kernels' uid in shared isolation, as root: the one this broker held
- * before a restart (its kept contexts run as it) if it can lease it again,
- * else the first uid of --kernel-uid-range it can lease (uidlease.c); kept
- * for the broker's life.
- */
-static unsigned shared_uid, shared_net_uid;
-static int shared_lease = -1, shared_net_lease = -1; /* held for the broker's life */
-
-/* Whether uid is one of ours already (a context's, or the shared ones). */
-static bool
-ours(unsigned uid)
-{
-	struct context *o;
-
-	if (uid == shared_uid || uid == shared_net_uid)
-		return true;
-	CONTEXT_FOREACH(o)
-		if (o->c_uid == uid || o->c_net_uid == uid)
-			return true;
-	return false;
-}
-
-/*
- * A uid of the range for role ("" a kernel's, "net" a network's): the one
- * that role had before a restart (our kept contexts use it), else the first
- * no context of ours uses and that we can lease; its lease in *fd (-1 when
- * leases cannot be kept here). 0 when none is free.
- */
-static unsigned
-lease_one(const char *role, bool again, int *fd)
-{
-	unsigned a, b, u;
-
-	uid_range(&a, &b);
-	*fd = -1;
-	if (again && (u = uid_lease_ours(a, b, role, fd)))
-		return u;
-	for (u = a; u <= b; u++)
-		if (!ours(u) && (*fd = uid_lease(u, role)) != -EBUSY)
-			return u;
-	return 0;
-}
-
-/*
- * The uid kernels run as with shared isolation: the one our kept contexts run
- * as, else the first of --kernel-uid-range this broker can lease
- * (uidlease.c); kept for the broker's life.
- */
-unsigned
-box_uid(void)
-{
-	unsigned a, b;
-
-	if (shared_uid)
-		return shared_uid;
-	uid_range(&a, &b);
-	if (!boxes_use_the_range())
-		return a;
-	if (!(shared_uid = lease_one("", true, &shared_lease)))
-		fatal("no uid of --kernel-uid-range %s is free: other brokers or processes "
-		      "hold them all",
-		      sv.sv_cf.cf_uid_range);
-	log_info("sandbox: kernels run as uid %u%s", shared_uid,
-		 shared_lease >= 0 ? ", leased for this broker's life" : "");
-	return shared_uid;
-}
-
-/*
- * The uid that owns the boxes' network namespaces and runs pasta (boxnet.c):
- * of the range, so that the broker takes pasta's connections for a
- * context's, and never a kernel's, so that no kernel has a capability over
- * the network it sits in. Shared: one for the broker's life.
- */
-static unsigned
-box_net_uid(void)
-{
-	if (shared_net_uid || !boxes_use_the_range())
-		return shared_net_uid;
-	box_uid(); /* the kernels' first: after a restart, theirs is taken again */
-	if (!(shared_net_uid = lease_one("net", true, &shared_net_lease)))
-		fatal("no uid of --kernel-uid-range %s is free for the boxes' network",
-		      sv.sv_cf.cf_uid_range);
-	return shared_net_uid;
-}
-
-/*
- * The uid a context's kernel runs as on the host (NULL: a shared context's),
- * or (uid_t)-1 when it is ours: no sandbox, or a rootless one, whose user
- * namespace maps the kernel to our uid.
- */
-uid_t
-box_kernel_uid(const struct context *c)
-{
-	if (sv.sv_cf.cf_kernel_user)
-		return sv.sv_cf.cf_kernel_uid;
-	if (!boxes_use_the_range())
-		return (uid_t)-1;
-	return c && c->c_uid ? c->c_uid : box_uid();
-}
-
-/*
  * A stop that ended every context: the shared uids are no longer ours, nor
  * is the shared workspace's mount (its image stays, with what it holds).
  */
 void
 box_release(void)
 {
-	uid_release(shared_uid, shared_lease);
-	uid_release(shared_net_uid, shared_net_lease);
-	shared_lease = shared_net_lease = -1;
+	boxuid_release();
 	bounds_release();
 	if (sv.sv_cf.cf_sandbox && !sv.sv_cf.cf_isolated && sv.sv_cf.cf_workspace_size)
 		wsdisk_unmount(sv.sv_cf.cf_cwd, false);
-}
-
-/* Whether each context gets a uid of its own (box_isolate). */
-bool
-box_isolates(void)
-{
-	return sv.sv_cf.cf_sandbox && sv.sv_cf.cf_isolated && !sv.sv_cf.cf_kernel_user;
-}
-
-/*
- * --isolation context: two uids of the range no live context holds, its
- * kernels' and its network's, and a workspace of its own
- * (<workspace>/<id>, 0700, its uid's), which its box shows at BOX_HOME.
- * A cwd it was given is checked first, against a box whose workspace is
- * still empty, as its own will be. The workspace root is 0711:
- * no context lists the others.
- */
-int
-box_isolate(struct context *c, char *err, size_t errsz)
-{
-	if (!box_isolates())
-		return 0;
-	if (!(c->c_uid = lease_one("", false, &c->c_uid_lease)) ||
-	    (boxes_use_the_range() && !(c->c_net_uid = lease_one("net", false, &c->c_net_lease)))) {
-		snprintf(err, errsz, "no free uid in --kernel-uid-range %s", sv.sv_cf.cf_uid_range);
-		return -EAGAIN;
-	}
-	int rc = bounds_workspace_room(err, errsz); /* its bound within the total */
-	if (rc < 0)
-		return rc;
-	/* its filesystem's image takes the host's disk as it fills: room for a full one */
-	uint64_t room = wsdisk_free(sv.sv_cf.cf_cwd);
-	if (room < sv.sv_cf.cf_workspace_size) {
-		snprintf(err, errsz, "no room for another workspace of %llu MiB: %llu MiB free",
-			 (unsigned long long)(sv.sv_cf.cf_workspace_size >> 20),
-			 (unsigned long long)(room >> 20));
-		return -ENOSPC;
-	}
-	/* its cwd, in a box whose workspace is not made yet: a refusal leaves nothing */
-	if (cwd_usable(box_kernel_uid(c), NULL, c->c_cwd, err, errsz) < 0)
-		return -EINVAL;
-	char *ws = xasprintf("%s/%s", sv.sv_cf.cf_cwd, c->c_id);
-	if (mkdir(ws, 0700) < 0 || chown(ws, c->c_uid, c->c_uid) < 0) {
-		int e = errno;
-		snprintf(err, errsz, "workspace %s: %s", ws, strerror(e));
-		if (e != EEXIST) /* made here: not left behind */
-			rmdir(ws);
-		free(ws);
-		return -EIO;
-	}
-	c->c_workspace = ws;
-	return 0;
 }
 
 /* The workspace a context's box shows at BOX_HOME, on the host. */
@@ -573,14 +317,14 @@ box_args(struct context *c, const char **argv, int *n)
 
 	if (!sv.sv_cf.cf_sandbox)
 		return;
-	if (c->c_uid || (boxes_use_the_range() && !sv.sv_cf.cf_kernel_user)) {
+	if (c->c_uid || (boxuid_ranged() && !sv.sv_cf.cf_kernel_user)) {
 		/* execv copies it at once */
-		snprintf(uid, sizeof(uid), "%u", c->c_uid ? c->c_uid : box_uid());
+		snprintf(uid, sizeof(uid), "%u", c->c_uid ? c->c_uid : boxuid_shared());
 		argv[(*n)++] = "--uid";
 		argv[(*n)++] = uid;
 	}
-	if (boxes_use_the_range()) {
-		snprintf(net_uid, sizeof(net_uid), "%u", c->c_net_uid ? c->c_net_uid : box_net_uid());
+	if (boxuid_ranged()) {
+		snprintf(net_uid, sizeof(net_uid), "%u", c->c_net_uid ? c->c_net_uid : boxuid_net());
 		argv[(*n)++] = "--net-uid";
 		argv[(*n)++] = net_uid;
 	}

@@ -625,16 +625,20 @@ bool box_memory_cgroup(void);
 bool box_own_userns(void);
 size_t box_missing(void);
 json_t *box_level_json(void);
-void box_peer_check(void);
-bool box_peer_is_context(int fd);
-unsigned box_uid(void);
 void box_release(void);
-uid_t box_kernel_uid(const struct context *c);
 const char *box_workspace_of(const struct context *c);
 const char *box_default_cwd(void);
-bool box_isolates(void);
-int box_isolate(struct context *c, char *err, size_t errsz);
 void box_args(struct context *c, const char **argv, int *n);
+
+/* boxuid.c */
+void boxuid_range(unsigned *a, unsigned *b);
+bool boxuid_ranged(void);
+unsigned boxuid_shared(void);
+unsigned boxuid_net(void);
+uid_t boxuid_kernel(const struct context *c);
+bool boxuid_isolates(void);
+int boxuid_lease(struct context *c, char *err, size_t errsz);
+void boxuid_release(void);
 
 /* boxnons.c */
 bool boxnons_on(void);
@@ -649,6 +653,7 @@ int boxns_enter(const char **what);
 /* workspace.c */
 const char *workspace_shared(void);
 void workspace_bound(void);
+int workspace_own(struct context *c, char *err, size_t errsz);
 
 /* uidlease.c */
 int uid_lease(unsigned uid, const char *role);
@@ -663,5 +668,7 @@ int cpus_quota(const char *proc_cgroup, const char *root);
 /* peer.c */
 enum { PEER_REMOTE, PEER_UID, PEER_UNKNOWN };
 int peer_uid(int fd, uid_t *uid);
+void peer_check(void);
+bool peer_is_context(int fd);
 
 #endif

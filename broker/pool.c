@@ -318,7 +318,9 @@ pool_create(const char *want, const char *cwd, bool is_default, struct egress_li
 		c->c_egress = *net;
 		memset(net, 0, sizeof(*net));
 	}
-	if ((rc = box_isolate(c, err, errsz)) < 0) {
+	/* --isolation context: its own uids, then its own workspace */
+	if (boxuid_isolates() &&
+	    ((rc = boxuid_lease(c, err, errsz)) < 0 || (rc = workspace_own(c, err, errsz)) < 0)) {
 		context_end(c, CTX_DELETED, NULL);
 		return rc;
 	}

@@ -126,8 +126,8 @@ request_create(struct request *rq, const char *language, const char *cwd,
 		answer_done(rq, 400, NULL, "%s", err);
 		return;
 	}
-	/* as the kernel's uid; under --isolation context once it has one (box_isolate) */
-	if (cwd && !box_isolates() && cwd_usable(box_kernel_uid(NULL), box_workspace_of(NULL), cwd, err, sizeof(err)) < 0) {
+	/* as the kernel's uid; under --isolation context once it has one (boxuid_lease, workspace_own) */
+	if (cwd && !boxuid_isolates() && cwd_usable(boxuid_kernel(NULL), box_workspace_of(NULL), cwd, err, sizeof(err)) < 0) {
 		answer_done(rq, 400, NULL, "%s", err);
 		return;
 	}
