@@ -2,8 +2,8 @@
  * box.c — the broker's side of the kernels' sandbox (built by each proxy,
  * proxy/sandbox.c): can this machine build it (what it lacks here, GET
  * /ready's "sandbox"), the workspace a box shows, what the proxies are told
- * (box_args), and what a stop releases. The uids boxes run as are boxuid.c's,
- * the peer check peer.c's, a context's own workspace workspace.c's.
+ * (box_args), the peer check, and what a stop releases. The uids boxes run
+ * as are boxuid.c's, a context's own workspace workspace.c's.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -280,6 +280,94 @@ box_check(char *err, size_t errsz)
 	check_cgroups();
 	check_network();
 	return 0;
+}
+
+/*
+ * Whether the broker can tell a context's connections from its clients': it
+ * looks up a connection to itself made here (peer.c), which must name our
+ * own uid. Without it (no sock_diag here) no connection is refused as a
+ * context's, and the log says that contexts can reach the API.
+ */
+static bool
+peer_lookup_works(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), c = -1, s = -1;
+	uid_t uid = (uid_t)-1;
+	bool ok = false;
+
+	if (l >= 0 && bind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(l, 1) == 0 &&
+	    getsockname(l, (struct sockaddr *)&a, &al) == 0 &&
+	    (c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
+	    connect(c, (struct sockaddr *)&a, sizeof(a)) == 0 && (s = accept(l, NULL, NULL)) >= 0)
+		ok = peer_uid(s, &uid) == PEER_UID && uid == geteuid();
+	if (s >= 0)
+		close(s);
+	if (c >= 0)
+		close(c);
+	if (l >= 0)
+		close(l);
+	return ok;
+}
+
+/*
+ * Whether the kernels' uids on the host are their own: root's boxes (the
+ * range, or --kernel-user), or --kernel-user without the sandbox. Otherwise
+ * they are the broker's uid and nothing tells their connections apart.
+ */
+static bool
+kernels_have_own_uids(void)
+{
+	return boxuid_ranged() || sv.sv_cf.cf_kernel_uid;
+}
+
+/* At start: whether box_peer_is_context can work here; the log says if not. */
+void
+box_peer_check(void)
+{
+	sv.sv_cf.cf_peer_check = false;
+	if (!kernels_have_own_uids()) {
+		if (!sv.sv_cf.cf_sandbox)
+			return; /* the log already says what --no-sandbox gives away */
+		log_warn("kernels run as the broker's uid on the host: code in a context can "
+			 "reach this server's API over the network%s",
+			 sv.sv_cf.cf_token ? " (the access token still guards it)"
+					   : "; set --access-token, or --kernel-network none");
+		return;
+	}
+	if (!(sv.sv_cf.cf_peer_check = peer_lookup_works()))
+		log_warn("cannot look up the owners of local connections (NETLINK_SOCK_DIAG): "
+			 "code in a context can reach this server's API over the network%s",
+			 sv.sv_cf.cf_token ? " (the access token still guards it)"
+					   : "; set --access-token, or --kernel-network none");
+}
+
+/*
+ * Whether an accepted HTTP connection comes from code in a context: kernels
+ * share the host's network by default, and through the API one context could
+ * run code in another, read its output or delete it. A connection from this
+ * machine whose owner cannot be named (its client closed before we looked)
+ * is not taken on trust either.
+ */
+bool
+box_peer_is_context(int fd)
+{
+	unsigned a, b;
+	uid_t uid;
+
+	if (!sv.sv_cf.cf_peer_check)
+		return false;
+	switch (peer_uid(fd, &uid)) {
+	case PEER_REMOTE: return false;
+	case PEER_UNKNOWN: return true;
+	}
+	if (uid == geteuid())
+		return false;
+	if (sv.sv_cf.cf_kernel_uid && uid == sv.sv_cf.cf_kernel_uid)
+		return true;
+	boxuid_range(&a, &b);
+	return boxuid_ranged() && uid >= a && uid <= b;
 }
 
 /*

@@ -625,6 +625,8 @@ bool box_memory_cgroup(void);
 bool box_own_userns(void);
 size_t box_missing(void);
 json_t *box_level_json(void);
+void box_peer_check(void);
+bool box_peer_is_context(int fd);
 void box_release(void);
 const char *box_workspace_of(const struct context *c);
 const char *box_default_cwd(void);
@@ -668,7 +670,5 @@ int cpus_quota(const char *proc_cgroup, const char *root);
 /* peer.c */
 enum { PEER_REMOTE, PEER_UID, PEER_UNKNOWN };
 int peer_uid(int fd, uid_t *uid);
-void peer_check(void);
-bool peer_is_context(int fd);
 
 #endif
