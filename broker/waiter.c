@@ -126,7 +126,7 @@ waiter_tick(uint64_t now)
 	struct context *c;
 	struct request *rq, *next;
 
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
+	CONTEXT_FOREACH(c)
 		for (rq = TAILQ_FIRST(&c->c_waiters); rq; rq = next) {
 			next = TAILQ_NEXT(rq, rq_link);
 			if (now < rq->rq_deadline)
