@@ -21,10 +21,10 @@
 #define SCALE_MAX 256  /* --max-contexts' default */
 #define SCALE_BATCH 16 /* created between two checks of MemAvailable */
 #define SCALE_CONC 4   /* POST /contexts at once */
-#define SCALE_PY_MB                                                                      \
-	64.0 /* what a Python context is assumed to cost before one is measured */
+/* what a Python context is assumed to cost before a batch is measured */
+#define SCALE_PY_MB 56.0
 #define SCALE_IDLE_S 10         /* idle CPU is sampled this long */
-#define SCALE_RESERVE_MB 3072.0 /* MemAvailable left to the rest of the machine */
+#define SCALE_RESERVE_MB 2048.0 /* MemAvailable left to the rest of the machine */
 #define SCALE_TREE 8192
 
 /* The kinds of process a broker's tree holds, by what they run. */
@@ -368,6 +368,8 @@ scale_python(const struct broker *b, int n)
 		ok += ids[i] != NULL;
 		code[i] = scale_code[0].sl_code;
 	}
+	if (!ok)
+		goto del;
 	if (n >= SCALE_MAX && asked == n) { /* one over the limit is refused */
 		struct resp r;
 		http(b->b_url, "POST", "/contexts", "{\"language\":\"python\"}", &r, 60);
@@ -381,6 +383,7 @@ scale_python(const struct broker *b, int n)
 	scale_cost(fmt("Python (%d asked)", asked), ok, a0, a1, &t0, &t1, last, ms);
 	scale_idle_cpu(b->b_pid, "Python", ok);
 	scale_answer(b->b_url, ids, code, asked, "Python");
+del:
 	progress("scale: deleting the Python contexts");
 	hc_delete_all(b->b_url, ids, asked);
 out:
