@@ -10,6 +10,7 @@
  * checks MemAvailable before it starts and between batches, and stops with a
  * message rather than press the machine. Figures only: nothing fails.
  */
+#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,14 @@ struct tree {
 	int t_n;
 	int t_count[K_N];
 	double t_pss_mb[K_N];
+	double t_kuss_mb; /* the kernels' own pages (USS) */
+	int t_kthreads;   /* the kernels' threads */
+	long t_mem[5];    /* what /proc/meminfo names in scale_meminfo, kB */
 };
+
+/* The machine's memory that no process's PSS shows: the kernel's own. */
+static const char *const scale_meminfo[5] = {"Shmem", "Slab", "PageTables", "KernelStack",
+                                             "Percpu"};
 
 /* How one language's contexts answer: code printing 42. sl_mb: what one is
  * assumed to cost until a batch of them has been measured; the dearest last,
@@ -44,8 +52,8 @@ static const struct {
 	const char *sl_lang, *sl_code;
 	double sl_mb;
 } scale_code[] = {
-    {"python", "print(6*7)", SCALE_PY_MB},   {"bash", "echo $((6*7))", 96},
-    {"r", "cat(6*7, '\\n', sep='')", 160},   {"java", "System.out.println(6*7)", 200},
+    {"python", "print(6*7)", SCALE_PY_MB},   {"bash", "echo $((6*7))", 128},
+    {"r", "cat(6*7, '\\n', sep='')", 128},   {"java", "System.out.println(6*7)", 200},
     {"javascript", "console.log(6*7)", 256}, {"typescript", "console.log(6*7)", 256},
 };
 
@@ -110,6 +118,23 @@ scale_kind(pid_t pid, pid_t ppid, pid_t broker)
 	return K_KERNEL; /* a kernel or what it runs */
 }
 
+static void
+scale_meminfo_read(long *kb)
+{
+	char line[128], name[64];
+	long v;
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	memset(kb, 0, 5 * sizeof(long));
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "%63[^:]: %ld", name, &v) == 2)
+			for (int i = 0; i < 5; i++)
+				if (!strcmp(name, scale_meminfo[i]))
+					kb[i] = v;
+	if (f)
+		fclose(f);
+}
+
 /* The broker's tree by kind; with pss, each kind's PSS. */
 static void
 scale_tree(pid_t broker, bool pss, struct tree *t)
@@ -124,16 +149,41 @@ scale_tree(pid_t broker, bool pss, struct tree *t)
 		t->t_count[k]++;
 		if (kb > 0)
 			t->t_pss_mb[k] += kb / 1024.0;
+		if (pss && k == K_KERNEL && (kb = proc_uss_kb(t->t_pid[i])) > 0)
+			t->t_kuss_mb += kb / 1024.0;
+		if (k == K_KERNEL)
+			t->t_kthreads += (int)proc_stat_field(t->t_pid[i], 20);
 	}
+	scale_meminfo_read(t->t_mem);
 }
 
-/* user + system CPU of a process, ms (its own; 0 when gone) */
+/* CPU time of a process, all its threads, ms, from schedstat (ns; the 10 ms
+ * ticks of /proc/PID/stat cannot resolve an idle proxy); 0 when gone */
 static double
 scale_cpu(pid_t pid)
 {
-	double ms = cpu_ms(pid);
+	char path[64];
+	unsigned long long ns, sum = 0;
+	struct dirent *e;
+	DIR *d;
 
-	return ms < 0 ? 0 : ms;
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	if (!(d = opendir(path)))
+		return 0;
+	while ((e = readdir(d))) {
+		char p[300];
+		FILE *f;
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "/proc/%d/task/%s/schedstat", (int)pid, e->d_name);
+		if ((f = fopen(p, "r"))) {
+			if (fscanf(f, "%llu", &ns) == 1)
+				sum += ns;
+			fclose(f);
+		}
+	}
+	closedir(d);
+	return sum / 1e6;
 }
 
 /* Every process's CPU over SCALE_IDLE_S s, by kind, as ms per second. */
@@ -339,7 +389,20 @@ scale_cost(const char *what, int n, double avail0, double avail1, const struct t
 	    c[K_PROXY], per[K_HELPER], c[K_HELPER], per[K_INIT], c[K_INIT],
 	    per[K_BROKER] * 1024, t1->t_pss_mb[K_TEMPLATE] - t0->t_pss_mb[K_TEMPLATE],
 	    avail0, avail1, scale_load());
-	table_add("10 scale", fmt("creating the %s contexts: the last one alone", what),
+	char km[256] = "";
+	for (int i = 0; i < 5; i++)
+		snprintf(km + strlen(km), sizeof(km) - strlen(km), "%s%s %+.2f",
+		         i ? ", " : "", scale_meminfo[i],
+		         n ? (t1->t_mem[i] - t0->t_mem[i]) / 1024.0 / n : 0);
+	table_detail(
+	    "each kernel: USS %.1f MB, %.1f threads; the machine's own memory per "
+	    "context, MB: %s",
+	    n ? (t1->t_kuss_mb - t0->t_kuss_mb) / n : 0,
+	    n ? (t1->t_kthreads - t0->t_kthreads) / (double)n : 0, km);
+	table_add("10 scale",
+	          fmt("creating the %s contexts: the last one alone (from the pool if it "
+	              "has one)",
+	              what),
 	          last_ms >= 0 ? fmt("%.0f ms", last_ms) : "failed",
 	          fmt("the others %.0f ms p50, %.0f max (%d at once)", st.st_p50,
 	              st.st_max, SCALE_CONC),
@@ -435,6 +498,20 @@ scale_mix(const struct broker *b, int each)
 		           nl, each, SCALE_MAX, SCALE_MAX / nl);
 		each = SCALE_MAX / nl;
 	}
+	/* as many of each as the memory holds, all of them estimated at once */
+	double one = 0, avail = scale_avail_mb();
+	for (int l = 0; l < nl; l++)
+		one += scale_code[which[l]].sl_mb;
+	if (each * one > avail - SCALE_RESERVE_MB) {
+		int fit = (avail - SCALE_RESERVE_MB) / one;
+		table_note(
+		    "scale: MemAvailable %.0f MB holds %d of each language (one of "
+		    "each ~%.0f MB), not %d",
+		    avail, fit > 0 ? fit : 0, one, each);
+		each = fit;
+	}
+	if (each <= 0)
+		return;
 	for (int l = 0; l < nl; l++) {
 		const char *lang = scale_code[which[l]].sl_lang;
 		double last, a0, a1;
@@ -452,7 +529,8 @@ scale_mix(const struct broker *b, int each)
 		scale_settle(b);
 		a1 = scale_avail_mb();
 		scale_tree(b->b_pid, true, &t1);
-		scale_cost(lang, got, a0, a1, &t0, &t1, last, ms + total);
+		if (got)
+			scale_cost(lang, got, a0, a1, &t0, &t1, last, ms + total);
 		total += asked;
 		ok += got;
 		snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
