@@ -281,6 +281,8 @@ ipython_profile(const struct proxy *px)
 	int fd, rc;
 
 	buf_append(&cfg, "c.HistoryManager.hist_file = ':memory:'\n", 40);
+	static const char nohist[] = "c.HistoryManager.enabled = False\n";
+	buf_append(&cfg, nohist, sizeof(nohist) - 1);
 	/* the cwd for the user's imports, once the kernel has started (launch_argv) */
 	static const char cwd_path[] =
 		"c.InteractiveShellApp.exec_lines = [\"__import__('sys').path.insert(0, '')\"]\n";
