@@ -545,7 +545,8 @@ scale_mix(const struct broker *b, int each)
 void
 scale_bench(void)
 {
-	static const char *const args[] = {"--no-default-context", NULL};
+	static char extra[512];
+	const char *args[20] = {"--no-default-context"}, *e = getenv("SCALE_ARGS");
 	int n = scale_env("SCALE_N", SCALE_MAX), each = scale_env("SCALE_MIX", 64);
 	double avail = scale_avail_mb();
 	struct broker b;
@@ -560,9 +561,15 @@ scale_bench(void)
 		    avail, n, SCALE_PY_MB, n * SCALE_PY_MB, SCALE_RESERVE_MB);
 		return;
 	}
-	progress("scale: a broker with the defaults (--no-default-context); %d Python "
-	         "contexts, then %d of each language (MemAvailable %.0f MB, %s)",
-	         n, each, avail, scale_load());
+	/* SCALE_ARGS: more flags for the broker, split at spaces */
+	snprintf(extra, sizeof(extra), "%s", e ? e : "");
+	int na = 1;
+	for (char *tok = strtok(extra, " "); tok && na < 19; tok = strtok(NULL, " "))
+		args[na++] = tok;
+	progress(
+	    "scale: a broker with the defaults (--no-default-context%s%s); %d Python "
+	    "contexts, then %d of each language (MemAvailable %.0f MB, %s)",
+	    e && *e ? " " : "", e ? e : "", n, each, avail, scale_load());
 	if (broker_start(&b, args) < 0) {
 		table_note("scale: the broker did not start");
 		return;
