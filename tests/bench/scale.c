@@ -411,6 +411,24 @@ scale_cost(const char *what, int n, double avail0, double avail1, const struct t
 	             SCALE_BATCH, first, SCALE_BATCH, lastb);
 }
 
+/* The soft RLIMIT_NOFILE of a process, or -1. */
+static long
+scale_nofile(pid_t pid)
+{
+	char path[64], line[256];
+	long soft = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/limits", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Max open files %ld", &soft) == 1)
+			break;
+	fclose(f);
+	return soft;
+}
+
 /* SCALE_N Python contexts on a broker with the defaults. */
 static void
 scale_python(const struct broker *b, int n)
@@ -444,6 +462,11 @@ scale_python(const struct broker *b, int n)
 	a1 = scale_avail_mb();
 	scale_tree(b->b_pid, true, &t1);
 	scale_cost(fmt("Python (%d asked)", asked), ok, a0, a1, &t0, &t1, last, ms);
+	table_add("10 scale", fmt("the broker with %d Python contexts", ok), NULL,
+	          fmt("%d fds of %ld", proc_fd_count(b->b_pid), scale_nofile(b->b_pid)),
+	          NULL, NULL);
+	table_detail("VmRSS %.1f MB, %lld threads", proc_rss_kb(b->b_pid) / 1024.0,
+	             proc_stat_field(b->b_pid, 20));
 	scale_idle_cpu(b->b_pid, "Python", ok);
 	scale_answer(b->b_url, ids, code, asked, "Python");
 del:
