@@ -394,6 +394,11 @@ scale_cost(const char *what, int n, double avail0, double avail1, const struct t
 		snprintf(km + strlen(km), sizeof(km) - strlen(km), "%s%s %+.2f",
 		         i ? ", " : "", scale_meminfo[i],
 		         n ? (t1->t_mem[i] - t0->t_mem[i]) / 1024.0 / n : 0);
+	table_add(
+	    "10 scale",
+	    fmt("%d idle %s contexts: the kernel, and memory no PSS shows", n, what),
+	    NULL, fmt("kernel USS %.1f MB", n ? (t1->t_kuss_mb - t0->t_kuss_mb) / n : 0),
+	    NULL, NULL);
 	table_detail(
 	    "each kernel: USS %.1f MB, %.1f threads; the machine's own memory per "
 	    "context, MB: %s",
