@@ -24,6 +24,7 @@
 #define SCALE_CONC 4   /* POST /contexts at once */
 /* what a Python context is assumed to cost before a batch is measured */
 #define SCALE_PY_MB 56.0
+#define SCALE_QUIET_S 32        /* idle this long before idle CPU is sampled */
 #define SCALE_IDLE_S 10         /* idle CPU is sampled this long */
 #define SCALE_RESERVE_MB 2048.0 /* MemAvailable left to the rest of the machine */
 #define SCALE_TREE 8192
@@ -194,6 +195,9 @@ scale_idle_cpu(pid_t broker, const char *what, int n)
 	static double before[SCALE_TREE];
 	double per[K_N] = {0}, t0, wall;
 
+	/* past the proxies' awake window after their kernels' work (boxfw.c) */
+	progress("scale: %d s for the contexts to go idle", SCALE_QUIET_S);
+	usleep(SCALE_QUIET_S * 1000 * 1000);
 	scale_tree(broker, false, &t);
 	for (int i = 0; i < t.t_n; i++)
 		before[i] = scale_cpu(t.t_pid[i]);
