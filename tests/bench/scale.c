@@ -5,10 +5,12 @@
  * each, default 64, as many as fit in 256 together); then one execution in
  * each. It prints what each further context costs the machine (MemAvailable
  * and the PSS of every process it adds, by kind: kernel, proxy, the proxy's
- * helpers, box init, pasta), the idle CPU per second of the broker and the
- * proxies with them all alive, and the time to create the last one. It
- * checks MemAvailable before it starts and between batches, and stops with a
- * message rather than press the machine. Figures only: nothing fails.
+ * helpers, box init, pasta; the kernel's own pages; what /proc/meminfo
+ * shows of the machine's own memory: slab, page tables, kernel stacks), the
+ * idle CPU per second of the broker and the proxies with them all alive, and
+ * the time to create the last one. It checks MemAvailable before it starts
+ * and between batches, and stops with a message rather than press the
+ * machine. SCALE_ARGS: more broker flags. Figures only: nothing fails.
  */
 #include <dirent.h>
 #include <pthread.h>
