@@ -28,7 +28,8 @@
 
 static const char *const sections[] = {"raw",       "latency", "throughput", "contexts",
                                        "streaming", "memory",  "cancel",     "ipc",
-                                       "sandbox",   "goals",   "template",   NULL};
+                                       "sandbox",   "goals",   "template",   "scale",
+                                       NULL};
 
 static int
 cmp_double(const void *a, const void *b)
@@ -891,6 +892,12 @@ main(int argc, char **argv)
 		watch_start(&w);
 		box_bench();
 		watch_end(&w, "sandbox");
+	}
+	/* 256 contexts on one broker: only when asked for (SCALE_N contexts) */
+	if (only && !strcmp(only, "scale")) {
+		watch_start(&w);
+		scale_bench();
+		watch_end(&w, "scale");
 	}
 	/* a full run records the goals' figures in its sections */
 	if (only && !strcmp(only, "goals")) {
