@@ -18,6 +18,7 @@
 #include <zlib.h>
 
 #include "harness.h"
+#include "../../lib/lib.h"
 
 static char envd_at[32] = "127.0.0.1:49983", envd_url[64];
 
@@ -898,19 +899,17 @@ no_sleeper_listed(void *arg)
 	return st == 200 && none;
 }
 
-Test(envd, list_and_kill_a_background_command)
+/* bash -c cmd started, its client leaving after the start event: it runs on in the
+ * background */
+static void
+start_and_leave(const char *cmd)
 {
-	long st;
-	json_t *j, *p;
-	char body[128];
-
-	up();
-	/* started, then its client leaves at once: it runs on in the background */
 	size_t n, got = 0;
-	char *b = start_body("sleep 77", &n), url[96];
+	char *b = start_body(cmd, &n), url[96];
 	CURL *c = curl_easy_init();
 	struct curl_slist *h =
 	    curl_slist_append(NULL, "Content-Type: application/connect+json");
+
 	snprintf(url, sizeof(url), "%s/process.Process/Start", envd_url);
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
@@ -918,10 +917,42 @@ Test(envd, list_and_kill_a_background_command)
 	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)n);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, first_bytes_then_leave);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &got);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
 	curl_easy_perform(c);
 	curl_slist_free_all(h);
 	curl_easy_cleanup(c);
 	free(b);
+	cr_assert_gt(got, 0, "%s: no start event", cmd);
+}
+
+/* The pid List gives bash -c cmd, or 0 when it is not listed. */
+static long long
+pid_listed(const char *cmd)
+{
+	long st;
+	json_t *j = rpc_of("process.Process", "List", "{}", &st), *v;
+	long long pid = 0;
+	size_t i;
+
+	cr_assert_eq(st, 200, "List: %ld", st);
+	json_array_foreach(json_object_get(j, "processes"), i, v)
+	{
+		json_t *args = json_object_get(json_object_get(v, "config"), "args");
+		if (!strcmp(json_string_value(json_array_get(args, 1)) ?: "", cmd))
+			pid = json_integer_value(json_object_get(v, "pid"));
+	}
+	json_decref(j);
+	return pid;
+}
+
+Test(envd, list_and_kill_a_background_command)
+{
+	long st;
+	json_t *j, *p;
+	char body[128];
+
+	up();
+	start_and_leave("sleep 77");
 	j = rpc_of("process.Process", "List", "{}", &st);
 	cr_assert_eq(st, 200);
 	p = NULL;
@@ -969,8 +1000,39 @@ Test(envd, a_commands_kill_minus_one_costs_no_context_anything)
 	cr_assert_str_eq(out, "still here\n");
 	free(out);
 	json_decref(busy.lines);
-	/* envd itself comes back (its agent, killed too, is started again) */
+	/* envd answers (at once where Landlock scopes a command's signals; else
+	 * its agent, killed too, is started again) */
 	up();
+}
+
+/* A command's kill -9 -1 ends its own processes: the agent, and a command
+ * beside it, run on (each command has a Landlock domain of its own, ABI 6) */
+Test(envd, a_commands_kill_minus_one_ends_only_that_command)
+{
+	struct resp r;
+	json_t *e, *end;
+	long long pid;
+	long st;
+	char body[128];
+
+	if (landlock_abi() < 6)
+		cr_skip_test("Landlock below ABI 6: kill -9 -1 ends the agent's box");
+	up();
+	start_and_leave("sleep 79");
+	cr_assert_gt(pid = pid_listed("sleep 79"), 0, "sleep 79 is not listed");
+	e = run_command("sleep 60 & kill -9 -1; echo reached", &r);
+	end = event_at(e, json_array_size(e) - 2, "end");
+	cr_assert_not_null(end, "the killing command's stream has no end: %.*s",
+	                   (int)r.r_len, r.r_body);
+	json_decref(e);
+	resp_free(&r);
+	cr_assert_eq(pid_listed("sleep 79"), pid,
+	             "the background command beside it was ended (or the agent was)");
+	cr_assert(envd_up(NULL), "the agent does not answer at once");
+	snprintf(body, sizeof(body),
+	         "{\"process\":{\"pid\":%lld},\"signal\":\"SIGNAL_SIGKILL\"}", pid);
+	json_decref(rpc_of("process.Process", "SendSignal", body, &st));
+	cr_assert_eq(st, 200, "the agent can still signal it: %ld", st);
 }
 
 /* A command's environment is a context's: the global env, HOME, the tenant's python
