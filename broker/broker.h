@@ -17,6 +17,8 @@
 #include "../proto/proto.h"
 
 #define KEEPALIVE_MS 1000
+/* a transfer waiting this long on a silent envd agent ends (504; docs/ENVD.md) */
+#define ENVD_STALL_MS 10000
 /*
  * An /execute waits this long for its first output before its response head
  * goes out: an execution that ends meanwhile (the proxy holds a unit's first
@@ -617,15 +619,21 @@ bool envd_upload_asked(const char *url, const char *method);
 struct xfer {
 	struct stream *x_s; /* NULL once it ended */
 	void (*x_in)(struct xfer *x, struct msg *m); /* the agent's event (its opener's) */
-	void (*x_lost)(struct xfer *x);              /* its proxy was lost */
+	/* it ended with a Connect code and why: its proxy was lost, or its agent
+	 * stalled (envdfile_tick) */
+	void (*x_lost)(struct xfer *x, const char *code, const char *why);
 	struct upload *x_up;
 	struct download *x_down;
 	uint64_t x_sent, x_acked; /* an upload's bytes sent, acknowledged */
+	bool x_wend;              /* an upload's end sent */
+	uint64_t x_since; /* ms of the last word either way (or the client's take) */
 	json_t *x_entry;          /* an upload's EntryInfo, once done */
 };
 void envdfile_send(struct xfer *x, const char *op, json_t *args, const char *data, size_t len);
 void envdfile_open(struct xfer *x, struct context *c, const char *op, const char *path,
-		   void (*in)(struct xfer *, struct msg *), void (*lost)(struct xfer *));
+                   void (*in)(struct xfer *, struct msg *),
+                   void (*lost)(struct xfer *, const char *, const char *));
+void envdfile_tick(uint64_t now);
 void envdfile_close(struct xfer *x);
 int64_t envdfile_number(const struct msg *m);
 enum MHD_Result envdfile_read(struct http_request *hr, struct context *c, const char *path);

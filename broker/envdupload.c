@@ -21,7 +21,7 @@
 #include "broker.h"
 
 static void up_in(struct xfer *x, struct msg *m);
-static void up_lost(struct xfer *x);
+static void up_lost(struct xfer *x, const char *code, const char *why);
 
 #define ENVDUPLOAD_MAX_FILES 256
 
@@ -145,6 +145,7 @@ up_file_end(struct upload *u)
 		return;
 	up_flush(u, true);
 	envdfile_send(x, "wend", json_object(), NULL, 0);
+	x->x_wend = true;
 }
 
 /* A file's bytes (the body's, or a part's). */
@@ -434,11 +435,11 @@ envdupload_body(struct http_request *hr, const char *data, size_t *size)
 	return MHD_YES;
 }
 
-/* Its proxy is lost: the upload fails. */
+/* Its proxy is lost, or its agent stalled: the upload fails. */
 static void
-up_lost(struct xfer *x)
+up_lost(struct xfer *x, const char *code, const char *why)
 {
-	up_fail_code(x->x_up, "unavailable", "the envd agent was lost");
+	up_fail_code(x->x_up, code, why);
 }
 
 /* The request ended (done, failed, or its client left): what it holds goes. */

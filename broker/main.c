@@ -131,6 +131,7 @@ loop(void)
 		if (now >= next_tick) {
 			stream_tick(now);
 			waiter_tick(now);
+			envdfile_tick(now);
 			http_tick(now);
 			if (!sv.sv_lc.lc_draining)
 				pool_fill();

@@ -12,7 +12,10 @@
 #include <string.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <dirent.h>
 
 #include <curl/curl.h>
 #include <zlib.h>
@@ -1506,29 +1509,102 @@ Test(envd_own, a_full_workspace_is_507_and_leaves_nothing, .timeout = 180,
 	             "the workspace holds what a failed upload wrote");
 }
 
-/* Half an upload of path (2 MiB said, 1 MiB sent) on a connection left open:
- * its fd, once ListDir of cut names what shows it arrived (prefix). */
+/* A process's field of /proc/PID/status or /proc/PID/io ("PPid:", "wchar:"), or -1. */
+static long long
+proc_field(pid_t pid, const char *file, const char *field)
+{
+	char path[64], line[256];
+	long long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
+	if (!(f = fopen(path, "r")))
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, strlen(field)))
+			v = strtoll(line + strlen(field), NULL, 10);
+	fclose(f);
+	return v;
+}
+
+/* The envd agent a broker runs: a sandcell-envd whose ancestors hold broker; or 0. */
+static pid_t
+agent_under(pid_t broker)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	pid_t found = 0;
+
+	while (d && !found && (e = readdir(d))) {
+		pid_t pid = (pid_t)atoi(e->d_name), up = pid;
+		char path[64], comm[32] = "";
+		FILE *f;
+		snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+		if (pid <= 0 || !(f = fopen(path, "r")))
+			continue;
+		if (!fgets(comm, sizeof(comm), f))
+			comm[0] = '\0';
+		fclose(f);
+		if (strcmp(comm, "sandcell-envd\n"))
+			continue;
+		for (int i = 0; i < 8 && up > 1 && !found; i++)
+			if ((up = (pid_t)proc_field(up, "status", "PPid:")) == broker)
+				found = pid;
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* Whether the agent (arg: its pid and the bytes it had written) wrote 512 KiB
+ * more. */
+struct wrote {
+	pid_t w_pid;
+	long long w_from;
+};
+
+static bool
+agent_wrote(void *arg)
+{
+	struct wrote *w = arg;
+
+	return proc_field(w->w_pid, "io", "wchar:") >= w->w_from + (512 << 10);
+}
+
+/* Half an upload of path (2 MiB said, 1 MiB sent) to at (envd's host:port) on
+ * a connection left open: its fd, once agent (its pid) wrote some of it. */
 static int
-half_upload(const char *path, const char *prefix)
+half_upload_to(const char *at, pid_t agent, const char *path)
 {
 	static char chunk[64 << 10];
-	struct in_dir seen = {"cut", prefix};
-	char head[512];
-	int fd = tcp_connect(envd_url);
+	char head[512], url[64];
+	struct wrote w = {agent, proc_field(agent, "io", "wchar:")};
+	int fd;
 
+	snprintf(url, sizeof(url), "http://%s", at);
+	fd = tcp_connect(url);
 	cr_assert_geq(fd, 0);
+	cr_assert_geq(w.w_from, 0, "no /proc/%d/io", (int)agent);
 	snprintf(head, sizeof(head),
 	         "POST /files?path=%s HTTP/1.1\r\nHost: %s\r\n"
 	         "Content-Type: application/octet-stream\r\nContent-Length: %u\r\n\r\n",
-	         path, envd_at, 2u << 20);
+	         path, at, 2u << 20);
 	cr_assert_eq(write(fd, head, strlen(head)), (ssize_t)strlen(head));
 	memset(chunk, 'c', sizeof(chunk));
 	for (int i = 0; i < 16; i++) /* 1 MiB of 2: the agent has chunks of it */
 		cr_assert_eq(write(fd, chunk, sizeof(chunk)), (ssize_t)sizeof(chunk));
-	cr_assert_eq(wait_until(dir_has, &seen, 10000), 0,
-	             "the upload's bytes never reached the agent while it came: %s",
-	             names_in("cut"));
+	cr_assert_eq(wait_until(agent_wrote, &w, 10000), 0,
+	             "the upload's bytes never reached the agent while it came");
 	return fd;
+}
+
+static int
+half_upload(const char *path)
+{
+	pid_t agent = agent_under(test_broker_pid());
+
+	cr_assert_gt(agent, 0, "no envd agent under the broker");
+	return half_upload_to(envd_at, agent, path);
 }
 
 /* An upload whose client leaves mid-body: a new file is gone, one that was
@@ -1540,9 +1616,9 @@ Test(envd, a_cut_upload_leaves_no_file_and_no_temp_file)
 	char *got;
 
 	up();
-	close(half_upload("cut/new.bin", "new.bin"));
+	close(half_upload("cut/new.bin"));
 	cr_assert_eq(write_raw("cut/old.bin", "old"), 200);
-	close(half_upload("cut/old.bin", ".old.bin.upload-"));
+	close(half_upload("cut/old.bin"));
 	cr_assert_eq(wait_until(dir_is, &only_old, 10000), 0,
 	             "a cut upload left something behind: %s", names_in("cut"));
 	got = read_file("cut/old.bin", &st);
@@ -1568,4 +1644,88 @@ Test(envd, uploads_are_bounded_by_max_file_size_not_max_body)
 	cr_assert_eq(upload_gen("bound/big.bin", &big, -1), 413);
 	cr_assert_eq(wait_until(dir_has, &empty, 10000), 0,
 	             "an upload past --max-file-size left something behind");
+}
+
+/* A name in dir (on the host) that starts with prefix, or NULL (caller frees);
+ * never "." or "..". */
+static char *
+host_entry(const char *dir, const char *prefix)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char *found = NULL;
+
+	while (d && !found && (e = readdir(d)))
+		if (!strncmp(e->d_name, prefix, strlen(prefix)) &&
+		    strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			found = strdup(e->d_name);
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* The agent killed mid-upload: no part of the new file, the old one whole, and
+ * no temporary name, on the host's workspace as in the box. */
+Test(envd_own, a_killed_agent_leaves_no_partial_file, .timeout = 120, .fini = own_stop)
+{
+	char at[32], dir[256], *left;
+	pid_t agent;
+	int fd1, fd2;
+	long st;
+
+	own_envd(NULL);
+	snprintf(at, sizeof(at), "127.0.0.1:%d", own_envd_port);
+	cr_assert_eq(write_raw("killed/old.bin", "old"), 200);
+	cr_assert_gt(agent = agent_under(own.b_pid), 0, "no envd agent under the broker");
+	fd1 = half_upload_to(at, agent, "killed/new.bin");
+	fd2 = half_upload_to(at, agent, "killed/old.bin");
+	cr_assert_eq(kill(agent, SIGKILL), 0);
+	cr_assert_eq(wait_until(agent_is_new, &agent, 30000), 0,
+	             "no new agent after a kill");
+	close(fd1);
+	close(fd2);
+	snprintf(dir, sizeof(dir), "%s.work/killed", own.b_run_dir);
+	left = host_entry(dir, "new");
+	cr_assert_null(left, "a killed upload left %s/%s", dir, left);
+	left = host_entry(dir, ".");
+	cr_assert_null(left, "a killed upload left a temporary file %s/%s", dir, left);
+	char *got = read_file("killed/old.bin", &st);
+	cr_assert_str_eq(got ? got : "(none)", "old", "the old file is not whole: %ld",
+	                 st);
+	free(got);
+}
+
+/* A read, a write and a call whose agent stopped (SIGSTOP) end within a
+ * bound (ENVD_STALL_MS, 10 s; 10 s for a call), 504, and the broker keeps no
+ * state of them; the agent, let go, answers again. */
+Test(envd_own, a_stopped_agent_never_hangs_a_transfer, .timeout = 180, .fini = own_stop)
+{
+	struct gen g = {.g_state = 11, .g_left = 2u << 20}, back = {0};
+	pid_t agent;
+	long st;
+	struct resp r;
+	time_t t0;
+
+	own_envd(NULL);
+	cr_assert_eq(upload_gen("stall.bin", &g, (curl_off_t)(2u << 20)), 200);
+	cr_assert_gt(agent = agent_under(own.b_pid), 0, "no envd agent under the broker");
+	cr_assert_eq(kill(agent, SIGSTOP), 0);
+	t0 = time(NULL);
+	envd("GET", "/files?path=stall.bin", NULL, NULL, 0, &r);
+	cr_assert_eq(r.r_status, 504, "a read of a stopped agent: %ld %s", r.r_status,
+	             r.r_body);
+	cr_assert(strstr(r.r_body, "did not answer"), "%s", r.r_body);
+	resp_free(&r);
+	struct gen g2 = {.g_state = 12, .g_left = 2u << 20};
+	cr_assert_eq(upload_gen("stall2.bin", &g2, (curl_off_t)(2u << 20)), 504,
+	             "a write to a stopped agent");
+	json_decref(rpc("Stat", "{\"path\":\"stall.bin\"}", &st));
+	cr_assert_eq(st, 504, "a call to a stopped agent: %ld", st);
+	cr_assert_lt(time(NULL) - t0, 60, "three stalls took %lds",
+	             (long)(time(NULL) - t0));
+	cr_assert_eq(metric_value(own.b_url, "sandcell_streams_open"), 0,
+	             "the broker holds the stalled transfers' streams");
+	kill(agent, SIGCONT);
+	cr_assert_eq(download_gen("stall.bin", &back, NULL), 200, "the agent let go");
+	cr_assert_eq(back.g_crc, g.g_crc);
 }
