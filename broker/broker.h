@@ -631,7 +631,7 @@ struct xfer {
 };
 void envdfile_send(struct xfer *x, const char *op, json_t *args, const char *data, size_t len);
 void envdfile_open(struct xfer *x, struct context *c, const char *op, const char *path,
-                   void (*in)(struct xfer *, struct msg *),
+                   json_t *meta, void (*in)(struct xfer *, struct msg *),
                    void (*lost)(struct xfer *, const char *, const char *));
 void envdfile_tick(uint64_t now);
 void envdfile_close(struct xfer *x);

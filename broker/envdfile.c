@@ -77,7 +77,7 @@ envdfile_send(struct xfer *x, const char *op, json_t *args, const char *data, si
 
 void
 envdfile_open(struct xfer *x, struct context *c, const char *op, const char *path,
-              void (*in)(struct xfer *, struct msg *),
+              json_t *meta, void (*in)(struct xfer *, struct msg *),
               void (*lost)(struct xfer *, const char *, const char *))
 {
 	x->x_in = in;
@@ -86,7 +86,10 @@ envdfile_open(struct xfer *x, struct context *c, const char *op, const char *pat
 	x->x_s = stream_open_as(c, &xfer_kind);
 	x->x_s->st_ops = &xfer_ops;
 	x->x_s->st_client = x;
-	envdfile_send(x, op, json_pack("{s:s}", "path", path), NULL, 0);
+	json_t *args = json_pack("{s:s}", "path", path);
+	if (meta) /* an upload's X-Metadata-* (checked: envdupload.c) */
+		json_object_set(args, "metadata", meta);
+	envdfile_send(x, op, args, NULL, 0);
 }
 
 /* Its stream ends: the agent is told (CANCEL) unless it ended it. */
@@ -383,7 +386,7 @@ envdfile_read(struct http_request *hr, struct context *c, const char *path)
 	d->d_x.x_down = d;
 	d->d_refs = 1;
 	hr->hr_download = d;
-	envdfile_open(&d->d_x, c, "read", path, down_event, down_lost);
+	envdfile_open(&d->d_x, c, "read", path, NULL, down_event, down_lost);
 	respond_suspend(hr);
 	return MHD_YES;
 }

@@ -30,6 +30,7 @@ struct xfer {
 	int x_fd;
 	bool x_up;
 	char *x_tmp, *x_path; /* an upload's named temporary file (or NULL) and target */
+	json_t *x_meta;       /* an upload's metadata (X-Metadata-*), or NULL */
 	uint64_t x_size, x_off; /* a download's size at open; bytes done */
 	uint64_t x_credit;      /* a download's bytes the broker takes now */
 };
@@ -73,6 +74,7 @@ drop(struct xfer *x)
 		unlink(x->x_tmp);
 	free(x->x_tmp);
 	free(x->x_path);
+	json_decref(x->x_meta);
 	*x = (struct xfer){.x_fd = -1};
 }
 
@@ -175,6 +177,8 @@ file_wopen(uint64_t stream, json_t *args)
 		path = real;
 	x->x_up = true;
 	x->x_path = xstrdup(path);
+	if (json_is_object(json_object_get(args, "metadata")))
+		x->x_meta = json_incref(json_object_get(args, "metadata"));
 	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
 		return fail(x, EISDIR, "write", path);
 	dir = xstrdup(path);
@@ -273,7 +277,11 @@ file_wend(uint64_t stream)
 
 	if (!x || !x->x_up)
 		return;
-	int rc = x->x_tmp ? 0 : link_into_place(x);
+	/* on the file before it has its name: it is never seen without them */
+	int rc = x->x_meta ? meta_set(x->x_fd, x->x_meta) : 0;
+	if (rc < 0)
+		return fail(x, -rc, "set the metadata of", x->x_path);
+	rc = x->x_tmp ? 0 : link_into_place(x);
 	if (rc < 0)
 		return fail(x, -rc, "write", x->x_path);
 	rc = close(x->x_fd) < 0 ? errno : 0;

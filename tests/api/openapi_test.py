@@ -703,9 +703,17 @@ def envd_walk(api, b):
     A("GET /files without a token is 401", "GET", "/files", st, ct, data)
     check("... and it is 401", st == 401, st)
     st, ct, data = request(b, "POST", "/files?path=walk/a.txt", b"a,b\n1,2\n", port=E,
-                           headers={"Content-Type": "application/octet-stream"})
-    got = A("POST /files: raw octet-stream", "POST", "/files", st, ct, data) or []
-    check("... it names the file", [e.get("path") for e in got] == ["/home/user/walk/a.txt"], got)
+                           headers={"Content-Type": "application/octet-stream",
+                                    "X-Metadata-Source": "walk"})
+    got = A("POST /files: raw octet-stream, with metadata", "POST", "/files", st, ct, data) or []
+    check("... it names the file and its metadata",
+          [(e.get("path"), e.get("metadata")) for e in got] ==
+          [("/home/user/walk/a.txt", {"source": "walk"})], got)
+    st, ct, data = request(b, "POST", "/files?path=walk/m.txt", b"m", port=E,
+                           headers={"Content-Type": "application/octet-stream",
+                                    "X-Metadata-Bad": "caf\u00e9".encode().decode("latin-1")})
+    A("POST /files: metadata that is not printable ASCII is 400", "POST", "/files", st, ct, data)
+    check("... and it is 400", st == 400, st)
     body, mt = multipart([("walk/b.txt", b"bee"), ("walk/c.txt", b"sea")])
     st, ct, data = request(b, "POST", "/files", body, port=E, headers={"Content-Type": mt})
     got = A("POST /files: multipart, two files", "POST", "/files", st, ct, data) or []
@@ -734,7 +742,8 @@ def envd_walk(api, b):
     check("... and it is 405", st == 405, st)
 
     # filesystem.Filesystem
-    rpc(F + "Stat", {"path": "walk/a.txt"}, "a file's entry")
+    got = rpc(F + "Stat", {"path": "walk/a.txt"}, "a file's entry")
+    check("... with its metadata", got.get("entry", {}).get("metadata") == {"source": "walk"}, got)
     rpc(F + "Stat", {"path": "walk/none"}, "a missing path is not_found", 404)
     rpc(F + "Stat", [1], "a body that is no object is invalid_argument", 400)
     rpc(F + "ListDir", {"path": "walk", "depth": 2}, "a directory's entries")

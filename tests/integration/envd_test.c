@@ -1729,3 +1729,78 @@ Test(envd_own, a_stopped_agent_never_hangs_a_transfer, .timeout = 180, .fini = o
 	cr_assert_eq(download_gen("stall.bin", &back, NULL), 200, "the agent let go");
 	cr_assert_eq(back.g_crc, g.g_crc);
 }
+
+/* POST /files?path=P, raw, with extra headers (NULL-ended): the status, the
+ * answer's JSON in *out (or NULL). */
+static long
+write_with(const char *path, const char *data, const char *const *headers, json_t **out)
+{
+	CURL *c = curl_easy_init();
+	struct curl_slist *h =
+	    curl_slist_append(NULL, "Content-Type: application/octet-stream");
+	struct sink s = {0};
+	char url[256];
+	long st = 0;
+
+	for (; headers && *headers; headers++)
+		h = curl_slist_append(h, *headers);
+	snprintf(url, sizeof(url), "%s/files?path=%s", envd_url, path);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, data);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+	cr_assert_eq(curl_easy_perform(c), CURLE_OK, "upload of %s: no answer", path);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
+	*out = s.data ? json_loadb(s.data, s.len, 0, NULL) : NULL;
+	free(s.data);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	return st;
+}
+
+/* X-Metadata-* headers of an upload are the file's metadata (user.e2b.*
+ * xattrs), shown by the upload's answer, Stat and ListDir; keys lowercased,
+ * an upload without them clears them, one not of envd's form is 400 and
+ * writes nothing. */
+Test(envd, an_uploads_metadata_shows_in_its_entries)
+{
+	const char *meta[] = {"X-Metadata-Owner: Alice", "X-Metadata-kind: csv",
+	                      "X-Metadata-kind: second", NULL};
+	const char *bad[] = {"X-Metadata-city: Z\xc3\xbcrich", NULL};
+	json_t *j, *want = json_pack("{s:s, s:s}", "owner", "Alice", "kind", "csv");
+	long st;
+
+	up();
+	cr_assert_eq(write_with("meta/a.txt", "a,b\n", meta, &j), 200);
+	cr_assert(json_equal(json_object_get(json_array_get(j, 0), "metadata"), want),
+	          "the upload's answer: %s", json_dumps(j, 0));
+	json_decref(j);
+	j = rpc("Stat", "{\"path\":\"meta/a.txt\"}", &st);
+	cr_assert_eq(st, 200);
+	cr_assert(
+	    json_equal(json_object_get(json_object_get(j, "entry"), "metadata"), want),
+	    "Stat: %s", json_dumps(j, 0));
+	json_decref(j);
+	j = rpc("ListDir", "{\"path\":\"meta\"}", &st);
+	cr_assert_eq(st, 200);
+	cr_assert(
+	    json_equal(json_object_get(json_array_get(json_object_get(j, "entries"), 0),
+	                               "metadata"),
+	               want),
+	    "ListDir: %s", json_dumps(j, 0));
+	json_decref(j);
+	cr_assert_eq(write_with("meta/a.txt", "again\n", NULL, &j), 200);
+	json_decref(j);
+	j = rpc("Stat", "{\"path\":\"meta/a.txt\"}", &st);
+	cr_assert_null(json_object_get(json_object_get(j, "entry"), "metadata"),
+	               "an upload without metadata kept the old: %s", json_dumps(j, 0));
+	json_decref(j);
+	cr_assert_eq(write_with("meta/bad.txt", "x", bad, &j), 400);
+	json_decref(j);
+	j = rpc("Stat", "{\"path\":\"meta/bad.txt\"}", &st);
+	cr_assert_eq(st, 404, "a refused upload wrote its file");
+	json_decref(j);
+	json_decref(want);
+}
