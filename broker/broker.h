@@ -145,6 +145,7 @@ struct stream {
 	size_t st_end_len;
 	struct buf st_tail;   /* bytes queued after the spill file's (when it is open) */
 	const struct stream_kind *st_kind; /* NULL: an execution's NDJSON */
+	bool st_heard;                     /* an envd stream: its first event came */
 };
 TAILQ_HEAD(streamq, stream);
 
@@ -484,6 +485,7 @@ void stream_probe(struct stream *s);
 void stream_gone(struct stream *s);
 void stream_fail(struct stream *s, const char *name, const char *value, const char *outcome);
 void stream_cancel(struct stream *s, const char *why);
+void stream_expire(struct stream *s, const char *name, const char *why);
 void stream_detach(struct stream *s);
 struct stream *stream_by_id(uint64_t id);
 void stream_closed(struct stream *s);
@@ -589,6 +591,7 @@ int connect_watch_args(const char *body, size_t len, json_t **args, const char *
 
 /* envdstream.c: envd's server streams begun (Start, Connect, WatchDir) */
 enum MHD_Result envdstream_open(struct http_request *hr, struct context *c, const char *op);
+void envdstream_tick(uint64_t now);
 enum MHD_Result envdstream_error(struct http_request *hr, const char *code, const char *message);
 char *connect_error_body(const char *code, const char *message, size_t *len);
 int connect_start_args(const char *body, size_t len, json_t **args, const char **code,

@@ -142,10 +142,10 @@ static char *
 end_error(const char *name, const char *value, size_t *len)
 {
 	struct buf b = {0};
-	static const char *const known[] = {"resource_exhausted", "unavailable",
-	                                    "internal",           "canceled",
-	                                    "invalid_argument",   "not_found",
-	                                    "permission_denied",  "failed_precondition"};
+	static const char *const known[] = {
+	    "resource_exhausted", "unavailable",         "internal",
+	    "canceled",           "invalid_argument",    "not_found",
+	    "permission_denied",  "failed_precondition", "deadline_exceeded"};
 	const char *code = "unavailable"; /* the server is stopping, its proxy was lost */
 
 	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)

@@ -132,6 +132,7 @@ loop(void)
 			stream_tick(now);
 			waiter_tick(now);
 			envdfile_tick(now);
+			envdstream_tick(now);
 			http_tick(now);
 			if (!sv.sv_lc.lc_draining)
 				pool_fill();

@@ -1695,9 +1695,10 @@ Test(envd_own, a_killed_agent_leaves_no_partial_file, .timeout = 120, .fini = ow
 	free(got);
 }
 
-/* A read, a write and a call whose agent stopped (SIGSTOP) end within a
- * bound (ENVD_STALL_MS, 10 s; 10 s for a call), 504, and the broker keeps no
- * state of them; the agent, let go, answers again. */
+/* A read, a write, a call and a command's start whose agent stopped
+ * (SIGSTOP) end within a bound (ENVD_STALL_MS, 10 s; 10 s for a call), 504
+ * or deadline_exceeded, and the broker keeps no state of them; the agent,
+ * let go, answers again. */
 Test(envd_own, a_stopped_agent_never_hangs_a_transfer, .timeout = 180, .fini = own_stop)
 {
 	struct gen g = {.g_state = 11, .g_left = 2u << 20}, back = {0};
@@ -1721,7 +1722,15 @@ Test(envd_own, a_stopped_agent_never_hangs_a_transfer, .timeout = 180, .fini = o
 	             "a write to a stopped agent");
 	json_decref(rpc("Stat", "{\"path\":\"stall.bin\"}", &st));
 	cr_assert_eq(st, 504, "a call to a stopped agent: %ld", st);
-	cr_assert_lt(time(NULL) - t0, 60, "three stalls took %lds",
+	json_t *e = run_command("echo never", &r),
+	       *last = json_array_get(e, json_array_size(e) - 1);
+	cr_assert_eq(json_integer_value(json_array_get(last, 0)), 2, "no end of stream");
+	cr_assert_str_eq(code_of(json_object_get(json_array_get(last, 1), "error")),
+	                 "deadline_exceeded", "a Start to a stopped agent: %.*s",
+	                 (int)r.r_len, r.r_body);
+	json_decref(e);
+	resp_free(&r);
+	cr_assert_lt(time(NULL) - t0, 80, "four stalls took %lds",
 	             (long)(time(NULL) - t0));
 	cr_assert_eq(metric_value(own.b_url, "sandcell_streams_open"), 0,
 	             "the broker holds the stalled transfers' streams");
