@@ -17,7 +17,7 @@
 
 #include <sodium.h>
 
-#include "broker.h"
+#include "http.h"
 
 #define CT_JSON "application/json"
 /* What an envd request is doing (its http_request's hr_envd). */
@@ -477,10 +477,9 @@ envd_start(void)
 		return;
 	c = context_new(NULL, "envd", "envd", BOX_HOME, false);
 	c->c_envd = true;
-	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_contexts, c, c_link);
 	if (link_open(c, c->c_id) < 0 || supervise_spawn(c) < 0) {
 		log_err("envd: could not start its proxy; the envd listener answers 503");
-		context_free(c);
+		context_end(c, CTX_DELETED, NULL);
 		return;
 	}
 	log_info("envd: listening on http://%s, agent's proxy pid %d",

@@ -17,7 +17,7 @@
 
 #include <zlib.h>
 
-#include "broker.h"
+#include "http.h"
 
 struct download {
 	struct http_request *d_hr;

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker.h"
+#include "http.h"
 
 /* A streaming call's answer before any event: 200, one end-of-stream envelope. */
 enum MHD_Result

@@ -19,7 +19,7 @@
 
 #include <zlib.h>
 
-#include "broker.h"
+#include "http.h"
 
 static void up_in(struct xfer *x, struct msg *m);
 static void up_lost(struct xfer *x, const char *code, const char *why);

@@ -73,7 +73,7 @@ relay_recv(struct context *c)
 			          pl->pl_chan.ch_why);
 			/* a context being deleted: its proxy is done with us */
 			if (c->c_deleting && !pl->pl_child && pl->pl_pidfd < 0) {
-				context_free(c);
+				context_end(c, CTX_DELETED, NULL);
 				return;
 			}
 			continue;

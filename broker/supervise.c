@@ -136,12 +136,7 @@ supervise_spawn(struct context *c)
 static void
 supervise_lost(struct context *c, const char *why)
 {
-	struct stream *s, *next;
-	struct request *rq;
 	uint64_t now = now_ms();
-	char *value = xasprintf("the context's proxy %s; the context was restarted and "
-				"its state is lost",
-				why);
 
 	log_warn("context %s: proxy %d %s", c->c_id, (int)c->c_pl->pl_pid, why);
 	if (!c->c_ready && c->c_pooled) /* no respawn storm of warm kernels */
@@ -150,21 +145,13 @@ supervise_lost(struct context *c, const char *why)
 		free(c->c_error);
 		c->c_error = xasprintf("its proxy %s before the kernel was ready", why);
 		waiter_answer_ready(c);
-		context_free(c);
-		free(value);
+		context_end(c, CTX_DELETED, NULL); /* says it could not start */
 		return;
 	}
-	for (s = TAILQ_FIRST(&c->c_streams); s; s = next) {
-		next = TAILQ_NEXT(s, st_ctx_link);
-		stream_fail(s, "ContextLost", value, "context_lost"); /* may free it */
-	}
+	context_fail(c, CTX_LOST, why);
 	metrics_count(M_PROXY_RESTART, 1);
 	events_emit(json_pack("{s:s, s:s, s:s}", "event", "supervise_lost", "context", c->c_id,
 				"why", why));
-	while ((rq = TAILQ_FIRST(&c->c_waiters))) {
-		answer_done(rq, 500, NULL, "%s", value);
-	}
-	free(value);
 	/*
 	 * The new proxy gets a new link. The old one may still hold the dead
 	 * proxy's connection (nng sees its end on a thread of its own, maybe
@@ -204,14 +191,14 @@ supervise_reaped(pid_t pid, int status)
 	struct context *c;
 	char why[128];
 
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
+	CONTEXT_FOREACH(c)
 		if (c->c_pl->pl_child && c->c_pl->pl_pid == pid)
 			break;
 	if (!c)
 		return;
 	if (c->c_deleting || sv.sv_lc.lc_quit) {
 		c->c_pl->pl_pid = 0;
-		context_free(c);
+		context_end(c, CTX_DELETED, NULL);
 		return;
 	}
 	if (WIFSIGNALED(status))
@@ -226,7 +213,7 @@ void
 supervise_pidfd(struct context *c)
 {
 	if (c->c_deleting) {
-		context_free(c);
+		context_end(c, CTX_DELETED, NULL);
 		return;
 	}
 	supervise_lost(c, "exited");
@@ -239,12 +226,12 @@ supervise_shutdown_all(void)
 	uint64_t until = now_ms() + 3000;
 	int left;
 
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
+	CONTEXT_FOREACH(c)
 		if (c->c_pl->pl_pid > 0)
 			kill(c->c_pl->pl_pid, SIGTERM);
 	do {
 		left = 0;
-		TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link) {
+		CONTEXT_FOREACH(c) {
 			if (c->c_pl->pl_pid <= 0)
 				continue;
 			if (c->c_pl->pl_child ? waitpid(c->c_pl->pl_pid, NULL, WNOHANG) == c->c_pl->pl_pid
@@ -256,7 +243,7 @@ supervise_shutdown_all(void)
 		if (left)
 			usleep(10000);
 	} while (left && now_ms() < until);
-	while ((c = TAILQ_FIRST(&sv.sv_tb.tb_contexts))) {
+	while ((c = context_next(NULL))) {
 		if (c->c_pl->pl_pid > 0) {
 			log_warn("context %s: proxy %d did not stop; killed", c->c_id,
 				 (int)c->c_pl->pl_pid);
@@ -264,7 +251,7 @@ supervise_shutdown_all(void)
 			if (c->c_pl->pl_child)
 				waitpid(c->c_pl->pl_pid, NULL, 0);
 		}
-		context_free(c);
+		context_end(c, CTX_DELETED, NULL);
 	}
 }
 
@@ -324,9 +311,8 @@ supervise_adopt_all(void)
 					log_warn("context %s: its uids %u and %u are leased by another "
 						 "broker", id, c->c_uid, c->c_net_uid);
 			}
-			TAILQ_INSERT_TAIL(&sv.sv_tb.tb_contexts, c, c_link);
 			if (link_open(c, slot) < 0) {
-				context_free(c);
+				context_end(c, CTX_DELETED, NULL);
 			} else {
 				c->c_pl->pl_pid = pid;
 				c->c_pl->pl_child = false;

@@ -49,6 +49,9 @@ int lang_normalise(const char *in, char *out, size_t outsz);
  * read-write */
 #define BOX_ROOT "/root"
 #define BOX_ROOT_DIR ".root"
+/* A rootless box's uid and gid inside its user namespace, where the broker's
+ * own map to (proxy/sandbox.c); what box.c tells of such a box */
+#define BOX_USERNS_UID 1000
 extern const char *const boxview_system[];
 bool boxview_is_system(const char *path);
 int boxview_root_open(int home, uid_t uid, gid_t gid);
