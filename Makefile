@@ -108,7 +108,7 @@ $(BIN)/sandcell-broker: $(BUILD)/broker/main.o $(BROKER_OBJ) $(PROTO_OBJ)
 # 0711 as sandcell-init, so that the tenant's processes cannot read it and it
 # stays non-dumpable after its exec (no ptrace of it by the tenant's commands).
 $(BIN)/sandcell-envd: $(BUILD)/envd/agent.o $(BUILD)/envd/proc.o $(BUILD)/envd/watch.o \
-		      $(BUILD)/envd/file.o \
+		      $(BUILD)/envd/file.o $(BUILD)/envd/meta.o \
 		      $(PROTO_OBJ)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_PROTO)

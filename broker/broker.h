@@ -16,6 +16,8 @@
 #include "../proto/proto.h"
 
 #define KEEPALIVE_MS 1000
+/* a transfer waiting this long on a silent envd agent ends (504; docs/ENVD.md) */
+#define ENVD_STALL_MS 10000
 /*
  * An /execute waits this long for its first output before its response head
  * goes out: an execution that ends meanwhile (the proxy holds a unit's first
@@ -131,6 +133,7 @@ struct stream {
 	size_t st_end_len;
 	struct buf st_tail;   /* bytes queued after the spill file's (when it is open) */
 	const struct stream_kind *st_kind; /* NULL: an execution's NDJSON */
+	bool st_heard;                     /* an envd stream: its first event came */
 };
 TAILQ_HEAD(streamq, stream);
 
@@ -441,6 +444,7 @@ void stream_probe(struct stream *s);
 void stream_gone(struct stream *s);
 void stream_fail(struct stream *s, const char *name, const char *value, const char *outcome);
 void stream_cancel(struct stream *s, const char *why);
+void stream_expire(struct stream *s, const char *name, const char *why);
 void stream_detach(struct stream *s);
 struct stream *stream_by_id(uint64_t id);
 void stream_closed(struct stream *s);
@@ -549,6 +553,7 @@ int connect_watch_args(const char *body, size_t len, json_t **args, const char *
 		       char *err, size_t errsz);
 
 /* envdstream.c: envd's server streams begun (Start, Connect, WatchDir) */
+void envdstream_tick(uint64_t now);
 char *connect_error_body(const char *code, const char *message, size_t *len);
 int connect_start_args(const char *body, size_t len, json_t **args, const char **code,
 		       char *err, size_t errsz);
@@ -571,15 +576,21 @@ bool envd_upload_asked(const char *url, const char *method);
 struct xfer {
 	struct stream *x_s; /* NULL once it ended */
 	void (*x_in)(struct xfer *x, struct msg *m); /* the agent's event (its opener's) */
-	void (*x_lost)(struct xfer *x);              /* its proxy was lost */
+	/* it ended with a Connect code and why: its proxy was lost, or its agent
+	 * stalled (envdfile_tick) */
+	void (*x_lost)(struct xfer *x, const char *code, const char *why);
 	struct upload *x_up;
 	struct download *x_down;
 	uint64_t x_sent, x_acked; /* an upload's bytes sent, acknowledged */
+	bool x_wend;              /* an upload's end sent */
+	uint64_t x_since; /* ms of the last word either way (or the client's take) */
 	json_t *x_entry;          /* an upload's EntryInfo, once done */
 };
 void envdfile_send(struct xfer *x, const char *op, json_t *args, const char *data, size_t len);
 void envdfile_open(struct xfer *x, struct context *c, const char *op, const char *path,
-		   void (*in)(struct xfer *, struct msg *), void (*lost)(struct xfer *));
+                   json_t *meta, void (*in)(struct xfer *, struct msg *),
+                   void (*lost)(struct xfer *, const char *, const char *));
+void envdfile_tick(uint64_t now);
 void envdfile_close(struct xfer *x);
 int64_t envdfile_number(const struct msg *m);
 

@@ -114,6 +114,8 @@ loop(void)
 		if (now >= next_tick) {
 			stream_tick(now);
 			waiter_tick(now);
+			envdfile_tick(now);
+			envdstream_tick(now);
 			http_tick(now);
 			if (!sv.sv_lc.lc_draining)
 				pool_fill();

@@ -86,9 +86,10 @@ relay_recv(struct context *c)
 		struct stream *s;
 		switch (m.m_type) {
 		case MSG_OUTPUT:
-			if ((s = stream_find(c, m.m_stream)) && s->st_kind)
+			if ((s = stream_find(c, m.m_stream)) && s->st_kind) {
+				s->st_heard = true;
 				s->st_kind->sk_in(s, &m); /* envd's: connect.c */
-			else if (s)
+			} else if (s)
 				stream_output(s, m.m_data.s, m.m_data.len,
 				              m.m_final ? &m : NULL);
 			break;

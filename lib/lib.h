@@ -87,7 +87,7 @@ extern const struct landlock_rule landlock_box[];
 int landlock_abi(void);
 struct landlock_rule *landlock_host(const char *home, const char *kdir, const char *const *reads);
 int landlock_enter(const struct landlock_rule *rules);
-int landlock_scope(void);
+int landlock_scope(bool sockets);
 
 /* cgroup.c */
 char *cgroup_base(const char *controller);

@@ -398,7 +398,7 @@ sb_init(const struct box *bx, const char *dir, int go, int sock, const char *exe
 	if ((rc = sandbox_enter(bx)))
 		_exit(rc);
 	/* without namespaces, a domain of the box's own holds the kernel's (boxinit.c) */
-	boxinit_scoped = bx->bx_nons && landlock_scope() == 0;
+	boxinit_scoped = bx->bx_nons && landlock_scope(true) == 0;
 	/* the uid change cleared PR_SET_PDEATHSIG: set it again, then make sure
 	 * the proxy did not die in between (its end of sock would be closed) */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
