@@ -244,7 +244,7 @@ pool_fill(void)
 		for (int have = cc.cc_pooled; have < ps->ps_size; have++) {
 			c = context_new(NULL, ks->ks_lang, ks->ks_name, box_default_cwd(), false);
 			c->c_pooled = true;
-			if (link_open(c, c->c_id) < 0 || supervise_spawn(c) < 0) {
+			if (link_open(c, c->c_id) < 0 || link_spawn(c) < 0) {
 				context_end(c, CTX_DELETED, NULL);
 				ps->ps_retry_at = now + 10000;
 				break;
@@ -268,8 +268,7 @@ pool_restart(struct context *x)
 	if (!p)
 		return false;
 	context_fail(x, CTX_RESTARTED, NULL);
-	if (x->c_pl->pl_pid > 0)
-		kill(x->c_pl->pl_pid, SIGTERM); /* stops its kernel, removes its dir */
+	link_signal(x->c_pl, SIGTERM); /* stops its kernel, removes its dir */
 	context_swap(x, p);
 	pool_claim(x);
 	metrics_count(M_KERNEL_RESTART, 1);
@@ -325,7 +324,7 @@ pool_create(const char *want, const char *cwd, bool is_default, struct egress_li
 		return rc;
 	}
 	cwd = c->c_cwd;
-	if (link_open(c, c->c_id) < 0 || supervise_spawn(c) < 0) {
+	if (link_open(c, c->c_id) < 0 || link_spawn(c) < 0) {
 		snprintf(err, errsz, "could not start a proxy for the context");
 		context_end(c, CTX_DELETED, NULL);
 		return -EIO;
