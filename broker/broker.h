@@ -494,7 +494,7 @@ void context_detach_all(void);
  * link.c: the port to the proxies. The core (request, stream, waiter, pool,
  * context, supervise, relay) reaches a proxy through these calls alone; what
  * they do is the ops set at start: main.c's (chanlink.c, spawn.c), or a unit
- * test's fake proxy (tests/unit/core_test.c).
+ * test's fake proxy (tests/unit/brokercore_test.c).
  */
 struct link_ops {
 	int (*lo_dial)(struct context *c); /* connect to c->c_pl's proxy (pl_slot); 0 or -EIO */

@@ -16,7 +16,8 @@
 int
 chanlink_dial(struct context *c)
 {
-	char *url = xasprintf("ipc://%s/ctx/%s/proxy.sock", sv.sv_cf.cf_run_dir, c->c_pl->pl_slot);
+	char *url = xasprintf("ipc://%s/ctx/%s/proxy.sock", sv.sv_cf.cf_run_dir,
+	                      c->c_pl->pl_slot);
 	int e;
 
 	if ((e = chan_dial(&c->c_pl->pl_chan, url)))

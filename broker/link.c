@@ -3,7 +3,7 @@
  * open a link to one, send it a message, close the link, start its process,
  * signal it, see that it has exited. What each does is a struct link_ops set
  * once at start (link_use): main.c sets the real ones (chanlink.c's chan over
- * IPC, spawn.c's processes), the core's unit test (tests/unit/core_test.c) a
+ * IPC, spawn.c's processes), the core's unit test (tests/unit/brokercore_test.c) a
  * fake proxy. The state every port shares (the proxy_link) is kept here.
  */
 #include <stdio.h>

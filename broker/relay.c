@@ -68,7 +68,8 @@ relay_msg(struct context *c, struct msg *m)
 		if ((s = stream_find(c, m->m_stream)) && s->st_kind)
 			s->st_kind->sk_in(s, m); /* envd's: connect.c */
 		else if (s)
-			stream_output(s, m->m_data.s, m->m_data.len, m->m_final ? m : NULL);
+			stream_output(s, m->m_data.s, m->m_data.len,
+			              m->m_final ? m : NULL);
 		break;
 	case MSG_HELLO:
 	case MSG_STATE:

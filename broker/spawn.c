@@ -78,7 +78,8 @@ spawn_proxy(struct context *c, pid_t *pid)
 		argv[n++] = (char *)template_socket(c->c_kernel);
 		/* the default context made as we start waits for the template as
 		 * the pool does (template_starting); a client's request never does */
-		if (c->c_default && sv.sv_lc.lc_defaults && (wait_ms = template_wait_ms(c->c_kernel))) {
+		if (c->c_default && sv.sv_lc.lc_defaults &&
+		    (wait_ms = template_wait_ms(c->c_kernel))) {
 			snprintf(wait, sizeof(wait), "%llu", (unsigned long long)wait_ms);
 			argv[n++] = "--template-wait";
 			argv[n++] = wait;
@@ -108,14 +109,16 @@ spawn_proxy(struct context *c, pid_t *pid)
 	 */
 	sigemptyset(&none);
 	if ((e = posix_spawnattr_init(&at)) == 0) {
-		posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK);
+		posix_spawnattr_setflags(&at,
+		                         POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK);
 		posix_spawnattr_setsigmask(&at, &none);
-		e = posix_spawn(pid, sv.sv_cf.cf_proxy_bin, NULL, &at, (char *const *)argv,
-				environ);
+		e = posix_spawn(pid, sv.sv_cf.cf_proxy_bin, NULL, &at,
+		                (char *const *)argv, environ);
 		posix_spawnattr_destroy(&at);
 	}
 	if (e) {
-		log_err("context %s: start %s: %s", c->c_id, sv.sv_cf.cf_proxy_bin, strerror(e));
+		log_err("context %s: start %s: %s", c->c_id, sv.sv_cf.cf_proxy_bin,
+		        strerror(e));
 		return -e;
 	}
 	return 0;

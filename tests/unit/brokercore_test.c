@@ -1,5 +1,5 @@
 /*
- * core_test.c — the broker's core in-process: request.c, stream.c, waiter.c,
+ * brokercore_test.c — the broker's core in-process: request.c, stream.c, waiter.c,
  * pool.c, context.c, supervise.c, relay.c and answer.c linked with link.c's
  * port set to a fake proxy (link_use: every message the core sends to a
  * proxy, every spawn and signal, recorded here; what a proxy sends is handed
@@ -23,10 +23,10 @@
 #define MAX_SENT 64
 
 struct sent {
-	char slot[37];   /* the proxy it went to */
+	char slot[37]; /* the proxy it went to */
 	enum msg_type type;
 	uint64_t stream, req;
-	char text[64];   /* EXECUTE's code, CLAIM's id */
+	char text[64]; /* EXECUTE's code, CLAIM's id */
 };
 
 static struct {
@@ -99,12 +99,12 @@ fake_exited(const struct proxy_link *pl, bool wait)
 }
 
 static const struct link_ops fake_link = {
-	.lo_dial = fake_dial,
-	.lo_hangup = fake_hangup,
-	.lo_send = fake_send,
-	.lo_spawn = fake_spawn,
-	.lo_signal = fake_signal,
-	.lo_exited = fake_exited,
+    .lo_dial = fake_dial,
+    .lo_hangup = fake_hangup,
+    .lo_send = fake_send,
+    .lo_spawn = fake_spawn,
+    .lo_signal = fake_signal,
+    .lo_exited = fake_exited,
 };
 
 /* The messages of type t sent so far, and the last of them. */
@@ -203,9 +203,9 @@ client_wake(struct stream *s)
 }
 
 static const struct stream_ops client_stream = {
-	.so_wake = client_wake,
-	.so_client = "test",
-	.so_keepalive = false,
+    .so_wake = client_wake,
+    .so_client = "test",
+    .so_keepalive = false,
 };
 
 static void
@@ -219,9 +219,9 @@ client_stream_of(struct request *rq, struct stream *s)
 }
 
 static const struct request_ops client_ops = {
-	.ro_complete = client_complete,
-	.ro_suspend = client_suspend,
-	.ro_stream = client_stream_of,
+    .ro_complete = client_complete,
+    .ro_suspend = client_suspend,
+    .ro_stream = client_stream_of,
 };
 
 static struct client *
@@ -277,13 +277,14 @@ ready_context(void)
 	struct context *c;
 
 	request_create(&cl->c_rq, "python", NULL, NULL);
-	cr_assert(cl->c_suspended, "the create waits for its kernel (%u %s)", cl->c_status,
-		  cl->c_text ? cl->c_text : "");
+	cr_assert(cl->c_suspended, "the create waits for its kernel (%u %s)",
+	          cl->c_status, cl->c_text ? cl->c_text : "");
 	c = context_next(NULL);
 	while (context_next(c))
 		c = context_next(c);
 	proxy_state(c, KS_IDLE);
-	cr_assert_eq(cl->c_status, 200, "the create is answered once the kernel is ready");
+	cr_assert_eq(cl->c_status, 200,
+	             "the create is answered once the kernel is ready");
 	return c;
 }
 
@@ -300,7 +301,8 @@ metrics_count(enum metric m, uint64_t n)
 }
 
 void
-metrics_execution(struct stream *s, const char *outcome, uint64_t wait_ms, uint64_t run_ms)
+metrics_execution(struct stream *s, const char *outcome, uint64_t wait_ms,
+                  uint64_t run_ms)
 {
 	(void)s, (void)wait_ms, (void)run_ms;
 	snprintf(last_outcome, sizeof(last_outcome), "%s", outcome);
@@ -314,26 +316,117 @@ kcache_find(const char *want)
 	return !strcmp(want, "python") || !strcmp(want, "python3") ? &python : NULL;
 }
 
-const char *box_default_cwd(void) { return "/home/user"; }
-const char *box_workspace_of(const struct context *c) { (void)c; return "/home/user"; }
-bool boxuid_isolates(void) { return false; }
-uid_t boxuid_kernel(const struct context *c) { (void)c; return 0; }
-int boxuid_lease(struct context *c, char *err, size_t errsz) { (void)c, (void)err, (void)errsz; return 0; }
-int workspace_own(struct context *c, char *err, size_t errsz) { (void)c, (void)err, (void)errsz; return 0; }
-int cwd_check(const char *dir, uid_t uid, char *err, size_t errsz) { (void)dir, (void)uid, (void)err, (void)errsz; return 0; }
-int cwd_usable(uid_t uid, const char *ws, const char *cwd, char *err, size_t errsz) { (void)uid, (void)ws, (void)cwd, (void)err, (void)errsz; return 0; }
-bool egress_own(const struct egress_lists *el) { return el && (el->el_allow || el->el_deny); }
-void egress_free(struct egress_lists *el) { (void)el; }
-void egress_adopt(struct context *c, json_t *net) { (void)c, (void)net; }
-json_t *egress_context_json(const struct context *c) { (void)c; return NULL; }
-int uid_lease(unsigned uid, const char *role) { (void)uid, (void)role; return -1; }
-void uid_release(unsigned uid, int fd) { (void)uid, (void)fd; }
-const char *template_socket(const char *kernel) { (void)kernel; return NULL; }
-bool template_starting(const char *kernel) { (void)kernel; return false; }
-uint64_t template_wait_ms(const char *kernel) { (void)kernel; return 0; }
-void server_watch(int fd, uint32_t events, struct evsrc *ev) { (void)fd, (void)events, (void)ev; }
-void server_unwatch(int fd) { (void)fd; }
-void server_forget(struct evsrc *ev) { (void)ev; }
+const char *
+box_default_cwd(void)
+{
+	return "/home/user";
+}
+const char *
+box_workspace_of(const struct context *c)
+{
+	(void)c;
+	return "/home/user";
+}
+bool
+boxuid_isolates(void)
+{
+	return false;
+}
+uid_t
+boxuid_kernel(const struct context *c)
+{
+	(void)c;
+	return 0;
+}
+int
+boxuid_lease(struct context *c, char *err, size_t errsz)
+{
+	(void)c, (void)err, (void)errsz;
+	return 0;
+}
+int
+workspace_own(struct context *c, char *err, size_t errsz)
+{
+	(void)c, (void)err, (void)errsz;
+	return 0;
+}
+int
+cwd_check(const char *dir, uid_t uid, char *err, size_t errsz)
+{
+	(void)dir, (void)uid, (void)err, (void)errsz;
+	return 0;
+}
+int
+cwd_usable(uid_t uid, const char *ws, const char *cwd, char *err, size_t errsz)
+{
+	(void)uid, (void)ws, (void)cwd, (void)err, (void)errsz;
+	return 0;
+}
+bool
+egress_own(const struct egress_lists *el)
+{
+	return el && (el->el_allow || el->el_deny);
+}
+void
+egress_free(struct egress_lists *el)
+{
+	(void)el;
+}
+void
+egress_adopt(struct context *c, json_t *net)
+{
+	(void)c, (void)net;
+}
+json_t *
+egress_context_json(const struct context *c)
+{
+	(void)c;
+	return NULL;
+}
+int
+uid_lease(unsigned uid, const char *role)
+{
+	(void)uid, (void)role;
+	return -1;
+}
+void
+uid_release(unsigned uid, int fd)
+{
+	(void)uid, (void)fd;
+}
+const char *
+template_socket(const char *kernel)
+{
+	(void)kernel;
+	return NULL;
+}
+bool
+template_starting(const char *kernel)
+{
+	(void)kernel;
+	return false;
+}
+uint64_t
+template_wait_ms(const char *kernel)
+{
+	(void)kernel;
+	return 0;
+}
+void
+server_watch(int fd, uint32_t events, struct evsrc *ev)
+{
+	(void)fd, (void)events, (void)ev;
+}
+void
+server_unwatch(int fd)
+{
+	(void)fd;
+}
+void
+server_forget(struct evsrc *ev)
+{
+	(void)ev;
+}
 
 /* ---- set-up ---- */
 
@@ -350,7 +443,7 @@ setup(void)
 	sv.sv_cf.cf_spill_dir = "/tmp";
 	sv.sv_cf.cf_proxy_bin = "sandcell-proxy";
 	link_use(&fake_link);
-	log_init("core_test", LOG_ERR);
+	log_init("brokercore_test", LOG_ERR);
 }
 
 /* Everything ends, so that ASan's leak check sees what the core leaks. */
@@ -395,8 +488,12 @@ Test(core, admission_order)
 		if (fp.sent[i].type != MSG_EXECUTE)
 			continue;
 		cr_assert_lt(k, 3);
-		cr_assert_str_eq(fp.sent[i].text, code[k], "EXECUTE %d is the %s", k, code[k]);
-		cr_assert_eq(fp.sent[i].stream, (k == 0 ? a : k == 1 ? b : d)->c_s->st_id);
+		cr_assert_str_eq(fp.sent[i].text, code[k], "EXECUTE %d is the %s", k,
+		                 code[k]);
+		cr_assert_eq(fp.sent[i].stream, (k == 0   ? a
+		                                 : k == 1 ? b
+		                                          : d)
+		                                    ->c_s->st_id);
 		cr_assert_str_eq(fp.sent[i].slot, c->c_pl->pl_slot);
 		k++;
 	}
@@ -447,8 +544,8 @@ Test(core, cancel_on_disconnect)
 	cr_assert_str_eq(last_outcome, "cancelled");
 
 	d = execute(c, "2");
-	cr_assert_not_null(d->c_s, "the next execution is not blocked (%u %s)", d->c_status,
-			   d->c_text ? d->c_text : "");
+	cr_assert_not_null(d->c_s, "the next execution is not blocked (%u %s)",
+	                   d->c_status, d->c_text ? d->c_text : "");
 	cr_assert_eq(sent_count(MSG_EXECUTE, NULL), 2);
 	/* the cancelled one's last output goes nowhere; the next one's arrives */
 	proxy_output(c, id, "{\"late\":1}\n", "cancelled");
@@ -478,12 +575,13 @@ Test(core, proxy_death_mid_stream)
 
 	supervise_reaped(pid, SIGKILL); /* a wait status: killed by signal 9 */
 
-	cr_assert(strstr(client_read(a), "{\"out\":\"partial\"}\n"), "output before it stays");
+	cr_assert(strstr(client_read(a), "{\"out\":\"partial\"}\n"),
+	          "output before it stays");
 	cr_assert(a->c_s->st_final);
 	cr_assert(b->c_s->st_final);
 	cr_assert(strstr(client_read(b), "\"ContextLost\""), "the queued one ends too");
 	cr_assert_eq(intr->c_status, 500, "the waiting interrupt is answered: %u",
-		     intr->c_status);
+	             intr->c_status);
 	cr_assert(strstr(intr->c_text, "killed by signal 9"), "%s", intr->c_text);
 	cr_assert_eq(c->c_nstreams, 0);
 	cr_assert_eq(context_find(id), c, "the context stays, same id");
@@ -536,7 +634,8 @@ Test(core, pool_claim_and_refill)
 	const struct sent *claim;
 	struct client *cl;
 
-	snprintf(sv.sv_cf.cf_pool[0].ps_want, sizeof(sv.sv_cf.cf_pool[0].ps_want), "python");
+	snprintf(sv.sv_cf.cf_pool[0].ps_want, sizeof(sv.sv_cf.cf_pool[0].ps_want),
+	         "python");
 	sv.sv_cf.cf_pool[0].ps_size = 1;
 	sv.sv_cf.cf_npool = 1;
 	pool_fill();
@@ -563,7 +662,8 @@ Test(core, pool_claim_and_refill)
 	cr_assert(sv.sv_po.po_kick, "the pool is kicked to refill");
 
 	/* refilled once the claim's grace (POOL_CLAIM_GRACE_MS) is over */
-	for (uint64_t until = now_ms() + 5000; fp.nspawn < 2 && now_ms() < until; usleep(10000))
+	for (uint64_t until = now_ms() + 5000; fp.nspawn < 2 && now_ms() < until;
+	     usleep(10000))
 		pool_fill();
 	cr_assert_eq(fp.nspawn, 2, "the pool warms another");
 	context_count(&cc, NULL);
@@ -582,7 +682,8 @@ Test(core, restart_while_queued_from_pool)
 	pid_t old = c->c_pl->pl_pid, wpid;
 	char slot[37];
 
-	snprintf(sv.sv_cf.cf_pool[0].ps_want, sizeof(sv.sv_cf.cf_pool[0].ps_want), "python");
+	snprintf(sv.sv_cf.cf_pool[0].ps_want, sizeof(sv.sv_cf.cf_pool[0].ps_want),
+	         "python");
 	sv.sv_cf.cf_pool[0].ps_size = 1;
 	sv.sv_cf.cf_npool = 1;
 	pool_fill();
@@ -660,10 +761,12 @@ Test(core, drain)
 	cr_assert_eq(sent_count(MSG_EXECUTE, NULL), 1);
 
 	proxy_output(c, a->c_s->st_id, "{\"out\":\"done\"}\n", "ok");
-	cr_assert_str_eq(client_read(a), "{\"out\":\"done\"}\n", "the running one finishes");
+	cr_assert_str_eq(client_read(a), "{\"out\":\"done\"}\n",
+	                 "the running one finishes");
 	client_leave(a);
 	cr_assert(TAILQ_EMPTY(&sv.sv_tb.tb_streams), "drained: no stream left");
-	cr_assert_eq(sent_count(MSG_CANCEL, NULL), 0, "a finished stream is not cancelled");
+	cr_assert_eq(sent_count(MSG_CANCEL, NULL), 0,
+	             "a finished stream is not cancelled");
 
 	un = client_new();
 	request_drain(&un->c_rq, false);
