@@ -199,7 +199,7 @@ pool_use(const char *kernel, const char *cwd, bool is_default)
  * Whether the pool should wait: a context a client asked for is starting (not
  * from the pool), less than POOL_YIELD_MS ago. A kernel warmed now would take
  * CPU from the creations clients wait for (a burst of them is CPU-bound); it
- * is warmed as soon as they are ready (link.c kicks the pool then). Nor for
+ * is warmed as soon as they are ready (relay.c kicks the pool then). Nor for
  * POOL_CLAIM_GRACE_MS after a warm kernel was handed out: a burst's first
  * requests take the pool, and its refill, started before the rest of the
  * burst is read, would take a start slot from them (startgate.c).
