@@ -15,6 +15,9 @@
 #include <unistd.h>
 
 #include <criterion/criterion.h>
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/lsan_interface.h>
+#endif
 
 #include "../../broker/broker.h"
 
@@ -467,6 +470,20 @@ teardown(void)
 
 TestSuite(core, .init = setup, .fini = teardown);
 
+/*
+ * A test's last step: everything ends (teardown), and under ASan (make
+ * test-asan) nothing the core allocated may be left: a leak fails the test
+ * (an assertion in .fini would not).
+ */
+static void
+core_done(void)
+{
+	teardown();
+#ifdef __SANITIZE_ADDRESS__
+	cr_assert_eq(__lsan_do_recoverable_leak_check(), 0, "the core leaked (above)");
+#endif
+}
+
 /* ---- the tests ---- */
 
 /* Executions to one context go to its proxy in the order they came, each
@@ -518,6 +535,7 @@ Test(core, admission_order)
 	cr_assert_str_eq(client_read(b), "{\"out\":\"2\"}\n");
 	cr_assert_str_eq(client_read(d), "{\"out\":\"3\"}\n");
 	cr_assert_eq(c->c_nstreams, 0, "none running or queued once all ended");
+	core_done();
 }
 
 /* A client that leaves: its proxy is told CANCEL for its stream, once, and
@@ -552,6 +570,7 @@ Test(core, cancel_on_disconnect)
 	proxy_output(c, d->c_s->st_id, "{\"out\":\"2\"}\n", "ok");
 	cr_assert_str_eq(client_read(d), "{\"out\":\"2\"}\n");
 	cr_assert_eq(sent_count(MSG_CANCEL, NULL), 1, "CANCEL sent once");
+	core_done();
 }
 
 /* The proxy dies mid-stream: its streams end with ContextLost, its waiting
@@ -592,6 +611,7 @@ Test(core, proxy_death_mid_stream)
 	cr_assert_eq(counted[M_PROXY_RESTART], 1);
 	proxy_state(c, KS_IDLE);
 	cr_assert_not_null(execute(c, "again")->c_s, "it runs code again");
+	core_done();
 }
 
 /* Its stream's own error, read whole: the ContextLost line, then the end. */
@@ -606,6 +626,7 @@ Test(core, proxy_death_stream_error)
 	cr_assert(strstr(out, "exited with status 1"), "%s", out);
 	cr_assert(strstr(out, "{\"type\":\"end_of_execution\"}\n"), "%s", out);
 	cr_assert_str_eq(last_outcome, "context_lost");
+	core_done();
 }
 
 /* A proxy that dies before its kernel was ready: the create is answered
@@ -623,6 +644,7 @@ Test(core, proxy_death_before_ready)
 	cr_assert(strstr(cl->c_text, "before the kernel was ready"), "%s", cl->c_text);
 	cr_assert_null(context_next(NULL), "not kept");
 	cr_assert_eq(fp.nspawn, 1, "not respawned");
+	core_done();
 }
 
 /* The pool warms a proxy; a create takes it (CLAIM, no spawn, answered at
@@ -669,6 +691,7 @@ Test(core, pool_claim_and_refill)
 	context_count(&cc, NULL);
 	cr_assert_eq(cc.cc_pooled, 1);
 	cr_assert_eq(cc.cc_listed, 1);
+	core_done();
 }
 
 /* A restart while executions run and wait, from the pool: they end with
@@ -714,6 +737,7 @@ Test(core, restart_while_queued_from_pool)
 	cr_assert_not_null(d->c_s);
 	sent_count(MSG_EXECUTE, &ex);
 	cr_assert_str_eq(ex->slot, slot, "the next execution goes to the new proxy");
+	core_done();
 }
 
 /* A restart with no warm proxy: the proxy is asked, the request waits for
@@ -739,6 +763,7 @@ Test(core, restart_while_queued_by_proxy)
 	cr_assert_eq(rs->c_status, 200);
 	cr_assert_str_eq(client_read(b), "{\"error\":\"restarted\"}\n");
 	cr_assert_eq(c->c_nstreams, 0);
+	core_done();
 }
 
 /* Drain: what runs finishes, new executions and contexts get 503, accepting
@@ -779,4 +804,5 @@ Test(core, drain)
 	cr_assert_eq(fp.sig[0].pid, pid);
 	cr_assert_eq(fp.sig[0].sig, SIGTERM);
 	cr_assert_null(context_next(NULL), "the table is empty");
+	core_done();
 }
