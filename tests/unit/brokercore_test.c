@@ -700,7 +700,7 @@ Test(core, pool_claim_and_refill)
 Test(core, restart_while_queued_from_pool)
 {
 	struct context *c = ready_context(), *warm;
-	struct client *a, *b, *rs, *d;
+	struct client *a, *b, *rs, *d, *intr;
 	const struct sent *claim, *ex;
 	pid_t old = c->c_pl->pl_pid, wpid;
 	char slot[37];
@@ -718,9 +718,15 @@ Test(core, restart_while_queued_from_pool)
 
 	a = execute(c, "running");
 	b = execute(c, "queued");
+	intr = client_new();
+	request_context(&intr->c_rq, c->c_id, OP_INTERRUPT);
+	cr_assert(intr->c_suspended);
 	rs = client_new();
 	request_context(&rs->c_rq, c->c_id, OP_RESTART);
 	cr_assert_eq(rs->c_status, 200, "%u", rs->c_status);
+	cr_assert_eq(intr->c_status, 409, "the waiting interrupt is answered: %u",
+	             intr->c_status);
+	cr_assert(strstr(intr->c_text, "was restarted meanwhile"), "%s", intr->c_text);
 	cr_assert(strstr(client_read(a), "\"ContextRestarted\""));
 	cr_assert(strstr(client_read(b), "\"ContextRestarted\""));
 	cr_assert_eq(c->c_nstreams, 0);
