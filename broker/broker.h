@@ -494,16 +494,43 @@ void context_fail(struct context *c, enum context_why why, const char *detail);
 void context_end(struct context *c, enum context_why why, const char *detail);
 void context_detach_all(void);
 
-/* link.c */
+/*
+ * link.c: the port to the proxies. The core (request, stream, waiter, pool,
+ * context, supervise, relay) reaches a proxy through these calls alone; what
+ * they do is the ops set at start: main.c's (chanlink.c, spawn.c), or a unit
+ * test's fake proxy (tests/unit/brokercore_test.c).
+ */
+struct link_ops {
+	int (*lo_dial)(struct context *c); /* connect to c->c_pl's proxy (pl_slot); 0 or -EIO */
+	void (*lo_hangup)(struct proxy_link *pl); /* stop watching, close (not free) */
+	void (*lo_send)(struct context *c, struct msg *m); /* queue m to c's proxy */
+	int (*lo_spawn)(struct context *c, pid_t *pid);    /* start c's proxy; 0 or -errno */
+	void (*lo_signal)(const struct proxy_link *pl, int sig);
+	bool (*lo_exited)(const struct proxy_link *pl, bool wait); /* reaped / gone */
+};
+void link_use(const struct link_ops *ops);
 int link_open(struct context *c, const char *slot);
 void link_close(struct proxy_link *pl);
 void link_send(struct context *c, struct msg *m);
+int link_spawn(struct context *c);
+void link_signal(const struct proxy_link *pl, int sig);
+bool link_exited(struct proxy_link *pl, bool wait);
+
+/* chanlink.c: the real link (a chan over IPC) */
+int chanlink_dial(struct context *c);
+void chanlink_hangup(struct proxy_link *pl);
+void chanlink_send(struct context *c, struct msg *m);
+
+/* spawn.c: the real proxy processes */
+int spawn_proxy(struct context *c, pid_t *pid);
+void spawn_signal(const struct proxy_link *pl, int sig);
+bool spawn_exited(const struct proxy_link *pl, bool wait);
 
 /* relay.c */
+void relay_msg(struct context *c, struct msg *m);
 void relay_recv(struct context *c);
 
 /* supervise.c */
-int supervise_spawn(struct context *c);
 void supervise_reaped(pid_t pid, int status);
 void supervise_pidfd(struct context *c);
 void supervise_shutdown_all(void);

@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "broker.h"
@@ -360,9 +359,9 @@ context_detach_all(void)
 	while ((c = TAILQ_FIRST(&contexts))) {
 		/* envd's proxy is not kept: it has no state file to be adopted by */
 		if (c->c_envd && c->c_pl->pl_pid > 0) {
-			kill(c->c_pl->pl_pid, SIGTERM);
+			link_signal(c->c_pl, SIGTERM);
 			if (c->c_pl->pl_child)
-				waitpid(c->c_pl->pl_pid, NULL, 0);
+				link_exited(c->c_pl, true);
 		}
 		/* kept: the next broker leases them again */
 		if (c->c_uid_lease >= 0)

@@ -477,7 +477,7 @@ envd_start(void)
 		return;
 	c = context_new(NULL, "envd", "envd", BOX_HOME, false);
 	c->c_envd = true;
-	if (link_open(c, c->c_id) < 0 || supervise_spawn(c) < 0) {
+	if (link_open(c, c->c_id) < 0 || link_spawn(c) < 0) {
 		log_err("envd: could not start its proxy; the envd listener answers 503");
 		context_end(c, CTX_DELETED, NULL);
 		return;

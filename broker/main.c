@@ -205,9 +205,20 @@ serve_stop(void)
 	log_info("stopped%s", sv.sv_cf.cf_keep_contexts ? "; contexts kept running" : "");
 }
 
+/* The core reaches its proxies through link.c's port: these are the real ones. */
+static const struct link_ops real_link = {
+	.lo_dial = chanlink_dial,
+	.lo_hangup = chanlink_hangup,
+	.lo_send = chanlink_send,
+	.lo_spawn = spawn_proxy,
+	.lo_signal = spawn_signal,
+	.lo_exited = spawn_exited,
+};
+
 int
 main(int argc, char **argv)
 {
+	link_use(&real_link);
 	options_parse(argc, argv); /* options.c */
 	log_init("sandcell-broker", parse_level(sv.sv_cf.cf_log_level));
 	/* first: the sandbox's probe (config_settle) waits for a child */

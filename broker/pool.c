@@ -199,7 +199,7 @@ pool_use(const char *kernel, const char *cwd, bool is_default)
  * Whether the pool should wait: a context a client asked for is starting (not
  * from the pool), less than POOL_YIELD_MS ago. A kernel warmed now would take
  * CPU from the creations clients wait for (a burst of them is CPU-bound); it
- * is warmed as soon as they are ready (link.c kicks the pool then). Nor for
+ * is warmed as soon as they are ready (relay.c kicks the pool then). Nor for
  * POOL_CLAIM_GRACE_MS after a warm kernel was handed out: a burst's first
  * requests take the pool, and its refill, started before the rest of the
  * burst is read, would take a start slot from them (startgate.c).
@@ -244,7 +244,7 @@ pool_fill(void)
 		for (int have = cc.cc_pooled; have < ps->ps_size; have++) {
 			c = context_new(NULL, ks->ks_lang, ks->ks_name, box_default_cwd(), false);
 			c->c_pooled = true;
-			if (link_open(c, c->c_id) < 0 || supervise_spawn(c) < 0) {
+			if (link_open(c, c->c_id) < 0 || link_spawn(c) < 0) {
 				context_end(c, CTX_DELETED, NULL);
 				ps->ps_retry_at = now + 10000;
 				break;
@@ -268,8 +268,7 @@ pool_restart(struct context *x)
 	if (!p)
 		return false;
 	context_fail(x, CTX_RESTARTED, NULL);
-	if (x->c_pl->pl_pid > 0)
-		kill(x->c_pl->pl_pid, SIGTERM); /* stops its kernel, removes its dir */
+	link_signal(x->c_pl, SIGTERM); /* stops its kernel, removes its dir */
 	context_swap(x, p);
 	pool_claim(x);
 	metrics_count(M_KERNEL_RESTART, 1);
@@ -325,7 +324,7 @@ pool_create(const char *want, const char *cwd, bool is_default, struct egress_li
 		return rc;
 	}
 	cwd = c->c_cwd;
-	if (link_open(c, c->c_id) < 0 || supervise_spawn(c) < 0) {
+	if (link_open(c, c->c_id) < 0 || link_spawn(c) < 0) {
 		snprintf(err, errsz, "could not start a proxy for the context");
 		context_end(c, CTX_DELETED, NULL);
 		return -EIO;
