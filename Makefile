@@ -108,7 +108,7 @@ $(BIN)/sandcell-broker: $(BUILD)/broker/main.o $(BROKER_OBJ) $(PROTO_OBJ)
 # 0711 as sandcell-init, so that the tenant's processes cannot read it and it
 # stays non-dumpable after its exec (no ptrace of it by the tenant's commands).
 $(BIN)/sandcell-envd: $(BUILD)/envd/agent.o $(BUILD)/envd/proc.o $(BUILD)/envd/watch.o \
-		      $(BUILD)/envd/file.o \
+		      $(BUILD)/envd/file.o $(BUILD)/envd/meta.o \
 		      $(PROTO_OBJ)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_PROTO)
@@ -133,6 +133,11 @@ $(BUILD)/tests/caller_test: $(BUILD)/broker/caller.o $(BUILD)/broker/frame.o
 $(BUILD)/tests/connect_test: $(BUILD)/broker/connect.o
 $(BUILD)/tests/ctlpeer_test: $(BUILD)/broker/ctlpeer.o
 $(BUILD)/tests/output_test: $(BUILD)/proxy/output.o
+# the broker's core, its proxies a fake behind link.c's port (link_use)
+$(BUILD)/tests/brokercore_test: $(BUILD)/broker/request.o $(BUILD)/broker/stream.o \
+			 $(BUILD)/broker/waiter.o $(BUILD)/broker/pool.o $(BUILD)/broker/context.o \
+			 $(BUILD)/broker/supervise.o $(BUILD)/broker/relay.o $(BUILD)/broker/answer.o \
+			 $(BUILD)/broker/link.o $(BUILD)/broker/validate.o $(BUILD)/broker/events.o
 $(BUILD)/tests/admit_test: $(BUILD)/proxy/admit.o $(BUILD)/proxy/unit.o $(BUILD)/proxy/output.o \
 			  $(BUILD)/proxy/envset.o
 $(BUILD)/tests/hotpages_test: $(BUILD)/proxy/hotpages.o

@@ -20,7 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "broker.h"
+#include "http.h"
 
 #define CONTEXT_PENDING_MAX 32 /* connections from contexts waiting for their 403 */
 

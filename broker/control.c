@@ -155,22 +155,14 @@ static const struct request_ops ctl_ops = {
 static json_t *
 status_json(void)
 {
-	struct context *c;
-	int nctx = 0, running = 0, queued = 0, pooled = 0, warm = 0;
+	struct context_counts cc;
 
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link) {
-		nctx += context_listed(c);
-		pooled += c->c_pooled && !c->c_deleting;
-		warm += c->c_pooled && !c->c_deleting && c->c_ready;
-		if (!c->c_deleting && c->c_nstreams) {
-			running++;
-			queued += c->c_nstreams - 1;
-		}
-	}
+	context_count(&cc, NULL);
 	return json_pack("{s:s, s:f, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:s, s:s}", "version",
 			 SANDCELL_VERSION, "uptime_seconds", (now_ms() - sv.sv_lc.lc_started) / 1000.0,
-			 "contexts", nctx, "warm_pool", pooled, "warm_pool_ready", warm,
-			 "executions_running", running, "executions_queued", queued, "draining",
+			 "contexts", cc.cc_listed, "warm_pool", cc.cc_pooled, "warm_pool_ready",
+			 cc.cc_pool_ready, "executions_running", cc.cc_running, "executions_queued",
+			 cc.cc_queued, "draining",
 			 sv.sv_lc.lc_draining, "keep_contexts", sv.sv_cf.cf_keep_contexts, "listen", sv.sv_cf.cf_listen,
 			 "run_dir", sv.sv_cf.cf_run_dir);
 }
@@ -242,21 +234,15 @@ static void
 handle(nng_pipe p, struct msg *m)
 {
 	const char *id = m->m_has & FB(F_ID) ? m->m_id.s : "";
-	struct context *c;
 	struct stream *s;
 
 	switch (m->m_type) {
 	case CTL_STATUS:
 		done(p, m->m_req, MSG_OK, status_json(), NULL);
 		return;
-	case CTL_CONTEXTS: {
-		json_t *a = json_array();
-		TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
-			if (!c->c_deleting)
-				json_array_append_new(a, context_json(c, true));
-		done(p, m->m_req, MSG_OK, a, NULL);
+	case CTL_CONTEXTS:
+		done(p, m->m_req, MSG_OK, context_list_json(true), NULL);
 		return;
-	}
 	case CTL_EXECUTIONS:
 		done(p, m->m_req, MSG_OK, executions_json(), NULL);
 		return;

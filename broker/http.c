@@ -15,7 +15,7 @@
 
 #include <sodium.h>
 
-#include "broker.h"
+#include "http.h"
 
 /* HTTP connections MHD has, for the connection limit and the header timeout. */
 static struct connq conns = TAILQ_HEAD_INITIALIZER(conns);
@@ -101,13 +101,7 @@ do_languages(struct http_request *hr)
 static enum MHD_Result
 do_list(struct http_request *hr)
 {
-	json_t *a = json_array();
-	struct context *c;
-
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
-		if (context_listed(c))
-			json_array_append_new(a, context_json(c, false));
-	return respond_now(hr, 200, respond_json(a));
+	return respond_now(hr, 200, respond_json(context_list_json(false)));
 }
 
 /* Bounded label values for the metrics: path templates and known methods. */
@@ -148,7 +142,10 @@ static enum MHD_Result
 do_metrics(struct http_request *hr)
 {
 	size_t len;
-	char *text = metrics_render(&len);
+	struct context_counts cc;
+
+	context_count(&cc, NULL);
+	char *text = metrics_render(&cc, box_missing(), &len);
 	struct MHD_Response *r =
 		MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
 
@@ -202,7 +199,7 @@ do_ready(struct http_request *hr)
 
 	if (sv.sv_lc.lc_draining)
 		return respond_now(hr, 503, respond_text("not ready: draining"));
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link) {
+	CONTEXT_FOREACH(c) {
 		if (!c->c_default || !context_listed(c))
 			continue;
 		const char *state = context_state(c);
@@ -613,6 +610,39 @@ http_start(void)
 	ev_mhd = (struct evsrc){EV_MHD, NULL};
 	server_watch(di->epoll_fd, EPOLLIN, &ev_mhd);
 	return 0;
+}
+
+/* The loop's wait, shortened to when MHD wants to run next. */
+long
+http_wait(long wait)
+{
+	MHD_UNSIGNED_LONG_LONG mt;
+
+	if (MHD_get_timeout(sv.sv_io.io_mhd, &mt) == MHD_YES && (long long)mt < wait)
+		wait = (long)mt;
+	return wait;
+}
+
+/* MHD wants to run again at once. */
+static bool
+http_due(void)
+{
+	MHD_UNSIGNED_LONG_LONG mt;
+
+	return MHD_get_timeout(sv.sv_io.io_mhd, &mt) == MHD_YES && mt == 0;
+}
+
+/*
+ * MHD's work, then up to passes more runs while its next steps want no wait
+ * (a reply sent, then its keep-alive connection read again: two passes) rather
+ * than each after an epoll_wait of the loop's that finds nothing.
+ */
+void
+http_run(int passes)
+{
+	MHD_run(sv.sv_io.io_mhd);
+	for (int i = 0; i < passes && http_due(); i++)
+		MHD_run(sv.sv_io.io_mhd);
 }
 
 void

@@ -63,15 +63,6 @@ wake_drain(void)
 	control_wake();
 }
 
-/* MHD wants to run again at once. */
-static bool
-mhd_due(void)
-{
-	MHD_UNSIGNED_LONG_LONG mt;
-
-	return MHD_get_timeout(sv.sv_io.io_mhd, &mt) == MHD_YES && mt == 0;
-}
-
 static void
 loop(void)
 {
@@ -79,12 +70,9 @@ loop(void)
 	uint64_t next_tick = now_ms() + TICK_MS;
 
 	while (!sv.sv_lc.lc_quit) {
-		MHD_UNSIGNED_LONG_LONG mt;
 		uint64_t now = now_ms();
-		long wait = next_tick > now ? (long)(next_tick - now) : 0;
+		long wait = http_wait(next_tick > now ? (long)(next_tick - now) : 0);
 
-		if (MHD_get_timeout(sv.sv_io.io_mhd, &mt) == MHD_YES && (long long)mt < wait)
-			wait = (long)mt;
 		long pw = respond_park_wait(now);
 		if (pw >= 0 && pw < wait)
 			wait = pw;
@@ -100,7 +88,7 @@ loop(void)
 			if (!ev)
 				continue; /* its object was freed by an earlier one (server_forget) */
 			switch (ev->ev_kind) {
-			case EV_MHD: break; /* MHD_run below */
+			case EV_MHD: break; /* http_run below */
 			case EV_SIGNAL: handle_signals(); break;
 			case EV_WAKE: wake_drain(); break;
 			case EV_CTX_RECV: relay_recv(ev->ev_obj); break;
@@ -115,14 +103,9 @@ loop(void)
 		sv.sv_io.io_batch_n = 0;
 		respond_park_due(now_ms());
 		sv.sv_lc.lc_mhd_kick = false;
-		MHD_run(sv.sv_io.io_mhd);
-		/* MHD's own next steps that want no wait (a reply sent, then its
-		 * keep-alive connection read again: two passes) run here rather
-		 * than each after an epoll_wait of ours that finds nothing */
-		for (int i = 0; i < MHD_PASSES && mhd_due(); i++)
-			MHD_run(sv.sv_io.io_mhd);
+		http_run(MHD_PASSES);
 		if (sv.sv_po.po_kick) {
-			/* after MHD_run: a claimed kernel's answer leaves before the fork */
+			/* after http_run: a claimed kernel's answer leaves before the fork */
 			sv.sv_po.po_kick = false;
 			if (!sv.sv_lc.lc_draining)
 				pool_fill();
@@ -131,6 +114,8 @@ loop(void)
 		if (now >= next_tick) {
 			stream_tick(now);
 			waiter_tick(now);
+			envdfile_tick(now);
+			envdstream_tick(now);
 			http_tick(now);
 			if (!sv.sv_lc.lc_draining)
 				pool_fill();
@@ -157,7 +142,6 @@ serve_start(void)
 {
 	char err[512];
 
-	TAILQ_INIT(&sv.sv_tb.tb_contexts);
 	TAILQ_INIT(&sv.sv_tb.tb_streams);
 	sv.sv_lc.lc_started = now_ms();
 	config_run_dir();
@@ -204,7 +188,7 @@ serve_stop(void)
 	/* what is still streaming ends with an error line the client can read */
 	stream_fail_all("ServerStopping", "the server is stopping", "server_stopping");
 	for (uint64_t until = now_ms() + 500; !TAILQ_EMPTY(&sv.sv_tb.tb_streams) && now_ms() < until;) {
-		MHD_run(sv.sv_io.io_mhd);
+		http_run(0);
 		usleep(5000);
 	}
 	http_stop();
@@ -221,9 +205,20 @@ serve_stop(void)
 	log_info("stopped%s", sv.sv_cf.cf_keep_contexts ? "; contexts kept running" : "");
 }
 
+/* The core reaches its proxies through link.c's port: these are the real ones. */
+static const struct link_ops real_link = {
+	.lo_dial = chanlink_dial,
+	.lo_hangup = chanlink_hangup,
+	.lo_send = chanlink_send,
+	.lo_spawn = spawn_proxy,
+	.lo_signal = spawn_signal,
+	.lo_exited = spawn_exited,
+};
+
 int
 main(int argc, char **argv)
 {
+	link_use(&real_link);
 	options_parse(argc, argv); /* options.c */
 	log_init("sandcell-broker", parse_level(sv.sv_cf.cf_log_level));
 	/* first: the sandbox's probe (config_settle) waits for a child */

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 
-#include "broker.h"
+#include "http.h"
 
 #define CT_TEXT "text/plain; charset=utf-8"
 

@@ -28,7 +28,8 @@
 
 static const char *const sections[] = {"raw",       "latency", "throughput", "contexts",
                                        "streaming", "memory",  "cancel",     "ipc",
-                                       "sandbox",   "goals",   "template",   "kcpu",
+                                       "sandbox",   "goals",   "template",   "scale",
+                                       "kcpu",
                                        NULL};
 
 static int
@@ -935,6 +936,12 @@ main(int argc, char **argv)
 		watch_start(&w);
 		box_bench();
 		watch_end(&w, "sandbox");
+	}
+	/* 256 contexts on one broker: only when asked for (SCALE_N contexts) */
+	if (only && !strcmp(only, "scale")) {
+		watch_start(&w);
+		scale_bench();
+		watch_end(&w, "scale");
 	}
 	if (only && !strcmp(only, "kcpu")) {
 		watch_start(&w);

@@ -120,6 +120,8 @@ char *hc_default_context(const char *base);       /* caller frees */
 pid_t hc_proxy_pid(const char *base, const char *ctx);
 pid_t hc_kernel_pid(const char *base, const char *ctx);
 int hc_create_parallel(const char *base, int n, int conc, char **ids, double *ms);
+int hc_create_lang(const char *base, const char *lang, int n, int conc, char **ids,
+                   double *ms);
 void hc_delete_all(const char *base, char **ids, int n);
 
 /* load.c; goal_rows: only the rows of the goals (8 and 64 clients over 4 and 16) */
@@ -139,6 +141,12 @@ void goals_profile_run(const char *section); /* raw kernels with and without it 
 void goals_contexts(const char *section);    /* burst, first import pandas, PSS */
 void goals_bench(void);
 void goals_print(void);
+
+/* goals.c: root and its descendants (breadth first), at most max */
+int proc_tree(pid_t root, pid_t *out, int max);
+
+/* scale.c: (10) the default maximum of contexts on one broker */
+void scale_bench(void);
 
 /* kcpu.c: a kernel's CPU per x=1, split by cause */
 void kcpu_bench(void);

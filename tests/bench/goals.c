@@ -80,7 +80,7 @@ proc_stat(pid_t pid, pid_t *ppid, double *cpu)
 }
 
 /* root and its descendants (/proc/PID/stat names the parent as this namespace sees it) */
-static int
+int
 proc_tree(pid_t root, pid_t *out, int max)
 {
 	enum { MAXP = 8192 };

@@ -131,8 +131,8 @@ write_file(const char *path, const char *text)
 }
 
 /*
- * The same IPython configuration sandcell's proxy writes: history in memory,
- * no nap after each execution and, with profile, sandcell's start-up
+ * The same IPython configuration sandcell's proxy writes: no history, no
+ * nap after each execution and, with profile, sandcell's start-up
  * profile (launch.c's ipython_profile), so that the kernels differ
  * in nothing but the client in front of them.
  */
@@ -146,8 +146,8 @@ raw_ipython_config(const char *home, bool profile)
 	snprintf(dir, sizeof(dir), "%s/.ipython/profile_default", home);
 	if (mkdir_p(dir, 0700) < 0)
 		return -EIO;
-	n = snprintf(cfg, sizeof(cfg), "c.HistoryManager.hist_file = ':memory:'\n"
-	                               "c.Kernel._execute_sleep = 0\n");
+	n = snprintf(cfg, sizeof(cfg), "c.HistoryManager.hist_file = ':memory:'\n%s",
+	             "c.HistoryManager.enabled = False\nc.Kernel._execute_sleep = 0\n");
 	if (profile) {
 		snprintf(path, sizeof(path), "%s/../proxy/python/sandcell_startup.py",
 		         bin ? bin : "bin");
