@@ -173,7 +173,7 @@ $(BUILD)/tests/lang_isolated_test: tests/integration/lang_test.c tests/integrati
 # The benchmarks include a raw Jupyter client (the baseline): libzmq, with
 # proxy/wire.c's messages.
 $(BUILD)/bench: $(wildcard tests/bench/*.c) $(HARNESS) $(BUILD)/proxy/wire.o \
-		$(BUILD)/proxy/zmtp.o $(PROTO_OBJ)
+		$(BUILD)/proxy/zmtp.o $(BUILD)/proxy/filter.o $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS_PROXY) -lzmq -lcurl
 

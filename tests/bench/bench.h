@@ -44,6 +44,7 @@ void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *mem_detail(pid_t pid); /* anon, file and PSS parts of the RSS */
 double cpu_ms(pid_t pid);          /* user + system CPU time from /proc/PID/stat, or -1 */
 double self_cpu_ms(void);          /* this process, all threads */
+double tasks_ns(pid_t pid, double *csw); /* its threads' run time, ns; switches */
 
 /* The figures of the raw client that the sandcell sections compare with. */
 struct raw_figs {
@@ -74,6 +75,7 @@ int raw_ready(struct raw_kernel *k, int timeout_ms);
 int raw_exec(struct raw_kernel *k, const char *code, struct raw_out *out, int timeout_ms);
 void raw_stop(struct raw_kernel *k);
 int raw_start(struct raw_kernel *ks, int n, bool profile); /* n side by side */
+extern int (*raw_child_hook)(void); /* in a spawned kernel before exec, if set */
 void template_bench(void); /* template.c */
 void raw_bench_stream(void);
 void raw_bench_aggregate(void);
@@ -145,6 +147,9 @@ int proc_tree(pid_t root, pid_t *out, int max);
 
 /* scale.c: (10) the default maximum of contexts on one broker */
 void scale_bench(void);
+
+/* kcpu.c: a kernel's CPU per x=1, split by cause */
+void kcpu_bench(void);
 
 /* box.c: (9) the sandbox against --no-sandbox */
 void box_bench(void);
