@@ -340,6 +340,13 @@ mhd_log(void *cls, const char *fmt, va_list ap)
 		log_debug("http: %s", line);
 }
 
+/* MHD's epoll fd is ready: nothing now, the loop runs MHD after every batch (http_run). */
+static void
+http_ready(void *arg, uint32_t events)
+{
+	(void)arg, (void)events;
+}
+
 int
 http_start(void)
 {
@@ -369,7 +376,7 @@ http_start(void)
 		return -1;
 	}
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(sv.sv_io.io_mhd, MHD_DAEMON_INFO_EPOLL_FD);
-	ev_mhd = (struct evsrc){EV_MHD, NULL};
+	ev_mhd = (struct evsrc){http_ready, NULL};
 	server_watch(di->epoll_fd, EPOLLIN, &ev_mhd);
 	return 0;
 }
