@@ -2,8 +2,8 @@
  * http.c — the HTTP transport on libmicrohttpd: connections, body limits,
  * auth, then the route (api.c's table, or envd.c's); what a request does is
  * request.c's, which answers through respond_ops (respond.c: responses,
- * suspended requests, an execution's streamed output). MHD runs in external-epoll mode inside the
- * broker's loop.
+ * suspended requests, an execution's streamed output). MHD runs in
+ * external-epoll mode inside the broker's loop.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -212,8 +212,9 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 						    sv.sv_cf.cf_max_body));
 	/* a CORS preflight of a listed origin (caller_refusal let it in) */
 	if (caller_preflight(hr->hr_conn, method))
-		return respond_now(hr, 204,
-				   MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+		return respond_now(
+		    hr, 204,
+		    MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
 	/* envd's port, or its API through this one (one URL for the whole sandbox) */
 	if (hr->hr_envd_port || envd_asked(hr->hr_conn, url))
 		return envd_route(hr, url, method);
@@ -340,7 +341,7 @@ mhd_log(void *cls, const char *fmt, va_list ap)
 		log_debug("http: %s", line);
 }
 
-/* MHD's epoll fd is ready: nothing now, the loop runs MHD after every batch (http_run). */
+/* MHD's epoll fd is ready: nothing now, the loop runs MHD after each batch (http_run). */
 static void
 http_ready(void *arg, uint32_t events)
 {

@@ -203,7 +203,8 @@ supervise_adopt_all(void)
 				/* not our child: a pidfd tells us when it exits */
 				c->c_pl->pl_pidfd = syscall(SYS_pidfd_open, (pid_t)pid, 0);
 				if (c->c_pl->pl_pidfd >= 0) {
-					c->c_pl->pl_ev_pidfd = (struct evsrc){supervise_pidfd, c};
+					c->c_pl->pl_ev_pidfd =
+					    (struct evsrc){supervise_pidfd, c};
 					server_watch(c->c_pl->pl_pidfd, EPOLLIN,
 						     &c->c_pl->pl_ev_pidfd);
 				}
