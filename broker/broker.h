@@ -45,23 +45,14 @@
 #define MAX_LANG 64
 #define MAX_POOL 8 /* --pool entries */
 
-/* What an epoll event belongs to. */
-enum ev_kind {
-	EV_MHD,
-	EV_SIGNAL,
-	EV_WAKE,
-	EV_CTX_RECV,
-	EV_CTX_PIDFD,
-	EV_HANGUP,
-	EV_UPLOAD_HANGUP,
-	EV_CTL,
-	EV_LISTEN,
-	EV_PENDING
-};
-
+/*
+ * A watched fd's event source (server_watch): the loop calls ev_fn with
+ * ev_arg and the epoll events, so it names no module; the module that
+ * watches the fd sets both.
+ */
 struct evsrc {
-	enum ev_kind ev_kind;
-	void *ev_obj;
+	void (*ev_fn)(void *arg, uint32_t events);
+	void *ev_arg;
 };
 
 struct context;
@@ -168,7 +159,7 @@ TAILQ_HEAD(requestq, request);
 
 /*
  * The connection to one proxy process and what it reports. Its events point at
- * the context it serves (pl_ev_*.ev_obj), which a restart from the warm pool
+ * the context it serves (pl_ev_*.ev_arg), which a restart from the warm pool
  * changes without touching epoll: the evsrc addresses stay put.
  */
 struct proxy_link {
@@ -270,8 +261,8 @@ struct server_config {
 /* What the event loop watches: its fds and their event sources. */
 struct server_handles {
 	struct MHD_Daemon *io_mhd;
-	int io_epfd, io_sigfd, io_wakefd;
-	struct evsrc io_ev_sig, io_ev_wake;
+	int io_epfd, io_sigfd;
+	struct evsrc io_ev_sig;
 	struct epoll_event *io_batch; /* what epoll_wait returned, handled in turn */
 	int io_batch_n;
 };
@@ -354,9 +345,7 @@ void answer_drop(struct request *rq);
 int accept_listen(const char *where);
 int accept_listen_envd(const char *where);
 bool accept_is_envd(int fd);
-void accept_ready(void);
 int accept_answer(int fd, const char *status, const char *text);
-void accept_sniff(struct pending *pd, uint32_t events);
 uint64_t accept_since(int fd);
 void accept_tick(uint64_t now);
 unsigned accept_pending(void);
@@ -428,7 +417,6 @@ long http_wait(long wait);
 void http_run(int passes);
 
 /* respond.c */
-void respond_hangup(struct hstream *hs, uint32_t events);
 void respond_closed(struct stream *s);
 void respond_park_due(uint64_t now);
 long respond_park_wait(uint64_t now); /* ms until the next is due, or -1 */
@@ -532,7 +520,6 @@ void relay_recv(struct context *c);
 
 /* supervise.c */
 void supervise_reaped(pid_t pid, int status);
-void supervise_pidfd(struct context *c);
 void supervise_shutdown_all(void);
 void supervise_adopt_all(void);
 
@@ -623,7 +610,6 @@ int64_t envdfile_number(const struct msg *m);
 
 /* envdupload.c: POST /files, its body streamed to the agent */
 struct upload;
-void envdupload_hangup(struct upload *u, uint32_t events);
 void waiter_tick(uint64_t now);
 
 /* kcache.c */
@@ -631,8 +617,6 @@ const struct kspec *kcache_find(const char *want);
 
 /* control.c */
 int control_start(void);
-void control_recv(void);
-void control_wake(void);
 void control_stop(void);
 
 /* ctlpeer.c */

@@ -13,6 +13,14 @@
 
 #include "broker.h"
 
+/* The link's chan is readable: its frames are relay.c's. */
+static void
+chanlink_readable(void *c, uint32_t events)
+{
+	(void)events;
+	relay_recv(c);
+}
+
 int
 chanlink_dial(struct context *c)
 {
@@ -22,7 +30,7 @@ chanlink_dial(struct context *c)
 
 	if ((e = chan_dial(&c->c_pl->pl_chan, url)))
 		goto out;
-	c->c_pl->pl_ev_recv = (struct evsrc){EV_CTX_RECV, c};
+	c->c_pl->pl_ev_recv = (struct evsrc){chanlink_readable, c};
 	server_watch(c->c_pl->pl_chan.ch_fd, EPOLLIN, &c->c_pl->pl_ev_recv);
 out:
 	if (e)
@@ -37,7 +45,7 @@ chanlink_hangup(struct proxy_link *pl)
 {
 	server_forget(&pl->pl_ev_recv);
 	server_forget(&pl->pl_ev_pidfd);
-	if (pl->pl_ev_recv.ev_obj)
+	if (pl->pl_ev_recv.ev_arg)
 		server_unwatch(pl->pl_chan.ch_fd);
 	if (pl->pl_pidfd >= 0) {
 		server_unwatch(pl->pl_pidfd);

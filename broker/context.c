@@ -332,7 +332,7 @@ context_swap(struct context *x, struct context *p)
 	link_close(x->c_pl);
 	x->c_pl = p->c_pl;
 	p->c_pl = NULL;
-	x->c_pl->pl_ev_recv.ev_obj = x->c_pl->pl_ev_pidfd.ev_obj = x;
+	x->c_pl->pl_ev_recv.ev_arg = x->c_pl->pl_ev_pidfd.ev_arg = x;
 	x->c_ready = true;
 	context_free(p);
 }

@@ -391,6 +391,8 @@ up_meta(struct MHD_Connection *conn, json_t **meta)
 	return 0;
 }
 
+static void envdupload_hangup(void *arg, uint32_t events);
+
 /*
  * POST /files, as its head came (http.c calls it before any of the body):
  * the body's form; its bytes come to envdfile_body.
@@ -412,7 +414,7 @@ envdupload_start(struct http_request *hr, struct context *c, const char *path)
 
 	u->u_hr = hr;
 	u->u_fd = ci ? ci->connect_fd : -1;
-	u->u_ev = (struct evsrc){EV_UPLOAD_HANGUP, u};
+	u->u_ev = (struct evsrc){envdupload_hangup, u};
 	/*
 	 * The client's leaving mid-body is ours to see: MHD misses it while the
 	 * connection is suspended (the window full), and its edge-triggered
@@ -537,9 +539,11 @@ envdupload_free(struct http_request *hr)
  * agent leaves nothing of them), and the socket is shut so that MHD, woken
  * by it, ends the request (as http.c does for a body past its deadline).
  */
-void
-envdupload_hangup(struct upload *u, uint32_t events)
+static void
+envdupload_hangup(void *arg, uint32_t events)
 {
+	struct upload *u = arg;
+
 	(void)events;
 	up_unwatch(u);
 	up_fail_code(u, "canceled", "the client left before its body was whole");

@@ -1,8 +1,8 @@
 /*
  * http.h — the broker's HTTP transport (libmicrohttpd): its request and the
  * calls that take MHD's types, for the files that speak HTTP alone (http.c,
- * accept.c, caller.c, respond.c, gzip.c and envd's: envd*.c). The rest of the
- * broker sees neither MHD nor a struct http_request's insides (broker.h).
+ * api.c, accept.c, caller.c, respond.c, gzip.c and envd's: envd*.c). The
+ * rest of the broker sees neither MHD nor a struct http_request's insides (broker.h).
  */
 #ifndef SANDCELL_HTTP_H
 #define SANDCELL_HTTP_H
@@ -62,6 +62,10 @@ void respond_stream(struct http_request *hr, struct stream *s);
 /* envdstream.c */
 enum MHD_Result envdstream_open(struct http_request *hr, struct context *c, const char *op);
 enum MHD_Result envdstream_error(struct http_request *hr, const char *code, const char *message);
+
+/* api.c: the code API's routes */
+enum MHD_Result api_route(struct http_request *hr, const char *url, const char *method);
+const char *api_endpoint(const char *url);
 
 /* envd.c */
 enum MHD_Result envd_route(struct http_request *hr, const char *url, const char *method);

@@ -1,8 +1,10 @@
 /*
  * main.c — sandcell-broker: start-up in order (options.c, config.c), then the
  * one event loop (epoll) that drives libmicrohttpd, every proxy's IPC socket,
- * client hang-up watches, signals and timers. Everything runs on this thread;
- * nng's own threads only wake it through an eventfd.
+ * client hang-up watches, signals and timers: each ready fd's handler is in
+ * its event source (struct evsrc, set by the module that watches it), so the
+ * loop names no module's. Everything runs on this thread; nng's own threads
+ * only wake it through an eventfd (control.c's).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -29,13 +30,15 @@
 
 #include "broker.h"
 
+/* The signalfd: SIGTERM drains or stops, SIGINT stops, SIGCHLD reaps. */
 static void
-handle_signals(void)
+handle_signals(void *arg, uint32_t events)
 {
 	struct signalfd_siginfo si;
 	int status;
 	pid_t pid;
 
+	(void)arg, (void)events;
 	while (read(sv.sv_io.io_sigfd, &si, sizeof(si)) == sizeof(si)) {
 		if (si.ssi_signo == SIGTERM && !sv.sv_lc.lc_stopping && sv.sv_cf.cf_grace) {
 			/* drain: no new executions, running ones get the grace period */
@@ -51,16 +54,6 @@ handle_signals(void)
 	while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
 		if (!template_reaped(pid, status))
 			supervise_reaped(pid, status);
-}
-
-static void
-wake_drain(void)
-{
-	uint64_t v;
-
-	if (read(sv.sv_io.io_wakefd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-		log_warn("eventfd: %s", strerror(errno));
-	control_wake();
 }
 
 static void
@@ -85,20 +78,9 @@ loop(void)
 		sv.sv_io.io_batch_n = n > 0 ? n : 0;
 		for (int i = 0; i < n; i++) {
 			struct evsrc *ev = evs[i].data.ptr;
-			if (!ev)
-				continue; /* its object was freed by an earlier one (server_forget) */
-			switch (ev->ev_kind) {
-			case EV_MHD: break; /* http_run below */
-			case EV_SIGNAL: handle_signals(); break;
-			case EV_WAKE: wake_drain(); break;
-			case EV_CTX_RECV: relay_recv(ev->ev_obj); break;
-			case EV_CTX_PIDFD: supervise_pidfd(ev->ev_obj); break;
-			case EV_HANGUP: respond_hangup(ev->ev_obj, evs[i].events); break;
-			case EV_UPLOAD_HANGUP: envdupload_hangup(ev->ev_obj, evs[i].events); break;
-			case EV_CTL: control_recv(); break;
-			case EV_LISTEN: accept_ready(); break;
-			case EV_PENDING: accept_sniff(ev->ev_obj, evs[i].events); break;
-			}
+			/* NULL: its object was freed by an earlier one (server_forget) */
+			if (ev)
+				ev->ev_fn(ev->ev_arg, evs[i].events);
 		}
 		sv.sv_io.io_batch_n = 0;
 		respond_park_due(now_ms());
@@ -148,12 +130,8 @@ serve_start(void)
 
 	if ((sv.sv_io.io_epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
 		fatal("epoll_create1: %s", strerror(errno));
-	if ((sv.sv_io.io_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
-		fatal("eventfd: %s", strerror(errno));
-	sv.sv_io.io_ev_sig = (struct evsrc){EV_SIGNAL, NULL};
-	sv.sv_io.io_ev_wake = (struct evsrc){EV_WAKE, NULL};
+	sv.sv_io.io_ev_sig = (struct evsrc){handle_signals, NULL};
 	server_watch(sv.sv_io.io_sigfd, EPOLLIN, &sv.sv_io.io_ev_sig);
-	server_watch(sv.sv_io.io_wakefd, EPOLLIN, &sv.sv_io.io_ev_wake);
 
 	if (control_start() < 0)
 		exit(1);

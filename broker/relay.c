@@ -90,7 +90,7 @@ relay_msg(struct context *c, struct msg *m)
 	}
 }
 
-/* What c's link has (main.c's loop calls it when its chan is readable). */
+/* What c's link has (chanlink.c's handler calls it when its chan is readable). */
 void
 relay_recv(struct context *c)
 {

@@ -98,9 +98,12 @@ supervise_reaped(pid_t pid, int status)
 }
 
 /* An adopted proxy (not our child) exited: its pidfd became readable. */
-void
-supervise_pidfd(struct context *c)
+static void
+supervise_pidfd(void *arg, uint32_t events)
 {
+	struct context *c = arg;
+
+	(void)events;
 	if (c->c_deleting) {
 		context_end(c, CTX_DELETED, NULL);
 		return;
@@ -200,7 +203,8 @@ supervise_adopt_all(void)
 				/* not our child: a pidfd tells us when it exits */
 				c->c_pl->pl_pidfd = syscall(SYS_pidfd_open, (pid_t)pid, 0);
 				if (c->c_pl->pl_pidfd >= 0) {
-					c->c_pl->pl_ev_pidfd = (struct evsrc){EV_CTX_PIDFD, c};
+					c->c_pl->pl_ev_pidfd =
+					    (struct evsrc){supervise_pidfd, c};
 					server_watch(c->c_pl->pl_pidfd, EPOLLIN,
 						     &c->c_pl->pl_ev_pidfd);
 				}

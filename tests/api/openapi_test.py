@@ -11,8 +11,9 @@ status must be documented for its operation, its Content-Type must be one the
 document gives, and its body must validate against that schema; the document's
 objects allow no member it does not name, so a field renamed on either side
 fails. Each request body the walk sends successfully must name only documented
-members. The paths the broker routes (broker/http.c's endpoint_of, the
-templates its metrics use) must be the document's paths.
+members. The routes the broker serves (broker/api.c's http_routes[], which
+it dispatches from and its metrics' templates come from) must be the
+document's operations, method and path.
 Prints one line per check, then "N passed, M failed, K skipped"; exits 1 if
 anything failed.
 """
@@ -130,15 +131,17 @@ def check_document(doc, name="docs/openapi.json"):
 
 
 def check_routes(doc):
-    """The templates broker/http.c's endpoint_of gives its metrics are what it routes."""
-    with open(os.path.join(ROOT, "broker", "http.c")) as f:
+    """broker/api.c's table of routes (what the broker dispatches from, and the
+    templates its metrics use) is the document's operations: every method and
+    path it serves is documented, every documented one served."""
+    with open(os.path.join(ROOT, "broker", "api.c")) as f:
         src = f.read()
-    body = re.search(r"\nendpoint_of\(const char \*url\)\n\{(.*?)\n\}", src, re.S).group(1)
-    fixed = re.search(r"fixed\[\] = \{(.*?)\};", body, re.S).group(1)
-    routed = set(re.findall(r'"(/[^"]*)"', fixed)) | set(re.findall(r'return "(/[^"]*)"', body))
-    documented = set(doc["paths"])
-    check("the document's paths are the paths the broker routes",
-          routed == documented,
+    table = re.search(r"http_routes\[\] = \{(.*?)\n\};", src, re.S).group(1)
+    routed = set(re.findall(r'\{"([A-Z]+)", "(/[^"]*)"', table))
+    documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops
+                  if m in ("get", "put", "post", "delete", "patch", "head", "options")}
+    check("the document's operations are the routes the broker serves",
+          routed and routed == documented,
           f"routed, not documented: {sorted(routed - documented)}; "
           f"documented, not routed: {sorted(documented - routed)}")
 
