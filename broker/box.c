@@ -256,21 +256,37 @@ box_check(char *err, size_t errsz)
 		return -ENOTSUP;
 	}
 	if (!boxnons_on() && (rc = namespaces_work(&what)) < 0) {
-		snprintf(err, errsz, "%s, and cannot make the box's namespaces (%s: %s); %s, or "
-				     "pass --no-sandbox to run kernels unboxed",
-			 geteuid() ? "not root" : "root", what, strerror(-rc),
-			 geteuid() ? "run the broker as root, or allow unprivileged user namespaces "
-				     "(sysctl user.max_user_namespaces; in a container, a seccomp "
-				     "profile that allows them)"
-				   : "allow namespaces in the container's seccomp profile");
-		return -ENOTSUP;
+		/* not root: without namespaces only Landlock's scoping keeps the
+		 * kernels, our uid, from signalling us (boxnons.c) */
+		if (geteuid() != 0 && landlock_abi() >= 6) {
+			boxnons_start(what, -rc, lack);
+			peerbox_on(); /* the control socket's path is in the kernels' reach */
+		} else {
+			snprintf(err, errsz,
+				 "%s, and cannot make the box's namespaces (%s: %s); %s, or "
+				 "pass --no-sandbox to run kernels unboxed",
+				 geteuid() ? "not root" : "root", what, strerror(-rc),
+				 geteuid() ? "run the broker as root, allow unprivileged user "
+					     "namespaces (sysctl user.max_user_namespaces; in a "
+					     "container, a seccomp profile that allows them), or run "
+					     "on Linux 6.12 or later (Landlock ABI 6), where kernels "
+					     "are boxed without namespaces"
+					   : "allow namespaces in the container's seccomp profile");
+			return -ENOTSUP;
+		}
 	}
 	if (!boxnons_on() && rc == 1)
 		lack("a /proc of the box's own (this /proc is partly masked): a box shows this one, "
 		     "with every process that is not the box's when it starts hidden",
 		     "an unmasked /proc (podman: --security-opt systempaths=unconfined; "
 		     "Kubernetes: procMount: Unmasked)");
-	if (geteuid() != 0) {
+	if (geteuid() != 0 && boxnons_on()) {
+		lack("a uid per kernel: kernels are the broker's uid, kept from its files, "
+		     "memory and signals by Landlock alone; the broker's API cannot tell their "
+		     "connections from a client's (use --access-token where it listens on more "
+		     "than loopback)",
+		     "run the broker as root");
+	} else if (geteuid() != 0) {
 		log_info("sandbox: not root: a user namespace per context; kernels run as uid "
 			 "%u inside it, which is the broker's uid %u on the host",
 			 BOX_USERNS_UID, (unsigned)geteuid());

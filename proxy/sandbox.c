@@ -149,8 +149,10 @@ nons_init(struct proxy *px)
 	const char *reads[BOX_MAX_BINDS + 1];
 	int n = 0, rc;
 
-	if (geteuid() != 0) {
-		log_err("context %s: a box without namespaces needs root", px->px_id);
+	/* not root, the kernel is our uid: only the scoping keeps its signals from us */
+	if (geteuid() != 0 && landlock_abi() < 6) {
+		log_err("context %s: a box without namespaces needs root, or Landlock's scoping "
+			"(ABI 6; here %d)", px->px_id, landlock_abi());
 		return -EPERM;
 	}
 	/* its channels would listen on the container's loopback, its output for any to read */
@@ -202,8 +204,13 @@ sandbox_init(struct proxy *px)
 			return -EPERM;
 		}
 		/* the kernel's files stay ours: on the host it is our uid */
-		bx->bx_userns = true;
+		bx->bx_userns = !bx->bx_nons; /* without namespaces: our uid, no other */
 		bx->bx_inuid = SB_USERNS_UID;
+		if (bx->bx_nons) {
+			bx->bx_uid = geteuid();
+			bx->bx_gid = getegid();
+			bx->bx_ngroups = 0;
+		}
 		bx->bx_nproc = bx->bx_pids; /* no cgroup of ours to limit it with */
 	} else if (bx->bx_uid == (uid_t)-1) {
 		if (!bx->bx_uid_first)
@@ -213,7 +220,7 @@ sandbox_init(struct proxy *px)
 		bx->bx_uid = bx->bx_gid = bx->bx_uid_first;
 		bx->bx_ngroups = 0;
 	}
-	if (!bx->bx_userns && (bx->bx_uid == 0 || bx->bx_uid == geteuid())) {
+	if (!bx->bx_userns && (bx->bx_uid == 0 || (bx->bx_uid == geteuid() && geteuid() == 0))) {
 		log_err("context %s: kernels never run as root or as the proxy's uid", px->px_id);
 		return -EPERM;
 	}
@@ -272,8 +279,11 @@ sb_drop(const struct box *bx)
 	struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
 	struct __user_cap_data_struct data[2] = {{0}};
 
+	/* not root without namespaces, there is no CAP_SETPCAP to drop the bounding
+	 * set with: no_new_privs below keeps any capability of it from coming back */
 	for (int c = 0; c < 64; c++)
-		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
+		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL &&
+		    !(errno == EPERM && bx->bx_nons && geteuid() != 0))
 			return -1;
 	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
 		return -1;
@@ -284,6 +294,8 @@ sb_drop(const struct box *bx)
 		if (syscall(SYS_setresgid, in, in, in) < 0 ||
 		    syscall(SYS_setresuid, in, in, in) < 0)
 			return -1;
+	} else if (bx->bx_nons && geteuid() != 0) {
+		; /* the kernel keeps our uid and gid; no supplementary group to drop */
 	} else if (syscall(SYS_setgroups, bx->bx_ngroups, bx->bx_groups) < 0 ||
 		   syscall(SYS_setresgid, bx->bx_gid, bx->bx_gid, bx->bx_gid) < 0 ||
 		   syscall(SYS_setresuid, bx->bx_uid, bx->bx_uid, bx->bx_uid) < 0) {
