@@ -311,13 +311,14 @@ peer_lookup_works(void)
 	socklen_t al = sizeof(a);
 	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), c = -1, s = -1;
 	uid_t uid = (uid_t)-1;
+	unsigned long long ino;
 	bool ok = false;
 
 	if (l >= 0 && bind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(l, 1) == 0 &&
 	    getsockname(l, (struct sockaddr *)&a, &al) == 0 &&
 	    (c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
 	    connect(c, (struct sockaddr *)&a, sizeof(a)) == 0 && (s = accept(l, NULL, NULL)) >= 0)
-		ok = peer_uid(s, &uid) == PEER_UID && uid == geteuid();
+		ok = peer_uid(s, &uid, &ino) == PEER_UID && uid == geteuid();
 	if (s >= 0)
 		close(s);
 	if (c >= 0)
@@ -358,6 +359,15 @@ void
 box_peer_check(void)
 {
 	sv.sv_cf.cf_peer_check = false;
+	if (boxnons_on() && geteuid() != 0) {
+		/* kernels are our uid: their connections are told by their boxes (peerbox.c) */
+		if (!(sv.sv_cf.cf_peer_check = peer_lookup_works()))
+			log_warn("cannot look up the owners of local connections (NETLINK_SOCK_DIAG): "
+				 "code in a context can reach this server's API over the network%s",
+				 sv.sv_cf.cf_token ? " (the access token still guards it)"
+						   : "; set --access-token");
+		return;
+	}
 	if (!kernels_have_own_uids()) {
 		if (!sv.sv_cf.cf_sandbox)
 			return; /* the log already says what --no-sandbox gives away */
@@ -384,17 +394,18 @@ box_peer_check(void)
 bool
 box_peer_is_context(int fd)
 {
+	unsigned long long ino = 0;
 	unsigned a, b;
 	uid_t uid;
 
 	if (!sv.sv_cf.cf_peer_check)
 		return false;
-	switch (peer_uid(fd, &uid)) {
+	switch (peer_uid(fd, &uid, &ino)) {
 	case PEER_REMOTE: return false;
 	case PEER_UNKNOWN: return true;
 	}
-	if (uid == geteuid())
-		return false;
+	if (uid == geteuid()) /* a kernel of ours, where kernels keep our uid */
+		return peerbox_socket_boxed(ino);
 	if (sv.sv_cf.cf_kernel_uid && uid == sv.sv_cf.cf_kernel_uid)
 		return true;
 	uid_range(&a, &b);

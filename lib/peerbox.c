@@ -7,8 +7,12 @@
  * path). A box's process runs under one seccomp filter more than the broker
  * and its proxies (the box's, stacked on whatever the container gave us),
  * which it can never remove: a peer with more filters than this process is
- * refused. Off unless a box without namespaces keeps our uid (peerbox_on).
+ * refused. The broker's API does the same for a TCP connection of our uid
+ * from this machine, whose owner it finds by its socket's inode
+ * (peerbox_socket_boxed). Off unless a box without namespaces keeps our uid
+ * (peerbox_on).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -65,4 +69,59 @@ peerbox_boxed(unsigned long long pid)
 	if (!pid || (theirs = filters(pid)) < 0 || (ours = filters(0)) < 0)
 		return true;
 	return theirs > ours;
+}
+
+/* Whether the process pid holds the socket inode ino among its descriptors. */
+static bool
+holds(const char *pid, unsigned long long ino)
+{
+	char path[64], want[48], link[48];
+	struct dirent *e;
+	bool found = false;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%s/fd", pid);
+	snprintf(want, sizeof(want), "socket:[%llu]", ino);
+	if (!(d = opendir(path)))
+		return false;
+	while (!found && (e = readdir(d))) {
+		char fd[64 + 256];
+		ssize_t n;
+		snprintf(fd, sizeof(fd), "%s/%s", path, e->d_name);
+		if ((n = readlink(fd, link, sizeof(link) - 1)) > 0) {
+			link[n] = 0;
+			found = !strcmp(link, want);
+		}
+	}
+	closedir(d);
+	return found;
+}
+
+/*
+ * Whether the TCP socket inode ino (a local client's, sock_diag's) belongs
+ * to a process in a box: the first process other than us that holds it is
+ * looked at as peerbox_boxed does. One nobody holds any more (it closed) is
+ * not taken on trust. Always false while off.
+ */
+bool
+peerbox_socket_boxed(unsigned long long ino)
+{
+	char self[24];
+	struct dirent *e;
+	bool boxed = true;
+	DIR *d;
+
+	if (!on)
+		return false;
+	if (!(d = opendir("/proc")))
+		return true;
+	snprintf(self, sizeof(self), "%d", (int)getpid());
+	while ((e = readdir(d)))
+		if (e->d_name[0] >= '1' && e->d_name[0] <= '9' && strcmp(e->d_name, self) &&
+		    holds(e->d_name, ino)) {
+			boxed = peerbox_boxed(strtoull(e->d_name, NULL, 10));
+			break;
+		}
+	closedir(d);
+	return boxed;
 }
