@@ -98,14 +98,20 @@ sandbox_binds(struct proxy *px)
  * the box's view; without namespaces, the host's paths (nons_init).
  */
 static const char *view_home = BOX_HOME, *view_tmp = "/tmp";
+static const char *view_kdir; /* without namespaces: the kernel's own dir, a host path */
 static const struct landlock_rule *view_rules = landlock_box;
 
 /* A path of the box's view (a cwd the broker checked in it) where this box shows it. */
 static const char *
 view_path(const char *path, char *out, size_t outsz)
 {
-	size_t n = strlen(BOX_HOME);
+	size_t n = view_kdir ? strlen(view_kdir) : 0;
 
+	/* its own dir (a Deno kernel starts there) is the host's path already,
+	 * which may well be under /tmp (a run dir's) */
+	if (n && !strncmp(path, view_kdir, n) && (!path[n] || path[n] == '/'))
+		return path;
+	n = strlen(BOX_HOME);
 	if (!strncmp(path, BOX_HOME, n) && (!path[n] || path[n] == '/') &&
 	    snprintf(out, outsz, "%s%s", view_home, path + n) < (int)outsz)
 		return out;
@@ -167,6 +173,7 @@ nons_init(struct proxy *px)
 		return rc;
 	}
 	view_tmp = tmp;
+	view_kdir = px->px_kdir;
 	for (int i = 0; i < bx->bx_nbinds; i++)
 		reads[n++] = bx->bx_binds[i].bb_path;
 	reads[n] = NULL;

@@ -529,3 +529,20 @@ Test(docker, a_restricted_pod_boxes_kernels_as_its_uid, .timeout = 180)
 	unlink(path);
 	rmdir(tok);
 }
+
+/*
+ * A Deno kernel (javascript) under shared isolation: it starts in its own
+ * dir (no deno.json in its cwd), a host path, which a run dir under /tmp
+ * (the image's, the harness's) puts under /tmp: the box's view of the cwd
+ * must not take it for the box's /tmp.
+ */
+Test(docker, a_deno_kernel_runs_in_a_box_without_namespaces, .timeout = 120)
+{
+	char *id = context_new(URL, "javascript", NULL);
+	cr_assert_not_null(id);
+	char *out = run_stdout(URL, id, "console.log(6*7)");
+	cr_assert_str_eq(out, "42\n", "%s", out);
+	free(out);
+	context_delete(URL, id);
+	free(id);
+}
