@@ -416,7 +416,7 @@ docker_runs() {
 	docker_run "as the boxed Kubernetes template runs (deploy/docker/seccomp.json, a few capabilities, read-only root)" \
 		"reduced with namespaces" /tmp/sandcell-0 '[ "$u" -ge 61184 ] && [ "$u" -le 65519 ]' \
 		--security-opt "seccomp=$PWD/deploy/docker/seccomp.json" --security-opt no-new-privileges \
-		--cap-drop ALL --cap-add SETUID --cap-add SETGID --cap-add CHOWN --cap-add DAC_OVERRIDE \
+		--cap-drop ALL --cap-add SETUID --cap-add SETGID --cap-add SETFCAP --cap-add CHOWN --cap-add DAC_OVERRIDE \
 		--cap-add FOWNER --cap-add SETPCAP --cap-add KILL \
 		--read-only --tmpfs /tmp:rw,exec,size=2g --tmpfs /home/user:rw,exec --tmpfs /var/tmp
 	chown 1000:1000 "/tmp/$name.token"
