@@ -386,6 +386,13 @@ has = "reduced with namespaces" if s["namespaces"] else "reduced without namespa
 sys.exit(not (s["level"] == "reduced" and has == want and s["missing"]))' "/tmp/$name.ready" "$level"
 	neighbour=$(ctx)
 	docker_boxed "$where" "$rd" "$neighbour" "$uidtest"
+	out=$(curl -s --max-time 90 -H "$json" -H "$auth" "$url/execute" \
+		-d '{"language": "javascript", "code": "console.log(6*7)"}')
+	if printf '%s\n' "$out" | grep -q '"type":"stdout","text":"42'; then
+		ok "$where: javascript (Deno) runs in its box"
+	else
+		notok "$where: javascript (Deno) runs in its box: $(printf '%s' "$out" | head -c 300)"
+	fi
 	cells_next_to_busy "$where"
 	if [ "$failed" -ne 0 ]; then "$rt" logs --tail 40 "$name" 2>&1 | grep -v ' info: '; fi
 	"$rt" rm -f "$name" >/dev/null 2>&1
