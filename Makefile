@@ -268,8 +268,12 @@ image: deps all
 
 # Builds the image, runs it with podman: the E2B SDK test against it, /ready
 # before and during a drain, podman stop within the grace with exit status 0.
+# RUNTIME=docker: the same image under Debian's Docker (installed by
+# scripts/docker-deps.sh, a dockerd of the test's own), three ways.
+RUNTIME ?= podman
 test-image: image
-	@sh tests/deploy/image_test.sh
+	@if [ "$(RUNTIME)" = docker ]; then sh scripts/docker-deps.sh; fi
+	@RUNTIME=$(RUNTIME) sh tests/deploy/image_test.sh
 
 # Everything goes under $(DESTDIR): binaries, kernelspecs and the start-up
 # profile under $(PREFIX), the units in $(UNITDIR), naming $(PREFIX)'s paths.

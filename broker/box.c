@@ -256,21 +256,37 @@ box_check(char *err, size_t errsz)
 		return -ENOTSUP;
 	}
 	if (!boxnons_on() && (rc = namespaces_work(&what)) < 0) {
-		snprintf(err, errsz, "%s, and cannot make the box's namespaces (%s: %s); %s, or "
-				     "pass --no-sandbox to run kernels unboxed",
-			 geteuid() ? "not root" : "root", what, strerror(-rc),
-			 geteuid() ? "run the broker as root, or allow unprivileged user namespaces "
-				     "(sysctl user.max_user_namespaces; in a container, a seccomp "
-				     "profile that allows them)"
-				   : "allow namespaces in the container's seccomp profile");
-		return -ENOTSUP;
+		/* not root: without namespaces only Landlock's scoping keeps the
+		 * kernels, our uid, from signalling us (boxnons.c) */
+		if (geteuid() != 0 && landlock_abi() >= 6) {
+			boxnons_start(what, -rc, lack);
+			peerbox_on(); /* the control socket's path is in the kernels' reach */
+		} else {
+			snprintf(err, errsz,
+				 "%s, and cannot make the box's namespaces (%s: %s); %s, or "
+				 "pass --no-sandbox to run kernels unboxed",
+				 geteuid() ? "not root" : "root", what, strerror(-rc),
+				 geteuid() ? "run the broker as root, allow unprivileged user "
+					     "namespaces (sysctl user.max_user_namespaces; in a "
+					     "container, a seccomp profile that allows them), or run "
+					     "on Linux 6.12 or later (Landlock ABI 6), where kernels "
+					     "are boxed without namespaces"
+					   : "allow namespaces in the container's seccomp profile");
+			return -ENOTSUP;
+		}
 	}
 	if (!boxnons_on() && rc == 1)
 		lack("a /proc of the box's own (this /proc is partly masked): a box shows this one, "
 		     "with every process that is not the box's when it starts hidden",
 		     "an unmasked /proc (podman: --security-opt systempaths=unconfined; "
 		     "Kubernetes: procMount: Unmasked)");
-	if (geteuid() != 0) {
+	if (geteuid() != 0 && boxnons_on()) {
+		lack("a uid per kernel: kernels are the broker's uid, kept from its files, "
+		     "memory and signals by Landlock alone; the broker's API cannot tell their "
+		     "connections from a client's (use --access-token where it listens on more "
+		     "than loopback)",
+		     "run the broker as root");
+	} else if (geteuid() != 0) {
 		log_info("sandbox: not root: a user namespace per context; kernels run as uid "
 			 "%u inside it, which is the broker's uid %u on the host",
 			 BOX_USERNS_UID, (unsigned)geteuid());
@@ -295,13 +311,14 @@ peer_lookup_works(void)
 	socklen_t al = sizeof(a);
 	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), c = -1, s = -1;
 	uid_t uid = (uid_t)-1;
+	unsigned long long ino;
 	bool ok = false;
 
 	if (l >= 0 && bind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(l, 1) == 0 &&
 	    getsockname(l, (struct sockaddr *)&a, &al) == 0 &&
 	    (c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
 	    connect(c, (struct sockaddr *)&a, sizeof(a)) == 0 && (s = accept(l, NULL, NULL)) >= 0)
-		ok = peer_uid(s, &uid) == PEER_UID && uid == geteuid();
+		ok = peer_uid(s, &uid, &ino) == PEER_UID && uid == geteuid();
 	if (s >= 0)
 		close(s);
 	if (c >= 0)
@@ -327,6 +344,15 @@ void
 box_peer_check(void)
 {
 	sv.sv_cf.cf_peer_check = false;
+	if (boxnons_on() && geteuid() != 0) {
+		/* kernels are our uid: their connections are told by their boxes (peerbox.c) */
+		if (!(sv.sv_cf.cf_peer_check = peer_lookup_works()))
+			log_warn("cannot look up the owners of local connections (NETLINK_SOCK_DIAG): "
+				 "code in a context can reach this server's API over the network%s",
+				 sv.sv_cf.cf_token ? " (the access token still guards it)"
+						   : "; set --access-token");
+		return;
+	}
 	if (!kernels_have_own_uids()) {
 		if (!sv.sv_cf.cf_sandbox)
 			return; /* the log already says what --no-sandbox gives away */
@@ -353,17 +379,18 @@ box_peer_check(void)
 bool
 box_peer_is_context(int fd)
 {
+	unsigned long long ino = 0;
 	unsigned a, b;
 	uid_t uid;
 
 	if (!sv.sv_cf.cf_peer_check)
 		return false;
-	switch (peer_uid(fd, &uid)) {
+	switch (peer_uid(fd, &uid, &ino)) {
 	case PEER_REMOTE: return false;
 	case PEER_UNKNOWN: return true;
 	}
-	if (uid == geteuid())
-		return false;
+	if (uid == geteuid()) /* a kernel of ours, where kernels keep our uid */
+		return peerbox_socket_boxed(ino);
 	if (sv.sv_cf.cf_kernel_uid && uid == sv.sv_cf.cf_kernel_uid)
 		return true;
 	boxuid_range(&a, &b);

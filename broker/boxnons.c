@@ -2,12 +2,15 @@
  * boxnons.c — boxes without namespaces: root without the capabilities a box
  * needs where the container refuses every namespace, a user namespace of the
  * broker's own too (Docker's default seccomp profile, containerd's and
- * CRI-O's RuntimeDefault). box_check finds it (boxns_probe fails with
- * CAP_SETUID and CAP_SETGID held); this file says what such a box lacks, and
+ * CRI-O's RuntimeDefault), or not root there with Landlock's scoping (the
+ * restricted Pod Security Standard: kernels keep the broker's uid). box_check
+ * finds it (boxns_probe fails with CAP_SETUID and CAP_SETGID held; not root,
+ * namespaces_work fails); this file says what such a box lacks, and
  * what each missing part costs. The proxies make it (--no-namespaces,
  * proxy/sandbox.c), its Landlock rules are lib/landlock.c's.
  */
 #include <string.h>
+#include <unistd.h>
 
 #include "broker.h"
 
@@ -22,8 +25,10 @@ boxnons_on(void)
 
 /*
  * Root without the capabilities a box needs and without user namespaces (a
- * container's seccomp profile refuses them: Docker's, RuntimeDefault): the
- * boxes are what is left, the kernels' uids of the range, no_new_privs,
+ * container's seccomp profile refuses them: Docker's, RuntimeDefault), or
+ * not root there with Landlock's scoping (a restricted pod: the kernels keep
+ * the broker's uid): the boxes are what is left, the kernels' uids of the
+ * range (root), no_new_privs,
  * seccomp, rlimits and Landlock, each lack said with what it costs. Without
  * Landlock's scoping (ABI 6) too, they still start, saying loudly what that
  * costs: a uid of the range keeps the broker's files and processes out of
@@ -37,8 +42,9 @@ boxnons_start(const char *what, int err, void (*lack)(const char *what, const ch
 
 	nons = true;
 	log_warn("sandbox: no namespaces here (%s: %s; a container's seccomp profile): kernels "
-		 "are boxed without them, as uids of --kernel-uid-range with no_new_privs, "
-		 "seccomp, rlimits and Landlock (ABI %d)", what, strerror(err), abi);
+		 "are boxed without them, as %s with no_new_privs, seccomp, rlimits and "
+		 "Landlock (ABI %d)", what, strerror(err),
+		 geteuid() ? "the broker's uid" : "uids of --kernel-uid-range", abi);
 	static const char how[] = "allow user namespaces in the container's seccomp profile "
 				  "(docker run --security-opt seccomp=deploy/docker/seccomp.json), "
 				  "or run it with podman's defaults";

@@ -691,6 +691,6 @@ int cpus_quota(const char *proc_cgroup, const char *root);
 
 /* peer.c */
 enum { PEER_REMOTE, PEER_UID, PEER_UNKNOWN };
-int peer_uid(int fd, uid_t *uid);
+int peer_uid(int fd, uid_t *uid, unsigned long long *ino);
 
 #endif

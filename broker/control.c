@@ -33,10 +33,16 @@ pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 
 	(void)arg;
 	if (ev == NNG_PIPE_EV_ADD_PRE) {
-		uint64_t uid;
+		uint64_t uid = (uint64_t)-1, pid = 0;
 		if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, &uid) != 0 ||
-		    uid != (uint64_t)geteuid())
+		    uid != (uint64_t)geteuid() ||
+		    nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_PID, &pid) != 0 ||
+		    peerbox_boxed(pid)) {
+			if (uid == (uint64_t)geteuid())
+				log_warn("control: refused a client in a box (pid %llu)",
+				         (unsigned long long)pid);
 			nng_pipe_close(p);
+		}
 		return;
 	}
 	ctlpeer_gone(nng_pipe_id(p));

@@ -75,12 +75,12 @@ diag_end(const struct sockaddr_storage *a, __be16 *port, __be32 addr[4])
 
 /*
  * The uid owning the client's end of fd (an accepted TCP connection):
- * PEER_UID with *uid set, PEER_REMOTE (not on this machine), or PEER_UNKNOWN
+ * PEER_UID with *uid and *ino (its socket's inode) set, PEER_REMOTE (not on this machine), or PEER_UNKNOWN
  * (on this machine, but its socket is gone or has no owner any more: a client
  * that closed before we looked, or one in TIME_WAIT).
  */
 int
-peer_uid(int fd, uid_t *uid)
+peer_uid(int fd, uid_t *uid, unsigned long long *ino)
 {
 	struct sockaddr_storage me, peer;
 	socklen_t ml = sizeof(me), pl = sizeof(peer);
@@ -124,6 +124,7 @@ peer_uid(int fd, uid_t *uid)
 		/* a closed client's socket (orphaned, or in TIME_WAIT) names no owner */
 		if (m->idiag_state != TCP_TIME_WAIT && m->idiag_inode) {
 			*uid = m->idiag_uid;
+			*ino = m->idiag_inode;
 			rc = PEER_UID;
 		}
 	} else {

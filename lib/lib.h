@@ -77,6 +77,11 @@ int boxpath_open(const struct boxpath_view *v, const char *path, unsigned flags,
 		 char *real, size_t realsz);
 int boxpath_reopen(int fd, int flags);
 
+/* peerbox.c: a Unix socket's peer of our uid in a box (kernels as our uid) */
+void peerbox_on(void);
+bool peerbox_boxed(unsigned long long pid);
+bool peerbox_socket_boxed(unsigned long long ino);
+
 /* landlock.c */
 #define BOX_KDIR "/run/sandcell" /* in a box, the kernel's own dir (a copy of px_kdir) */
 struct landlock_rule {

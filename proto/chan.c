@@ -364,7 +364,7 @@ chan_conn_cb(void *arg)
 	struct chan *ch = arg;
 	int e = nng_aio_result(ch->ch_aio);
 	nng_stream *s;
-	uint64_t uid = 0;
+	uint64_t uid = 0, pid = 0;
 	bool take;
 
 	if (e == NNG_ECLOSED || e == NNG_ECANCELED)
@@ -386,6 +386,11 @@ chan_conn_cb(void *arg)
 	if (nng_stream_get_uint64(s, NNG_OPT_IPC_PEER_UID, &uid) != 0 ||
 	    uid != (uint64_t)geteuid()) {
 		log_warn("%s: refused ipc peer with uid %llu", ch->ch_url, (unsigned long long)uid);
+		take = false;
+	} else if (nng_stream_get_uint64(s, NNG_OPT_IPC_PEER_PID, &pid) != 0 ||
+		   peerbox_boxed(pid)) {
+		log_warn("%s: refused ipc peer in a box (pid %llu)", ch->ch_url,
+			 (unsigned long long)pid);
 		take = false;
 	} else {
 		pthread_mutex_lock(&ch->ch_mu);

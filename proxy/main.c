@@ -340,6 +340,9 @@ start(const char *kuser, unsigned long uid_arg)
 	if ((c = kout_open(px.px_id)) < 0)
 		fatal("context %s: the kernel's output pipe: %s", px.px_id, strerror(-c));
 	px.px_box.bx_out = kout_box_fd();
+	/* our uid's kernels (not root, no namespaces) can reach our link's path */
+	if (px.px_box.bx_on && px.px_box.bx_nons && geteuid() != 0)
+		peerbox_on();
 	if ((c = sandbox_init(&px)) < 0)
 		fatal("context %s: cannot build the sandbox: %s", px.px_id, strerror(-c));
 	hostnet_keep(); /* the link's socket and the template's connections are made there */

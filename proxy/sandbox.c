@@ -97,14 +97,20 @@ sandbox_binds(struct proxy *px)
  * the box's view; without namespaces, the host's paths (nons_init).
  */
 static const char *view_home = BOX_HOME, *view_tmp = "/tmp";
+static const char *view_kdir; /* without namespaces: the kernel's own dir, a host path */
 static const struct landlock_rule *view_rules = landlock_box;
 
 /* A path of the box's view (a cwd the broker checked in it) where this box shows it. */
 static const char *
 view_path(const char *path, char *out, size_t outsz)
 {
-	size_t n = strlen(BOX_HOME);
+	size_t n = view_kdir ? strlen(view_kdir) : 0;
 
+	/* its own dir (a Deno kernel starts there) is the host's path already,
+	 * which may well be under /tmp (a run dir's) */
+	if (n && !strncmp(path, view_kdir, n) && (!path[n] || path[n] == '/'))
+		return path;
+	n = strlen(BOX_HOME);
 	if (!strncmp(path, BOX_HOME, n) && (!path[n] || path[n] == '/') &&
 	    snprintf(out, outsz, "%s%s", view_home, path + n) < (int)outsz)
 		return out;
@@ -148,8 +154,10 @@ nons_init(struct proxy *px)
 	const char *reads[BOX_MAX_BINDS + 1];
 	int n = 0, rc;
 
-	if (geteuid() != 0) {
-		log_err("context %s: a box without namespaces needs root", px->px_id);
+	/* not root, the kernel is our uid: only the scoping keeps its signals from us */
+	if (geteuid() != 0 && landlock_abi() < 6) {
+		log_err("context %s: a box without namespaces needs root, or Landlock's scoping "
+			"(ABI 6; here %d)", px->px_id, landlock_abi());
 		return -EPERM;
 	}
 	/* its channels would listen on the container's loopback, its output for any to read */
@@ -164,6 +172,7 @@ nons_init(struct proxy *px)
 		return rc;
 	}
 	view_tmp = tmp;
+	view_kdir = px->px_kdir;
 	for (int i = 0; i < bx->bx_nbinds; i++)
 		reads[n++] = bx->bx_binds[i].bb_path;
 	reads[n] = NULL;
@@ -201,8 +210,13 @@ sandbox_init(struct proxy *px)
 			return -EPERM;
 		}
 		/* the kernel's files stay ours: on the host it is our uid */
-		bx->bx_userns = true;
+		bx->bx_userns = !bx->bx_nons; /* without namespaces: our uid, no other */
 		bx->bx_inuid = BOX_USERNS_UID;
+		if (bx->bx_nons) {
+			bx->bx_uid = geteuid();
+			bx->bx_gid = getegid();
+			bx->bx_ngroups = 0;
+		}
 		bx->bx_nproc = bx->bx_pids; /* no cgroup of ours to limit it with */
 	} else if (bx->bx_uid == (uid_t)-1) {
 		if (!bx->bx_uid_first)
@@ -212,7 +226,7 @@ sandbox_init(struct proxy *px)
 		bx->bx_uid = bx->bx_gid = bx->bx_uid_first;
 		bx->bx_ngroups = 0;
 	}
-	if (!bx->bx_userns && (bx->bx_uid == 0 || bx->bx_uid == geteuid())) {
+	if (!bx->bx_userns && (bx->bx_uid == 0 || (bx->bx_uid == geteuid() && geteuid() == 0))) {
 		log_err("context %s: kernels never run as root or as the proxy's uid", px->px_id);
 		return -EPERM;
 	}
@@ -271,8 +285,11 @@ sb_drop(const struct box *bx)
 	struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
 	struct __user_cap_data_struct data[2] = {{0}};
 
+	/* not root without namespaces, there is no CAP_SETPCAP to drop the bounding
+	 * set with: no_new_privs below keeps any capability of it from coming back */
 	for (int c = 0; c < 64; c++)
-		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
+		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL &&
+		    !(errno == EPERM && bx->bx_nons && geteuid() != 0))
 			return -1;
 	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
 		return -1;
@@ -283,6 +300,8 @@ sb_drop(const struct box *bx)
 		if (syscall(SYS_setresgid, in, in, in) < 0 ||
 		    syscall(SYS_setresuid, in, in, in) < 0)
 			return -1;
+	} else if (bx->bx_nons && geteuid() != 0) {
+		; /* the kernel keeps our uid and gid; no supplementary group to drop */
 	} else if (syscall(SYS_setgroups, bx->bx_ngroups, bx->bx_groups) < 0 ||
 		   syscall(SYS_setresgid, bx->bx_gid, bx->bx_gid, bx->bx_gid) < 0 ||
 		   syscall(SYS_setresuid, bx->bx_uid, bx->bx_uid, bx->bx_uid) < 0) {

@@ -15,6 +15,7 @@ anything failed.
 """
 import copy
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -150,6 +151,37 @@ def main():
               csc.get("allowPrivilegeEscalation") is False and
               csc.get("readOnlyRootFilesystem") is True and
               csc.get("capabilities", {}).get("drop") == ["ALL"])
+
+    # boxed by default: nothing unboxes the kernels; a Localhost profile is
+    # sandcell's, whose additions to Docker's default are the namespace box's
+    for rel, doc in docs:
+        spec = (doc.get("spec", {}).get("podTemplate") or doc.get("spec", {}).get("template") or {}).get("spec")
+        if spec:
+            c = json.dumps(spec["containers"])
+            check(f"{rel}: {doc.get('kind')} {doc.get('metadata', {}).get('name')} sets no "
+                  "SANDCELL_NO_SANDBOX and no --no-sandbox",
+                  "SANDCELL_NO_SANDBOX" not in c and "--no-sandbox" not in c)
+        prof = ((spec or {}).get("securityContext") or {}).get("seccompProfile") or {}
+        if prof.get("type") == "Localhost":
+            check(f"{rel}: the Localhost profile is sandcell's (sandcell/seccomp.json)",
+                  prof.get("localhostProfile") == "sandcell/seccomp.json", str(prof))
+    with open(os.path.join(ROOT, "deploy", "docker", "seccomp.json")) as f:
+        profile = json.load(f)
+    box = ["clone", "mount", "pivot_root", "setns", "sethostname", "umount2", "unshare"]
+    last = profile["syscalls"][-1]
+    check("deploy/docker/seccomp.json: Docker's default action, and its last entry allows "
+          "the namespace box's calls without a capability",
+          profile["defaultAction"] == "SCMP_ACT_ERRNO" and sorted(last["names"]) == sorted(box) and
+          last["action"] == "SCMP_ACT_ALLOW" and not last.get("args") and
+          not last.get("includes") and not last.get("excludes"))
+    allowed = {n for e in profile["syscalls"] if e["action"] == "SCMP_ACT_ALLOW" and
+               not (e.get("includes") or {}).get("caps") for n in e["names"]}
+    check("deploy/docker/seccomp.json: keyrings, bpf, ptrace without CAP_SYS_PTRACE and the "
+          "new mount API stay refused",
+          not allowed & {"keyctl", "add_key", "request_key", "bpf", "fsopen", "open_tree",
+                         "move_mount", "kcmp", "pidfd_getfd"})
+    check("deploy/docker/seccomp.json names where it comes from and its licence",
+          "Apache License 2.0" in " ".join(profile.get("comment", [])))
 
     for rel, doc in docs:
         ref = (doc.get("spec", {}).get("sandboxTemplateRef") or {}).get("name")

@@ -451,3 +451,98 @@ Test(docker, cwd_root_is_the_workspaces_dot_root, .timeout = 120)
 	free(a);
 	free(b);
 }
+
+/*
+ * As a restricted pod leaves the broker (non-root, every capability dropped,
+ * RuntimeDefault: no namespace at all): it starts and boxes its kernels
+ * without namespaces as its own uid. A kernel reads neither the run dir nor
+ * the token; the control socket, whose path a kernel of our uid can walk,
+ * closes on it, and the API refuses it (both tell it by its box's seccomp
+ * filter, lib/peerbox.c); its kill -9 -1 ends neither the broker nor the
+ * neighbour of the same uid.
+ */
+Test(docker, a_restricted_pod_boxes_kernels_as_its_uid, .timeout = 180)
+{
+	if (landlock_abi() < 6) /* without the scoping it refuses to start */
+		cr_skip_test("no Landlock scoping in this kernel (ABI %d)",
+		             landlock_abi());
+	const uid_t uid = 60997;
+	char tok[] = "/var/tmp/docker_test.XXXXXX", path[64], code[2048];
+	cr_assert_not_null(mkdtemp(tok));
+	snprintf(path, sizeof(path), "%s/token", tok);
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fputs("s3cret-token\n", f);
+	fclose(f);
+	cr_assert_eq(chown(tok, uid, uid) | chown(path, uid, uid) | chmod(path, 0600), 0);
+	const char *args[] = {"--no-default-context", "--pool", "python=0",
+	                      "--access-token-file",  path,     NULL};
+	struct broker b;
+	struct resp r;
+
+	harness_access_token("s3cret-token");
+	cr_assert_eq(broker_start_restricted(&b, uid, args), 0);
+	cr_assert_eq(http(b.b_url, "GET", "/ready", NULL, &r, 5), 0);
+	json_t *j = json_loads(r.r_body, 0, NULL), *sb = json_object_get(j, "sandbox");
+	cr_assert_str_eq(json_string_value(json_object_get(sb, "level")), "reduced", "%s",
+	                 r.r_body);
+	cr_assert(json_is_false(json_object_get(sb, "namespaces")), "%s", r.r_body);
+	json_decref(j);
+	resp_free(&r);
+	char *id = context_new(b.b_url, "python", NULL),
+	     *busy = context_new(b.b_url, "python", NULL);
+	cr_assert(id && busy);
+	pid_t nkernel = context_pid(b.b_url, busy, "kernel_pid");
+	snprintf(code, sizeof(code),
+	         "import os, socket, urllib.request\n"
+	         "st = dict(l.split(':\\t') for l in "
+	         "open('/proc/self/status').read().splitlines())\n"
+	         "def tr(f):\n"
+	         "    try:\n        f()\n        return 'done'\n"
+	         "    except OSError as e:\n        return type(e).__name__\n"
+	         "def ctl():\n"
+	         "    s = socket.socket(socket.AF_UNIX)\n    s.settimeout(5)\n"
+	         "    s.connect('%s/ctl.sock')\n"
+	         "    s.send(b'\\x00SP\\x00\\x00\\x11\\x00\\x00')\n"
+	         "    while s.recv(64):\n        pass\n"
+	         "def api():\n"
+	         "    try:\n        urllib.request.urlopen('%s/contexts', timeout=5)\n"
+	         "    except urllib.error.HTTPError as e:\n        return e.code\n"
+	         "print(os.getuid(), st['NoNewPrivs'], st['Seccomp'], tr(lambda: os.listdir('%s')),"
+	         " tr(lambda: open('%s').read()), tr(ctl), api())",
+	         b.b_run_dir, b.b_url, b.b_run_dir, path);
+	char *out = run_stdout(b.b_url, id, code), want[64];
+	/* ctl's connect is taken and closed at once (done), never kept open (timeout) */
+	snprintf(want, sizeof(want), "%u 1 2 PermissionError PermissionError done 403\n",
+	         (unsigned)uid);
+	cr_assert_str_eq(out, want, "%s", out);
+	free(out);
+	json_decref(run(b.b_url, id,
+	                "import subprocess\nsubprocess.run('kill -9 -1', shell=True)"));
+	cr_assert_eq(kill(b.b_pid, 0), 0, "the broker is gone");
+	cr_assert_eq(context_pid(b.b_url, busy, "kernel_pid"), nkernel,
+	             "the neighbour restarted");
+	free(id);
+	free(busy);
+	cr_assert_eq(broker_stop(&b), 0);
+	harness_access_token(NULL);
+	unlink(path);
+	rmdir(tok);
+}
+
+/*
+ * A Deno kernel (javascript) under shared isolation: it starts in its own
+ * dir (no deno.json in its cwd), a host path, which a run dir under /tmp
+ * (the image's, the harness's) puts under /tmp: the box's view of the cwd
+ * must not take it for the box's /tmp.
+ */
+Test(docker, a_deno_kernel_runs_in_a_box_without_namespaces, .timeout = 120)
+{
+	char *id = context_new(URL, "javascript", NULL);
+	cr_assert_not_null(id);
+	char *out = run_stdout(URL, id, "console.log(6*7)");
+	cr_assert_str_eq(out, "42\n", "%s", out);
+	free(out);
+	context_delete(URL, id);
+	free(id);
+}

@@ -701,6 +701,21 @@ broker_start_docker(struct broker *b, const int *caps, const char *const *extra)
 	return broker_restart(b, extra);
 }
 
+int
+broker_start_restricted(struct broker *b, uid_t uid, const char *const *extra)
+{
+	static const int none[] = {-1};
+
+	if (broker_prepare(b, 0) < 0)
+		return -1;
+	b->b_contained = b->b_docker = true;
+	b->b_caps = none;
+	b->b_uid = uid;
+	if (chown(b->b_run_dir, uid, uid) < 0)
+		return -1;
+	return broker_restart(b, extra);
+}
+
 __attribute__((weak)) const bool harness_broker_docker = false;
 
 /* podman's default capabilities (containers.conf, 4.x) */

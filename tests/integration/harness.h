@@ -78,6 +78,9 @@ int broker_start_as(struct broker *b, uid_t uid, const char *const *extra);
 int broker_start_contained(struct broker *b, const char *const *extra);
 /* The same as Docker's defaults leave root, with caps (-1-ended) for Docker's default ones. */
 int broker_start_docker(struct broker *b, const int *caps, const char *const *extra);
+/* ... as a restricted pod leaves it: Docker's seccomp profile, uid (not 0),
+ * no capability at all */
+int broker_start_restricted(struct broker *b, uid_t uid, const char *const *extra);
 /* Stops it and its proxies; -1 if its log holds a sanitizer report. */
 int broker_stop(struct broker *b);
 char *broker_log(const struct broker *b); /* its whole log so far; caller frees */
