@@ -459,7 +459,7 @@ box_uid(void)
  * context's, and never a kernel's, so that no kernel has a capability over
  * the network it sits in. Shared: one for the broker's life.
  */
-static unsigned
+unsigned
 box_net_uid(void)
 {
 	if (shared_net_uid || !boxes_use_the_range())
@@ -613,6 +613,12 @@ box_args(struct context *c, const char **argv, int *n)
 	argv[(*n)++] = sv.sv_cf.cf_isolated ? "context" : "shared";
 	argv[(*n)++] = "--network";
 	argv[(*n)++] = sv.sv_cf.cf_kernel_network;
+	if (uplink_pid()) {
+		static char up[16];
+		snprintf(up, sizeof(up), "%d", (int)uplink_pid());
+		argv[(*n)++] = "--uplink";
+		argv[(*n)++] = up;
+	}
 	egress_args(c, argv, n);
 	argv[(*n)++] = "--pids";
 	argv[(*n)++] = sv.sv_cf.cf_kernel_pids;

@@ -543,6 +543,12 @@ void supervise_shutdown_all(void);
 void supervise_adopt_all(void);
 
 /* template.c */
+void uplink_start(void);
+pid_t uplink_pid(void);
+bool uplink_reaped(pid_t pid, int status);
+void uplink_tick(uint64_t now);
+void uplink_stop(void);
+unsigned box_net_uid(void);
 void template_start(void);
 const char *template_socket(const char *kernel);
 bool template_starting(const char *kernel);

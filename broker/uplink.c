@@ -1,0 +1,133 @@
+/*
+ * uplink.c — the broker's side of the boxes' shared way out: one
+ * `sandcell-proxy --uplink-serve` (proxy/uplink.c) per broker, whose network
+ * namespace every root box is linked to (proxy/boxlink.c), and whose one
+ * pasta serves them all. Started before any context, waited for until its
+ * namespace and rules are set (its fd 3 says so), given to each proxy as
+ * --uplink PID. If it ends, contexts made before it ended have no way out
+ * (said), and another is started for the contexts to come; if none can be
+ * started, new boxes get a pasta of their own, as without it.
+ *
+ * Only for a root broker's boxes with outbound network; a rootless broker's
+ * boxes keep a pasta each (their namespaces are in user namespaces of their
+ * own, which the broker cannot link).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "broker.h"
+
+#define UPLINK_READY_MS 5000 /* its namespace, pasta and rules: ~50 ms */
+#define UPLINK_BACKOFF_MS 5000
+
+static pid_t pid;
+static uint64_t respawn_at;
+
+/* Whether this broker's boxes go out through an uplink. */
+static bool
+wanted(void)
+{
+	return sv.sv_cf.cf_sandbox && geteuid() == 0 && !boxnons_on() &&
+	       !strcmp(sv.sv_cf.cf_kernel_network, "outbound");
+}
+
+static void
+spawn(void)
+{
+	char uid[16];
+	int ready[2];
+	char c;
+	sigset_t none;
+	pid_t p;
+
+	respawn_at = 0;
+	snprintf(uid, sizeof(uid), "%u", box_net_uid());
+	if (pipe2(ready, O_CLOEXEC) < 0 || (p = fork()) < 0) {
+		log_err("uplink: %s: boxes get a pasta each", strerror(errno));
+		return;
+	}
+	if (p == 0) {
+		const char *argv[] = {sv.sv_cf.cf_proxy_bin, "--uplink-serve", "--net-uid", uid,
+				      "--log-level", sv.sv_cf.cf_log_level, NULL};
+		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		setsid();
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		if (fd >= 0)
+			dup2(fd, 0);
+		dup2(2, 1);
+		dup2(ready[1], 3);
+		syscall(SYS_close_range, 4, ~0U, 0);
+		execv(argv[0], (char **)argv);
+		_exit(127);
+	}
+	close(ready[1]);
+	struct pollfd pf = {.fd = ready[0], .events = POLLIN};
+	if (poll(&pf, 1, UPLINK_READY_MS) == 1 && read(ready[0], &c, 1) == 1) {
+		pid = p;
+		log_info("uplink: the boxes' way out (pid %d, one pasta for all)", (int)p);
+	} else {
+		kill(p, SIGKILL);
+		waitpid(p, NULL, 0);
+		respawn_at = now_ms() + UPLINK_BACKOFF_MS;
+		log_err("uplink: did not start (its log says why): new boxes get a pasta each");
+	}
+	close(ready[0]);
+}
+
+/* At start, before any context. */
+void
+uplink_start(void)
+{
+	if (wanted())
+		spawn();
+}
+
+/* The uplink's pid for a proxy's --uplink; 0: none. */
+pid_t
+uplink_pid(void)
+{
+	return pid;
+}
+
+/* Whether p was the uplink; if so, another is started after a pause. */
+bool
+uplink_reaped(pid_t p, int status)
+{
+	if (!pid || p != pid)
+		return false;
+	pid = 0;
+	if (sv.sv_lc.lc_quit)
+		return true;
+	respawn_at = now_ms() + UPLINK_BACKOFF_MS;
+	log_err("uplink: pid %d ended (status %d): the boxes made before have no way out; "
+		"new boxes get a pasta each until another uplink starts",
+		(int)p, status);
+	return true;
+}
+
+void
+uplink_tick(uint64_t now)
+{
+	if (!pid && respawn_at && now >= respawn_at && !sv.sv_lc.lc_stopping)
+		spawn();
+}
+
+void
+uplink_stop(void)
+{
+	if (pid > 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		pid = 0;
+	}
+}

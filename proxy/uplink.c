@@ -1,0 +1,116 @@
+/*
+ * uplink.c — sandcell-proxy --uplink-serve: the way out of every box of a
+ * root broker, one process and one pasta for them all, where a pasta per
+ * box cost ~29 MB each (docs/PERFORMANCE.md). Its network namespace is
+ * made as a box's is (boxnet_owned: owned by --net-uid, pasta as that uid
+ * in it); each box's namespace is linked to it by a veth pair (boxlink.c).
+ *
+ * Its nftables rules, in its own namespace (the host's firewall is not
+ * touched): from a box's link, forwarded to the way out (pasta's eth0)
+ * alone, masqueraded there; back to a box, only what answers it; nothing
+ * from one box to another, nothing from a box to the uplink itself, nothing
+ * in from the way out. A box's own egress rules (boxfw.c) stay in its own
+ * namespace, as without the uplink. IPv4 only: a box has no IPv6 way out.
+ *
+ * pasta ending is said and pasta started again, in the same namespace: the
+ * boxes' links stay. The holder ending (the namespace gone) ends the uplink,
+ * and the broker starts another (broker/uplink.c). The uplink dies with the
+ * broker (its death signal).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nftables/libnftables.h>
+
+#include "proxy.h"
+
+#define UPLINK_RESTART_MS 1000 /* between two starts of pasta */
+
+static const char rules[] =
+    "add table inet sandcell_uplink\n"
+    "add chain inet sandcell_uplink input { type filter hook input priority 0; policy accept; }\n"
+    "add rule inet sandcell_uplink input iifname \"sb*\" drop\n"
+    "add chain inet sandcell_uplink forward { type filter hook forward priority 0; policy drop; }\n"
+    "add rule inet sandcell_uplink forward iifname \"sb*\" oifname \"eth0\" meta nfproto ipv4 "
+    "accept\n"
+    "add rule inet sandcell_uplink forward iifname \"eth0\" oifname \"sb*\" ct state "
+    "established,related accept\n"
+    "add chain inet sandcell_uplink out { type nat hook postrouting priority 100; }\n"
+    "add rule inet sandcell_uplink out iifname \"sb*\" oifname \"eth0\" masquerade\n";
+
+/* The rules above, and forwarding on, in our namespace. */
+static int
+configure(void)
+{
+	struct nft_ctx *nft = nft_ctx_new(NFT_CTX_DEFAULT);
+	int rc;
+
+	if (!nft)
+		return -ENOMEM;
+	nft_ctx_buffer_error(nft);
+	rc = nft_run_cmd_from_buffer(nft, rules);
+	if (rc)
+		log_err("uplink: nftables: %s", nft_ctx_get_error_buffer(nft));
+	nft_ctx_free(nft);
+	if (rc)
+		return -EIO;
+	if ((rc = write_text("/proc/sys/net/ipv4/ip_forward", "1")) < 0)
+		log_err("uplink: ip_forward: %s", strerror(-rc));
+	return rc;
+}
+
+/*
+ * The uplink's life: its namespace and pasta, its rules, then pasta kept
+ * running. Returns only on failure (an exit status).
+ */
+int
+uplink_run(struct box *bx)
+{
+	int life[2], status, rc;
+	pid_t pid;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	bx->bx_id = "uplink";
+	bx->bx_net = BOX_NET_OUTBOUND;
+	bx->bx_uplink = 0;
+	if (!bx->bx_net_uid || pipe2(life, O_CLOEXEC) < 0)
+		return 2;
+	if ((rc = boxnet_owned(bx)) < 0) {
+		log_err("uplink: its network namespace: %s", strerror(-rc));
+		return 1;
+	}
+	if (configure() < 0)
+		return 1;
+	if (write(3, "r", 1) != 1) /* the broker waits for it */
+		return 1;
+	close(3);
+	log_info("uplink: ready (holder %d, pasta %d, uid %u)", (int)bx->bx_net_holder,
+		 (int)bx->bx_pasta, (unsigned)bx->bx_net_uid);
+	for (;;) {
+		if ((pid = waitpid(-1, &status, 0)) < 0) {
+			if (errno == EINTR)
+				continue;
+			log_err("uplink: waitpid: %s", strerror(errno));
+			return 1;
+		}
+		if (pid == bx->bx_net_holder) {
+			log_err("uplink: the namespace's holder ended (status %d)", status);
+			return 1;
+		}
+		if (pid != bx->bx_pasta)
+			continue;
+		log_warn("uplink: pasta ended (status %d): started again", status);
+		usleep(UPLINK_RESTART_MS * 1000);
+		if ((bx->bx_pasta = boxnet_pasta(bx->bx_net_uid, bx->bx_net_holder, life[0])) < 0) {
+			log_err("uplink: pasta: %s", strerror(errno));
+			return 1;
+		}
+	}
+}
