@@ -215,7 +215,8 @@ serve_stop(void)
 		context_detach_all();
 	else
 		supervise_shutdown_all();
-	uplink_stop(); /* kept contexts: theirs goes with us (docs/SECURITY.md) */
+	if (!sv.sv_cf.cf_keep_contexts)
+		uplink_stop(); /* else the kept boxes' way out, for the next broker */
 	control_stop();
 	if (!sv.sv_cf.cf_keep_contexts) {
 		unlink(sv.sv_cf.cf_env_file);

@@ -8,6 +8,11 @@
  * (said), and another is started for the contexts to come; if none can be
  * started, new boxes get a pasta of their own, as without it.
  *
+ * It does not die with the broker: a broker stopped under --keep-contexts
+ * leaves it to the kept boxes, and the next broker of the run dir adopts it
+ * (<run dir>/uplink.pid, checked against the process). A stop that ends the
+ * contexts ends it too.
+ *
  * Only for a root broker's boxes with outbound network; a rootless broker's
  * boxes keep a pasta each (their namespaces are in user namespaces of their
  * own, which the broker cannot link).
@@ -18,7 +23,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -29,7 +34,46 @@
 #define UPLINK_BACKOFF_MS 5000
 
 static pid_t pid;
+static bool adopted; /* a broker's before us: not our child */
 static uint64_t respawn_at;
+
+static char *
+pid_file(void)
+{
+	return xasprintf("%s/uplink.pid", sv.sv_cf.cf_run_dir);
+}
+
+/* The uplink a broker of this run dir left (its pid file), if it still runs; 0: none. */
+static pid_t
+left(void)
+{
+	char *path = pid_file(), cmd[4096], *want;
+	int fd, p = 0;
+	ssize_t n = 0;
+	FILE *f = fopen(path, "re");
+	struct stat st;
+
+	free(path);
+	if (!f)
+		return 0;
+	if (fscanf(f, "%d", &p) != 1)
+		p = 0;
+	fclose(f);
+	path = xasprintf("/proc/%d/cmdline", p);
+	if (p > 0 && (fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
+		n = read(fd, cmd, sizeof(cmd) - 1);
+		close(fd);
+	}
+	free(path);
+	path = xasprintf("/proc/%d", p);
+	want = xasprintf("%c--run-dir%c%s%c", 0, 0, sv.sv_cf.cf_run_dir, 0);
+	bool ours = n > 0 && stat(path, &st) == 0 && st.st_uid == 0 &&
+		    memmem(cmd, (size_t)n, "\0--uplink-serve\0", 16) &&
+		    memmem(cmd, (size_t)n, want, strlen(sv.sv_cf.cf_run_dir) + 12);
+	free(path);
+	free(want);
+	return ours ? p : 0;
+}
 
 /* Whether this broker's boxes go out through an uplink. */
 static bool
@@ -55,11 +99,11 @@ spawn(void)
 		return;
 	}
 	if (p == 0) {
-		const char *argv[] = {sv.sv_cf.cf_proxy_bin, "--uplink-serve", "--net-uid", uid,
-				      "--log-level", sv.sv_cf.cf_log_level, NULL};
+		const char *argv[] = {sv.sv_cf.cf_proxy_bin, "--uplink-serve", "--run-dir",
+				      sv.sv_cf.cf_run_dir, "--net-uid", uid, "--log-level",
+				      sv.sv_cf.cf_log_level, NULL};
 		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 		setsid();
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		if (fd >= 0)
@@ -73,7 +117,17 @@ spawn(void)
 	close(ready[1]);
 	struct pollfd pf = {.fd = ready[0], .events = POLLIN};
 	if (poll(&pf, 1, UPLINK_READY_MS) == 1 && read(ready[0], &c, 1) == 1) {
+		char *path = pid_file();
+		FILE *f = fopen(path, "we");
 		pid = p;
+		adopted = false;
+		bool ok = f && fprintf(f, "%d\n", (int)p) > 0;
+		if (f && fclose(f) != 0)
+			ok = false;
+		if (!ok)
+			log_warn("uplink: %s: a broker restarted under --keep-contexts would not "
+				 "find it", path);
+		free(path);
 		log_info("uplink: the boxes' way out (pid %d, one pasta for all)", (int)p);
 	} else {
 		kill(p, SIGKILL);
@@ -88,8 +142,14 @@ spawn(void)
 void
 uplink_start(void)
 {
-	if (wanted())
-		spawn();
+	if (!wanted())
+		return;
+	if ((pid = left())) {
+		adopted = true;
+		log_info("uplink: the one a broker before us left (pid %d), adopted", (int)pid);
+		return;
+	}
+	spawn();
 }
 
 /* The uplink's pid for a proxy's --uplink; 0: none. */
@@ -118,16 +178,28 @@ uplink_reaped(pid_t p, int status)
 void
 uplink_tick(uint64_t now)
 {
+	if (pid && adopted && kill(pid, 0) < 0) {
+		log_err("uplink: pid %d (adopted) ended: the boxes made before have no way out",
+			(int)pid);
+		pid = 0;
+		respawn_at = now;
+	}
 	if (!pid && respawn_at && now >= respawn_at && !sv.sv_lc.lc_stopping)
 		spawn();
 }
 
+/* A stop that ended the contexts: the uplink too. */
 void
 uplink_stop(void)
 {
+	char *path = pid_file();
+
 	if (pid > 0) {
 		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
+		if (!adopted)
+			waitpid(pid, NULL, 0);
 		pid = 0;
 	}
+	unlink(path);
+	free(path);
 }

@@ -197,31 +197,35 @@ uplink_end(int s, const char *name, unsigned slot, uint32_t *addr)
 }
 
 /*
- * Whether pid is our broker's child (the broker gave it) and in a network
- * namespace other than the broker's: a peer end there would be the host's.
+ * Whether pid is an uplink (root's, sandcell-proxy --uplink-serve: the
+ * broker's, or a broker's before a restart under --keep-contexts) in a
+ * network namespace other than the host's: a peer end there would be the
+ * host's.
  */
 static bool
 uplink_valid(pid_t pid)
 {
-	char path[64], line[256];
-	struct stat a, b;
-	int ppid = 0;
-	FILE *f;
+	char path[64], cmd[4096];
+	struct stat st;
+	ssize_t n = 0;
+	int fd;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if (!(f = fopen(path, "re")))
+	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+	if (stat(path, &st) < 0 || st.st_uid != 0)
 		return false;
-	if (fgets(line, sizeof(line), f)) {
-		char *p = strrchr(line, ')');
-		if (p)
-			sscanf(p + 1, " %*c %d", &ppid);
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
+		n = read(fd, cmd, sizeof(cmd) - 1);
+		close(fd);
 	}
-	fclose(f);
-	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)getppid());
-	if (ppid != getppid() || stat(path, &b) < 0)
+	if (n <= 0 || !memmem(cmd, (size_t)n, "\0--uplink-serve\0", 16))
 		return false;
 	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
-	return stat(path, &a) == 0 && (a.st_ino != b.st_ino || a.st_dev != b.st_dev);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return false;
+	bool host = hostnet_is(fd);
+	close(fd);
+	return !host;
 }
 
 /*

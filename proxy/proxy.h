@@ -342,6 +342,7 @@ void boxfw_tick(const struct box *bx, uint64_t now);
 
 /* hostnet.c */
 void hostnet_keep(void);
+bool hostnet_is(int fd);
 int hostnet_enter(void);
 void hostnet_leave(int here);
 int hostnet_socket(int domain, int type, int protocol);

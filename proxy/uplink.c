@@ -14,8 +14,8 @@
  *
  * pasta ending is said and pasta started again, in the same namespace: the
  * boxes' links stay. The holder ending (the namespace gone) ends the uplink,
- * and the broker starts another (broker/uplink.c). The uplink dies with the
- * broker (its death signal).
+ * and the broker starts another (broker/uplink.c). It outlives a broker
+ * stopped under --keep-contexts (its boxes' way out), for the next one.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -76,7 +75,6 @@ uplink_run(struct box *bx)
 	int life[2], status, rc;
 	pid_t pid;
 
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	bx->bx_id = "uplink";
 	bx->bx_net = BOX_NET_OUTBOUND;
 	bx->bx_uplink = 0;
