@@ -80,6 +80,7 @@ uplink_run(struct box *bx)
 	bx->bx_uplink = 0;
 	if (!bx->bx_net_uid || pipe2(life, O_CLOEXEC) < 0)
 		return 2;
+	hostnet_keep(); /* pasta, started again, takes the way out of the host's namespace */
 	if ((rc = boxnet_owned(bx)) < 0) {
 		log_err("uplink: its network namespace: %s", strerror(-rc));
 		return 1;
@@ -106,8 +107,16 @@ uplink_run(struct box *bx)
 			continue;
 		log_warn("uplink: pasta ended (status %d): started again", status);
 		usleep(UPLINK_RESTART_MS * 1000);
-		if ((bx->bx_pasta = boxnet_pasta(bx->bx_net_uid, bx->bx_net_holder, life[0])) < 0) {
-			log_err("uplink: pasta: %s", strerror(errno));
+		int here = hostnet_enter();
+		if (here < 0) {
+			log_err("uplink: the host's network namespace: %s", strerror(-here));
+			return 1;
+		}
+		bx->bx_pasta = boxnet_pasta(bx->bx_net_uid, bx->bx_net_holder, life[0]);
+		rc = errno;
+		hostnet_leave(here);
+		if (bx->bx_pasta < 0) {
+			log_err("uplink: pasta: %s", strerror(rc));
 			return 1;
 		}
 	}
