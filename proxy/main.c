@@ -380,7 +380,7 @@ main(int argc, char **argv)
 	parse_options(argc, argv, &env_file, &kernel, &kuser, &uid_arg, &level);
 	log_init("sandcell-proxy", level);
 	if (opt_uplink_serve)
-		return uplink_run(&px.px_box);
+		return uplink_run(&px.px_box, px.px_run_dir);
 	if ((sigfd = signal_fd()) < 0)
 		fatal("signalfd: %s", strerror(errno));
 	configure(kernel, env_file);

@@ -15,15 +15,20 @@
  * pasta ending is said and pasta started again, in the same namespace: the
  * boxes' links stay. The holder ending (the namespace gone) ends the uplink,
  * and the broker starts another (broker/uplink.c). It outlives a broker
- * stopped under --keep-contexts (its boxes' way out), for the next one.
+ * stopped under --keep-contexts (its boxes' way out), for the next one; with
+ * no broker of its run dir and no box linked, it ends.
  */
 #include <errno.h>
+#include <net/if.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <nftables/libnftables.h>
@@ -31,6 +36,7 @@
 #include "proxy.h"
 
 #define UPLINK_RESTART_MS 1000 /* between two starts of pasta */
+#define UPLINK_IDLE_S 5       /* how often it looks for a broker and boxes */
 
 static const char rules[] =
     "add table inet sandcell_uplink\n"
@@ -65,21 +71,87 @@ configure(void)
 	return rc;
 }
 
+/* Whether a box's link is in our namespace. */
+static bool
+linked(void)
+{
+	struct if_nameindex *ifs = if_nameindex(), *i;
+	bool any = false;
+
+	if (!ifs)
+		return true; /* unknown: stay */
+	for (i = ifs; i->if_index && !any; i++)
+		any = !strncmp(i->if_name, "sb", 2);
+	if_freenameindex(ifs);
+	return any;
+}
+
+/*
+ * Whether a broker holds run_dir's lock (config.c's flock), read from
+ * /proc/locks: taking it, even for a moment, would fail a broker starting.
+ */
+static bool
+broker_alive(const char *run_dir)
+{
+	char *path = xasprintf("%s/broker.lock", run_dir), line[256];
+	struct stat st;
+	bool yes = false;
+	FILE *f;
+
+	if (stat(path, &st) < 0 || !(f = fopen("/proc/locks", "re"))) {
+		free(path);
+		return true; /* unknown: stay */
+	}
+	free(path);
+	while (!yes && fgets(line, sizeof(line), f)) {
+		unsigned maj, min;
+		unsigned long long ino;
+		char *p = strstr(line, "FLOCK");
+		yes = p && sscanf(p, "FLOCK %*s %*s %*d %x:%x:%llu", &maj, &min, &ino) == 3 &&
+		      ino == (unsigned long long)st.st_ino && makedev(maj, min) == st.st_dev;
+	}
+	fclose(f);
+	return yes;
+}
+
+/* pasta again, from the host's namespace, where it takes the way out. */
+static int
+restart_pasta(struct box *bx, int alive)
+{
+	int here = hostnet_enter(), rc = 0;
+
+	if (here < 0) {
+		log_err("uplink: the host's network namespace: %s", strerror(-here));
+		return here;
+	}
+	if ((bx->bx_pasta = boxnet_pasta(bx->bx_net_uid, bx->bx_net_holder, alive)) < 0) {
+		rc = -errno;
+		log_err("uplink: pasta: %s", strerror(errno));
+	}
+	hostnet_leave(here);
+	return rc;
+}
+
 /*
  * The uplink's life: its namespace and pasta, its rules, then pasta kept
- * running. Returns only on failure (an exit status).
+ * running, until no broker of run_dir runs and no box is linked (a broker
+ * killed, not stopped, leaves it). An exit status.
  */
 int
-uplink_run(struct box *bx)
+uplink_run(struct box *bx, const char *run_dir)
 {
 	int life[2], status, rc;
+	sigset_t chld;
 	pid_t pid;
 
 	bx->bx_id = "uplink";
 	bx->bx_net = BOX_NET_OUTBOUND;
 	bx->bx_uplink = 0;
-	if (!bx->bx_net_uid || pipe2(life, O_CLOEXEC) < 0)
+	if (!bx->bx_net_uid || !run_dir || pipe2(life, O_CLOEXEC) < 0)
 		return 2;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &chld, NULL);
 	hostnet_keep(); /* pasta, started again, takes the way out of the host's namespace */
 	if ((rc = boxnet_owned(bx)) < 0) {
 		log_err("uplink: its network namespace: %s", strerror(-rc));
@@ -93,31 +165,23 @@ uplink_run(struct box *bx)
 	log_info("uplink: ready (holder %d, pasta %d, uid %u)", (int)bx->bx_net_holder,
 		 (int)bx->bx_pasta, (unsigned)bx->bx_net_uid);
 	for (;;) {
-		if ((pid = waitpid(-1, &status, 0)) < 0) {
-			if (errno == EINTR)
+		struct timespec idle = {UPLINK_IDLE_S, 0};
+		while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+			if (pid == bx->bx_net_holder) {
+				log_err("uplink: the namespace's holder ended (status %d)", status);
+				return 1;
+			}
+			if (pid != bx->bx_pasta)
 				continue;
-			log_err("uplink: waitpid: %s", strerror(errno));
-			return 1;
+			log_warn("uplink: pasta ended (status %d): started again", status);
+			usleep(UPLINK_RESTART_MS * 1000);
+			if (restart_pasta(bx, life[0]) < 0)
+				return 1;
 		}
-		if (pid == bx->bx_net_holder) {
-			log_err("uplink: the namespace's holder ended (status %d)", status);
-			return 1;
+		if (!broker_alive(run_dir) && !linked()) {
+			log_info("uplink: no broker and no box left: ending");
+			return 0;
 		}
-		if (pid != bx->bx_pasta)
-			continue;
-		log_warn("uplink: pasta ended (status %d): started again", status);
-		usleep(UPLINK_RESTART_MS * 1000);
-		int here = hostnet_enter();
-		if (here < 0) {
-			log_err("uplink: the host's network namespace: %s", strerror(-here));
-			return 1;
-		}
-		bx->bx_pasta = boxnet_pasta(bx->bx_net_uid, bx->bx_net_holder, life[0]);
-		rc = errno;
-		hostnet_leave(here);
-		if (bx->bx_pasta < 0) {
-			log_err("uplink: pasta: %s", strerror(rc));
-			return 1;
-		}
+		sigtimedwait(&chld, NULL, &idle);
 	}
 }
