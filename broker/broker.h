@@ -543,7 +543,7 @@ void supervise_shutdown_all(void);
 void supervise_adopt_all(void);
 
 /* template.c */
-void uplink_start(void);
+void uplink_start(unsigned net_uid);
 pid_t uplink_pid(void);
 bool uplink_reaped(pid_t pid, int status);
 void uplink_tick(uint64_t now);

@@ -176,7 +176,7 @@ serve_start(void)
 		exit(1);
 	if (http_start() < 0)
 		exit(1);
-	uplink_start();
+	uplink_start(box_net_uid());
 	template_start();
 	supervise_adopt_all();
 	envd_start();

@@ -34,7 +34,8 @@
 #define UPLINK_BACKOFF_MS 5000
 
 static pid_t pid;
-static bool adopted; /* a broker's before us: not our child */
+static unsigned net_uid; /* the boxes' shared network uid (box.c's): pasta's */
+static bool adopted;     /* a broker's before us: not our child */
 static uint64_t respawn_at;
 
 static char *
@@ -68,8 +69,8 @@ left(void)
 	path = xasprintf("/proc/%d", p);
 	want = xasprintf("%c--run-dir%c%s%c", 0, 0, sv.sv_cf.cf_run_dir, 0);
 	bool ours = n > 0 && stat(path, &st) == 0 && st.st_uid == 0 &&
-		    memmem(cmd, (size_t)n, "\0--uplink-serve\0", 16) &&
-		    memmem(cmd, (size_t)n, want, strlen(sv.sv_cf.cf_run_dir) + 12);
+	            memmem(cmd, (size_t)n, "\0--uplink-serve\0", 16) &&
+	            memmem(cmd, (size_t)n, want, strlen(sv.sv_cf.cf_run_dir) + 12);
 	free(path);
 	free(want);
 	return ours ? p : 0;
@@ -93,15 +94,16 @@ spawn(void)
 	pid_t p;
 
 	respawn_at = 0;
-	snprintf(uid, sizeof(uid), "%u", box_net_uid());
+	snprintf(uid, sizeof(uid), "%u", net_uid);
 	if (pipe2(ready, O_CLOEXEC) < 0 || (p = fork()) < 0) {
 		log_err("uplink: %s: boxes get a pasta each", strerror(errno));
 		return;
 	}
 	if (p == 0) {
-		const char *argv[] = {sv.sv_cf.cf_proxy_bin, "--uplink-serve", "--run-dir",
-				      sv.sv_cf.cf_run_dir, "--net-uid", uid, "--log-level",
-				      sv.sv_cf.cf_log_level, NULL};
+		const char *argv[] = {
+		    sv.sv_cf.cf_proxy_bin, "--uplink-serve",      "--run-dir",
+		    sv.sv_cf.cf_run_dir,   "--net-uid",           uid,
+		    "--log-level",         sv.sv_cf.cf_log_level, NULL};
 		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 		setsid();
 		sigemptyset(&none);
@@ -125,28 +127,33 @@ spawn(void)
 		if (f && fclose(f) != 0)
 			ok = false;
 		if (!ok)
-			log_warn("uplink: %s: a broker restarted under --keep-contexts would not "
-				 "find it", path);
+			log_warn("uplink: %s: a broker restarted under --keep-contexts "
+			         "would not "
+			         "find it",
+			         path);
 		free(path);
-		log_info("uplink: the boxes' way out (pid %d, one pasta for all)", (int)p);
+		log_info("uplink: the boxes' way out (pid %d, one pasta for all)",
+		         (int)p);
 	} else {
 		kill(p, SIGKILL);
 		waitpid(p, NULL, 0);
 		respawn_at = now_ms() + UPLINK_BACKOFF_MS;
-		log_err("uplink: did not start (its log says why): new boxes get a pasta each");
+		log_err("uplink: did not start (its log says why): new boxes get a pasta "
+		        "each");
 	}
 	close(ready[0]);
 }
 
-/* At start, before any context. */
+/* At start, before any context; uid: the boxes' shared network uid. */
 void
-uplink_start(void)
+uplink_start(unsigned uid)
 {
-	if (!wanted())
+	if (!wanted() || !(net_uid = uid))
 		return;
 	if ((pid = left())) {
 		adopted = true;
-		log_info("uplink: the one a broker before us left (pid %d), adopted", (int)pid);
+		log_info("uplink: the one a broker before us left (pid %d), adopted",
+		         (int)pid);
 		return;
 	}
 	spawn();
@@ -169,9 +176,10 @@ uplink_reaped(pid_t p, int status)
 	if (sv.sv_lc.lc_quit)
 		return true;
 	respawn_at = now_ms() + UPLINK_BACKOFF_MS;
-	log_err("uplink: pid %d ended (status %d): the boxes made before have no way out; "
-		"new boxes get a pasta each until another uplink starts",
-		(int)p, status);
+	log_err(
+	    "uplink: pid %d ended (status %d): the boxes made before have no way out; "
+	    "new boxes get a pasta each until another uplink starts",
+	    (int)p, status);
 	return true;
 }
 
@@ -179,8 +187,9 @@ void
 uplink_tick(uint64_t now)
 {
 	if (pid && adopted && kill(pid, 0) < 0) {
-		log_err("uplink: pid %d (adopted) ended: the boxes made before have no way out",
-			(int)pid);
+		log_err("uplink: pid %d (adopted) ended: the boxes made before have no "
+		        "way out",
+		        (int)pid);
 		pid = 0;
 		respawn_at = now;
 	}

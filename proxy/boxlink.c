@@ -29,7 +29,7 @@
 
 #include "proxy.h"
 
-#define BOXLINK_GW 0xa9fe0001u   /* 169.254.0.1: the uplink's end of every link */
+#define BOXLINK_GW 0xa9fe0001u    /* 169.254.0.1: the uplink's end of every link */
 #define BOXLINK_FIRST 0xa9fe0100u /* 169.254.1.0 .. 169.254.126.255: the boxes' ends */
 #define BOXLINK_SLOTS (126 * 256)
 
@@ -43,7 +43,8 @@ static struct rtattr *
 put(struct nlreq *r, unsigned short type, const void *data, size_t len)
 {
 	struct nlmsghdr *m = &r->n;
-	struct rtattr *a = (struct rtattr *)(r->buf + NLMSG_ALIGN(m->nlmsg_len) - sizeof(r->n));
+	struct rtattr *a =
+	    (struct rtattr *)(r->buf + NLMSG_ALIGN(m->nlmsg_len) - sizeof(r->n));
 
 	a->rta_type = type;
 	a->rta_len = RTA_LENGTH(len);
@@ -72,7 +73,8 @@ talk(int s, struct nlmsghdr *m)
 		return -errno;
 	if ((n = recv(s, buf, sizeof(buf), 0)) < 0)
 		return -errno;
-	for (struct nlmsghdr *h = (void *)buf; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n))
+	for (struct nlmsghdr *h = (void *)buf; NLMSG_OK(h, (size_t)n);
+	     h = NLMSG_NEXT(h, n))
 		if (h->nlmsg_type == NLMSG_ERROR)
 			return ((struct nlmsgerr *)NLMSG_DATA(h))->error;
 	return -EPROTO;
@@ -252,7 +254,8 @@ boxlink_attach(struct box *bx, pid_t uplink)
 	}
 	if ((s = rtnl()) < 0 || (rc = veth_add(s, peer, up)) == -EEXIST) {
 		/* a dead proxy's of our pid whose box is not gone yet */
-		snprintf(peer, sizeof(peer), "sb%x.%x", (unsigned)getpid(), (unsigned)now_ms() & 0xfff);
+		snprintf(peer, sizeof(peer), "sb%x.%x", (unsigned)getpid(),
+		         (unsigned)now_ms() & 0xfff);
 		rc = s < 0 ? s : veth_add(s, peer, up);
 	}
 	if (rc < 0)
@@ -277,12 +280,13 @@ boxlink_attach(struct box *bx, pid_t uplink)
 	    (rc = route_add(s, idx, 0, 0, BOXLINK_GW, 0)) < 0)
 		goto out;
 	bx->bx_net_ready = true;
-	log_info("context %s: the box's link %s to the uplink (pid %d): %u.%u.%u.%u", bx->bx_id,
-		 peer, (int)uplink, addr >> 24, (addr >> 16) & 0xff, (addr >> 8) & 0xff, addr & 0xff);
+	log_info("context %s: the box's link %s to the uplink (pid %d): %u.%u.%u.%u",
+	         bx->bx_id, peer, (int)uplink, addr >> 24, (addr >> 16) & 0xff,
+	         (addr >> 8) & 0xff, addr & 0xff);
 out:
 	if (rc < 0)
-		log_err("context %s: the box's link to the uplink (pid %d): %s", bx->bx_id,
-			(int)uplink, strerror(-rc));
+		log_err("context %s: the box's link to the uplink (pid %d): %s",
+		        bx->bx_id, (int)uplink, strerror(-rc));
 	if (us >= 0)
 		close(us);
 	if (s >= 0)

@@ -36,14 +36,17 @@
 #include "proxy.h"
 
 #define UPLINK_RESTART_MS 1000 /* between two starts of pasta */
-#define UPLINK_IDLE_S 5       /* how often it looks for a broker and boxes */
+#define UPLINK_IDLE_S 5        /* how often it looks for a broker and boxes */
 
 static const char rules[] =
     "add table inet sandcell_uplink\n"
-    "add chain inet sandcell_uplink input { type filter hook input priority 0; policy accept; }\n"
+    "add chain inet sandcell_uplink input { type filter hook input priority 0; policy "
+    "accept; }\n"
     "add rule inet sandcell_uplink input iifname \"sb*\" drop\n"
-    "add chain inet sandcell_uplink forward { type filter hook forward priority 0; policy drop; }\n"
-    "add rule inet sandcell_uplink forward iifname \"sb*\" oifname \"eth0\" meta nfproto ipv4 "
+    "add chain inet sandcell_uplink forward { type filter hook forward priority 0; "
+    "policy drop; }\n"
+    "add rule inet sandcell_uplink forward iifname \"sb*\" oifname \"eth0\" meta nfproto "
+    "ipv4 "
     "accept\n"
     "add rule inet sandcell_uplink forward iifname \"eth0\" oifname \"sb*\" ct state "
     "established,related accept\n"
@@ -107,8 +110,10 @@ broker_alive(const char *run_dir)
 		unsigned maj, min;
 		unsigned long long ino;
 		char *p = strstr(line, "FLOCK");
-		yes = p && sscanf(p, "FLOCK %*s %*s %*d %x:%x:%llu", &maj, &min, &ino) == 3 &&
-		      ino == (unsigned long long)st.st_ino && makedev(maj, min) == st.st_dev;
+		yes = p &&
+		      sscanf(p, "FLOCK %*s %*s %*d %x:%x:%llu", &maj, &min, &ino) == 3 &&
+		      ino == (unsigned long long)st.st_ino &&
+		      makedev(maj, min) == st.st_dev;
 	}
 	fclose(f);
 	return yes;
@@ -152,7 +157,8 @@ uplink_run(struct box *bx, const char *run_dir)
 	sigemptyset(&chld);
 	sigaddset(&chld, SIGCHLD);
 	sigprocmask(SIG_BLOCK, &chld, NULL);
-	hostnet_keep(); /* pasta, started again, takes the way out of the host's namespace */
+	hostnet_keep(); /* pasta, started again, takes the way out of the host's namespace
+	                 */
 	if ((rc = boxnet_owned(bx)) < 0) {
 		log_err("uplink: its network namespace: %s", strerror(-rc));
 		return 1;
@@ -163,17 +169,20 @@ uplink_run(struct box *bx, const char *run_dir)
 		return 1;
 	close(3);
 	log_info("uplink: ready (holder %d, pasta %d, uid %u)", (int)bx->bx_net_holder,
-		 (int)bx->bx_pasta, (unsigned)bx->bx_net_uid);
+	         (int)bx->bx_pasta, (unsigned)bx->bx_net_uid);
 	for (;;) {
 		struct timespec idle = {UPLINK_IDLE_S, 0};
 		while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
 			if (pid == bx->bx_net_holder) {
-				log_err("uplink: the namespace's holder ended (status %d)", status);
+				log_err(
+				    "uplink: the namespace's holder ended (status %d)",
+				    status);
 				return 1;
 			}
 			if (pid != bx->bx_pasta)
 				continue;
-			log_warn("uplink: pasta ended (status %d): started again", status);
+			log_warn("uplink: pasta ended (status %d): started again",
+			         status);
 			usleep(UPLINK_RESTART_MS * 1000);
 			if (restart_pasta(bx, life[0]) < 0)
 				return 1;
