@@ -545,6 +545,7 @@ void supervise_adopt_all(void);
 /* template.c */
 void uplink_start(unsigned net_uid);
 pid_t uplink_pid(void);
+uint64_t uplink_since(void);
 bool uplink_reaped(pid_t pid, int status);
 void uplink_tick(uint64_t now);
 void uplink_stop(void);

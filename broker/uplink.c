@@ -37,6 +37,7 @@ static pid_t pid;
 static unsigned net_uid; /* the boxes' shared network uid (box.c's): pasta's */
 static bool adopted;     /* a broker's before us: not our child */
 static uint64_t respawn_at;
+static uint64_t since; /* when the uplink in use started or was adopted (now_ms) */
 
 static char *
 pid_file(void)
@@ -123,6 +124,7 @@ spawn(void)
 		FILE *f = fopen(path, "we");
 		pid = p;
 		adopted = false;
+		since = now_ms();
 		bool ok = f && fprintf(f, "%d\n", (int)p) > 0;
 		if (f && fclose(f) != 0)
 			ok = false;
@@ -152,6 +154,7 @@ uplink_start(unsigned uid)
 		return;
 	if ((pid = left())) {
 		adopted = true;
+		since = now_ms();
 		log_info("uplink: the one a broker before us left (pid %d), adopted",
 		         (int)pid);
 		return;
@@ -164,6 +167,16 @@ pid_t
 uplink_pid(void)
 {
 	return pid;
+}
+
+/*
+ * When the uplink in use came (now_ms); 0: none yet. A warm box older
+ * than it was linked to one that ended (pool.c does not hand it out).
+ */
+uint64_t
+uplink_since(void)
+{
+	return since;
 }
 
 /* Whether p was the uplink; if so, another is started after a pause. */

@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <net/if.h>
 #include <linux/if_link.h>
+#include <linux/ip.h>
 #include <linux/rtnetlink.h>
 #include <linux/veth.h>
 #include <sched.h>
@@ -89,6 +90,14 @@ start(struct nlreq *r, unsigned short type, unsigned short flags, size_t hdr)
 	r->n.nlmsg_len = NLMSG_LENGTH(hdr);
 }
 
+static int
+rtnl(void)
+{
+	int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+
+	return s < 0 ? -errno : s;
+}
+
 /* Interface idx up. */
 static int
 link_up(int s, int idx)
@@ -101,6 +110,46 @@ link_up(int s, int idx)
 	i->ifi_index = idx;
 	i->ifi_flags = i->ifi_change = IFF_UP;
 	return talk(s, &r.n);
+}
+
+/* IPv4 forwarding on idx (its devconf, as net.ipv4.conf.IF.forwarding without /proc/sys).
+ */
+static int
+forward_on(int s, int idx)
+{
+	struct nlreq r;
+	struct ifinfomsg *i = NLMSG_DATA(&r.n);
+	uint32_t one = 1;
+
+	start(&r, RTM_NEWLINK, 0, sizeof(*i));
+	i->ifi_family = AF_UNSPEC;
+	i->ifi_index = idx;
+	struct rtattr *spec = put(&r, IFLA_AF_SPEC, NULL, 0);
+	struct rtattr *inet = put(&r, AF_INET, NULL, 0);
+	struct rtattr *conf = put(&r, IFLA_INET_CONF, NULL, 0);
+	put(&r, IPV4_DEVCONF_FORWARDING, &one, sizeof(one));
+	end(&r, conf);
+	end(&r, inet);
+	end(&r, spec);
+	return talk(s, &r.n);
+}
+
+/*
+ * Forwarding on interface name of our namespace: the uplink's eth0 (pasta's)
+ * and each box's end, where packets come in to be forwarded. 0, or -errno.
+ */
+int
+boxlink_forwarding(const char *name)
+{
+	int idx = (int)if_nametoindex(name), s, rc;
+
+	if (!idx)
+		return -errno;
+	if ((s = rtnl()) < 0)
+		return s;
+	rc = forward_on(s, idx);
+	close(s);
+	return rc;
 }
 
 /* Address addr/32 on idx. */
@@ -166,14 +215,6 @@ veth_add(int s, const char *peer, int netfd)
 	return talk(s, &r.n);
 }
 
-static int
-rtnl(void)
-{
-	int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-
-	return s < 0 ? -errno : s;
-}
-
 /*
  * The uplink's end, named name, in the uplink's namespace (s is a socket
  * of it): up, BOXLINK_GW on it, and a route to the first free address of
@@ -186,7 +227,8 @@ uplink_end(int s, const char *name, unsigned slot, uint32_t *addr)
 
 	if (!idx)
 		return -errno;
-	if ((rc = link_up(s, idx)) < 0 || (rc = addr_add(s, idx, BOXLINK_GW)) < 0)
+	if ((rc = link_up(s, idx)) < 0 || (rc = forward_on(s, idx)) < 0 ||
+	    (rc = addr_add(s, idx, BOXLINK_GW)) < 0)
 		return rc;
 	for (unsigned i = 0; i < BOXLINK_SLOTS; i++) {
 		*addr = BOXLINK_FIRST + (slot + i) % BOXLINK_SLOTS;

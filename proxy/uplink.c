@@ -11,6 +11,7 @@
  * from one box to another, nothing from a box to the uplink itself, nothing
  * in from the way out. A box's own egress rules (boxfw.c) stay in its own
  * namespace, as without the uplink. IPv4 only: a box has no IPv6 way out.
+ * Forwarding on in its namespace (ip_forward, else the host's, inherited).
  *
  * pasta ending is said and pasta started again, in the same namespace: the
  * boxes' links stay. The holder ending (the namespace gone) ends the uplink,
@@ -37,6 +38,7 @@
 
 #define UPLINK_RESTART_MS 1000 /* between two starts of pasta */
 #define UPLINK_IDLE_S 5        /* how often it looks for a broker and boxes */
+#define UPLINK_NET_MS 3000     /* pasta makes its eth0 in ~30 ms */
 
 static const char rules[] =
     "add table inet sandcell_uplink\n"
@@ -53,7 +55,7 @@ static const char rules[] =
     "add chain inet sandcell_uplink out { type nat hook postrouting priority 100; }\n"
     "add rule inet sandcell_uplink out iifname \"sb*\" oifname \"eth0\" masquerade\n";
 
-/* The rules above, and forwarding on, in our namespace. */
+/* The rules above, in our namespace. */
 static int
 configure(void)
 {
@@ -67,10 +69,52 @@ configure(void)
 	if (rc)
 		log_err("uplink: nftables: %s", nft_ctx_get_error_buffer(nft));
 	nft_ctx_free(nft);
-	if (rc)
-		return -EIO;
-	if ((rc = write_text("/proc/sys/net/ipv4/ip_forward", "1")) < 0)
-		log_err("uplink: ip_forward: %s", strerror(-rc));
+	return rc ? -EIO : 0;
+}
+
+/*
+ * IPv4 forwarding in our namespace: net.ipv4.ip_forward (its "all", which
+ * the per-interface setting does not replace). A new namespace inherits the
+ * host's; where /proc/sys is read-only (a container's), that must do.
+ */
+static int
+forwarding(void)
+{
+	static const char path[] = "/proc/sys/net/ipv4/ip_forward";
+	int rc = write_text(path, "1"), fd;
+	char c = '0';
+
+	if (rc == 0)
+		return 0;
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
+		if (read(fd, &c, 1) != 1)
+			c = '0';
+		close(fd);
+	}
+	if (c == '1')
+		return 0;
+	log_err("uplink: IPv4 forwarding is off in its namespace (the host's "
+	        "net.ipv4.ip_forward) "
+	        "and %s cannot be written: %s",
+	        path, strerror(-rc));
+	return rc;
+}
+
+/*
+ * Forwarding on pasta's eth0, once pasta has made it (the boxes' ends get
+ * theirs from boxlink.c), through rtnetlink: a pasta started again makes a
+ * new eth0, which takes net.ipv4.conf.default's, whatever that is.
+ */
+static int
+way_out_forwards(void)
+{
+	uint64_t until = now_ms() + UPLINK_NET_MS;
+	int rc;
+
+	while ((rc = boxlink_forwarding("eth0")) == -ENODEV && now_ms() < until)
+		usleep(10000);
+	if (rc < 0)
+		log_err("uplink: forwarding on pasta's eth0: %s", strerror(-rc));
 	return rc;
 }
 
@@ -163,7 +207,7 @@ uplink_run(struct box *bx, const char *run_dir)
 		log_err("uplink: its network namespace: %s", strerror(-rc));
 		return 1;
 	}
-	if (configure() < 0)
+	if (configure() < 0 || forwarding() < 0 || way_out_forwards() < 0)
 		return 1;
 	if (write(3, "r", 1) != 1) /* the broker waits for it */
 		return 1;
@@ -186,6 +230,7 @@ uplink_run(struct box *bx, const char *run_dir)
 			usleep(UPLINK_RESTART_MS * 1000);
 			if (restart_pasta(bx, life[0]) < 0)
 				return 1;
+			way_out_forwards(); /* said if not */
 		}
 		if (!broker_alive(run_dir) && !linked()) {
 			log_info("uplink: no broker and no box left: ending");
