@@ -40,18 +40,27 @@
 #define UPLINK_IDLE_S 5        /* how often it looks for a broker and boxes */
 #define UPLINK_NET_MS 3000     /* pasta makes its eth0 in ~30 ms */
 
+/*
+ * UPLINK_BOX_FLOWS: a box's connections through the uplink at once (TCP and
+ * UDP flows, by its address): past it a new one is refused, so that no box
+ * takes the whole of the connection tracking and pasta's flows from the
+ * others.
+ */
+#define UPLINK_BOX_FLOWS "4096"
 static const char rules[] =
     "add table inet sandcell_uplink\n"
-    "add chain inet sandcell_uplink input { type filter hook input priority 0; policy "
-    "accept; }\n"
+    "add set inet sandcell_uplink boxes { type ipv4_addr; size 65535; flags dynamic; }\n"
+    "add chain inet sandcell_uplink input { type filter hook input priority 0; "
+    "policy accept; }\n"
     "add rule inet sandcell_uplink input iifname \"sb*\" drop\n"
     "add chain inet sandcell_uplink forward { type filter hook forward priority 0; "
     "policy drop; }\n"
-    "add rule inet sandcell_uplink forward iifname \"sb*\" oifname \"eth0\" meta nfproto "
-    "ipv4 "
-    "accept\n"
-    "add rule inet sandcell_uplink forward iifname \"eth0\" oifname \"sb*\" ct state "
-    "established,related accept\n"
+    "add rule inet sandcell_uplink forward iifname \"sb*\" ct state new "
+    "add @boxes { ip saddr ct count over " UPLINK_BOX_FLOWS " } reject\n"
+    "add rule inet sandcell_uplink forward iifname \"sb*\" oifname \"eth0\" "
+    "meta nfproto ipv4 accept\n"
+    "add rule inet sandcell_uplink forward iifname \"eth0\" oifname \"sb*\" "
+    "ct state established,related accept\n"
     "add chain inet sandcell_uplink out { type nat hook postrouting priority 100; }\n"
     "add rule inet sandcell_uplink out iifname \"sb*\" oifname \"eth0\" masquerade\n";
 

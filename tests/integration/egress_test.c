@@ -591,6 +591,45 @@ Test(egress, the_shared_way_out_survives_pasta_ending_and_a_broker_restart,
 }
 
 /*
+ * No box takes the shared way out from the others: past 4096 flows of its
+ * own at once (UDP ones here, each to another port of the stand-in
+ * internet), a box's next connection is refused at once, while another
+ * box's goes through.
+ */
+Test(egress, a_box_with_too_many_flows_is_refused_and_its_neighbour_is_not,
+     .fini = egress_stop, .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", NULL};
+	char code[1024];
+
+	standins();
+	start(args, 0);
+	char *hog = context_new(eb.b_url, "python", NULL),
+	     *other = context_new(eb.b_url, "python", NULL);
+	cr_assert(hog && other);
+	snprintf(code, sizeof(code),
+	         "import socket, urllib.request\n"
+	         "for i in range(4200):\n"
+	         "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+	         "    s.sendto(b'x', ('%s', 20000 + i))\n"
+	         "    s.close()\n"
+	         "try:\n"
+	         "    urllib.request.urlopen('%s', timeout=10).read()\n"
+	         "    print('reached')\n"
+	         "except Exception as e:\n"
+	         "    print('refused')\n",
+	         in.in_addr, in.in_url);
+	char *out = run_stdout(eb.b_url, hog, code);
+	cr_expect_str_eq(out, "refused\n", "the box past its flows: %s", out);
+	free(out);
+	out = probe(eb.b_url, other, "python");
+	cr_expect_str_eq(out, "page\nrefused\nrefused\n", "its neighbour: %s", out);
+	free(out);
+	free(hog);
+	free(other);
+}
+
+/*
  * The server's own lists: no internet (SANDCELL_EGRESS_DENY, as an image
  * sets it) but a package mirror (--egress-allow), for every context: the
  * longer prefix decides.
