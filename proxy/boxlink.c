@@ -33,6 +33,13 @@
 #define BOXLINK_GW 0xa9fe0001u    /* 169.254.0.1: the uplink's end of every link */
 #define BOXLINK_FIRST 0xa9fe0100u /* 169.254.1.0 .. 169.254.126.255: the boxes' ends */
 #define BOXLINK_SLOTS (126 * 256)
+/*
+ * pasta's (its tap's default, 65520): a segment pasta hands the uplink is
+ * forwarded to a box whole. At Ethernet's 1500 it could not be (pasta sends
+ * up to its MTU and takes no ICMP "fragmentation needed"): a TLS handshake's
+ * answer never came.
+ */
+#define BOXLINK_MTU 65520
 
 struct nlreq {
 	struct nlmsghdr n;
@@ -199,15 +206,18 @@ veth_add(int s, const char *peer, int netfd)
 {
 	struct nlreq r;
 	struct ifinfomsg *i = NLMSG_DATA(&r.n), pi = {.ifi_family = AF_UNSPEC};
+	uint32_t mtu = BOXLINK_MTU;
 
 	start(&r, RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, sizeof(*i));
 	i->ifi_family = AF_UNSPEC;
 	put(&r, IFLA_IFNAME, "eth0", 5);
+	put(&r, IFLA_MTU, &mtu, sizeof(mtu));
 	struct rtattr *info = put(&r, IFLA_LINKINFO, NULL, 0);
 	put(&r, IFLA_INFO_KIND, "veth", 5);
 	struct rtattr *data = put(&r, IFLA_INFO_DATA, NULL, 0);
 	struct rtattr *p = put(&r, VETH_INFO_PEER, &pi, sizeof(pi));
 	put(&r, IFLA_IFNAME, peer, strlen(peer) + 1);
+	put(&r, IFLA_MTU, &mtu, sizeof(mtu));
 	put(&r, IFLA_NET_NS_FD, &netfd, sizeof(netfd));
 	end(&r, p);
 	end(&r, data);

@@ -41,6 +41,10 @@
 #define UPLINK_NET_MS 3000     /* pasta makes its eth0 in ~30 ms */
 
 /*
+ * A segment of pasta's conntrack does not take for a box's (this pasta sends
+ * window updates without ACK) is dropped, not answered: the uplink's own
+ * stack would reset the box's connection in pasta.
+ *
  * UPLINK_BOX_FLOWS: a box's connections through the uplink at once (TCP and
  * UDP flows, by its address): past it a new one is refused, so that no box
  * takes the whole of the connection tracking and pasta's flows from the
@@ -53,6 +57,7 @@ static const char rules[] =
     "add chain inet sandcell_uplink input { type filter hook input priority 0; "
     "policy accept; }\n"
     "add rule inet sandcell_uplink input iifname \"sb*\" drop\n"
+    "add rule inet sandcell_uplink input iifname \"eth0\" ct state invalid drop\n"
     "add chain inet sandcell_uplink forward { type filter hook forward priority 0; "
     "policy drop; }\n"
     "add rule inet sandcell_uplink forward iifname \"sb*\" ct state new "
