@@ -337,8 +337,10 @@ boxlink_attach(struct box *bx, pid_t uplink)
 	         (addr >> 8) & 0xff, addr & 0xff);
 out:
 	if (rc < 0)
-		log_err("context %s: the box's link to the uplink (pid %d): %s",
-		        bx->bx_id, (int)uplink, strerror(-rc));
+		log_err(
+		    "context %s: the box's link to the uplink (pid %d): %s: no way out, "
+		    "loopback only",
+		    bx->bx_id, (int)uplink, strerror(-rc));
 	if (us >= 0)
 		close(us);
 	if (s >= 0)

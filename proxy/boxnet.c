@@ -244,8 +244,9 @@ boxnet_owned(struct box *bx)
 	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)h);
 	if ((netfd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || setns(netfd, CLONE_NEWNET) < 0)
 		rc = -errno;
-	else if (bx->bx_net == BOX_NET_OUTBOUND && bx->bx_uplink)
-		rc = boxlink_attach(bx, bx->bx_uplink);
+	else if (bx->bx_net == BOX_NET_OUTBOUND && bx->bx_uplink &&
+		 boxlink_attach(bx, bx->bx_uplink) < 0)
+		bx->bx_net_ready = true; /* said: loopback only, as when pasta fails */
 out:
 	close(up[0]);
 	close(down[0]);
