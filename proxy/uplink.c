@@ -11,7 +11,9 @@
  * from one box to another, nothing from a box to the uplink itself, nothing
  * in from the way out. A box's own egress rules (boxfw.c) stay in its own
  * namespace, as without the uplink. IPv4 only: a box has no IPv6 way out.
- * Forwarding on in its namespace (ip_forward, else the host's, inherited).
+ * Forwarding is on per interface (pasta's eth0 here, each box's end in
+ * boxlink.c), through rtnetlink: net.ipv4.ip_forward is not needed, nor a
+ * writable /proc/sys (a container's, systemd's ProtectKernelTunables).
  *
  * pasta ending is said and pasta started again, in the same namespace: the
  * boxes' links stay. The holder ending (the namespace gone) ends the uplink,
@@ -84,34 +86,6 @@ configure(void)
 		log_err("uplink: nftables: %s", nft_ctx_get_error_buffer(nft));
 	nft_ctx_free(nft);
 	return rc ? -EIO : 0;
-}
-
-/*
- * IPv4 forwarding in our namespace: net.ipv4.ip_forward (its "all", which
- * the per-interface setting does not replace). A new namespace inherits the
- * host's; where /proc/sys is read-only (a container's), that must do.
- */
-static int
-forwarding(void)
-{
-	static const char path[] = "/proc/sys/net/ipv4/ip_forward";
-	int rc = write_text(path, "1"), fd;
-	char c = '0';
-
-	if (rc == 0)
-		return 0;
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
-		if (read(fd, &c, 1) != 1)
-			c = '0';
-		close(fd);
-	}
-	if (c == '1')
-		return 0;
-	log_err("uplink: IPv4 forwarding is off in its namespace (the host's "
-	        "net.ipv4.ip_forward) "
-	        "and %s cannot be written: %s",
-	        path, strerror(-rc));
-	return rc;
 }
 
 /*
@@ -221,7 +195,7 @@ uplink_run(struct box *bx, const char *run_dir)
 		log_err("uplink: its network namespace: %s", strerror(-rc));
 		return 1;
 	}
-	if (configure() < 0 || forwarding() < 0 || way_out_forwards() < 0)
+	if (configure() < 0 || way_out_forwards() < 0)
 		return 1;
 	if (write(3, "r", 1) != 1) /* the broker waits for it */
 		return 1;
