@@ -119,6 +119,19 @@ link_up(int s, int idx)
 	return talk(s, &r.n);
 }
 
+/* Interface idx (a veth: both its ends) gone. */
+static int
+link_del(int s, int idx)
+{
+	struct nlreq r;
+	struct ifinfomsg *i = NLMSG_DATA(&r.n);
+
+	start(&r, RTM_DELLINK, 0, sizeof(*i));
+	i->ifi_family = AF_UNSPEC;
+	i->ifi_index = idx;
+	return talk(s, &r.n);
+}
+
 /* IPv4 forwarding on idx (its devconf, as net.ipv4.conf.IF.forwarding without /proc/sys).
  */
 static int
@@ -319,8 +332,10 @@ boxlink_attach(struct box *bx, pid_t uplink)
 	}
 	us = rtnl();
 	rc = us < 0 ? us : uplink_end(us, peer, (unsigned)getpid(), &addr);
+	/* back in the box's: a proxy left in the uplink's must not go on */
 	if (setns(here, CLONE_NEWNET) < 0)
-		rc = -errno;
+		fatal("context %s: back from the uplink's network namespace: %s",
+		      bx->bx_id, strerror(errno));
 	if (rc < 0)
 		goto out;
 	if (!(idx = (int)if_nametoindex("eth0"))) {
@@ -336,6 +351,8 @@ boxlink_attach(struct box *bx, pid_t uplink)
 	         bx->bx_id, peer, (int)uplink, addr >> 24, (addr >> 16) & 0xff,
 	         (addr >> 8) & 0xff, addr & 0xff);
 out:
+	if (rc < 0 && s >= 0 && (idx = (int)if_nametoindex("eth0")))
+		link_del(s, idx); /* both ends, and the uplink's route to it */
 	if (rc < 0)
 		log_err(
 		    "context %s: the box's link to the uplink (pid %d): %s: no way out, "
