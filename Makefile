@@ -108,7 +108,7 @@ $(BIN)/sandcell-broker: $(BUILD)/broker/main.o $(BROKER_OBJ) $(PROTO_OBJ)
 # 0711 as sandcell-init, so that the tenant's processes cannot read it and it
 # stays non-dumpable after its exec (no ptrace of it by the tenant's commands).
 $(BIN)/sandcell-envd: $(BUILD)/envd/agent.o $(BUILD)/envd/proc.o $(BUILD)/envd/watch.o \
-		      $(BUILD)/envd/file.o \
+		      $(BUILD)/envd/file.o $(BUILD)/envd/meta.o \
 		      $(PROTO_OBJ)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_PROTO)
@@ -133,6 +133,11 @@ $(BUILD)/tests/caller_test: $(BUILD)/broker/caller.o $(BUILD)/broker/frame.o
 $(BUILD)/tests/connect_test: $(BUILD)/broker/connect.o
 $(BUILD)/tests/ctlpeer_test: $(BUILD)/broker/ctlpeer.o
 $(BUILD)/tests/output_test: $(BUILD)/proxy/output.o
+# the broker's core, its proxies a fake behind link.c's port (link_use)
+$(BUILD)/tests/brokercore_test: $(BUILD)/broker/request.o $(BUILD)/broker/stream.o \
+			 $(BUILD)/broker/waiter.o $(BUILD)/broker/pool.o $(BUILD)/broker/context.o \
+			 $(BUILD)/broker/supervise.o $(BUILD)/broker/relay.o $(BUILD)/broker/answer.o \
+			 $(BUILD)/broker/link.o $(BUILD)/broker/validate.o $(BUILD)/broker/events.o
 $(BUILD)/tests/admit_test: $(BUILD)/proxy/admit.o $(BUILD)/proxy/unit.o $(BUILD)/proxy/output.o \
 			  $(BUILD)/proxy/envset.o
 $(BUILD)/tests/hotpages_test: $(BUILD)/proxy/hotpages.o
@@ -168,7 +173,7 @@ $(BUILD)/tests/lang_isolated_test: tests/integration/lang_test.c tests/integrati
 # The benchmarks include a raw Jupyter client (the baseline): libzmq, with
 # proxy/wire.c's messages.
 $(BUILD)/bench: $(wildcard tests/bench/*.c) $(HARNESS) $(BUILD)/proxy/wire.o \
-		$(BUILD)/proxy/zmtp.o $(PROTO_OBJ)
+		$(BUILD)/proxy/zmtp.o $(BUILD)/proxy/filter.o $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS_PROXY) -lzmq -lcurl
 

@@ -20,7 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "broker.h"
+#include "http.h"
 
 #define CONTEXT_PENDING_MAX 32 /* connections from contexts waiting for their 403 */
 
@@ -45,6 +45,9 @@ static int envd_fd = -1;   /* --envd-listen's: the same, for envd.c's routes */
 static unsigned short envd_port; /* its port, which tells its connections */
 static struct evsrc ev_listen, ev_envd;
 
+static void accept_ready(void *arg, uint32_t events);
+static void accept_sniff(void *arg, uint32_t events);
+
 /* Connections waiting for their request line, for the connection limit. */
 unsigned
 accept_pending(void)
@@ -56,7 +59,7 @@ static void
 accept_watch(int fd)
 {
 	listen_fd = fd;
-	ev_listen = (struct evsrc){EV_LISTEN, NULL};
+	ev_listen = (struct evsrc){accept_ready, NULL};
 	server_watch(fd, EPOLLIN, &ev_listen);
 }
 
@@ -169,7 +172,7 @@ accept_listen_envd(const char *where)
 		return -1;
 	envd_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
 						   : ((struct sockaddr_in *)&ss)->sin_port);
-	ev_envd = (struct evsrc){EV_LISTEN, NULL};
+	ev_envd = (struct evsrc){accept_ready, NULL};
 	server_watch(envd_fd, EPOLLIN, &ev_envd);
 	return envd_fd;
 }
@@ -305,7 +308,7 @@ accept_from(int lfd)
 			continue;
 		}
 		npending_ctx += pd->pd_context;
-		pd->pd_ev = (struct evsrc){EV_PENDING, pd};
+		pd->pd_ev = (struct evsrc){accept_sniff, pd};
 		TAILQ_INSERT_TAIL(&pending, pd, pd_link);
 		npending++;
 		/* edge-triggered: peeked bytes stay unread, only new ones wake us */
@@ -314,18 +317,20 @@ accept_from(int lfd)
 }
 
 /* New connections, on either listener: each waits in the pending list for its first bytes. */
-void
-accept_ready(void)
+static void
+accept_ready(void *arg, uint32_t events)
 {
+	(void)arg, (void)events;
 	accept_from(listen_fd);
 	if (envd_fd >= 0)
 		accept_from(envd_fd);
 }
 
 /* Bytes (or an end) on a pending connection: hand it to MHD, refuse it, or wait. */
-void
-accept_sniff(struct pending *pd, uint32_t events)
+static void
+accept_sniff(void *arg, uint32_t events)
 {
+	struct pending *pd = arg;
 	char b[HTTP_CONN_MEMORY]; /* a head MHD could hold */
 	ssize_t n = recv(pd->pd_fd, b, sizeof(b), MSG_PEEK | MSG_DONTWAIT);
 	bool ended = events & (EPOLLRDHUP | EPOLLHUP);

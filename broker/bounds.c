@@ -202,13 +202,13 @@ ws_held(void)
 
 	if (!sv.sv_cf.cf_isolated)
 		return ws_total;
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
+	CONTEXT_FOREACH(c)
 	n += c->c_workspace != NULL;
 	return n * sv.sv_cf.cf_workspace_size;
 }
 
 /*
- * Before a context gets a workspace of its own (box_isolate): whether its
+ * Before a context gets a workspace of its own (workspace_own): whether its
  * bound fits in what the others leave of the total. -ENOSPC (507) if not:
  * a context deleted gives its share back.
  */

@@ -1,7 +1,9 @@
 /*
  * box.c — the broker's side of the kernels' sandbox (built by each proxy,
- * proxy/sandbox.c): can this machine build it, the shared workspace, what the
- * proxies are told, and what an operator sees of a context's box.
+ * proxy/sandbox.c): can this machine build it (what it lacks here, GET
+ * /ready's "sandbox"), the workspace a box shows, what the proxies are told
+ * (box_args), the peer check, and what a stop releases. The uids boxes run
+ * as are boxuid.c's, a context's own workspace workspace.c's.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,8 +21,6 @@
 #include <unistd.h>
 
 #include "broker.h"
-
-#define BOX_USERNS_UID 1000 /* proxy/sandbox.c's SB_USERNS_UID */
 
 /*
  * What the box lacks here, each with what would give it (the next level):
@@ -311,21 +311,6 @@ peer_lookup_works(void)
 	return ok;
 }
 
-/* --kernel-uid-range, A-B. */
-static void
-uid_range(unsigned *a, unsigned *b)
-{
-	*a = *b = 0;
-	sscanf(sv.sv_cf.cf_uid_range, "%u-%u", a, b);
-}
-
-/* Whether boxes run kernels as uids of the range on the host (root's boxes). */
-static bool
-boxes_use_the_range(void)
-{
-	return sv.sv_cf.cf_sandbox && geteuid() == 0;
-}
-
 /*
  * Whether the kernels' uids on the host are their own: root's boxes (the
  * range, or --kernel-user), or --kernel-user without the sandbox. Otherwise
@@ -334,7 +319,7 @@ boxes_use_the_range(void)
 static bool
 kernels_have_own_uids(void)
 {
-	return boxes_use_the_range() || sv.sv_cf.cf_kernel_uid;
+	return boxuid_ranged() || sv.sv_cf.cf_kernel_uid;
 }
 
 /* At start: whether box_peer_is_context can work here; the log says if not. */
@@ -381,109 +366,8 @@ box_peer_is_context(int fd)
 		return false;
 	if (sv.sv_cf.cf_kernel_uid && uid == sv.sv_cf.cf_kernel_uid)
 		return true;
-	uid_range(&a, &b);
-	return boxes_use_the_range() && uid >= a && uid <= b;
-}
-
-/*
- * The kernels' uid in shared isolation, as root: the one this broker held
- * before a restart (its kept contexts run as it) if it can lease it again,
- * else the first uid of --kernel-uid-range it can lease (uidlease.c); kept
- * for the broker's life.
- */
-static unsigned shared_uid, shared_net_uid;
-static int shared_lease = -1, shared_net_lease = -1; /* held for the broker's life */
-
-/* Whether uid is one of ours already (a context's, or the shared ones). */
-static bool
-ours(unsigned uid)
-{
-	struct context *o;
-
-	if (uid == shared_uid || uid == shared_net_uid)
-		return true;
-	TAILQ_FOREACH(o, &sv.sv_tb.tb_contexts, c_link)
-		if (o->c_uid == uid || o->c_net_uid == uid)
-			return true;
-	return false;
-}
-
-/*
- * A uid of the range for role ("" a kernel's, "net" a network's): the one
- * that role had before a restart (our kept contexts use it), else the first
- * no context of ours uses and that we can lease; its lease in *fd (-1 when
- * leases cannot be kept here). 0 when none is free.
- */
-static unsigned
-lease_one(const char *role, bool again, int *fd)
-{
-	unsigned a, b, u;
-
-	uid_range(&a, &b);
-	*fd = -1;
-	if (again && (u = uid_lease_ours(a, b, role, fd)))
-		return u;
-	for (u = a; u <= b; u++)
-		if (!ours(u) && (*fd = uid_lease(u, role)) != -EBUSY)
-			return u;
-	return 0;
-}
-
-/*
- * The uid kernels run as with shared isolation: the one our kept contexts run
- * as, else the first of --kernel-uid-range this broker can lease
- * (uidlease.c); kept for the broker's life.
- */
-unsigned
-box_uid(void)
-{
-	unsigned a, b;
-
-	if (shared_uid)
-		return shared_uid;
-	uid_range(&a, &b);
-	if (!boxes_use_the_range())
-		return a;
-	if (!(shared_uid = lease_one("", true, &shared_lease)))
-		fatal("no uid of --kernel-uid-range %s is free: other brokers or processes "
-		      "hold them all",
-		      sv.sv_cf.cf_uid_range);
-	log_info("sandbox: kernels run as uid %u%s", shared_uid,
-		 shared_lease >= 0 ? ", leased for this broker's life" : "");
-	return shared_uid;
-}
-
-/*
- * The uid that owns the boxes' network namespaces and runs pasta (boxnet.c):
- * of the range, so that the broker takes pasta's connections for a
- * context's, and never a kernel's, so that no kernel has a capability over
- * the network it sits in. Shared: one for the broker's life.
- */
-unsigned
-box_net_uid(void)
-{
-	if (shared_net_uid || !boxes_use_the_range())
-		return shared_net_uid;
-	box_uid(); /* the kernels' first: after a restart, theirs is taken again */
-	if (!(shared_net_uid = lease_one("net", true, &shared_net_lease)))
-		fatal("no uid of --kernel-uid-range %s is free for the boxes' network",
-		      sv.sv_cf.cf_uid_range);
-	return shared_net_uid;
-}
-
-/*
- * The uid a context's kernel runs as on the host (NULL: a shared context's),
- * or (uid_t)-1 when it is ours: no sandbox, or a rootless one, whose user
- * namespace maps the kernel to our uid.
- */
-uid_t
-box_kernel_uid(const struct context *c)
-{
-	if (sv.sv_cf.cf_kernel_user)
-		return sv.sv_cf.cf_kernel_uid;
-	if (!boxes_use_the_range())
-		return (uid_t)-1;
-	return c && c->c_uid ? c->c_uid : box_uid();
+	boxuid_range(&a, &b);
+	return boxuid_ranged() && uid >= a && uid <= b;
 }
 
 /*
@@ -493,64 +377,10 @@ box_kernel_uid(const struct context *c)
 void
 box_release(void)
 {
-	uid_release(shared_uid, shared_lease);
-	uid_release(shared_net_uid, shared_net_lease);
-	shared_lease = shared_net_lease = -1;
+	boxuid_release();
 	bounds_release();
 	if (sv.sv_cf.cf_sandbox && !sv.sv_cf.cf_isolated && sv.sv_cf.cf_workspace_size)
 		wsdisk_unmount(sv.sv_cf.cf_cwd, false);
-}
-
-/* Whether each context gets a uid of its own (box_isolate). */
-bool
-box_isolates(void)
-{
-	return sv.sv_cf.cf_sandbox && sv.sv_cf.cf_isolated && !sv.sv_cf.cf_kernel_user;
-}
-
-/*
- * --isolation context: two uids of the range no live context holds, its
- * kernels' and its network's, and a workspace of its own
- * (<workspace>/<id>, 0700, its uid's), which its box shows at BOX_HOME.
- * A cwd it was given is checked first, against a box whose workspace is
- * still empty, as its own will be. The workspace root is 0711:
- * no context lists the others.
- */
-int
-box_isolate(struct context *c, char *err, size_t errsz)
-{
-	if (!box_isolates())
-		return 0;
-	if (!(c->c_uid = lease_one("", false, &c->c_uid_lease)) ||
-	    (boxes_use_the_range() && !(c->c_net_uid = lease_one("net", false, &c->c_net_lease)))) {
-		snprintf(err, errsz, "no free uid in --kernel-uid-range %s", sv.sv_cf.cf_uid_range);
-		return -EAGAIN;
-	}
-	int rc = bounds_workspace_room(err, errsz); /* its bound within the total */
-	if (rc < 0)
-		return rc;
-	/* its filesystem's image takes the host's disk as it fills: room for a full one */
-	uint64_t room = wsdisk_free(sv.sv_cf.cf_cwd);
-	if (room < sv.sv_cf.cf_workspace_size) {
-		snprintf(err, errsz, "no room for another workspace of %llu MiB: %llu MiB free",
-			 (unsigned long long)(sv.sv_cf.cf_workspace_size >> 20),
-			 (unsigned long long)(room >> 20));
-		return -ENOSPC;
-	}
-	/* its cwd, in a box whose workspace is not made yet: a refusal leaves nothing */
-	if (cwd_usable(box_kernel_uid(c), NULL, c->c_cwd, err, errsz) < 0)
-		return -EINVAL;
-	char *ws = xasprintf("%s/%s", sv.sv_cf.cf_cwd, c->c_id);
-	if (mkdir(ws, 0700) < 0 || chown(ws, c->c_uid, c->c_uid) < 0) {
-		int e = errno;
-		snprintf(err, errsz, "workspace %s: %s", ws, strerror(e));
-		if (e != EEXIST) /* made here: not left behind */
-			rmdir(ws);
-		free(ws);
-		return -EIO;
-	}
-	c->c_workspace = ws;
-	return 0;
 }
 
 /* The workspace a context's box shows at BOX_HOME, on the host. */
@@ -575,14 +405,14 @@ box_args(struct context *c, const char **argv, int *n)
 
 	if (!sv.sv_cf.cf_sandbox)
 		return;
-	if (c->c_uid || (boxes_use_the_range() && !sv.sv_cf.cf_kernel_user)) {
+	if (c->c_uid || (boxuid_ranged() && !sv.sv_cf.cf_kernel_user)) {
 		/* execv copies it at once */
-		snprintf(uid, sizeof(uid), "%u", c->c_uid ? c->c_uid : box_uid());
+		snprintf(uid, sizeof(uid), "%u", c->c_uid ? c->c_uid : boxuid_shared());
 		argv[(*n)++] = "--uid";
 		argv[(*n)++] = uid;
 	}
-	if (boxes_use_the_range()) {
-		snprintf(net_uid, sizeof(net_uid), "%u", c->c_net_uid ? c->c_net_uid : box_net_uid());
+	if (boxuid_ranged()) {
+		snprintf(net_uid, sizeof(net_uid), "%u", c->c_net_uid ? c->c_net_uid : boxuid_net());
 		argv[(*n)++] = "--net-uid";
 		argv[(*n)++] = net_uid;
 	}
@@ -624,18 +454,4 @@ box_args(struct context *c, const char **argv, int *n)
 	argv[(*n)++] = sv.sv_cf.cf_kernel_pids;
 	argv[(*n)++] = "--tmp-size";
 	argv[(*n)++] = sv.sv_cf.cf_kernel_tmp;
-}
-
-/* What the proxy of slot wrote of its box in its state file; NULL if nothing. */
-json_t *
-box_json(const char *slot)
-{
-	char *path = xasprintf("%s/ctx/%s/state.json", sv.sv_cf.cf_run_dir, slot);
-	json_t *st = json_load_file(path, 0, NULL), *box = NULL;
-
-	free(path);
-	if (json_is_object(json_object_get(st, "sandbox")))
-		box = json_incref(json_object_get(st, "sandbox"));
-	json_decref(st);
-	return box;
 }

@@ -12,11 +12,12 @@
 #include <sys/types.h>
 
 #include <jansson.h>
-#include <microhttpd.h>
 
 #include "../proto/proto.h"
 
 #define KEEPALIVE_MS 1000
+/* a transfer waiting this long on a silent envd agent ends (504; docs/ENVD.md) */
+#define ENVD_STALL_MS 10000
 /*
  * An /execute waits this long for its first output before its response head
  * goes out: an execution that ends meanwhile (the proxy holds a unit's first
@@ -42,46 +43,26 @@
 #define POOL_YIELD_MS 5000    /* ... nor while a context a client asked for starts (pool_yield) */
 #define POOL_CLAIM_GRACE_MS 200 /* ... nor this soon after a claim: the rest of a burst first */
 #define MAX_LANG 64
+#define MAX_POOL 8 /* --pool entries */
 
-/* What an epoll event belongs to. */
-enum ev_kind {
-	EV_MHD,
-	EV_SIGNAL,
-	EV_WAKE,
-	EV_CTX_RECV,
-	EV_CTX_PIDFD,
-	EV_HANGUP,
-	EV_UPLOAD_HANGUP,
-	EV_CTL,
-	EV_LISTEN,
-	EV_PENDING
-};
-
+/*
+ * A watched fd's event source (server_watch): the loop calls ev_fn with
+ * ev_arg and the epoll events, so it names no module; the module that
+ * watches the fd sets both.
+ */
 struct evsrc {
-	enum ev_kind ev_kind;
-	void *ev_obj;
+	void (*ev_fn)(void *arg, uint32_t events);
+	void *ev_arg;
 };
 
 struct context;
+struct context_counts;
 struct request;
 struct stream;
 struct hstream; /* the HTTP side of a stream: respond.c */
 struct pending; /* a connection not yet handed to MHD: accept.c */
+struct http_request; /* an HTTP request: http.h */
 TAILQ_HEAD(pendq, pending);
-
-/* An HTTP connection, for the connection limit and the header timeout. */
-struct conn {
-	TAILQ_ENTRY(conn) cn_link;
-	int cn_fd;
-	bool cn_in_request; /* its request head has arrived; MHD's timeout rules */
-	uint64_t cn_since;  /* connected, or its last response ended */
-	const char *cn_bad_at; /* the string of this request that had %2F or %00 */
-	uint64_t cn_body_by;   /* ms its request's body must be in by (--body-timeout); 0: none due */
-	struct http_request *cn_hr; /* that request, answered 408 past it */
-	bool cn_envd;          /* came through --envd-listen (envd.c) */
-};
-TAILQ_HEAD(connq, conn);
-
 
 /* What a waiting request's reply completes. */
 enum { OP_NONE, OP_RESTART, OP_DELETE, OP_INTERRUPT, OP_CREATE, OP_ENVD };
@@ -143,6 +124,7 @@ struct stream {
 	size_t st_end_len;
 	struct buf st_tail;   /* bytes queued after the spill file's (when it is open) */
 	const struct stream_kind *st_kind; /* NULL: an execution's NDJSON */
+	bool st_heard;                     /* an envd stream: its first event came */
 };
 TAILQ_HEAD(streamq, stream);
 
@@ -175,29 +157,9 @@ struct request {
 };
 TAILQ_HEAD(requestq, request);
 
-/* An HTTP request (MHD's con_cls): the request layer's part first. */
-struct http_request {
-	struct request hr_rq;
-	struct MHD_Connection *hr_conn;
-	struct buf hr_body;
-	bool hr_too_big;
-	bool hr_suspended;
-	struct stream *hr_stream;
-	struct MHD_Response *hr_resp; /* prepared while suspended */
-	unsigned hr_status;
-	unsigned hr_code;        /* the status answered, for the metrics */
-	const char *hr_endpoint; /* path template, for the metrics */
-	const char *hr_method;
-	bool hr_envd_port;       /* came through --envd-listen: envd.c's routes */
-	void *hr_envd;           /* envd.c's state of the request */
-	bool hr_stream_body;          /* envd's upload: its body is not held here */
-	struct upload *hr_upload;     /* envdfile.c's: POST /files, its body streamed */
-	struct download *hr_download; /* envdfile.c's: GET /files, its bytes streamed */
-};
-
 /*
  * The connection to one proxy process and what it reports. Its events point at
- * the context it serves (pl_ev_*.ev_obj), which a restart from the warm pool
+ * the context it serves (pl_ev_*.ev_arg), which a restart from the warm pool
  * changes without touching epoll: the evsrc addresses stay put.
  */
 struct proxy_link {
@@ -278,7 +240,7 @@ struct server_config {
 	bool cf_workspace_size_set; /* given (--workspace-size), not the default */
 	uint64_t cf_total_memory, cf_total_pids, cf_total_workspace; /* all contexts' (bounds.c) */
 	bool cf_total_memory_set, cf_total_pids_set, cf_total_workspace_set;
-	struct pool_spec cf_pool[8]; /* --pool (each one's ps_retry_at is pool.c's) */
+	struct pool_spec cf_pool[MAX_POOL]; /* --pool (each one's ps_retry_at is pool.c's) */
 	size_t cf_npool;
 	unsigned char cf_token_hash[32]; /* BLAKE2b of the access token */
 	bool cf_token;
@@ -299,19 +261,19 @@ struct server_config {
 /* What the event loop watches: its fds and their event sources. */
 struct server_handles {
 	struct MHD_Daemon *io_mhd;
-	int io_epfd, io_sigfd, io_wakefd;
-	struct evsrc io_ev_sig, io_ev_wake;
+	int io_epfd, io_sigfd;
+	struct evsrc io_ev_sig;
 	struct epoll_event *io_batch; /* what epoll_wait returned, handled in turn */
 	int io_batch_n;
 };
 
 /*
  * The tables more than one module reads; the loop's thread alone touches
- * them. What one module alone keeps is static in it (accept.c's pending
- * connections, control.c's clients, respond.c's parked streams, ...).
+ * them. What one module alone keeps is static in it (context.c's contexts,
+ * accept.c's pending connections, control.c's clients, respond.c's parked
+ * streams, ...).
  */
 struct server_tables {
-	struct contextq tb_contexts; /* context.c's, walked by listings and metrics */
 	struct streamq tb_streams;   /* stream.c's, walked by listings and metrics */
 	unsigned tb_nconns;          /* HTTP connections MHD has (http.c), for accept.c's limit */
 };
@@ -383,9 +345,7 @@ void answer_drop(struct request *rq);
 int accept_listen(const char *where);
 int accept_listen_envd(const char *where);
 bool accept_is_envd(int fd);
-void accept_ready(void);
 int accept_answer(int fd, const char *status, const char *text);
-void accept_sniff(struct pending *pd, uint32_t events);
 uint64_t accept_since(int fd);
 void accept_tick(uint64_t now);
 unsigned accept_pending(void);
@@ -395,10 +355,6 @@ void accept_stop(void);
 int caller_origin_option(const char *val, const char *origin);
 int caller_host_option(const char *val, const char *origin);
 bool caller_host_allowed(const char *host);
-const char *caller_refusal(struct MHD_Connection *conn, char *why, size_t whysz);
-const char *caller_body_refusal(struct MHD_Connection *conn, char *why, size_t whysz);
-bool caller_preflight(struct MHD_Connection *conn, const char *method);
-void caller_cors(struct MHD_Connection *conn, struct MHD_Response *r, bool preflight);
 
 /* cwd.c */
 int cwd_check(const char *dir, uid_t uid, char *err, size_t errsz);
@@ -433,7 +389,7 @@ void metrics_http(const char *endpoint, const char *method, unsigned status);
 void metrics_execution(struct stream *s, const char *outcome, uint64_t wait_ms,
 		       uint64_t run_ms);
 void metrics_count(enum metric m, uint64_t n);
-char *metrics_render(size_t *len);
+char *metrics_render(const struct context_counts *cc, size_t box_missing, size_t *len);
 
 /* openapi.c */
 void openapi_init(void);
@@ -453,20 +409,14 @@ void request_create(struct request *rq, const char *language, const char *cwd,
 void request_context(struct request *rq, const char *id, int op);
 void request_drain(struct request *rq, bool drain);
 
-/* http.c */
+/* http.c (its transport's types and calls: http.h) */
 int http_start(void);
 void http_stop(void);
 void http_tick(uint64_t now);
+long http_wait(long wait);
+void http_run(int passes);
 
 /* respond.c */
-extern const struct request_ops respond_ops;
-struct MHD_Response *respond_text(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-struct MHD_Response *respond_json(json_t *j);
-enum MHD_Result respond_now(struct http_request *hr, unsigned status, struct MHD_Response *r);
-void respond_complete(struct http_request *hr, unsigned status, struct MHD_Response *resp);
-void respond_suspend(struct http_request *hr);
-void respond_stream(struct http_request *hr, struct stream *s);
-void respond_hangup(struct hstream *hs, uint32_t events);
 void respond_closed(struct stream *s);
 void respond_park_due(uint64_t now);
 long respond_park_wait(uint64_t now); /* ms until the next is due, or -1 */
@@ -482,6 +432,7 @@ void stream_probe(struct stream *s);
 void stream_gone(struct stream *s);
 void stream_fail(struct stream *s, const char *name, const char *value, const char *outcome);
 void stream_cancel(struct stream *s, const char *why);
+void stream_expire(struct stream *s, const char *name, const char *why);
 void stream_detach(struct stream *s);
 struct stream *stream_by_id(uint64_t id);
 void stream_closed(struct stream *s);
@@ -489,56 +440,86 @@ void stream_tick(uint64_t now);
 void stream_fail_all(const char *name, const char *value, const char *outcome);
 struct stream *stream_find(struct context *c, uint64_t id);
 
-/* context.c; its accessors, which read a context's fields only, are inline */
-static inline bool
-context_proxyless(const struct context *c)
-{
-	/* its proxy kept dying (or could not be linked again): not restarted */
-	return !c->c_pooled && c->c_pl->pl_pid <= 0 && c->c_pl->pl_state == KS_DEAD;
-}
-
-/* pooled, or starting, idle, busy (something running or queued) or dead */
-static inline const char *
-context_state(const struct context *c)
-{
-	if (c->c_pooled)
-		return "pooled";
-	if (c->c_pl->pl_pid <= 0 || c->c_pl->pl_state == KS_DEAD)
-		return "dead";
-	if (c->c_pl->pl_state == KS_STARTING)
-		return "starting";
-	return c->c_nstreams ? "busy" : "idle";
-}
-
-/* a context clients see: not being deleted, not a warm proxy of the pool */
-static inline bool
-context_listed(const struct context *c)
-{
-	return !c->c_deleting && !c->c_pooled && !c->c_envd;
-}
-
+/* context.c: the table (static there) and each context's life in it */
+/* Why what a context holds ends (context_fail, context_end). */
+enum context_why {
+	CTX_DELETED,   /* deleted, gone with its proxy, or never started (its c_error) */
+	CTX_LOST,      /* its proxy was lost: it starts again, its state lost */
+	CTX_RESTARTED, /* restarted from the warm pool */
+};
+struct context_states {
+	const char *cs_lang, *cs_state; /* context_state's */
+	int cs_n;
+};
+/* The contexts not being deleted, counted once for every listing. */
+struct context_counts {
+	int cc_listed;     /* contexts clients see (context_listed) */
+	int cc_running;    /* contexts running an execution */
+	int cc_queued;     /* executions waiting behind those */
+	int cc_pooled;     /* warm proxies (of the kernelspec asked, if one was) */
+	int cc_pool_ready; /* ... whose kernels are ready */
+	int cc_pool_ready_of[MAX_POOL]; /* ... of each --pool entry's (cf_pool) */
+	struct context_states cc_states[64]; /* by language and state */
+	size_t cc_nstates;
+};
+struct context *context_next(const struct context *c);
+#define CONTEXT_FOREACH(c) for ((c) = context_next(NULL); (c); (c) = context_next(c))
+bool context_proxyless(const struct context *c);
+const char *context_state(const struct context *c);
+bool context_listed(const struct context *c);
+void context_count(struct context_counts *cc, const char *kernel);
 struct context *context_envd(void);
 struct context *context_find(const char *id);
 struct context *context_default(const char *lang);
 json_t *context_json(struct context *c, bool live);
+json_t *context_list_json(bool operator);
 struct context *context_new(const char *id, const char *lang, const char *kernel,
 			    const char *cwd, bool is_default);
+void context_claim(struct context *c, const char *cwd, bool is_default);
+void context_swap(struct context *x, struct context *p);
 void context_delete(struct context *c);
-void context_free(struct context *c);
+void context_fail(struct context *c, enum context_why why, const char *detail);
+void context_end(struct context *c, enum context_why why, const char *detail);
 void context_detach_all(void);
 
-/* link.c */
+/*
+ * link.c: the port to the proxies. The core (request, stream, waiter, pool,
+ * context, supervise, relay) reaches a proxy through these calls alone; what
+ * they do is the ops set at start: main.c's (chanlink.c, spawn.c), or a unit
+ * test's fake proxy (tests/unit/brokercore_test.c).
+ */
+struct link_ops {
+	int (*lo_dial)(struct context *c); /* connect to c->c_pl's proxy (pl_slot); 0 or -EIO */
+	void (*lo_hangup)(struct proxy_link *pl); /* stop watching, close (not free) */
+	void (*lo_send)(struct context *c, struct msg *m); /* queue m to c's proxy */
+	int (*lo_spawn)(struct context *c, pid_t *pid);    /* start c's proxy; 0 or -errno */
+	void (*lo_signal)(const struct proxy_link *pl, int sig);
+	bool (*lo_exited)(const struct proxy_link *pl, bool wait); /* reaped / gone */
+};
+void link_use(const struct link_ops *ops);
 int link_open(struct context *c, const char *slot);
 void link_close(struct proxy_link *pl);
 void link_send(struct context *c, struct msg *m);
+int link_spawn(struct context *c);
+void link_signal(const struct proxy_link *pl, int sig);
+bool link_exited(struct proxy_link *pl, bool wait);
+
+/* chanlink.c: the real link (a chan over IPC) */
+int chanlink_dial(struct context *c);
+void chanlink_hangup(struct proxy_link *pl);
+void chanlink_send(struct context *c, struct msg *m);
+
+/* spawn.c: the real proxy processes */
+int spawn_proxy(struct context *c, pid_t *pid);
+void spawn_signal(const struct proxy_link *pl, int sig);
+bool spawn_exited(const struct proxy_link *pl, bool wait);
 
 /* relay.c */
+void relay_msg(struct context *c, struct msg *m);
 void relay_recv(struct context *c);
 
 /* supervise.c */
-int supervise_spawn(struct context *c);
 void supervise_reaped(pid_t pid, int status);
-void supervise_pidfd(struct context *c);
 void supervise_shutdown_all(void);
 void supervise_adopt_all(void);
 
@@ -549,7 +530,6 @@ uint64_t uplink_since(void);
 bool uplink_reaped(pid_t pid, int status);
 void uplink_tick(uint64_t now);
 void uplink_stop(void);
-unsigned box_net_uid(void);
 void template_start(void);
 const char *template_socket(const char *kernel);
 bool template_starting(const char *kernel);
@@ -593,8 +573,7 @@ int connect_watch_args(const char *body, size_t len, json_t **args, const char *
 		       char *err, size_t errsz);
 
 /* envdstream.c: envd's server streams begun (Start, Connect, WatchDir) */
-enum MHD_Result envdstream_open(struct http_request *hr, struct context *c, const char *op);
-enum MHD_Result envdstream_error(struct http_request *hr, const char *code, const char *message);
+void envdstream_tick(uint64_t now);
 char *connect_error_body(const char *code, const char *message, size_t *len);
 int connect_start_args(const char *body, size_t len, json_t **args, const char **code,
 		       char *err, size_t errsz);
@@ -609,14 +588,7 @@ json_t *connect_entry(json_t *a);
 /* envd.c: envd's API on its own listener (docs/ENVD.md) */
 void envd_start(void);
 bool envd_wanted(void);
-enum MHD_Result envd_route(struct http_request *hr, const char *url, const char *method);
-bool envd_asked(struct MHD_Connection *conn, const char *url);
-const char *envd_body_refusal(struct MHD_Connection *conn, char *why, size_t whysz);
 
-/* gzip.c: gzip on envd's /files */
-bool gzip_takes(struct MHD_Connection *c);
-#define GZIP_WINDOW (15 + 16) /* zlib's windowBits for its gzip wrapper */
-void envd_free(struct http_request *hr);
 bool envd_upload_asked(const char *url, const char *method);
 
 /* envdfile.c: /files' transfers (a file's stream to the agent) and downloads */
@@ -624,26 +596,26 @@ bool envd_upload_asked(const char *url, const char *method);
 struct xfer {
 	struct stream *x_s; /* NULL once it ended */
 	void (*x_in)(struct xfer *x, struct msg *m); /* the agent's event (its opener's) */
-	void (*x_lost)(struct xfer *x);              /* its proxy was lost */
+	/* it ended with a Connect code and why: its proxy was lost, or its agent
+	 * stalled (envdfile_tick) */
+	void (*x_lost)(struct xfer *x, const char *code, const char *why);
 	struct upload *x_up;
 	struct download *x_down;
 	uint64_t x_sent, x_acked; /* an upload's bytes sent, acknowledged */
+	bool x_wend;              /* an upload's end sent */
+	uint64_t x_since; /* ms of the last word either way (or the client's take) */
 	json_t *x_entry;          /* an upload's EntryInfo, once done */
 };
 void envdfile_send(struct xfer *x, const char *op, json_t *args, const char *data, size_t len);
 void envdfile_open(struct xfer *x, struct context *c, const char *op, const char *path,
-		   void (*in)(struct xfer *, struct msg *), void (*lost)(struct xfer *));
+                   json_t *meta, void (*in)(struct xfer *, struct msg *),
+                   void (*lost)(struct xfer *, const char *, const char *));
+void envdfile_tick(uint64_t now);
 void envdfile_close(struct xfer *x);
 int64_t envdfile_number(const struct msg *m);
-enum MHD_Result envdfile_read(struct http_request *hr, struct context *c, const char *path);
-void envdfile_free(struct http_request *hr);
 
 /* envdupload.c: POST /files, its body streamed to the agent */
-enum MHD_Result envdupload_start(struct http_request *hr, struct context *c, const char *path);
-enum MHD_Result envdupload_body(struct http_request *hr, const char *data, size_t *size);
-void envdupload_free(struct http_request *hr);
 struct upload;
-void envdupload_hangup(struct upload *u, uint32_t events);
 void waiter_tick(uint64_t now);
 
 /* kcache.c */
@@ -651,8 +623,6 @@ const struct kspec *kcache_find(const char *want);
 
 /* control.c */
 int control_start(void);
-void control_recv(void);
-void control_wake(void);
 void control_stop(void);
 
 /* ctlpeer.c */
@@ -685,15 +655,20 @@ size_t box_missing(void);
 json_t *box_level_json(void);
 void box_peer_check(void);
 bool box_peer_is_context(int fd);
-unsigned box_uid(void);
 void box_release(void);
-uid_t box_kernel_uid(const struct context *c);
 const char *box_workspace_of(const struct context *c);
 const char *box_default_cwd(void);
-bool box_isolates(void);
-int box_isolate(struct context *c, char *err, size_t errsz);
 void box_args(struct context *c, const char **argv, int *n);
-json_t *box_json(const char *slot);
+
+/* boxuid.c */
+void boxuid_range(unsigned *a, unsigned *b);
+bool boxuid_ranged(void);
+unsigned boxuid_shared(void);
+unsigned boxuid_net(void);
+uid_t boxuid_kernel(const struct context *c);
+bool boxuid_isolates(void);
+int boxuid_lease(struct context *c, char *err, size_t errsz);
+void boxuid_release(void);
 
 /* boxnons.c */
 bool boxnons_on(void);
@@ -708,6 +683,7 @@ int boxns_enter(const char **what);
 /* workspace.c */
 const char *workspace_shared(void);
 void workspace_bound(void);
+int workspace_own(struct context *c, char *err, size_t errsz);
 
 /* uidlease.c */
 int uid_lease(unsigned uid, const char *role);

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "broker.h"
+#include "http.h"
 
 #define CALLER_MAX 64    /* names in each list */
 #define NAME_MAX_LEN 253 /* a DNS name's text */

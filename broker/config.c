@@ -355,7 +355,7 @@ settle_paths(void)
 	if (!sv.sv_cf.cf_cwd)
 		sv.sv_cf.cf_cwd = sv.sv_cf.cf_sandbox ? workspace_shared() : config_default_cwd();
 	/* every kernel would fail to start there (status 126): refuse now */
-	if (cwd_check(sv.sv_cf.cf_cwd, box_isolates() ? (uid_t)-1 : box_kernel_uid(NULL), err,
+	if (cwd_check(sv.sv_cf.cf_cwd, boxuid_isolates() ? (uid_t)-1 : boxuid_kernel(NULL), err,
 		      sizeof(err)) < 0) {
 		log_err("%s %s: %s%s", cwd_given ? "--cwd" : "default cwd", sv.sv_cf.cf_cwd, err,
 			cwd_given ? "" : "; give one with --cwd DIR");

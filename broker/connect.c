@@ -34,6 +34,38 @@ str_of(json_t *o, const char *k)
 	           : NULL;
 }
 
+/* Whether s is printable ASCII (envd's metadata keys and values). */
+static bool
+printable(const char *s)
+{
+	for (; *s; s++)
+		if (*s < 0x20 || *s > 0x7e)
+			return false;
+	return true;
+}
+
+/* The agent's word on a file's metadata, kept only if it is of envd's form
+ * ({key: printable ASCII}, bounded as an upload's): else none is shown. */
+static json_t *
+connect_metadata(json_t *a)
+{
+	const char *k;
+	json_t *v;
+	size_t total = 0;
+
+	if (!json_is_object(a) || !json_object_size(a))
+		return NULL;
+	json_object_foreach(a, k, v)
+	{
+		const char *s = json_string_value(v);
+		if (!s || !*k || strlen(k) > ENVD_META_KEY_MAX || !printable(k) ||
+		    !printable(s))
+			return NULL;
+		total += strlen("user.e2b.") + strlen(k) + strlen(s);
+	}
+	return total <= ENVD_META_MAX ? json_deep_copy(a) : NULL;
+}
+
 /* The agent's entry as envd's EntryInfo (proto3 JSON), or NULL if it is not one. */
 json_t *
 connect_entry(json_t *a)
@@ -47,6 +79,7 @@ connect_entry(json_t *a)
 	char num[24], when[64];
 	struct tm tm;
 	time_t t;
+	json_t *md;
 
 	if (!name || !path || !type || !perm || !owner || !group ||
 	    !json_is_integer(size) || !json_is_integer(mode) || !json_is_integer(ms) ||
@@ -69,6 +102,8 @@ connect_entry(json_t *a)
 	    "permissions", perm, "owner", owner, "group", group, "modifiedTime", when);
 	if (target)
 		json_object_set_new(e, "symlinkTarget", json_string(target));
+	if ((md = connect_metadata(json_object_get(a, "metadata"))))
+		json_object_set_new(e, "metadata", md);
 	return e;
 }
 
@@ -107,10 +142,10 @@ static char *
 end_error(const char *name, const char *value, size_t *len)
 {
 	struct buf b = {0};
-	static const char *const known[] = {"resource_exhausted", "unavailable",
-	                                    "internal",           "canceled",
-	                                    "invalid_argument",   "not_found",
-	                                    "permission_denied",  "failed_precondition"};
+	static const char *const known[] = {
+	    "resource_exhausted", "unavailable",         "internal",
+	    "canceled",           "invalid_argument",    "not_found",
+	    "permission_denied",  "failed_precondition", "deadline_exceeded"};
 	const char *code = "unavailable"; /* the server is stopping, its proxy was lost */
 
 	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)

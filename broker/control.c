@@ -11,12 +11,20 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <nng/nng.h>
 #include <nng/protocol/pair1/pair.h>
 
 #include "broker.h"
+
+/* nng's threads wake the loop through it when a client leaves (control_wake). */
+static int wake_fd = -1;
+static struct evsrc ev_wake;
+
+static void control_recv(void *arg, uint32_t events);
+static void control_wake(void *arg, uint32_t events);
 
 static void
 pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
@@ -32,7 +40,7 @@ pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 		return;
 	}
 	ctlpeer_gone(nng_pipe_id(p));
-	if (write(sv.sv_io.io_wakefd, &one, sizeof(one)) < 0)
+	if (write(wake_fd, &one, sizeof(one)) < 0)
 		log_warn("eventfd: %s", strerror(errno));
 }
 
@@ -47,6 +55,10 @@ control_start(void)
 	nng_listener l;
 	int e;
 
+	if ((wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+		fatal("eventfd: %s", strerror(errno));
+	ev_wake = (struct evsrc){control_wake, NULL};
+	server_watch(wake_fd, EPOLLIN, &ev_wake);
 	unlink(url + 6);
 	if ((e = nng_pair1_open_poly(&sock)) ||
 	    (e = nng_socket_set_size(sock, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME)) ||
@@ -62,7 +74,7 @@ control_start(void)
 		return -1;
 	}
 	free(url);
-	ev_ctl = (struct evsrc){EV_CTL, NULL};
+	ev_ctl = (struct evsrc){control_recv, NULL};
 	server_watch(sock_fd, EPOLLIN, &ev_ctl);
 	ctlpeer_init(sock, sv.sv_cf.cf_stream_cap);
 	events_subscribe(ctlpeer_event, NULL);
@@ -155,22 +167,14 @@ static const struct request_ops ctl_ops = {
 static json_t *
 status_json(void)
 {
-	struct context *c;
-	int nctx = 0, running = 0, queued = 0, pooled = 0, warm = 0;
+	struct context_counts cc;
 
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link) {
-		nctx += context_listed(c);
-		pooled += c->c_pooled && !c->c_deleting;
-		warm += c->c_pooled && !c->c_deleting && c->c_ready;
-		if (!c->c_deleting && c->c_nstreams) {
-			running++;
-			queued += c->c_nstreams - 1;
-		}
-	}
+	context_count(&cc, NULL);
 	return json_pack("{s:s, s:f, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:s, s:s}", "version",
 			 SANDCELL_VERSION, "uptime_seconds", (now_ms() - sv.sv_lc.lc_started) / 1000.0,
-			 "contexts", nctx, "warm_pool", pooled, "warm_pool_ready", warm,
-			 "executions_running", running, "executions_queued", queued, "draining",
+			 "contexts", cc.cc_listed, "warm_pool", cc.cc_pooled, "warm_pool_ready",
+			 cc.cc_pool_ready, "executions_running", cc.cc_running, "executions_queued",
+			 cc.cc_queued, "draining",
 			 sv.sv_lc.lc_draining, "keep_contexts", sv.sv_cf.cf_keep_contexts, "listen", sv.sv_cf.cf_listen,
 			 "run_dir", sv.sv_cf.cf_run_dir);
 }
@@ -242,21 +246,15 @@ static void
 handle(nng_pipe p, struct msg *m)
 {
 	const char *id = m->m_has & FB(F_ID) ? m->m_id.s : "";
-	struct context *c;
 	struct stream *s;
 
 	switch (m->m_type) {
 	case CTL_STATUS:
 		done(p, m->m_req, MSG_OK, status_json(), NULL);
 		return;
-	case CTL_CONTEXTS: {
-		json_t *a = json_array();
-		TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
-			if (!c->c_deleting)
-				json_array_append_new(a, context_json(c, true));
-		done(p, m->m_req, MSG_OK, a, NULL);
+	case CTL_CONTEXTS:
+		done(p, m->m_req, MSG_OK, context_list_json(true), NULL);
 		return;
-	}
 	case CTL_EXECUTIONS:
 		done(p, m->m_req, MSG_OK, executions_json(), NULL);
 		return;
@@ -314,9 +312,10 @@ handle(nng_pipe p, struct msg *m)
 	}
 }
 
-void
-control_recv(void)
+static void
+control_recv(void *arg, uint32_t events)
 {
+	(void)arg, (void)events;
 	for (int i = 0; i < 64; i++) {
 		nng_msg *nm;
 		struct msg m;
@@ -362,9 +361,14 @@ runs_end(uint32_t id, void *arg)
 }
 
 /* The loop's wake-up: clients that left lose their watch and runs. */
-void
-control_wake(void)
+static void
+control_wake(void *arg, uint32_t events)
 {
+	uint64_t v;
+
+	(void)arg, (void)events;
+	if (read(wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		log_warn("eventfd: %s", strerror(errno));
 	ctlpeer_reap(runs_end, NULL);
 }
 

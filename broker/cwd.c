@@ -1,6 +1,6 @@
 /*
  * cwd.c — whether kernels can start in a directory: an absolute path to a
- * directory that the uid kernels run as (box_kernel_uid(): the sandbox's, or
+ * directory that the uid kernels run as (boxuid_kernel(): the sandbox's, or
  * --kernel-user's) can enter. The check runs in a child that takes that
  * uid's ids, so the kernel's own rules (modes, ACLs, groups) decide, not a
  * copy; a request naming one it cannot enter is refused before any kernel is
@@ -201,7 +201,7 @@ cwd_in_box(uid_t uid, const char *workspace, const char *cwd, char *why, size_t 
 
 /*
  * Whether cwd, as a client gave it, can be a context's whose kernels run as
- * uid with workspace (box_kernel_uid(), box_workspace_of(); NULL: a
+ * uid with workspace (boxuid_kernel(), box_workspace_of(); NULL: a
  * context's own, not made yet): boxed, a path of the box's view that uid can
  * enter there (cwd_in_box); unboxed, a host directory it can enter. err says
  * why not.

@@ -17,13 +17,48 @@
 
 #include <sodium.h>
 
-#include "broker.h"
+#include "http.h"
 
 #define CT_JSON "application/json"
 /* What an envd request is doing (its http_request's hr_envd). */
 struct envd_call {
 	const char *ec_op; /* the agent's operation */
 	bool ec_rpc;       /* Connect's error form, else /files' */
+};
+
+/* What serves a route. */
+enum envd_kind { EK_HEALTH, EK_FILES, EK_FS, EK_PROCESS, EK_STREAM, EK_LATER };
+
+/*
+ * envd's routes, with the agent's operation for each: what this listener
+ * serves, and docs/envd-openapi.json's paths (tests/api/openapi_test.py
+ * checks that the two are the same). Another method of a Connect service
+ * is unimplemented, another path not_found.
+ */
+static const struct envd_path {
+	const char *ep_path;
+	enum envd_kind ep_kind;
+	const char *ep_op;
+} envd_paths[] = {
+    {"/health", EK_HEALTH, NULL},
+    {"/files", EK_FILES, NULL},
+    {"/filesystem.Filesystem/Stat", EK_FS, "stat"},
+    {"/filesystem.Filesystem/ListDir", EK_FS, "list"},
+    {"/filesystem.Filesystem/MakeDir", EK_FS, "mkdir"},
+    {"/filesystem.Filesystem/Move", EK_FS, "move"},
+    {"/filesystem.Filesystem/Remove", EK_FS, "remove"},
+    {"/filesystem.Filesystem/CreateWatcher", EK_FS, "wcreate"},
+    {"/filesystem.Filesystem/GetWatcherEvents", EK_FS, "wevents"},
+    {"/filesystem.Filesystem/RemoveWatcher", EK_FS, "wremove"},
+    {"/filesystem.Filesystem/WatchDir", EK_STREAM, "watch"},
+    {"/process.Process/Start", EK_STREAM, "start"},
+    {"/process.Process/Connect", EK_STREAM, "connect"},
+    {"/process.Process/StreamInput", EK_LATER, NULL},
+    {"/process.Process/List", EK_PROCESS, "plist"},
+    {"/process.Process/SendSignal", EK_PROCESS, "signal"},
+    {"/process.Process/SendInput", EK_PROCESS, "input"},
+    {"/process.Process/CloseStdin", EK_PROCESS, "close_stdin"},
+    {"/process.Process/Update", EK_PROCESS, "resize"},
 };
 
 static enum MHD_Result
@@ -146,33 +181,16 @@ user_known(const char *u)
 	return !u || !strcmp(u, "user") || !strcmp(u, "root");
 }
 
-/* filesystem.Filesystem's unary calls: Connect, JSON. */
+/* filesystem.Filesystem's unary calls (the agent's op): Connect, JSON. */
 static enum MHD_Result
-do_rpc(struct http_request *hr, const char *method)
+do_rpc(struct http_request *hr, const char *op)
 {
-	static const struct {
-		const char *rpc, *op;
-	} ops[] = {{"Stat", "stat"},
-	           {"ListDir", "list"},
-	           {"MakeDir", "mkdir"},
-	           {"Move", "move"},
-	           {"Remove", "remove"},
-	           {"CreateWatcher", "wcreate"},
-	           {"GetWatcherEvents", "wevents"},
-	           {"RemoveWatcher", "wremove"}};
 	const char *ct = MHD_lookup_connection_value(hr->hr_conn, MHD_HEADER_KIND,
 	                                             MHD_HTTP_HEADER_CONTENT_TYPE);
 	json_error_t jerr;
 	json_t *body, *args;
-	const char *op = NULL;
 	char msg[256];
 
-	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
-		if (!strcmp(method, ops[i].rpc))
-			op = ops[i].op;
-	if (!op)
-		return fail_now(hr, true, "unimplemented",
-		                "this envd does not serve that method (docs/ENVD.md)");
 	if (!ct || strncasecmp(ct, CT_JSON, strlen(CT_JSON)) ||
 	    (ct[strlen(CT_JSON)] && ct[strlen(CT_JSON)] != ';')) {
 		struct MHD_Response *r =
@@ -239,23 +257,16 @@ do_rpc(struct http_request *hr, const char *method)
 	return MHD_YES;
 }
 
-/* process.Process's unary calls: List, SendSignal, SendInput, CloseStdin. */
+/* process.Process's unary calls (the agent's op): List, SendSignal, SendInput,
+ * CloseStdin, Update. */
 static enum MHD_Result
-do_process_rpc(struct http_request *hr, const char *method)
+do_process_rpc(struct http_request *hr, const char *op)
 {
 	const char *ct = MHD_lookup_connection_value(hr->hr_conn, MHD_HEADER_KIND,
 	                                             MHD_HTTP_HEADER_CONTENT_TYPE);
 	json_t *body, *args = json_object();
 	struct buf data = {0};
-	const char *op = "plist";
 
-	if (strcmp(method, "List") && strcmp(method, "SendSignal") &&
-	    strcmp(method, "SendInput") && strcmp(method, "CloseStdin") &&
-	    strcmp(method, "Update")) {
-		json_decref(args);
-		return fail_now(hr, true, "unimplemented",
-		                "this envd does not serve that method (docs/ENVD.md)");
-	}
 	if (!ct || strncasecmp(ct, CT_JSON, strlen(CT_JSON))) {
 		json_decref(args);
 		return respond_now(hr, 415,
@@ -270,16 +281,14 @@ do_process_rpc(struct http_request *hr, const char *method)
 		return fail_now(hr, true, "invalid_argument",
 		                "the body is not a JSON object");
 	}
-	if (!strcmp(method, "List")) {
-		op = "plist";
+	if (!strcmp(op, "plist")) {
 	} else if (connect_selector(body, args) < 0) {
 		json_decref(body);
 		json_decref(args);
 		return fail_now(hr, true, "invalid_argument",
 		                "process: a pid or a tag is required");
-	} else if (!strcmp(method, "SendSignal")) {
+	} else if (!strcmp(op, "signal")) {
 		int sig = connect_signal(json_object_get(body, "signal"));
-		op = "signal";
 		if (!sig) {
 			json_decref(body);
 			json_decref(args);
@@ -287,7 +296,7 @@ do_process_rpc(struct http_request *hr, const char *method)
 			                "signal: SIGNAL_SIGKILL or SIGNAL_SIGTERM");
 		}
 		json_object_set_new(args, "signal", json_integer(sig));
-	} else if (!strcmp(method, "SendInput")) {
+	} else if (!strcmp(op, "input")) {
 		json_t *input = json_object_get(body, "input");
 		json_t *in = json_object_get(input, "stdin")
 		                 ? json_object_get(input, "stdin")
@@ -295,7 +304,6 @@ do_process_rpc(struct http_request *hr, const char *method)
 		const char *b64 = json_string_value(in);
 		size_t n = b64 ? strlen(b64) : 0, got = 0;
 		unsigned char *bin = xmalloc(n + 1);
-		op = "input";
 		if (!b64 || sodium_base642bin(bin, n + 1, b64, n, NULL, &got, NULL,
 		                              sodium_base64_VARIANT_ORIGINAL) < 0) {
 			free(bin);
@@ -307,11 +315,8 @@ do_process_rpc(struct http_request *hr, const char *method)
 		}
 		buf_append(&data, bin, got);
 		free(bin);
-	} else if (!strcmp(method, "CloseStdin")) {
-		op = "close_stdin";
-	} else if (!strcmp(method, "Update")) { /* a PTY's size */
+	} else if (!strcmp(op, "resize")) { /* a PTY's size */
 		json_t *size = connect_pty_size(json_object_get(body, "pty"));
-		op = "resize";
 		if (!size) {
 			json_decref(body);
 			json_decref(args);
@@ -383,10 +388,14 @@ envd_route(struct http_request *hr, const char *url, const char *method)
 	struct context *c = context_envd();
 	bool ready =
 	    c && c->c_ready && c->c_pl->pl_state != KS_DEAD && c->c_pl->pl_pid > 0;
-	bool rpc = !strncmp(url, "/filesystem.Filesystem/", 23);
-	bool process = !strncmp(url, "/process.Process/", 17);
+	bool rpc = !strncmp(url, "/filesystem.Filesystem/", 23) ||
+	           !strncmp(url, "/process.Process/", 17);
+	const struct envd_path *ep = NULL;
 
-	if (!strcmp(url, "/health")) {
+	for (size_t i = 0; i < sizeof(envd_paths) / sizeof(envd_paths[0]); i++)
+		if (!strcmp(url, envd_paths[i].ep_path))
+			ep = &envd_paths[i];
+	if (ep && ep->ep_kind == EK_HEALTH) {
 		if (!get)
 			return respond_now(hr, 405, respond_text("GET /health"));
 		/* ready when its agent is: what a client waits for */
@@ -399,34 +408,31 @@ envd_route(struct http_request *hr, const char *url, const char *method)
 		    hr, 204,
 		    MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT));
 	}
-	if (strcmp(url, "/files") && !rpc && !process)
+	if (!ep && !rpc)
 		return fail_now(hr, false, "not_found", "no such endpoint");
-	rpc |= process;
 	if (!ready)
 		return fail_now(hr, rpc, "unavailable",
 		                "envd is not running (yet): try again");
 	hr->hr_envd = xcalloc(1, sizeof(struct envd_call));
 	((struct envd_call *)hr->hr_envd)->ec_rpc = rpc;
-	if (process) {
-		if (!post)
-			return respond_now(hr, 405,
-			                   respond_text("Connect calls are POST"));
-		if (!strcmp(url + 17, "Start") || !strcmp(url + 17, "Connect"))
-			return envdstream_open(hr, c,
-			                       url[17] == 'S' ? "start" : "connect");
-		if (!strcmp(url + 17, "StreamInput"))
-			return envdstream_error(
-			    hr, "unimplemented",
-			    "this envd does not serve that method yet (docs/ENVD.md)");
-		return do_process_rpc(hr, url + 17);
-	}
-	if (rpc) {
-		if (!post)
-			return respond_now(hr, 405,
-			                   respond_text("Connect calls are POST"));
-		if (!strcmp(url + 23, "WatchDir"))
-			return envdstream_open(hr, c, "watch");
-		return do_rpc(hr, url + 23);
+	if (rpc && !post)
+		return respond_now(hr, 405, respond_text("Connect calls are POST"));
+	if (!ep)
+		return fail_now(hr, true, "unimplemented",
+		                "this envd does not serve that method (docs/ENVD.md)");
+	switch (ep->ep_kind) {
+	case EK_STREAM:
+		return envdstream_open(hr, c, ep->ep_op);
+	case EK_LATER:
+		return envdstream_error(
+		    hr, "unimplemented",
+		    "this envd does not serve that method yet (docs/ENVD.md)");
+	case EK_PROCESS:
+		return do_process_rpc(hr, ep->ep_op);
+	case EK_FS:
+		return do_rpc(hr, ep->ep_op);
+	default:
+		break;
 	}
 	if (!user_known(arg(hr, "username")))
 		return fail_now(hr, false, "unauthenticated",
@@ -471,10 +477,9 @@ envd_start(void)
 		return;
 	c = context_new(NULL, "envd", "envd", BOX_HOME, false);
 	c->c_envd = true;
-	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_contexts, c, c_link);
-	if (link_open(c, c->c_id) < 0 || supervise_spawn(c) < 0) {
+	if (link_open(c, c->c_id) < 0 || link_spawn(c) < 0) {
 		log_err("envd: could not start its proxy; the envd listener answers 503");
-		context_free(c);
+		context_end(c, CTX_DELETED, NULL);
 		return;
 	}
 	log_info("envd: listening on http://%s, agent's proxy pid %d",

@@ -17,7 +17,7 @@
 
 #include <zlib.h>
 
-#include "broker.h"
+#include "http.h"
 
 struct download {
 	struct http_request *d_hr;
@@ -70,20 +70,26 @@ envdfile_send(struct xfer *x, const char *op, json_t *args, const char *data, si
 	if (data)
 		msg_set_str(&m, F_DATA, data, len);
 	free(s);
+	x->x_since = now_ms();
 	link_send(x->x_s->st_ctx, &m);
 	msg_free(&m);
 }
 
 void
 envdfile_open(struct xfer *x, struct context *c, const char *op, const char *path,
-	      void (*in)(struct xfer *, struct msg *), void (*lost)(struct xfer *))
+              json_t *meta, void (*in)(struct xfer *, struct msg *),
+              void (*lost)(struct xfer *, const char *, const char *))
 {
 	x->x_in = in;
 	x->x_lost = lost;
+	x->x_since = now_ms();
 	x->x_s = stream_open_as(c, &xfer_kind);
 	x->x_s->st_ops = &xfer_ops;
 	x->x_s->st_client = x;
-	envdfile_send(x, op, json_pack("{s:s}", "path", path), NULL, 0);
+	json_t *args = json_pack("{s:s}", "path", path);
+	if (meta) /* an upload's X-Metadata-* (checked: envdupload.c) */
+		json_object_set(args, "metadata", meta);
+	envdfile_send(x, op, args, NULL, 0);
 }
 
 /* Its stream ends: the agent is told (CANCEL) unless it ended it. */
@@ -138,6 +144,8 @@ down_wake(struct download *d)
 static void
 down_took(struct download *d, size_t n)
 {
+	if (n)
+		d->d_x.x_since = now_ms(); /* the agent has credit from here on */
 	d->d_untold += n;
 	if (d->d_untold >= ENVD_CHUNK && d->d_x.x_s) {
 		envdfile_send(&d->d_x, "more",
@@ -279,6 +287,7 @@ xfer_in(struct stream *s, struct msg *m)
 {
 	struct xfer *x = s->st_client;
 
+	x->x_since = now_ms();
 	if (m->m_final) { /* its stream ends with this event */
 		s->st_final = true;
 		envdfile_close(x);
@@ -299,18 +308,70 @@ xfer_lost(struct stream *s, const char *data, size_t len, bool final)
 	if (!final)
 		return;
 	x->x_s = NULL;
-	x->x_lost(x);
+	x->x_lost(x, "unavailable", "the envd agent was lost");
 }
 
-/* A download's proxy was lost: its answer, if not begun, says so. */
+/* Whether transfer x waits on its agent: a download with nothing for its
+ * client (the agent has credit), an upload with bytes or its end
+ * unacknowledged. */
+static bool
+xfer_waits(const struct xfer *x)
+{
+	const struct download *d = x->x_down;
+
+	if (d)
+		return !d->d_started ||
+		       (!buf_pending(&d->d_buf) && !d->d_eof && !d->d_broken);
+	return x->x_sent > x->x_acked || x->x_wend;
+}
+
+/*
+ * Transfers whose agent said nothing for ENVD_STALL_MS while they waited on
+ * it (stopped, or stuck in a system call) end: the agent is told (CANCEL),
+ * the client answered 504 deadline_exceeded (a download already begun is
+ * cut short), the stream freed. One at a time: ending an upload ends its
+ * other files' transfers too.
+ */
+void
+envdfile_tick(uint64_t now)
+{
+	struct stream *s;
+	struct xfer *x;
+	char why[96];
+
+	snprintf(why, sizeof(why), "the envd agent did not answer within %d s",
+	         ENVD_STALL_MS / 1000);
+	for (;;) {
+		x = NULL;
+		TAILQ_FOREACH(s, &sv.sv_tb.tb_streams, st_link)
+		if (s->st_kind == &xfer_kind && s->st_client && !s->st_final &&
+		    xfer_waits(s->st_client) &&
+		    now - ((struct xfer *)s->st_client)->x_since >= ENVD_STALL_MS) {
+			x = s->st_client;
+			break;
+		}
+		if (!x)
+			return;
+		log_warn("envd: stream %llu: %s; the transfer ends",
+		         (unsigned long long)x->x_s->st_id, why);
+		x->x_s->st_gone = true; /* the agent's fault, not a client's leaving */
+		envdfile_close(x);
+		x->x_lost(x, "deadline_exceeded", why);
+	}
+}
+
+/* A download ended by its side (its proxy lost, its agent stalled): its
+ * answer, if not begun, says why; else it is cut short. */
 static void
-down_lost(struct xfer *x)
+down_lost(struct xfer *x, const char *code, const char *why)
 {
 	struct download *d = x->x_down;
-	if (!d->d_started)
-		respond_complete(d->d_hr, 503,
-		                 respond_json(connect_error(false, "unavailable", &(unsigned){0},
-		                            "the envd agent was lost")));
+	if (!d->d_started) {
+		unsigned st;
+		struct MHD_Response *r =
+		    respond_json(connect_error(false, code, &st, why));
+		respond_complete(d->d_hr, st, r);
+	}
 	d->d_broken = true;
 	down_wake(d);
 }
@@ -325,7 +386,7 @@ envdfile_read(struct http_request *hr, struct context *c, const char *path)
 	d->d_x.x_down = d;
 	d->d_refs = 1;
 	hr->hr_download = d;
-	envdfile_open(&d->d_x, c, "read", path, down_event, down_lost);
+	envdfile_open(&d->d_x, c, "read", path, NULL, down_event, down_lost);
 	respond_suspend(hr);
 	return MHD_YES;
 }

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker.h"
+#include "http.h"
 
 /* A streaming call's answer before any event: 200, one end-of-stream envelope. */
 enum MHD_Result
@@ -66,4 +66,30 @@ envdstream_open(struct http_request *hr, struct context *c, const char *op)
 	msg_free(&m);
 	respond_stream(hr, st);
 	return MHD_YES;
+}
+
+/*
+ * Streams whose agent never began them (no start event, nor an error)
+ * within ENVD_STALL_MS: a stopped or stuck agent. Each ends with
+ * deadline_exceeded and the agent is told (CANCEL). Once begun, a stream
+ * may be quiet for as long as its command is (keepalives hold it).
+ */
+void
+envdstream_tick(uint64_t now)
+{
+	struct stream *s, *next;
+	char why[64];
+
+	snprintf(why, sizeof(why), "the envd agent did not answer within %d s",
+	         ENVD_STALL_MS / 1000);
+	for (s = TAILQ_FIRST(&sv.sv_tb.tb_streams); s; s = next) {
+		next = TAILQ_NEXT(s, st_link);
+		if ((s->st_kind != &connect_process && s->st_kind != &connect_watch) ||
+		    s->st_heard || s->st_final || s->st_gone ||
+		    now - s->st_started < ENVD_STALL_MS)
+			continue;
+		log_warn("envd: stream %llu: %s; it ends", (unsigned long long)s->st_id,
+		         why);
+		stream_expire(s, "deadline_exceeded", why);
+	}
 }

@@ -10,6 +10,7 @@
  * temporary file); the body's rest is read and dropped, as http.c does past
  * --max-body.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -18,10 +19,10 @@
 
 #include <zlib.h>
 
-#include "broker.h"
+#include "http.h"
 
 static void up_in(struct xfer *x, struct msg *m);
-static void up_lost(struct xfer *x);
+static void up_lost(struct xfer *x, const char *code, const char *why);
 
 #define ENVDUPLOAD_MAX_FILES 256
 
@@ -46,6 +47,7 @@ struct upload {
 	bool u_body_in;    /* the whole body came */
 	bool u_answered;   /* its response is queued */
 	unsigned u_status; /* failed: the status, with u_fail the answer */
+	json_t *u_meta;    /* X-Metadata-* as {key: value}, or NULL */
 	struct MHD_Response *u_fail;
 };
 
@@ -145,6 +147,7 @@ up_file_end(struct upload *u)
 		return;
 	up_flush(u, true);
 	envdfile_send(x, "wend", json_object(), NULL, 0);
+	x->x_wend = true;
 }
 
 /* A file's bytes (the body's, or a part's). */
@@ -183,7 +186,7 @@ up_file(struct upload *u, const char *path)
 	x->x_up = u;
 	u->u_files[u->u_nfiles++] = x;
 	u->u_size = 0;
-	envdfile_open(x, u->u_c, "wopen", path, up_in, up_lost);
+	envdfile_open(x, u->u_c, "wopen", path, u->u_meta, up_in, up_lost);
 	return 0;
 }
 
@@ -292,10 +295,12 @@ up_done(struct upload *u)
 	json_t *a = json_array();
 
 	for (size_t i = 0; i < u->u_nfiles; i++) {
-		json_t *e = u->u_files[i]->x_entry;
-		json_array_append_new(
-		    a, json_pack("{s:O, s:O, s:s}", "name", json_object_get(e, "name"),
-		                 "path", json_object_get(e, "path"), "type", "file"));
+		json_t *e = u->u_files[i]->x_entry, *w;
+		w = json_pack("{s:O, s:O, s:s}", "name", json_object_get(e, "name"),
+		              "path", json_object_get(e, "path"), "type", "file");
+		if (json_object_get(e, "metadata"))
+			json_object_set(w, "metadata", json_object_get(e, "metadata"));
+		json_array_append_new(a, w);
 	}
 	u->u_answered = true;
 	respond_complete(u->u_hr, 200, respond_json(a));
@@ -335,6 +340,59 @@ up_in(struct xfer *x, struct msg *m)
 	up_fail_code(u, "internal", "the envd agent's answer is malformed");
 }
 
+/* One X-Metadata-KEY header into {key: value} (the first of a key kept). */
+static enum MHD_Result
+up_meta_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+	json_t *meta = cls;
+	char k[ENVD_META_KEY_MAX + 1];
+	size_t n;
+
+	(void)kind;
+	if (strncasecmp(key, "X-Metadata-", 11))
+		return MHD_YES;
+	if (!(n = strlen(key + 11)) || n > ENVD_META_KEY_MAX) {
+		json_object_set_new(meta, "", json_null()); /* marks it refused */
+		return MHD_NO;
+	}
+	for (size_t i = 0; i <= n; i++)
+		k[i] = (char)tolower((unsigned char)key[11 + i]);
+	for (const char *p = value; *p; p++)
+		if (*p < 0x20 || *p > 0x7e) {
+			json_object_set_new(meta, "", json_null());
+			return MHD_NO;
+		}
+	if (!json_object_get(meta, k))
+		json_object_set_new(meta, k, json_string(value));
+	return MHD_YES;
+}
+
+/*
+ * An upload's X-Metadata-* headers as {key: value} in *meta (NULL: none),
+ * as envd takes them: keys lowercased, printable ASCII, a key at most
+ * ENVD_META_KEY_MAX bytes, all keys (with their "user.e2b.") and values at
+ * most ENVD_META_MAX. -1 when they are not (400).
+ */
+static int
+up_meta(struct MHD_Connection *conn, json_t **meta)
+{
+	json_t *m = json_object(), *v;
+	const char *k;
+	size_t total = 0;
+
+	MHD_get_connection_values(conn, MHD_HEADER_KIND, up_meta_header, m);
+	json_object_foreach(m, k, v) total +=
+	    strlen("user.e2b.") + strlen(k) + json_string_length(v);
+	if (json_object_get(m, "") || total > ENVD_META_MAX) {
+		json_decref(m);
+		return -1;
+	}
+	*meta = json_object_size(m) ? m : (json_decref(m), NULL);
+	return 0;
+}
+
+static void envdupload_hangup(void *arg, uint32_t events);
+
 /*
  * POST /files, as its head came (http.c calls it before any of the body):
  * the body's form; its bytes come to envdfile_body.
@@ -356,7 +414,7 @@ envdupload_start(struct http_request *hr, struct context *c, const char *path)
 
 	u->u_hr = hr;
 	u->u_fd = ci ? ci->connect_fd : -1;
-	u->u_ev = (struct evsrc){EV_UPLOAD_HANGUP, u};
+	u->u_ev = (struct evsrc){envdupload_hangup, u};
 	/*
 	 * The client's leaving mid-body is ours to see: MHD misses it while the
 	 * connection is suspended (the window full), and its edge-triggered
@@ -371,6 +429,13 @@ envdupload_start(struct http_request *hr, struct context *c, const char *path)
 	u->u_c = c;
 	u->u_path = path;
 	hr->hr_upload = u;
+	if (up_meta(conn, &u->u_meta) < 0)
+		return respond_now(
+		    hr, 400,
+		    respond_json(connect_error(
+		        false, "invalid_argument", &st,
+		        "X-Metadata-*: keys of 1 to 246 bytes and values of printable "
+		        "ASCII, at most 4096 bytes in all")));
 	if (enc && *enc && strcasecmp(enc, "identity")) {
 		if (strcasecmp(enc, "gzip"))
 			return respond_now(
@@ -434,11 +499,11 @@ envdupload_body(struct http_request *hr, const char *data, size_t *size)
 	return MHD_YES;
 }
 
-/* Its proxy is lost: the upload fails. */
+/* Its proxy is lost, or its agent stalled: the upload fails. */
 static void
-up_lost(struct xfer *x)
+up_lost(struct xfer *x, const char *code, const char *why)
 {
-	up_fail_code(x->x_up, "unavailable", "the envd agent was lost");
+	up_fail_code(x->x_up, code, why);
 }
 
 /* The request ended (done, failed, or its client left): what it holds goes. */
@@ -461,6 +526,7 @@ envdupload_free(struct http_request *hr)
 		inflateEnd(&u->u_z);
 	if (u->u_fail)
 		MHD_destroy_response(u->u_fail);
+	json_decref(u->u_meta);
 	buf_free(&u->u_pending);
 	free(u->u_part);
 	free(u);
@@ -473,9 +539,11 @@ envdupload_free(struct http_request *hr)
  * agent leaves nothing of them), and the socket is shut so that MHD, woken
  * by it, ends the request (as http.c does for a body past its deadline).
  */
-void
-envdupload_hangup(struct upload *u, uint32_t events)
+static void
+envdupload_hangup(void *arg, uint32_t events)
 {
+	struct upload *u = arg;
+
 	(void)events;
 	up_unwatch(u);
 	up_fail_code(u, "canceled", "the client left before its body was whole");

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker.h"
+#include "http.h"
 
 /* Whether an Accept-Encoding value takes gzip: named, and not with q=0. */
 static bool

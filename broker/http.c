@@ -1,9 +1,9 @@
 /*
- * http.c — the HTTP transport on libmicrohttpd: connections, routing, body
- * limits, JSON parsing, auth; what a request does is request.c's, which
- * answers through respond_ops (respond.c: responses, suspended requests, an
- * execution's streamed output). MHD runs in external-epoll mode inside the
- * broker's loop.
+ * http.c — the HTTP transport on libmicrohttpd: connections, body limits,
+ * auth, then the route (api.c's table, or envd.c's); what a request does is
+ * request.c's, which answers through respond_ops (respond.c: responses,
+ * suspended requests, an execution's streamed output). MHD runs in
+ * external-epoll mode inside the broker's loop.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -15,7 +15,7 @@
 
 #include <sodium.h>
 
-#include "broker.h"
+#include "http.h"
 
 /* HTTP connections MHD has, for the connection limit and the header timeout. */
 static struct connq conns = TAILQ_HEAD_INITIALIZER(conns);
@@ -23,116 +23,7 @@ static struct evsrc ev_mhd;
 static uint64_t mhd_log_at; /* rate limit of MHD's messages at warn level */
 static unsigned mhd_log_n;
 
-static json_t *
-parse_body(struct http_request *hr, char *err, size_t errsz)
-{
-	json_error_t jerr;
-	json_t *j;
-
-	if (hr->hr_body.b_len == 0) {
-		snprintf(err, errsz, "a JSON body is required");
-		return NULL;
-	}
-	j = json_loadb(buf_head(&hr->hr_body), buf_pending(&hr->hr_body),
-		       JSON_REJECT_DUPLICATES, &jerr);
-	if (!j)
-		snprintf(err, errsz, "invalid JSON body: %s (line %d, column %d)", jerr.text,
-			 jerr.line, jerr.column);
-	else if (!json_is_object(j)) {
-		snprintf(err, errsz, "the body must be a JSON object");
-		json_decref(j);
-		j = NULL;
-	}
-	return j;
-}
-
-static enum MHD_Result
-do_execute(struct http_request *hr)
-{
-	char err[1024];
-	json_t *body;
-
-	if (!(body = parse_body(hr, err, sizeof(err))))
-		return respond_now(hr, 400, respond_text("%s", err));
-	request_execute(&hr->hr_rq, body);
-	json_decref(body);
-	return MHD_YES;
-}
-
-static enum MHD_Result
-do_create(struct http_request *hr)
-{
-	char err[1024];
-	const char *language = NULL, *cwd = NULL;
-	struct egress_lists net = {0};
-	json_t *body = NULL;
-
-	if (hr->hr_body.b_len) {
-		if (!(body = parse_body(hr, err, sizeof(err))))
-			return respond_now(hr, 400, respond_text("%s", err));
-		if (validate_opt_string(body, "language", &language, err, sizeof(err)) < 0 ||
-		    validate_opt_string(body, "cwd", &cwd, err, sizeof(err)) < 0 ||
-		    egress_context(body, &net, err, sizeof(err)) < 0) {
-			json_decref(body);
-			return respond_now(hr, 400, respond_text("%s", err));
-		}
-	}
-	request_create(&hr->hr_rq, language, cwd, &net);
-	egress_free(&net);
-	json_decref(body);
-	return MHD_YES;
-}
-
-static enum MHD_Result
-do_languages(struct http_request *hr)
-{
-	struct kspec **v;
-	size_t n;
-	json_t *a = json_array();
-
-	kspec_list(&v, &n);
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(a, json_pack("{s:s, s:s}", "language", v[i]->ks_lang,
-						   "kernelspec", v[i]->ks_name));
-	kspec_list_free(v, n);
-	return respond_now(hr, 200, respond_json(a));
-}
-
-static enum MHD_Result
-do_list(struct http_request *hr)
-{
-	json_t *a = json_array();
-	struct context *c;
-
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
-		if (context_listed(c))
-			json_array_append_new(a, context_json(c, false));
-	return respond_now(hr, 200, respond_json(a));
-}
-
-/* Bounded label values for the metrics: path templates and known methods. */
-static const char *
-endpoint_of(const char *url)
-{
-	static const char *const fixed[] = {"/health", "/ready", "/execute", "/languages",
-					    "/metrics", "/contexts", "/openapi.json"};
-	const char *rest;
-
-	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
-		if (!strcmp(url, fixed[i]))
-			return fixed[i];
-	if (strncmp(url, "/contexts/", 10))
-		return "other";
-	rest = url + 10 + strcspn(url + 10, "/");
-	if (!*rest)
-		return "/contexts/{id}";
-	if (!strcmp(rest, "/restart"))
-		return "/contexts/{id}/restart";
-	if (!strcmp(rest, "/interrupt"))
-		return "/contexts/{id}/interrupt";
-	return "other";
-}
-
+/* Bounded label values for the metrics: known methods (paths: api_endpoint). */
 static const char *
 method_of(const char *m)
 {
@@ -142,32 +33,6 @@ method_of(const char *m)
 		if (!strcmp(m, known[i]))
 			return known[i];
 	return "other";
-}
-
-static enum MHD_Result
-do_metrics(struct http_request *hr)
-{
-	size_t len;
-	char *text = metrics_render(&len);
-	struct MHD_Response *r =
-		MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
-
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-				"text/plain; version=0.0.4; charset=utf-8");
-	return respond_now(hr, 200, r);
-}
-
-/* The OpenAPI document of this API (openapi.c). */
-static enum MHD_Result
-do_openapi(struct http_request *hr)
-{
-	size_t len;
-	const char *doc = openapi_json(&len);
-	struct MHD_Response *r =
-		MHD_create_response_from_buffer(len, (void *)doc, MHD_RESPMEM_PERSISTENT);
-
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, CT_JSON);
-	return respond_now(hr, 200, r);
 }
 
 static struct conn *conn_of(struct MHD_Connection *c);
@@ -186,119 +51,6 @@ unescape(void *cls, struct MHD_Connection *c, char *s)
 	if (bad && cn)
 		cn->cn_bad_at = s; /* refused in on_request if s is the path */
 	return n;
-}
-
-/*
- * Readiness, for a load balancer or a Kubernetes readiness probe: 503 while
- * draining or while a default context's kernel is not answering (starting at
- * start-up, restarting after a crash); 200 otherwise. A default context a
- * client deleted does not hold it back: the next /execute starts it again.
- * Its 200 says the sandbox's level and what it lacks here (box.c).
- */
-static enum MHD_Result
-do_ready(struct http_request *hr)
-{
-	struct context *c;
-
-	if (sv.sv_lc.lc_draining)
-		return respond_now(hr, 503, respond_text("not ready: draining"));
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link) {
-		if (!c->c_default || !context_listed(c))
-			continue;
-		const char *state = context_state(c);
-		if (!c->c_ready || (strcmp(state, "idle") && strcmp(state, "busy")))
-			return respond_now(hr, 503, respond_text("not ready: the default %s context is %s",
-							 c->c_lang, state));
-	}
-	/* and how far kernels are boxed here: an operator's first question about a deployment */
-	return respond_now(hr, 200, respond_json(json_pack("{s:s, s:o}", "status", "OK", "sandbox",
-							   box_level_json())));
-}
-
-static enum MHD_Result
-route(struct http_request *hr, const char *url, const char *method)
-{
-	/* HEAD is GET without the body (MHD leaves it out) */
-	bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-	bool post = !strcmp(method, "POST"), del = !strcmp(method, "DELETE");
-	char id[64], quoted[96];
-	const char *rest;
-	struct context *c;
-
-	/* a CORS preflight of a listed origin (caller_refusal let it in) */
-	if (caller_preflight(hr->hr_conn, method))
-		return respond_now(hr, 204,
-				   MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
-	/* envd's port, or its API through this one (one URL for the whole sandbox) */
-	if (hr->hr_envd_port || envd_asked(hr->hr_conn, url))
-		return envd_route(hr, url, method);
-	if (!strcmp(url, "/health")) {
-		if (!get)
-			goto method;
-		return respond_now(hr, 200, respond_json(json_string("OK")));
-	}
-	if (!strcmp(url, "/ready")) {
-		if (!get)
-			goto method;
-		return do_ready(hr);
-	}
-	if (!strcmp(url, "/execute")) {
-		if (!post)
-			goto method;
-		return do_execute(hr);
-	}
-	if (!strcmp(url, "/metrics")) {
-		if (!get)
-			goto method;
-		return do_metrics(hr);
-	}
-	if (!strcmp(url, "/openapi.json")) {
-		if (!get)
-			goto method;
-		return do_openapi(hr);
-	}
-	if (!strcmp(url, "/languages")) {
-		if (!get)
-			goto method;
-		return do_languages(hr);
-	}
-	if (!strcmp(url, "/contexts")) {
-		if (post)
-			return do_create(hr);
-		if (get)
-			return do_list(hr);
-		goto method;
-	}
-	if (strncmp(url, "/contexts/", 10))
-		return respond_now(hr, 404, respond_text("no such endpoint: %.128s", url));
-	rest = url + 10;
-	size_t idlen = strcspn(rest, "/");
-	if (idlen >= sizeof(id))
-		return respond_now(hr, 404, respond_text("no such context: its id is %zu bytes long; "
-						  "ids are 36 characters", idlen));
-	snprintf(id, sizeof(id), "%.*s", (int)idlen, rest);
-	if (!(c = context_find(id)))
-		return respond_now(hr, 404, respond_text("context '%s' not found",
-						  frame_quote(id, quoted, sizeof(quoted))));
-	rest += idlen;
-	if (!*rest) {
-		if (get)
-			return respond_now(hr, 200, respond_json(context_json(c, true)));
-		if (!del)
-			goto method;
-		request_context(&hr->hr_rq, id, OP_DELETE);
-		return MHD_YES;
-	}
-	if (!strcmp(rest, "/restart") || !strcmp(rest, "/interrupt")) {
-		if (!post)
-			goto method;
-		request_context(&hr->hr_rq, id, rest[1] == 'r' ? OP_RESTART : OP_INTERRUPT);
-		return MHD_YES;
-	}
-	return respond_now(hr, 404, respond_text("no such endpoint: %.128s", url));
-method:
-	return respond_now(hr, 405, respond_text("method %.16s not allowed on %.128s",
-						   method, url));
 }
 
 /*
@@ -369,7 +121,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		hr = xcalloc(1, sizeof(*hr));
 		hr->hr_rq.rq_ops = &respond_ops;
 		hr->hr_conn = conn;
-		hr->hr_endpoint = endpoint_of(url);
+		hr->hr_endpoint = api_endpoint(url);
 		hr->hr_method = method_of(method);
 		hr->hr_envd_port = cn && cn->cn_envd;
 		*con_cls = hr;
@@ -458,7 +210,15 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 	if (hr->hr_too_big)
 		return respond_now(hr, 413, respond_text("request body over the limit of %zu bytes",
 						    sv.sv_cf.cf_max_body));
-	return route(hr, url, method);
+	/* a CORS preflight of a listed origin (caller_refusal let it in) */
+	if (caller_preflight(hr->hr_conn, method))
+		return respond_now(
+		    hr, 204,
+		    MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+	/* envd's port, or its API through this one (one URL for the whole sandbox) */
+	if (hr->hr_envd_port || envd_asked(hr->hr_conn, url))
+		return envd_route(hr, url, method);
+	return api_route(hr, url, method); /* the code API's */
 }
 
 static void
@@ -581,6 +341,13 @@ mhd_log(void *cls, const char *fmt, va_list ap)
 		log_debug("http: %s", line);
 }
 
+/* MHD's epoll fd is ready: nothing now, the loop runs MHD after each batch (http_run). */
+static void
+http_ready(void *arg, uint32_t events)
+{
+	(void)arg, (void)events;
+}
+
 int
 http_start(void)
 {
@@ -610,9 +377,42 @@ http_start(void)
 		return -1;
 	}
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(sv.sv_io.io_mhd, MHD_DAEMON_INFO_EPOLL_FD);
-	ev_mhd = (struct evsrc){EV_MHD, NULL};
+	ev_mhd = (struct evsrc){http_ready, NULL};
 	server_watch(di->epoll_fd, EPOLLIN, &ev_mhd);
 	return 0;
+}
+
+/* The loop's wait, shortened to when MHD wants to run next. */
+long
+http_wait(long wait)
+{
+	MHD_UNSIGNED_LONG_LONG mt;
+
+	if (MHD_get_timeout(sv.sv_io.io_mhd, &mt) == MHD_YES && (long long)mt < wait)
+		wait = (long)mt;
+	return wait;
+}
+
+/* MHD wants to run again at once. */
+static bool
+http_due(void)
+{
+	MHD_UNSIGNED_LONG_LONG mt;
+
+	return MHD_get_timeout(sv.sv_io.io_mhd, &mt) == MHD_YES && mt == 0;
+}
+
+/*
+ * MHD's work, then up to passes more runs while its next steps want no wait
+ * (a reply sent, then its keep-alive connection read again: two passes) rather
+ * than each after an epoll_wait of the loop's that finds nothing.
+ */
+void
+http_run(int passes)
+{
+	MHD_run(sv.sv_io.io_mhd);
+	for (int i = 0; i < passes && http_due(); i++)
+		MHD_run(sv.sv_io.io_mhd);
 }
 
 void

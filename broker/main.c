@@ -1,8 +1,10 @@
 /*
  * main.c — sandcell-broker: start-up in order (options.c, config.c), then the
  * one event loop (epoll) that drives libmicrohttpd, every proxy's IPC socket,
- * client hang-up watches, signals and timers. Everything runs on this thread;
- * nng's own threads only wake it through an eventfd.
+ * client hang-up watches, signals and timers: each ready fd's handler is in
+ * its event source (struct evsrc, set by the module that watches it), so the
+ * loop names no module's. Everything runs on this thread; nng's own threads
+ * only wake it through an eventfd (control.c's).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -29,13 +30,15 @@
 
 #include "broker.h"
 
+/* The signalfd: SIGTERM drains or stops, SIGINT stops, SIGCHLD reaps. */
 static void
-handle_signals(void)
+handle_signals(void *arg, uint32_t events)
 {
 	struct signalfd_siginfo si;
 	int status;
 	pid_t pid;
 
+	(void)arg, (void)events;
 	while (read(sv.sv_io.io_sigfd, &si, sizeof(si)) == sizeof(si)) {
 		if (si.ssi_signo == SIGTERM && !sv.sv_lc.lc_stopping && sv.sv_cf.cf_grace) {
 			/* drain: no new executions, running ones get the grace period */
@@ -54,37 +57,15 @@ handle_signals(void)
 }
 
 static void
-wake_drain(void)
-{
-	uint64_t v;
-
-	if (read(sv.sv_io.io_wakefd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-		log_warn("eventfd: %s", strerror(errno));
-	control_wake();
-}
-
-/* MHD wants to run again at once. */
-static bool
-mhd_due(void)
-{
-	MHD_UNSIGNED_LONG_LONG mt;
-
-	return MHD_get_timeout(sv.sv_io.io_mhd, &mt) == MHD_YES && mt == 0;
-}
-
-static void
 loop(void)
 {
 	struct epoll_event evs[64];
 	uint64_t next_tick = now_ms() + TICK_MS;
 
 	while (!sv.sv_lc.lc_quit) {
-		MHD_UNSIGNED_LONG_LONG mt;
 		uint64_t now = now_ms();
-		long wait = next_tick > now ? (long)(next_tick - now) : 0;
+		long wait = http_wait(next_tick > now ? (long)(next_tick - now) : 0);
 
-		if (MHD_get_timeout(sv.sv_io.io_mhd, &mt) == MHD_YES && (long long)mt < wait)
-			wait = (long)mt;
 		long pw = respond_park_wait(now);
 		if (pw >= 0 && pw < wait)
 			wait = pw;
@@ -97,32 +78,16 @@ loop(void)
 		sv.sv_io.io_batch_n = n > 0 ? n : 0;
 		for (int i = 0; i < n; i++) {
 			struct evsrc *ev = evs[i].data.ptr;
-			if (!ev)
-				continue; /* its object was freed by an earlier one (server_forget) */
-			switch (ev->ev_kind) {
-			case EV_MHD: break; /* MHD_run below */
-			case EV_SIGNAL: handle_signals(); break;
-			case EV_WAKE: wake_drain(); break;
-			case EV_CTX_RECV: relay_recv(ev->ev_obj); break;
-			case EV_CTX_PIDFD: supervise_pidfd(ev->ev_obj); break;
-			case EV_HANGUP: respond_hangup(ev->ev_obj, evs[i].events); break;
-			case EV_UPLOAD_HANGUP: envdupload_hangup(ev->ev_obj, evs[i].events); break;
-			case EV_CTL: control_recv(); break;
-			case EV_LISTEN: accept_ready(); break;
-			case EV_PENDING: accept_sniff(ev->ev_obj, evs[i].events); break;
-			}
+			/* NULL: its object was freed by an earlier one (server_forget) */
+			if (ev)
+				ev->ev_fn(ev->ev_arg, evs[i].events);
 		}
 		sv.sv_io.io_batch_n = 0;
 		respond_park_due(now_ms());
 		sv.sv_lc.lc_mhd_kick = false;
-		MHD_run(sv.sv_io.io_mhd);
-		/* MHD's own next steps that want no wait (a reply sent, then its
-		 * keep-alive connection read again: two passes) run here rather
-		 * than each after an epoll_wait of ours that finds nothing */
-		for (int i = 0; i < MHD_PASSES && mhd_due(); i++)
-			MHD_run(sv.sv_io.io_mhd);
+		http_run(MHD_PASSES);
 		if (sv.sv_po.po_kick) {
-			/* after MHD_run: a claimed kernel's answer leaves before the fork */
+			/* after http_run: a claimed kernel's answer leaves before the fork */
 			sv.sv_po.po_kick = false;
 			if (!sv.sv_lc.lc_draining)
 				pool_fill();
@@ -131,6 +96,8 @@ loop(void)
 		if (now >= next_tick) {
 			stream_tick(now);
 			waiter_tick(now);
+			envdfile_tick(now);
+			envdstream_tick(now);
 			http_tick(now);
 			if (!sv.sv_lc.lc_draining)
 				pool_fill();
@@ -158,25 +125,20 @@ serve_start(void)
 {
 	char err[512];
 
-	TAILQ_INIT(&sv.sv_tb.tb_contexts);
 	TAILQ_INIT(&sv.sv_tb.tb_streams);
 	sv.sv_lc.lc_started = now_ms();
 	config_run_dir();
 
 	if ((sv.sv_io.io_epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
 		fatal("epoll_create1: %s", strerror(errno));
-	if ((sv.sv_io.io_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
-		fatal("eventfd: %s", strerror(errno));
-	sv.sv_io.io_ev_sig = (struct evsrc){EV_SIGNAL, NULL};
-	sv.sv_io.io_ev_wake = (struct evsrc){EV_WAKE, NULL};
+	sv.sv_io.io_ev_sig = (struct evsrc){handle_signals, NULL};
 	server_watch(sv.sv_io.io_sigfd, EPOLLIN, &sv.sv_io.io_ev_sig);
-	server_watch(sv.sv_io.io_wakefd, EPOLLIN, &sv.sv_io.io_ev_wake);
 
 	if (control_start() < 0)
 		exit(1);
 	if (http_start() < 0)
 		exit(1);
-	uplink_start(box_net_uid());
+	uplink_start(boxuid_net());
 	template_start();
 	supervise_adopt_all();
 	envd_start();
@@ -206,7 +168,7 @@ serve_stop(void)
 	/* what is still streaming ends with an error line the client can read */
 	stream_fail_all("ServerStopping", "the server is stopping", "server_stopping");
 	for (uint64_t until = now_ms() + 500; !TAILQ_EMPTY(&sv.sv_tb.tb_streams) && now_ms() < until;) {
-		MHD_run(sv.sv_io.io_mhd);
+		http_run(0);
 		usleep(5000);
 	}
 	http_stop();
@@ -225,9 +187,20 @@ serve_stop(void)
 	log_info("stopped%s", sv.sv_cf.cf_keep_contexts ? "; contexts kept running" : "");
 }
 
+/* The core reaches its proxies through link.c's port: these are the real ones. */
+static const struct link_ops real_link = {
+	.lo_dial = chanlink_dial,
+	.lo_hangup = chanlink_hangup,
+	.lo_send = chanlink_send,
+	.lo_spawn = spawn_proxy,
+	.lo_signal = spawn_signal,
+	.lo_exited = spawn_exited,
+};
+
 int
 main(int argc, char **argv)
 {
+	link_use(&real_link);
 	options_parse(argc, argv); /* options.c */
 	log_init("sandcell-broker", parse_level(sv.sv_cf.cf_log_level));
 	/* first: the sandbox's probe (config_settle) waits for a child */

@@ -152,7 +152,7 @@ histogram(struct buf *b, const char *name, const char *help, struct histogram *h
 
 /* The warm pool per --pool entry: its size, and its kernels ready to be taken. */
 static void
-pool_gauges(struct buf *b)
+pool_gauges(struct buf *b, const struct context_counts *cc)
 {
 	header(b, "sandcell_pool_target", "gauge", "Warm kernels the pool keeps (--pool).");
 	for (size_t i = 0; i < sv.sv_cf.cf_npool; i++) {
@@ -165,14 +165,9 @@ pool_gauges(struct buf *b)
 	       "Warm kernels started and waiting to become a context.");
 	for (size_t i = 0; i < sv.sv_cf.cf_npool; i++) {
 		const struct kspec *ks = kcache_find(sv.sv_cf.cf_pool[i].ps_want);
-		struct context *c;
-		int n = 0;
-		if (!ks)
-			continue;
-		TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
-			n += c->c_pooled && c->c_ready && !c->c_deleting &&
-			     !strcmp(c->c_kernel, ks->ks_name);
-		put(b, "sandcell_pool_ready{kernel=\"%s\"} %d\n", ks->ks_name, n);
+		if (ks)
+			put(b, "sandcell_pool_ready{kernel=\"%s\"} %d\n", ks->ks_name,
+			    cc->cc_pool_ready_of[i]);
 	}
 }
 
@@ -209,12 +204,14 @@ start_gate_gauge(struct buf *b)
 	put(b, "sandcell_kernel_starts_waiting{kind=\"pool\"} %d\n", waiting[1]);
 }
 
-/* The whole exposition, as Prometheus text format. */
+/*
+ * The whole exposition, as Prometheus text format: the contexts' counts and
+ * the box's missing parts as its caller read them (context_count, box_missing).
+ */
 char *
-metrics_render(size_t *len)
+metrics_render(const struct context_counts *cc, size_t missing, size_t *len)
 {
 	struct buf b = {0};
-	struct context *c;
 	struct stream *s;
 	uint64_t open_streams = 0;
 
@@ -247,31 +244,11 @@ metrics_render(size_t *len)
 	put(&b, "sandcell_streams_open %llu\n", (unsigned long long)open_streams);
 
 	header(&b, "sandcell_contexts", "gauge", "Contexts by language and state.");
-	struct {
-		const char *lang, *state;
-		int n;
-	} cs[64];
-	size_t ncs = 0;
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link) {
-		const char *st = context_state(c);
-		size_t i;
-		if (c->c_deleting)
-			continue;
-		for (i = 0; i < ncs; i++)
-			if (!strcmp(cs[i].lang, c->c_lang) && !strcmp(cs[i].state, st))
-				break;
-		if (i == ncs) {
-			if (ncs == sizeof(cs) / sizeof(cs[0]))
-				continue;
-			cs[ncs++] = (typeof(cs[0])){c->c_lang, st, 0};
-		}
-		cs[i].n++;
-	}
-	for (size_t i = 0; i < ncs; i++)
-		put(&b, "sandcell_contexts{language=\"%s\",state=\"%s\"} %d\n", cs[i].lang,
-		    cs[i].state, cs[i].n);
+	for (size_t i = 0; i < cc->cc_nstates; i++)
+		put(&b, "sandcell_contexts{language=\"%s\",state=\"%s\"} %d\n",
+		    cc->cc_states[i].cs_lang, cc->cc_states[i].cs_state, cc->cc_states[i].cs_n);
 
-	pool_gauges(&b);
+	pool_gauges(&b, cc);
 	start_gate_gauge(&b);
 	header(&b, "sandcell_sandbox_enabled", "gauge",
 	       "1 when kernels run in boxes, 0 when unboxed (--no-sandbox).");
@@ -283,7 +260,7 @@ metrics_render(size_t *len)
 	header(&b, "sandcell_sandbox_missing", "gauge",
 	       "Parts of the box this machine or container withholds (GET /ready lists them); "
 	       "0: the full box.");
-	put(&b, "sandcell_sandbox_missing %zu\n", box_missing());
+	put(&b, "sandcell_sandbox_missing %zu\n", missing);
 
 	counter(&b, "sandcell_client_disconnects_total",
 		"Clients that went away before their stream ended.", mx.disconnects);

@@ -131,7 +131,7 @@ pool_take(const char *kernel, const struct context *x, const char *cwd)
 
 	if (x && egress_own(&x->c_egress)) /* its rules are not a warm box's */
 		return NULL;
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link) {
+	CONTEXT_FOREACH(c) {
 		if (!c->c_pooled || !c->c_ready || c->c_deleting || c->c_pl->pl_pid <= 0 ||
 		    c->c_pl->pl_state != KS_IDLE || strcmp(c->c_kernel, kernel))
 			continue;
@@ -189,13 +189,7 @@ pool_use(const char *kernel, const char *cwd, bool is_default)
 
 	if (!c)
 		return NULL;
-	c->c_pooled = false;
-	TAILQ_REMOVE(&sv.sv_tb.tb_contexts, c, c_link);
-	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_contexts, c, c_link);
-	c->c_default = is_default;
-	c->c_created = now_ms();
-	free(c->c_cwd);
-	c->c_cwd = xstrdup(cwd);
+	context_claim(c, cwd, is_default);
 	pool_claim(c);
 	log_info("context %s: created from the warm pool (%s, cwd %s%s)", c->c_id, c->c_lang,
 		 cwd, is_default ? ", default" : "");
@@ -209,7 +203,7 @@ pool_use(const char *kernel, const char *cwd, bool is_default)
  * Whether the pool should wait: a context a client asked for is starting (not
  * from the pool), less than POOL_YIELD_MS ago. A kernel warmed now would take
  * CPU from the creations clients wait for (a burst of them is CPU-bound); it
- * is warmed as soon as they are ready (link.c kicks the pool then). Nor for
+ * is warmed as soon as they are ready (relay.c kicks the pool then). Nor for
  * POOL_CLAIM_GRACE_MS after a warm kernel was handed out: a burst's first
  * requests take the pool, and its refill, started before the rest of the
  * burst is read, would take a start slot from them (startgate.c).
@@ -222,7 +216,7 @@ pool_yield(uint64_t now)
 	if (now < claimed + POOL_CLAIM_GRACE_MS)
 		return true;
 
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
+	CONTEXT_FOREACH(c)
 		if (!c->c_pooled && !c->c_ready && !c->c_deleting &&
 		    now < c->c_created + POOL_YIELD_MS)
 			return true;
@@ -243,21 +237,19 @@ pool_fill(void)
 		return;
 	for (size_t i = 0; i < sv.sv_cf.cf_npool; i++) {
 		struct pool_spec *ps = &sv.sv_cf.cf_pool[i];
+		struct context_counts cc;
 		const struct kspec *ks;
 		struct context *c;
-		int have = 0;
 
 		if (now < ps->ps_retry_at || !(ks = kcache_find(ps->ps_want)) ||
 		    template_starting(ks->ks_name))
 			continue;
-		TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
-			have += c->c_pooled && !c->c_deleting && !strcmp(c->c_kernel, ks->ks_name);
-		for (; have < ps->ps_size; have++) {
+		context_count(&cc, ks->ks_name);
+		for (int have = cc.cc_pooled; have < ps->ps_size; have++) {
 			c = context_new(NULL, ks->ks_lang, ks->ks_name, box_default_cwd(), false);
 			c->c_pooled = true;
-			TAILQ_INSERT_TAIL(&sv.sv_tb.tb_contexts, c, c_link);
-			if (link_open(c, c->c_id) < 0 || supervise_spawn(c) < 0) {
-				context_free(c);
+			if (link_open(c, c->c_id) < 0 || link_spawn(c) < 0) {
+				context_end(c, CTX_DELETED, NULL);
 				ps->ps_retry_at = now + 10000;
 				break;
 			}
@@ -276,31 +268,12 @@ bool
 pool_restart(struct context *x)
 {
 	struct context *p = pool_take(x->c_kernel, x, x->c_cwd);
-	struct stream *s, *next;
-	struct request *rq;
 
 	if (!p)
 		return false;
-	for (s = TAILQ_FIRST(&x->c_streams); s; s = next) {
-		next = TAILQ_NEXT(s, st_ctx_link);
-		stream_fail(s, "ContextRestarted", "the context was restarted", "restarted");
-	}
-	while ((rq = TAILQ_FIRST(&x->c_waiters))) {
-		answer_done(rq, 409, NULL, "context %s was restarted meanwhile", x->c_id);
-	}
-	if (x->c_pl->pl_pid > 0)
-		kill(x->c_pl->pl_pid, SIGTERM); /* stops its kernel, removes its dir */
-	link_close(x->c_pl);
-	x->c_pl = p->c_pl;
-	p->c_pl = NULL;
-	x->c_pl->pl_ev_recv.ev_obj = x->c_pl->pl_ev_pidfd.ev_obj = x;
-	x->c_ready = true;
-	TAILQ_REMOVE(&sv.sv_tb.tb_contexts, p, c_link);
-	free(p->c_lang);
-	free(p->c_kernel);
-	free(p->c_cwd);
-	free(p->c_error);
-	free(p);
+	context_fail(x, CTX_RESTARTED, NULL);
+	link_signal(x->c_pl, SIGTERM); /* stops its kernel, removes its dir */
+	context_swap(x, p);
 	pool_claim(x);
 	metrics_count(M_KERNEL_RESTART, 1);
 	log_info("context %s: restarted with a warm kernel (proxy %d)", x->c_id,
@@ -321,13 +294,13 @@ int
 pool_create(const char *want, const char *cwd, bool is_default, struct egress_lists *net,
 	    struct context **out, char *err, size_t errsz)
 {
+	struct context_counts cc;
 	struct context *c;
 	const struct kspec *ks;
-	int n = 0, rc;
+	int rc;
 
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
-		n += !c->c_pooled && !c->c_deleting && !c->c_envd;
-	if (n >= sv.sv_cf.cf_max_contexts) {
+	context_count(&cc, NULL);
+	if (cc.cc_listed >= sv.sv_cf.cf_max_contexts) {
 		snprintf(err, errsz, "too many contexts (limit %d); delete one first",
 			 sv.sv_cf.cf_max_contexts);
 		return -EAGAIN;
@@ -344,19 +317,20 @@ pool_create(const char *want, const char *cwd, bool is_default, struct egress_li
 		return 0;
 	}
 	c = context_new(NULL, ks->ks_lang, ks->ks_name, cwd, is_default);
-	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_contexts, c, c_link);
 	if (net) { /* the context's now */
 		c->c_egress = *net;
 		memset(net, 0, sizeof(*net));
 	}
-	if ((rc = box_isolate(c, err, errsz)) < 0) {
-		context_free(c);
+	/* --isolation context: its own uids, then its own workspace */
+	if (boxuid_isolates() &&
+	    ((rc = boxuid_lease(c, err, errsz)) < 0 || (rc = workspace_own(c, err, errsz)) < 0)) {
+		context_end(c, CTX_DELETED, NULL);
 		return rc;
 	}
 	cwd = c->c_cwd;
-	if (link_open(c, c->c_id) < 0 || supervise_spawn(c) < 0) {
+	if (link_open(c, c->c_id) < 0 || link_spawn(c) < 0) {
 		snprintf(err, errsz, "could not start a proxy for the context");
-		context_free(c);
+		context_end(c, CTX_DELETED, NULL);
 		return -EIO;
 	}
 	log_info("context %s: created (%s, kernel %s, cwd %s%s), proxy pid %d", c->c_id,

@@ -2,7 +2,8 @@
  * relay.c — what a proxy sends, to where it goes: output to its stream,
  * kernel state to its context (and the requests waiting for it to be
  * ready), replies to the waiting requests (waiter.c), the proxy's counts to
- * the metrics. main.c's loop calls relay_recv() when a link has frames.
+ * the metrics, one message at a time (relay_msg). main.c's loop calls
+ * relay_recv() when a link has frames.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +57,40 @@ relay_state(struct context *c, struct msg *m)
 	}
 }
 
+/* One message of c's proxy (m stays the caller's). */
+void
+relay_msg(struct context *c, struct msg *m)
+{
+	struct stream *s;
+
+	switch (m->m_type) {
+	case MSG_OUTPUT:
+		if ((s = stream_find(c, m->m_stream)) && s->st_kind) {
+			s->st_heard = true;
+			s->st_kind->sk_in(s, m); /* envd's: connect.c */
+		} else if (s)
+			stream_output(s, m->m_data.s, m->m_data.len,
+			              m->m_final ? m : NULL);
+		break;
+	case MSG_HELLO:
+	case MSG_STATE:
+		relay_state(c, m);
+		break;
+	case MSG_STATS:
+		metrics_count(M_OUTPUT_DROPPED, m->m_count);
+		metrics_count(M_EGRESS_REFUSED, m->m_refused);
+		break;
+	case MSG_OK:
+	case MSG_FAIL:
+		waiter_reply(c, m);
+		break;
+	default:
+		log_warn("context %s: unexpected %s from proxy, dropped", c->c_id,
+		         msg_type_name(m->m_type));
+	}
+}
+
+/* What c's link has (chanlink.c's handler calls it when its chan is readable). */
 void
 relay_recv(struct context *c)
 {
@@ -73,7 +108,7 @@ relay_recv(struct context *c)
 			          pl->pl_chan.ch_why);
 			/* a context being deleted: its proxy is done with us */
 			if (c->c_deleting && !pl->pl_child && pl->pl_pidfd < 0) {
-				context_free(c);
+				context_end(c, CTX_DELETED, NULL);
 				return;
 			}
 			continue;
@@ -83,31 +118,7 @@ relay_recv(struct context *c)
 			         proto_strerror(e));
 			continue;
 		}
-		struct stream *s;
-		switch (m.m_type) {
-		case MSG_OUTPUT:
-			if ((s = stream_find(c, m.m_stream)) && s->st_kind)
-				s->st_kind->sk_in(s, &m); /* envd's: connect.c */
-			else if (s)
-				stream_output(s, m.m_data.s, m.m_data.len,
-				              m.m_final ? &m : NULL);
-			break;
-		case MSG_HELLO:
-		case MSG_STATE:
-			relay_state(c, &m);
-			break;
-		case MSG_STATS:
-			metrics_count(M_OUTPUT_DROPPED, m.m_count);
-			metrics_count(M_EGRESS_REFUSED, m.m_refused);
-			break;
-		case MSG_OK:
-		case MSG_FAIL:
-			waiter_reply(c, &m);
-			break;
-		default:
-			log_warn("context %s: unexpected %s from proxy, dropped", c->c_id,
-			         msg_type_name(m.m_type));
-		}
+		relay_msg(c, &m);
 		msg_free(&m);
 	}
 	/* more than a turn's share: the rest comes at the next turn, after the

@@ -126,8 +126,8 @@ request_create(struct request *rq, const char *language, const char *cwd,
 		answer_done(rq, 400, NULL, "%s", err);
 		return;
 	}
-	/* as the kernel's uid; under --isolation context once it has one (box_isolate) */
-	if (cwd && !box_isolates() && cwd_usable(box_kernel_uid(NULL), box_workspace_of(NULL), cwd, err, sizeof(err)) < 0) {
+	/* as the kernel's uid; under --isolation context once it has one (boxuid_lease, workspace_own) */
+	if (cwd && !boxuid_isolates() && cwd_usable(boxuid_kernel(NULL), box_workspace_of(NULL), cwd, err, sizeof(err)) < 0) {
 		answer_done(rq, 400, NULL, "%s", err);
 		return;
 	}
@@ -162,7 +162,7 @@ request_context(struct request *rq, const char *id, int op)
 		/* nobody to ask: a delete is done at once, the rest cannot be */
 		if (op == OP_DELETE) {
 			context_delete(c);
-			context_free(c);
+			context_end(c, CTX_DELETED, NULL);
 			answer_done(rq, 200, json_null(), NULL);
 		} else {
 			answer_done(rq, 503, NULL, "context %s has no proxy: %s; delete it",

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 
-#include "broker.h"
+#include "http.h"
 
 #define CT_TEXT "text/plain; charset=utf-8"
 
@@ -213,6 +213,8 @@ static const struct stream_ops http_stream_ops = {
     .so_keepalive = true,
 };
 
+static void respond_hangup(void *arg, uint32_t events);
+
 /*
  * The request is in and sent on; its response waits for the first output,
  * unless executions are ahead of it in its context: then it cannot end
@@ -228,7 +230,7 @@ respond_stream(struct http_request *hr, struct stream *s)
 	hs->hs_s = s;
 	hs->hs_conn = hr->hr_conn;
 	hs->hs_fd = ci ? ci->connect_fd : -1;
-	hs->hs_ev = (struct evsrc){EV_HANGUP, hs};
+	hs->hs_ev = (struct evsrc){respond_hangup, hs};
 	s->st_ops = &http_stream_ops;
 	s->st_client = hs;
 	hr->hr_stream = s;
@@ -257,9 +259,11 @@ respond_stream(struct http_request *hr, struct stream *s)
  * and only a reset or a failed write means gone; a half-closed client is
  * served to the end.
  */
-void
-respond_hangup(struct hstream *hs, uint32_t events)
+static void
+respond_hangup(void *arg, uint32_t events)
 {
+	struct hstream *hs = arg;
+
 	if (!(events & (EPOLLERR | EPOLLHUP)) && !hs->hs_halfclosed) {
 		hs->hs_halfclosed = true;
 		log_debug("stream %llu: the client shut its write side; probing it",

@@ -396,6 +396,18 @@ stream_cancel(struct stream *s, const char *why)
 	}
 }
 
+/* Its peer never began it in time: it is told (CANCEL), the client reads why
+ * (name: an envd stream's Connect code). */
+void
+stream_expire(struct stream *s, const char *name, const char *why)
+{
+	cancel(s);
+	if (!s->st_final && !s->st_gone) {
+		s->st_recorded = true; /* counted as cancelled already */
+		stream_fail(s, name, why, "timeout");
+	}
+}
+
 /* The client's side is done with it, whatever the reason (its request
  * ended, a ctl client left). */
 void

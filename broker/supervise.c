@@ -1,13 +1,13 @@
 /*
- * supervise.c — the proxy processes: spawn one per context, respawn it when it
- * dies (failing what it held), stop them all on shutdown, and adopt the live
- * proxies a previous broker left in the run directory.
+ * supervise.c — the proxies' lives: respawn one when it dies (failing what it
+ * held), stop them all on shutdown, and adopt the live proxies a previous
+ * broker left in the run directory. Processes are reached through link.c's
+ * port (link_spawn, link_signal, link_exited).
  */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,127 +21,11 @@
 #define RESPAWN_WINDOW_MS 60000
 #define RESPAWN_MAX 5
 
-int
-supervise_spawn(struct context *c)
-{
-	const char *argv[80];
-	char wait[24];
-	uint64_t wait_ms;
-	int n = 0;
-	posix_spawnattr_t at;
-	sigset_t none;
-	pid_t pid;
-	int e;
-
-	argv[n++] = sv.sv_cf.cf_proxy_bin;
-	argv[n++] = "--run-dir";
-	argv[n++] = (char *)sv.sv_cf.cf_run_dir;
-	argv[n++] = "--id";
-	argv[n++] = c->c_pl->pl_slot;
-	argv[n++] = "--language";
-	argv[n++] = c->c_lang;
-	argv[n++] = "--kernel";
-	argv[n++] = c->c_kernel;
-	argv[n++] = "--cwd";
-	argv[n++] = c->c_cwd;
-	argv[n++] = "--env-file";
-	argv[n++] = sv.sv_cf.cf_env_file;
-	if (sv.sv_cf.cf_env_pass) {
-		argv[n++] = "--env-pass";
-		argv[n++] = sv.sv_cf.cf_env_pass;
-	}
-	argv[n++] = "--log-level";
-	argv[n++] = (char *)sv.sv_cf.cf_log_level;
-	if (c->c_default)
-		argv[n++] = "--default";
-	if (c->c_pooled)
-		argv[n++] = "--pooled";
-	if (sv.sv_cf.cf_kernel_memory) {
-		argv[n++] = "--memory";
-		argv[n++] = (char *)sv.sv_cf.cf_kernel_memory;
-	}
-	if (sv.sv_cf.cf_kernel_cpu) {
-		argv[n++] = "--cpu";
-		argv[n++] = (char *)sv.sv_cf.cf_kernel_cpu;
-	}
-	if (sv.sv_cf.cf_kernel_cgroup) {
-		argv[n++] = "--cgroup";
-		argv[n++] = (char *)sv.sv_cf.cf_kernel_cgroup;
-	}
-	if (sv.sv_cf.cf_python_startup) {
-		argv[n++] = "--python-startup";
-		argv[n++] = (char *)sv.sv_cf.cf_python_startup;
-	}
-	if (sv.sv_cf.cf_kernel_user) {
-		argv[n++] = "--kernel-user";
-		argv[n++] = (char *)sv.sv_cf.cf_kernel_user;
-	}
-	box_args(c, argv, &n);
-	if (c->c_envd) {
-		argv[n++] = "--envd";
-		argv[n++] = (char *)sv.sv_cf.cf_envd_bin;
-	}
-	if (template_socket(c->c_kernel)) {
-		argv[n++] = "--template";
-		argv[n++] = (char *)template_socket(c->c_kernel);
-		/* the default context made as we start waits for the template as
-		 * the pool does (template_starting); a client's request never does */
-		if (c->c_default && sv.sv_lc.lc_defaults && (wait_ms = template_wait_ms(c->c_kernel))) {
-			snprintf(wait, sizeof(wait), "%llu", (unsigned long long)wait_ms);
-			argv[n++] = "--template-wait";
-			argv[n++] = wait;
-		}
-	}
-	argv[n++] = "--max-starting";
-	argv[n++] = sv.sv_cf.cf_max_starting;
-	if (sv.sv_cf.cf_interrupt_retry[0]) {
-		argv[n++] = "--interrupt-retry";
-		argv[n++] = sv.sv_cf.cf_interrupt_retry;
-	}
-	if (sv.sv_cf.cf_interrupt_grace[0]) {
-		argv[n++] = "--interrupt-grace";
-		argv[n++] = sv.sv_cf.cf_interrupt_grace;
-	}
-	if (sv.sv_cf.cf_heartbeat_timeout[0]) {
-		argv[n++] = "--heartbeat-timeout";
-		argv[n++] = sv.sv_cf.cf_heartbeat_timeout;
-	}
-	argv[n] = NULL;
-	/*
-	 * A spawn, not a fork: a fork of this process (its heap, nng's threads)
-	 * copies its page tables, write-protects every page of every thread (a
-	 * TLB shootdown on each CPU they ran on) and then each first write of
-	 * any thread is a fault, until the child's exec tears its copy down. Its
-	 * own session: a terminal's Ctrl-C reaches the broker, which stops us.
-	 */
-	sigemptyset(&none);
-	if ((e = posix_spawnattr_init(&at)) == 0) {
-		posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK);
-		posix_spawnattr_setsigmask(&at, &none);
-		e = posix_spawn(&pid, sv.sv_cf.cf_proxy_bin, NULL, &at, (char *const *)argv,
-				environ);
-		posix_spawnattr_destroy(&at);
-	}
-	if (e) {
-		log_err("context %s: start %s: %s", c->c_id, sv.sv_cf.cf_proxy_bin, strerror(e));
-		return -e;
-	}
-	c->c_pl->pl_pid = pid;
-	c->c_pl->pl_child = true;
-	c->c_pl->pl_state = KS_STARTING;
-	return 0;
-}
-
 /* The proxy is gone: fail what it held and start a fresh one, same id. */
 static void
 supervise_lost(struct context *c, const char *why)
 {
-	struct stream *s, *next;
-	struct request *rq;
 	uint64_t now = now_ms();
-	char *value = xasprintf("the context's proxy %s; the context was restarted and "
-				"its state is lost",
-				why);
 
 	log_warn("context %s: proxy %d %s", c->c_id, (int)c->c_pl->pl_pid, why);
 	if (!c->c_ready && c->c_pooled) /* no respawn storm of warm kernels */
@@ -150,21 +34,13 @@ supervise_lost(struct context *c, const char *why)
 		free(c->c_error);
 		c->c_error = xasprintf("its proxy %s before the kernel was ready", why);
 		waiter_answer_ready(c);
-		context_free(c);
-		free(value);
+		context_end(c, CTX_DELETED, NULL); /* says it could not start */
 		return;
 	}
-	for (s = TAILQ_FIRST(&c->c_streams); s; s = next) {
-		next = TAILQ_NEXT(s, st_ctx_link);
-		stream_fail(s, "ContextLost", value, "context_lost"); /* may free it */
-	}
+	context_fail(c, CTX_LOST, why);
 	metrics_count(M_PROXY_RESTART, 1);
 	events_emit(json_pack("{s:s, s:s, s:s}", "event", "supervise_lost", "context", c->c_id,
 				"why", why));
-	while ((rq = TAILQ_FIRST(&c->c_waiters))) {
-		answer_done(rq, 500, NULL, "%s", value);
-	}
-	free(value);
 	/*
 	 * The new proxy gets a new link. The old one may still hold the dead
 	 * proxy's connection (nng sees its end on a thread of its own, maybe
@@ -188,7 +64,7 @@ supervise_lost(struct context *c, const char *why)
 		c->c_respawn_window = now;
 		c->c_respawns = 0;
 	}
-	if (++c->c_respawns > RESPAWN_MAX || supervise_spawn(c) < 0) {
+	if (++c->c_respawns > RESPAWN_MAX || link_spawn(c) < 0) {
 		c->c_pl->pl_state = KS_DEAD;
 		free(c->c_error);
 		c->c_error = xstrdup("the context's proxy keeps dying; not restarted");
@@ -204,14 +80,14 @@ supervise_reaped(pid_t pid, int status)
 	struct context *c;
 	char why[128];
 
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
+	CONTEXT_FOREACH(c)
 		if (c->c_pl->pl_child && c->c_pl->pl_pid == pid)
 			break;
 	if (!c)
 		return;
 	if (c->c_deleting || sv.sv_lc.lc_quit) {
 		c->c_pl->pl_pid = 0;
-		context_free(c);
+		context_end(c, CTX_DELETED, NULL);
 		return;
 	}
 	if (WIFSIGNALED(status))
@@ -222,11 +98,14 @@ supervise_reaped(pid_t pid, int status)
 }
 
 /* An adopted proxy (not our child) exited: its pidfd became readable. */
-void
-supervise_pidfd(struct context *c)
+static void
+supervise_pidfd(void *arg, uint32_t events)
 {
+	struct context *c = arg;
+
+	(void)events;
 	if (c->c_deleting) {
-		context_free(c);
+		context_end(c, CTX_DELETED, NULL);
 		return;
 	}
 	supervise_lost(c, "exited");
@@ -239,32 +118,24 @@ supervise_shutdown_all(void)
 	uint64_t until = now_ms() + 3000;
 	int left;
 
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
-		if (c->c_pl->pl_pid > 0)
-			kill(c->c_pl->pl_pid, SIGTERM);
+	CONTEXT_FOREACH(c)
+		link_signal(c->c_pl, SIGTERM);
 	do {
 		left = 0;
-		TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link) {
-			if (c->c_pl->pl_pid <= 0)
-				continue;
-			if (c->c_pl->pl_child ? waitpid(c->c_pl->pl_pid, NULL, WNOHANG) == c->c_pl->pl_pid
-				       : kill(c->c_pl->pl_pid, 0) < 0)
-				c->c_pl->pl_pid = 0;
-			else
-				left++;
-		}
+		CONTEXT_FOREACH(c)
+			left += !link_exited(c->c_pl, false);
 		if (left)
 			usleep(10000);
 	} while (left && now_ms() < until);
-	while ((c = TAILQ_FIRST(&sv.sv_tb.tb_contexts))) {
+	while ((c = context_next(NULL))) {
 		if (c->c_pl->pl_pid > 0) {
 			log_warn("context %s: proxy %d did not stop; killed", c->c_id,
 				 (int)c->c_pl->pl_pid);
-			kill(c->c_pl->pl_pid, SIGKILL);
+			link_signal(c->c_pl, SIGKILL);
 			if (c->c_pl->pl_child)
-				waitpid(c->c_pl->pl_pid, NULL, 0);
+				link_exited(c->c_pl, true);
 		}
-		context_free(c);
+		context_end(c, CTX_DELETED, NULL);
 	}
 }
 
@@ -324,16 +195,16 @@ supervise_adopt_all(void)
 					log_warn("context %s: its uids %u and %u are leased by another "
 						 "broker", id, c->c_uid, c->c_net_uid);
 			}
-			TAILQ_INSERT_TAIL(&sv.sv_tb.tb_contexts, c, c_link);
 			if (link_open(c, slot) < 0) {
-				context_free(c);
+				context_end(c, CTX_DELETED, NULL);
 			} else {
 				c->c_pl->pl_pid = pid;
 				c->c_pl->pl_child = false;
 				/* not our child: a pidfd tells us when it exits */
 				c->c_pl->pl_pidfd = syscall(SYS_pidfd_open, (pid_t)pid, 0);
 				if (c->c_pl->pl_pidfd >= 0) {
-					c->c_pl->pl_ev_pidfd = (struct evsrc){EV_CTX_PIDFD, c};
+					c->c_pl->pl_ev_pidfd =
+					    (struct evsrc){supervise_pidfd, c};
 					server_watch(c->c_pl->pl_pidfd, EPOLLIN,
 						     &c->c_pl->pl_ev_pidfd);
 				}

@@ -126,11 +126,24 @@ waiter_tick(uint64_t now)
 	struct context *c;
 	struct request *rq, *next;
 
-	TAILQ_FOREACH(c, &sv.sv_tb.tb_contexts, c_link)
+	CONTEXT_FOREACH(c)
 		for (rq = TAILQ_FIRST(&c->c_waiters); rq; rq = next) {
 			next = TAILQ_NEXT(rq, rq_link);
 			if (now < rq->rq_deadline)
 				continue;
+			if (rq->rq_op == OP_ENVD) { /* envd's error, in its form */
+				char why[64];
+				struct msg m;
+				snprintf(why, sizeof(why), "the envd agent did not answer within %d s",
+					 WAIT_REPLY_MS / 1000);
+				msg_init(&m, MSG_FAIL);
+				msg_set_str(&m, F_OUTCOME, "deadline_exceeded", 17);
+				msg_set_str(&m, F_TEXT, why, strlen(why));
+				answer_drop(rq);
+				rq->rq_reply(rq, &m);
+				msg_free(&m);
+				continue;
+			}
 			answer_done(rq, 504, NULL, "context %s did not answer in time", c->c_id);
 		}
 }

@@ -2,10 +2,12 @@
  * workspace.c — where the contexts' files live on the host: the shared
  * workspace (<run dir>.work, owned by the kernels' uid), which every box
  * shows at BOX_HOME, and its size bound, a filesystem of its own
- * (lib/wsdisk.c). A context's own workspace under --isolation context is
- * made with its uids (box_isolate).
+ * (lib/wsdisk.c); and a context's own workspace under --isolation context
+ * (workspace_own), made with its uids (boxuid_lease).
  */
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -30,7 +32,7 @@ workspace_shared(void)
 	/* not root: the kernels are our uid on the host, the workspace is ours */
 	if (geteuid() == 0 && !sv.sv_cf.cf_isolated) {
 		struct stat st;
-		unsigned uid = box_kernel_uid(NULL); /* --kernel-user's, or the one leased */
+		unsigned uid = boxuid_kernel(NULL); /* --kernel-user's, or the one leased */
 		/* another broker leased our last uid while we were down: said, not fixed */
 		if (stat(dir, &st) == 0 && st.st_uid && st.st_uid != uid)
 			log_warn("workspace %s: was uid %u's, now uid %u's; what is in it "
@@ -98,4 +100,41 @@ workspace_bound(void)
 	log_info("sandbox: the workspace %s may hold %llu MiB (a filesystem of its own, %s.img); "
 		 "--workspace-size changes it, 0 lifts it",
 		 cf->cf_cwd, (unsigned long long)(cf->cf_workspace_size >> 20), cf->cf_cwd);
+}
+
+/*
+ * --isolation context: context c's own workspace (<workspace>/<id>, 0700,
+ * its uid's, boxuid_lease gave it), which its box shows at BOX_HOME, if its
+ * bound fits the total and the disk. A cwd it was given is checked first,
+ * against a box whose workspace is still empty, as its own will be. The
+ * workspace root is 0711: no context lists the others.
+ */
+int
+workspace_own(struct context *c, char *err, size_t errsz)
+{
+	int rc = bounds_workspace_room(err, errsz); /* its bound within the total */
+	if (rc < 0)
+		return rc;
+	/* its filesystem's image takes the host's disk as it fills: room for a full one */
+	uint64_t room = wsdisk_free(sv.sv_cf.cf_cwd);
+	if (room < sv.sv_cf.cf_workspace_size) {
+		snprintf(err, errsz, "no room for another workspace of %llu MiB: %llu MiB free",
+			 (unsigned long long)(sv.sv_cf.cf_workspace_size >> 20),
+			 (unsigned long long)(room >> 20));
+		return -ENOSPC;
+	}
+	/* its cwd, in a box whose workspace is not made yet: a refusal leaves nothing */
+	if (cwd_usable(boxuid_kernel(c), NULL, c->c_cwd, err, errsz) < 0)
+		return -EINVAL;
+	char *ws = xasprintf("%s/%s", sv.sv_cf.cf_cwd, c->c_id);
+	if (mkdir(ws, 0700) < 0 || chown(ws, c->c_uid, c->c_uid) < 0) {
+		int e = errno;
+		snprintf(err, errsz, "workspace %s: %s", ws, strerror(e));
+		if (e != EEXIST) /* made here: not left behind */
+			rmdir(ws);
+		free(ws);
+		return -EIO;
+	}
+	c->c_workspace = ws;
+	return 0;
 }

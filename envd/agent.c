@@ -165,6 +165,9 @@ agent_entry(const char *path, struct answer *a)
 	}
 	perms(st.st_mode, pm);
 	json_object_set_new(e, "permissions", json_string(pm));
+	json_t *md = meta_of(path);
+	if (md)
+		json_object_set_new(e, "metadata", md);
 	free(abs);
 	return e;
 }

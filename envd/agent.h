@@ -60,8 +60,12 @@ int watch_create(json_t *args, struct answer *a); /* the polling watchers */
 int watch_events(json_t *args, struct answer *a);
 int watch_remove(json_t *args, struct answer *a);
 
+/* meta.c: a file's user metadata (user.e2b.* xattrs) */
+int meta_set(int fd, json_t *meta);
+json_t *meta_of(const char *path);
+
 /* file.c: GET and POST /files, streamed: a download's chunks as credit allows,
- * an upload's into a temporary file renamed into place at its end */
+ * an upload's into an unnamed file linked into place at its end */
 #define FILE_MAX 16
 void file_read(uint64_t stream, json_t *args);
 void file_more(uint64_t stream, json_t *args);

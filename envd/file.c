@@ -2,12 +2,15 @@
  * file.c — envd's /files in the agent, streamed (docs/ENVD.md): a download
  * is read in ENVD_CHUNK pieces and sent as its stream's events as far as
  * the broker's credit goes (ENVD_WINDOW, topped up by "more"); an upload's
- * chunks are written at their offsets, acknowledged one by one: a new file
- * in place (as envd writes it; removed if the upload fails), one that is
- * there into a temporary file beside it, renamed into place at the end. So a
- * cut or failed upload leaves nothing half-written. Each transfer
- * is a stream of the broker's: its CANCEL drops it (a download stops, an
- * upload's temporary file is removed).
+ * chunks are written at their offsets, acknowledged one by one, into an
+ * unnamed file in the target's directory (O_TMPFILE) that is linked into
+ * place only when whole (over a file that is there: linked beside it and
+ * renamed over it). So a cut, failed or killed upload leaves nothing: no
+ * half-written file, no temporary name (the kernel frees an unnamed file with
+ * its last descriptor). A filesystem without O_TMPFILE gets a named
+ * temporary file beside the target instead (`.NAME.upload-XXXXXX`), which
+ * only a killed agent leaves behind. Each transfer is a stream of the
+ * broker's: its CANCEL drops it (a download stops, an upload's file goes).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,8 +29,8 @@ struct xfer {
 	uint64_t x_stream; /* 0: a free slot */
 	int x_fd;
 	bool x_up;
-	bool x_fresh;           /* an upload made x_path: removed if it fails */
-	char *x_tmp, *x_path;   /* an upload's temporary file and its target */
+	char *x_tmp, *x_path; /* an upload's named temporary file (or NULL) and target */
+	json_t *x_meta;       /* an upload's metadata (X-Metadata-*), or NULL */
 	uint64_t x_size, x_off; /* a download's size at open; bytes done */
 	uint64_t x_credit;      /* a download's bytes the broker takes now */
 };
@@ -68,10 +72,9 @@ drop(struct xfer *x)
 		close(x->x_fd);
 	if (x->x_tmp)
 		unlink(x->x_tmp);
-	else if (x->x_fresh)
-		unlink(x->x_path);
 	free(x->x_tmp);
 	free(x->x_path);
+	json_decref(x->x_meta);
 	*x = (struct xfer){.x_fd = -1};
 }
 
@@ -138,7 +141,18 @@ file_more(uint64_t stream, json_t *args)
 		x->x_credit = ENVD_WINDOW;
 }
 
-/* wopen {path}: a temporary file beside the target (its parents made). */
+/* A name beside path for its temporary file: ".NAME.upload-" and tail. */
+static char *
+beside(const char *path, const char *tail)
+{
+	const char *slash = strrchr(path, '/');
+
+	return slash ? xasprintf("%.*s/.%s.upload-%s", (int)(slash - path), path,
+	                         slash + 1, tail)
+	             : xasprintf(".%s.upload-%s", path, tail);
+}
+
+/* wopen {path}: an unnamed file in the target's directory (its parents made). */
 void
 file_wopen(uint64_t stream, json_t *args)
 {
@@ -163,22 +177,22 @@ file_wopen(uint64_t stream, json_t *args)
 		path = real;
 	x->x_up = true;
 	x->x_path = xstrdup(path);
-	/* a new file is written in place, as envd does (watchers see it made and
-	 * written), and removed if the upload fails */
-	x->x_fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0644);
-	if (x->x_fd >= 0) {
-		x->x_fresh = true;
-		return;
-	}
-	if (errno != EEXIST)
-		return fail(x, errno, "create", path);
-	/* one there is replaced whole at the end, never left half-written */
+	if (json_is_object(json_object_get(args, "metadata")))
+		x->x_meta = json_incref(json_object_get(args, "metadata"));
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+		return fail(x, EISDIR, "write", path);
 	dir = xstrdup(path);
 	slash = strrchr(dir, '/');
-	x->x_tmp = slash ? xasprintf("%.*s/.%s.upload-XXXXXX", (int)(slash - dir), dir,
-	                             slash + 1)
-	                 : xasprintf(".%s.upload-XXXXXX", dir);
+	if (slash)
+		slash[slash == dir] = '\0'; /* "/x": "/" */
+	x->x_fd = open(slash ? dir : ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
 	free(dir);
+	if (x->x_fd >= 0)
+		return;
+	if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+		return fail(x, errno, "create", path);
+	/* a filesystem without O_TMPFILE: a named file beside it */
+	x->x_tmp = beside(path, "XXXXXX");
 	if ((x->x_fd = mkostemp(x->x_tmp, O_CLOEXEC)) < 0) {
 		int e = errno;
 		free(x->x_tmp);
@@ -186,6 +200,45 @@ file_wopen(uint64_t stream, json_t *args)
 		return fail(x, e, "create a file beside", path);
 	}
 	fchmod(x->x_fd, 0644 & ~022);
+}
+
+/*
+ * The unnamed file, whole, linked at its path (through /proc/self/fd, which
+ * needs no privilege, unlike AT_EMPTY_PATH); over a file that is there,
+ * linked beside it and renamed over it. 0 or -errno.
+ */
+static int
+link_into_place(struct xfer *x)
+{
+	char fdpath[32], *tmp;
+	uint32_t r;
+	int e;
+
+	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", x->x_fd);
+	if (linkat(AT_FDCWD, fdpath, AT_FDCWD, x->x_path, AT_SYMLINK_FOLLOW) == 0)
+		return 0;
+	if (errno != EEXIST)
+		return -errno;
+	for (int i = 0; i < 16; i++) {
+		char tail[16];
+		if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+			return -EIO;
+		snprintf(tail, sizeof(tail), "%08x", r);
+		tmp = beside(x->x_path, tail);
+		if (linkat(AT_FDCWD, fdpath, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) < 0) {
+			e = errno;
+			free(tmp);
+			if (e == EEXIST)
+				continue;
+			return -e;
+		}
+		e = rename(tmp, x->x_path) < 0 ? errno : 0;
+		if (e)
+			unlink(tmp);
+		free(tmp);
+		return -e;
+	}
+	return -EEXIST;
 }
 
 /* wdata {off} + bytes: written at off, acknowledged. */
@@ -224,15 +277,28 @@ file_wend(uint64_t stream)
 
 	if (!x || !x->x_up)
 		return;
-	int rc = close(x->x_fd);
-	x->x_fd = -1;
+	/* on the file before it has its name: it is never seen without them */
+	int rc = x->x_meta ? meta_set(x->x_fd, x->x_meta) : 0;
 	if (rc < 0)
-		return fail(x, errno, "write", x->x_path);
+		return fail(x, -rc, "set the metadata of", x->x_path);
+	rc = x->x_tmp ? 0 : link_into_place(x);
+	if (rc < 0)
+		return fail(x, -rc, "write", x->x_path);
+	rc = close(x->x_fd) < 0 ? errno : 0;
+	x->x_fd = -1;
+	if (rc) { /* its bytes may not all be there: it goes, as a failed upload's */
+		if (!x->x_tmp)
+			unlink(x->x_path);
+		return fail(x, rc, "write", x->x_path);
+	}
 	if (x->x_tmp && rename(x->x_tmp, x->x_path) < 0)
 		return fail(x, errno, "write", x->x_path);
 	free(x->x_tmp);
 	x->x_tmp = NULL; /* it is the file now */
-	x->x_fresh = false;
+	/* envd writes in place: a watcher sees the file written. A truncate to its
+	 * own size, by its name, says so (IN_MODIFY) and changes no byte. */
+	if (x->x_off && truncate(x->x_path, (off_t)x->x_off) < 0)
+		log_warn("truncate %s: %s", x->x_path, strerror(errno));
 	if (!(e = agent_entry(x->x_path, &a))) {
 		proc_refuse(stream, a.a_code, a.a_text);
 		return drop(x);

@@ -100,7 +100,13 @@ strv_free(char **v)
 	free(v);
 }
 
-/* In the child: its pipes, its session, default signals, its cwd, its program. */
+/*
+ * In the child: its pipes, its session, default signals, its cwd, its
+ * Landlock domain, its program. The domain scopes signals (ABI 6): a
+ * command's kill -9 -1 ends what the command started, never the agent or
+ * another command. Without it, such a kill ends every process of the
+ * agent's box, the agent too (its proxy starts it again).
+ */
 static void __attribute__((noreturn))
 child(int in, int out, int err, int status, const char *cwd, char **argv, char **envp,
       bool tty)
@@ -118,6 +124,8 @@ child(int in, int out, int err, int status, const char *cwd, char **argv, char *
 		e = errno;
 		goto fail;
 	}
+	if ((e = -landlock_scope(false)) && e != ENOTSUP)
+		goto fail;
 	execve(argv[0], argv, envp);
 	if (errno == ENOENT && !strchr(argv[0], '/'))
 		execvpe(argv[0], argv, envp); /* a name: found on PATH, as envd does */

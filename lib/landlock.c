@@ -196,16 +196,20 @@ add_path(int ruleset, int abi, const struct landlock_rule *r)
 
 /*
  * This process (and what it starts) into a Landlock domain that scopes
- * signals and abstract sockets alone, no file rule: a box's init without
- * namespaces, so that its kill(-1) at the end reaches its box's processes
- * (the kernel's domain is nested in it) and nothing else of its uid's. 0;
- * -ENOTSUP below ABI 6 (nothing changed); or -errno.
+ * signals (and, with sockets, abstract sockets) alone, no file rule. A box's
+ * init without namespaces (sockets too), so that its kill(-1) at the end
+ * reaches its box's processes (the kernel's domain is nested in it) and
+ * nothing else of its uid's; a command envd starts (signals only: commands
+ * may still meet at an abstract socket), so that its kill(-1) reaches its
+ * own processes, never the agent or another command. 0; -ENOTSUP below ABI
+ * 6 (nothing changed); or -errno.
  */
 int
-landlock_scope(void)
+landlock_scope(bool sockets)
 {
-	struct ll_ruleset_attr attr = {.scoped = LANDLOCK_SCOPE_SIGNAL |
-	                                         LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET};
+	struct ll_ruleset_attr attr = {
+	    .scoped = LANDLOCK_SCOPE_SIGNAL |
+	              (sockets ? LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET : 0)};
 	int ruleset, rc = 0;
 
 	if (landlock_abi() < 6)

@@ -49,6 +49,9 @@ int lang_normalise(const char *in, char *out, size_t outsz);
  * read-write */
 #define BOX_ROOT "/root"
 #define BOX_ROOT_DIR ".root"
+/* A rootless box's uid and gid inside its user namespace, where the broker's
+ * own map to (proxy/sandbox.c); what box.c tells of such a box */
+#define BOX_USERNS_UID 1000
 extern const char *const boxview_system[];
 bool boxview_is_system(const char *path);
 int boxview_root_open(int home, uid_t uid, gid_t gid);
@@ -84,7 +87,7 @@ extern const struct landlock_rule landlock_box[];
 int landlock_abi(void);
 struct landlock_rule *landlock_host(const char *home, const char *kdir, const char *const *reads);
 int landlock_enter(const struct landlock_rule *rules);
-int landlock_scope(void);
+int landlock_scope(bool sockets);
 
 /* cgroup.c */
 char *cgroup_base(const char *controller);

@@ -128,6 +128,11 @@ enum kstate { KS_STARTING = 0, KS_IDLE, KS_BUSY, KS_DEAD };
  * each way per transfer (unacknowledged upload bytes, a download's credit) */
 #define ENVD_CHUNK (256u << 10)
 #define ENVD_WINDOW (4u * ENVD_CHUNK)
+/* a file's user metadata (X-Metadata-KEY: user.e2b.KEY xattrs), as envd bounds
+ * it: a key's bytes (XATTR_NAME_MAX less "user.e2b."), and all names with
+ * their values */
+#define ENVD_META_KEY_MAX 246
+#define ENVD_META_MAX 4096
 #define PROTO_MAX_TEXT (64u << 10)  /* error text */
 #define PROTO_MAX_NAME 4096u        /* id, lang, cwd */
 #define PROTO_MAX_ENV 1024u         /* env entries */

@@ -36,7 +36,17 @@
 #include "proxy.h"
 
 #define BOXFW_TABLE "sandcell"
-#define BOXFW_REPORT_MS 1000 /* the refusals counter is read this often at most */
+/*
+ * The refusals counter is read every BOXFW_REPORT_MS while the kernel starts
+ * or works and for BOXFW_AWAKE_MS after (or after a read that found new
+ * refusals), every BOXFW_IDLE_MS otherwise: a read goes through
+ * libnftables, which lists the box's whole ruleset (~0.3 ms of CPU), and
+ * once a second that was most of what an idle proxy spends (256 of them
+ * took 14 % of a CPU doing nothing, make bench BENCH=scale).
+ */
+#define BOXFW_REPORT_MS 1000
+#define BOXFW_AWAKE_MS 30000
+#define BOXFW_IDLE_MS 15000
 
 /* a rule's class, which decides between rules of one prefix length */
 enum rule_class { RC_DENY, RC_ALLOW, RC_DEFAULT };
@@ -46,7 +56,7 @@ struct rule {
 	enum rule_class r_class;
 };
 
-static uint64_t refused_seen, read_at;
+static uint64_t refused_seen, read_at, awake_at;
 
 /* --egress-allow and its kin: a comma list of CIDRs, added to that list. */
 int
@@ -341,18 +351,25 @@ boxfw_refused(const struct box *bx)
 	return n;
 }
 
-/* Now and then: refusals since the last report go to the broker (MSG_STATS). */
+/* Now and then: refusals since the last report go to the broker (MSG_STATS);
+ * how often: BOXFW_REPORT_MS above. */
 void
 boxfw_tick(const struct box *bx, uint64_t now)
 {
 	int64_t n;
 	struct msg m;
 
-	if (!bx->bx_fw.fw_on || now < read_at + BOXFW_REPORT_MS)
+	if (!bx->bx_fw.fw_on)
+		return;
+	if (kernel_state() != KS_IDLE)
+		awake_at = now;
+	if (now <
+	    read_at + (now - awake_at < BOXFW_AWAKE_MS ? BOXFW_REPORT_MS : BOXFW_IDLE_MS))
 		return;
 	read_at = now;
 	if ((n = boxfw_refused(bx)) < 0 || (uint64_t)n <= refused_seen)
 		return;
+	awake_at = now; /* refusals come in runs */
 	msg_init(&m, MSG_STATS);
 	msg_set_u64(&m, F_COUNT, 0);
 	msg_set_u64(&m, F_REFUSED, (uint64_t)n - refused_seen);

@@ -47,7 +47,7 @@ load_env_file(struct proxy *p, const char *path)
 	return 0;
 }
 
-/* sandcell-proxy's options: the broker's, in its own words (supervise.c). */
+/* sandcell-proxy's options: the broker's, in its own words (spawn.c). */
 static const char *opt_env_file, *opt_kernel, *opt_kuser;
 static unsigned long opt_uid;
 static int opt_level = LOG_INFO;

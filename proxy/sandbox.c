@@ -8,7 +8,7 @@
  * reports the kernel's wait status over a socket the proxy holds.
  *
  * Not root: the box gets a user namespace too, in which the proxy maps its
- * own uid and gid to SB_USERNS_UID (the only ones an unprivileged process may
+ * own uid and gid to BOX_USERNS_UID (the only ones an unprivileged process may
  * map). The init has all capabilities in that namespace for the mounts, then
  * drops them like a root proxy's does; on the host the kernel is the proxy's
  * uid, kept from the server by the PID namespace and its own root.
@@ -39,7 +39,6 @@
 
 #define SB_UID_DEFAULT_FIRST 61184 /* systemd's DynamicUser range */
 #define SB_UID_DEFAULT_LAST 65519
-#define SB_USERNS_UID 1000 /* the kernel's uid inside its user namespace */
 
 /* The directory of a file path. */
 static char *
@@ -203,7 +202,7 @@ sandbox_init(struct proxy *px)
 		}
 		/* the kernel's files stay ours: on the host it is our uid */
 		bx->bx_userns = true;
-		bx->bx_inuid = SB_USERNS_UID;
+		bx->bx_inuid = BOX_USERNS_UID;
 		bx->bx_nproc = bx->bx_pids; /* no cgroup of ours to limit it with */
 	} else if (bx->bx_uid == (uid_t)-1) {
 		if (!bx->bx_uid_first)
@@ -399,7 +398,7 @@ sb_init(const struct box *bx, const char *dir, int go, int sock, const char *exe
 	if ((rc = sandbox_enter(bx)))
 		_exit(rc);
 	/* without namespaces, a domain of the box's own holds the kernel's (boxinit.c) */
-	boxinit_scoped = bx->bx_nons && landlock_scope() == 0;
+	boxinit_scoped = bx->bx_nons && landlock_scope(true) == 0;
 	/* the uid change cleared PR_SET_PDEATHSIG: set it again, then make sure
 	 * the proxy did not die in between (its end of sock would be closed) */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -467,7 +466,7 @@ recv_pid(int sock, void *data, size_t len, ssize_t *got, int flags)
 }
 
 /*
- * The box's user namespace: our uid and gid are its SB_USERNS_UID (the only
+ * The box's user namespace: our uid and gid are its BOX_USERNS_UID (the only
  * mapping an unprivileged process may write; setgroups must be denied first).
  */
 static int

@@ -28,15 +28,17 @@ def free_port():
 
 
 class Broker:
-    def __init__(self, *args, env=None, token=None):
+    def __init__(self, *args, env=None, token=None, envd=False):
         self.token = token
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.envd_port = free_port() if envd else None
         self.run_dir = tempfile.mkdtemp(prefix="sandcell-pytest.")
         self.log = self.run_dir + ".log"
-        # (envd's fixed default port is not this walk's: --envd-listen none)
+        # envd on a free port when asked, else off (its fixed default port is no test's)
+        envd_at = f"127.0.0.1:{self.envd_port}" if envd else "none"
         argv = [os.path.join(BIN, "sandcell-broker"), "--listen", f"127.0.0.1:{self.port}",
-                "--envd-listen", "none", "--run-dir", self.run_dir, "--grace", "2"] + list(args)
+                "--envd-listen", envd_at, "--run-dir", self.run_dir, "--grace", "2"] + list(args)
         if token:
             argv += ["--access-token", token]
         with open(self.log, "w") as log:

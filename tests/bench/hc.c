@@ -175,7 +175,7 @@ hc_kernel_pid(const char *base, const char *ctx)
 }
 
 struct hc_par {
-	const char *p_base;
+	const char *p_base, *p_lang;
 	int p_n, p_next;
 	char **p_ids;
 	double *p_ms;
@@ -204,7 +204,7 @@ hc_par_worker(void *arg)
 			resp_free(&r);
 		} else {
 			double t0 = ms_now();
-			p->p_ids[i] = context_new(p->p_base, "python", NULL);
+			p->p_ids[i] = context_new(p->p_base, p->p_lang, NULL);
 			if (p->p_ms)
 				p->p_ms[i] = ms_since(t0);
 		}
@@ -226,17 +226,25 @@ hc_parallel(struct hc_par *p, int conc)
 	pthread_mutex_destroy(&p->p_lock);
 }
 
-/* POST /contexts n times, conc at once; ids[i] NULL where one failed. */
+/* POST /contexts of lang n times, conc at once; ids[i] NULL where one failed. */
 int
-hc_create_parallel(const char *base, int n, int conc, char **ids, double *ms)
+hc_create_lang(const char *base, const char *lang, int n, int conc, char **ids,
+               double *ms)
 {
-	struct hc_par p = {.p_base = base, .p_n = n, .p_ids = ids, .p_ms = ms};
+	struct hc_par p = {
+	    .p_base = base, .p_lang = lang, .p_n = n, .p_ids = ids, .p_ms = ms};
 	int ok = 0;
 
 	hc_parallel(&p, conc);
 	for (int i = 0; i < n; i++)
 		ok += ids[i] != NULL;
 	return ok;
+}
+
+int
+hc_create_parallel(const char *base, int n, int conc, char **ids, double *ms)
+{
+	return hc_create_lang(base, "python", n, conc, ids, ms);
 }
 
 /* DELETE /contexts/{id} for each, 8 at once; frees the ids. */

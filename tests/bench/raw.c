@@ -34,6 +34,7 @@ extern char **environ;
 
 struct raw_figs raw_figs;
 const int raw_nkernels[3] = {1, 4, 16};
+int (*raw_child_hook)(void);
 
 static void *raw_zctx;
 
@@ -130,8 +131,9 @@ write_file(const char *path, const char *text)
 }
 
 /*
- * The same IPython configuration sandcell's proxy writes: history in memory
- * and, with profile, sandcell's start-up profile, so that the kernels differ
+ * The same IPython configuration sandcell's proxy writes: no history, no
+ * nap after each execution and, with profile, sandcell's start-up
+ * profile (launch.c's ipython_profile), so that the kernels differ
  * in nothing but the client in front of them.
  */
 static int
@@ -144,7 +146,8 @@ raw_ipython_config(const char *home, bool profile)
 	snprintf(dir, sizeof(dir), "%s/.ipython/profile_default", home);
 	if (mkdir_p(dir, 0700) < 0)
 		return -EIO;
-	n = snprintf(cfg, sizeof(cfg), "c.HistoryManager.hist_file = ':memory:'\n");
+	n = snprintf(cfg, sizeof(cfg), "c.HistoryManager.hist_file = ':memory:'\n%s",
+	             "c.HistoryManager.enabled = False\nc.Kernel._execute_sleep = 0\n");
 	if (profile) {
 		snprintf(path, sizeof(path), "%s/../proxy/python/sandcell_startup.py",
 		         bin ? bin : "bin");
@@ -255,7 +258,7 @@ raw_spawn(struct raw_kernel *k, void *zctx, bool profile)
 		dup2(null, 0);
 		dup2(null, 1);
 		dup2(null, 2);
-		if (chdir(k->rk_dir) < 0)
+		if (chdir(k->rk_dir) < 0 || (raw_child_hook && raw_child_hook() < 0))
 			_exit(126);
 		execvpe(argv[0], argv, env);
 		_exit(127);

@@ -699,6 +699,46 @@ Test(core, output_with_nul_characters_is_delivered, .timeout = 30)
 }
 
 /*
+ * A Python kernel does not nap after each execution (ipykernel's 0.5 ms
+ * Kernel._execute_sleep, off in the config the proxy writes) nor wait on its
+ * sending thread to flush a stream that holds nothing (the profile's
+ * quick_flush), and ending on the reply and iopub's idle loses nothing
+ * without them: the last output of print, os.write to fd 1 and a thread's
+ * print, in ten executions back to back, is each in its own execution's
+ * response.
+ */
+Test(core, a_python_kernel_does_not_nap_and_loses_no_output, .timeout = 60)
+{
+	json_t *l = run(URL, NULL,
+			"import sys\n"
+			"(get_ipython().kernel._execute_sleep == 0,\n"
+			" type(sys.stdout).flush.__name__ == 'quick_flush')");
+
+	cr_assert_str_eq(result_text(l), "(True, True)",
+			 "no nap after each execution, no wait on an empty flush: %s",
+			 result_text(l));
+	json_decref(l);
+	for (int i = 0; i < 10; i++) {
+		char code[512], want[128];
+		snprintf(code, sizeof(code),
+			 "import os, threading\n"
+			 "print('p%d', flush=False)\n"
+			 "os.write(1, b'w%d\\n')\n"
+			 "t = threading.Thread(target=print, args=('t%d',)); t.start(); t.join()",
+			 i, i, i);
+		l = run(URL, NULL, code);
+		char *out = stdout_of(l);
+		cr_assert_not_null(out);
+		for (int k = 0; k < 3; k++) {
+			snprintf(want, sizeof(want), "%c%d\n", "pwt"[k], i);
+			cr_expect(strstr(out, want), "execution %d lacks %s: %s", i, want, out);
+		}
+		free(out);
+		json_decref(l);
+	}
+}
+
+/*
  * POST /execute of code with libcurl as it comes off the wire, in the given
  * HTTP version: the body (caller frees), its size in *n, and the length the
  * response declared in *len (-1: none, a stream).

@@ -550,6 +550,60 @@ Test(data, invalid_utf8_on_fd_1_arrives_replaced_and_fd_output_goes_on, .timeout
 	free(id);
 }
 
+/*
+ * ipykernel's own fd readers end once the profile's own read fds 1 and 2: an
+ * idle kernel keeps no thread blocked on a pipe nobody writes (each held a
+ * stack and a malloc arena). fd output still arrives (the test above).
+ */
+Test(data, ipykernel_fd_readers_end_once_the_profile_reads_the_fds, .timeout = 60)
+{
+	char *id = context_new(URL, "python", NULL);
+	json_t *l = run_quiet(id, "import threading, time\n"
+				  "t0 = time.monotonic()\n"
+				  "while time.monotonic() - t0 < 10 and any(\n"
+				  "        '_watch_pipe_fd' in t.name for t in threading.enumerate()):\n"
+				  "    time.sleep(0.05)\n"
+				  "print(sorted(t.name for t in threading.enumerate()\n"
+				  "             if '_watch_pipe_fd' in t.name or t.name.startswith('sandcell-fd')))");
+	char *out = stdout_of(l);
+
+	cr_assert_str_eq(out, "['sandcell-fd1', 'sandcell-fd2']\n");
+	free(out);
+	json_decref(l);
+	l = run_quiet(id, "import os\nos.write(1, b'fd\\n')");
+	out = stdout_of(l);
+	cr_assert_str_eq(out, "fd\n");
+	free(out);
+	json_decref(l);
+	free(id);
+}
+
+/*
+ * The kernel keeps no sqlite history (HistoryManager.enabled = False: a
+ * database in memory cost every idle kernel ~0.6 MB); the session's inputs
+ * are still there for In, _i and %history.
+ */
+Test(data, session_history_works_without_a_history_database, .timeout = 60)
+{
+	char *id = context_new(URL, "python", NULL);
+	json_t *l = run_quiet(id, "a = 6 * 7");
+	char *out;
+
+	json_decref(l);
+	l = run_quiet(id, "print(_i)\nprint(In[-2])\n"
+			  "print(type(get_ipython().history_manager.db).__name__)");
+	out = stdout_of(l);
+	cr_assert_str_eq(out, "a = 6 * 7\na = 6 * 7\nDummyDB\n");
+	free(out);
+	json_decref(l);
+	l = run_quiet(id, "%history -n 1");
+	out = stdout_of(l);
+	cr_assert(strstr(out, "a = 6 * 7"), "%%history: %s", out);
+	free(out);
+	json_decref(l);
+	free(id);
+}
+
 /* A str the stream cannot encode fails at the print, as on a UTF-8 terminal. */
 Test(data, lone_surrogate_is_a_short_encoding_error, .timeout = 60)
 {

@@ -272,6 +272,42 @@ Test(egress, rootless_boxes_reach_the_internet_but_not_metadata_or_private_hosts
 	default_rules(args, ROOTLESS_UID);
 }
 
+/*
+ * An idle proxy reads its box's refusals counter less often (every 15 s
+ * instead of every second, 30 s after its kernel last worked: a read lists
+ * the whole ruleset), but what a kernel's background code is refused while
+ * nothing executes is still counted.
+ */
+Test(egress, refusals_while_the_kernel_is_idle_are_counted, .fini = egress_stop,
+     .timeout = 180)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", NULL};
+	char code[512];
+
+	standins();
+	start(args, 0);
+	char *id = context_new(eb.b_url, "python", NULL);
+	cr_assert_not_null(id);
+	/* after the awake window, a thread tries the metadata stand-in once */
+	snprintf(code, sizeof(code),
+	         "import threading, time, urllib.request\n"
+	         "def late():\n"
+	         "    time.sleep(40)\n"
+	         "    try:\n"
+	         "        urllib.request.urlopen('http://" METADATA ":%d', timeout=5)\n"
+	         "    except Exception:\n"
+	         "        pass\n"
+	         "threading.Thread(target=late, daemon=True).start()\n",
+	         in.in_port);
+	json_decref(run(eb.b_url, id, code));
+	double before = metric_value(eb.b_url, "sandcell_egress_refused_total");
+	double want = (before > 0 ? before : 0) + 1;
+	cr_expect_eq(wait_until(refusals_counted, &want, 90000), 0,
+	             "sandcell_egress_refused_total is %g, was %g",
+	             metric_value(eb.b_url, "sandcell_egress_refused_total"), before);
+	free(id);
+}
+
 /* A context of lang with this "network" (JSON), its id; NULL on failure (status in *st).
  */
 static char *

@@ -12,12 +12,16 @@
 #include <string.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <dirent.h>
 
 #include <curl/curl.h>
 #include <zlib.h>
 
 #include "harness.h"
+#include "../../lib/lib.h"
 
 static char envd_at[32] = "127.0.0.1:49983", envd_url[64];
 
@@ -898,19 +902,17 @@ no_sleeper_listed(void *arg)
 	return st == 200 && none;
 }
 
-Test(envd, list_and_kill_a_background_command)
+/* bash -c cmd started, its client leaving after the start event: it runs on in the
+ * background */
+static void
+start_and_leave(const char *cmd)
 {
-	long st;
-	json_t *j, *p;
-	char body[128];
-
-	up();
-	/* started, then its client leaves at once: it runs on in the background */
 	size_t n, got = 0;
-	char *b = start_body("sleep 77", &n), url[96];
+	char *b = start_body(cmd, &n), url[96];
 	CURL *c = curl_easy_init();
 	struct curl_slist *h =
 	    curl_slist_append(NULL, "Content-Type: application/connect+json");
+
 	snprintf(url, sizeof(url), "%s/process.Process/Start", envd_url);
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
@@ -918,10 +920,42 @@ Test(envd, list_and_kill_a_background_command)
 	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)n);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, first_bytes_then_leave);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &got);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
 	curl_easy_perform(c);
 	curl_slist_free_all(h);
 	curl_easy_cleanup(c);
 	free(b);
+	cr_assert_gt(got, 0, "%s: no start event", cmd);
+}
+
+/* The pid List gives bash -c cmd, or 0 when it is not listed. */
+static long long
+pid_listed(const char *cmd)
+{
+	long st;
+	json_t *j = rpc_of("process.Process", "List", "{}", &st), *v;
+	long long pid = 0;
+	size_t i;
+
+	cr_assert_eq(st, 200, "List: %ld", st);
+	json_array_foreach(json_object_get(j, "processes"), i, v)
+	{
+		json_t *args = json_object_get(json_object_get(v, "config"), "args");
+		if (!strcmp(json_string_value(json_array_get(args, 1)) ?: "", cmd))
+			pid = json_integer_value(json_object_get(v, "pid"));
+	}
+	json_decref(j);
+	return pid;
+}
+
+Test(envd, list_and_kill_a_background_command)
+{
+	long st;
+	json_t *j, *p;
+	char body[128];
+
+	up();
+	start_and_leave("sleep 77");
 	j = rpc_of("process.Process", "List", "{}", &st);
 	cr_assert_eq(st, 200);
 	p = NULL;
@@ -969,8 +1003,39 @@ Test(envd, a_commands_kill_minus_one_costs_no_context_anything)
 	cr_assert_str_eq(out, "still here\n");
 	free(out);
 	json_decref(busy.lines);
-	/* envd itself comes back (its agent, killed too, is started again) */
+	/* envd answers (at once where Landlock scopes a command's signals; else
+	 * its agent, killed too, is started again) */
 	up();
+}
+
+/* A command's kill -9 -1 ends its own processes: the agent, and a command
+ * beside it, run on (each command has a Landlock domain of its own, ABI 6) */
+Test(envd, a_commands_kill_minus_one_ends_only_that_command)
+{
+	struct resp r;
+	json_t *e, *end;
+	long long pid;
+	long st;
+	char body[128];
+
+	if (landlock_abi() < 6)
+		cr_skip_test("Landlock below ABI 6: kill -9 -1 ends the agent's box");
+	up();
+	start_and_leave("sleep 79");
+	cr_assert_gt(pid = pid_listed("sleep 79"), 0, "sleep 79 is not listed");
+	e = run_command("sleep 60 & kill -9 -1; echo reached", &r);
+	end = event_at(e, json_array_size(e) - 2, "end");
+	cr_assert_not_null(end, "the killing command's stream has no end: %.*s",
+	                   (int)r.r_len, r.r_body);
+	json_decref(e);
+	resp_free(&r);
+	cr_assert_eq(pid_listed("sleep 79"), pid,
+	             "the background command beside it was ended (or the agent was)");
+	cr_assert(envd_up(NULL), "the agent does not answer at once");
+	snprintf(body, sizeof(body),
+	         "{\"process\":{\"pid\":%lld},\"signal\":\"SIGNAL_SIGKILL\"}", pid);
+	json_decref(rpc_of("process.Process", "SendSignal", body, &st));
+	cr_assert_eq(st, 200, "the agent can still signal it: %ld", st);
 }
 
 /* A command's environment is a context's: the global env, HOME, the tenant's python
@@ -1444,29 +1509,102 @@ Test(envd_own, a_full_workspace_is_507_and_leaves_nothing, .timeout = 180,
 	             "the workspace holds what a failed upload wrote");
 }
 
-/* Half an upload of path (2 MiB said, 1 MiB sent) on a connection left open:
- * its fd, once ListDir of cut names what shows it arrived (prefix). */
+/* A process's field of /proc/PID/status or /proc/PID/io ("PPid:", "wchar:"), or -1. */
+static long long
+proc_field(pid_t pid, const char *file, const char *field)
+{
+	char path[64], line[256];
+	long long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
+	if (!(f = fopen(path, "r")))
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, strlen(field)))
+			v = strtoll(line + strlen(field), NULL, 10);
+	fclose(f);
+	return v;
+}
+
+/* The envd agent a broker runs: a sandcell-envd whose ancestors hold broker; or 0. */
+static pid_t
+agent_under(pid_t broker)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	pid_t found = 0;
+
+	while (d && !found && (e = readdir(d))) {
+		pid_t pid = (pid_t)atoi(e->d_name), up = pid;
+		char path[64], comm[32] = "";
+		FILE *f;
+		snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+		if (pid <= 0 || !(f = fopen(path, "r")))
+			continue;
+		if (!fgets(comm, sizeof(comm), f))
+			comm[0] = '\0';
+		fclose(f);
+		if (strcmp(comm, "sandcell-envd\n"))
+			continue;
+		for (int i = 0; i < 8 && up > 1 && !found; i++)
+			if ((up = (pid_t)proc_field(up, "status", "PPid:")) == broker)
+				found = pid;
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* Whether the agent (arg: its pid and the bytes it had written) wrote 512 KiB
+ * more. */
+struct wrote {
+	pid_t w_pid;
+	long long w_from;
+};
+
+static bool
+agent_wrote(void *arg)
+{
+	struct wrote *w = arg;
+
+	return proc_field(w->w_pid, "io", "wchar:") >= w->w_from + (512 << 10);
+}
+
+/* Half an upload of path (2 MiB said, 1 MiB sent) to at (envd's host:port) on
+ * a connection left open: its fd, once agent (its pid) wrote some of it. */
 static int
-half_upload(const char *path, const char *prefix)
+half_upload_to(const char *at, pid_t agent, const char *path)
 {
 	static char chunk[64 << 10];
-	struct in_dir seen = {"cut", prefix};
-	char head[512];
-	int fd = tcp_connect(envd_url);
+	char head[512], url[64];
+	struct wrote w = {agent, proc_field(agent, "io", "wchar:")};
+	int fd;
 
+	snprintf(url, sizeof(url), "http://%s", at);
+	fd = tcp_connect(url);
 	cr_assert_geq(fd, 0);
+	cr_assert_geq(w.w_from, 0, "no /proc/%d/io", (int)agent);
 	snprintf(head, sizeof(head),
 	         "POST /files?path=%s HTTP/1.1\r\nHost: %s\r\n"
 	         "Content-Type: application/octet-stream\r\nContent-Length: %u\r\n\r\n",
-	         path, envd_at, 2u << 20);
+	         path, at, 2u << 20);
 	cr_assert_eq(write(fd, head, strlen(head)), (ssize_t)strlen(head));
 	memset(chunk, 'c', sizeof(chunk));
 	for (int i = 0; i < 16; i++) /* 1 MiB of 2: the agent has chunks of it */
 		cr_assert_eq(write(fd, chunk, sizeof(chunk)), (ssize_t)sizeof(chunk));
-	cr_assert_eq(wait_until(dir_has, &seen, 10000), 0,
-	             "the upload's bytes never reached the agent while it came: %s",
-	             names_in("cut"));
+	cr_assert_eq(wait_until(agent_wrote, &w, 10000), 0,
+	             "the upload's bytes never reached the agent while it came");
 	return fd;
+}
+
+static int
+half_upload(const char *path)
+{
+	pid_t agent = agent_under(test_broker_pid());
+
+	cr_assert_gt(agent, 0, "no envd agent under the broker");
+	return half_upload_to(envd_at, agent, path);
 }
 
 /* An upload whose client leaves mid-body: a new file is gone, one that was
@@ -1478,9 +1616,9 @@ Test(envd, a_cut_upload_leaves_no_file_and_no_temp_file)
 	char *got;
 
 	up();
-	close(half_upload("cut/new.bin", "new.bin"));
+	close(half_upload("cut/new.bin"));
 	cr_assert_eq(write_raw("cut/old.bin", "old"), 200);
-	close(half_upload("cut/old.bin", ".old.bin.upload-"));
+	close(half_upload("cut/old.bin"));
 	cr_assert_eq(wait_until(dir_is, &only_old, 10000), 0,
 	             "a cut upload left something behind: %s", names_in("cut"));
 	got = read_file("cut/old.bin", &st);
@@ -1506,4 +1644,172 @@ Test(envd, uploads_are_bounded_by_max_file_size_not_max_body)
 	cr_assert_eq(upload_gen("bound/big.bin", &big, -1), 413);
 	cr_assert_eq(wait_until(dir_has, &empty, 10000), 0,
 	             "an upload past --max-file-size left something behind");
+}
+
+/* A name in dir (on the host) that starts with prefix, or NULL (caller frees);
+ * never "." or "..". */
+static char *
+host_entry(const char *dir, const char *prefix)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char *found = NULL;
+
+	while (d && !found && (e = readdir(d)))
+		if (!strncmp(e->d_name, prefix, strlen(prefix)) &&
+		    strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			found = strdup(e->d_name);
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* The agent killed mid-upload: no part of the new file, the old one whole, and
+ * no temporary name, on the host's workspace as in the box. */
+Test(envd_own, a_killed_agent_leaves_no_partial_file, .timeout = 120, .fini = own_stop)
+{
+	char at[32], dir[256], *left;
+	pid_t agent;
+	int fd1, fd2;
+	long st;
+
+	own_envd(NULL);
+	snprintf(at, sizeof(at), "127.0.0.1:%d", own_envd_port);
+	cr_assert_eq(write_raw("killed/old.bin", "old"), 200);
+	cr_assert_gt(agent = agent_under(own.b_pid), 0, "no envd agent under the broker");
+	fd1 = half_upload_to(at, agent, "killed/new.bin");
+	fd2 = half_upload_to(at, agent, "killed/old.bin");
+	cr_assert_eq(kill(agent, SIGKILL), 0);
+	cr_assert_eq(wait_until(agent_is_new, &agent, 30000), 0,
+	             "no new agent after a kill");
+	close(fd1);
+	close(fd2);
+	snprintf(dir, sizeof(dir), "%s.work/killed", own.b_run_dir);
+	left = host_entry(dir, "new");
+	cr_assert_null(left, "a killed upload left %s/%s", dir, left);
+	left = host_entry(dir, ".");
+	cr_assert_null(left, "a killed upload left a temporary file %s/%s", dir, left);
+	char *got = read_file("killed/old.bin", &st);
+	cr_assert_str_eq(got ? got : "(none)", "old", "the old file is not whole: %ld",
+	                 st);
+	free(got);
+}
+
+/* A read, a write, a call and a command's start whose agent stopped
+ * (SIGSTOP) end within a bound (ENVD_STALL_MS, 10 s; 10 s for a call), 504
+ * or deadline_exceeded, and the broker keeps no state of them; the agent,
+ * let go, answers again. */
+Test(envd_own, a_stopped_agent_never_hangs_a_transfer, .timeout = 180, .fini = own_stop)
+{
+	struct gen g = {.g_state = 11, .g_left = 2u << 20}, back = {0};
+	pid_t agent;
+	long st;
+	struct resp r;
+	time_t t0;
+
+	own_envd(NULL);
+	cr_assert_eq(upload_gen("stall.bin", &g, (curl_off_t)(2u << 20)), 200);
+	cr_assert_gt(agent = agent_under(own.b_pid), 0, "no envd agent under the broker");
+	cr_assert_eq(kill(agent, SIGSTOP), 0);
+	t0 = time(NULL);
+	envd("GET", "/files?path=stall.bin", NULL, NULL, 0, &r);
+	cr_assert_eq(r.r_status, 504, "a read of a stopped agent: %ld %s", r.r_status,
+	             r.r_body);
+	cr_assert(strstr(r.r_body, "did not answer"), "%s", r.r_body);
+	resp_free(&r);
+	struct gen g2 = {.g_state = 12, .g_left = 2u << 20};
+	cr_assert_eq(upload_gen("stall2.bin", &g2, (curl_off_t)(2u << 20)), 504,
+	             "a write to a stopped agent");
+	json_decref(rpc("Stat", "{\"path\":\"stall.bin\"}", &st));
+	cr_assert_eq(st, 504, "a call to a stopped agent: %ld", st);
+	json_t *e = run_command("echo never", &r),
+	       *last = json_array_get(e, json_array_size(e) - 1);
+	cr_assert_eq(json_integer_value(json_array_get(last, 0)), 2, "no end of stream");
+	cr_assert_str_eq(code_of(json_object_get(json_array_get(last, 1), "error")),
+	                 "deadline_exceeded", "a Start to a stopped agent: %.*s",
+	                 (int)r.r_len, r.r_body);
+	json_decref(e);
+	resp_free(&r);
+	cr_assert_lt(time(NULL) - t0, 80, "four stalls took %lds",
+	             (long)(time(NULL) - t0));
+	cr_assert_eq(metric_value(own.b_url, "sandcell_streams_open"), 0,
+	             "the broker holds the stalled transfers' streams");
+	kill(agent, SIGCONT);
+	cr_assert_eq(download_gen("stall.bin", &back, NULL), 200, "the agent let go");
+	cr_assert_eq(back.g_crc, g.g_crc);
+}
+
+/* POST /files?path=P, raw, with extra headers (NULL-ended): the status, the
+ * answer's JSON in *out (or NULL). */
+static long
+write_with(const char *path, const char *data, const char *const *headers, json_t **out)
+{
+	CURL *c = curl_easy_init();
+	struct curl_slist *h =
+	    curl_slist_append(NULL, "Content-Type: application/octet-stream");
+	struct sink s = {0};
+	char url[256];
+	long st = 0;
+
+	for (; headers && *headers; headers++)
+		h = curl_slist_append(h, *headers);
+	snprintf(url, sizeof(url), "%s/files?path=%s", envd_url, path);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, data);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+	cr_assert_eq(curl_easy_perform(c), CURLE_OK, "upload of %s: no answer", path);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
+	*out = s.data ? json_loadb(s.data, s.len, 0, NULL) : NULL;
+	free(s.data);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	return st;
+}
+
+/* X-Metadata-* headers of an upload are the file's metadata (user.e2b.*
+ * xattrs), shown by the upload's answer, Stat and ListDir; keys lowercased,
+ * an upload without them clears them, one not of envd's form is 400 and
+ * writes nothing. */
+Test(envd, an_uploads_metadata_shows_in_its_entries)
+{
+	const char *meta[] = {"X-Metadata-Owner: Alice", "X-Metadata-kind: csv",
+	                      "X-Metadata-kind: second", NULL};
+	const char *bad[] = {"X-Metadata-city: Z\xc3\xbcrich", NULL};
+	json_t *j, *want = json_pack("{s:s, s:s}", "owner", "Alice", "kind", "csv");
+	long st;
+
+	up();
+	cr_assert_eq(write_with("meta/a.txt", "a,b\n", meta, &j), 200);
+	cr_assert(json_equal(json_object_get(json_array_get(j, 0), "metadata"), want),
+	          "the upload's answer: %s", json_dumps(j, 0));
+	json_decref(j);
+	j = rpc("Stat", "{\"path\":\"meta/a.txt\"}", &st);
+	cr_assert_eq(st, 200);
+	cr_assert(
+	    json_equal(json_object_get(json_object_get(j, "entry"), "metadata"), want),
+	    "Stat: %s", json_dumps(j, 0));
+	json_decref(j);
+	j = rpc("ListDir", "{\"path\":\"meta\"}", &st);
+	cr_assert_eq(st, 200);
+	cr_assert(
+	    json_equal(json_object_get(json_array_get(json_object_get(j, "entries"), 0),
+	                               "metadata"),
+	               want),
+	    "ListDir: %s", json_dumps(j, 0));
+	json_decref(j);
+	cr_assert_eq(write_with("meta/a.txt", "again\n", NULL, &j), 200);
+	json_decref(j);
+	j = rpc("Stat", "{\"path\":\"meta/a.txt\"}", &st);
+	cr_assert_null(json_object_get(json_object_get(j, "entry"), "metadata"),
+	               "an upload without metadata kept the old: %s", json_dumps(j, 0));
+	json_decref(j);
+	cr_assert_eq(write_with("meta/bad.txt", "x", bad, &j), 400);
+	json_decref(j);
+	j = rpc("Stat", "{\"path\":\"meta/bad.txt\"}", &st);
+	cr_assert_eq(st, 404, "a refused upload wrote its file");
+	json_decref(j);
+	json_decref(want);
 }

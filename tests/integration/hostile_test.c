@@ -827,22 +827,38 @@ Test(hostile, a_cwd_kernels_cannot_enter_is_refused_at_start, .fini = priv_stop,
      .timeout = 60)
 {
 	const char *none[] = {"--no-default-context", "--cwd", "/nonexistent-sandcell", NULL};
-	char closed[] = "/tmp/sandcell-closed-XXXXXX", want[128];
 
 	refused_at_start(none, "--cwd /nonexistent-sandcell: No such file or directory");
+}
+
+/* ... and one the kernels' user cannot enter, though it exists. */
+Test(hostile, a_cwd_the_kernel_user_cannot_enter_is_refused_at_start, .fini = priv_stop,
+     .timeout = 60)
+{
+	char closed[] = "/tmp/sandcell-closed-XXXXXX", want[128];
+
 	if (geteuid() != 0 || !getpwnam("nobody"))
-		return; /* the rest needs root and a 'nobody' user */
+		cr_skip_test("needs root (a directory root alone enters) and a 'nobody' user");
 	cr_assert_not_null(mkdtemp(closed)); /* 0700, root's */
 	const char *user[] = {"--no-default-context", "--kernel-user", "nobody", "--cwd", closed,
 			      NULL};
 	snprintf(want, sizeof(want), "--cwd %s: user nobody cannot enter it", closed);
 	refused_at_start(user, want);
-	/* the default cwd ($HOME when there is no /home/user) is checked too */
+	rmdir(closed);
+}
+
+/* The default cwd ($HOME when there is no /home/user) is checked as a given one is. */
+Test(hostile, a_default_cwd_the_kernel_user_cannot_enter_is_refused_at_start,
+     .fini = priv_stop, .timeout = 60)
+{
+	char closed[] = "/tmp/sandcell-closed-XXXXXX", want[128];
 	struct stat st;
-	if (stat("/home/user", &st) == 0) {
-		rmdir(closed);
-		return;
-	}
+
+	if (geteuid() != 0 || !getpwnam("nobody"))
+		cr_skip_test("needs root (a directory root alone enters) and a 'nobody' user");
+	if (stat("/home/user", &st) == 0)
+		cr_skip_test("/home/user exists here: it is the default cwd, not $HOME");
+	cr_assert_not_null(mkdtemp(closed)); /* 0700, root's */
 	setenv("HOME", closed, 1);
 	/* the sandbox's default is its own workspace; without it, $HOME */
 	const char *dflt[] = {"--no-default-context", "--no-sandbox", "--kernel-user", "nobody",
@@ -852,40 +868,52 @@ Test(hostile, a_cwd_kernels_cannot_enter_is_refused_at_start, .fini = priv_stop,
 	rmdir(closed);
 }
 
-/* A request's bad cwd is named; a default cwd gone since start is not blamed on it. */
-Test(hostile, a_bad_cwd_is_named_only_when_the_client_sent_it, .fini = priv_stop,
-     .timeout = 60)
+/* A default cwd gone since start is not blamed on the request: the server's, a 500. */
+Test(hostile, a_default_cwd_gone_is_named_as_the_servers, .fini = priv_stop, .timeout = 60)
 {
-	char dflt[] = "/tmp/sandcell-cwd-XXXXXX", closed[64];
-	bool root = geteuid() == 0 && getpwnam("nobody");
+	char dflt[] = "/tmp/sandcell-cwd-XXXXXX";
 	/* a plain directory (no filesystem of its own): the test removes it under the broker */
 	const char *args[] = {"--no-default-context", "--pool", "0", "--workspace-size", "0",
-			      "--cwd", dflt, root ? "--kernel-user" : NULL, "nobody", NULL};
+			      "--cwd", dflt, NULL};
 	struct resp r;
 
 	cr_assert_not_null(mkdtemp(dflt));
 	cr_assert_eq(chmod(dflt, 0755), 0);
 	cr_assert_eq(broker_start(&priv, args), 0);
-	if (root) {
-		/* a directory of the workspace (the box's /home/user) its kernel cannot enter */
-		snprintf(closed, sizeof(closed), "%s/closed", dflt);
-		cr_assert_eq(mkdir(closed, 0700), 0);
-		cr_assert_eq(http(priv.b_url, "POST", "/contexts", "{\"cwd\":\"/home/user/closed\"}",
-				  &r, 60), 0);
-		cr_expect_eq(r.r_status, 400, "%ld %s", r.r_status, r.r_body);
-		cr_expect(strstr(r.r_body, "'/home/user/closed'") &&
-			  strstr(r.r_body, "user nobody cannot enter"),
-			  "%s", r.r_body);
-		resp_free(&r);
-		rmdir(closed);
-	}
-	/* the server's own workspace gone since start: named as the server's, a 500 */
 	cr_assert_eq(rmdir(dflt), 0);
 	cr_assert_eq(http(priv.b_url, "POST", "/contexts", "{}", &r, 60), 0);
 	cr_expect_eq(r.r_status, 500, "%ld %s", r.r_status, r.r_body);
 	cr_expect(strstr(r.r_body, "server's workspace") && strstr(r.r_body, dflt), "%s",
 		  r.r_body);
 	resp_free(&r);
+}
+
+/* A request's cwd its kernel cannot enter is named, a 400 at once. */
+Test(hostile, a_request_cwd_the_kernel_cannot_enter_is_named, .fini = priv_stop,
+     .timeout = 60)
+{
+	char dflt[] = "/tmp/sandcell-cwd-XXXXXX", closed[64];
+	const char *args[] = {"--no-default-context", "--pool", "0", "--workspace-size", "0",
+			      "--cwd", dflt, "--kernel-user", "nobody", NULL};
+	struct resp r;
+
+	if (geteuid() != 0 || !getpwnam("nobody"))
+		cr_skip_test("needs root (a directory root alone enters) and a 'nobody' user");
+	cr_assert_not_null(mkdtemp(dflt));
+	cr_assert_eq(chmod(dflt, 0755), 0);
+	cr_assert_eq(broker_start(&priv, args), 0);
+	/* a directory of the workspace (the box's /home/user) its kernel cannot enter */
+	snprintf(closed, sizeof(closed), "%s/closed", dflt);
+	cr_assert_eq(mkdir(closed, 0700), 0);
+	cr_assert_eq(http(priv.b_url, "POST", "/contexts", "{\"cwd\":\"/home/user/closed\"}",
+			  &r, 60), 0);
+	cr_expect_eq(r.r_status, 400, "%ld %s", r.r_status, r.r_body);
+	cr_expect(strstr(r.r_body, "'/home/user/closed'") &&
+		  strstr(r.r_body, "user nobody cannot enter"),
+		  "%s", r.r_body);
+	resp_free(&r);
+	rmdir(closed);
+	rmdir(dflt);
 }
 
 static char full_dir[] = "/tmp/sandcell-full-XXXXXX";

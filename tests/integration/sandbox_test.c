@@ -1491,7 +1491,12 @@ Test(sandbox, kernels_inherit_no_stray_fd_and_default_sigpipe, .timeout = 90)
 	free(r);
 }
 
-/* A client's cwd in the run dir (or above it) does not bring the run dir back. */
+/*
+ * A client's cwd in the run dir (or above it) does not bring the run dir back:
+ * a cwd is a path of the box's view (lib/boxpath.c), which shows no host
+ * directory of the broker's, so it is refused at once like any path no box has.
+ * Created, its kernel would have started in the run dir.
+ */
 Test(sandbox, a_cwd_in_the_run_dir_does_not_show_it, .timeout = 120)
 {
 	char body[700], path[600];
@@ -1500,17 +1505,10 @@ Test(sandbox, a_cwd_in_the_run_dir_does_not_show_it, .timeout = 120)
 	snprintf(path, sizeof(path), "%s/ctx", test_run_dir());
 	snprintf(body, sizeof(body), "{\"cwd\":\"%s\"}", path);
 	cr_assert_eq(http(URL, "POST", "/contexts", body, &r, 90), 0);
-	json_t *j = r.r_status == 200 ? json_loads(r.r_body, 0, NULL) : NULL;
+	cr_expect_eq(r.r_status, 400, "the run dir was taken as a cwd: %ld %s", r.r_status,
+		     r.r_body);
+	cr_expect(strstr(r.r_body, path), "the refusal does not name the cwd: %s", r.r_body);
 	resp_free(&r);
-	if (!j)
-		return; /* refused: the kernel could not start there */
-	const char *id = json_string_value(json_object_get(j, "id"));
-	char *out = run_stdout(URL, id,
-			   "import os\ntry:\n    print(len(os.listdir('.')) > 0)\n"
-			   "except OSError:\n    print('refused')");
-	cr_assert_neq(strcmp(out, "True\n"), 0, "the run dir is listed: %s", out);
-	free(out);
-	json_decref(j);
 }
 
 /*

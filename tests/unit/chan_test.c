@@ -64,6 +64,40 @@ next_of(struct chan *ch, struct msg *m)
 	return CHAN_EMPTY;
 }
 
+/*
+ * Waits up to 5 s until both ends' receives have ended with bytes their loops
+ * have not taken: neither receives again until its loop does, so whatever its
+ * peer writes from then on waits in the socket.
+ */
+static bool
+both_waiting(struct chan *a, struct chan *b)
+{
+	struct pollfd p[2] = {{.fd = a->ch_fd, .events = POLLIN},
+			      {.fd = b->ch_fd, .events = POLLIN}};
+	int ready = 0;
+
+	for (uint64_t end = now_ms() + 5000; ready < 2 && now_ms() < end;) {
+		if (poll(p, 2, 10) <= 0)
+			continue;
+		for (int i = 0; i < 2; i++)
+			if (p[i].revents & POLLIN) { /* then the other alone */
+				p[i].fd = -1;
+				ready++;
+			}
+	}
+	return ready == 2;
+}
+
+/* The dialer's next pause before it dials again (chan.c's ch_backoff, under ch_mu). */
+static nng_duration
+backoff_of(struct chan *ch)
+{
+	pthread_mutex_lock(&ch->ch_mu);
+	nng_duration ms = ch->ch_backoff;
+	pthread_mutex_unlock(&ch->ch_mu);
+	return ms;
+}
+
 static void
 send_cancel(struct chan *ch, uint64_t stream)
 {
@@ -280,7 +314,8 @@ Test(chan, messages_arrive_whole_and_in_order_both_ways)
 	cr_assert_eq(chan_send(&l, &big), 0);
 	send_cancel(&l, 6);
 	msg_free(&big);
-	usleep(100000); /* a backlog builds up in the socket */
+	/* a backlog builds up in the socket while neither loop takes */
+	cr_assert(both_waiting(&l, &d), "nothing arrived at one end");
 	for (int i = 1; i < n; i++)
 		expect_cancel(&l, i);
 	expect_output(&d, data, blen);
@@ -468,7 +503,9 @@ Test(chan, a_second_peer_is_refused_while_the_first_lives)
 	close(fd);
 	cr_assert_eq(chan_dial(&d2, url), 0); /* keeps trying: every try is refused */
 	send_cancel(&d2, 99);
-	usleep(200000);
+	/* its try is taken up, and closed by the listener unheard: 99 is kept */
+	cr_assert_eq(next_of(&d2, &m), CHAN_UP);
+	cr_assert_eq(next_of(&d2, &m), CHAN_DOWN, "a second peer was kept");
 	send_cancel(&d1, 1);
 	expect_cancel(&l, 1);
 	send_cancel(&l, 2);
@@ -687,7 +724,10 @@ Test(chan, the_dialer_comes_back_after_the_listener_restarts)
 	cr_assert_eq(next_of(&d, &m), CHAN_DOWN);
 	send_cancel(&d, 1); /* kept for the next connection */
 	unlink(url + strlen("ipc://"));
-	usleep(300000); /* the backoff reaches its 100 ms ceiling */
+	/* the dialer's tries fail until its backoff reaches its ceiling (100 ms, chan.c) */
+	for (uint64_t end = now_ms() + 5000; backoff_of(&d) < 100 && now_ms() < end;)
+		poll(NULL, 0, 5);
+	cr_assert_eq(backoff_of(&d), 100, "the backoff stopped at %d ms", (int)backoff_of(&d));
 	uint64_t t0 = now_ms();
 	cr_assert_eq(chan_listen(&l, url), 0);
 	cr_assert_eq(next_of(&l, &m), CHAN_UP);

@@ -353,6 +353,43 @@ Test(connect, an_entry_is_rebuilt_from_checked_fields)
 	json_decref(a);
 }
 
+/* An entry's metadata is shown only when it is of envd's form: printable ASCII,
+ * bounded; else the entry goes without it. */
+Test(connect, an_entrys_metadata_is_shown_only_when_well_formed)
+{
+	json_t *a =
+	    json_loads("{\"name\":\"a\",\"path\":\"/home/user/a\",\"type\":\"file\","
+	               "\"size\":1,\"mode\":420,\"permissions\":\"-rw-r--r--\","
+	               "\"owner\":\"u\",\"group\":\"g\",\"mtime_s\":0,\"mtime_ns\":0,"
+	               "\"metadata\":{\"owner\":\"alice\"}}",
+	               0, NULL);
+	json_t *e = connect_entry(a);
+	char big[ENVD_META_MAX + 2];
+
+	cr_assert_not_null(e);
+	cr_assert_str_eq(
+	    json_string_value(json_object_get(json_object_get(e, "metadata"), "owner")),
+	    "alice");
+	json_decref(e);
+	json_object_set_new(json_object_get(a, "metadata"), "bad",
+	                    json_string("caf\xc3\xa9"));
+	e = connect_entry(a);
+	cr_assert_not_null(e, "a bad metadata value fails the entry");
+	cr_assert_null(json_object_get(e, "metadata"));
+	json_decref(e);
+	memset(big, 'x', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	json_object_set_new(a, "metadata", json_pack("{s:s}", "k", big));
+	e = connect_entry(a);
+	cr_assert_null(json_object_get(e, "metadata"), "metadata past ENVD_META_MAX");
+	json_decref(e);
+	json_object_set_new(a, "metadata", json_pack("{s:i}", "k", 1));
+	e = connect_entry(a);
+	cr_assert_null(json_object_get(e, "metadata"), "a value that is no string");
+	json_decref(e);
+	json_decref(a);
+}
+
 Test(connect, a_connect_request_names_its_process)
 {
 	char err[256];
