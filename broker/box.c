@@ -470,6 +470,12 @@ box_args(struct context *c, const char **argv, int *n)
 	argv[(*n)++] = sv.sv_cf.cf_isolated ? "context" : "shared";
 	argv[(*n)++] = "--network";
 	argv[(*n)++] = sv.sv_cf.cf_kernel_network;
+	if (uplink_pid()) {
+		static char up[16];
+		snprintf(up, sizeof(up), "%d", (int)uplink_pid());
+		argv[(*n)++] = "--uplink";
+		argv[(*n)++] = up;
+	}
 	egress_args(c, argv, n);
 	argv[(*n)++] = "--pids";
 	argv[(*n)++] = sv.sv_cf.cf_kernel_pids;

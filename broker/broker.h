@@ -524,6 +524,12 @@ void supervise_shutdown_all(void);
 void supervise_adopt_all(void);
 
 /* template.c */
+void uplink_start(unsigned net_uid);
+pid_t uplink_pid(void);
+uint64_t uplink_since(void);
+bool uplink_reaped(pid_t pid, int status);
+void uplink_tick(uint64_t now);
+void uplink_stop(void);
 void template_start(void);
 const char *template_socket(const char *kernel);
 bool template_starting(const char *kernel);

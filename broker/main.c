@@ -52,7 +52,7 @@ handle_signals(void *arg, uint32_t events)
 		}
 	}
 	while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
-		if (!template_reaped(pid, status))
+		if (!template_reaped(pid, status) && !uplink_reaped(pid, status))
 			supervise_reaped(pid, status);
 }
 
@@ -102,6 +102,7 @@ loop(void)
 			if (!sv.sv_lc.lc_draining)
 				pool_fill();
 			template_tick(now);
+			uplink_tick(now);
 			next_tick = now + TICK_MS;
 			if (sv.sv_cf.cf_watchdog_ms && now >= sv.sv_lc.lc_watchdog_at) {
 				server_notify("WATCHDOG=1");
@@ -137,6 +138,7 @@ serve_start(void)
 		exit(1);
 	if (http_start() < 0)
 		exit(1);
+	uplink_start(boxuid_net());
 	template_start();
 	supervise_adopt_all();
 	envd_start();
@@ -175,6 +177,8 @@ serve_stop(void)
 		context_detach_all();
 	else
 		supervise_shutdown_all();
+	if (!sv.sv_cf.cf_keep_contexts)
+		uplink_stop(); /* else the kept boxes' way out, for the next broker */
 	control_stop();
 	if (!sv.sv_cf.cf_keep_contexts) {
 		unlink(sv.sv_cf.cf_env_file);

@@ -142,11 +142,15 @@ pool_take(const char *kernel, const struct context *x, const char *cwd)
 				return NULL;
 			}
 			changed = pool_packages_changed();
+			/* a warm box linked to an uplink that has ended has no way out */
+			if (uplink_since() > changed)
+				changed = uplink_since();
 			looked = true;
 		}
 		if (c->c_created >= changed)
 			return c;
-		log_info("pool: a warm %s kernel is older than the tenant's packages: stopped",
+		log_info("pool: a warm %s kernel is older than the tenant's packages or the "
+			 "boxes' uplink: stopped",
 			 kernel);
 		context_delete(c);
 	}

@@ -156,8 +156,8 @@ pasta_as(uid_t uid, pid_t target)
  * reads EOF once the proxy is gone: the proxy may have died before the
  * minder asked to die with it. The minder's status is pasta's.
  */
-static pid_t
-spawn_pasta(uid_t uid, pid_t target, int alive)
+pid_t
+boxnet_pasta(uid_t uid, pid_t target, int alive)
 {
 	pid_t m = (pid_t)syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, NULL, NULL, NULL, NULL);
 	struct pollfd pf = {.fd = alive, .events = POLLIN};
@@ -198,9 +198,13 @@ holder(uid_t uid, pid_t proxy, int up, int down)
 	_exit(0);
 }
 
-/* Root's way: the holder's namespaces, pasta in them, then the proxy joins them. */
-static int
-start_owned(struct box *bx)
+/*
+ * Root's way: the holder's namespaces, then the proxy joins them. The way
+ * out: the broker's uplink (boxlink.c) when it has one, else a pasta of the
+ * box's own (and the uplink's own, uplink.c, which starts here too).
+ */
+int
+boxnet_owned(struct box *bx)
 {
 	int up[2], down[2], netfd = -1, rc = 0;
 	char path[64], map[64], c;
@@ -233,13 +237,16 @@ start_owned(struct box *bx)
 	if ((rc = write_text(path, map)) < 0)
 		goto out;
 	/* pasta from here, in the host's network namespace, which it takes the way out of */
-	if (bx->bx_net == BOX_NET_OUTBOUND && (p = spawn_pasta(bx->bx_net_uid, h, down[0])) < 0) {
+	if (bx->bx_net == BOX_NET_OUTBOUND && !bx->bx_uplink && (p = boxnet_pasta(bx->bx_net_uid, h, down[0])) < 0) {
 		rc = -errno;
 		goto out;
 	}
 	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)h);
 	if ((netfd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || setns(netfd, CLONE_NEWNET) < 0)
 		rc = -errno;
+	else if (bx->bx_net == BOX_NET_OUTBOUND && bx->bx_uplink &&
+		 boxlink_attach(bx, bx->bx_uplink) < 0)
+		bx->bx_net_ready = true; /* said: loopback only, as when pasta fails */
 out:
 	close(up[0]);
 	close(down[0]);
@@ -323,7 +330,7 @@ boxnet_start(struct box *bx)
 	else if (bx->bx_net == BOX_NET_NONE)
 		rc = unshare(CLONE_NEWNET) < 0 ? -errno : 0;
 	else
-		rc = start_owned(bx);
+		rc = boxnet_owned(bx);
 	if (rc == 0 && loopback_up() < 0)
 		rc = -errno;
 	if (rc < 0) {

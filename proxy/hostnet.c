@@ -14,6 +14,7 @@
 #include <sched.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "proxy.h"
@@ -26,6 +27,17 @@ hostnet_keep(void)
 {
 	if (host < 0 && geteuid() == 0)
 		host = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+}
+
+/* Whether fd (a namespace's) is the host's network namespace; true if unknown. */
+bool
+hostnet_is(int fd)
+{
+	struct stat a, b;
+
+	if (host < 0 || fstat(host, &a) < 0 || fstat(fd, &b) < 0)
+		return true;
+	return a.st_ino == b.st_ino && a.st_dev == b.st_dev;
 }
 
 /*

@@ -18,6 +18,7 @@
 #include "proxy.h"
 
 static struct proxy px = {.px_box.bx_sock = -1};
+static bool opt_uplink_serve;
 
 static int
 load_env_file(struct proxy *p, const char *path)
@@ -193,6 +194,10 @@ static const struct opt options[] = {
      .o_help = "the host directory shown at " BOX_HOME},
     {"net-uid", "UID", OPT_COUNT, OPT_DST(BX.bx_net_uid), .o_max = UINT32_MAX,
      .o_expect = "a uid", .o_help = "owns the network namespace and runs pasta"},
+    {"uplink", "PID", OPT_COUNT, OPT_DST(BX.bx_uplink), .o_max = INT32_MAX, .o_expect = "a pid",
+     .o_help = "the broker's uplink (uplink.c): the box's way out, no pasta of its own"},
+    {"uplink-serve", NULL, OPT_SWITCH, OPT_DST(opt_uplink_serve),
+     .o_help = "be the broker's uplink (with --net-uid), not a context's proxy"},
     {"hide", "FILE", OPT_STRING, OPT_DST(BX.bx_hide), .o_help = "a host file the box covers"},
     {"interrupt-retry", "MS", OPT_COUNT, OPT_DST(px.px_interrupt_retry_ms), 0, KERNEL_MS,
      .o_help = "an interrupt unanswered this long is sent again"},
@@ -282,8 +287,12 @@ parse_options(int argc, char **argv, const char **env_file, const char **kernel,
 	px.px_interrupt_retry_ms = INTERRUPT_RETRY_MS;
 	px.px_interrupt_grace_ms = INTERRUPT_GRACE_MS;
 	px.px_hb_dead_ms = HB_DEAD_MS;
-	if (opts_parse(&optset, argc, argv, &operands) || !px.px_run_dir || !px.px_id ||
-	    !px.px_lang || !px.px_cwd || !uuid_valid(px.px_id))
+	if (opts_parse(&optset, argc, argv, &operands))
+		usage();
+	*level = opt_level;
+	if (opt_uplink_serve)
+		return;
+	if (!px.px_run_dir || !px.px_id || !px.px_lang || !px.px_cwd || !uuid_valid(px.px_id))
 		usage();
 	*env_file = opt_env_file;
 	*kernel = opt_kernel;
@@ -373,6 +382,8 @@ main(int argc, char **argv)
 
 	parse_options(argc, argv, &env_file, &kernel, &kuser, &uid_arg, &level);
 	log_init("sandcell-proxy", level);
+	if (opt_uplink_serve)
+		return uplink_run(&px.px_box, px.px_run_dir);
 	if ((sigfd = signal_fd()) < 0)
 		fatal("signalfd: %s", strerror(errno));
 	configure(kernel, env_file);

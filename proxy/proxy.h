@@ -188,6 +188,7 @@ struct box {
 	uid_t bx_net_uid;     /* owns the network namespace and runs pasta (root) */
 	pid_t bx_net_holder;  /* holds the namespace while the proxy lives; 0: none */
 	pid_t bx_pasta;       /* pasta, the namespace's way out; 0: none */
+	pid_t bx_uplink;      /* the broker's uplink (uplink.c), the way out instead; 0: none */
 	bool bx_net_ready;    /* the way out is set up (or known not to come) */
 	struct boxfw bx_fw;   /* its egress rules (boxfw.c) */
 
@@ -317,6 +318,11 @@ int boxroot_enter(const struct box *bx);
 
 /* boxnet.c */
 int boxnet_start(struct box *bx);
+int boxnet_owned(struct box *bx);
+pid_t boxnet_pasta(uid_t uid, pid_t target, int alive);
+int boxlink_attach(struct box *bx, pid_t uplink);
+int boxlink_forwarding(const char *name);
+int uplink_run(struct box *bx, const char *run_dir);
 bool boxnet_ready(struct box *bx, uint64_t since);
 bool boxnet_reaped(struct box *bx, pid_t pid, int status);
 
@@ -337,6 +343,7 @@ void boxfw_tick(const struct box *bx, uint64_t now);
 
 /* hostnet.c */
 void hostnet_keep(void);
+bool hostnet_is(int fd);
 int hostnet_enter(void);
 void hostnet_leave(int here);
 int hostnet_socket(int domain, int type, int protocol);

@@ -540,6 +540,131 @@ Test(egress, a_contexts_rules_outlive_a_broker_restart_and_a_proxy_respawn,
 	free(id);
 }
 
+/* pasta (or passt.avx2, as the CPU may have it run) among pid's descendants; 0: none. */
+static pid_t
+pasta_under(pid_t pid)
+{
+	char path[64], name[64];
+	pid_t found = 0;
+
+	for (pid_t p = 2; p < 4194304 && !found; p++) {
+		snprintf(path, sizeof(path), "/proc/%d/comm", (int)p);
+		FILE *f = fopen(path, "re");
+		if (!f)
+			continue;
+		bool named = fgets(name, sizeof(name), f) && !strncmp(name, "pas", 3);
+		fclose(f);
+		for (pid_t a = p; named && a > 1; a = (pid_t)proc_stat_field(a, 4))
+			if (a == pid)
+				found = p;
+	}
+	return found;
+}
+
+struct pasta_wait {
+	pid_t broker, old;
+};
+
+static bool
+pasta_again(void *arg)
+{
+	struct pasta_wait *w = arg;
+	pid_t p = pasta_under(w->broker);
+
+	return p > 0 && p != w->old;
+}
+
+static bool
+page_again(void *arg)
+{
+	char *out = probe(eb.b_url, arg, "python");
+	bool ok = !strcmp(out, "page\nrefused\nrefused\n");
+
+	free(out);
+	return ok;
+}
+
+/*
+ * A root broker's boxes go out through one pasta (the uplink's): when it
+ * dies, it is started again and the boxes it served go out again; a broker
+ * killed and restarted under --keep-contexts finds the uplink its kept boxes
+ * use, and a box made after the restart goes out through it too. The egress
+ * rules hold throughout.
+ */
+Test(egress, the_shared_way_out_survives_pasta_ending_and_a_broker_restart,
+     .fini = egress_stop, .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", "--keep-contexts",
+	                      NULL};
+
+	standins();
+	start(args, 0);
+	char *id = context_new(eb.b_url, "python", NULL);
+	cr_assert_not_null(id);
+	char *out = probe(eb.b_url, id, "python");
+	cr_expect_str_eq(out, "page\nrefused\nrefused\n", "at first: %s", out);
+	free(out);
+
+	struct pasta_wait w = {eb.b_pid, pasta_under(eb.b_pid)};
+	cr_assert_gt(w.old, 0, "no pasta under the broker");
+	cr_assert_eq(kill(w.old, SIGKILL), 0);
+	cr_assert_eq(wait_until(pasta_again, &w, 20000), 0, "pasta was not started again");
+	cr_expect_eq(wait_until(page_again, id, 60000), 0, "no way out after pasta's restart");
+
+	kill(eb.b_pid, SIGKILL);
+	waitpid(eb.b_pid, NULL, 0);
+	cr_assert_eq(broker_restart(&eb, args), 0);
+	out = probe(eb.b_url, id, "python");
+	cr_expect_str_eq(out, "page\nrefused\nrefused\n", "the kept box after a restart: %s", out);
+	free(out);
+	char *later = context_new(eb.b_url, "python", NULL);
+	cr_assert_not_null(later);
+	out = probe(eb.b_url, later, "python");
+	cr_expect_str_eq(out, "page\nrefused\nrefused\n", "a box made after the restart: %s", out);
+	free(out);
+	free(later);
+	free(id);
+}
+
+/*
+ * No box takes the shared way out from the others: past 4096 flows of its
+ * own at once (UDP ones here, each to another port of the stand-in
+ * internet), a box's next connection is refused at once, while another
+ * box's goes through.
+ */
+Test(egress, a_box_with_too_many_flows_is_refused_and_its_neighbour_is_not,
+     .fini = egress_stop, .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", NULL};
+	char code[1024];
+
+	standins();
+	start(args, 0);
+	char *hog = context_new(eb.b_url, "python", NULL),
+	     *other = context_new(eb.b_url, "python", NULL);
+	cr_assert(hog && other);
+	snprintf(code, sizeof(code),
+	         "import socket, urllib.request\n"
+	         "for i in range(4200):\n"
+	         "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+	         "    s.sendto(b'x', ('%s', 20000 + i))\n"
+	         "    s.close()\n"
+	         "try:\n"
+	         "    urllib.request.urlopen('%s', timeout=10).read()\n"
+	         "    print('reached')\n"
+	         "except Exception as e:\n"
+	         "    print('refused')\n",
+	         in.in_addr, in.in_url);
+	char *out = run_stdout(eb.b_url, hog, code);
+	cr_expect_str_eq(out, "refused\n", "the box past its flows: %s", out);
+	free(out);
+	out = probe(eb.b_url, other, "python");
+	cr_expect_str_eq(out, "page\nrefused\nrefused\n", "its neighbour: %s", out);
+	free(out);
+	free(hog);
+	free(other);
+}
+
 /*
  * The server's own lists: no internet (SANDCELL_EGRESS_DENY, as an image
  * sets it) but a package mirror (--egress-allow), for every context: the

@@ -920,7 +920,7 @@ broker_restart(struct broker *b, const char *const *extra)
 	return 0;
 }
 
-/* SIGKILLs every proxy a run dir lists (their kernels die with them). */
+/* SIGKILLs every proxy a run dir lists (their kernels die with them), and its uplink. */
 void
 broker_kill_proxies(const char *run_dir)
 {
@@ -929,8 +929,9 @@ broker_kill_proxies(const char *run_dir)
 	snprintf(cmd, sizeof(cmd),
 		 "for f in '%s'/ctx/*/state.json; do [ -f \"$f\" ] || continue; "
 		 "pid=$(sed -n 's/.*\"pid\":\\([0-9]*\\).*/\\1/p' \"$f\"); "
-		 "[ -n \"$pid\" ] && kill -9 \"$pid\" 2>/dev/null; done; true",
-		 run_dir);
+		 "[ -n \"$pid\" ] && kill -9 \"$pid\" 2>/dev/null; done; "
+		 "[ -f '%s'/uplink.pid ] && kill -9 $(cat '%s'/uplink.pid) 2>/dev/null; true",
+		 run_dir, run_dir, run_dir);
 	if (system(cmd) != 0)
 		fprintf(stderr, "could not clean up proxies of %s\n", run_dir);
 }

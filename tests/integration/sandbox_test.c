@@ -998,6 +998,118 @@ Test(sandbox, no_socket_of_another_context_is_in_reach, .fini = priv_box_stop, .
 		free(victims[i]);
 }
 
+/* How many processes whose name starts with comm descend from pid. */
+static int
+descendants_named(pid_t pid, const char *comm)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	int n = 0;
+
+	while (d && (e = readdir(d))) {
+		pid_t p = (pid_t)atoi(e->d_name);
+		char path[64], name[64] = "";
+		if (p <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/comm", (int)p);
+		FILE *f = fopen(path, "re");
+		if (!f)
+			continue;
+		if (fgets(name, sizeof(name), f))
+			name[strcspn(name, "\n")] = '\0';
+		fclose(f);
+		if (strncmp(name, comm, strlen(comm)))
+			continue;
+		for (pid_t a = p; a > 1; a = (pid_t)proc_stat_field(a, 4))
+			if (a == pid) {
+				n++;
+				break;
+			}
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+static const char link_victim_py[] =
+    "import socket, threading\n"
+    "t = socket.socket()\nt.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "t.bind(('0.0.0.0', 20120))\nt.listen()\n"
+    "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\nu.bind(('0.0.0.0', 20121))\n"
+    "def echo():\n    while True:\n        d, a = u.recvfrom(100)\n        u.sendto(d, a)\n"
+    "def serve():\n    while True:\n        c, a = t.accept()\n        c.send(b'hi')\n        c.close()\n"
+    "threading.Thread(target=echo, daemon=True).start()\n"
+    "threading.Thread(target=serve, daemon=True).start()\n"
+    "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.connect(('192.0.2.123', 9))\n"
+    "print(s.getsockname()[0])\n";
+
+/* TCP, UDP and ping to ADDR; the way out's gateway; the host's loopback port HOSTPORT. */
+static const char link_probe_py[] =
+    "import socket, subprocess\n"
+    "def tcp(a, p):\n    try:\n        return 'reached' if socket.create_connection((a, p), 3).recv(2) "
+    "== b'hi' else 'no'\n    except OSError:\n        return 'no'\n"
+    "def udp(a, p):\n    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n    s.settimeout(2)\n"
+    "    try:\n        s.sendto(b'x', (a, p))\n        return 'reached' if s.recvfrom(10)[0] == b'x' "
+    "else 'no'\n    except OSError:\n        return 'no'\n"
+    "def ping(a):\n    try:\n        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, "
+    "socket.IPPROTO_ICMP)\n        s.settimeout(2)\n"
+    "        s.sendto(b'\\x08\\0\\0\\0\\0\\0\\0\\0', (a, 0))\n        s.recvfrom(64)\n"
+    "        return 'reached'\n    except OSError:\n        return 'no'\n"
+    "gw = [l.split()[2] for l in open('/proc/net/route') if l.split()[1] == '00000000'][0]\n"
+    "gw = socket.inet_ntoa(bytes.fromhex(gw)[::-1])\n"
+    "print('tcp', tcp(ADDR, 20120), 'udp', udp(ADDR, 20121), 'ping', ping(ADDR))\n"
+    "print('gateway', tcp(gw, HOSTPORT), udp(gw, 53), 'loopback', tcp('127.0.0.1', HOSTPORT))\n";
+
+/*
+ * The boxes of a root broker share one way out (one pasta, whatever their
+ * number), yet no box reaches another through it: not by TCP, UDP or ping
+ * to the other's own address, whatever the isolation; nor the way out's
+ * gateway, nor the host's loopback (a server of the test's listens there).
+ * Each box reaches its own address (the probes work).
+ */
+Test(sandbox, boxes_share_one_way_out_and_reach_no_other_through_it, .fini = priv_box_stop,
+     .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", "--isolation",
+			      "context", NULL};
+	char code[sizeof(link_probe_py) + 256];
+
+	if (geteuid() != 0)
+		cr_skip_test("not root: each box has a pasta of its own");
+	int srv = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sa);
+	setsockopt(srv, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	cr_assert(srv >= 0 && bind(srv, (void *)&sa, sizeof(sa)) == 0 && listen(srv, 8) == 0 &&
+		  getsockname(srv, (void *)&sa, &sl) == 0);
+	cr_assert_eq(broker_start(&priv_box, args), 0);
+	const char *where[] = {URL, priv_box.b_url};
+	for (int w = 0; w < 2; w++) {
+		char *victim = context_new(where[w], "python", NULL),
+		     *attacker = context_new(where[w], "python", NULL), addr[64] = "";
+		cr_assert(victim && attacker);
+		char *out = run_stdout(where[w], victim, link_victim_py);
+		cr_assert(out && sscanf(out, "%63s", addr) == 1, "victim: %s", out);
+		free(out);
+		snprintf(code, sizeof(code), "ADDR = '%s'\nHOSTPORT = %d\n%s", addr,
+			 ntohs(sa.sin_port), link_probe_py);
+		out = run_stdout(where[w], victim, code);
+		cr_expect(out && !strncmp(out, "tcp reached udp reached", 23),
+			  "the victim's own probes (%s): %s", addr, out);
+		free(out);
+		out = run_stdout(where[w], attacker, code);
+		cr_expect_str_eq(out, "tcp no udp no ping no\ngateway no no loopback no\n",
+				 "attacker on %s against %s", where[w], addr);
+		free(out);
+		free(victim);
+		free(attacker);
+	}
+	/* pasta, or passt.avx2 as the CPU may have it run */
+	int pastas = descendants_named(priv_box.b_pid, "pas");
+	cr_expect_eq(pastas, 1, "%d pasta processes for the broker's boxes", pastas);
+	close(srv);
+}
+
 Test(sandbox, context_shows_its_box, .timeout = 60)
 {
 	char *id = context_new(URL, "python", NULL), path[128];
