@@ -43,6 +43,12 @@
  * variable) is not: that kernel is restarted. Code that computes runs no
  * listener; the proxy interrupts it (admit.c), and the code after an await
  * that Deno's interrupt drops is collected when the listener runs next.
+ * An interrupt that lands while the listener runs (its collection is
+ * compute, and under load the proxy sees a busy kernel and interrupts it)
+ * ends Deno's signal loop with it: no listener would run again, and every
+ * later abort would end in a restart. So each fence arms the listener anew
+ * (removing the last one unbinds the signal, adding it binds it and starts a
+ * loop), which costs a bind per execution.
  */
 #define KSPEC_DENO_FENCE \
 	"(globalThis[Symbol.for('sandcell')] ?" "?= (() => {\n" \
@@ -59,6 +65,8 @@
 	"      };\n" \
 	"    }\n" \
 	"    s.next = () => {\n" \
+	"      Deno.removeSignalListener('SIGURG', s.abort);\n" \
+	"      Deno.addSignalListener('SIGURG', s.abort);\n" \
 	"      const dropped = s.dropped;\n" \
 	"      s.dropped = 0;\n" \
 	"      s.grace = s.gen;\n" \
@@ -86,13 +94,13 @@
 	"      timers.delete(id);\n" \
 	"      clear(id);\n" \
 	"    };\n" \
-	"    Deno.addSignalListener('SIGURG', () => {\n" \
+	"    s.abort = () => {\n" \
 	"      s.aborted = s.gen;\n" \
 	"      for (const [id, g] of timers) if (g === s.gen) { timers.delete(id); clear(id); }\n" \
 	"      Promise.resolve(Deno.jupyter.broadcast('stream', { name: 'stdout', text: '' },\n" \
 	"        { metadata: { sandcell_aborted: true } })).catch(() => {});\n" \
 	"      globalThis.gc?.();\n" \
-	"    });\n" \
+	"    };\n" \
 	"  } catch { /* no async context here: output stays unmarked */ }\n" \
 	"  return s;\n" \
 	"})()).next();\n" \

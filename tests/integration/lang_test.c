@@ -798,4 +798,48 @@ ParameterizedTest(int *ci, lang, deno_interrupt_ends_an_awaiting_execution_and_k
 	free(id);
 }
 
+/*
+ * The abort listener is armed anew before each execution: one that is gone
+ * (an interrupt that landed while it ran ends Deno's signal loop with it;
+ * here the code removes it itself) costs that execution at most, never the
+ * later ones their state.
+ */
+ParameterizedTestParameters(lang, deno_abort_listener_gone_is_armed_again)
+{
+	static int idx[] = {0, 1};
+	return cr_make_param_array(int, idx, sizeof(deno_cases) / sizeof(deno_cases[0]));
+}
+
+ParameterizedTest(int *ci, lang, deno_abort_listener_gone_is_armed_again, .timeout = 120)
+{
+	const struct deno_case *c = &deno_cases[*ci];
+	char *id = context_new(URL, c->lang, NULL);
+
+	cr_assert_not_null(id, "%s: no context", c->lang);
+	set_v(c, id, 300);
+	json_t *l = run(URL, id,
+			"Deno.removeSignalListener('SIGURG', globalThis[Symbol.for('sandcell')].abort)");
+	cr_assert_str_eq(error_name(l), "(none)", "%s: remove: %s", c->lang, error_value(l));
+	json_decref(l);
+	pid_t kpid = context_pid(URL, id, "kernel_pid");
+	struct bg b = {.ctx = id,
+		       .code = "console.log('started'); await new Promise((r) => setTimeout(r, 30000))"};
+	bg_start(&b);
+	cr_assert_eq(bg_wait_stdout(&b, 10000), 0, "%s: never started", c->lang);
+	cr_assert_eq(context_post(URL, id, "interrupt", 10), 200);
+	bg_join(&b);
+	cr_expect_str_eq(error_name(b.lines), "KeyboardInterrupt", "%s: %s", c->lang,
+			 error_value(b.lines));
+	json_decref(b.lines);
+	l = run(URL, id, c->print_v);
+	char *out = stdout_of(l);
+	cr_expect_str_eq(out, "300\n", "%s: the state after the interrupt: %s", c->lang,
+			 error_value(l));
+	free(out);
+	json_decref(l);
+	cr_expect_eq(context_pid(URL, id, "kernel_pid"), kpid, "%s: the kernel was restarted",
+		     c->lang);
+	free(id);
+}
+
 #include "lang_packages.c"
