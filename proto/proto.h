@@ -321,9 +321,19 @@ struct spec {
 int spec_encode(const struct spec *s, void **buf, size_t *len);
 /* s from buf, every field checked against its bounds; 0 or a PROTO_ error */
 int spec_decode(const void *buf, size_t len, struct spec *s);
-/* s from the start of fd (a memfd: read with pread), at most SPEC_MAX_BYTES; -errno or PROTO_ */
-int spec_read(int fd, struct spec *s);
-const char *spec_field_name(size_t i); /* NULL past the last */
+/* *buf (malloc'd, the caller's): fd's bytes from its start to its end, at
+ * most SPEC_MAX_BYTES (else -EFBIG); 0 or -errno */
+int spec_read(int fd, char **buf, size_t *len);
+/* The table itself, for the test that round-trips every field */
+enum spec_kind { SK_STR, SK_U64, SK_BOOL };
+struct spec_field {
+	const char *sf_name;
+	enum spec_kind sf_kind;
+	size_t sf_off;           /* in struct spec */
+	uint64_t sf_min, sf_max; /* a number's bounds; a string's longest */
+	bool sf_req;             /* a spec without it is refused */
+};
+const struct spec_field *spec_fields(size_t *n);
 void spec_free(struct spec *s);
 
 #endif

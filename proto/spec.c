@@ -15,8 +15,6 @@
 
 #include "proto.h"
 
-enum spec_kind { SK_STR, SK_U64, SK_BOOL };
-
 #define SPEC_PATH 4096   /* a path */
 #define SPEC_NAME 255    /* a language, a kernelspec, a user */
 #define SPEC_LIST 65536  /* a comma-separated list (CIDRs, variable names) */
@@ -27,13 +25,7 @@ enum spec_kind { SK_STR, SK_U64, SK_BOOL };
  * none is ever reordered. sf_min and sf_max bound a number, sf_max a
  * string's length; sf_req: a spec without it is refused.
  */
-static const struct spec_field {
-	const char *sf_name;
-	enum spec_kind sf_kind;
-	size_t sf_off;
-	uint64_t sf_min, sf_max;
-	bool sf_req;
-} fields[] = {
+static const struct spec_field fields[] = {
 #define S(m, max, req) {#m, SK_STR, offsetof(struct spec, sp_##m), 0, max, req}
 #define U(m, min, max) {#m, SK_U64, offsetof(struct spec, sp_##m), min, max, false}
 #define B(m) {#m, SK_BOOL, offsetof(struct spec, sp_##m), 0, 1, false}
@@ -82,10 +74,11 @@ static const struct spec_field {
 };
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
 
-const char *
-spec_field_name(size_t i)
+const struct spec_field *
+spec_fields(size_t *n)
 {
-	return i < NFIELDS ? fields[i].sf_name : NULL;
+	*n = NFIELDS;
+	return fields;
 }
 
 #define AT(s, f, T) ((T *)((char *)(s) + (f)->sf_off))
@@ -228,41 +221,49 @@ err:
 }
 
 int
-spec_read(int fd, struct spec *s)
+spec_read(int fd, char **buf, size_t *len)
 {
-	size_t cap = 4096, len = 0;
-	char *buf = malloc(cap);
+	size_t cap = 4096, n = 0;
+	char *b = malloc(cap), *more;
 	ssize_t got;
 	int e;
 
-	memset(s, 0, sizeof(*s));
-	if (!buf)
+	*buf = NULL;
+	*len = 0;
+	if (!b)
 		return -ENOMEM;
 	lseek(fd, 0, SEEK_SET); /* a memfd the broker wrote; a pipe has no offset */
 	for (;;) {
-		if (len == cap) {
-			char *more = cap > SPEC_MAX_BYTES ? NULL : realloc(buf, cap * 2);
-			if (!more) {
-				free(buf);
-				return cap > SPEC_MAX_BYTES ? PROTO_ESIZE : -ENOMEM;
+		if (n == cap) {
+			if (cap > SPEC_MAX_BYTES) {
+				free(b);
+				return -EFBIG;
 			}
-			buf = more;
+			if (!(more = realloc(b, cap * 2))) {
+				free(b);
+				return -ENOMEM;
+			}
+			b = more;
 			cap *= 2;
 		}
-		if ((got = read(fd, buf + len, cap - len)) < 0 && errno == EINTR)
+		if ((got = read(fd, b + n, cap - n)) < 0 && errno == EINTR)
 			continue;
 		if (got < 0) {
 			e = -errno;
-			free(buf);
+			free(b);
 			return e;
 		}
 		if (got == 0)
 			break;
-		len += (size_t)got;
+		n += (size_t)got;
 	}
-	e = spec_decode(buf, len, s);
-	free(buf);
-	return e;
+	if (n > SPEC_MAX_BYTES) {
+		free(b);
+		return -EFBIG;
+	}
+	*buf = b;
+	*len = n;
+	return 0;
 }
 
 void
