@@ -18,7 +18,8 @@
 
 #define SPAWN_SPEC_FD 3 /* the proxy's --spec-fd */
 
-/* A number the options left as decimal digits; NULL or "": 0 (none, or the proxy's default). */
+/* A number the options left as decimal digits; NULL or "": 0 (none, or the proxy's
+ * default). */
 static uint64_t
 spawn_digits(const char *s)
 {
@@ -77,8 +78,9 @@ spawn_spec_fd(const struct context *c)
 	int fd, e;
 
 	spawn_spec(c, &sp);
-	if (spec_encode(&sp, &buf, &len) < 0)
-		return -ENOMEM;
+	/* a setting over its bound in the spec (which the proxy would refuse): E2BIG */
+	if ((e = spec_encode(&sp, &buf, &len)) < 0)
+		return e == PROTO_ESIZE ? -E2BIG : -ENOMEM;
 	if ((fd = memfd_create("sandcell-spec", MFD_CLOEXEC)) < 0) {
 		e = -errno;
 		free(buf);
@@ -144,10 +146,11 @@ spawn_proxy(struct context *c, pid_t *pid)
 	if ((e = posix_spawn_file_actions_init(&fa)) == 0) {
 		if ((e = posix_spawn_file_actions_adddup2(&fa, fd, SPAWN_SPEC_FD)) == 0 &&
 		    (e = posix_spawnattr_init(&at)) == 0) {
-			posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK);
+			posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID |
+			                                  POSIX_SPAWN_SETSIGMASK);
 			posix_spawnattr_setsigmask(&at, &none);
-			e = posix_spawn(pid, sv.sv_cf.cf_proxy_bin, &fa, &at, (char *const *)argv,
-			                environ);
+			e = posix_spawn(pid, sv.sv_cf.cf_proxy_bin, &fa, &at,
+			                (char *const *)argv, environ);
 			posix_spawnattr_destroy(&at);
 		}
 		posix_spawn_file_actions_destroy(&fa);

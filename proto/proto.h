@@ -317,7 +317,8 @@ struct spec {
 	const char *sp_envd, *sp_template; /* envd's agent; the template's socket */
 	uint64_t sp_template_wait, sp_max_starting; /* ms; kernels starting at once (0: any) */
 };
-/* *buf (malloc'd, the caller's) holds s encoded; PROTO_ENOMEM */
+/* *buf (malloc'd, the caller's) holds s encoded; PROTO_ESIZE (a field out of its
+ * bounds, which the proxy would refuse) or PROTO_ENOMEM */
 int spec_encode(const struct spec *s, void **buf, size_t *len);
 /* s from buf, every field checked against its bounds; 0 or a PROTO_ error */
 int spec_decode(const void *buf, size_t len, struct spec *s);

@@ -45,10 +45,14 @@ rd_uint(struct rd *r, uint64_t *v)
 		return 0;
 	}
 	switch (t) {
-	case 0xcc: return rd_be(r, 1, v);
-	case 0xcd: return rd_be(r, 2, v);
-	case 0xce: return rd_be(r, 4, v);
-	case 0xcf: return rd_be(r, 8, v);
+	case 0xcc:
+		return rd_be(r, 1, v);
+	case 0xcd:
+		return rd_be(r, 2, v);
+	case 0xce:
+		return rd_be(r, 4, v);
+	case 0xcf:
+		return rd_be(r, 8, v);
 	}
 	return PROTO_ETYPE;
 }

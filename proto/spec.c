@@ -15,9 +15,10 @@
 
 #include "proto.h"
 
-#define SPEC_PATH 4096   /* a path */
-#define SPEC_NAME 255    /* a language, a kernelspec, a user */
-#define SPEC_LIST 65536  /* a comma-separated list (CIDRs, variable names) */
+#define SPEC_PATH 4096 /* a path */
+#define SPEC_NAME 255  /* a language, a kernelspec, a user */
+#define SPEC_LIST                                                                        \
+	(128u << 10)      /* a comma-separated list (CIDRs, names): an argument's most */
 #define SPEC_DAY 86400000 /* ms */
 
 /*
@@ -26,6 +27,7 @@
  * string's length; sf_req: a spec without it is refused.
  */
 static const struct spec_field fields[] = {
+// clang-format off
 #define S(m, max, req) {#m, SK_STR, offsetof(struct spec, sp_##m), 0, max, req}
 #define U(m, min, max) {#m, SK_U64, offsetof(struct spec, sp_##m), min, max, false}
 #define B(m) {#m, SK_BOOL, offsetof(struct spec, sp_##m), 0, 1, false}
@@ -41,7 +43,7 @@ static const struct spec_field fields[] = {
     U(memory, 0, UINT64_MAX),
     U(cpu, 0, UINT32_MAX),
     S(cgroup, SPEC_PATH, false),
-    S(cgroup_group, SPEC_NAME, false),
+    S(cgroup_group, SPEC_PATH, false),
     B(sandbox),
     B(no_namespaces),
     B(isolated),
@@ -68,6 +70,7 @@ static const struct spec_field fields[] = {
     S(template, SPEC_PATH, false),
     U(template_wait, 0, UINT32_MAX),
     U(max_starting, 0, 1000000),
+// clang-format on
 #undef S
 #undef U
 #undef B
@@ -88,9 +91,28 @@ static bool
 spec_has(const struct spec *s, const struct spec_field *f)
 {
 	switch (f->sf_kind) {
-	case SK_STR: return *AT(s, f, const char *const) != NULL;
-	case SK_U64: return *AT(s, f, const uint64_t) != 0;
-	case SK_BOOL: return *AT(s, f, const bool);
+	case SK_STR:
+		return *AT(s, f, const char *const) != NULL;
+	case SK_U64:
+		return *AT(s, f, const uint64_t) != 0;
+	case SK_BOOL:
+		return *AT(s, f, const bool);
+	}
+	return false;
+}
+
+/* Whether field f of s (sent) is within its bounds. */
+static bool
+spec_within(const struct spec *s, const struct spec_field *f)
+{
+	switch (f->sf_kind) {
+	case SK_STR:
+		return strlen(*AT(s, f, const char *const)) <= f->sf_max;
+	case SK_U64:
+		return *AT(s, f, const uint64_t) >= f->sf_min &&
+		       *AT(s, f, const uint64_t) <= f->sf_max;
+	case SK_BOOL:
+		return true;
 	}
 	return false;
 }
@@ -109,8 +131,15 @@ spec_encode(const struct spec *s, void **buf, size_t *len)
 	unsigned n = 0;
 	int e;
 
-	for (size_t i = 0; i < NFIELDS; i++)
-		n += spec_has(s, &fields[i]);
+	*buf = NULL;
+	*len = 0;
+	for (size_t i = 0; i < NFIELDS; i++) {
+		if (!spec_has(s, &fields[i]))
+			continue;
+		if (!spec_within(s, &fields[i])) /* the proxy would refuse it */
+			return PROTO_ESIZE;
+		n++;
+	}
 	msgpack_sbuffer_init(&sb);
 	msgpack_packer_init(&pk, &sb, write_sbuf);
 	e = msgpack_pack_map(&pk, n);
@@ -126,8 +155,12 @@ spec_encode(const struct spec *s, void **buf, size_t *len)
 			    msgpack_pack_str_body(&pk, v, strlen(v));
 			break;
 		}
-		case SK_U64: e = e || msgpack_pack_uint64(&pk, *AT(s, f, const uint64_t)); break;
-		case SK_BOOL: e = e || msgpack_pack_true(&pk); break;
+		case SK_U64:
+			e = e || msgpack_pack_uint64(&pk, *AT(s, f, const uint64_t));
+			break;
+		case SK_BOOL:
+			e = e || msgpack_pack_true(&pk);
+			break;
 		}
 	}
 	if (e || !sb.data) {
@@ -168,7 +201,8 @@ spec_field(struct rd *r, const struct spec_field *f, struct spec *s)
 			return PROTO_ESIZE;
 		*AT(s, f, uint64_t) = v;
 		return 0;
-	case SK_BOOL: return rd_bool(r, AT(s, f, bool));
+	case SK_BOOL:
+		return rd_bool(r, AT(s, f, bool));
 	}
 	return PROTO_ETYPE;
 }

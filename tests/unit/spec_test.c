@@ -24,7 +24,9 @@
 static size_t
 kind_size(enum spec_kind k)
 {
-	return k == SK_STR ? sizeof(char *) : k == SK_U64 ? sizeof(uint64_t) : sizeof(bool);
+	return k == SK_STR   ? sizeof(char *)
+	       : k == SK_U64 ? sizeof(uint64_t)
+	                     : sizeof(bool);
 }
 
 /* s with every field set: strings at their longest (distinct), numbers at max */
@@ -44,8 +46,12 @@ fill(struct spec *s, char **strs)
 			strs[i][f->sf_max] = '\0';
 			*AT(s, f, const char *) = strs[i];
 			break;
-		case SK_U64: *AT(s, f, uint64_t) = f->sf_max; break;
-		case SK_BOOL: *AT(s, f, bool) = true; break;
+		case SK_U64:
+			*AT(s, f, uint64_t) = f->sf_max;
+			break;
+		case SK_BOOL:
+			*AT(s, f, bool) = true;
+			break;
 		}
 	}
 }
@@ -60,16 +66,19 @@ expect_equal(const struct spec *a, const struct spec *b)
 		const struct spec_field *f = &t[i];
 		switch (f->sf_kind) {
 		case SK_STR: {
-			const char *x = *AT(a, f, const char *), *y = *AT(b, f, const char *);
-			cr_expect((!x && !y) || (x && y && !strcmp(x, y)), "field %s differs",
-				  f->sf_name);
+			const char *x = *AT(a, f, const char *),
+			           *y = *AT(b, f, const char *);
+			cr_expect((!x && !y) || (x && y && !strcmp(x, y)),
+			          "field %s differs", f->sf_name);
 			break;
 		}
 		case SK_U64:
-			cr_expect_eq(*AT(a, f, uint64_t), *AT(b, f, uint64_t), "field %s", f->sf_name);
+			cr_expect_eq(*AT(a, f, uint64_t), *AT(b, f, uint64_t), "field %s",
+			             f->sf_name);
 			break;
 		case SK_BOOL:
-			cr_expect_eq(*AT(a, f, bool), *AT(b, f, bool), "field %s", f->sf_name);
+			cr_expect_eq(*AT(a, f, bool), *AT(b, f, bool), "field %s",
+			             f->sf_name);
 			break;
 		}
 	}
@@ -93,16 +102,24 @@ Test(spec, every_field_round_trips_at_its_bounds)
 	/* and each field alone (the required ones beside it), at its least nonzero */
 	for (size_t i = 0; i < n; i++) {
 		/* (a uid range's first is no more than its last) */
-		struct spec one = {.sp_language = "python", .sp_cwd = "/home/user",
-				   .sp_uid_last = UINT32_MAX - 1};
+		struct spec one = {.sp_language = "python",
+		                   .sp_cwd = "/home/user",
+		                   .sp_uid_last = UINT32_MAX - 1};
 		const struct spec_field *f = &t[i];
 		switch (f->sf_kind) {
-		case SK_STR: *AT(&one, f, const char *) = strs[i]; break;
-		case SK_U64: *AT(&one, f, uint64_t) = f->sf_min ? f->sf_min : 1; break;
-		case SK_BOOL: *AT(&one, f, bool) = true; break;
+		case SK_STR:
+			*AT(&one, f, const char *) = strs[i];
+			break;
+		case SK_U64:
+			*AT(&one, f, uint64_t) = f->sf_min ? f->sf_min : 1;
+			break;
+		case SK_BOOL:
+			*AT(&one, f, bool) = true;
+			break;
 		}
 		cr_assert_eq(spec_encode(&one, &buf, &len), 0);
-		cr_assert_eq(spec_decode(buf, len, &out), 0, "field %s alone", f->sf_name);
+		cr_assert_eq(spec_decode(buf, len, &out), 0, "field %s alone",
+		             f->sf_name);
 		expect_equal(&one, &out);
 		spec_free(&out);
 		free(buf);
@@ -130,8 +147,8 @@ Test(spec, the_table_covers_the_struct)
 	/* every byte not a field's is padding: fewer than a pointer's worth in a row */
 	for (size_t b = 0, run = 0; b < sizeof(struct spec); b++) {
 		run = seen[b] ? 0 : run + 1;
-		cr_assert_lt(run, sizeof(void *), "a hole at byte %zu: a member not in the table",
-			     b);
+		cr_assert_lt(run, sizeof(void *),
+		             "a hole at byte %zu: a member not in the table", b);
 		if (seen[b])
 			end = b + 1;
 	}
@@ -158,7 +175,8 @@ static size_t field_index(const char *name);
 
 /* A spec packed by hand: {language: "python", cwd: "/", uid_last: 1000, key: value} */
 static void
-packed(msgpack_sbuffer *sb, void (*more)(msgpack_packer *, void *), unsigned extra, void *arg)
+packed(msgpack_sbuffer *sb, void (*more)(msgpack_packer *, void *), unsigned extra,
+       void *arg)
 {
 	msgpack_packer pk;
 
@@ -203,10 +221,18 @@ pack_kv(msgpack_packer *pk, void *arg)
 
 	msgpack_pack_uint64(pk, kv->key);
 	switch (kv->kind) {
-	case 0: msgpack_pack_uint64(pk, kv->u); break;
-	case 1: msgpack_pack_str_with_body(pk, kv->s, kv->slen); break;
-	case 2: msgpack_pack_true(pk); break;
-	case 3: msgpack_pack_nil(pk); break;
+	case 0:
+		msgpack_pack_uint64(pk, kv->u);
+		break;
+	case 1:
+		msgpack_pack_str_with_body(pk, kv->s, kv->slen);
+		break;
+	case 2:
+		msgpack_pack_true(pk);
+		break;
+	case 3:
+		msgpack_pack_nil(pk);
+		break;
 	}
 }
 
@@ -224,13 +250,33 @@ decode_kv(struct kv kv)
 	return e;
 }
 
+/* Field f one over its bound: the broker does not send it (big: a string of 'x'). */
+static void
+over_is_not_sent(const struct spec_field *f, char *big)
+{
+	struct spec over = {.sp_language = "python", .sp_cwd = "/"};
+	void *enc = (void *)&over;
+	size_t len;
+
+	if (f->sf_kind == SK_STR) {
+		big[f->sf_max + 1] = '\0';
+		*AT(&over, f, const char *) = big;
+	} else {
+		*AT(&over, f, uint64_t) = f->sf_max + 1;
+	}
+	cr_expect_eq(spec_encode(&over, &enc, &len), PROTO_ESIZE, "%s sent", f->sf_name);
+	cr_expect_null(enc);
+	if (f->sf_kind == SK_STR)
+		big[f->sf_max + 1] = 'x';
+}
+
 Test(spec, every_bound_and_type_is_checked)
 {
 	size_t n;
 	const struct spec_field *t = spec_fields(&n);
-	char *big = malloc(SPEC_MAX_BYTES);
+	char *big = malloc(SPEC_MAX_BYTES + 2);
 
-	memset(big, 'x', SPEC_MAX_BYTES);
+	memset(big, 'x', SPEC_MAX_BYTES + 2);
 	for (size_t i = 0; i < n; i++) {
 		const struct spec_field *f = &t[i];
 		if (i == field_index("language") || i == field_index("cwd") ||
@@ -238,44 +284,52 @@ Test(spec, every_bound_and_type_is_checked)
 			continue;
 		switch (f->sf_kind) {
 		case SK_STR:
-			cr_expect_eq(decode_kv((struct kv){i, 1, 0, big, f->sf_max}), 0, "%s",
-				     f->sf_name);
-			cr_expect_eq(decode_kv((struct kv){i, 1, 0, big, f->sf_max + 1}), PROTO_ESIZE,
-				     "%s one over", f->sf_name);
-			cr_expect_eq(decode_kv((struct kv){i, 1, 0, "a\0b", 3}), PROTO_ETYPE,
-				     "%s with a NUL", f->sf_name);
-			cr_expect_eq(decode_kv((struct kv){i, 0, 7, NULL, 0}), PROTO_ETYPE, "%s",
-				     f->sf_name);
+			cr_expect_eq(decode_kv((struct kv){i, 1, 0, big, f->sf_max}), 0,
+			             "%s", f->sf_name);
+			cr_expect_eq(decode_kv((struct kv){i, 1, 0, big, f->sf_max + 1}),
+			             PROTO_ESIZE, "%s one over", f->sf_name);
+			over_is_not_sent(f, big);
+			cr_expect_eq(decode_kv((struct kv){i, 1, 0, "a\0b", 3}),
+			             PROTO_ETYPE, "%s with a NUL", f->sf_name);
+			cr_expect_eq(decode_kv((struct kv){i, 0, 7, NULL, 0}),
+			             PROTO_ETYPE, "%s", f->sf_name);
 			break;
 		case SK_U64:
-			cr_expect_eq(decode_kv((struct kv){i, 0, f->sf_max, NULL, 0}), 0, "%s",
-				     f->sf_name);
-			if (f->sf_max < UINT64_MAX)
-				cr_expect_eq(decode_kv((struct kv){i, 0, f->sf_max + 1, NULL, 0}),
-					     PROTO_ESIZE, "%s one over", f->sf_name);
-			cr_expect_eq(decode_kv((struct kv){i, 1, 0, "1", 1}), PROTO_ETYPE, "%s",
-				     f->sf_name);
+			cr_expect_eq(decode_kv((struct kv){i, 0, f->sf_max, NULL, 0}), 0,
+			             "%s", f->sf_name);
+			if (f->sf_max < UINT64_MAX) {
+				cr_expect_eq(
+				    decode_kv((struct kv){i, 0, f->sf_max + 1, NULL, 0}),
+				    PROTO_ESIZE, "%s one over", f->sf_name);
+				over_is_not_sent(f, big);
+			}
+			cr_expect_eq(decode_kv((struct kv){i, 1, 0, "1", 1}), PROTO_ETYPE,
+			             "%s", f->sf_name);
 			break;
 		case SK_BOOL:
-			cr_expect_eq(decode_kv((struct kv){i, 2, 0, NULL, 0}), 0, "%s", f->sf_name);
-			cr_expect_eq(decode_kv((struct kv){i, 0, 1, NULL, 0}), PROTO_ETYPE, "%s",
-				     f->sf_name);
+			cr_expect_eq(decode_kv((struct kv){i, 2, 0, NULL, 0}), 0, "%s",
+			             f->sf_name);
+			cr_expect_eq(decode_kv((struct kv){i, 0, 1, NULL, 0}),
+			             PROTO_ETYPE, "%s", f->sf_name);
 			break;
 		}
-		cr_expect_eq(decode_kv((struct kv){i, 3, 0, NULL, 0}), PROTO_ETYPE, "%s nil",
-			     f->sf_name);
+		cr_expect_eq(decode_kv((struct kv){i, 3, 0, NULL, 0}), PROTO_ETYPE,
+		             "%s nil", f->sf_name);
 	}
 	cr_expect_eq(decode_kv((struct kv){n, 0, 1, NULL, 0}), PROTO_EUNKNOWN);
 	cr_expect_eq(decode_kv((struct kv){UINT64_MAX, 0, 1, NULL, 0}), PROTO_EUNKNOWN);
-	cr_expect_eq(decode_kv((struct kv){field_index("cwd"), 1, 0, "/w", 2}), PROTO_EDUP);
+	cr_expect_eq(decode_kv((struct kv){field_index("cwd"), 1, 0, "/w", 2}),
+	             PROTO_EDUP);
 	free(big);
 }
 
 Test(spec, a_uid_range_runs_first_to_last)
 {
-	struct spec s = {.sp_language = "python", .sp_cwd = "/", .sp_uid_first = 200000,
-			 .sp_uid_last = 100000},
-		    out;
+	struct spec s = {.sp_language = "python",
+	                 .sp_cwd = "/",
+	                 .sp_uid_first = 200000,
+	                 .sp_uid_last = 100000},
+	            out;
 	void *buf;
 	size_t len;
 
@@ -286,9 +340,11 @@ Test(spec, a_uid_range_runs_first_to_last)
 
 Test(spec, truncated_trailing_and_lying_frames_are_refused)
 {
-	struct spec s = {.sp_language = "python", .sp_cwd = "/home/user", .sp_memory = 1ull << 40,
-			 .sp_sandbox = true},
-		    out;
+	struct spec s = {.sp_language = "python",
+	                 .sp_cwd = "/home/user",
+	                 .sp_memory = 1ull << 40,
+	                 .sp_sandbox = true},
+	            out;
 	uint8_t *buf, *more;
 	size_t len;
 
@@ -314,7 +370,10 @@ Test(spec, truncated_trailing_and_lying_frames_are_refused)
 
 Test(spec, spec_read_takes_a_memfd_and_refuses_too_much)
 {
-	struct spec s = {.sp_language = "r", .sp_cwd = "/w", .sp_template = "/run/t.sock"}, out;
+	struct spec s = {.sp_language = "r",
+	                 .sp_cwd = "/w",
+	                 .sp_template = "/run/t.sock"},
+	            out;
 	void *enc;
 	char *buf;
 	size_t len, got;
@@ -322,7 +381,8 @@ Test(spec, spec_read_takes_a_memfd_and_refuses_too_much)
 
 	cr_assert_geq(fd, 0);
 	cr_assert_eq(spec_encode(&s, &enc, &len), 0);
-	cr_assert_eq(write(fd, enc, len), (ssize_t)len); /* its offset is at the end: read from 0 */
+	cr_assert_eq(write(fd, enc, len),
+	             (ssize_t)len); /* its offset is at the end: read from 0 */
 	cr_assert_eq(spec_read(fd, &buf, &got), 0);
 	cr_assert_eq(got, len);
 	cr_assert_eq(spec_decode(buf, got, &out), 0);
