@@ -15,10 +15,11 @@
 
 #include "proto.h"
 
-#define SPEC_PATH 4096 /* a path */
-#define SPEC_NAME 255  /* a language, a kernelspec, a user */
-#define SPEC_LIST                                                                        \
-	(128u << 10)      /* a comma-separated list (CIDRs, names): an argument's most */
+/* a path (a request's cwd is shorter); a language, a kernelspec, a user;
+ * a comma-separated list (CIDRs, names), as long as an argument could be */
+#define SPEC_PATH PROTO_MAX_NAME
+#define SPEC_NAME 255
+#define SPEC_LIST (128u << 10)
 #define SPEC_DAY 86400000 /* ms */
 
 /*
