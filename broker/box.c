@@ -2,7 +2,7 @@
  * box.c — the broker's side of the kernels' sandbox (built by each proxy,
  * proxy/sandbox.c): can this machine build it (what it lacks here, GET
  * /ready's "sandbox"), the workspace a box shows, what the proxies are told
- * (box_args), the peer check, and what a stop releases. The uids boxes run
+ * (box_spec), the peer check, and what a stop releases. The uids boxes run
  * as are boxuid.c's, a context's own workspace workspace.c's.
  */
 #include <errno.h>
@@ -424,61 +424,32 @@ box_default_cwd(void)
 	return sv.sv_cf.cf_sandbox ? BOX_HOME : sv.sv_cf.cf_cwd;
 }
 
-/* The proxy's sandbox flags, appended to argv at *n. */
+/* The box's part of the proxy's spec (spawn.c): its uids, workspace, limits, network. */
 void
-box_args(struct context *c, const char **argv, int *n)
+box_spec(const struct context *c, struct spec *sp)
 {
-	static char uid[16], net_uid[16];
+	unsigned first, last;
 
 	if (!sv.sv_cf.cf_sandbox)
 		return;
-	if (c->c_uid || (boxuid_ranged() && !sv.sv_cf.cf_kernel_user)) {
-		/* execv copies it at once */
-		snprintf(uid, sizeof(uid), "%u", c->c_uid ? c->c_uid : boxuid_shared());
-		argv[(*n)++] = "--uid";
-		argv[(*n)++] = uid;
-	}
-	if (boxuid_ranged()) {
-		snprintf(net_uid, sizeof(net_uid), "%u", c->c_net_uid ? c->c_net_uid : boxuid_net());
-		argv[(*n)++] = "--net-uid";
-		argv[(*n)++] = net_uid;
-	}
-	if (c->c_workspace)
-		argv[(*n)++] = "--own-workspace";
-	if (boxnons_on())
-		argv[(*n)++] = "--no-namespaces";
-	if (bounds_group()) { /* the parent cgroup of all contexts' boxes */
-		argv[(*n)++] = "--cgroup-group";
-		argv[(*n)++] = bounds_group();
-	}
-	if (sv.sv_cf.cf_workspace_size) { /* an own one's (its proxy makes it), or shown */
-		static char size[24];
-		snprintf(size, sizeof(size), "%llu", (unsigned long long)sv.sv_cf.cf_workspace_size);
-		argv[(*n)++] = "--workspace-size";
-		argv[(*n)++] = size;
-	}
-	argv[(*n)++] = "--workspace";
-	argv[(*n)++] = box_workspace_of(c);
-	if (sv.sv_cf.cf_token_file) {
-		argv[(*n)++] = "--hide";
-		argv[(*n)++] = sv.sv_cf.cf_token_file;
-	}
-	argv[(*n)++] = "--sandbox";
-	argv[(*n)++] = "--uid-range";
-	argv[(*n)++] = sv.sv_cf.cf_uid_range;
-	argv[(*n)++] = "--isolation";
-	argv[(*n)++] = sv.sv_cf.cf_isolated ? "context" : "shared";
-	argv[(*n)++] = "--network";
-	argv[(*n)++] = sv.sv_cf.cf_kernel_network;
-	if (uplink_pid()) {
-		static char up[16];
-		snprintf(up, sizeof(up), "%d", (int)uplink_pid());
-		argv[(*n)++] = "--uplink";
-		argv[(*n)++] = up;
-	}
-	egress_args(c, argv, n);
-	argv[(*n)++] = "--pids";
-	argv[(*n)++] = sv.sv_cf.cf_kernel_pids;
-	argv[(*n)++] = "--tmp-size";
-	argv[(*n)++] = sv.sv_cf.cf_kernel_tmp;
+	if (c->c_uid || (boxuid_ranged() && !sv.sv_cf.cf_kernel_user))
+		sp->sp_uid = c->c_uid ? c->c_uid : boxuid_shared();
+	if (boxuid_ranged())
+		sp->sp_net_uid = c->c_net_uid ? c->c_net_uid : boxuid_net();
+	sp->sp_own_workspace = c->c_workspace != NULL;
+	sp->sp_no_namespaces = boxnons_on();
+	sp->sp_cgroup_group = bounds_group(); /* the parent cgroup of all contexts' boxes */
+	sp->sp_workspace_size = sv.sv_cf.cf_workspace_size; /* an own one's (its proxy makes it), or shown */
+	sp->sp_workspace = box_workspace_of(c);
+	sp->sp_hide = sv.sv_cf.cf_token_file;
+	sp->sp_sandbox = true;
+	boxuid_range(&first, &last);
+	sp->sp_uid_first = first;
+	sp->sp_uid_last = last;
+	sp->sp_isolated = sv.sv_cf.cf_isolated;
+	sp->sp_outbound = !strcmp(sv.sv_cf.cf_kernel_network, "outbound");
+	sp->sp_uplink = uplink_pid() > 0 ? (uint64_t)uplink_pid() : 0;
+	egress_spec(c, sp);
+	sp->sp_pids = strtoull(sv.sv_cf.cf_kernel_pids, NULL, 10);
+	sp->sp_tmp_size = strtoull(sv.sv_cf.cf_kernel_tmp, NULL, 10);
 }

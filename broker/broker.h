@@ -544,7 +544,7 @@ int egress_deny(const char *list, const char *origin);
 int egress_context(json_t *body, struct egress_lists *el, char *err, size_t errsz);
 void egress_free(struct egress_lists *el);
 bool egress_own(const struct egress_lists *el);
-void egress_args(const struct context *c, const char **argv, int *n);
+void egress_spec(const struct context *c, struct spec *sp);
 json_t *egress_json(void);
 const char *egress_probe(void);
 void egress_adopt(struct context *c, json_t *net);
@@ -658,7 +658,7 @@ bool box_peer_is_context(int fd);
 void box_release(void);
 const char *box_workspace_of(const struct context *c);
 const char *box_default_cwd(void);
-void box_args(struct context *c, const char **argv, int *n);
+void box_spec(const struct context *c, struct spec *sp);
 
 /* boxuid.c */
 void boxuid_range(unsigned *a, unsigned *b);

@@ -243,28 +243,16 @@ egress_own(const struct egress_lists *el)
 	return el && (el->el_allow || el->el_deny);
 }
 
-/* The proxy's egress flags for context c, appended to argv at *n. */
+/* The egress lists of context c's spec (box.c's box_spec). */
 void
-egress_args(const struct context *c, const char **argv, int *n)
+egress_spec(const struct context *c, struct spec *sp)
 {
 	if (strcmp(sv.sv_cf.cf_kernel_network, "outbound"))
 		return;
-	if (server_list[0]) {
-		argv[(*n)++] = "--egress-allow";
-		argv[(*n)++] = server_list[0];
-	}
-	if (server_list[1]) {
-		argv[(*n)++] = "--egress-deny";
-		argv[(*n)++] = server_list[1];
-	}
-	if (c->c_egress.el_allow) {
-		argv[(*n)++] = "--context-allow-out";
-		argv[(*n)++] = c->c_egress.el_allow;
-	}
-	if (c->c_egress.el_deny) {
-		argv[(*n)++] = "--context-deny-out";
-		argv[(*n)++] = c->c_egress.el_deny;
-	}
+	sp->sp_egress_allow = server_list[0];
+	sp->sp_egress_deny = server_list[1];
+	sp->sp_context_allow = c->c_egress.el_allow;
+	sp->sp_context_deny = c->c_egress.el_deny;
 }
 
 /* A re-attached proxy's state file's "network": the context's lists again. */

@@ -1,105 +1,140 @@
 /*
  * spawn.c — the real proxy processes (link.c's port, set by main.c): one
- * sandcell-proxy spawned per context with its argv, signalled, reaped.
+ * sandcell-proxy spawned per context, told its context by a spec on an fd
+ * (proto/spec.c), signalled, reaped.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "broker.h"
 
+#define SPAWN_SPEC_FD 3 /* the proxy's --spec-fd */
+
+/* A number the options left as decimal digits; NULL or "": 0 (none, or the proxy's
+ * default). */
+static uint64_t
+spawn_digits(const char *s)
+{
+	return s && *s ? strtoull(s, NULL, 10) : 0;
+}
+
+/*
+ * What c's proxy is told about its context (proto/spec.c): everything but
+ * its name and where it lives, which its command line shows.
+ */
+static void
+spawn_spec(const struct context *c, struct spec *sp)
+{
+	uint64_t wait_ms;
+
+	*sp = (struct spec){
+	    .sp_language = c->c_lang,
+	    .sp_kernel = c->c_kernel,
+	    .sp_cwd = c->c_cwd,
+	    .sp_env_file = sv.sv_cf.cf_env_file,
+	    .sp_env_pass = sv.sv_cf.cf_env_pass,
+	    .sp_default = c->c_default,
+	    .sp_pooled = c->c_pooled,
+	    .sp_memory = spawn_digits(sv.sv_cf.cf_kernel_memory),
+	    .sp_cpu = spawn_digits(sv.sv_cf.cf_kernel_cpu),
+	    .sp_cgroup = sv.sv_cf.cf_kernel_cgroup,
+	    .sp_python_startup = sv.sv_cf.cf_python_startup,
+	    .sp_kernel_user = sv.sv_cf.cf_kernel_user,
+	    .sp_envd = c->c_envd ? sv.sv_cf.cf_envd_bin : NULL,
+	    .sp_template = template_socket(c->c_kernel),
+	    .sp_max_starting = spawn_digits(sv.sv_cf.cf_max_starting),
+	    .sp_interrupt_retry = spawn_digits(sv.sv_cf.cf_interrupt_retry),
+	    .sp_interrupt_grace = spawn_digits(sv.sv_cf.cf_interrupt_grace),
+	    .sp_heartbeat_timeout = spawn_digits(sv.sv_cf.cf_heartbeat_timeout),
+	};
+	/* the default context made as we start waits for the template as the
+	 * pool does (template_starting); a client's request never does */
+	if (sp->sp_template && c->c_default && sv.sv_lc.lc_defaults &&
+	    (wait_ms = template_wait_ms(c->c_kernel)))
+		sp->sp_template_wait = wait_ms;
+	box_spec(c, sp);
+}
+
+/*
+ * c's spec, encoded, in a memfd of its own (close-on-exec, never fd
+ * SPAWN_SPEC_FD itself, which the child's dup2 would leave close-on-exec):
+ * a file no other process can open, of any size, read by the proxy before
+ * it has a link; gone with the last fd.
+ */
+static int
+spawn_spec_fd(const struct context *c)
+{
+	struct spec sp;
+	void *buf;
+	size_t len;
+	int fd, e;
+
+	spawn_spec(c, &sp);
+	/* a setting over its bound in the spec (which the proxy would refuse): E2BIG */
+	if ((e = spec_encode(&sp, &buf, &len)) < 0)
+		return e == PROTO_ESIZE ? -E2BIG : -ENOMEM;
+	if ((fd = memfd_create("sandcell-spec", MFD_CLOEXEC)) < 0) {
+		e = -errno;
+		free(buf);
+		return e;
+	}
+	if (fd == SPAWN_SPEC_FD) {
+		int moved = fcntl(fd, F_DUPFD_CLOEXEC, SPAWN_SPEC_FD + 1);
+		close(fd);
+		if ((fd = moved) < 0) {
+			free(buf);
+			return -errno;
+		}
+	}
+	for (size_t off = 0; off < len;) {
+		ssize_t w = write(fd, (char *)buf + off, len - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			e = w < 0 ? -errno : -EIO;
+			close(fd);
+			free(buf);
+			return e;
+		}
+		off += (size_t)w;
+	}
+	free(buf);
+	return fd;
+}
+
 /* Starts c's proxy (its link is open): *pid is its pid. */
 int
 spawn_proxy(struct context *c, pid_t *pid)
 {
-	const char *argv[80];
-	char wait[24];
-	uint64_t wait_ms;
-	int n = 0;
+	char spec_fd[12];
+	const char *argv[] = {sv.sv_cf.cf_proxy_bin,
+	                      "--run-dir",
+	                      sv.sv_cf.cf_run_dir,
+	                      "--id",
+	                      c->c_pl->pl_slot,
+	                      "--log-level",
+	                      sv.sv_cf.cf_log_level,
+	                      "--spec-fd",
+	                      spec_fd,
+	                      NULL};
+	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t at;
 	sigset_t none;
-	int e;
+	int e, fd;
 
-	argv[n++] = sv.sv_cf.cf_proxy_bin;
-	argv[n++] = "--run-dir";
-	argv[n++] = (char *)sv.sv_cf.cf_run_dir;
-	argv[n++] = "--id";
-	argv[n++] = c->c_pl->pl_slot;
-	argv[n++] = "--language";
-	argv[n++] = c->c_lang;
-	argv[n++] = "--kernel";
-	argv[n++] = c->c_kernel;
-	argv[n++] = "--cwd";
-	argv[n++] = c->c_cwd;
-	argv[n++] = "--env-file";
-	argv[n++] = sv.sv_cf.cf_env_file;
-	if (sv.sv_cf.cf_env_pass) {
-		argv[n++] = "--env-pass";
-		argv[n++] = sv.sv_cf.cf_env_pass;
+	if ((fd = spawn_spec_fd(c)) < 0) {
+		log_err("context %s: its spec: %s", c->c_id, strerror(-fd));
+		return fd;
 	}
-	argv[n++] = "--log-level";
-	argv[n++] = (char *)sv.sv_cf.cf_log_level;
-	if (c->c_default)
-		argv[n++] = "--default";
-	if (c->c_pooled)
-		argv[n++] = "--pooled";
-	if (sv.sv_cf.cf_kernel_memory) {
-		argv[n++] = "--memory";
-		argv[n++] = (char *)sv.sv_cf.cf_kernel_memory;
-	}
-	if (sv.sv_cf.cf_kernel_cpu) {
-		argv[n++] = "--cpu";
-		argv[n++] = (char *)sv.sv_cf.cf_kernel_cpu;
-	}
-	if (sv.sv_cf.cf_kernel_cgroup) {
-		argv[n++] = "--cgroup";
-		argv[n++] = (char *)sv.sv_cf.cf_kernel_cgroup;
-	}
-	if (sv.sv_cf.cf_python_startup) {
-		argv[n++] = "--python-startup";
-		argv[n++] = (char *)sv.sv_cf.cf_python_startup;
-	}
-	if (sv.sv_cf.cf_kernel_user) {
-		argv[n++] = "--kernel-user";
-		argv[n++] = (char *)sv.sv_cf.cf_kernel_user;
-	}
-	box_args(c, argv, &n);
-	if (c->c_envd) {
-		argv[n++] = "--envd";
-		argv[n++] = (char *)sv.sv_cf.cf_envd_bin;
-	}
-	if (template_socket(c->c_kernel)) {
-		argv[n++] = "--template";
-		argv[n++] = (char *)template_socket(c->c_kernel);
-		/* the default context made as we start waits for the template as
-		 * the pool does (template_starting); a client's request never does */
-		if (c->c_default && sv.sv_lc.lc_defaults &&
-		    (wait_ms = template_wait_ms(c->c_kernel))) {
-			snprintf(wait, sizeof(wait), "%llu", (unsigned long long)wait_ms);
-			argv[n++] = "--template-wait";
-			argv[n++] = wait;
-		}
-	}
-	argv[n++] = "--max-starting";
-	argv[n++] = sv.sv_cf.cf_max_starting;
-	if (sv.sv_cf.cf_interrupt_retry[0]) {
-		argv[n++] = "--interrupt-retry";
-		argv[n++] = sv.sv_cf.cf_interrupt_retry;
-	}
-	if (sv.sv_cf.cf_interrupt_grace[0]) {
-		argv[n++] = "--interrupt-grace";
-		argv[n++] = sv.sv_cf.cf_interrupt_grace;
-	}
-	if (sv.sv_cf.cf_heartbeat_timeout[0]) {
-		argv[n++] = "--heartbeat-timeout";
-		argv[n++] = sv.sv_cf.cf_heartbeat_timeout;
-	}
-	argv[n] = NULL;
+	snprintf(spec_fd, sizeof(spec_fd), "%d", SPAWN_SPEC_FD);
 	/*
 	 * A spawn, not a fork: a fork of this process (its heap, nng's threads)
 	 * copies its page tables, write-protects every page of every thread (a
@@ -108,14 +143,19 @@ spawn_proxy(struct context *c, pid_t *pid)
 	 * own session: a terminal's Ctrl-C reaches the broker, which stops us.
 	 */
 	sigemptyset(&none);
-	if ((e = posix_spawnattr_init(&at)) == 0) {
-		posix_spawnattr_setflags(&at,
-		                         POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK);
-		posix_spawnattr_setsigmask(&at, &none);
-		e = posix_spawn(pid, sv.sv_cf.cf_proxy_bin, NULL, &at,
-		                (char *const *)argv, environ);
-		posix_spawnattr_destroy(&at);
+	if ((e = posix_spawn_file_actions_init(&fa)) == 0) {
+		if ((e = posix_spawn_file_actions_adddup2(&fa, fd, SPAWN_SPEC_FD)) == 0 &&
+		    (e = posix_spawnattr_init(&at)) == 0) {
+			posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID |
+			                                  POSIX_SPAWN_SETSIGMASK);
+			posix_spawnattr_setsigmask(&at, &none);
+			e = posix_spawn(pid, sv.sv_cf.cf_proxy_bin, &fa, &at,
+			                (char *const *)argv, environ);
+			posix_spawnattr_destroy(&at);
+		}
+		posix_spawn_file_actions_destroy(&fa);
 	}
+	close(fd);
 	if (e) {
 		log_err("context %s: start %s: %s", c->c_id, sv.sv_cf.cf_proxy_bin,
 		        strerror(e));

@@ -51,7 +51,7 @@ workspace_shared(void)
  * The workspace's size bound (lib/wsdisk.c): by default a quarter of the
  * space free where it is at start. Shared isolation: the server's workspace
  * gets its filesystem now; --isolation context: each context's, made by its
- * proxy (box_args). Root only; where it cannot be, said, and none.
+ * proxy (box_spec). Root only; where it cannot be, said, and none.
  */
 void
 workspace_bound(void)

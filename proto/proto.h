@@ -278,4 +278,63 @@ int pipe_recv(int fd, struct msg *m);
 int pipe_frame_out(const struct msg *m, struct buf *out);
 int pipe_frame_in(struct buf *in, struct msg *m);
 
+/* rd.c: the bounded msgpack reader proto.c and spec.c share; PROTO_ errors */
+struct rd {
+	const uint8_t *p, *end;
+};
+int rd_bytes(struct rd *r, size_t n, const uint8_t **out);
+int rd_be(struct rd *r, size_t n, uint64_t *v);
+int rd_uint(struct rd *r, uint64_t *v);
+int rd_bool(struct rd *r, bool *v);
+int rd_str(struct rd *r, size_t max, const char **s, size_t *len);
+int rd_map(struct rd *r, uint64_t *n);
+
+/*
+ * spec.c: the context spec, what the broker tells a proxy about its context
+ * (broker/spawn.c fills it, proxy/main.c applies it). One msgpack map
+ * {field number: value}, the number a field's index in spec.c's table; the
+ * proxy reads it at start from its --spec-fd. A setting is a member here and
+ * a line in that table. Strings are NUL-free; NULL, 0 and false are not sent.
+ */
+#define SPEC_MAX_BYTES (1u << 20)
+struct spec {
+	const char *sp_language, *sp_kernel, *sp_cwd; /* a kernelspec by name, or NULL */
+	const char *sp_env_file, *sp_env_pass;        /* the global env (JSON); names passed */
+	bool sp_default, sp_pooled;                   /* the default context; no context until CLAIM */
+	const char *sp_python_startup, *sp_kernel_user;
+	uint64_t sp_memory, sp_cpu; /* bytes, CPU seconds; 0: none */
+	const char *sp_cgroup, *sp_cgroup_group;
+	bool sp_sandbox, sp_no_namespaces, sp_isolated, sp_outbound;
+	uint64_t sp_uid_first, sp_uid_last; /* the uids boxes may lease */
+	uint64_t sp_uid, sp_net_uid, sp_uplink; /* the kernel's, the netns owner's; the uplink's pid */
+	const char *sp_egress_allow, *sp_egress_deny;    /* the server's lists (CIDR,...) */
+	const char *sp_context_allow, *sp_context_deny; /* the context's allow_out, deny_out */
+	uint64_t sp_pids, sp_tmp_size;
+	bool sp_own_workspace;
+	uint64_t sp_workspace_size;
+	const char *sp_workspace, *sp_hide;
+	uint64_t sp_interrupt_retry, sp_interrupt_grace, sp_heartbeat_timeout; /* ms; 0: default */
+	const char *sp_envd, *sp_template; /* envd's agent; the template's socket */
+	uint64_t sp_template_wait, sp_max_starting; /* ms; kernels starting at once (0: any) */
+};
+/* *buf (malloc'd, the caller's) holds s encoded; PROTO_ESIZE (a field out of its
+ * bounds, which the proxy would refuse) or PROTO_ENOMEM */
+int spec_encode(const struct spec *s, void **buf, size_t *len);
+/* s from buf, every field checked against its bounds; 0 or a PROTO_ error */
+int spec_decode(const void *buf, size_t len, struct spec *s);
+/* *buf (malloc'd, the caller's): fd's bytes from its start to its end, at
+ * most SPEC_MAX_BYTES (else -EFBIG); 0 or -errno */
+int spec_read(int fd, char **buf, size_t *len);
+/* The table itself, for the test that round-trips every field */
+enum spec_kind { SK_STR, SK_U64, SK_BOOL };
+struct spec_field {
+	const char *sf_name;
+	enum spec_kind sf_kind;
+	size_t sf_off;           /* in struct spec */
+	uint64_t sf_min, sf_max; /* a number's bounds; a string's longest */
+	bool sf_req;             /* a spec without it is refused */
+};
+const struct spec_field *spec_fields(size_t *n);
+void spec_free(struct spec *s);
+
 #endif

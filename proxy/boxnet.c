@@ -88,24 +88,13 @@ static void __attribute__((noreturn))
 exec_pasta(const char *runas, pid_t target)
 {
 	char pid[16];
-	const char *argv[24];
-	int n = 0;
 	sigset_t none;
 
 	snprintf(pid, sizeof(pid), "%d", (int)target);
-	argv[n++] = "pasta";
-	argv[n++] = "--foreground";
-	argv[n++] = "--quiet";
-	argv[n++] = "--stderr";
-	if (runas) {
-		argv[n++] = "--runas";
-		argv[n++] = runas;
-	}
-	const char *rest[] = {"--config-net", "--no-map-gw", "-I", "eth0", "-t", "none", "-u",
-			      "none", "-T", "none", "-U", "none", pid, NULL};
-	for (int i = 0; rest[i]; i++)
-		argv[n++] = rest[i];
-	argv[n] = NULL;
+	/* the namespace's pid last: "--runas UID PID", or "PID" (the rest unread) */
+	const char *argv[] = {"pasta", "--foreground", "--quiet", "--stderr", "--config-net",
+			      "--no-map-gw", "-I", "eth0", "-t", "none", "-u", "none", "-T", "none",
+			      "-U", "none", runas ? "--runas" : pid, runas ? runas : NULL, pid, NULL};
 	/* pasta takes an inherited SIGPIPE of SIG_IGN for a failure to set its own */
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);

@@ -1,5 +1,5 @@
 /*
- * envd.c — sandcell-proxy --envd AGENT: a proxy whose box runs envd's agent
+ * envd.c — a sandcell-proxy whose spec names envd's agent: its box runs it
  * (envd/agent.c) instead of a kernel (docs/ENVD.md). The box is the one a
  * context's kernel gets (sandbox.c: the contexts' uid, view, limits and
  * network); the agent connects to an abstract socket of the proxy's network
@@ -320,7 +320,7 @@ envd_reap(void)
 	return !gone;
 }
 
-/* The proxy's life in --envd mode, after its box was made (main.c's start). */
+/* The proxy's life as envd's, after its box was made (main.c's start). */
 void
 envd_run(struct proxy *px, int sigfd)
 {

@@ -8,7 +8,7 @@
  * with its children, and its death is told as out of memory. Without a
  * memory cgroup (not root, no controller) the memory limit is RLIMIT_DATA,
  * under which V8 cannot start. Unboxed kernels get a memory cgroup under
- * --cgroup's directory, or none.
+ * the spec's cgroup directory, or none.
  */
 #include <errno.h>
 #include <fcntl.h>

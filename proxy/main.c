@@ -47,91 +47,18 @@ load_env_file(struct proxy *p, const char *path)
 	return 0;
 }
 
-/* sandcell-proxy's options: the broker's, in its own words (spawn.c). */
+/*
+ * sandcell-proxy's options: its name and place (what ps shows), its log
+ * level (for what goes wrong before the spec is read), and the fd of its
+ * context's spec (proto/spec.c), which says everything else. The uplink
+ * (--uplink-serve) is no context: it has no spec.
+ */
 static const char *opt_env_file, *opt_kernel, *opt_kuser;
 static unsigned long opt_uid;
-static int opt_level = LOG_INFO;
+static int opt_level = LOG_INFO, opt_spec_fd = -1;
+static struct spec spec; /* kept: px and its box point into it */
 
 static void usage(void) __attribute__((noreturn));
-
-static int
-opt_uid_range(const char *range, const char *origin)
-{
-	unsigned a, b;
-
-	(void)origin;
-	if (sscanf(range, "%u-%u", &a, &b) != 2 || !a || a > b)
-		usage();
-	px.px_box.bx_uid_first = a;
-	px.px_box.bx_uid_last = b;
-	return 0;
-}
-
-static int
-opt_isolation(const char *mode, const char *origin)
-{
-	(void)origin;
-	if (strcmp(mode, "shared") && strcmp(mode, "context"))
-		usage();
-	px.px_box.bx_isolated = !strcmp(mode, "context");
-	return 0;
-}
-
-static int
-opt_network(const char *mode, const char *origin)
-{
-	(void)origin;
-	if (strcmp(mode, "outbound") && strcmp(mode, "none"))
-		usage();
-	px.px_box.bx_net = strcmp(mode, "none") ? BOX_NET_OUTBOUND : BOX_NET_NONE;
-	return 0;
-}
-
-/* --egress-allow and its kin: the box's egress rules (boxfw.c) */
-static int
-opt_egress(const char *list, const char *origin, enum boxfw_list which)
-{
-	(void)origin;
-	if (boxfw_option(&px.px_box.bx_fw, list, which) < 0)
-		usage();
-	return 0;
-}
-
-static int
-opt_egress_allow(const char *list, const char *origin)
-{
-	return opt_egress(list, origin, BOXFW_ALLOW);
-}
-
-static int
-opt_egress_deny(const char *list, const char *origin)
-{
-	return opt_egress(list, origin, BOXFW_DENY);
-}
-
-static int
-opt_context_allow(const char *list, const char *origin)
-{
-	return opt_egress(list, origin, BOXFW_CTX_ALLOW);
-}
-
-static int
-opt_context_deny(const char *list, const char *origin)
-{
-	return opt_egress(list, origin, BOXFW_CTX_DENY);
-}
-
-static int
-opt_template_wait(const char *ms, const char *origin)
-{
-	uint64_t v;
-	int rc;
-
-	if ((rc = parse_count(ms, 0, UINT32_MAX, &v)) < 0)
-		parse_fail("sandcell-proxy", origin, ms, rc, "milliseconds");
-	px.px_template_until = now_ms() + v;
-	return 0;
-}
 
 static int
 opt_log_level(const char *name, const char *origin)
@@ -142,84 +69,81 @@ opt_log_level(const char *name, const char *origin)
 	return 0;
 }
 
-#define BX px.px_box
-#define KERNEL_MS 1, 86400000, "milliseconds from 1 to 86400000"
 static const struct opt options[] = {
     {"run-dir", "DIR", OPT_STRING, OPT_DST(px.px_run_dir), .o_help = "the broker's run dir"},
     {"id", "UUID", OPT_STRING, OPT_DST(px.px_id), .o_help = "this proxy's name"},
-    {"language", "LANG", OPT_STRING, OPT_DST(px.px_lang), .o_help = "the context's language"},
-    {"cwd", "DIR", OPT_STRING, OPT_DST(px.px_cwd), .o_help = "the context's cwd"},
-    {"kernel", "NAME", OPT_STRING, OPT_DST(opt_kernel), .o_help = "a kernelspec by name"},
-    {"env-file", "FILE", OPT_STRING, OPT_DST(opt_env_file), .o_help = "the global env (JSON)"},
-    {"env-pass", "NAMES", OPT_STRING, OPT_DST(px.px_env_pass),
-     .o_help = "variables of ours the kernel gets beside PATH and the locale (comma-separated)"},
     {"log-level", "LEVEL", OPT_FUNC, .o_fn = opt_log_level, .o_help = "error, warn, info, debug"},
-    {"default", NULL, OPT_SWITCH, OPT_DST(px.px_default),
-     .o_help = "the broker's default context for its language"},
-    {"pooled", NULL, OPT_SWITCH, OPT_DST(px.px_pooled), .o_help = "no context until CLAIM"},
-    {"python-startup", "FILE", OPT_STRING, OPT_DST(px.px_py_startup),
-     .o_help = "run in every IPython kernel at start"},
-    {"kernel-user", "USER", OPT_STRING, OPT_DST(opt_kuser), .o_help = "run the kernel as USER"},
-    {"memory", "SIZE", OPT_SIZE, OPT_DST(BX.bx_mem), .o_max = UINT64_MAX,
-     .o_expect = "a size such as 4G", .o_help = "memory limit; 0: none"},
-    {"cpu", "SECONDS", OPT_SECONDS, OPT_DST(BX.bx_cpu), .o_max = UINT32_MAX,
-     .o_expect = "a CPU time such as 600 or 2h", .o_help = "CPU-time limit; 0: none"},
-    {"cgroup", "DIR", OPT_STRING, OPT_DST(BX.bx_cg_parent), .o_help = "memory cgroup parent"},
-    {"cgroup-group", "NAME", OPT_STRING, OPT_DST(BX.bx_cg_group),
-     .o_help = "the box's cgroups go under this one of sandcell's (the broker's bound on all)"},
-    {"sandbox", NULL, OPT_SWITCH, OPT_DST(BX.bx_on), .o_help = "the kernel runs boxed"},
-    {"no-namespaces", NULL, OPT_SWITCH, OPT_DST(BX.bx_nons),
-     .o_help = "a box without namespaces: uid, seccomp, rlimits, Landlock"},
-    {"uid-range", "A-B", OPT_FUNC, .o_fn = opt_uid_range, .o_help = "uids the box may lease"},
-    {"isolation", "shared|context", OPT_FUNC, .o_fn = opt_isolation, .o_help = "(the broker's)"},
-    {"network", "outbound|none", OPT_FUNC, .o_fn = opt_network, .o_help = "the box's network"},
-    {"egress-allow", "CIDR[,...]", OPT_FUNC, .o_fn = opt_egress_allow,
-     .o_help = "the server's holes in the default deny list (repeatable)"},
-    {"egress-deny", "CIDR[,...]", OPT_FUNC, .o_fn = opt_egress_deny,
-     .o_help = "the server's additions to it (repeatable)"},
-    {"context-allow-out", "CIDR[,...]", OPT_FUNC, .o_fn = opt_context_allow,
-     .o_help = "the context's allow_out (repeatable)"},
-    {"context-deny-out", "CIDR[,...]", OPT_FUNC, .o_fn = opt_context_deny,
-     .o_help = "the context's deny_out (repeatable)"},
-    {"pids", "N", OPT_COUNT, OPT_DST(BX.bx_pids), .o_max = UINT64_MAX, .o_expect = "a count",
-     .o_help = "pids.max; 0: none"},
-    {"tmp-size", "BYTES", OPT_COUNT, OPT_DST(BX.bx_tmp_size), .o_max = UINT64_MAX,
-     .o_expect = "a number of bytes", .o_help = "the box's /tmp"},
-    {"uid", "UID", OPT_COUNT, OPT_DST(opt_uid), .o_max = UINT32_MAX, .o_expect = "a uid",
-     .o_help = "the kernel's uid (--isolation context)"},
-    {"own-workspace", NULL, OPT_SWITCH, OPT_DST(BX.bx_own_ws), .o_help = "this context's own"},
-    {"workspace-size", "BYTES", OPT_COUNT, OPT_DST(BX.bx_ws_size), .o_max = UINT64_MAX,
-     .o_expect = "a number of bytes", .o_help = "the workspace's size bound; 0: none"},
-    {"workspace", "DIR", OPT_STRING, OPT_DST(BX.bx_workspace),
-     .o_help = "the host directory shown at " BOX_HOME},
-    {"net-uid", "UID", OPT_COUNT, OPT_DST(BX.bx_net_uid), .o_max = UINT32_MAX,
-     .o_expect = "a uid", .o_help = "owns the network namespace and runs pasta"},
-    {"uplink", "PID", OPT_COUNT, OPT_DST(BX.bx_uplink), .o_max = INT32_MAX, .o_expect = "a pid",
-     .o_help = "the broker's uplink (uplink.c): the box's way out, no pasta of its own"},
+    {"spec-fd", "FD", OPT_COUNT, OPT_DST(opt_spec_fd), .o_max = INT32_MAX, .o_expect = "an fd",
+     .o_help = "the context's spec (proto/spec.c), read from its start, then closed"},
     {"uplink-serve", NULL, OPT_SWITCH, OPT_DST(opt_uplink_serve),
      .o_help = "be the broker's uplink (with --net-uid), not a context's proxy"},
-    {"hide", "FILE", OPT_STRING, OPT_DST(BX.bx_hide), .o_help = "a host file the box covers"},
-    {"interrupt-retry", "MS", OPT_COUNT, OPT_DST(px.px_interrupt_retry_ms), 0, KERNEL_MS,
-     .o_help = "an interrupt unanswered this long is sent again"},
-    {"interrupt-grace", "MS", OPT_COUNT, OPT_DST(px.px_interrupt_grace_ms), 0, KERNEL_MS,
-     .o_help = "a kernel still running this long after the first interrupt is restarted"},
-    {"heartbeat-timeout", "MS", OPT_COUNT, OPT_DST(px.px_hb_dead_ms), 0, KERNEL_MS,
-     .o_help = "an idle kernel silent this long is dead"},
-    {"envd", "AGENT", OPT_STRING, OPT_DST(px.px_envd),
-     .o_help = "the box runs envd's agent AGENT, not a kernel (docs/ENVD.md)"},
-    {"template", "SOCKET", OPT_STRING, OPT_DST(px.px_template), .o_help = "fork from it"},
-    {"template-wait", "MS", OPT_FUNC, .o_fn = opt_template_wait,
-     .o_help = "the template is starting: wait this long for it"},
-    {"max-starting", "N", OPT_COUNT, OPT_DST(px.px_max_starting), .o_max = 1000000,
-     .o_expect = "a count from 0 to 1000000", .o_help = "kernels starting at once; 0: any"},
+    {"net-uid", "UID", OPT_COUNT, OPT_DST(px.px_box.bx_net_uid), .o_max = UINT32_MAX,
+     .o_expect = "a uid", .o_help = "the uplink's: owns its network namespace and runs pasta"},
 };
-#undef KERNEL_MS
-#undef BX
+
+/* The spec into px and its box; a list boxfw refuses ends us. */
+static void
+apply_spec(const struct spec *sp)
+{
+	struct box *bx = &px.px_box;
+	static const struct {
+		const char *const *list;
+		enum boxfw_list which;
+	} lists[] = {{&spec.sp_egress_allow, BOXFW_ALLOW},
+		     {&spec.sp_egress_deny, BOXFW_DENY},
+		     {&spec.sp_context_allow, BOXFW_CTX_ALLOW},
+		     {&spec.sp_context_deny, BOXFW_CTX_DENY}};
+
+	px.px_lang = (char *)sp->sp_language;
+	px.px_cwd = (char *)sp->sp_cwd;
+	opt_kernel = sp->sp_kernel;
+	opt_env_file = sp->sp_env_file;
+	px.px_env_pass = sp->sp_env_pass;
+	px.px_default = sp->sp_default;
+	px.px_pooled = sp->sp_pooled;
+	px.px_py_startup = sp->sp_python_startup;
+	opt_kuser = sp->sp_kernel_user;
+	bx->bx_mem = sp->sp_memory;
+	bx->bx_cpu = sp->sp_cpu;
+	bx->bx_cg_parent = (char *)sp->sp_cgroup;
+	bx->bx_cg_group = (char *)sp->sp_cgroup_group;
+	bx->bx_on = sp->sp_sandbox;
+	bx->bx_nons = sp->sp_no_namespaces;
+	bx->bx_uid_first = sp->sp_uid_first;
+	bx->bx_uid_last = sp->sp_uid_last;
+	bx->bx_isolated = sp->sp_isolated;
+	if (sp->sp_sandbox)
+		bx->bx_net = sp->sp_outbound ? BOX_NET_OUTBOUND : BOX_NET_NONE;
+	for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
+		if (*lists[i].list && boxfw_option(&bx->bx_fw, *lists[i].list, lists[i].which) < 0)
+			fatal("context %s: the spec's egress list '%s' is not one", px.px_id,
+			      *lists[i].list);
+	bx->bx_pids = sp->sp_pids;
+	bx->bx_tmp_size = sp->sp_tmp_size;
+	opt_uid = sp->sp_uid;
+	bx->bx_own_ws = sp->sp_own_workspace;
+	bx->bx_ws_size = sp->sp_workspace_size;
+	bx->bx_workspace = (char *)sp->sp_workspace;
+	bx->bx_net_uid = sp->sp_net_uid;
+	bx->bx_uplink = (pid_t)sp->sp_uplink;
+	bx->bx_hide = (char *)sp->sp_hide;
+	if (sp->sp_interrupt_retry)
+		px.px_interrupt_retry_ms = sp->sp_interrupt_retry;
+	if (sp->sp_interrupt_grace)
+		px.px_interrupt_grace_ms = sp->sp_interrupt_grace;
+	if (sp->sp_heartbeat_timeout)
+		px.px_hb_dead_ms = sp->sp_heartbeat_timeout;
+	px.px_envd = (char *)sp->sp_envd;
+	px.px_template = sp->sp_template;
+	if (sp->sp_template_wait) /* the template is starting: wait this long for it */
+		px.px_template_until = now_ms() + sp->sp_template_wait;
+	px.px_max_starting = (int)sp->sp_max_starting;
+}
 
 static struct optset optset = {
     .os_prog = "sandcell-proxy",
-    .os_usage = "usage: sandcell-proxy --run-dir DIR --id UUID --language LANG --cwd DIR "
-		"[options]\n",
+    .os_usage = "usage: sandcell-proxy --run-dir DIR --id UUID --spec-fd FD [options]\n"
+		"       sandcell-proxy --uplink-serve --run-dir DIR --net-uid UID [options]\n",
     .os_opts = options,
     .os_n = sizeof(options) / sizeof(options[0]),
 };
@@ -277,28 +201,42 @@ kernel_dir(struct proxy *p, bool other_user)
 		fatal("context %s: kernel dir: %s", p->px_id, strerror(-c));
 }
 
-/* The command line into px and the out-parameters. */
+/* The command line into px. */
 static void
-parse_options(int argc, char **argv, const char **env_file, const char **kernel,
-	      const char **kuser, unsigned long *uid_arg, int *level)
+parse_options(int argc, char **argv)
 {
 	char **operands;
+
+	if (opts_parse(&optset, argc, argv, &operands))
+		usage();
+	if (opt_uplink_serve)
+		return;
+	if (!px.px_run_dir || !px.px_id || opt_spec_fd < 0 || !uuid_valid(px.px_id))
+		usage();
+}
+
+/* The spec at --spec-fd into px and the out-parameters; the fd closed. */
+static void
+load_spec(const char **env_file, const char **kernel, const char **kuser, unsigned long *uid_arg)
+{
+	char *buf;
+	size_t len;
+	int e;
 
 	px.px_interrupt_retry_ms = INTERRUPT_RETRY_MS;
 	px.px_interrupt_grace_ms = INTERRUPT_GRACE_MS;
 	px.px_hb_dead_ms = HB_DEAD_MS;
-	if (opts_parse(&optset, argc, argv, &operands))
-		usage();
-	*level = opt_level;
-	if (opt_uplink_serve)
-		return;
-	if (!px.px_run_dir || !px.px_id || !px.px_lang || !px.px_cwd || !uuid_valid(px.px_id))
-		usage();
+	if ((e = spec_read(opt_spec_fd, &buf, &len)) < 0)
+		fatal("context %s: read its spec (fd %d): %s", px.px_id, opt_spec_fd, strerror(-e));
+	close(opt_spec_fd); /* nothing we start inherits it */
+	if ((e = spec_decode(buf, len, &spec)) < 0)
+		fatal("context %s: its spec: %s", px.px_id, proto_strerror(e));
+	free(buf);
+	apply_spec(&spec);
 	*env_file = opt_env_file;
 	*kernel = opt_kernel;
 	*kuser = opt_kuser;
 	*uid_arg = opt_uid;
-	*level = opt_level;
 }
 
 /* The context's configuration beyond its options: its kernelspec, language, env. */
@@ -378,12 +316,13 @@ main(int argc, char **argv)
 {
 	const char *env_file = NULL, *kernel = NULL, *kuser = NULL;
 	unsigned long uid_arg = 0;
-	int level = LOG_INFO, sigfd;
+	int sigfd;
 
-	parse_options(argc, argv, &env_file, &kernel, &kuser, &uid_arg, &level);
-	log_init("sandcell-proxy", level);
+	parse_options(argc, argv);
+	log_init("sandcell-proxy", opt_level);
 	if (opt_uplink_serve)
 		return uplink_run(&px.px_box, px.px_run_dir);
+	load_spec(&env_file, &kernel, &kuser, &uid_arg);
 	if ((sigfd = signal_fd()) < 0)
 		fatal("signalfd: %s", strerror(errno));
 	configure(kernel, env_file);

@@ -17,7 +17,7 @@
 
 #define KINFO_RESEND_MS 100
 #define KERNEL_START_MS 60000
-/* defaults of --interrupt-retry and --interrupt-grace */
+/* defaults of the spec's interrupt_retry and interrupt_grace (the broker's --interrupt-*) */
 #define INTERRUPT_RETRY_MS 1000
 #define HB_DEAD_MS 20000 /* an idle kernel silent on its heartbeat this long is dead */
 #define INTERRUPT_GRACE_MS 3000
@@ -160,7 +160,7 @@ struct boxfw {
 };
 struct box {
 	const char *bx_id;    /* the context's (or pooled proxy's): for log lines */
-	bool bx_on;           /* --sandbox; else kernels run unboxed */
+	bool bx_on;           /* the spec's sandbox; else kernels run unboxed */
 	bool bx_isolated;     /* --isolation context: a uid of its own */
 	bool bx_userns;       /* not root: a user namespace maps the kernel's uid */
 	bool bx_nons;         /* no namespaces here (a container's seccomp profile): the
@@ -197,8 +197,8 @@ struct box {
 	uint64_t bx_nproc;    /* RLIMIT_NPROC, where no pids cgroup holds bx_pids; 0: none */
 	uint64_t bx_mem;      /* bytes; 0: none */
 	uint64_t bx_cpu;      /* seconds of CPU per kernel; 0: none */
-	char *bx_cg_parent;   /* --cgroup: where the memory cgroup goes (unboxed) */
-	char *bx_cg_group;    /* --cgroup-group: the parent of its cgroups, under sandcell's */
+	char *bx_cg_parent;   /* the spec's cgroup: where the memory cgroup goes (unboxed) */
+	char *bx_cg_group;    /* the spec's cgroup_group: the parent of its cgroups, under sandcell's */
 	char *bx_cg[2];       /* its cgroup dirs: one on v2, pids and memory on v1 */
 	char *bx_cg_mem;      /* the one of them with the memory limit, or NULL */
 	unsigned long long bx_oom_seen;
@@ -237,11 +237,11 @@ struct proxy {
 	bool px_iopub_waits; /* ipykernel under the profile: its iopub waits for us (NODROP) */
 	uint64_t px_interrupt_retry_ms; /* an interrupt unanswered this long is sent again */
 	uint64_t px_interrupt_grace_ms; /* ... and this long after the first, a restart */
-	uint64_t px_hb_dead_ms; /* --heartbeat-timeout: an idle kernel silent this long is dead */
-	const char *px_template; /* the template's socket (--template), or NULL */
-	char *px_envd; /* --envd: the agent its box runs instead of a kernel (envd.c), or NULL */
+	uint64_t px_hb_dead_ms; /* an idle kernel silent this long is dead */
+	const char *px_template; /* the template's socket (the spec's template), or NULL */
+	char *px_envd; /* the spec's envd: the agent its box runs instead of a kernel (envd.c), or NULL */
 	uint64_t px_template_until; /* ... which is starting: waited for until then (ms) */
-	int px_max_starting;    /* --max-starting: kernels starting at once (0: any) */
+	int px_max_starting;    /* kernels starting at once (0: any) */
 
 	struct box px_box;      /* the sandbox (the kernel's pid is then the box's init) */
 };
@@ -364,7 +364,7 @@ void sandbox_reaped(struct box *bx);
 void sandbox_cleanup(struct box *bx, bool gone);
 json_t *sandbox_json(const struct box *bx);
 
-/* envd.c: the proxy's life with --envd */
+/* envd.c: the proxy's life when its spec names envd's agent */
 void envd_run(struct proxy *px, int sigfd);
 
 /* boxinit.c */

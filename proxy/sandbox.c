@@ -231,12 +231,12 @@ sandbox_init(struct proxy *px)
 		return -EPERM;
 	}
 	if (!bx->bx_userns && !bx->bx_nons && (!bx->bx_net_uid || bx->bx_net_uid == bx->bx_uid)) {
-		log_err("context %s: the box's network needs a uid of its own (--net-uid), not "
+		log_err("context %s: the box's network needs a uid of its own (the spec's net_uid), not "
 			"the kernel's", px->px_id);
 		return -EINVAL;
 	}
 	if (!bx->bx_workspace) {
-		log_err("context %s: the box needs its workspace (--workspace)", px->px_id);
+		log_err("context %s: the box needs its workspace (the spec's workspace)", px->px_id);
 		return -EINVAL;
 	}
 	if ((rc = filter_build(bx)) < 0) {

@@ -113,7 +113,7 @@ readable(int fd, int ms)
 
 /*
  * A connection to the template's socket, or -errno. A template the broker
- * knows is starting (--template-wait) binds soon: waited for at the first
+ * knows is starting (the spec's template_wait) binds soon: waited for at the first
  * start only.
  */
 static int

@@ -916,8 +916,8 @@ Test(startup, bad_numbers_exit_2_naming_the_flag_or_variable, .timeout = 120)
 	    {"sandcell-broker", "SANDCELL_MAX_BODY=16Q", "", "SANDCELL_MAX_BODY"},
 	    {"sandcell-broker", "SANDCELL_GRACE=-1", "", "SANDCELL_GRACE"},
 	    {"sandcell-broker", "SANDCELL_KEEP_CONTEXTS=maybe", "", "SANDCELL_KEEP_CONTEXTS"},
-	    {"sandcell-proxy", NULL, "--memory 4X", "--memory"},
-	    {"sandcell-proxy", NULL, "--cpu 10q", "--cpu"},
+	    {"sandcell-proxy", NULL, "--spec-fd 3x", "--spec-fd"},
+	    {"sandcell-proxy", NULL, "--uplink-serve --net-uid 10q", "--net-uid"},
 	    {"sandcellctl", NULL, "--timeout 5x status", "--timeout"},
 	    {"sandcellctl", NULL, "cancel 12abc", "cancel"},
 	};

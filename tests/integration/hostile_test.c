@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -566,13 +567,24 @@ Test(hostile, garbage_on_the_proxy_socket, .timeout = 90)
 	harness_track(run_dir); /* swept if this test times out */
 	uuid_v4(id);
 	snprintf(exe, sizeof(exe), "%s/sandcell-proxy", bin ? bin : "bin");
+	/* its context, as a broker tells it (proto/spec.c), on its fd 3 */
+	struct spec sp = {.sp_language = "python", .sp_cwd = "/tmp"};
+	void *enc;
+	size_t enclen;
+	int specfd = memfd_create("spec", MFD_CLOEXEC);
+	cr_assert_geq(specfd, 4);
+	cr_assert_eq(spec_encode(&sp, &enc, &enclen), 0);
+	cr_assert_eq(write(specfd, enc, enclen), (ssize_t)enclen);
+	free(enc);
 	pid_t pid = fork();
 	if (pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a test that dies takes it along */
-		execl(exe, exe, "--run-dir", run_dir, "--id", id, "--language", "python", "--cwd",
-		      "/tmp", "--log-level", "error", (char *)NULL);
+		dup2(specfd, 3);
+		execl(exe, exe, "--run-dir", run_dir, "--id", id, "--spec-fd", "3", "--log-level",
+		      "error", (char *)NULL);
 		_exit(127);
 	}
+	close(specfd);
 	snprintf(url, sizeof(url), "ipc://%s/ctx/%s/proxy.sock", run_dir, id);
 	cr_assert_eq(nng_pair0_open(&s), 0);
 	nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, PROTO_MAX_FRAME);
