@@ -386,12 +386,6 @@ egress_context_json(const struct context *c)
 	(void)c;
 	return NULL;
 }
-/* the boxes' uplink (uplink.c): one that has never ended */
-uint64_t
-uplink_since(void)
-{
-	return 0;
-}
 int
 uid_lease(unsigned uid, const char *role)
 {
