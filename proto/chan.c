@@ -7,8 +7,8 @@
  * each message through more of nng's threads than a stream does.
  *
  * nng is used as it documents its streams: one receive and one send under
- * way at a time, each on an aio whose callback runs on nng's thread. The
- * receive's callback notes how it ended and wakes the loop (ch_in's eventfd,
+ * way at a time. The receive is on an aio whose callback runs on nng's
+ * thread: it notes how it ended and wakes the loop (ch_in's eventfd,
  * which is ch_fd); the loop cuts whole frames out of the bytes (chan_rx_take),
  * queues them in ch_in and starts the next receive. Only the peer's handshake
  * is read on the callback, so that what waited for it goes without the loop.
@@ -29,9 +29,9 @@
  * when every write also woke a callback; writing on the loop saved ~25 us of
  * the ~325 per x=1 (docs/PERFORMANCE.md).
  *
- * Threads: the loop attaches and frees a connection (chan_next); its receive
- * buffer is the callback's until the handshake is in, then the loop's while
- * no receive is under way; ch_mu guards the rest.
+ * Threads: the loop attaches and frees a connection (chan_next) and alone
+ * uses cn_txw; its receive buffer is the callback's until the handshake is
+ * in, then the loop's while no receive is under way; ch_mu guards the rest.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -527,7 +527,8 @@ chan_attach(struct chan *ch)
 	ch->ch_pending = NULL;
 	cn->cn_buf = xmalloc(CHAN_BUF);
 	if (nng_aio_alloc(&cn->cn_rx, chan_rx_cb, cn) ||
-	    nng_aio_alloc(&cn->cn_tx, chan_tx_cb, cn) || nng_aio_alloc(&cn->cn_txw, NULL, NULL))
+	    nng_aio_alloc(&cn->cn_tx, chan_tx_cb, cn) ||
+	    nng_aio_alloc(&cn->cn_txw, NULL, NULL))
 		fatal("%s: nng_aio_alloc: out of memory", ch->ch_url);
 	ch->ch_cur = cn;
 	ch->ch_why = NULL;
