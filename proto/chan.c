@@ -26,8 +26,8 @@
  * more thread wakes per message received (nng's poller, then the callback);
  * a round trip 34 -> 102 us of CPU (make bench BENCH=ipc), broker and proxy
  * 270 -> 440 us per x=1 execution (BENCH=goals; medians on a busy 2-core VM)
- * when every write also woke a callback; writing on the loop saved ~25 us of
- * the ~325 per x=1 (docs/PERFORMANCE.md).
+ * when every write also woke a callback; writing on the loop saves ~26 of
+ * ~307 us per x=1 (docs/PERFORMANCE.md, interleaved windows).
  *
  * Threads: the loop attaches and frees a connection (chan_next) and alone
  * uses cn_txw; its receive buffer is the callback's until the handshake is
