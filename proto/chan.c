@@ -7,21 +7,31 @@
  * each message through more of nng's threads than a stream does.
  *
  * nng is used as it documents its streams: one receive and one send under
- * way at a time, each on an aio whose callback runs on nng's thread. The
- * receive's callback notes how it ended and wakes the loop (ch_in's eventfd,
+ * way at a time. The receive is on an aio whose callback runs on nng's
+ * thread: it notes how it ended and wakes the loop (ch_in's eventfd,
  * which is ch_fd); the loop cuts whole frames out of the bytes (chan_rx_take),
  * queues them in ch_in and starts the next receive. Only the peer's handshake
  * is read on the callback, so that what waited for it goes without the loop.
- * The send's callback drops what was written from the queue and writes what
- * waits, so a queue drains without the loop (chan_flush). The price, against
- * reading nng's socket on the loop (which relied on what nng does not
- * document): two more thread wakes per message received and one per write;
- * a round trip 34 -> 102 us of CPU (make bench BENCH=ipc), broker and proxy
- * 270 -> 440 us per x=1 execution (BENCH=goals; medians on a busy 2-core VM).
  *
- * Threads: the loop attaches and frees a connection (chan_next); its receive
- * buffer is the callback's until the handshake is in, then the loop's while
- * no receive is under way; ch_mu guards the rest.
+ * Sending, the loop first writes on its own thread (chan_tx_now): a send on
+ * cn_txw, an aio with no callback, then nng_aio_cancel and nng_aio_wait. A
+ * stream send completes as soon as one byte is sent (nng_stream_send(3str)),
+ * so the cancel either finds it done (the socket had room, the usual case:
+ * no thread of nng's woken, the wait returns at once) or aborts it with
+ * nothing sent (NNG_ECANCELED); either way the wait is over at once and the
+ * loop never blocks on a slow peer. What is left goes on cn_tx, whose
+ * callback drops what was written from the queue and writes what waits, so
+ * a queue drains without the loop (chan_flush). The price, against reading
+ * nng's socket on the loop (which relied on what nng does not document): two
+ * more thread wakes per message received (nng's poller, then the callback);
+ * a round trip 34 -> 102 us of CPU (make bench BENCH=ipc), broker and proxy
+ * 270 -> 440 us per x=1 execution (BENCH=goals; medians on a busy 2-core VM)
+ * when every write also woke a callback; writing on the loop saves ~26 of
+ * ~307 us per x=1 (docs/PERFORMANCE.md, interleaved windows).
+ *
+ * Threads: the loop attaches and frees a connection (chan_next) and alone
+ * uses cn_txw; its receive buffer is the callback's until the handshake is
+ * in, then the loop's while no receive is under way; ch_mu guards the rest.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -42,12 +52,13 @@ static const uint8_t chan_hello[8] = {0, 'S', 'P', 0, 0, 0x10, 0, 0};
 struct chan_conn {
 	struct chan *cn_ch;
 	nng_stream *cn_s;
-	nng_aio *cn_rx, *cn_tx;
+	nng_aio *cn_rx, *cn_tx; /* cn_tx: the callback's writes */
+	nng_aio *cn_txw;        /* the loop's writes: no callback (chan_tx_now) */
 	/* guarded by ch_mu */
 	bool cn_dead;    /* a receive or send failed: the loop drops it */
 	bool cn_shook;   /* the peer's handshake came: frames may go (a refused
 	                  * connection never gets one, and loses nothing) */
-	bool cn_sending; /* cn_tx is under way, with cn_tx_frames frames */
+	bool cn_sending; /* a write is under way, with cn_tx_frames frames */
 	size_t cn_tx_frames;
 	size_t cn_hello_off; /* bytes of our handshake written */
 	size_t cn_off;       /* bytes of the queue's first frame written */
@@ -84,9 +95,9 @@ chan_fail(struct chan_conn *cn, const char *why, bool loud)
 	chan_wake(ch);
 }
 
-/* Under ch_mu: the next write on cn_tx (our handshake's rest, then frames). */
+/* Under ch_mu: the next write on aio (our handshake's rest, then frames). */
 static bool
-chan_tx_prepare(struct chan_conn *cn)
+chan_tx_prepare(struct chan_conn *cn, nng_aio *aio)
 {
 	struct msgq *q = &cn->cn_ch->ch_outq;
 	nng_iov iov[CHAN_IOV];
@@ -106,13 +117,13 @@ chan_tx_prepare(struct chan_conn *cn)
 	}
 	if (!n)
 		return false;
-	if (nng_aio_set_iov(cn->cn_tx, n, iov))
+	if (nng_aio_set_iov(aio, n, iov))
 		fatal("%s: nng_aio_set_iov: %u pieces refused", cn->cn_ch->ch_url, n);
 	cn->cn_sending = true;
 	return true;
 }
 
-/* Writes what waits, unless a write is under way: its callback goes on. */
+/* Writes what waits on cn_tx, unless a write is under way: its callback goes on. */
 static void
 chan_tx(struct chan_conn *cn)
 {
@@ -120,24 +131,18 @@ chan_tx(struct chan_conn *cn)
 	bool send;
 
 	pthread_mutex_lock(&ch->ch_mu);
-	send = chan_tx_prepare(cn);
+	send = chan_tx_prepare(cn, cn->cn_tx);
 	pthread_mutex_unlock(&ch->ch_mu);
 	if (send)
 		nng_stream_send(cn->cn_s, cn->cn_tx);
 }
 
-/* On nng's thread: what was written leaves the queue; the rest goes next. */
+/* Under ch_mu: n bytes of the write under way were written; they leave the queue. */
 static void
-chan_tx_cb(void *arg)
+chan_tx_wrote(struct chan_conn *cn, size_t n)
 {
-	struct chan_conn *cn = arg;
-	struct chan *ch = cn->cn_ch;
-	struct msgq *q = &ch->ch_outq;
-	int e = nng_aio_result(cn->cn_tx);
-	size_t n = nng_aio_count(cn->cn_tx);
-	bool more;
+	struct msgq *q = &cn->cn_ch->ch_outq;
 
-	pthread_mutex_lock(&ch->ch_mu);
 	cn->cn_sending = false;
 	if (cn->cn_hello_off < sizeof(chan_hello)) {
 		size_t h = sizeof(chan_hello) - cn->cn_hello_off;
@@ -159,9 +164,53 @@ chan_tx_cb(void *arg)
 		if (!--q->mq_n)
 			q->mq_head = 0;
 	}
-	more = !e && chan_tx_prepare(cn);
+}
+
+/* On nng's thread: what was written leaves the queue; the rest goes next. */
+static void
+chan_tx_cb(void *arg)
+{
+	struct chan_conn *cn = arg;
+	struct chan *ch = cn->cn_ch;
+	int e = nng_aio_result(cn->cn_tx);
+	bool more;
+
+	pthread_mutex_lock(&ch->ch_mu);
+	chan_tx_wrote(cn, nng_aio_count(cn->cn_tx));
+	more = !e && chan_tx_prepare(cn, cn->cn_tx);
 	pthread_mutex_unlock(&ch->ch_mu);
 	if (e)
+		chan_fail(cn, nng_strerror(e), false);
+	if (more)
+		nng_stream_send(cn->cn_s, cn->cn_tx);
+}
+
+/*
+ * On the loop: writes what waits on the loop's own thread as far as the
+ * socket takes it at once, and hands the rest to cn_tx (see the top). Not on
+ * a callback: nng_aio_wait may not run there.
+ */
+static void
+chan_tx_now(struct chan_conn *cn)
+{
+	struct chan *ch = cn->cn_ch;
+	bool send, more;
+	int e;
+
+	pthread_mutex_lock(&ch->ch_mu);
+	send = chan_tx_prepare(cn, cn->cn_txw);
+	pthread_mutex_unlock(&ch->ch_mu);
+	if (!send)
+		return;
+	nng_stream_send(cn->cn_s, cn->cn_txw);
+	nng_aio_cancel(cn->cn_txw); /* no room: nothing was sent, cn_tx waits for it */
+	nng_aio_wait(cn->cn_txw);
+	e = nng_aio_result(cn->cn_txw);
+	pthread_mutex_lock(&ch->ch_mu);
+	chan_tx_wrote(cn, nng_aio_count(cn->cn_txw));
+	more = (!e || e == NNG_ECANCELED) && chan_tx_prepare(cn, cn->cn_tx);
+	pthread_mutex_unlock(&ch->ch_mu);
+	if (e && e != NNG_ECANCELED)
 		chan_fail(cn, nng_strerror(e), false);
 	if (more)
 		nng_stream_send(cn->cn_s, cn->cn_tx);
@@ -320,8 +369,10 @@ chan_conn_free(struct chan_conn *cn)
 {
 	nng_aio_stop(cn->cn_rx); /* no callback runs, nor starts anything, after */
 	nng_aio_stop(cn->cn_tx);
+	nng_aio_stop(cn->cn_txw);
 	nng_aio_free(cn->cn_rx);
 	nng_aio_free(cn->cn_tx);
+	nng_aio_free(cn->cn_txw);
 	nng_stream_free(cn->cn_s);
 	if (cn->cn_big)
 		nng_msg_free(cn->cn_big);
@@ -476,7 +527,8 @@ chan_attach(struct chan *ch)
 	ch->ch_pending = NULL;
 	cn->cn_buf = xmalloc(CHAN_BUF);
 	if (nng_aio_alloc(&cn->cn_rx, chan_rx_cb, cn) ||
-	    nng_aio_alloc(&cn->cn_tx, chan_tx_cb, cn))
+	    nng_aio_alloc(&cn->cn_tx, chan_tx_cb, cn) ||
+	    nng_aio_alloc(&cn->cn_txw, NULL, NULL))
 		fatal("%s: nng_aio_alloc: out of memory", ch->ch_url);
 	ch->ch_cur = cn;
 	ch->ch_why = NULL;
@@ -516,7 +568,7 @@ chan_next(struct chan *ch, struct msg *m)
 		}
 		cn = chan_attach(ch);
 		pthread_mutex_unlock(&ch->ch_mu);
-		chan_tx(cn); /* our handshake: frames wait for the peer's */
+		chan_tx_now(cn); /* our handshake: frames wait for the peer's */
 		chan_rx_start(cn);
 		return CHAN_UP;
 	}
@@ -545,7 +597,7 @@ chan_send(struct chan *ch, const struct msg *m)
 	}
 	pthread_mutex_unlock(&ch->ch_mu);
 	if (cn)
-		chan_tx(cn); /* the loop's own: only it frees a connection */
+		chan_tx_now(cn); /* the loop's own: only it frees a connection */
 	return 0;
 }
 
