@@ -56,6 +56,21 @@ stats_of(double *v, int n, struct stats *st)
 		st->st_mean += v[i] / n;
 }
 
+/* The median of v's n values, v untouched (0 when n is 0). */
+double
+median_of(const double *v, int n)
+{
+	double *c = n > 0 ? malloc(n * sizeof(*c)) : NULL;
+	struct stats st = {0};
+
+	if (c) {
+		memcpy(c, v, n * sizeof(*c));
+		stats_of(c, n, &st);
+		free(c);
+	}
+	return st.st_p50;
+}
+
 char *
 fmt(const char *f, ...)
 {

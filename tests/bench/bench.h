@@ -33,6 +33,7 @@ struct stats {
 	int st_n;
 };
 void stats_of(double *v, int n, struct stats *st); /* sorts v */
+double median_of(const double *v, int n);           /* v untouched */
 /* One row of the table; any cell may be NULL (shown as "-"). */
 void table_add(const char *section, const char *figure, const char *p50, const char *p99,
                const char *ratio, const char *target);

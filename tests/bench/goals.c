@@ -238,17 +238,6 @@ set_ns(const pid_t *set, int n)
 	return sum;
 }
 
-static double
-median_of(const double *v, int n)
-{
-	double c[GOALS_CPU_WINDOWS];
-	struct stats st;
-
-	memcpy(c, v, n * sizeof(*c));
-	stats_of(c, n, &st);
-	return st.st_p50;
-}
-
 /*
  * Row 1 on its own: GOALS_CPU_RUNS x=1 on the default context in
  * GOALS_CPU_WINDOWS windows, each process's CPU from its threads' run time

@@ -351,17 +351,6 @@ kcpu_round(struct kk *x, int r)
 		    x[K_RAW].k_up && x[m].k_up ? x[m].k_us[r] / x[K_RAW].k_us[r] : 0;
 }
 
-static double
-kcpu_median(const double *v, int n)
-{
-	double c[KCPU_ROUNDS];
-	struct stats st;
-
-	memcpy(c, v, n * sizeof(*c));
-	stats_of(c, n, &st);
-	return st.st_p50;
-}
-
 void
 kcpu_bench(void)
 {
@@ -410,13 +399,13 @@ kcpu_bench(void)
 			continue;
 		pid_t pid = x[m].k_k.rk_pid;
 		table_add("kcpu", fmt("%s", kcpu_what[m]),
-		          fmt("%.0f us", kcpu_median(x[m].k_us, KCPU_ROUNDS)), NULL,
-		          fmt("%.3f", kcpu_median(x[m].k_ratio, KCPU_ROUNDS)), NULL);
+		          fmt("%.0f us", median_of(x[m].k_us, KCPU_ROUNDS)), NULL,
+		          fmt("%.3f", median_of(x[m].k_ratio, KCPU_ROUNDS)), NULL);
 		table_detail(
 		    "kernel CPU per x=1, median of %d rounds of %d; per x=1: %.2f "
 		    "faults, %.1f context switches; %s threads, CPUs %s, %s",
-		    KCPU_ROUNDS, KCPU_RUNS, kcpu_median(x[m].k_flt, KCPU_ROUNDS),
-		    kcpu_median(x[m].k_csw, KCPU_ROUNDS), kcpu_status(pid, "Threads"),
+		    KCPU_ROUNDS, KCPU_RUNS, median_of(x[m].k_flt, KCPU_ROUNDS),
+		    median_of(x[m].k_csw, KCPU_ROUNDS), kcpu_status(pid, "Threads"),
 		    kcpu_status(pid, "Cpus_allowed_list"), kcpu_status(pid, "Seccomp"));
 	}
 	if (getloadavg(l, 3) == 3)
