@@ -53,12 +53,14 @@ void harness_sweep(void);
  */
 #define INET_PAGE "sandcell stands in for the internet"
 struct inet {
-	char in_ns[32], in_if[16], in_addr[32], in_url[64], in_dir[64];
+	char in_ns[32], in_if[16], in_addr[32], in_url[80], in_dir[64];
+	/* its IPv6 address (of 2001:2::/48) and URL; "" where the host has no IPv6 */
+	char in_addr6[48], in_url6[80];
 	int in_port;
 	pid_t in_srv;
 };
 int inet_start(struct inet *in);
-/* The stand-in answers at addr too (a host route to it, for its life). */
+/* The stand-in answers at addr (IPv4 or IPv6) too (a host route to it, for its life). */
 int inet_alias(struct inet *in, const char *addr);
 void inet_stop(struct inet *in);
 

@@ -4,7 +4,8 @@
  * serves one page. A box reaches it as it would a server outside the
  * machine: through its way out (pasta), over the host's routes. Its
  * addresses are of 198.18.0.0/15 (benchmarking: neither private nor
- * anyone's), which a box may reach; inet_alias adds stand-ins at any
+ * anyone's), which a box may reach, and, where the host has IPv6, of
+ * 2001:2::/48 (IPv6's benchmarking block); inet_alias adds stand-ins at any
  * other address (cloud metadata's, a private host's).
  */
 #include <errno.h>
@@ -33,12 +34,18 @@ sh(const char *fmt, ...)
 	return system(cmd) == 0 ? 0 : -1;
 }
 
+/* on [::], IPv4's addresses too (mapped) */
 #define INET_SERVER                                                                      \
-	"import functools, http.server, socketserver, sys\n"                             \
-	"class S(socketserver.ThreadingTCPServer): allow_reuse_address = True\n"         \
+	"import functools, http.server, socket, socketserver, sys\n"                     \
+	"class S(socketserver.ThreadingTCPServer):\n"                                    \
+	"    allow_reuse_address = True\n"                                               \
+	"    address_family = socket.AF_INET6\n"                                         \
+	"    def server_bind(self):\n"                                                   \
+	"        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)\n"   \
+	"        super().server_bind()\n"                                                \
 	"class H(http.server.SimpleHTTPRequestHandler): log_message = lambda *a: None\n" \
 	"h = functools.partial(H, directory=sys.argv[3])\n"                              \
-	"S(('0.0.0.0', int(sys.argv[2])), h).serve_forever()\n"
+	"S(('::', int(sys.argv[2])), h).serve_forever()\n"
 
 static bool
 serving(void *arg)
@@ -91,6 +98,18 @@ inet_start(struct inet *in)
 	in->in_port = 8000 + n % 1000;
 	snprintf(in->in_url, sizeof(in->in_url), "http://%s:%d", in->in_addr,
 	         in->in_port);
+	/* IPv6 beside it, without duplicate address detection (a second's wait) */
+	snprintf(in->in_addr6, sizeof(in->in_addr6), "2001:2:0:%x::2", n % 0x10000);
+	if (sh("ip -6 addr add %.*s1/64 dev %s nodad && "
+	       "ip -n %s -6 addr add %s/64 dev %sp nodad && "
+	       "ip -n %s -6 route add default via %.*s1",
+	       (int)strlen(in->in_addr6) - 1, in->in_addr6, in->in_if, in->in_ns,
+	       in->in_addr6, in->in_if, in->in_ns, (int)strlen(in->in_addr6) - 1,
+	       in->in_addr6) == 0)
+		snprintf(in->in_url6, sizeof(in->in_url6), "http://[%s]:%d", in->in_addr6,
+		         in->in_port);
+	else
+		in->in_addr6[0] = '\0';
 	if ((in->in_srv = fork()) == 0) {
 		char port[16];
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -107,6 +126,12 @@ inet_start(struct inet *in)
 		inet_stop(in);
 		return -1;
 	}
+	if (in->in_url6[0]) { /* the same server, at its IPv6 address */
+		struct inet probe = *in;
+		memcpy(probe.in_url, in->in_url6, sizeof(probe.in_url));
+		if (wait_until(serving, &probe, 10000) < 0)
+			in->in_addr6[0] = in->in_url6[0] = '\0';
+	}
 	return 0;
 }
 
@@ -118,15 +143,20 @@ inet_start(struct inet *in)
 int
 inet_alias(struct inet *in, const char *addr)
 {
-	char url[64];
+	char url[80];
 	struct inet probe;
+	bool v6 = strchr(addr, ':') != NULL;
 
-	if (sh("ip -n %s addr add %s/32 dev lo && ip route replace %s/32 via %s dev %s",
-	       in->in_ns, addr, addr, in->in_addr, in->in_if) < 0)
+	if (v6 && !in->in_addr6[0])
 		return -1;
-	snprintf(url, sizeof(url), "http://%s:%d", addr, in->in_port);
+	if (sh("ip -n %s addr add %s/%d dev lo && ip route replace %s/%d via %s dev %s",
+	       in->in_ns, addr, v6 ? 128 : 32, addr, v6 ? 128 : 32,
+	       v6 ? in->in_addr6 : in->in_addr, in->in_if) < 0)
+		return -1;
+	snprintf(url, sizeof(url), v6 ? "http://[%s]:%d" : "http://%s:%d", addr,
+	         in->in_port);
 	probe = *in;
-	memcpy(probe.in_url, url, sizeof(url));
+	snprintf(probe.in_url, sizeof(probe.in_url), "%s", url);
 	return wait_until(serving, &probe, 10000);
 }
 
