@@ -284,6 +284,25 @@ box6(uint32_t addr, uint8_t out[16])
 	memcpy(out + 12, &be, 4);
 }
 
+/* Whether our network namespace has an IPv6 default route (not the kernel's "lo" one). */
+bool
+boxlink_v6_routed(void)
+{
+	char line[256], dst[40], dev[32];
+	FILE *f = fopen("/proc/thread-self/net/ipv6_route", "re");
+	unsigned len;
+	bool yes = false;
+
+	/* dst, its length, src, its length, next hop, metric, refs, use, flags, device */
+	while (f && !yes && fgets(line, sizeof(line), f))
+		yes = sscanf(line, "%32s %x %*s %*s %*s %*s %*s %*s %*s %31s", dst, &len,
+		             dev) == 3 &&
+		      len == 0 && strspn(dst, "0") == 32 && strcmp(dev, "lo");
+	if (f)
+		fclose(f);
+	return yes;
+}
+
 /*
  * In the uplink's namespace: whether it forwards IPv6 (uplink.c turns it on
  * where it can) and pasta has given it an IPv6 default route (only where
@@ -292,26 +311,15 @@ box6(uint32_t addr, uint8_t out[16])
 static bool
 uplink_v6(void)
 {
-	char line[256], dst[40], dev[32], c = '0';
 	int fd = open("/proc/sys/net/ipv6/conf/all/forwarding", O_RDONLY | O_CLOEXEC);
-	unsigned len;
-	bool yes = false;
-	FILE *f;
+	char c = '0';
 
 	if (fd >= 0) {
 		if (read(fd, &c, 1) != 1)
 			c = '0';
 		close(fd);
 	}
-	if (c != '1' || !(f = fopen("/proc/self/net/ipv6_route", "re")))
-		return false;
-	/* dst, its length, src, its length, next hop, metric, refs, use, flags, device */
-	while (!yes && fgets(line, sizeof(line), f))
-		yes = sscanf(line, "%32s %x %*s %*s %*s %*s %*s %*s %*s %31s", dst, &len,
-		             dev) == 3 &&
-		      len == 0 && strspn(dst, "0") == 32 && strcmp(dev, "lo");
-	fclose(f);
-	return yes;
+	return c == '1' && boxlink_v6_routed();
 }
 
 /*

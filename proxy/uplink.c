@@ -146,6 +146,29 @@ v6_forwarding(void)
 }
 
 /*
+ * pasta's IPv6 default route in our namespace, where the host has one: a
+ * box linked before it came would get IPv4 alone (boxlink.c). Said if it
+ * does not come.
+ */
+static void
+v6_routed(void)
+{
+	uint64_t until = now_ms() + UPLINK_NET_MS;
+	int here = hostnet_enter();
+	bool host;
+
+	if (here < 0)
+		return;
+	host = boxlink_v6_routed();
+	hostnet_leave(here);
+	while (host && !boxlink_v6_routed() && now_ms() < until)
+		usleep(10000);
+	if (host && !boxlink_v6_routed())
+		log_warn("uplink: pasta gave it no IPv6 default route, though the host "
+		         "has one: boxes linked now have IPv4 alone");
+}
+
+/*
  * Forwarding on pasta's eth0, once pasta has made it (the boxes' ends get
  * theirs from boxlink.c), through rtnetlink: a pasta started again makes a
  * new eth0, which takes net.ipv4.conf.default's, whatever that is.
@@ -254,7 +277,8 @@ uplink_run(struct box *bx, const char *run_dir)
 	}
 	if (configure() < 0 || way_out_forwards() < 0)
 		return 1;
-	v6_forwarding();           /* said if not */
+	v6_forwarding(); /* these two said if not */
+	v6_routed();
 	if (write(3, "r", 1) != 1) /* the broker waits for it */
 		return 1;
 	close(3);
@@ -277,6 +301,7 @@ uplink_run(struct box *bx, const char *run_dir)
 			if (restart_pasta(bx, life[0]) < 0)
 				return 1;
 			way_out_forwards(); /* said if not */
+			v6_routed();
 		}
 		if (!broker_alive(run_dir) && !linked()) {
 			log_info("uplink: no broker and no box left: ending");
