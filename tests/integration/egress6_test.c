@@ -7,7 +7,8 @@
  * --egress-deny an IPv6 block; and with the box's own rules opened to
  * unique-local and link-local addresses (so that the uplink's rules alone
  * stand), no box reaches another box's IPv6 address nor the uplink's own
- * addresses (a listener of the test's in its namespace). Skipped where the
+ * addresses (a listener of the test's in its namespace); the cap on a box's
+ * flows counts both families together. Skipped where the
  * host has no IPv6 way out (pasta then gives none).
  */
 #include <criterion/criterion.h>
@@ -339,4 +340,45 @@ Test(egress6, no_box_reaches_another_box_or_the_uplink_over_ipv6, .fini = egress
 	free(out);
 	free(victim);
 	free(attacker);
+}
+
+/*
+ * The uplink's cap of 4096 flows per box counts IPv4 and IPv6 together: a
+ * box with 2100 UDP flows of each (to the stand-in internet's ports) has its
+ * next connection refused at once, over either family, while another box
+ * still goes out over both.
+ */
+Test(egress6, the_flow_cap_counts_ipv4_and_ipv6_together, .fini = egress6_stop,
+     .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", NULL};
+	char code[1024];
+
+	start(args);
+	char *hog = context_new(eb.b_url, "python", NULL),
+	     *other = context_new(eb.b_url, "python", NULL);
+	cr_assert(hog && other);
+	snprintf(code, sizeof(code),
+	         "import socket, urllib.request\n"
+	         "for fam, a in ((socket.AF_INET, '%s'), (socket.AF_INET6, '%s')):\n"
+	         "    for i in range(2100):\n"
+	         "        s = socket.socket(fam, socket.SOCK_DGRAM)\n"
+	         "        s.sendto(b'x', (a, 20000 + i))\n"
+	         "        s.close()\n"
+	         "for u in ('%s', '%s'):\n"
+	         "    try:\n"
+	         "        urllib.request.urlopen(u, timeout=10).read()\n"
+	         "        print('reached')\n"
+	         "    except Exception as e:\n"
+	         "        print('refused')\n",
+	         in.in_addr, in.in_addr6, in.in_url, in.in_url6);
+	char *out = run_stdout(eb.b_url, hog, code);
+	cr_expect_str_eq(out, "refused\nrefused\n", "the box past its flows: %s", out);
+	free(out);
+	const char *const u[] = {in.in_url, in.in_url6};
+	out = fetch(other, u, 2);
+	cr_expect_str_eq(out, "page\npage\n", "its neighbour: %s", out);
+	free(out);
+	free(hog);
+	free(other);
 }
