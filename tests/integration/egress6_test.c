@@ -8,11 +8,13 @@
  * unique-local and link-local addresses (so that the uplink's rules alone
  * stand), no box reaches another box's IPv6 address nor the uplink's own
  * addresses (a listener of the test's in its namespace); the cap on a box's
- * flows counts both families together. Skipped where the
+ * flows counts both families together; a resolver the host names at an
+ * IPv6 address answers on port 53 alone. Skipped where the
  * host has no IPv6 way out (pasta then gives none).
  */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
@@ -32,12 +34,14 @@ HARNESS_SHARED_BROKER("--pool", "python=0", "--no-default-context");
 
 #define METADATA6 "fd00:ec2::254" /* a cloud's IPv6 metadata service */
 #define DENIED6 "2001:db8::1"     /* of the block the operator denies here */
+#define RESOLVER6 "fd00:53::53"   /* the host's resolver, at a private address */
 #define UPLINK_PORT 20130         /* the test's listener in the uplink's namespace */
 
 static struct broker eb;
 static struct inet in;
 static bool eb_on;
 static pid_t listener;
+static char dns_dir[64];
 
 static void
 egress6_stop(void)
@@ -51,6 +55,12 @@ egress6_stop(void)
 	if (eb_on)
 		broker_stop(&eb);
 	eb_on = false;
+	if (dns_dir[0]) {
+		char cmd[96];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dns_dir);
+		cr_expect_eq(system(cmd), 0, "%s", cmd);
+	}
+	dns_dir[0] = '\0';
 }
 
 /* Whether the host has an IPv6 default route: pasta's IPv6, and so the boxes'. */
@@ -71,9 +81,9 @@ host_v6(void)
 	return yes;
 }
 
-/* The stand-in internet with IPv6 and a broker, or the test is skipped. */
+/* The stand-in internet with IPv6 and its aliases, or the test is skipped. */
 static void
-start(const char *const *args)
+standins(void)
 {
 	if (geteuid() != 0)
 		cr_skip_test("not root: no uplink (each box has a pasta of its own)");
@@ -85,8 +95,21 @@ start(const char *const *args)
 		cr_skip_test("the stand-in internet has no IPv6 here");
 	cr_assert_eq(inet_alias(&in, METADATA6), 0, "a stand-in at " METADATA6);
 	cr_assert_eq(inet_alias(&in, DENIED6), 0, "a stand-in at " DENIED6);
+}
+
+static void
+broker_up(const char *const *args)
+{
 	cr_assert_eq(broker_start(&eb, args), 0, "the broker did not start");
 	eb_on = true;
+}
+
+/* Both. */
+static void
+start(const char *const *args)
+{
+	standins();
+	broker_up(args);
 }
 
 /* Python: GET of each URL of the list U, a line each: the page, or "refused" (< 3 s), or
@@ -381,4 +404,46 @@ Test(egress6, the_flow_cap_counts_ipv4_and_ipv6_together, .fini = egress6_stop,
 	free(out);
 	free(hog);
 	free(other);
+}
+
+/*
+ * A resolver the host names at an IPv6 address, a private one (as a cloud
+ * network's resolver is), answers a box through the uplink, on port 53
+ * alone: the same address's other ports stay refused. The test's broker
+ * runs in a mount namespace of the test's own whose /etc/resolv.conf names
+ * only the stand-in's resolver.
+ */
+Test(egress6, an_ipv6_resolver_of_the_hosts_answers_on_port_53_alone,
+     .fini = egress6_stop, .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", NULL};
+	char code[512];
+
+	standins();
+	cr_assert_eq(inet_resolver(&in, RESOLVER6), 0,
+	             "a stand-in resolver at " RESOLVER6);
+	cr_assert_eq(inet_resolv_conf(dns_dir, sizeof(dns_dir), RESOLVER6, false), 0,
+	             "the test's /etc naming " RESOLVER6 ": %s", strerror(errno));
+	broker_up(args);
+	char *py = context_new(eb.b_url, "python", NULL);
+	cr_assert_not_null(py);
+	snprintf(code, sizeof(code),
+	         "import socket, time\n"
+	         "try:\n"
+	         "    print(socket.getaddrinfo('" INET_DNS_NAME "', 80, "
+	         "socket.AF_INET)[0][4][0])\n"
+	         "except OSError as e:\n"
+	         "    print('no answer', e)\n"
+	         "t = time.time()\n"
+	         "try:\n"
+	         "    socket.create_connection(('" RESOLVER6 "', %d), 10)\n"
+	         "    print('reached')\n"
+	         "except OSError:\n"
+	         "    print('refused' if time.time() - t < 3 else 'hung')\n",
+	         in.in_port);
+	char *out = run_stdout(eb.b_url, py, code);
+	cr_expect_str_eq(out, INET_DNS_ADDR "\nrefused\n",
+	                 "a lookup through " RESOLVER6 ", then its web port: %s", out);
+	free(out);
+	free(py);
 }

@@ -695,8 +695,8 @@ Test(egress, the_server_denies_the_internet_and_opens_a_mirror, .fini = egress_s
  * test's answers there (the machine's own /etc/resolv.conf is untouched;
  * nothing is sent outside the machine).
  */
-#define DNS_NAME "sandcell-test.example"
-#define DNS_ADDR "198.18.0.7"
+#define DNS_NAME INET_DNS_NAME
+#define DNS_ADDR INET_DNS_ADDR
 
 static pid_t dns_pid;
 static char dns_dir[64];
@@ -718,34 +718,6 @@ dns_stop(void)
 	dns_dir[0] = '\0';
 }
 
-/* The stand-in's answer to q (n bytes) in out: DNS_NAME's A, no AAAA, no other name. */
-static size_t
-dns_answer(const unsigned char *q, size_t n, unsigned char *out)
-{
-	static const unsigned char want[] = "\015sandcell-test\007example";
-	size_t i = 12;
-
-	while (i < n && q[i])
-		i += q[i] + 1u;
-	if (n < 12 || i + 5 > n)
-		return 0;
-	size_t qlen = i + 5 - 12; /* the question: its name, type and class */
-	bool ours = i - 12 == sizeof(want) - 1 && !strncasecmp((const char *)q + 12,
-	                                                        (const char *)want, i - 12);
-	bool a = q[i + 1] == 0 && q[i + 2] == 1;
-	memcpy(out, q, 2);
-	out[2] = 0x81; /* an answer, recursion desired */
-	out[3] = ours ? 0x80 : 0x83; /* recursion available; no such name */
-	memcpy(out + 4, "\0\1\0\0\0\0\0\0", 8);
-	out[7] = ours && a;
-	memcpy(out + 12, q + 12, qlen);
-	if (!(ours && a))
-		return 12 + qlen;
-	static const unsigned char rr[] = {0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 198, 18, 0, 7};
-	memcpy(out + 12 + qlen, rr, sizeof(rr));
-	return 12 + qlen + sizeof(rr);
-}
-
 /* The stand-in resolver at addr:53 (UDP), a child of the test's; 0, or -1 if the port is taken. */
 static int
 dns_standin(const char *addr)
@@ -759,17 +731,7 @@ dns_standin(const char *addr)
 			close(s);
 		return -1;
 	}
-	if ((dns_pid = fork()) == 0) {
-		unsigned char q[1500], out[1600];
-		for (;;) {
-			struct sockaddr_storage from;
-			socklen_t fl = sizeof(from);
-			ssize_t n = recvfrom(s, q, sizeof(q), 0, (struct sockaddr *)&from, &fl);
-			size_t m = n > 0 ? dns_answer(q, (size_t)n, out) : 0;
-			if (m)
-				sendto(s, out, m, 0, (struct sockaddr *)&from, fl);
-		}
-	}
+	dns_pid = inet_dns_serve(s);
 	close(s);
 	return dns_pid > 0 ? 0 : -1;
 }
@@ -784,30 +746,13 @@ static void
 loopback_resolver(const char *const *args, uid_t as, bool link)
 {
 	const char *ns = "127.0.0.53";
-	char path[128], stub[128], etc[96], code[1024];
-	FILE *f;
+	char code[1024];
 
 	standins();
 	if (dns_standin(ns) < 0) /* a resolved of the machine's own: another loopback address */
 		cr_assert_eq(dns_standin(ns = "127.0.0.153"), 0, "a stand-in resolver");
-	cr_assert(mkdtemp(strcpy(dns_dir, "/tmp/sandcell-dns-XXXXXX")));
-	chmod(dns_dir, 0755);
-	snprintf(etc, sizeof(etc), "%s/etc", dns_dir);
-	snprintf(code, sizeof(code), "cp -a /etc '%s'", etc);
-	cr_assert_eq(system(code), 0, "%s", code);
-	snprintf(path, sizeof(path), "%s/resolv.conf", etc);
-	snprintf(stub, sizeof(stub), "%s/stub-resolv.conf", dns_dir);
-	unlink(path);
-	cr_assert((f = fopen(link ? stub : path, "w")));
-	fprintf(f, "nameserver %s\noptions timeout:2 attempts:2\n", ns);
-	fclose(f);
-	chmod(link ? stub : path, 0644);
-	if (link)
-		cr_assert_eq(symlink(stub, path), 0);
-	cr_assert_eq(unshare(CLONE_NEWNS), 0, "a mount namespace: %s", strerror(errno));
-	cr_assert_eq(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
-	cr_assert_eq(mount(etc, "/etc", NULL, MS_BIND, NULL), 0, "the test's /etc: %s",
-	             strerror(errno));
+	cr_assert_eq(inet_resolv_conf(dns_dir, sizeof(dns_dir), ns, link), 0,
+	             "the test's /etc naming %s (%s): %s", ns, dns_dir, strerror(errno));
 	struct stat st;
 	cr_assert(lstat("/etc/resolv.conf", &st) == 0 && !S_ISLNK(st.st_mode) == !link,
 	          "/etc/resolv.conf is%s a link", link ? " not" : "");

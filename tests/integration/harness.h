@@ -58,11 +58,18 @@ struct inet {
 	char in_addr6[48], in_url6[80];
 	int in_port;
 	pid_t in_srv;
+	pid_t in_dns; /* inet_resolver's */
 };
 int inet_start(struct inet *in);
 /* The stand-in answers at addr (IPv4 or IPv6) too (a host route to it, for its life). */
 int inet_alias(struct inet *in, const char *addr);
 void inet_stop(struct inet *in);
+/* A stand-in resolver: INET_DNS_NAME's A is INET_DNS_ADDR; no AAAA, no other name. */
+#define INET_DNS_NAME "sandcell-test.example"
+#define INET_DNS_ADDR "198.18.0.7"
+pid_t inet_dns_serve(int s);
+int inet_resolver(struct inet *in, const char *addr);
+int inet_resolv_conf(char *dir, size_t dirsz, const char *ns, bool link);
 
 /* Starts a broker with extra arguments (NULL-terminated); waits for /health
  * and for the default python context to be ready unless --no-default-context.
