@@ -37,6 +37,8 @@ struct pending {
 /* Accepted, request line not yet seen. */
 static struct pendq pending = TAILQ_HEAD_INITIALIZER(pending);
 static unsigned npending;
+static unsigned nconns;        /* connections MHD has (accept_conn_started) */
+static struct MHD_Daemon *mhd; /* which takes them (accept_hand_to) */
 static unsigned npending_ctx; /* of them, from code in a context */
 /* Handed to MHD, not yet reported started (on_connection): newest last. */
 static struct pendq accept_handed = TAILQ_HEAD_INITIALIZER(accept_handed);
@@ -48,11 +50,33 @@ static struct evsrc ev_listen, ev_envd;
 static void accept_ready(void *arg, uint32_t events);
 static void accept_sniff(void *arg, uint32_t events);
 
-/* Connections waiting for their request line, for the connection limit. */
+/*
+ * The connections held, for the connection limit: those MHD has (http.c
+ * tells each start and end) and those waiting for their request line.
+ */
 unsigned
-accept_pending(void)
+accept_conns(void)
 {
-	return npending;
+	return nconns + npending;
+}
+
+void
+accept_conn_started(void)
+{
+	nconns++;
+}
+
+void
+accept_conn_ended(void)
+{
+	nconns--;
+}
+
+/* Where connections go once their request line is in: MHD (http.c, at start). */
+void
+accept_hand_to(struct MHD_Daemon *d)
+{
+	mhd = d;
 }
 
 static void
@@ -289,7 +313,7 @@ accept_from(int lfd)
 			return;
 		}
 		/* MHD's own limit: past it a connection is not even answered 503 */
-		if (sv.sv_tb.tb_nconns + npending >= sv.sv_cf.cf_max_conns + 64) {
+		if (nconns + npending >= sv.sv_cf.cf_max_conns + 64) {
 			close(pd->pd_fd);
 			free(pd);
 			continue;
@@ -370,12 +394,12 @@ accept_sniff(void *arg, uint32_t events)
 	npending--;
 	TAILQ_INSERT_TAIL(&accept_handed, pd, pd_link);
 	/* MHD owns the socket from here, and closes it if it cannot take it */
-	if (MHD_add_connection(sv.sv_io.io_mhd, fd, (struct sockaddr *)&addr, addrlen) !=
+	if (MHD_add_connection(mhd, fd, (struct sockaddr *)&addr, addrlen) !=
 	    MHD_YES) {
 		log_warn("http: could not take a connection: %s", strerror(errno));
 		accept_since(fd); /* forgets it */
 	}
-	sv.sv_lc.lc_mhd_kick = true;
+	server_kick();
 }
 
 /*
@@ -426,6 +450,7 @@ accept_stop(void)
 {
 	struct pending *pd;
 
+	mhd = NULL;
 	if (listen_fd <= 0)
 		return;
 	while (!TAILQ_EMPTY(&pending))

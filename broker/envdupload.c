@@ -66,7 +66,7 @@ up_resume(struct upload *u)
 		return;
 	u->u_waiting = false;
 	MHD_resume_connection(u->u_hr->hr_conn);
-	sv.sv_lc.lc_mhd_kick = true;
+	server_kick();
 }
 
 /* The upload fails with status and its answer; its files' transfers end. */

@@ -19,6 +19,7 @@
 
 /* HTTP connections MHD has, for the connection limit and the header timeout. */
 static struct connq conns = TAILQ_HEAD_INITIALIZER(conns);
+static struct MHD_Daemon *mhd; /* the HTTP library, driven from the loop (http_run) */
 static struct evsrc ev_mhd;
 static uint64_t mhd_log_at; /* rate limit of MHD's messages at warn level */
 static unsigned mhd_log_n;
@@ -132,7 +133,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 			MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
 			return respond_now(hr, 400, r);
 		}
-		if (sv.sv_tb.tb_nconns + accept_pending() > sv.sv_cf.cf_max_conns)
+		if (accept_conns() > sv.sv_cf.cf_max_conns)
 			return respond_now(hr, 503,
 				       respond_text("too many connections (limit %u); try again",
 						 sv.sv_cf.cf_max_conns));
@@ -267,11 +268,11 @@ on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
 		cn->cn_since = accept_since(cn->cn_fd); /* its header timeout's start */
 		cn->cn_envd = accept_is_envd(cn->cn_fd);
 		TAILQ_INSERT_TAIL(&conns, cn, cn_link);
-		sv.sv_tb.tb_nconns++;
+		accept_conn_started();
 		*socket_context = cn;
 	} else if (cn) {
 		TAILQ_REMOVE(&conns, cn, cn_link);
-		sv.sv_tb.tb_nconns--;
+		accept_conn_ended();
 		free(cn);
 		*socket_context = NULL;
 	}
@@ -326,7 +327,7 @@ mhd_log(void *cls, const char *fmt, va_list ap)
 	(void)cls;
 	vsnprintf(line, sizeof(line), fmt, ap);
 	line[strcspn(line, "\n")] = '\0';
-	if (!sv.sv_io.io_mhd) {
+	if (!mhd) {
 		log_err("http: %s", line);
 		return;
 	}
@@ -362,7 +363,7 @@ http_start(void)
 		log_err("envd: cannot listen on %s; envd's API is off", sv.sv_cf.cf_envd_listen);
 		sv.sv_cf.cf_envd_listen = NULL;
 	}
-	sv.sv_io.io_mhd = MHD_start_daemon(
+	mhd = MHD_start_daemon(
 		flags, 0, NULL, NULL, on_request, NULL,
 		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first: it logs from here on */
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
@@ -372,11 +373,12 @@ http_start(void)
 		MHD_OPTION_CONNECTION_LIMIT, sv.sv_cf.cf_max_conns + 64,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
 		MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
-	if (!sv.sv_io.io_mhd) {
+	if (!mhd) {
 		log_err("http: the HTTP library did not start (see its messages above)");
 		return -1;
 	}
-	const union MHD_DaemonInfo *di = MHD_get_daemon_info(sv.sv_io.io_mhd, MHD_DAEMON_INFO_EPOLL_FD);
+	accept_hand_to(mhd);
+	const union MHD_DaemonInfo *di = MHD_get_daemon_info(mhd, MHD_DAEMON_INFO_EPOLL_FD);
 	ev_mhd = (struct evsrc){http_ready, NULL};
 	server_watch(di->epoll_fd, EPOLLIN, &ev_mhd);
 	return 0;
@@ -388,7 +390,7 @@ http_wait(long wait)
 {
 	MHD_UNSIGNED_LONG_LONG mt;
 
-	if (MHD_get_timeout(sv.sv_io.io_mhd, &mt) == MHD_YES && (long long)mt < wait)
+	if (MHD_get_timeout(mhd, &mt) == MHD_YES && (long long)mt < wait)
 		wait = (long)mt;
 	return wait;
 }
@@ -399,7 +401,7 @@ http_due(void)
 {
 	MHD_UNSIGNED_LONG_LONG mt;
 
-	return MHD_get_timeout(sv.sv_io.io_mhd, &mt) == MHD_YES && mt == 0;
+	return MHD_get_timeout(mhd, &mt) == MHD_YES && mt == 0;
 }
 
 /*
@@ -410,16 +412,16 @@ http_due(void)
 void
 http_run(int passes)
 {
-	MHD_run(sv.sv_io.io_mhd);
+	MHD_run(mhd);
 	for (int i = 0; i < passes && http_due(); i++)
-		MHD_run(sv.sv_io.io_mhd);
+		MHD_run(mhd);
 }
 
 void
 http_stop(void)
 {
 	accept_stop();
-	if (sv.sv_io.io_mhd)
-		MHD_stop_daemon(sv.sv_io.io_mhd);
-	sv.sv_io.io_mhd = NULL;
+	if (mhd)
+		MHD_stop_daemon(mhd);
+	mhd = NULL;
 }

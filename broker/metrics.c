@@ -205,22 +205,22 @@ start_gate_gauge(struct buf *b)
 }
 
 /*
- * The whole exposition, as Prometheus text format: the contexts' counts and
- * the box's missing parts as its caller read them (context_count, box_missing).
+ * The whole exposition, as Prometheus text format: the contexts' counts, the
+ * streams open and the box's missing parts as its caller read them
+ * (context_count, stream_count, box_missing).
  */
 char *
-metrics_render(const struct context_counts *cc, size_t missing, size_t *len)
+metrics_render(const struct context_counts *cc, size_t open_streams, size_t missing,
+	       size_t *len)
 {
 	struct buf b = {0};
-	struct stream *s;
-	uint64_t open_streams = 0;
 
 	header(&b, "sandcell_build_info", "gauge", "Version of this sandcell broker.");
 	put(&b, "sandcell_build_info{version=\"%s\"} 1\n", SANDCELL_VERSION);
 	header(&b, "sandcell_uptime_seconds", "gauge", "Seconds since the broker started.");
-	put(&b, "sandcell_uptime_seconds %.3f\n", (now_ms() - sv.sv_lc.lc_started) / 1000.0);
+	put(&b, "sandcell_uptime_seconds %.3f\n", lifecycle_uptime());
 	header(&b, "sandcell_draining", "gauge", "1 while new executions are refused.");
-	put(&b, "sandcell_draining %d\n", sv.sv_lc.lc_draining ? 1 : 0);
+	put(&b, "sandcell_draining %d\n", lifecycle_draining() ? 1 : 0);
 
 	header(&b, "sandcell_http_requests_total", "counter",
 	       "HTTP requests by endpoint, method and status.");
@@ -238,8 +238,6 @@ metrics_render(const struct context_counts *cc, size_t missing, size_t *len)
 	histogram(&b, "sandcell_execution_queue_wait_seconds",
 		  "Time executions waited for their context.", &mx.wait);
 
-	TAILQ_FOREACH(s, &sv.sv_tb.tb_streams, st_link)
-		open_streams++;
 	header(&b, "sandcell_streams_open", "gauge", "Executions in flight or queued.");
 	put(&b, "sandcell_streams_open %llu\n", (unsigned long long)open_streams);
 

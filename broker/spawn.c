@@ -57,7 +57,7 @@ spawn_spec(const struct context *c, struct spec *sp)
 	};
 	/* the default context made as we start waits for the template as the
 	 * pool does (template_starting); a client's request never does */
-	if (sp->sp_template && c->c_default && sv.sv_lc.lc_defaults &&
+	if (sp->sp_template && c->c_default && lifecycle_making_defaults() &&
 	    (wait_ms = template_wait_ms(c->c_kernel)))
 		sp->sp_template_wait = wait_ms;
 	box_spec(c, sp);

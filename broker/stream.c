@@ -21,6 +21,8 @@ static const char keepalive[] = "{\"type\":\"keepalive\"}\n";
 
 /* Stream ids never repeat across broker restarts: proxies outlive us. */
 static uint64_t next_stream;
+/* Every stream, open or ending, oldest first (stream_next walks it). */
+static struct streamq streams = TAILQ_HEAD_INITIALIZER(streams);
 
 static struct stream *
 open_stream(struct context *c, const char *code, const struct stream_kind *k)
@@ -35,7 +37,7 @@ open_stream(struct context *c, const char *code, const struct stream_kind *k)
 	s->st_spill_fd = -1;
 	s->st_started = s->st_last_out = now_ms();
 	snprintf(s->st_code_head, sizeof(s->st_code_head), "%.*s", (int)(n < 80 ? n : 80), code);
-	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_streams, s, st_link);
+	TAILQ_INSERT_TAIL(&streams, s, st_link);
 	TAILQ_INSERT_TAIL(&c->c_streams, s, st_ctx_link);
 	c->c_nstreams++;
 	s->st_kind = k;
@@ -69,12 +71,31 @@ keepalive_into(struct stream *s, struct buf *b)
 		buf_append(b, keepalive, sizeof(keepalive) - 1);
 }
 
+/* The stream after s in the order they opened; the first if s is NULL. */
+struct stream *
+stream_next(const struct stream *s)
+{
+	return s ? TAILQ_NEXT(s, st_link) : TAILQ_FIRST(&streams);
+}
+
+/* How many streams there are, open or ending (metrics). */
+size_t
+stream_count(void)
+{
+	const struct stream *s;
+	size_t n = 0;
+
+	TAILQ_FOREACH(s, &streams, st_link)
+		n++;
+	return n;
+}
+
 struct stream *
 stream_by_id(uint64_t id)
 {
 	struct stream *s;
 
-	TAILQ_FOREACH(s, &sv.sv_tb.tb_streams, st_link)
+	TAILQ_FOREACH(s, &streams, st_link)
 		if (s->st_id == id)
 			return s;
 	return NULL;
@@ -248,7 +269,7 @@ tail_of(struct stream *s)
 static void
 stream_free(struct stream *s)
 {
-	TAILQ_REMOVE(&sv.sv_tb.tb_streams, s, st_link);
+	TAILQ_REMOVE(&streams, s, st_link);
 	if (s->st_ctx) {
 		TAILQ_REMOVE(&s->st_ctx->c_streams, s, st_ctx_link);
 		s->st_ctx->c_nstreams--;
@@ -379,7 +400,7 @@ stream_fail_all(const char *name, const char *value, const char *outcome)
 {
 	struct stream *s, *next;
 
-	for (s = TAILQ_FIRST(&sv.sv_tb.tb_streams); s; s = next) {
+	for (s = TAILQ_FIRST(&streams); s; s = next) {
 		next = TAILQ_NEXT(s, st_link);
 		stream_fail(s, name, value, outcome); /* may free a ctl stream */
 	}
@@ -490,7 +511,7 @@ stream_tick(uint64_t now)
 {
 	struct stream *s;
 
-	TAILQ_FOREACH(s, &sv.sv_tb.tb_streams, st_link)
+	TAILQ_FOREACH(s, &streams, st_link)
 		if (s->st_ops && s->st_ops->so_keepalive && !s->st_final && !s->st_gone &&
 		    now >= s->st_last_out + KEEPALIVE_MS && backlog(s) == 0) {
 			s->st_last_out = now;

@@ -29,7 +29,7 @@ supervise_lost(struct context *c, const char *why)
 
 	log_warn("context %s: proxy %d %s", c->c_id, (int)c->c_pl->pl_pid, why);
 	if (!c->c_ready && c->c_pooled) /* no respawn storm of warm kernels */
-		sv.sv_po.po_backoff = now + POOL_BACKOFF_MS;
+		pool_back_off(now);
 	if (!c->c_ready) {
 		free(c->c_error);
 		c->c_error = xasprintf("its proxy %s before the kernel was ready", why);
@@ -85,7 +85,7 @@ supervise_reaped(pid_t pid, int status)
 			break;
 	if (!c)
 		return;
-	if (c->c_deleting || sv.sv_lc.lc_quit) {
+	if (c->c_deleting || lifecycle_quitting()) {
 		c->c_pl->pl_pid = 0;
 		context_end(c, CTX_DELETED, NULL);
 		return;

@@ -261,7 +261,7 @@ template_reaped(pid_t pid, int status)
 	if (!tp.tp_pid || pid != tp.tp_pid)
 		return false;
 	tp.tp_pid = 0;
-	if (sv.sv_lc.lc_quit)
+	if (lifecycle_quitting())
 		return true;
 	/* a template that lived a while is restarted at once; one that keeps
 	 * dying, less and less often (kernels start cold meanwhile) */

@@ -186,7 +186,7 @@ uplink_reaped(pid_t p, int status)
 	if (!pid || p != pid)
 		return false;
 	pid = 0;
-	if (sv.sv_lc.lc_quit)
+	if (lifecycle_quitting())
 		return true;
 	respawn_at = now_ms() + UPLINK_BACKOFF_MS;
 	log_err(
@@ -206,7 +206,7 @@ uplink_tick(uint64_t now)
 		pid = 0;
 		respawn_at = now;
 	}
-	if (!pid && respawn_at && now >= respawn_at && !sv.sv_lc.lc_stopping)
+	if (!pid && respawn_at && now >= respawn_at && !lifecycle_stopping())
 		spawn();
 }
 

@@ -444,7 +444,6 @@ setup(void)
 	memset(&sv, 0, sizeof(sv));
 	memset(&fp, 0, sizeof(fp));
 	fp.next_pid = 4000001; /* no process: the fake port is all that sees it */
-	TAILQ_INIT(&sv.sv_tb.tb_streams);
 	sv.sv_cf.cf_max_queue = 10;
 	sv.sv_cf.cf_max_contexts = 10;
 	sv.sv_cf.cf_stream_cap = 1 << 20;
@@ -463,7 +462,7 @@ teardown(void)
 
 	while ((c = context_next(NULL)))
 		context_end(c, CTX_DELETED, NULL);
-	while ((s = TAILQ_FIRST(&sv.sv_tb.tb_streams)))
+	while ((s = stream_next(NULL)))
 		stream_closed(s);
 	for (int i = 0; i < nclients; i++) {
 		free(clients[i].c_text);
@@ -686,7 +685,7 @@ Test(core, pool_claim_and_refill)
 	cr_assert_eq(sent_count(MSG_CLAIM, &claim), 1, "its proxy is told");
 	cr_assert_str_eq(claim->text, c->c_id);
 	cr_assert_str_eq(claim->slot, c->c_pl->pl_slot);
-	cr_assert(sv.sv_po.po_kick, "the pool is kicked to refill");
+	cr_assert(pool_kicked(), "the pool is kicked to refill");
 
 	/* refilled once the claim's grace (POOL_CLAIM_GRACE_MS) is over */
 	for (uint64_t until = now_ms() + 5000; fp.nspawn < 2 && now_ms() < until;
@@ -800,7 +799,7 @@ Test(core, drain)
 	cr_assert_str_eq(client_read(a), "{\"out\":\"done\"}\n",
 	                 "the running one finishes");
 	client_leave(a);
-	cr_assert(TAILQ_EMPTY(&sv.sv_tb.tb_streams), "drained: no stream left");
+	cr_assert_null(stream_next(NULL), "drained: no stream left");
 	cr_assert_eq(sent_count(MSG_CANCEL, NULL), 0,
 	             "a finished stream is not cancelled");
 
