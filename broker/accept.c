@@ -46,6 +46,7 @@ static int listen_fd = -1; /* ours: MHD gets connections from here */
 static int envd_fd = -1;   /* --envd-listen's: the same, for envd.c's routes */
 static unsigned short envd_port; /* its port, which tells its connections */
 static struct evsrc ev_listen, ev_envd;
+static const char *address; /* where listen_fd listens (accept_address) */
 
 static void accept_ready(void *arg, uint32_t events);
 static void accept_sniff(void *arg, uint32_t events);
@@ -123,9 +124,9 @@ inherited_socket(void)
 	if (fcntl(3, F_SETFD, FD_CLOEXEC) < 0 ||
 	    fcntl(3, F_SETFL, fcntl(3, F_GETFL) | O_NONBLOCK) < 0)
 		fatal("the socket systemd passed: fcntl: %s", strerror(errno));
-	sv.sv_cf.cf_listen =
+	address =
 	    a.ss_family == AF_INET6 ? xasprintf("[%s]:%s", host, port) : xasprintf("%s:%s", host, port);
-	log_info("listening on the socket systemd passed (%s)", sv.sv_cf.cf_listen);
+	log_info("listening on the socket systemd passed (%s)", address);
 	return 3;
 }
 
@@ -179,8 +180,17 @@ accept_listen(const char *where)
 
 	if (fd < 0 && (fd = listen_on(where)) < 0)
 		return -1;
+	if (!address)
+		address = where;
 	accept_watch(fd);
 	return fd;
+}
+
+/* Where the API listens: --listen's, or the socket systemd passed. */
+const char *
+accept_address(void)
+{
+	return address;
 }
 
 /* envd's listener (envd.c): its connections go to MHD as the others do. */
@@ -313,7 +323,7 @@ accept_from(int lfd)
 			return;
 		}
 		/* MHD's own limit: past it a connection is not even answered 503 */
-		if (nconns + npending >= sv.sv_cf.cf_max_conns + 64) {
+		if (nconns + npending >= cf->cf_max_conns + 64) {
 			close(pd->pd_fd);
 			free(pd);
 			continue;
@@ -394,8 +404,7 @@ accept_sniff(void *arg, uint32_t events)
 	npending--;
 	TAILQ_INSERT_TAIL(&accept_handed, pd, pd_link);
 	/* MHD owns the socket from here, and closes it if it cannot take it */
-	if (MHD_add_connection(mhd, fd, (struct sockaddr *)&addr, addrlen) !=
-	    MHD_YES) {
+	if (MHD_add_connection(mhd, fd, (struct sockaddr *)&addr, addrlen) != MHD_YES) {
 		log_warn("http: could not take a connection: %s", strerror(errno));
 		accept_since(fd); /* forgets it */
 	}
@@ -432,13 +441,13 @@ accept_tick(uint64_t now)
 
 	for (pd = TAILQ_FIRST(&pending); pd; pd = next) {
 		next = TAILQ_NEXT(pd, pd_link);
-		if (now > pd->pd_since + sv.sv_cf.cf_header_timeout * 1000ull)
+		if (now > pd->pd_since + cf->cf_header_timeout * 1000ull)
 			pending_close(pd);
 	}
 	/* one MHD never reported: its fd may be another connection's by now */
 	for (pd = TAILQ_FIRST(&accept_handed); pd; pd = next) {
 		next = TAILQ_NEXT(pd, pd_link);
-		if (now > pd->pd_since + sv.sv_cf.cf_header_timeout * 1000ull) {
+		if (now > pd->pd_since + cf->cf_header_timeout * 1000ull) {
 			TAILQ_REMOVE(&accept_handed, pd, pd_link);
 			free(pd);
 		}

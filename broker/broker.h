@@ -211,7 +211,10 @@ struct pool_spec {
 	int ps_size;
 };
 
-/* Settings: from flags and the environment at start-up, read-only after. */
+/*
+ * Settings: from flags and the environment (options.c), completed at start
+ * (config.c); config.c's alone, everyone else reads them through cf.
+ */
 struct server_config {
 	const char *cf_listen, *cf_run_dir, *cf_cwd, *cf_proxy_bin;
 	const char *cf_envd_listen; /* envd's API (envd.c); NULL: off */
@@ -225,12 +228,11 @@ struct server_config {
 	char cf_max_starting[24]; /* kernels starting at once, for the proxies; "0": any */
 	unsigned cf_conn_timeout;
 	bool cf_no_default;
-	bool cf_keep_contexts;  /* proxies outlive a stop; the one set at run time (control.c) */
+	bool cf_keep_contexts;  /* proxies outlive a stop: the start value (lifecycle.c keeps it) */
 	const char *cf_kernel_memory, *cf_kernel_cpu, *cf_kernel_cgroup;
 	const char *cf_python_startup;
 	const char *cf_kernel_user;
 	uid_t cf_kernel_uid;    /* --kernel-user's uid (0: none) */
-	bool cf_peer_check;     /* connections from contexts are refused (box.c) */
 	bool cf_sandbox;        /* kernels in boxes (off: --no-sandbox) */
 	bool cf_template;       /* Python kernels forked from a template (off: --no-template) */
 	bool cf_isolated;       /* --isolation context */
@@ -256,11 +258,8 @@ struct server_config {
 	char *cf_env_pass;      /* --env-pass: names, comma-separated (lib/kenv.c); NULL: none */
 };
 
-/* The broker's global: its configuration, read-only after start. */
-struct server {
-	struct server_config sv_cf;
-};
-extern struct server sv;
+/* config.c's settings; no other file writes them (config.h) */
+extern const struct server_config *const cf;
 
 /* server.c: the loop's epoll */
 void server_open(void);
@@ -315,6 +314,7 @@ void answer_drop(struct request *rq);
 
 /* accept.c */
 int accept_listen(const char *where);
+const char *accept_address(void);
 int accept_listen_envd(const char *where);
 bool accept_is_envd(int fd);
 int accept_answer(int fd, const char *status, const char *text);
@@ -568,6 +568,7 @@ json_t *connect_entry(json_t *a);
 /* envd.c: envd's API on its own listener (docs/ENVD.md) */
 void envd_start(void);
 bool envd_wanted(void);
+void envd_turn_off(void);
 
 bool envd_upload_asked(const char *url, const char *method);
 
@@ -628,6 +629,7 @@ void bounds_release(void);
 
 /* box.c */
 int box_check(char *err, size_t errsz);
+bool box_no_way_out(void);
 void box_lack(const char *what, const char *how);
 bool box_memory_cgroup(void);
 bool box_own_userns(void);
@@ -662,7 +664,7 @@ int boxns_enter(const char **what);
 
 /* workspace.c */
 const char *workspace_shared(void);
-void workspace_bound(void);
+uint64_t workspace_bound(void);
 int workspace_own(struct context *c, char *err, size_t errsz);
 
 /* uidlease.c */

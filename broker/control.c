@@ -57,7 +57,7 @@ static struct evsrc ev_ctl;
 int
 control_start(void)
 {
-	char *url = xasprintf("ipc://%s/ctl.sock", sv.sv_cf.cf_run_dir);
+	char *url = xasprintf("ipc://%s/ctl.sock", cf->cf_run_dir);
 	nng_listener l;
 	int e;
 
@@ -82,7 +82,7 @@ control_start(void)
 	free(url);
 	ev_ctl = (struct evsrc){control_recv, NULL};
 	server_watch(sock_fd, EPOLLIN, &ev_ctl);
-	ctlpeer_init(sock, sv.sv_cf.cf_stream_cap);
+	ctlpeer_init(sock, cf->cf_stream_cap);
 	events_subscribe(ctlpeer_event, NULL);
 	return 0;
 }
@@ -181,8 +181,8 @@ status_json(void)
 			 "contexts", cc.cc_listed, "warm_pool", cc.cc_pooled, "warm_pool_ready",
 			 cc.cc_pool_ready, "executions_running", cc.cc_running, "executions_queued",
 			 cc.cc_queued, "draining", lifecycle_draining(), "keep_contexts",
-			 lifecycle_keeps_contexts(), "listen", sv.sv_cf.cf_listen, "run_dir",
-			 sv.sv_cf.cf_run_dir);
+			 lifecycle_keeps_contexts(), "listen", accept_address(), "run_dir",
+			 cf->cf_run_dir);
 }
 
 /*
@@ -381,7 +381,7 @@ control_wake(void *arg, uint32_t events)
 void
 control_stop(void)
 {
-	char *path = xasprintf("%s/ctl.sock", sv.sv_cf.cf_run_dir);
+	char *path = xasprintf("%s/ctl.sock", cf->cf_run_dir);
 
 	ctlpeer_stop();
 	nng_close(sock);

@@ -18,7 +18,7 @@ void
 lifecycle_start(void)
 {
 	started = now_ms();
-	keeps = sv.sv_cf.cf_keep_contexts;
+	keeps = cf->cf_keep_contexts;
 }
 
 /* Seconds since lifecycle_start. */

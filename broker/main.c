@@ -44,11 +44,11 @@ handle_signals(void *arg, uint32_t events)
 
 	(void)arg, (void)events;
 	while (read(sigfd, &si, sizeof(si)) == sizeof(si)) {
-		if (si.ssi_signo == SIGTERM && !lifecycle_stopping() && sv.sv_cf.cf_grace) {
+		if (si.ssi_signo == SIGTERM && !lifecycle_stopping() && cf->cf_grace) {
 			/* drain: no new executions, running ones get the grace period */
-			lifecycle_stop(sv.sv_cf.cf_grace * 1000ull);
+			lifecycle_stop(cf->cf_grace * 1000ull);
 			server_notify("STOPPING=1");
-			log_info("SIGTERM: draining; stopping within %u s", sv.sv_cf.cf_grace);
+			log_info("SIGTERM: draining; stopping within %u s", cf->cf_grace);
 		} else if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
 			log_info("signal %d: stopping", si.ssi_signo);
 			lifecycle_quit();
@@ -96,9 +96,10 @@ loop(void)
 				server_notify("WATCHDOG=1");
 				watchdog_at = now + watchdog_ms;
 			}
-			if (lifecycle_stopping() && (!stream_next(NULL) || lifecycle_grace_over(now))) {
+			bool idle = !stream_next(NULL);
+			if (lifecycle_stopping() && (idle || lifecycle_grace_over(now))) {
 				log_info("drained: %s",
-					 !stream_next(NULL) ? "no execution left" : "grace period over");
+					 idle ? "no execution left" : "grace period over");
 				lifecycle_quit();
 			}
 		}
@@ -128,7 +129,7 @@ serve_start(void)
 	envd_start();
 	/* python always, javascript when Deno is installed, as E2B does */
 	lifecycle_defaults(true);
-	for (int i = 0; i < 2 && !sv.sv_cf.cf_no_default; i++) {
+	for (int i = 0; i < 2 && !cf->cf_no_default; i++) {
 		const char *lang = i ? "javascript" : "python";
 		struct context *ctx;
 		if (context_default(lang) || !kcache_find(lang))
@@ -137,8 +138,8 @@ serve_start(void)
 			log_err("default %s context: %s", lang, err);
 	}
 	lifecycle_defaults(false);
-	log_info("listening on http://%s (run dir %s, version %s)", sv.sv_cf.cf_listen,
-		 sv.sv_cf.cf_run_dir, SANDCELL_VERSION);
+	log_info("listening on http://%s (run dir %s, version %s)", accept_address(),
+		 cf->cf_run_dir, SANDCELL_VERSION);
 	const char *wd = getenv("WATCHDOG_USEC");
 	if (wd && strtoull(wd, NULL, 10) >= 2000)
 		watchdog_ms = strtoull(wd, NULL, 10) / 2000;
@@ -166,7 +167,7 @@ serve_stop(void)
 		uplink_stop(); /* else the kept boxes' way out, for the next broker */
 	control_stop();
 	if (!keep) {
-		unlink(sv.sv_cf.cf_env_file);
+		unlink(cf->cf_env_file);
 		box_release();
 	}
 	log_info("stopped%s", keep ? "; contexts kept running" : "");
@@ -187,7 +188,7 @@ main(int argc, char **argv)
 {
 	link_use(&real_link);
 	options_parse(argc, argv); /* options.c */
-	log_init("sandcell-broker", parse_level(sv.sv_cf.cf_log_level));
+	log_init("sandcell-broker", parse_level(cf->cf_log_level));
 	/* first: the sandbox's probe (config_settle) waits for a child */
 	if ((sigfd = signal_fd()) < 0)
 		fatal("signalfd: %s", strerror(errno));

@@ -155,16 +155,16 @@ static void
 pool_gauges(struct buf *b, const struct context_counts *cc)
 {
 	header(b, "sandcell_pool_target", "gauge", "Warm kernels the pool keeps (--pool).");
-	for (size_t i = 0; i < sv.sv_cf.cf_npool; i++) {
-		const struct kspec *ks = kcache_find(sv.sv_cf.cf_pool[i].ps_want);
+	for (size_t i = 0; i < cf->cf_npool; i++) {
+		const struct kspec *ks = kcache_find(cf->cf_pool[i].ps_want);
 		if (ks)
 			put(b, "sandcell_pool_target{kernel=\"%s\"} %d\n", ks->ks_name,
-			    sv.sv_cf.cf_pool[i].ps_size);
+			    cf->cf_pool[i].ps_size);
 	}
 	header(b, "sandcell_pool_ready", "gauge",
 	       "Warm kernels started and waiting to become a context.");
-	for (size_t i = 0; i < sv.sv_cf.cf_npool; i++) {
-		const struct kspec *ks = kcache_find(sv.sv_cf.cf_pool[i].ps_want);
+	for (size_t i = 0; i < cf->cf_npool; i++) {
+		const struct kspec *ks = kcache_find(cf->cf_pool[i].ps_want);
 		if (ks)
 			put(b, "sandcell_pool_ready{kernel=\"%s\"} %d\n", ks->ks_name,
 			    cc->cc_pool_ready_of[i]);
@@ -179,7 +179,7 @@ pool_gauges(struct buf *b, const struct context_counts *cc)
 static void
 start_gate_gauge(struct buf *b)
 {
-	char *path = xasprintf("%s/start-queue", sv.sv_cf.cf_run_dir);
+	char *path = xasprintf("%s/start-queue", cf->cf_run_dir);
 	int waiting[2] = {0, 0};
 	struct dirent *de;
 	DIR *d = opendir(path);
@@ -250,11 +250,11 @@ metrics_render(const struct context_counts *cc, size_t open_streams, size_t miss
 	start_gate_gauge(&b);
 	header(&b, "sandcell_sandbox_enabled", "gauge",
 	       "1 when kernels run in boxes, 0 when unboxed (--no-sandbox).");
-	put(&b, "sandcell_sandbox_enabled %d\n", sv.sv_cf.cf_sandbox ? 1 : 0);
+	put(&b, "sandcell_sandbox_enabled %d\n", cf->cf_sandbox ? 1 : 0);
 	header(&b, "sandcell_sandbox_isolated", "gauge",
 	       "1 when each context has its own uid, workspace and network view (--isolation "
 	       "context).");
-	put(&b, "sandcell_sandbox_isolated %d\n", sv.sv_cf.cf_sandbox && sv.sv_cf.cf_isolated);
+	put(&b, "sandcell_sandbox_isolated %d\n", cf->cf_sandbox && cf->cf_isolated);
 	header(&b, "sandcell_sandbox_missing", "gauge",
 	       "Parts of the box this machine or container withholds (GET /ready lists them); "
 	       "0: the full box.");

@@ -18,7 +18,7 @@
 
 /* When a warm kernel was last handed out (ms): pool_yield() waits a little after. */
 static uint64_t claimed;
-/* No refill before backoff (a warm kernel failed); nor of cf_pool[i] before retry_at[i]. */
+/* No refill before backoff (a warm kernel failed), of cf_pool[i] before retry_at[i] */
 static uint64_t backoff, retry_at[MAX_POOL];
 /* Refill once this round's responses are out (main.c's loop asks pool_kicked). */
 static bool kick;
@@ -63,7 +63,7 @@ pool_packages_changed(void)
 	DIR *d = NULL;
 
 	/* looked at in the box's view: a tenant's link leads nowhere out of it */
-	if (!sv.sv_cf.cf_sandbox || boxpath_view_open(&v, box_workspace_of(NULL)) < 0)
+	if (!cf->cf_sandbox || boxpath_view_open(&v, box_workspace_of(NULL)) < 0)
 		return 0;
 	if (boxpath_open(&v, BOX_HOME PACKAGES_VENV "/lib", 0, &fd, NULL, 0) < 0 ||
 	    fd < 0 || (dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
@@ -117,7 +117,7 @@ pool_cwd_config(const char *kernel, const struct context *x, const char *cwd)
 	bool install;
 
 	return ks && ks->ks_config_in_cwd &&
-	       kspec_cwd_config(sv.sv_cf.cf_sandbox ? box_workspace_of(x) : NULL, cwd, &install);
+	       kspec_cwd_config(cf->cf_sandbox ? box_workspace_of(x) : NULL, cwd, &install);
 }
 
 /*
@@ -263,8 +263,8 @@ pool_fill(void)
 
 	if (now < backoff || pool_yield(now))
 		return;
-	for (size_t i = 0; i < sv.sv_cf.cf_npool; i++) {
-		const struct pool_spec *ps = &sv.sv_cf.cf_pool[i];
+	for (size_t i = 0; i < cf->cf_npool; i++) {
+		const struct pool_spec *ps = &cf->cf_pool[i];
 		struct context_counts cc;
 		const struct kspec *ks;
 		struct context *c;
@@ -328,9 +328,9 @@ pool_create(const char *want, const char *cwd, bool is_default, struct egress_li
 	int rc;
 
 	context_count(&cc, NULL);
-	if (cc.cc_listed >= sv.sv_cf.cf_max_contexts) {
+	if (cc.cc_listed >= cf->cf_max_contexts) {
 		snprintf(err, errsz, "too many contexts (limit %d); delete one first",
-			 sv.sv_cf.cf_max_contexts);
+			 cf->cf_max_contexts);
 		return -EAGAIN;
 	}
 	if (!(ks = kcache_find(want))) {

@@ -90,10 +90,10 @@ request_execute(struct request *rq, json_t *body)
 			     c->c_error ? c->c_error : "it has no proxy");
 		return;
 	}
-	if (c->c_nstreams > sv.sv_cf.cf_max_queue) {
+	if (c->c_nstreams > cf->cf_max_queue) {
 		msg_free(&m);
 		answer_done(rq, 429, NULL, "context %s has %d executions waiting (limit %d)",
-			     c->c_id, c->c_nstreams - 1, sv.sv_cf.cf_max_queue);
+			     c->c_id, c->c_nstreams - 1, cf->cf_max_queue);
 		return;
 	}
 	s = stream_open(c, m.m_code.s);

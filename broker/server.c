@@ -15,8 +15,6 @@
 
 #include "broker.h"
 
-struct server sv;
-
 #define SERVER_BATCH 64 /* events one epoll_wait returns at most */
 
 static int epfd = -1;

@@ -191,7 +191,7 @@ queue_bytes(struct stream *s, const char *data, size_t len, const char **what)
 		return 0;
 	}
 	if (s->st_spill_fd < 0) {
-		s->st_spill_fd = open(sv.sv_cf.cf_spill_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+		s->st_spill_fd = open(cf->cf_spill_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 		if (s->st_spill_fd < 0) {
 			*what = "create a file in";
 			return -errno;
@@ -353,17 +353,17 @@ stream_output(struct stream *s, const char *data, size_t len, struct msg *final)
 			stream_free(s);
 		return;
 	}
-	if (backlog(s) + len > sv.sv_cf.cf_stream_cap) {
+	if (backlog(s) + len > cf->cf_stream_cap) {
 		snprintf(why, sizeof(why),
 			 "the client read too slowly: over %llu bytes of output were waiting",
-			 (unsigned long long)sv.sv_cf.cf_stream_cap);
+			 (unsigned long long)cf->cf_stream_cap);
 		s->st_final = false;
 		stop(s, "OutputLimitExceeded", why);
 	} else if ((e = queue_bytes(s, data, len, &what)) < 0) {
 		snprintf(why, sizeof(why),
 			 "the client read too slowly and its backlog of %llu bytes could not "
 			 "be kept: %s the spill dir %s: %s",
-			 (unsigned long long)(backlog(s) + len), what, sv.sv_cf.cf_spill_dir,
+			 (unsigned long long)(backlog(s) + len), what, cf->cf_spill_dir,
 			 strerror(-e));
 		s->st_final = false;
 		stop(s, "OutputSpillFailed", why);

@@ -147,7 +147,7 @@ supervise_shutdown_all(void)
 void
 supervise_adopt_all(void)
 {
-	char *dir = xasprintf("%s/ctx", sv.sv_cf.cf_run_dir);
+	char *dir = xasprintf("%s/ctx", cf->cf_run_dir);
 	DIR *d = opendir(dir);
 	struct dirent *de;
 	int n = 0;
@@ -214,7 +214,7 @@ supervise_adopt_all(void)
 		} else {
 			log_info("run dir: removing stale context dir %s", cdir);
 			rm_rf(cdir);
-			char *kdir = xasprintf("%s.kernels/%s", sv.sv_cf.cf_run_dir, de->d_name);
+			char *kdir = xasprintf("%s.kernels/%s", cf->cf_run_dir, de->d_name);
 			rm_rf(kdir);
 			free(kdir);
 		}
@@ -227,5 +227,5 @@ supervise_adopt_all(void)
 	free(dir);
 	if (n)
 		log_info("re-attached %d live context%s from %s", n, n == 1 ? "" : "s",
-			 sv.sv_cf.cf_run_dir);
+			 cf->cf_run_dir);
 }

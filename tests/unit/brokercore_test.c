@@ -293,7 +293,9 @@ ready_context(void)
 
 /* ---- what the core calls of the rest of the broker ---- */
 
-struct server sv;
+/* the settings: config.c's in the broker, this test's here */
+static struct server_config settings;
+const struct server_config *const cf = &settings;
 static uint64_t counted[M_EGRESS_REFUSED + 1];
 static char last_outcome[64];
 
@@ -441,14 +443,14 @@ server_forget(struct evsrc *ev)
 static void
 setup(void)
 {
-	memset(&sv, 0, sizeof(sv));
+	memset(&settings, 0, sizeof(settings));
 	memset(&fp, 0, sizeof(fp));
 	fp.next_pid = 4000001; /* no process: the fake port is all that sees it */
-	sv.sv_cf.cf_max_queue = 10;
-	sv.sv_cf.cf_max_contexts = 10;
-	sv.sv_cf.cf_stream_cap = 1 << 20;
-	sv.sv_cf.cf_spill_dir = "/tmp";
-	sv.sv_cf.cf_proxy_bin = "sandcell-proxy";
+	settings.cf_max_queue = 10;
+	settings.cf_max_contexts = 10;
+	settings.cf_stream_cap = 1 << 20;
+	settings.cf_spill_dir = "/tmp";
+	settings.cf_proxy_bin = "sandcell-proxy";
 	link_use(&fake_link);
 	log_init("brokercore_test", LOG_ERR);
 }
@@ -500,7 +502,7 @@ Test(core, admission_order)
 	struct context_counts cc;
 	int k = 0;
 
-	sv.sv_cf.cf_max_queue = 2;
+	settings.cf_max_queue = 2;
 	a = execute(c, code[0]);
 	b = execute(c, code[1]);
 	d = execute(c, code[2]);
@@ -551,7 +553,7 @@ Test(core, cancel_on_disconnect)
 	struct client *a, *b, *d;
 	uint64_t id;
 
-	sv.sv_cf.cf_max_queue = 0; /* one execution at a time */
+	settings.cf_max_queue = 0; /* one execution at a time */
 	a = execute(c, "while True: pass");
 	cr_assert_not_null(a->c_s);
 	id = a->c_s->st_id;
@@ -660,10 +662,10 @@ Test(core, pool_claim_and_refill)
 	const struct sent *claim;
 	struct client *cl;
 
-	snprintf(sv.sv_cf.cf_pool[0].ps_want, sizeof(sv.sv_cf.cf_pool[0].ps_want),
+	snprintf(settings.cf_pool[0].ps_want, sizeof(settings.cf_pool[0].ps_want),
 	         "python");
-	sv.sv_cf.cf_pool[0].ps_size = 1;
-	sv.sv_cf.cf_npool = 1;
+	settings.cf_pool[0].ps_size = 1;
+	settings.cf_npool = 1;
 	pool_fill();
 	cr_assert_eq(fp.nspawn, 1, "one warm proxy spawned");
 	warm = context_next(NULL);
@@ -709,10 +711,10 @@ Test(core, restart_while_queued_from_pool)
 	pid_t old = c->c_pl->pl_pid, wpid;
 	char slot[37];
 
-	snprintf(sv.sv_cf.cf_pool[0].ps_want, sizeof(sv.sv_cf.cf_pool[0].ps_want),
+	snprintf(settings.cf_pool[0].ps_want, sizeof(settings.cf_pool[0].ps_want),
 	         "python");
-	sv.sv_cf.cf_pool[0].ps_size = 1;
-	sv.sv_cf.cf_npool = 1;
+	settings.cf_pool[0].ps_size = 1;
+	settings.cf_npool = 1;
 	pool_fill();
 	warm = context_next(c);
 	cr_assert(warm && warm->c_pooled);
