@@ -212,7 +212,7 @@ cwd_usable(uid_t uid, const char *workspace, const char *cwd, char *err, size_t 
 	char why[320];
 	int rc;
 
-	if (!sv.sv_cf.cf_sandbox)
+	if (!cf->cf_sandbox)
 		rc = cwd_check(cwd, uid, why, sizeof(why));
 	else
 		rc = cwd_in_box(uid, workspace, cwd, why, sizeof(why));

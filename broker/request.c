@@ -69,7 +69,7 @@ request_execute(struct request *rq, json_t *body)
 	struct msg m;
 	int st;
 
-	if (sv.sv_lc.lc_draining) {
+	if (lifecycle_draining()) {
 		answer_done(rq, 503, NULL,
 			     "the server is draining before a stop; not accepting new executions");
 		return;
@@ -90,10 +90,10 @@ request_execute(struct request *rq, json_t *body)
 			     c->c_error ? c->c_error : "it has no proxy");
 		return;
 	}
-	if (c->c_nstreams > sv.sv_cf.cf_max_queue) {
+	if (c->c_nstreams > cf->cf_max_queue) {
 		msg_free(&m);
 		answer_done(rq, 429, NULL, "context %s has %d executions waiting (limit %d)",
-			     c->c_id, c->c_nstreams - 1, sv.sv_cf.cf_max_queue);
+			     c->c_id, c->c_nstreams - 1, cf->cf_max_queue);
 		return;
 	}
 	s = stream_open(c, m.m_code.s);
@@ -116,7 +116,7 @@ request_create(struct request *rq, const char *language, const char *cwd,
 	struct context *c;
 	int rc;
 
-	if (sv.sv_lc.lc_draining) {
+	if (lifecycle_draining()) {
 		answer_done(rq, 503, NULL,
 			     "the server is draining before a stop; not creating contexts");
 		return;
@@ -186,11 +186,10 @@ request_context(struct request *rq, const char *id, int op)
 void
 request_drain(struct request *rq, bool drain)
 {
-	if (!drain && sv.sv_lc.lc_stopping) {
+	if (lifecycle_drain(drain) < 0) {
 		answer_done(rq, 409, NULL, "the server is stopping");
 		return;
 	}
-	sv.sv_lc.lc_draining = drain;
 	log_info("%s by the operator", drain ? "draining" : "accepting again");
 	events_emit(json_pack("{s:s}", "event", drain ? "drain" : "undrain"));
 	answer_done(rq, 200, NULL, "%s", drain ? "draining" : "accepting");

@@ -39,25 +39,25 @@ spawn_spec(const struct context *c, struct spec *sp)
 	    .sp_language = c->c_lang,
 	    .sp_kernel = c->c_kernel,
 	    .sp_cwd = c->c_cwd,
-	    .sp_env_file = sv.sv_cf.cf_env_file,
-	    .sp_env_pass = sv.sv_cf.cf_env_pass,
+	    .sp_env_file = cf->cf_env_file,
+	    .sp_env_pass = cf->cf_env_pass,
 	    .sp_default = c->c_default,
 	    .sp_pooled = c->c_pooled,
-	    .sp_memory = spawn_digits(sv.sv_cf.cf_kernel_memory),
-	    .sp_cpu = spawn_digits(sv.sv_cf.cf_kernel_cpu),
-	    .sp_cgroup = sv.sv_cf.cf_kernel_cgroup,
-	    .sp_python_startup = sv.sv_cf.cf_python_startup,
-	    .sp_kernel_user = sv.sv_cf.cf_kernel_user,
-	    .sp_envd = c->c_envd ? sv.sv_cf.cf_envd_bin : NULL,
+	    .sp_memory = spawn_digits(cf->cf_kernel_memory),
+	    .sp_cpu = spawn_digits(cf->cf_kernel_cpu),
+	    .sp_cgroup = cf->cf_kernel_cgroup,
+	    .sp_python_startup = cf->cf_python_startup,
+	    .sp_kernel_user = cf->cf_kernel_user,
+	    .sp_envd = c->c_envd ? cf->cf_envd_bin : NULL,
 	    .sp_template = template_socket(c->c_kernel),
-	    .sp_max_starting = spawn_digits(sv.sv_cf.cf_max_starting),
-	    .sp_interrupt_retry = spawn_digits(sv.sv_cf.cf_interrupt_retry),
-	    .sp_interrupt_grace = spawn_digits(sv.sv_cf.cf_interrupt_grace),
-	    .sp_heartbeat_timeout = spawn_digits(sv.sv_cf.cf_heartbeat_timeout),
+	    .sp_max_starting = spawn_digits(cf->cf_max_starting),
+	    .sp_interrupt_retry = spawn_digits(cf->cf_interrupt_retry),
+	    .sp_interrupt_grace = spawn_digits(cf->cf_interrupt_grace),
+	    .sp_heartbeat_timeout = spawn_digits(cf->cf_heartbeat_timeout),
 	};
 	/* the default context made as we start waits for the template as the
 	 * pool does (template_starting); a client's request never does */
-	if (sp->sp_template && c->c_default && sv.sv_lc.lc_defaults &&
+	if (sp->sp_template && c->c_default && lifecycle_making_defaults() &&
 	    (wait_ms = template_wait_ms(c->c_kernel)))
 		sp->sp_template_wait = wait_ms;
 	box_spec(c, sp);
@@ -115,13 +115,13 @@ int
 spawn_proxy(struct context *c, pid_t *pid)
 {
 	char spec_fd[12];
-	const char *argv[] = {sv.sv_cf.cf_proxy_bin,
+	const char *argv[] = {cf->cf_proxy_bin,
 	                      "--run-dir",
-	                      sv.sv_cf.cf_run_dir,
+	                      cf->cf_run_dir,
 	                      "--id",
 	                      c->c_pl->pl_slot,
 	                      "--log-level",
-	                      sv.sv_cf.cf_log_level,
+	                      cf->cf_log_level,
 	                      "--spec-fd",
 	                      spec_fd,
 	                      NULL};
@@ -149,7 +149,7 @@ spawn_proxy(struct context *c, pid_t *pid)
 			posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID |
 			                                  POSIX_SPAWN_SETSIGMASK);
 			posix_spawnattr_setsigmask(&at, &none);
-			e = posix_spawn(pid, sv.sv_cf.cf_proxy_bin, &fa, &at,
+			e = posix_spawn(pid, cf->cf_proxy_bin, &fa, &at,
 			                (char *const *)argv, environ);
 			posix_spawnattr_destroy(&at);
 		}
@@ -157,7 +157,7 @@ spawn_proxy(struct context *c, pid_t *pid)
 	}
 	close(fd);
 	if (e) {
-		log_err("context %s: start %s: %s", c->c_id, sv.sv_cf.cf_proxy_bin,
+		log_err("context %s: start %s: %s", c->c_id, cf->cf_proxy_bin,
 		        strerror(e));
 		return -e;
 	}
