@@ -231,7 +231,7 @@ struct server_config {
 	const char *cf_python_startup;
 	const char *cf_kernel_user;
 	uid_t cf_kernel_uid;    /* --kernel-user's uid (0: none) */
-	bool cf_peer_check;     /* connections from contexts are refused (box.c) */
+	bool cf_peer_check;     /* connections from contexts are refused (peer.c) */
 	bool cf_sandbox;        /* kernels in boxes (off: --no-sandbox) */
 	bool cf_template;       /* Python kernels forked from a template (off: --no-template) */
 	bool cf_isolated;       /* --isolation context */
@@ -653,12 +653,7 @@ bool box_memory_cgroup(void);
 bool box_own_userns(void);
 size_t box_missing(void);
 json_t *box_level_json(void);
-void box_peer_check(void);
-bool box_peer_is_context(int fd);
 void box_release(void);
-const char *box_workspace_of(const struct context *c);
-const char *box_default_cwd(void);
-void box_spec(const struct context *c, struct spec *sp);
 
 /* boxuid.c */
 void boxuid_range(unsigned *a, unsigned *b);
@@ -684,6 +679,9 @@ int boxns_enter(const char **what);
 const char *workspace_shared(void);
 void workspace_bound(void);
 int workspace_own(struct context *c, char *err, size_t errsz);
+const char *workspace_of(const struct context *c);
+const char *workspace_default_cwd(void);
+void workspace_release(void);
 
 /* uidlease.c */
 int uid_lease(unsigned uid, const char *role);
@@ -698,5 +696,7 @@ int cpus_quota(const char *proc_cgroup, const char *root);
 /* peer.c */
 enum { PEER_REMOTE, PEER_UID, PEER_UNKNOWN };
 int peer_uid(int fd, uid_t *uid, unsigned long long *ino);
+void peer_check(void);
+bool peer_is_context(int fd);
 
 #endif

@@ -149,7 +149,7 @@ serve_start(void)
 		struct context *ctx;
 		if (context_default(lang) || !kcache_find(lang))
 			continue;
-		if (pool_create(lang, box_default_cwd(), true, NULL, &ctx, err, sizeof(err)) < 0)
+		if (pool_create(lang, workspace_default_cwd(), true, NULL, &ctx, err, sizeof(err)) < 0)
 			log_err("default %s context: %s", lang, err);
 	}
 	sv.sv_lc.lc_defaults = false;
@@ -183,6 +183,7 @@ serve_stop(void)
 	if (!sv.sv_cf.cf_keep_contexts) {
 		unlink(sv.sv_cf.cf_env_file);
 		box_release();
+		workspace_release();
 	}
 	log_info("stopped%s", sv.sv_cf.cf_keep_contexts ? "; contexts kept running" : "");
 }
