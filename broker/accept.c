@@ -5,7 +5,7 @@
  * once and the connection is closed, where MHD would close without a word or
  * wait for the header timeout, and so does a head whose framing is bad
  * (frame_head), which MHD would misread. One from code in a context
- * (box_peer_is_context) gets a 403 instead. A connection handed over keeps
+ * (peer_is_context) gets a 403 instead. A connection handed over keeps
  * its accept time until MHD reports it started (accept_since), whenever MHD
  * does: its header timeout runs from the accept.
  */
@@ -30,7 +30,7 @@ struct pending {
 	struct sockaddr_storage pd_addr;
 	socklen_t pd_addrlen;
 	uint64_t pd_since;
-	bool pd_context; /* from code in a context: answered 403 (box_peer_is_context) */
+	bool pd_context; /* from code in a context: answered 403 (peer_is_context) */
 	struct evsrc pd_ev;
 };
 
@@ -334,7 +334,7 @@ accept_from(int lfd)
 		 * few waiting, at once: a context holding connections open must not
 		 * take the places of the clients'.
 		 */
-		if ((pd->pd_context = box_peer_is_context(pd->pd_fd)) &&
+		if ((pd->pd_context = peer_is_context(pd->pd_fd)) &&
 		    npending_ctx >= CONTEXT_PENDING_MAX) {
 			context_refused();
 			close(pd->pd_fd);

@@ -635,12 +635,7 @@ bool box_memory_cgroup(void);
 bool box_own_userns(void);
 size_t box_missing(void);
 json_t *box_level_json(void);
-void box_peer_check(void);
-bool box_peer_is_context(int fd);
 void box_release(void);
-const char *box_workspace_of(const struct context *c);
-const char *box_default_cwd(void);
-void box_spec(const struct context *c, struct spec *sp);
 
 /* boxuid.c */
 void boxuid_range(unsigned *a, unsigned *b);
@@ -666,6 +661,9 @@ int boxns_enter(const char **what);
 const char *workspace_shared(void);
 uint64_t workspace_bound(void);
 int workspace_own(struct context *c, char *err, size_t errsz);
+const char *workspace_of(const struct context *c);
+const char *workspace_default_cwd(void);
+void workspace_release(void);
 
 /* uidlease.c */
 int uid_lease(unsigned uid, const char *role);
@@ -680,5 +678,7 @@ int cpus_quota(const char *proc_cgroup, const char *root);
 /* peer.c */
 enum { PEER_REMOTE, PEER_UID, PEER_UNKNOWN };
 int peer_uid(int fd, uid_t *uid, unsigned long long *ino);
+void peer_check(void);
+bool peer_is_context(int fd);
 
 #endif

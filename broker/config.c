@@ -422,7 +422,7 @@ config_settle(void)
 	settle_sandbox();
 	/* with no network of their own, kernels cannot connect to us at all */
 	if (!settings.cf_sandbox || strcmp(settings.cf_kernel_network, "none"))
-		box_peer_check();
+		peer_check();
 	settle_paths();
 	say_level();
 }

@@ -243,7 +243,7 @@ egress_own(const struct egress_lists *el)
 	return el && (el->el_allow || el->el_deny);
 }
 
-/* The egress lists of context c's spec (box.c's box_spec). */
+/* The egress lists of context c's spec (spawn.c's spawn_box). */
 void
 egress_spec(const struct context *c, struct spec *sp)
 {

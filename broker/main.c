@@ -134,7 +134,7 @@ serve_start(void)
 		struct context *ctx;
 		if (context_default(lang) || !kcache_find(lang))
 			continue;
-		if (pool_create(lang, box_default_cwd(), true, NULL, &ctx, err, sizeof(err)) < 0)
+		if (pool_create(lang, workspace_default_cwd(), true, NULL, &ctx, err, sizeof(err)) < 0)
 			log_err("default %s context: %s", lang, err);
 	}
 	lifecycle_defaults(false);
@@ -169,6 +169,7 @@ serve_stop(void)
 	if (!keep) {
 		unlink(cf->cf_env_file);
 		box_release();
+		workspace_release();
 	}
 	log_info("stopped%s", keep ? "; contexts kept running" : "");
 }

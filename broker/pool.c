@@ -63,7 +63,7 @@ pool_packages_changed(void)
 	DIR *d = NULL;
 
 	/* looked at in the box's view: a tenant's link leads nowhere out of it */
-	if (!cf->cf_sandbox || boxpath_view_open(&v, box_workspace_of(NULL)) < 0)
+	if (!cf->cf_sandbox || boxpath_view_open(&v, workspace_of(NULL)) < 0)
 		return 0;
 	if (boxpath_open(&v, BOX_HOME PACKAGES_VENV "/lib", 0, &fd, NULL, 0) < 0 ||
 	    fd < 0 || (dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
@@ -117,7 +117,7 @@ pool_cwd_config(const char *kernel, const struct context *x, const char *cwd)
 	bool install;
 
 	return ks && ks->ks_config_in_cwd &&
-	       kspec_cwd_config(cf->cf_sandbox ? box_workspace_of(x) : NULL, cwd, &install);
+	       kspec_cwd_config(cf->cf_sandbox ? workspace_of(x) : NULL, cwd, &install);
 }
 
 /*
@@ -274,7 +274,7 @@ pool_fill(void)
 			continue;
 		context_count(&cc, ks->ks_name);
 		for (int have = cc.cc_pooled; have < ps->ps_size; have++) {
-			c = context_new(NULL, ks->ks_lang, ks->ks_name, box_default_cwd(), false);
+			c = context_new(NULL, ks->ks_lang, ks->ks_name, workspace_default_cwd(), false);
 			c->c_pooled = true;
 			if (link_open(c, c->c_id) < 0 || link_spawn(c) < 0) {
 				context_end(c, CTX_DELETED, NULL);

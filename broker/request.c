@@ -48,7 +48,7 @@ execute_context(const char *ctx_id, char *lang, size_t langsz, struct context **
 	if ((ks = kcache_find(lang))) /* the default is per language */
 		snprintf(lang, langsz, "%s", ks->ks_lang);
 	if (!(*out = context_default(lang)) &&
-	    (rc = pool_create(lang, box_default_cwd(), true, NULL, out, err, errsz)) < 0)
+	    (rc = pool_create(lang, workspace_default_cwd(), true, NULL, out, err, errsz)) < 0)
 		return create_status(rc);
 	return 0;
 }
@@ -127,19 +127,19 @@ request_create(struct request *rq, const char *language, const char *cwd,
 		return;
 	}
 	/* as the kernel's uid; under --isolation context once it has one (boxuid_lease, workspace_own) */
-	if (cwd && !boxuid_isolates() && cwd_usable(boxuid_kernel(NULL), box_workspace_of(NULL), cwd, err, sizeof(err)) < 0) {
+	if (cwd && !boxuid_isolates() && cwd_usable(boxuid_kernel(NULL), workspace_of(NULL), cwd, err, sizeof(err)) < 0) {
 		answer_done(rq, 400, NULL, "%s", err);
 		return;
 	}
-	if (!cwd && cwd_check(box_workspace_of(NULL), (uid_t)-1, why, sizeof(why)) < 0) {
+	if (!cwd && cwd_check(workspace_of(NULL), (uid_t)-1, why, sizeof(why)) < 0) {
 		/* checked at start; gone or closed since: not the client's fault */
 		answer_done(rq, 500, NULL,
 			     "the server's workspace '%.256s' (--cwd) cannot be used: %s",
-			     box_workspace_of(NULL), why);
+			     workspace_of(NULL), why);
 		return;
 	}
 	if (!cwd)
-		cwd = box_default_cwd();
+		cwd = workspace_default_cwd();
 	if ((rc = pool_create(lang, cwd, false, net, &c, err, sizeof(err))) < 0) {
 		answer_done(rq, create_status(rc), NULL, "%s", err);
 		return;

@@ -1,7 +1,7 @@
 /*
  * spawn.c — the real proxy processes (link.c's port, set by main.c): one
  * sandcell-proxy spawned per context, told its context by a spec on an fd
- * (proto/spec.c), signalled, reaped.
+ * (proto/spec.c: its kernel, its box, its limits), signalled, reaped.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -24,6 +24,36 @@ static uint64_t
 spawn_digits(const char *s)
 {
 	return s && *s ? strtoull(s, NULL, 10) : 0;
+}
+
+/* The box's part of c's spec: its uids, workspace, limits, network. */
+static void
+spawn_box(const struct context *c, struct spec *sp)
+{
+	unsigned first, last;
+
+	if (!cf->cf_sandbox)
+		return;
+	if (c->c_uid || (boxuid_ranged() && !cf->cf_kernel_user))
+		sp->sp_uid = c->c_uid ? c->c_uid : boxuid_shared();
+	if (boxuid_ranged())
+		sp->sp_net_uid = c->c_net_uid ? c->c_net_uid : boxuid_net();
+	sp->sp_own_workspace = c->c_workspace != NULL;
+	sp->sp_no_namespaces = boxnons_on();
+	sp->sp_cgroup_group = bounds_group(); /* the parent cgroup of all contexts' boxes */
+	sp->sp_workspace_size = cf->cf_workspace_size; /* an own one's (its proxy makes it), or shown */
+	sp->sp_workspace = workspace_of(c);
+	sp->sp_hide = cf->cf_token_file;
+	sp->sp_sandbox = true;
+	boxuid_range(&first, &last);
+	sp->sp_uid_first = first;
+	sp->sp_uid_last = last;
+	sp->sp_isolated = cf->cf_isolated;
+	sp->sp_outbound = !strcmp(cf->cf_kernel_network, "outbound");
+	sp->sp_uplink = uplink_pid() > 0 ? (uint64_t)uplink_pid() : 0;
+	egress_spec(c, sp);
+	sp->sp_pids = strtoull(cf->cf_kernel_pids, NULL, 10);
+	sp->sp_tmp_size = strtoull(cf->cf_kernel_tmp, NULL, 10);
 }
 
 /*
@@ -60,7 +90,7 @@ spawn_spec(const struct context *c, struct spec *sp)
 	if (sp->sp_template && c->c_default && lifecycle_making_defaults() &&
 	    (wait_ms = template_wait_ms(c->c_kernel)))
 		sp->sp_template_wait = wait_ms;
-	box_spec(c, sp);
+	spawn_box(c, sp);
 }
 
 /*

@@ -34,7 +34,7 @@
 #define UPLINK_BACKOFF_MS 5000
 
 static pid_t pid;
-static unsigned net_uid; /* the boxes' shared network uid (box.c's): pasta's */
+static unsigned net_uid; /* the boxes' shared network uid (boxuid.c's): pasta's */
 static bool adopted;     /* a broker's before us: not our child */
 static uint64_t respawn_at;
 static uint64_t since; /* when the uplink in use started or was adopted (now_ms) */

@@ -2,8 +2,10 @@
  * workspace.c — where the contexts' files live on the host: the shared
  * workspace (<run dir>.work, owned by the kernels' uid), which every box
  * shows at BOX_HOME, and its size bound, a filesystem of its own
- * (lib/wsdisk.c); and a context's own workspace under --isolation context
- * (workspace_own), made with its uids (boxuid_lease).
+ * (lib/wsdisk.c), unmounted at the stop; a context's own workspace under
+ * --isolation context (workspace_own), made with its uids (boxuid_lease);
+ * which one a context's box shows (workspace_of), and the cwd a context
+ * given none starts in (workspace_default_cwd).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -51,8 +53,7 @@ workspace_shared(void)
  * The workspace's size bound (lib/wsdisk.c): by default a quarter of the
  * space free where it is at start. Shared isolation: the server's workspace
  * gets its filesystem now; --isolation context: each context's, made by its
- * proxy (box_spec). Root only; where it cannot be, said, and none (0).
- * Returns the bound, for config.c to keep (cf_workspace_size).
+ * proxy (spawn.c's spawn_box). Root only; where it cannot be, said, and none.
  */
 uint64_t
 workspace_bound(void)
@@ -135,4 +136,29 @@ workspace_own(struct context *c, char *err, size_t errsz)
 	}
 	c->c_workspace = ws;
 	return 0;
+}
+
+/* The workspace a context's box shows at BOX_HOME, on the host. */
+const char *
+workspace_of(const struct context *c)
+{
+	return c && c->c_workspace ? c->c_workspace : cf->cf_cwd;
+}
+
+/* A context's cwd when it was given none: the workspace, as its kernel sees it. */
+const char *
+workspace_default_cwd(void)
+{
+	return cf->cf_sandbox ? BOX_HOME : cf->cf_cwd;
+}
+
+/*
+ * A stop that ended every context: the shared workspace's mount is no longer
+ * ours (its image stays, with what it holds).
+ */
+void
+workspace_release(void)
+{
+	if (cf->cf_sandbox && !cf->cf_isolated && cf->cf_workspace_size)
+		wsdisk_unmount(cf->cf_cwd, false);
 }

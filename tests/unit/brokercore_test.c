@@ -322,12 +322,12 @@ kcache_find(const char *want)
 }
 
 const char *
-box_default_cwd(void)
+workspace_default_cwd(void)
 {
 	return "/home/user";
 }
 const char *
-box_workspace_of(const struct context *c)
+workspace_of(const struct context *c)
 {
 	(void)c;
 	return "/home/user";
