@@ -137,7 +137,8 @@ $(BUILD)/tests/output_test: $(BUILD)/proxy/output.o
 $(BUILD)/tests/brokercore_test: $(BUILD)/broker/request.o $(BUILD)/broker/stream.o \
 			 $(BUILD)/broker/waiter.o $(BUILD)/broker/pool.o $(BUILD)/broker/context.o \
 			 $(BUILD)/broker/supervise.o $(BUILD)/broker/relay.o $(BUILD)/broker/answer.o \
-			 $(BUILD)/broker/link.o $(BUILD)/broker/validate.o $(BUILD)/broker/events.o
+			 $(BUILD)/broker/link.o $(BUILD)/broker/validate.o $(BUILD)/broker/events.o \
+			 $(BUILD)/broker/lifecycle.o
 $(BUILD)/tests/admit_test: $(BUILD)/proxy/admit.o $(BUILD)/proxy/unit.o $(BUILD)/proxy/output.o \
 			  $(BUILD)/proxy/envset.o
 $(BUILD)/tests/hotpages_test: $(BUILD)/proxy/hotpages.o

@@ -5,7 +5,7 @@
  * once and the connection is closed, where MHD would close without a word or
  * wait for the header timeout, and so does a head whose framing is bad
  * (frame_head), which MHD would misread. One from code in a context
- * (box_peer_is_context) gets a 403 instead. A connection handed over keeps
+ * (peer_is_context) gets a 403 instead. A connection handed over keeps
  * its accept time until MHD reports it started (accept_since), whenever MHD
  * does: its header timeout runs from the accept.
  */
@@ -30,13 +30,15 @@ struct pending {
 	struct sockaddr_storage pd_addr;
 	socklen_t pd_addrlen;
 	uint64_t pd_since;
-	bool pd_context; /* from code in a context: answered 403 (box_peer_is_context) */
+	bool pd_context; /* from code in a context: answered 403 (peer_is_context) */
 	struct evsrc pd_ev;
 };
 
 /* Accepted, request line not yet seen. */
 static struct pendq pending = TAILQ_HEAD_INITIALIZER(pending);
 static unsigned npending;
+static unsigned nconns;        /* connections MHD has (accept_conn_started) */
+static struct MHD_Daemon *mhd; /* which takes them (accept_hand_to) */
 static unsigned npending_ctx; /* of them, from code in a context */
 /* Handed to MHD, not yet reported started (on_connection): newest last. */
 static struct pendq accept_handed = TAILQ_HEAD_INITIALIZER(accept_handed);
@@ -44,15 +46,38 @@ static int listen_fd = -1; /* ours: MHD gets connections from here */
 static int envd_fd = -1;   /* --envd-listen's: the same, for envd.c's routes */
 static unsigned short envd_port; /* its port, which tells its connections */
 static struct evsrc ev_listen, ev_envd;
+static const char *address; /* where listen_fd listens (accept_address) */
 
 static void accept_ready(void *arg, uint32_t events);
 static void accept_sniff(void *arg, uint32_t events);
 
-/* Connections waiting for their request line, for the connection limit. */
+/*
+ * The connections held, for the connection limit: those MHD has (http.c
+ * tells each start and end) and those waiting for their request line.
+ */
 unsigned
-accept_pending(void)
+accept_conns(void)
 {
-	return npending;
+	return nconns + npending;
+}
+
+void
+accept_conn_started(void)
+{
+	nconns++;
+}
+
+void
+accept_conn_ended(void)
+{
+	nconns--;
+}
+
+/* Where connections go once their request line is in: MHD (http.c, at start). */
+void
+accept_hand_to(struct MHD_Daemon *d)
+{
+	mhd = d;
 }
 
 static void
@@ -99,9 +124,9 @@ inherited_socket(void)
 	if (fcntl(3, F_SETFD, FD_CLOEXEC) < 0 ||
 	    fcntl(3, F_SETFL, fcntl(3, F_GETFL) | O_NONBLOCK) < 0)
 		fatal("the socket systemd passed: fcntl: %s", strerror(errno));
-	sv.sv_cf.cf_listen =
+	address =
 	    a.ss_family == AF_INET6 ? xasprintf("[%s]:%s", host, port) : xasprintf("%s:%s", host, port);
-	log_info("listening on the socket systemd passed (%s)", sv.sv_cf.cf_listen);
+	log_info("listening on the socket systemd passed (%s)", address);
 	return 3;
 }
 
@@ -155,8 +180,17 @@ accept_listen(const char *where)
 
 	if (fd < 0 && (fd = listen_on(where)) < 0)
 		return -1;
+	if (!address)
+		address = where;
 	accept_watch(fd);
 	return fd;
+}
+
+/* Where the API listens: --listen's, or the socket systemd passed. */
+const char *
+accept_address(void)
+{
+	return address;
 }
 
 /* envd's listener (envd.c): its connections go to MHD as the others do. */
@@ -289,7 +323,7 @@ accept_from(int lfd)
 			return;
 		}
 		/* MHD's own limit: past it a connection is not even answered 503 */
-		if (sv.sv_tb.tb_nconns + npending >= sv.sv_cf.cf_max_conns + 64) {
+		if (nconns + npending >= cf->cf_max_conns + 64) {
 			close(pd->pd_fd);
 			free(pd);
 			continue;
@@ -300,7 +334,7 @@ accept_from(int lfd)
 		 * few waiting, at once: a context holding connections open must not
 		 * take the places of the clients'.
 		 */
-		if ((pd->pd_context = box_peer_is_context(pd->pd_fd)) &&
+		if ((pd->pd_context = peer_is_context(pd->pd_fd)) &&
 		    npending_ctx >= CONTEXT_PENDING_MAX) {
 			context_refused();
 			close(pd->pd_fd);
@@ -370,12 +404,11 @@ accept_sniff(void *arg, uint32_t events)
 	npending--;
 	TAILQ_INSERT_TAIL(&accept_handed, pd, pd_link);
 	/* MHD owns the socket from here, and closes it if it cannot take it */
-	if (MHD_add_connection(sv.sv_io.io_mhd, fd, (struct sockaddr *)&addr, addrlen) !=
-	    MHD_YES) {
+	if (MHD_add_connection(mhd, fd, (struct sockaddr *)&addr, addrlen) != MHD_YES) {
 		log_warn("http: could not take a connection: %s", strerror(errno));
 		accept_since(fd); /* forgets it */
 	}
-	sv.sv_lc.lc_mhd_kick = true;
+	server_kick();
 }
 
 /*
@@ -408,13 +441,13 @@ accept_tick(uint64_t now)
 
 	for (pd = TAILQ_FIRST(&pending); pd; pd = next) {
 		next = TAILQ_NEXT(pd, pd_link);
-		if (now > pd->pd_since + sv.sv_cf.cf_header_timeout * 1000ull)
+		if (now > pd->pd_since + cf->cf_header_timeout * 1000ull)
 			pending_close(pd);
 	}
 	/* one MHD never reported: its fd may be another connection's by now */
 	for (pd = TAILQ_FIRST(&accept_handed); pd; pd = next) {
 		next = TAILQ_NEXT(pd, pd_link);
-		if (now > pd->pd_since + sv.sv_cf.cf_header_timeout * 1000ull) {
+		if (now > pd->pd_since + cf->cf_header_timeout * 1000ull) {
 			TAILQ_REMOVE(&accept_handed, pd, pd_link);
 			free(pd);
 		}
@@ -426,6 +459,7 @@ accept_stop(void)
 {
 	struct pending *pd;
 
+	mhd = NULL;
 	if (listen_fd <= 0)
 		return;
 	while (!TAILQ_EMPTY(&pending))

@@ -108,7 +108,7 @@ do_metrics(struct http_request *hr, struct context *ctx, const char *id)
 
 	(void)ctx, (void)id;
 	context_count(&cc, NULL);
-	char *text = metrics_render(&cc, box_missing(), &len);
+	char *text = metrics_render(&cc, stream_count(), box_missing(), &len);
 	struct MHD_Response *r =
 	    MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
 
@@ -144,7 +144,7 @@ do_ready(struct http_request *hr, struct context *ctx, const char *id)
 	struct context *c;
 
 	(void)ctx, (void)id;
-	if (sv.sv_lc.lc_draining)
+	if (lifecycle_draining())
 		return respond_now(hr, 503, respond_text("not ready: draining"));
 	CONTEXT_FOREACH(c)
 	{

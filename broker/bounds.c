@@ -57,7 +57,7 @@ name_group(void)
 {
 	uint64_t h = 0xcbf29ce484222325ull;
 
-	for (const char *p = sv.sv_cf.cf_run_dir; *p; p++)
+	for (const char *p = cf->cf_run_dir; *p; p++)
 		h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
 	snprintf(group, sizeof(group), "broker-%016llx", (unsigned long long)h);
 }
@@ -94,7 +94,6 @@ bounds_settle(bool memory_cgroup, const char **how)
 {
 	static const char *const mem_files[2] = {"memory.max", "memory.limit_in_bytes"};
 	static const char *const pids_files[2] = {"pids.max", NULL};
-	struct server_config *cf = &sv.sv_cf;
 	bool mem_off = cf->cf_total_memory_set && !cf->cf_total_memory;
 
 	const char *lacks = NULL;
@@ -129,12 +128,9 @@ bounds_settle(bool memory_cgroup, const char **how)
 			             : ", three quarters of the machine's");
 		}
 	}
-	if (cf->cf_total_pids_set ? cf->cf_total_pids
-	                          : (cf->cf_total_pids = machine_pids() / 2)) {
-		if (cgroup_usable("pids") &&
-		    set_limit("pids", pids_files, cf->cf_total_pids) == 0)
-			pids_total = cf->cf_total_pids;
-	}
+	uint64_t pids = cf->cf_total_pids_set ? cf->cf_total_pids : machine_pids() / 2;
+	if (pids && cgroup_usable("pids") && set_limit("pids", pids_files, pids) == 0)
+		pids_total = pids;
 	return lacks;
 }
 
@@ -148,8 +144,6 @@ bounds_settle(bool memory_cgroup, const char **how)
 uint64_t
 bounds_workspace_default(uint64_t free_bytes)
 {
-	const struct server_config *cf = &sv.sv_cf;
-
 	if (!cf->cf_isolated)
 		return (free_bytes / 4) & ~((1ull << 20) - 1);
 	uint64_t total =
@@ -162,8 +156,6 @@ bounds_workspace_default(uint64_t free_bytes)
 void
 bounds_workspaces(void)
 {
-	struct server_config *cf = &sv.sv_cf;
-
 	ws_total = 0;
 	if (!cf->cf_sandbox || !cf->cf_workspace_size)
 		return; /* no bound on one, none on all (box.c said why) */
@@ -200,11 +192,11 @@ ws_held(void)
 	const struct context *c;
 	uint64_t n = 0;
 
-	if (!sv.sv_cf.cf_isolated)
+	if (!cf->cf_isolated)
 		return ws_total;
 	CONTEXT_FOREACH(c)
 	n += c->c_workspace != NULL;
-	return n * sv.sv_cf.cf_workspace_size;
+	return n * cf->cf_workspace_size;
 }
 
 /*
@@ -215,9 +207,9 @@ ws_held(void)
 int
 bounds_workspace_room(char *err, size_t errsz)
 {
-	uint64_t held = ws_held(), size = sv.sv_cf.cf_workspace_size;
+	uint64_t held = ws_held(), size = cf->cf_workspace_size;
 
-	if (!ws_total || !sv.sv_cf.cf_isolated || held + size <= ws_total)
+	if (!ws_total || !cf->cf_isolated || held + size <= ws_total)
 		return 0;
 	snprintf(
 	    err, errsz,

@@ -1,9 +1,10 @@
 /*
- * box.c — the broker's side of the kernels' sandbox (built by each proxy,
- * proxy/sandbox.c): can this machine build it (what it lacks here, GET
- * /ready's "sandbox"), the workspace a box shows, what the proxies are told
- * (box_spec), the peer check, and what a stop releases. The uids boxes run
- * as are boxuid.c's, a context's own workspace workspace.c's.
+ * box.c — what the kernels' sandbox (built by each proxy, proxy/sandbox.c)
+ * can be on this machine: the capabilities probed at start (box_check), what
+ * it lacks here and its level (GET /ready's "sandbox", /metrics'
+ * sandcell_sandbox_missing), and what a stop releases. The uids boxes run as
+ * are boxuid.c's, the workspaces workspace.c's, what a proxy is told of its
+ * box spawn.c's, the peer check peer.c's.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -60,7 +61,7 @@ box_own_userns(void)
 size_t
 box_missing(void)
 {
-	return sv.sv_cf.cf_sandbox ? nmissing : 0;
+	return cf->cf_sandbox ? nmissing : 0;
 }
 
 /* The sandbox's level and what it lacks: GET /ready's "sandbox". */
@@ -69,11 +70,11 @@ box_level_json(void)
 {
 	json_t *m = json_array();
 
-	for (size_t i = 0; sv.sv_cf.cf_sandbox && i < nmissing; i++)
+	for (size_t i = 0; cf->cf_sandbox && i < nmissing; i++)
 		json_array_append_new(m, json_pack("{s:s, s:s}", "what", missing[i].l_what, "how",
 						   missing[i].l_how));
 	return json_pack("{s:s, s:b, s:b, s:i, s:o, s:o, s:o}", "level",
-			 !sv.sv_cf.cf_sandbox ? "off"
+			 !cf->cf_sandbox ? "off"
 			 : nmissing	     ? "reduced"
 					     : "full",
 			 "own_user_namespace", own_userns, "namespaces", !boxnons_on(),
@@ -134,6 +135,7 @@ namespaces_work(const char **what)
 }
 
 static bool memory_cgroup = true; /* a box's memory limit can be a cgroup here */
+static bool no_way_out;            /* outbound asked, but boxes cannot have it here */
 
 /* Whether a memory cgroup can hold a context's limit (box_check said). */
 bool
@@ -154,7 +156,7 @@ check_cgroups(void)
 		memory_cgroup = false;
 		return;
 	}
-	if (sv.sv_cf.cf_kernel_pids && strcmp(sv.sv_cf.cf_kernel_pids, "0") && !cgroup_usable("pids"))
+	if (cf->cf_kernel_pids && strcmp(cf->cf_kernel_pids, "0") && !cgroup_usable("pids"))
 		lack("a pids cgroup per context: its processes are limited by RLIMIT_NPROC of "
 		     "its kernels' uid instead",
 		     "a writable /sys/fs/cgroup with the pids controller");
@@ -178,12 +180,12 @@ check_network(void)
 {
 	struct stat st;
 
-	if (strcmp(sv.sv_cf.cf_kernel_network, "outbound") || boxnons_on())
+	if (strcmp(cf->cf_kernel_network, "outbound") || boxnons_on())
 		return;
 	if (stat("/dev/net/tun", &st) < 0 || !S_ISCHR(st.st_mode)) {
 		lack("outbound network: there is no /dev/net/tun, so contexts have loopback only",
 		     "the tun device (podman, docker: --device /dev/net/tun)");
-		sv.sv_cf.cf_kernel_network = "none";
+		no_way_out = true;
 		return;
 	}
 	/* never a way out without the egress rules (egress.c) */
@@ -194,7 +196,7 @@ check_network(void)
 			 "outbound network: nftables cannot set the boxes' egress rules here (%s), "
 			 "so contexts have loopback only", why);
 		lack(what, "nftables in the kernel (nf_tables, nft_reject_inet)");
-		sv.sv_cf.cf_kernel_network = "none";
+		no_way_out = true;
 		return;
 	}
 	if ((own_userns || !boxns_has_cap(CAP_MKNOD)) && (st.st_mode & 0006) != 0006) {
@@ -243,10 +245,10 @@ box_check(char *err, size_t errsz)
 			 "runs in a user namespace of its own, which maps the container's uids to "
 			 "themselves, and makes the boxes from there");
 	}
-	if (geteuid() != 0 && (sv.sv_cf.cf_isolated || sv.sv_cf.cf_kernel_user)) {
+	if (geteuid() != 0 && (cf->cf_isolated || cf->cf_kernel_user)) {
 		snprintf(err, errsz, "%s needs root (a uid of its own per kernel); not root, "
 				     "the box has a user namespace with the broker's uid only",
-			 sv.sv_cf.cf_isolated ? "--isolation context" : "--kernel-user");
+			 cf->cf_isolated ? "--isolation context" : "--kernel-user");
 		return -EPERM;
 	}
 	if (prctl(PR_GET_SECCOMP, 0, 0, 0, 0) < 0) {
@@ -298,158 +300,20 @@ box_check(char *err, size_t errsz)
 	return 0;
 }
 
-/*
- * Whether the broker can tell a context's connections from its clients': it
- * looks up a connection to itself made here (peer.c), which must name our
- * own uid. Without it (no sock_diag here) no connection is refused as a
- * context's, and the log says that contexts can reach the API.
- */
-static bool
-peer_lookup_works(void)
-{
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t al = sizeof(a);
-	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), c = -1, s = -1;
-	uid_t uid = (uid_t)-1;
-	unsigned long long ino;
-	bool ok = false;
-
-	if (l >= 0 && bind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(l, 1) == 0 &&
-	    getsockname(l, (struct sockaddr *)&a, &al) == 0 &&
-	    (c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
-	    connect(c, (struct sockaddr *)&a, sizeof(a)) == 0 && (s = accept(l, NULL, NULL)) >= 0)
-		ok = peer_uid(s, &uid, &ino) == PEER_UID && uid == geteuid();
-	if (s >= 0)
-		close(s);
-	if (c >= 0)
-		close(c);
-	if (l >= 0)
-		close(l);
-	return ok;
-}
-
-/*
- * Whether the kernels' uids on the host are their own: root's boxes (the
- * range, or --kernel-user), or --kernel-user without the sandbox. Otherwise
- * they are the broker's uid and nothing tells their connections apart.
- */
-static bool
-kernels_have_own_uids(void)
-{
-	return boxuid_ranged() || sv.sv_cf.cf_kernel_uid;
-}
-
-/* At start: whether box_peer_is_context can work here; the log says if not. */
-void
-box_peer_check(void)
-{
-	sv.sv_cf.cf_peer_check = false;
-	if (boxnons_on() && geteuid() != 0) {
-		/* kernels are our uid: their connections are told by their boxes (peerbox.c) */
-		if (!(sv.sv_cf.cf_peer_check = peer_lookup_works()))
-			log_warn("cannot look up the owners of local connections (NETLINK_SOCK_DIAG): "
-				 "code in a context can reach this server's API over the network%s",
-				 sv.sv_cf.cf_token ? " (the access token still guards it)"
-						   : "; set --access-token");
-		return;
-	}
-	if (!kernels_have_own_uids()) {
-		if (!sv.sv_cf.cf_sandbox)
-			return; /* the log already says what --no-sandbox gives away */
-		log_warn("kernels run as the broker's uid on the host: code in a context can "
-			 "reach this server's API over the network%s",
-			 sv.sv_cf.cf_token ? " (the access token still guards it)"
-					   : "; set --access-token, or --kernel-network none");
-		return;
-	}
-	if (!(sv.sv_cf.cf_peer_check = peer_lookup_works()))
-		log_warn("cannot look up the owners of local connections (NETLINK_SOCK_DIAG): "
-			 "code in a context can reach this server's API over the network%s",
-			 sv.sv_cf.cf_token ? " (the access token still guards it)"
-					   : "; set --access-token, or --kernel-network none");
-}
-
-/*
- * Whether an accepted HTTP connection comes from code in a context: kernels
- * share the host's network by default, and through the API one context could
- * run code in another, read its output or delete it. A connection from this
- * machine whose owner cannot be named (its client closed before we looked)
- * is not taken on trust either.
- */
+/* After box_check: whether --kernel-network outbound cannot be had here (config.c: none). */
 bool
-box_peer_is_context(int fd)
+box_no_way_out(void)
 {
-	unsigned long long ino = 0;
-	unsigned a, b;
-	uid_t uid;
-
-	if (!sv.sv_cf.cf_peer_check)
-		return false;
-	switch (peer_uid(fd, &uid, &ino)) {
-	case PEER_REMOTE: return false;
-	case PEER_UNKNOWN: return true;
-	}
-	if (uid == geteuid()) /* a kernel of ours, where kernels keep our uid */
-		return peerbox_socket_boxed(ino);
-	if (sv.sv_cf.cf_kernel_uid && uid == sv.sv_cf.cf_kernel_uid)
-		return true;
-	boxuid_range(&a, &b);
-	return boxuid_ranged() && uid >= a && uid <= b;
+	return no_way_out;
 }
 
 /*
  * A stop that ended every context: the shared uids are no longer ours, nor
- * is the shared workspace's mount (its image stays, with what it holds).
+ * the parent cgroup (the shared workspace's mount is workspace_release's).
  */
 void
 box_release(void)
 {
 	boxuid_release();
 	bounds_release();
-	if (sv.sv_cf.cf_sandbox && !sv.sv_cf.cf_isolated && sv.sv_cf.cf_workspace_size)
-		wsdisk_unmount(sv.sv_cf.cf_cwd, false);
-}
-
-/* The workspace a context's box shows at BOX_HOME, on the host. */
-const char *
-box_workspace_of(const struct context *c)
-{
-	return c && c->c_workspace ? c->c_workspace : sv.sv_cf.cf_cwd;
-}
-
-/* A context's cwd when it was given none: the workspace, as its kernel sees it. */
-const char *
-box_default_cwd(void)
-{
-	return sv.sv_cf.cf_sandbox ? BOX_HOME : sv.sv_cf.cf_cwd;
-}
-
-/* The box's part of the proxy's spec (spawn.c): its uids, workspace, limits, network. */
-void
-box_spec(const struct context *c, struct spec *sp)
-{
-	unsigned first, last;
-
-	if (!sv.sv_cf.cf_sandbox)
-		return;
-	if (c->c_uid || (boxuid_ranged() && !sv.sv_cf.cf_kernel_user))
-		sp->sp_uid = c->c_uid ? c->c_uid : boxuid_shared();
-	if (boxuid_ranged())
-		sp->sp_net_uid = c->c_net_uid ? c->c_net_uid : boxuid_net();
-	sp->sp_own_workspace = c->c_workspace != NULL;
-	sp->sp_no_namespaces = boxnons_on();
-	sp->sp_cgroup_group = bounds_group(); /* the parent cgroup of all contexts' boxes */
-	sp->sp_workspace_size = sv.sv_cf.cf_workspace_size; /* an own one's (its proxy makes it), or shown */
-	sp->sp_workspace = box_workspace_of(c);
-	sp->sp_hide = sv.sv_cf.cf_token_file;
-	sp->sp_sandbox = true;
-	boxuid_range(&first, &last);
-	sp->sp_uid_first = first;
-	sp->sp_uid_last = last;
-	sp->sp_isolated = sv.sv_cf.cf_isolated;
-	sp->sp_outbound = !strcmp(sv.sv_cf.cf_kernel_network, "outbound");
-	sp->sp_uplink = uplink_pid() > 0 ? (uint64_t)uplink_pid() : 0;
-	egress_spec(c, sp);
-	sp->sp_pids = strtoull(sv.sv_cf.cf_kernel_pids, NULL, 10);
-	sp->sp_tmp_size = strtoull(sv.sv_cf.cf_kernel_tmp, NULL, 10);
 }

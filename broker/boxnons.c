@@ -20,7 +20,7 @@ static bool nons; /* none to be had here */
 bool
 boxnons_on(void)
 {
-	return sv.sv_cf.cf_sandbox && nons;
+	return cf->cf_sandbox && nons;
 }
 
 /*
@@ -51,7 +51,7 @@ boxnons_start(const char *what, int err, void (*lack)(const char *what, const ch
 	lack("a PID namespace of the box's own: kernels see the container's processes (they "
 	     "signal only their own context's through Landlock)", how);
 	lack("a /proc of the box's own: a kernel sees every process of the container", how);
-	lack(strcmp(sv.sv_cf.cf_kernel_network, "none")
+	lack(strcmp(cf->cf_kernel_network, "none")
 		 ? "a network of the box's own: kernels share the container's network and its "
 		   "loopback (servers listening there are in their reach), with no egress rule "
 		   "(--egress-deny, the default deny list and the host's addresses are not "

@@ -16,14 +16,14 @@ void
 boxuid_range(unsigned *a, unsigned *b)
 {
 	*a = *b = 0;
-	sscanf(sv.sv_cf.cf_uid_range, "%u-%u", a, b);
+	sscanf(cf->cf_uid_range, "%u-%u", a, b);
 }
 
 /* Whether boxes run kernels as uids of the range on the host (root's boxes). */
 bool
 boxuid_ranged(void)
 {
-	return sv.sv_cf.cf_sandbox && geteuid() == 0;
+	return cf->cf_sandbox && geteuid() == 0;
 }
 
 /*
@@ -88,7 +88,7 @@ boxuid_shared(void)
 	if (!(shared_uid = lease_one("", true, &shared_lease)))
 		fatal("no uid of --kernel-uid-range %s is free: other brokers or processes "
 		      "hold them all",
-		      sv.sv_cf.cf_uid_range);
+		      cf->cf_uid_range);
 	log_info("sandbox: kernels run as uid %u%s", shared_uid,
 		 shared_lease >= 0 ? ", leased for this broker's life" : "");
 	return shared_uid;
@@ -108,7 +108,7 @@ boxuid_net(void)
 	boxuid_shared(); /* the kernels' first: after a restart, theirs is taken again */
 	if (!(shared_net_uid = lease_one("net", true, &shared_net_lease)))
 		fatal("no uid of --kernel-uid-range %s is free for the boxes' network",
-		      sv.sv_cf.cf_uid_range);
+		      cf->cf_uid_range);
 	return shared_net_uid;
 }
 
@@ -120,8 +120,8 @@ boxuid_net(void)
 uid_t
 boxuid_kernel(const struct context *c)
 {
-	if (sv.sv_cf.cf_kernel_user)
-		return sv.sv_cf.cf_kernel_uid;
+	if (cf->cf_kernel_user)
+		return cf->cf_kernel_uid;
 	if (!boxuid_ranged())
 		return (uid_t)-1;
 	return c && c->c_uid ? c->c_uid : boxuid_shared();
@@ -131,7 +131,7 @@ boxuid_kernel(const struct context *c)
 bool
 boxuid_isolates(void)
 {
-	return sv.sv_cf.cf_sandbox && sv.sv_cf.cf_isolated && !sv.sv_cf.cf_kernel_user;
+	return cf->cf_sandbox && cf->cf_isolated && !cf->cf_kernel_user;
 }
 
 /*
@@ -143,7 +143,7 @@ boxuid_lease(struct context *c, char *err, size_t errsz)
 {
 	if (!(c->c_uid = lease_one("", false, &c->c_uid_lease)) ||
 	    (boxuid_ranged() && !(c->c_net_uid = lease_one("net", false, &c->c_net_lease)))) {
-		snprintf(err, errsz, "no free uid in --kernel-uid-range %s", sv.sv_cf.cf_uid_range);
+		snprintf(err, errsz, "no free uid in --kernel-uid-range %s", cf->cf_uid_range);
 		return -EAGAIN;
 	}
 	return 0;

@@ -209,10 +209,12 @@ TAILQ_HEAD(contextq, context);
 struct pool_spec {
 	char ps_want[MAX_LANG + 1];
 	int ps_size;
-	uint64_t ps_retry_at; /* back off after a pooled proxy failed */
 };
 
-/* Settings: from flags and the environment at start-up, read-only after. */
+/*
+ * Settings: from flags and the environment (options.c), completed at start
+ * (config.c); config.c's alone, everyone else reads them through cf.
+ */
 struct server_config {
 	const char *cf_listen, *cf_run_dir, *cf_cwd, *cf_proxy_bin;
 	const char *cf_envd_listen; /* envd's API (envd.c); NULL: off */
@@ -226,12 +228,11 @@ struct server_config {
 	char cf_max_starting[24]; /* kernels starting at once, for the proxies; "0": any */
 	unsigned cf_conn_timeout;
 	bool cf_no_default;
-	bool cf_keep_contexts;  /* proxies outlive a stop; the one set at run time (control.c) */
+	bool cf_keep_contexts;  /* proxies outlive a stop: the start value (lifecycle.c keeps it) */
 	const char *cf_kernel_memory, *cf_kernel_cpu, *cf_kernel_cgroup;
 	const char *cf_python_startup;
 	const char *cf_kernel_user;
 	uid_t cf_kernel_uid;    /* --kernel-user's uid (0: none) */
-	bool cf_peer_check;     /* connections from contexts are refused (box.c) */
 	bool cf_sandbox;        /* kernels in boxes (off: --no-sandbox) */
 	bool cf_template;       /* Python kernels forked from a template (off: --no-template) */
 	bool cf_isolated;       /* --isolation context */
@@ -240,7 +241,7 @@ struct server_config {
 	bool cf_workspace_size_set; /* given (--workspace-size), not the default */
 	uint64_t cf_total_memory, cf_total_pids, cf_total_workspace; /* all contexts' (bounds.c) */
 	bool cf_total_memory_set, cf_total_pids_set, cf_total_workspace_set;
-	struct pool_spec cf_pool[MAX_POOL]; /* --pool (each one's ps_retry_at is pool.c's) */
+	struct pool_spec cf_pool[MAX_POOL]; /* --pool */
 	size_t cf_npool;
 	unsigned char cf_token_hash[32]; /* BLAKE2b of the access token */
 	bool cf_token;
@@ -253,67 +254,37 @@ struct server_config {
 	unsigned cf_grace;      /* seconds running executions get on SIGTERM */
 	char cf_interrupt_retry[24], cf_interrupt_grace[24]; /* ms, for the proxies; "" = default */
 	char cf_heartbeat_timeout[24]; /* ms, for the proxies; "" = default */
-	uint64_t cf_watchdog_ms; /* systemd watchdog interval / 2; 0 = none */
 	json_t *cf_genv;        /* global env vars */
 	char *cf_env_pass;      /* --env-pass: names, comma-separated (lib/kenv.c); NULL: none */
 };
 
-/* What the event loop watches: its fds and their event sources. */
-struct server_handles {
-	struct MHD_Daemon *io_mhd;
-	int io_epfd, io_sigfd;
-	struct evsrc io_ev_sig;
-	struct epoll_event *io_batch; /* what epoll_wait returned, handled in turn */
-	int io_batch_n;
-};
+/* config.c's settings; no other file writes them (config.h) */
+extern const struct server_config *const cf;
 
-/*
- * The tables more than one module reads; the loop's thread alone touches
- * them. What one module alone keeps is static in it (context.c's contexts,
- * accept.c's pending connections, control.c's clients, respond.c's parked
- * streams, ...).
- */
-struct server_tables {
-	struct streamq tb_streams;   /* stream.c's, walked by listings and metrics */
-	unsigned tb_nconns;          /* HTTP connections MHD has (http.c), for accept.c's limit */
-};
-
-/* The warm pool's state (its sizes are cf_pool): pool.c's, and shared, as
- * link and proxy events back it off or kick it (relay.c, supervise.c). */
-struct server_pool {
-	uint64_t po_backoff; /* no refill before this (a warm kernel failed) */
-	bool po_kick;        /* refill the pool once this round's responses are out */
-};
-
-/* Where the broker is in its life. */
-struct server_lifecycle {
-	bool lc_draining;       /* new executions get 503 */
-	bool lc_stopping;       /* SIGTERM: stop once drained */
-	uint64_t lc_drain_until;
-	uint64_t lc_watchdog_at;
-	bool lc_mhd_kick, lc_quit;
-	bool lc_defaults;       /* the default contexts of start-up are being made */
-	uint64_t lc_started;
-};
-
-/*
- * The broker's global: configuration (read-only after start), the loop's
- * handles, the shared tables and where the broker is in its life.
- */
-struct server {
-	struct server_config sv_cf;
-	struct server_handles sv_io;
-	struct server_tables sv_tb;
-	struct server_pool sv_po;
-	struct server_lifecycle sv_lc;
-};
-extern struct server sv;
-
-/* server.c */
+/* server.c: the loop's epoll */
+void server_open(void);
 void server_watch(int fd, uint32_t events, struct evsrc *ev);
 void server_unwatch(int fd);
 void server_forget(struct evsrc *ev);
 void server_notify(const char *state);
+void server_kick(void);
+void server_kicked(void);
+void server_wait(long wait);
+
+/* lifecycle.c: where the broker is in its life */
+void lifecycle_start(void);
+double lifecycle_uptime(void);
+bool lifecycle_draining(void);
+int lifecycle_drain(bool on);
+void lifecycle_stop(uint64_t grace_ms);
+bool lifecycle_stopping(void);
+bool lifecycle_grace_over(uint64_t now);
+void lifecycle_quit(void);
+bool lifecycle_quitting(void);
+void lifecycle_defaults(bool making);
+bool lifecycle_making_defaults(void);
+void lifecycle_keep_contexts(bool keep);
+bool lifecycle_keeps_contexts(void);
 
 /* options.c */
 void options_parse(int argc, char **argv);
@@ -343,12 +314,15 @@ void answer_drop(struct request *rq);
 
 /* accept.c */
 int accept_listen(const char *where);
+const char *accept_address(void);
 int accept_listen_envd(const char *where);
 bool accept_is_envd(int fd);
 int accept_answer(int fd, const char *status, const char *text);
 uint64_t accept_since(int fd);
 void accept_tick(uint64_t now);
-unsigned accept_pending(void);
+unsigned accept_conns(void);
+void accept_conn_started(void);
+void accept_conn_ended(void);
 void accept_stop(void);
 
 /* caller.c */
@@ -389,7 +363,8 @@ void metrics_http(const char *endpoint, const char *method, unsigned status);
 void metrics_execution(struct stream *s, const char *outcome, uint64_t wait_ms,
 		       uint64_t run_ms);
 void metrics_count(enum metric m, uint64_t n);
-char *metrics_render(const struct context_counts *cc, size_t box_missing, size_t *len);
+char *metrics_render(const struct context_counts *cc, size_t streams, size_t box_missing,
+		     size_t *len);
 
 /* openapi.c */
 void openapi_init(void);
@@ -434,6 +409,8 @@ void stream_fail(struct stream *s, const char *name, const char *value, const ch
 void stream_cancel(struct stream *s, const char *why);
 void stream_expire(struct stream *s, const char *name, const char *why);
 void stream_detach(struct stream *s);
+struct stream *stream_next(const struct stream *s);
+size_t stream_count(void);
 struct stream *stream_by_id(uint64_t id);
 void stream_closed(struct stream *s);
 void stream_tick(uint64_t now);
@@ -556,6 +533,9 @@ int pool_create(const char *lang, const char *cwd, bool is_default,
 struct context *pool_use(const char *kernel, const char *cwd, bool is_default);
 bool pool_restart(struct context *c);
 void pool_fill(void);
+void pool_kick(void);
+void pool_back_off(uint64_t now);
+bool pool_kicked(void);
 
 /* waiter.c */
 void waiter_wait_ready(struct context *c, struct request *rq);
@@ -588,6 +568,7 @@ json_t *connect_entry(json_t *a);
 /* envd.c: envd's API on its own listener (docs/ENVD.md) */
 void envd_start(void);
 bool envd_wanted(void);
+void envd_turn_off(void);
 
 bool envd_upload_asked(const char *url, const char *method);
 
@@ -648,17 +629,13 @@ void bounds_release(void);
 
 /* box.c */
 int box_check(char *err, size_t errsz);
+bool box_no_way_out(void);
 void box_lack(const char *what, const char *how);
 bool box_memory_cgroup(void);
 bool box_own_userns(void);
 size_t box_missing(void);
 json_t *box_level_json(void);
-void box_peer_check(void);
-bool box_peer_is_context(int fd);
 void box_release(void);
-const char *box_workspace_of(const struct context *c);
-const char *box_default_cwd(void);
-void box_spec(const struct context *c, struct spec *sp);
 
 /* boxuid.c */
 void boxuid_range(unsigned *a, unsigned *b);
@@ -682,8 +659,11 @@ int boxns_enter(const char **what);
 
 /* workspace.c */
 const char *workspace_shared(void);
-void workspace_bound(void);
+uint64_t workspace_bound(void);
 int workspace_own(struct context *c, char *err, size_t errsz);
+const char *workspace_of(const struct context *c);
+const char *workspace_default_cwd(void);
+void workspace_release(void);
 
 /* uidlease.c */
 int uid_lease(unsigned uid, const char *role);
@@ -698,5 +678,7 @@ int cpus_quota(const char *proc_cgroup, const char *root);
 /* peer.c */
 enum { PEER_REMOTE, PEER_UID, PEER_UNKNOWN };
 int peer_uid(int fd, uid_t *uid, unsigned long long *ino);
+void peer_check(void);
+bool peer_is_context(int fd);
 
 #endif

@@ -24,7 +24,7 @@ chanlink_readable(void *c, uint32_t events)
 int
 chanlink_dial(struct context *c)
 {
-	char *url = xasprintf("ipc://%s/ctx/%s/proxy.sock", sv.sv_cf.cf_run_dir,
+	char *url = xasprintf("ipc://%s/ctx/%s/proxy.sock", cf->cf_run_dir,
 	                      c->c_pl->pl_slot);
 	int e;
 

@@ -1,8 +1,11 @@
 /*
- * config.c — the broker's settings beyond parsing its flags (options.c): the
- * access token, the global env (--env, --env-file), the warm pool's specs,
- * what is worked out or checked at start (defaults that depend on the
- * machine, the sandbox, the cwd), and the run directory (ours alone, locked,
+ * config.c — the broker's settings: their one copy (settings, which options.c
+ * fills from the flags; every other file reads it through cf, a const
+ * pointer: config.h), and what goes beyond parsing the flags: the access
+ * token, the global env (--env, --env-file), the warm pool's specs, what is
+ * worked out or checked at start (defaults that depend on the machine, the
+ * sandbox, the cwd; what another module works out is returned to be kept
+ * here, as workspace_bound's), and the run directory (ours alone, locked,
  * with the global env file).
  */
 #include <errno.h>
@@ -20,7 +23,11 @@
 
 #include <sodium.h>
 
-#include "broker.h"
+#define CONFIG_WRITER
+#include "config.h"
+
+struct server_config settings;
+const struct server_config *const cf = &settings;
 
 /* Only a hash of the token is kept; comparing hashes is constant-time. */
 void
@@ -28,9 +35,9 @@ config_token_set(const char *token)
 {
 	if (!*token)
 		fatal("the access token is empty");
-	crypto_generichash(sv.sv_cf.cf_token_hash, sizeof(sv.sv_cf.cf_token_hash),
+	crypto_generichash(settings.cf_token_hash, sizeof(settings.cf_token_hash),
 			   (const unsigned char *)token, strlen(token), NULL, 0);
-	sv.sv_cf.cf_token = true;
+	settings.cf_token = true;
 }
 
 int
@@ -58,19 +65,19 @@ config_pool_parse(const char *arg)
 {
 	char *copy = xstrdup(arg), *save, *tok;
 
-	sv.sv_cf.cf_npool = 0;
+	settings.cf_npool = 0;
 	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		char *eq = strchr(tok, '=');
 		if (!strcmp(tok, "0") || !strcmp(tok, "none"))
 			continue;
 		uint64_t size;
-		if (!eq || sv.sv_cf.cf_npool == sizeof(sv.sv_cf.cf_pool) / sizeof(sv.sv_cf.cf_pool[0]) ||
+		if (!eq || settings.cf_npool == sizeof(settings.cf_pool) / sizeof(settings.cf_pool[0]) ||
 		    parse_count(eq + 1, 0, 64, &size) < 0) {
 			free(copy);
 			return -1;
 		}
 		*eq = '\0';
-		struct pool_spec *ps = &sv.sv_cf.cf_pool[sv.sv_cf.cf_npool++];
+		struct pool_spec *ps = &settings.cf_pool[settings.cf_npool++];
 		if (lang_normalise(tok, ps->ps_want, sizeof(ps->ps_want)) < 0) {
 			free(copy);
 			return -1;
@@ -97,7 +104,7 @@ config_env_put(const char *kv, const char *origin)
 		free(k);
 		return -1;
 	}
-	json_object_set_new(sv.sv_cf.cf_genv, k, json_string(eq + 1));
+	json_object_set_new(settings.cf_genv, k, json_string(eq + 1));
 	free(k);
 	return 0;
 }
@@ -141,32 +148,32 @@ config_run_dir(void)
 	char *lock, *ctx;
 	int fd, rc;
 
-	if ((rc = mkdir_p(sv.sv_cf.cf_run_dir, 0700)) < 0)
-		fatal("run dir %s: %s", sv.sv_cf.cf_run_dir, strerror(-rc));
-	if (lstat(sv.sv_cf.cf_run_dir, &st) < 0 || !S_ISDIR(st.st_mode))
-		fatal("run dir %s: not a directory", sv.sv_cf.cf_run_dir);
+	if ((rc = mkdir_p(settings.cf_run_dir, 0700)) < 0)
+		fatal("run dir %s: %s", settings.cf_run_dir, strerror(-rc));
+	if (lstat(settings.cf_run_dir, &st) < 0 || !S_ISDIR(st.st_mode))
+		fatal("run dir %s: not a directory", settings.cf_run_dir);
 	if (st.st_uid != geteuid())
-		fatal("run dir %s: owned by uid %u, not us", sv.sv_cf.cf_run_dir, st.st_uid);
-	if ((st.st_mode & 0777) != 0700 && chmod(sv.sv_cf.cf_run_dir, 0700) < 0)
-		fatal("chmod 0700 %s: %s", sv.sv_cf.cf_run_dir, strerror(errno));
-	lock = xasprintf("%s/broker.lock", sv.sv_cf.cf_run_dir);
+		fatal("run dir %s: owned by uid %u, not us", settings.cf_run_dir, st.st_uid);
+	if ((st.st_mode & 0777) != 0700 && chmod(settings.cf_run_dir, 0700) < 0)
+		fatal("chmod 0700 %s: %s", settings.cf_run_dir, strerror(errno));
+	lock = xasprintf("%s/broker.lock", settings.cf_run_dir);
 	fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
-		fatal("run dir %s is in use by another broker (%s)", sv.sv_cf.cf_run_dir,
+		fatal("run dir %s is in use by another broker (%s)", settings.cf_run_dir,
 		      strerror(errno));
 	free(lock); /* fd stays open: the lock lives as long as we do */
-	ctx = xasprintf("%s/ctx", sv.sv_cf.cf_run_dir);
+	ctx = xasprintf("%s/ctx", settings.cf_run_dir);
 	if ((rc = mkdir_p(ctx, 0700)) < 0)
 		fatal("mkdir %s: %s", ctx, strerror(-rc));
 	free(ctx);
 
-	sv.sv_cf.cf_env_file = xasprintf("%s/global-env.json", sv.sv_cf.cf_run_dir);
-	char *tmp = xasprintf("%s.tmp", sv.sv_cf.cf_env_file);
+	settings.cf_env_file = xasprintf("%s/global-env.json", settings.cf_run_dir);
+	char *tmp = xasprintf("%s.tmp", settings.cf_env_file);
 	unlink(tmp);
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (fd < 0 || json_dumpfd(sv.sv_cf.cf_genv, fd, JSON_COMPACT) < 0 ||
-	    rename(tmp, sv.sv_cf.cf_env_file) < 0)
-		fatal("write %s: %s", sv.sv_cf.cf_env_file, strerror(errno));
+	if (fd < 0 || json_dumpfd(settings.cf_genv, fd, JSON_COMPACT) < 0 ||
+	    rename(tmp, settings.cf_env_file) < 0)
+		fatal("write %s: %s", settings.cf_env_file, strerror(errno));
 	close(fd);
 	free(tmp);
 }
@@ -242,19 +249,19 @@ settle_limits(void)
 {
 	struct rlimit nofile;
 
-	if (!sv.sv_cf.cf_max_starting[0]) {
+	if (!settings.cf_max_starting[0]) {
 		/* a start is CPU work: one per CPU we can use, and one more to
 		 * keep them busy while a slot changes hands */
 		int quota, n = cpus_usable(&quota);
-		snprintf(sv.sv_cf.cf_max_starting, sizeof(sv.sv_cf.cf_max_starting), "%d", n + 1);
+		snprintf(settings.cf_max_starting, sizeof(settings.cf_max_starting), "%d", n + 1);
 		log_info("start gate: at most %d kernels start at once (%d CPU%s%s)", n + 1, n,
 			 n == 1 ? "" : "s", quota == n ? ", the cgroup's CPU quota" : "");
 	}
-	if (sv.sv_cf.cf_kernel_user) {
-		struct passwd *pw = getpwnam(sv.sv_cf.cf_kernel_user);
+	if (settings.cf_kernel_user) {
+		struct passwd *pw = getpwnam(settings.cf_kernel_user);
 		if (!pw)
-			fatal("--kernel-user %s: no such user", sv.sv_cf.cf_kernel_user);
-		sv.sv_cf.cf_kernel_uid = pw->pw_uid;
+			fatal("--kernel-user %s: no such user", settings.cf_kernel_user);
+		settings.cf_kernel_uid = pw->pw_uid;
 	}
 	/* one descriptor per connection: take what the hard limit allows */
 	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
@@ -269,42 +276,44 @@ settle_sandbox(void)
 {
 	char err[512];
 
-	if (!sv.sv_cf.cf_sandbox) {
+	if (!settings.cf_sandbox) {
 		log_warn("sandbox: off (--no-sandbox): kernels run with the broker's privileges "
 			 "and see the whole machine");
 		return;
 	}
 	if (box_check(err, sizeof(err)) < 0)
 		fatal("sandbox: %s", err);
+	if (box_no_way_out()) /* box_check said why */
+		settings.cf_kernel_network = "none";
 	/* the parent cgroup of all contexts' boxes */
 	const char *remedy, *lacks = bounds_settle(box_memory_cgroup(), &remedy);
 	if (lacks)
 		box_lack(lacks, remedy);
-	if (!sv.sv_cf.cf_kernel_memory && box_memory_cgroup()) { /* a memory cgroup each */
+	if (!settings.cf_kernel_memory && box_memory_cgroup()) { /* a memory cgroup each */
 		uint64_t of, m = config_default_memory(&of);
-		sv.sv_cf.cf_kernel_memory = xasprintf("%llu", (unsigned long long)m);
+		settings.cf_kernel_memory = xasprintf("%llu", (unsigned long long)m);
 		log_info("sandbox: each context may use %llu MiB of memory, a quarter of "
 			 "the machine's %llu MiB; --kernel-memory changes it, 0 lifts it",
 			 (unsigned long long)(m >> 20), (unsigned long long)(of >> 20));
 	}
-	struct passwd *ku = sv.sv_cf.cf_kernel_user ? getpwnam(sv.sv_cf.cf_kernel_user) : NULL;
+	struct passwd *ku = settings.cf_kernel_user ? getpwnam(settings.cf_kernel_user) : NULL;
 	if (ku && (ku->pw_uid == 0 || ku->pw_uid == geteuid()))
 		fatal("--kernel-user %s: kernels never run as root or as the broker's uid",
-		      sv.sv_cf.cf_kernel_user);
+		      settings.cf_kernel_user);
 	/* not root, the kernels are uid 1000 of a user namespace (proxy/sandbox.c) */
-	const char *who = ku ? sv.sv_cf.cf_kernel_user : geteuid() ? "1000" : sv.sv_cf.cf_uid_range;
+	const char *who = ku ? settings.cf_kernel_user : geteuid() ? "1000" : settings.cf_uid_range;
 	const char *how = geteuid()			 ? " in a user namespace"
-			  : ku || sv.sv_cf.cf_isolated ? ""
+			  : ku || settings.cf_isolated ? ""
 						       : ", one leased for all contexts";
 	log_info("sandbox: on (uid %s%s, isolation %s, network %s, pids %s, tmp %s "
 		 "bytes, memory %s)",
-		 who, how, sv.sv_cf.cf_isolated ? "context" : "shared", sv.sv_cf.cf_kernel_network,
-		 sv.sv_cf.cf_kernel_pids, sv.sv_cf.cf_kernel_tmp,
-		 sv.sv_cf.cf_kernel_memory ? sv.sv_cf.cf_kernel_memory : "no limit");
-	if (sv.sv_cf.cf_isolated && sv.sv_cf.cf_npool) {
+		 who, how, settings.cf_isolated ? "context" : "shared", settings.cf_kernel_network,
+		 settings.cf_kernel_pids, settings.cf_kernel_tmp,
+		 settings.cf_kernel_memory ? settings.cf_kernel_memory : "no limit");
+	if (settings.cf_isolated && settings.cf_npool) {
 		/* a warm kernel has a uid and workspace before it has a context */
 		log_info("sandbox: no warm pool with --isolation context");
-		sv.sv_cf.cf_npool = 0;
+		settings.cf_npool = 0;
 	}
 }
 
@@ -323,22 +332,22 @@ settle_token(void)
 	const char *dirs[2] = {NULL, NULL}, *part;
 	char *startup = NULL;
 
-	if (!sv.sv_cf.cf_sandbox || !sv.sv_cf.cf_token_file)
+	if (!settings.cf_sandbox || !settings.cf_token_file)
 		return;
-	if (sv.sv_cf.cf_python_startup && strrchr(sv.sv_cf.cf_python_startup, '/'))
-		dirs[0] = startup = xstrndup(sv.sv_cf.cf_python_startup,
-					     strrchr(sv.sv_cf.cf_python_startup, '/') -
-						     sv.sv_cf.cf_python_startup);
+	if (settings.cf_python_startup && strrchr(settings.cf_python_startup, '/'))
+		dirs[0] = startup = xstrndup(settings.cf_python_startup,
+					     strrchr(settings.cf_python_startup, '/') -
+						     settings.cf_python_startup);
 	char *deno = kspec_program("deno");
 	if (deno && strrchr(deno, '/'))
 		*strrchr(deno, '/') = '\0', dirs[1] = deno;
-	part = boxview_shows(sv.sv_cf.cf_token_file, sv.sv_cf.cf_cwd, dirs, 2);
+	part = boxview_shows(settings.cf_token_file, settings.cf_cwd, dirs, 2);
 	if (part) {
 		log_err("--access-token-file %s: every box shows %s to its kernels, and no cover "
 			"of the file outlives a rotation (a new file renamed over it): put the "
 			"token where no box looks, such as /var/lib/sandcell/token (0600) or "
 			"systemd's $CREDENTIALS_DIRECTORY",
-			sv.sv_cf.cf_token_file, part);
+			settings.cf_token_file, part);
 		exit(2);
 	}
 	free(startup);
@@ -349,35 +358,36 @@ settle_token(void)
 static void
 settle_paths(void)
 {
-	bool cwd_given = sv.sv_cf.cf_cwd;
+	bool cwd_given = settings.cf_cwd;
 	char err[512];
 
-	if (!sv.sv_cf.cf_cwd)
-		sv.sv_cf.cf_cwd = sv.sv_cf.cf_sandbox ? workspace_shared() : config_default_cwd();
+	if (!settings.cf_cwd)
+		settings.cf_cwd = settings.cf_sandbox ? workspace_shared() : config_default_cwd();
 	/* every kernel would fail to start there (status 126): refuse now */
-	if (cwd_check(sv.sv_cf.cf_cwd, boxuid_isolates() ? (uid_t)-1 : boxuid_kernel(NULL), err,
+	if (cwd_check(settings.cf_cwd, boxuid_isolates() ? (uid_t)-1 : boxuid_kernel(NULL), err,
 		      sizeof(err)) < 0) {
-		log_err("%s %s: %s%s", cwd_given ? "--cwd" : "default cwd", sv.sv_cf.cf_cwd, err,
+		log_err("%s %s: %s%s", cwd_given ? "--cwd" : "default cwd", settings.cf_cwd, err,
 			cwd_given ? "" : "; give one with --cwd DIR");
 		exit(2);
 	}
 	/* (SANDCELL_PYTHON_STARTUP is the flag's variable: options.c read it) */
-	if (!sv.sv_cf.cf_python_startup)
-		sv.sv_cf.cf_python_startup = config_python_startup();
-	else if (!*sv.sv_cf.cf_python_startup)
-		sv.sv_cf.cf_python_startup = NULL; /* --python-startup '': none */
+	if (!settings.cf_python_startup)
+		settings.cf_python_startup = config_python_startup();
+	else if (!*settings.cf_python_startup)
+		settings.cf_python_startup = NULL; /* --python-startup '': none */
 	settle_token(); /* before the workspace is mounted: a refusal leaves nothing */
-	workspace_bound(); /* its filesystem's root takes the directory's owner and mode */
+	/* its filesystem's root takes the directory's owner and mode */
+	settings.cf_workspace_size = workspace_bound();
 	bounds_workspaces();
-	if (!sv.sv_cf.cf_proxy_bin)
-		sv.sv_cf.cf_proxy_bin = config_proxy_bin();
-	if (access(sv.sv_cf.cf_proxy_bin, X_OK) < 0)
-		fatal("proxy binary %s: %s", sv.sv_cf.cf_proxy_bin, strerror(errno));
+	if (!settings.cf_proxy_bin)
+		settings.cf_proxy_bin = config_proxy_bin();
+	if (access(settings.cf_proxy_bin, X_OK) < 0)
+		fatal("proxy binary %s: %s", settings.cf_proxy_bin, strerror(errno));
 	/* envd's agent (envd.c) is beside the proxy */
-	const char *slash = strrchr(sv.sv_cf.cf_proxy_bin, '/');
-	sv.sv_cf.cf_envd_bin = slash ? xasprintf("%.*s/sandcell-envd",
-						 (int)(slash - sv.sv_cf.cf_proxy_bin),
-						 sv.sv_cf.cf_proxy_bin)
+	const char *slash = strrchr(settings.cf_proxy_bin, '/');
+	settings.cf_envd_bin = slash ? xasprintf("%.*s/sandcell-envd",
+						 (int)(slash - settings.cf_proxy_bin),
+						 settings.cf_proxy_bin)
 				     : "sandcell-envd";
 }
 
@@ -393,7 +403,7 @@ say_level(void)
 
 	if (n)
 		snprintf(parts, sizeof(parts), " (%zu parts missing, each said above)", n);
-	if (sv.sv_cf.cf_sandbox)
+	if (settings.cf_sandbox)
 		log_msg(n ? LOG_WARN : LOG_INFO, "sandbox: level %s%s%s, Landlock ABI %lld%s",
 			json_string_value(json_object_get(lv, "level")),
 			json_is_false(json_object_get(lv, "namespaces")) ? " without namespaces" : "",
@@ -407,12 +417,12 @@ void
 config_settle(void)
 {
 	settle_limits();
-	if (!sv.sv_cf.cf_run_dir)
-		sv.sv_cf.cf_run_dir = default_run_dir();
+	if (!settings.cf_run_dir)
+		settings.cf_run_dir = default_run_dir();
 	settle_sandbox();
 	/* with no network of their own, kernels cannot connect to us at all */
-	if (!sv.sv_cf.cf_sandbox || strcmp(sv.sv_cf.cf_kernel_network, "none"))
-		box_peer_check();
+	if (!settings.cf_sandbox || strcmp(settings.cf_kernel_network, "none"))
+		peer_check();
 	settle_paths();
 	say_level();
 }

@@ -83,8 +83,8 @@ context_count(struct context_counts *cc, const char *kernel)
 	struct context *c;
 
 	memset(cc, 0, sizeof(*cc));
-	for (size_t i = 0; i < sv.sv_cf.cf_npool; i++)
-		pool[i] = kcache_find(sv.sv_cf.cf_pool[i].ps_want);
+	for (size_t i = 0; i < cf->cf_npool; i++)
+		pool[i] = kcache_find(cf->cf_pool[i].ps_want);
 	TAILQ_FOREACH(c, &contexts, c_link) {
 		const char *st = context_state(c);
 		size_t i;
@@ -95,7 +95,7 @@ context_count(struct context_counts *cc, const char *kernel)
 			cc->cc_pooled++;
 			cc->cc_pool_ready += c->c_ready;
 		}
-		for (i = 0; i < sv.sv_cf.cf_npool; i++)
+		for (i = 0; i < cf->cf_npool; i++)
 			cc->cc_pool_ready_of[i] += c->c_pooled && c->c_ready && pool[i] &&
 						   !strcmp(c->c_kernel, pool[i]->ks_name);
 		if (c->c_nstreams) {
@@ -120,7 +120,7 @@ context_count(struct context_counts *cc, const char *kernel)
 static json_t *
 context_box_json(const char *slot)
 {
-	char *path = xasprintf("%s/ctx/%s/state.json", sv.sv_cf.cf_run_dir, slot);
+	char *path = xasprintf("%s/ctx/%s/state.json", cf->cf_run_dir, slot);
 	json_t *st = json_load_file(path, 0, NULL), *box = NULL;
 
 	free(path);

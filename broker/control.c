@@ -57,7 +57,7 @@ static struct evsrc ev_ctl;
 int
 control_start(void)
 {
-	char *url = xasprintf("ipc://%s/ctl.sock", sv.sv_cf.cf_run_dir);
+	char *url = xasprintf("ipc://%s/ctl.sock", cf->cf_run_dir);
 	nng_listener l;
 	int e;
 
@@ -82,7 +82,7 @@ control_start(void)
 	free(url);
 	ev_ctl = (struct evsrc){control_recv, NULL};
 	server_watch(sock_fd, EPOLLIN, &ev_ctl);
-	ctlpeer_init(sock, sv.sv_cf.cf_stream_cap);
+	ctlpeer_init(sock, cf->cf_stream_cap);
 	events_subscribe(ctlpeer_event, NULL);
 	return 0;
 }
@@ -177,12 +177,12 @@ status_json(void)
 
 	context_count(&cc, NULL);
 	return json_pack("{s:s, s:f, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:s, s:s}", "version",
-			 SANDCELL_VERSION, "uptime_seconds", (now_ms() - sv.sv_lc.lc_started) / 1000.0,
+			 SANDCELL_VERSION, "uptime_seconds", lifecycle_uptime(),
 			 "contexts", cc.cc_listed, "warm_pool", cc.cc_pooled, "warm_pool_ready",
 			 cc.cc_pool_ready, "executions_running", cc.cc_running, "executions_queued",
-			 cc.cc_queued, "draining",
-			 sv.sv_lc.lc_draining, "keep_contexts", sv.sv_cf.cf_keep_contexts, "listen", sv.sv_cf.cf_listen,
-			 "run_dir", sv.sv_cf.cf_run_dir);
+			 cc.cc_queued, "draining", lifecycle_draining(), "keep_contexts",
+			 lifecycle_keeps_contexts(), "listen", accept_address(), "run_dir",
+			 cf->cf_run_dir);
 }
 
 /*
@@ -196,7 +196,7 @@ executions_json(void)
 	struct stream *s;
 	uint64_t now = now_ms();
 
-	TAILQ_FOREACH(s, &sv.sv_tb.tb_streams, st_link) {
+	for (s = stream_next(NULL); s; s = stream_next(s)) {
 		struct context *c = s->st_ctx;
 		bool running = c && TAILQ_FIRST(&c->c_streams) == s;
 		if (s->st_final)
@@ -295,13 +295,13 @@ handle(nng_pipe p, struct msg *m)
 		 * What the next stop (SIGTERM) does with the contexts, whatever
 		 * --keep-contexts said: the unit's ExecStop tells a stop from a restart.
 		 */
-		sv.sv_cf.cf_keep_contexts = m->m_type == CTL_STOP_KEEPS;
-		log_info("the operator says: stopping %s", sv.sv_cf.cf_keep_contexts
+		lifecycle_keep_contexts(m->m_type == CTL_STOP_KEEPS);
+		log_info("the operator says: stopping %s", lifecycle_keeps_contexts()
 								? "keeps the contexts running"
 								: "ends every context");
 		done(p, m->m_req, MSG_OK, NULL,
-		     sv.sv_cf.cf_keep_contexts ? "a stop keeps the contexts running"
-					 : "a stop ends every context");
+		     lifecycle_keeps_contexts() ? "a stop keeps the contexts running"
+						: "a stop ends every context");
 		return;
 	case CTL_WATCH:
 		if (ctlpeer_watch(p, m->m_req) < 0) {
@@ -356,8 +356,8 @@ runs_end(uint32_t id, void *arg)
 	struct stream *s, *next;
 
 	(void)arg;
-	for (s = TAILQ_FIRST(&sv.sv_tb.tb_streams); s; s = next) {
-		next = TAILQ_NEXT(s, st_link);
+	for (s = stream_next(NULL); s; s = next) {
+		next = stream_next(s);
 		if (s->st_ops == &run_ops &&
 		    (uint32_t)nng_pipe_id(((struct ctl_run *)s->st_client)->cr_pipe) == id) {
 			free(s->st_client);
@@ -381,7 +381,7 @@ control_wake(void *arg, uint32_t events)
 void
 control_stop(void)
 {
-	char *path = xasprintf("%s/ctl.sock", sv.sv_cf.cf_run_dir);
+	char *path = xasprintf("%s/ctl.sock", cf->cf_run_dir);
 
 	ctlpeer_stop();
 	nng_close(sock);

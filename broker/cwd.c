@@ -201,7 +201,7 @@ cwd_in_box(uid_t uid, const char *workspace, const char *cwd, char *why, size_t 
 
 /*
  * Whether cwd, as a client gave it, can be a context's whose kernels run as
- * uid with workspace (boxuid_kernel(), box_workspace_of(); NULL: a
+ * uid with workspace (boxuid_kernel(), workspace_of(); NULL: a
  * context's own, not made yet): boxed, a path of the box's view that uid can
  * enter there (cwd_in_box); unboxed, a host directory it can enter. err says
  * why not.
@@ -212,7 +212,7 @@ cwd_usable(uid_t uid, const char *workspace, const char *cwd, char *err, size_t 
 	char why[320];
 	int rc;
 
-	if (!sv.sv_cf.cf_sandbox)
+	if (!cf->cf_sandbox)
 		rc = cwd_check(cwd, uid, why, sizeof(why));
 	else
 		rc = cwd_in_box(uid, workspace, cwd, why, sizeof(why));

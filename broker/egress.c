@@ -218,7 +218,7 @@ egress_context(json_t *body, struct egress_lists *el, char *err, size_t errsz)
 		return rc;
 	}
 	/* unboxed, a kernel has the host's network: nothing could hold it to them */
-	if (egress_own(el) && !sv.sv_cf.cf_sandbox) {
+	if (egress_own(el) && !cf->cf_sandbox) {
 		snprintf(err, errsz,
 		         "'network': this server runs kernels unboxed (--no-sandbox), "
 		         "with the host's network; it cannot hold a context to rules");
@@ -243,11 +243,11 @@ egress_own(const struct egress_lists *el)
 	return el && (el->el_allow || el->el_deny);
 }
 
-/* The egress lists of context c's spec (box.c's box_spec). */
+/* The egress lists of context c's spec (spawn.c's spawn_box). */
 void
 egress_spec(const struct context *c, struct spec *sp)
 {
-	if (strcmp(sv.sv_cf.cf_kernel_network, "outbound"))
+	if (strcmp(cf->cf_kernel_network, "outbound"))
 		return;
 	sp->sp_egress_allow = server_list[0];
 	sp->sp_egress_deny = server_list[1];
@@ -297,9 +297,9 @@ egress_json(void)
 
 	if (boxnons_on()) /* no namespace to hold the rules: the container's network */
 		return json_pack("{s:s}", "mode", "unfiltered");
-	if (!sv.sv_cf.cf_sandbox || strcmp(sv.sv_cf.cf_kernel_network, "outbound"))
+	if (!cf->cf_sandbox || strcmp(cf->cf_kernel_network, "outbound"))
 		return json_pack("{s:s}", "mode",
-		                 sv.sv_cf.cf_sandbox ? "none" : "unboxed");
+		                 cf->cf_sandbox ? "none" : "unboxed");
 	d = json_array();
 	for (int i = 0; cidr_default_deny[i]; i++)
 		json_array_append_new(d, json_string(cidr_default_deny[i]));

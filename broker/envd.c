@@ -26,6 +26,9 @@ struct envd_call {
 	bool ec_rpc;       /* Connect's error form, else /files' */
 };
 
+/* Off though --envd-listen names an address (envd_wanted, envd_turn_off). */
+static bool off;
+
 /* What serves a route. */
 enum envd_kind { EK_HEALTH, EK_FILES, EK_FS, EK_PROCESS, EK_STREAM, EK_LATER };
 
@@ -473,7 +476,7 @@ envd_start(void)
 {
 	struct context *c;
 
-	if (!sv.sv_cf.cf_envd_listen)
+	if (!cf->cf_envd_listen || off)
 		return;
 	c = context_new(NULL, "envd", "envd", BOX_HOME, false);
 	c->c_envd = true;
@@ -483,7 +486,7 @@ envd_start(void)
 		return;
 	}
 	log_info("envd: listening on http://%s, agent's proxy pid %d",
-	         sv.sv_cf.cf_envd_listen, (int)c->c_pl->pl_pid);
+	         cf->cf_envd_listen, (int)c->c_pl->pl_pid);
 }
 
 /*
@@ -493,13 +496,20 @@ envd_start(void)
 bool
 envd_wanted(void)
 {
-	if (!sv.sv_cf.cf_envd_listen)
+	if (!cf->cf_envd_listen || off)
 		return false;
-	if (sv.sv_cf.cf_isolated || !sv.sv_cf.cf_sandbox) {
+	if (cf->cf_isolated || !cf->cf_sandbox) {
 		log_info("envd: off (%s: no single sandbox for its files)",
-		         sv.sv_cf.cf_isolated ? "--isolation context" : "--no-sandbox");
-		sv.sv_cf.cf_envd_listen = NULL;
+		         cf->cf_isolated ? "--isolation context" : "--no-sandbox");
+		off = true;
 		return false;
 	}
 	return true;
+}
+
+/* Its listener could not open (http.c): envd's API is off. */
+void
+envd_turn_off(void)
+{
+	off = true;
 }

@@ -137,7 +137,7 @@ down_wake(struct download *d)
 		return;
 	d->d_suspended = false;
 	MHD_resume_connection(d->d_hr->hr_conn);
-	sv.sv_lc.lc_mhd_kick = true;
+	server_kick();
 }
 
 /* What the client took is told to the agent, a chunk at a time. */
@@ -343,7 +343,7 @@ envdfile_tick(uint64_t now)
 	         ENVD_STALL_MS / 1000);
 	for (;;) {
 		x = NULL;
-		TAILQ_FOREACH(s, &sv.sv_tb.tb_streams, st_link)
+		for (s = stream_next(NULL); s; s = stream_next(s))
 		if (s->st_kind == &xfer_kind && s->st_client && !s->st_final &&
 		    xfer_waits(s->st_client) &&
 		    now - ((struct xfer *)s->st_client)->x_since >= ENVD_STALL_MS) {

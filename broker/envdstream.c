@@ -82,8 +82,8 @@ envdstream_tick(uint64_t now)
 
 	snprintf(why, sizeof(why), "the envd agent did not answer within %d s",
 	         ENVD_STALL_MS / 1000);
-	for (s = TAILQ_FIRST(&sv.sv_tb.tb_streams); s; s = next) {
-		next = TAILQ_NEXT(s, st_link);
+	for (s = stream_next(NULL); s; s = next) {
+		next = stream_next(s);
 		if ((s->st_kind != &connect_process && s->st_kind != &connect_watch) ||
 		    s->st_heard || s->st_final || s->st_gone ||
 		    now - s->st_started < ENVD_STALL_MS)

@@ -66,7 +66,7 @@ up_resume(struct upload *u)
 		return;
 	u->u_waiting = false;
 	MHD_resume_connection(u->u_hr->hr_conn);
-	sv.sv_lc.lc_mhd_kick = true;
+	server_kick();
 }
 
 /* The upload fails with status and its answer; its files' transfers end. */
@@ -105,7 +105,7 @@ up_too_big(struct upload *u)
 	char msg[128];
 
 	snprintf(msg, sizeof(msg), "the file is over --max-file-size (%" PRIu64 " bytes)",
-	         sv.sv_cf.cf_max_file_size);
+	         cf->cf_max_file_size);
 	up_fail(u, 413,
 	        respond_json(json_pack("{s:s, s:i}", "message", msg, "code", 413)));
 }
@@ -156,7 +156,7 @@ up_bytes(struct upload *u, const char *data, size_t len)
 {
 	if (u->u_status || !up_current(u))
 		return;
-	if (u->u_size + len > sv.sv_cf.cf_max_file_size) {
+	if (u->u_size + len > cf->cf_max_file_size) {
 		up_too_big(u);
 		return;
 	}
@@ -456,7 +456,7 @@ envdupload_start(struct http_request *hr, struct context *c, const char *path)
 			               "application/octet-stream")));
 		/* its size is said: refused before its bytes */
 		if (!u->u_gzip && cl &&
-		    strtoull(cl, NULL, 10) > sv.sv_cf.cf_max_file_size) {
+		    strtoull(cl, NULL, 10) > cf->cf_max_file_size) {
 			up_too_big(u);
 			u->u_answered = true;
 			struct MHD_Response *r = u->u_fail;

@@ -19,6 +19,7 @@
 
 /* HTTP connections MHD has, for the connection limit and the header timeout. */
 static struct connq conns = TAILQ_HEAD_INITIALIZER(conns);
+static struct MHD_Daemon *mhd; /* the HTTP library, driven from the loop (http_run) */
 static struct evsrc ev_mhd;
 static uint64_t mhd_log_at; /* rate limit of MHD's messages at warn level */
 static unsigned mhd_log_n;
@@ -70,7 +71,7 @@ token_refusal(struct MHD_Connection *conn)
 	if (!t || !*t)
 		return "missing access token: send X-Access-Token or Authorization: Bearer";
 	crypto_generichash(h, sizeof(h), (const unsigned char *)t, strlen(t), NULL, 0);
-	return sodium_memcmp(h, sv.sv_cf.cf_token_hash, sizeof(h)) ? "invalid access token" : NULL;
+	return sodium_memcmp(h, cf->cf_token_hash, sizeof(h)) ? "invalid access token" : NULL;
 }
 
 static struct conn *
@@ -132,16 +133,16 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 			MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
 			return respond_now(hr, 400, r);
 		}
-		if (sv.sv_tb.tb_nconns + accept_pending() > sv.sv_cf.cf_max_conns)
+		if (accept_conns() > cf->cf_max_conns)
 			return respond_now(hr, 503,
 				       respond_text("too many connections (limit %u); try again",
-						 sv.sv_cf.cf_max_conns));
+						 cf->cf_max_conns));
 		/* a web page's, or one by a rebound name: before the token, the body */
 		if ((refused = caller_refusal(conn, why, sizeof(why))))
 			return respond_now(hr, 403, respond_text("%s", refused));
 		/* probes carry no token: /health and /ready say nothing else */
 		/* nor do preflights, which browsers send without credentials */
-		if (sv.sv_cf.cf_token && strcmp(hr->hr_endpoint, "/health") &&
+		if (cf->cf_token && strcmp(hr->hr_endpoint, "/health") &&
 		    !caller_preflight(conn, method) &&
 		    strcmp(hr->hr_endpoint, "/ready") &&
 		    (refused = token_refusal(conn)))
@@ -162,18 +163,18 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 			if (cn && (MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 							       "Transfer-Encoding") ||
 				   (cl && strtoull(cl, NULL, 10) > 0))) {
-				cn->cn_body_by = now_ms() + sv.sv_cf.cf_body_timeout * 1000ull;
+				cn->cn_body_by = now_ms() + cf->cf_body_timeout * 1000ull;
 				cn->cn_hr = hr;
 			}
 			return envd_route(hr, url, method);
 		}
-		if (cl && strtoull(cl, NULL, 10) > sv.sv_cf.cf_max_body)
+		if (cl && strtoull(cl, NULL, 10) > cf->cf_max_body)
 			return respond_now(hr, 413,
 				       respond_text("request body over the limit of %zu bytes",
-						 sv.sv_cf.cf_max_body));
+						 cf->cf_max_body));
 		if (cn && (MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Transfer-Encoding") ||
 			   (cl && strtoull(cl, NULL, 10) > 0))) {
-			cn->cn_body_by = now_ms() + sv.sv_cf.cf_body_timeout * 1000ull;
+			cn->cn_body_by = now_ms() + cf->cf_body_timeout * 1000ull;
 			cn->cn_hr = hr;
 		}
 		return MHD_YES;
@@ -190,7 +191,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		/* a streamed upload: --body-timeout counts from its last bytes, so
 		 * a large file's body is bounded by its progress, not its total time */
 		if (cn && *upload_size && cn->cn_body_by)
-			cn->cn_body_by = now_ms() + sv.sv_cf.cf_body_timeout * 1000ull;
+			cn->cn_body_by = now_ms() + cf->cf_body_timeout * 1000ull;
 		return envdupload_body(hr, upload, upload_size);
 	}
 	if (hr->hr_stream_body) { /* answered at its head: its body is dropped */
@@ -198,7 +199,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		return MHD_YES;
 	}
 	if (*upload_size) {
-		if (hr->hr_body.b_len + *upload_size > sv.sv_cf.cf_max_body)
+		if (hr->hr_body.b_len + *upload_size > cf->cf_max_body)
 			hr->hr_too_big = true;
 		else
 			buf_append(&hr->hr_body, upload, *upload_size);
@@ -209,7 +210,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		return MHD_YES;
 	if (hr->hr_too_big)
 		return respond_now(hr, 413, respond_text("request body over the limit of %zu bytes",
-						    sv.sv_cf.cf_max_body));
+						    cf->cf_max_body));
 	/* a CORS preflight of a listed origin (caller_refusal let it in) */
 	if (caller_preflight(hr->hr_conn, method))
 		return respond_now(
@@ -267,11 +268,11 @@ on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
 		cn->cn_since = accept_since(cn->cn_fd); /* its header timeout's start */
 		cn->cn_envd = accept_is_envd(cn->cn_fd);
 		TAILQ_INSERT_TAIL(&conns, cn, cn_link);
-		sv.sv_tb.tb_nconns++;
+		accept_conn_started();
 		*socket_context = cn;
 	} else if (cn) {
 		TAILQ_REMOVE(&conns, cn, cn_link);
-		sv.sv_tb.tb_nconns--;
+		accept_conn_ended();
 		free(cn);
 		*socket_context = NULL;
 	}
@@ -297,12 +298,12 @@ http_tick(uint64_t now)
 		if (cn->cn_fd < 0)
 			continue;
 		if (!cn->cn_in_request &&
-		    now > cn->cn_since + sv.sv_cf.cf_header_timeout * 1000ull) {
+		    now > cn->cn_since + cf->cf_header_timeout * 1000ull) {
 			shutdown(cn->cn_fd, SHUT_RDWR);
 			cn->cn_fd = -1; /* once */
 		} else if (cn->cn_body_by && now > cn->cn_body_by) {
 			snprintf(why, sizeof(why), "the request body did not arrive within %us "
-				 "(--body-timeout)", sv.sv_cf.cf_body_timeout);
+				 "(--body-timeout)", cf->cf_body_timeout);
 			accept_answer(cn->cn_fd, "408 Request Timeout", why);
 			shutdown(cn->cn_fd, SHUT_RD);
 			if (cn->cn_hr)
@@ -326,7 +327,7 @@ mhd_log(void *cls, const char *fmt, va_list ap)
 	(void)cls;
 	vsnprintf(line, sizeof(line), fmt, ap);
 	line[strcspn(line, "\n")] = '\0';
-	if (!sv.sv_io.io_mhd) {
+	if (!mhd) {
 		log_err("http: %s", line);
 		return;
 	}
@@ -355,28 +356,29 @@ http_start(void)
 			 MHD_USE_TURBO | MHD_USE_NO_LISTEN_SOCKET;
 
 	openapi_init();
-	if (accept_listen(sv.sv_cf.cf_listen) < 0)
+	if (accept_listen(cf->cf_listen) < 0)
 		return -1;
-	if (envd_wanted() && accept_listen_envd(sv.sv_cf.cf_envd_listen) < 0) {
+	if (envd_wanted() && accept_listen_envd(cf->cf_envd_listen) < 0) {
 		/* the code API serves on: envd's port may be another broker's */
-		log_err("envd: cannot listen on %s; envd's API is off", sv.sv_cf.cf_envd_listen);
-		sv.sv_cf.cf_envd_listen = NULL;
+		log_err("envd: cannot listen on %s; envd's API is off", cf->cf_envd_listen);
+		envd_turn_off();
 	}
-	sv.sv_io.io_mhd = MHD_start_daemon(
+	mhd = MHD_start_daemon(
 		flags, 0, NULL, NULL, on_request, NULL,
 		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first: it logs from here on */
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
 		MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
-		MHD_OPTION_CONNECTION_TIMEOUT, sv.sv_cf.cf_conn_timeout,
+		MHD_OPTION_CONNECTION_TIMEOUT, cf->cf_conn_timeout,
 		/* headroom over our own limit, so that those over it hear why (503) */
-		MHD_OPTION_CONNECTION_LIMIT, sv.sv_cf.cf_max_conns + 64,
+		MHD_OPTION_CONNECTION_LIMIT, cf->cf_max_conns + 64,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
 		MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
-	if (!sv.sv_io.io_mhd) {
+	if (!mhd) {
 		log_err("http: the HTTP library did not start (see its messages above)");
 		return -1;
 	}
-	const union MHD_DaemonInfo *di = MHD_get_daemon_info(sv.sv_io.io_mhd, MHD_DAEMON_INFO_EPOLL_FD);
+	accept_hand_to(mhd);
+	const union MHD_DaemonInfo *di = MHD_get_daemon_info(mhd, MHD_DAEMON_INFO_EPOLL_FD);
 	ev_mhd = (struct evsrc){http_ready, NULL};
 	server_watch(di->epoll_fd, EPOLLIN, &ev_mhd);
 	return 0;
@@ -388,7 +390,7 @@ http_wait(long wait)
 {
 	MHD_UNSIGNED_LONG_LONG mt;
 
-	if (MHD_get_timeout(sv.sv_io.io_mhd, &mt) == MHD_YES && (long long)mt < wait)
+	if (MHD_get_timeout(mhd, &mt) == MHD_YES && (long long)mt < wait)
 		wait = (long)mt;
 	return wait;
 }
@@ -399,7 +401,7 @@ http_due(void)
 {
 	MHD_UNSIGNED_LONG_LONG mt;
 
-	return MHD_get_timeout(sv.sv_io.io_mhd, &mt) == MHD_YES && mt == 0;
+	return MHD_get_timeout(mhd, &mt) == MHD_YES && mt == 0;
 }
 
 /*
@@ -410,16 +412,16 @@ http_due(void)
 void
 http_run(int passes)
 {
-	MHD_run(sv.sv_io.io_mhd);
+	MHD_run(mhd);
 	for (int i = 0; i < passes && http_due(); i++)
-		MHD_run(sv.sv_io.io_mhd);
+		MHD_run(mhd);
 }
 
 void
 http_stop(void)
 {
 	accept_stop();
-	if (sv.sv_io.io_mhd)
-		MHD_stop_daemon(sv.sv_io.io_mhd);
-	sv.sv_io.io_mhd = NULL;
+	if (mhd)
+		MHD_stop_daemon(mhd);
+	mhd = NULL;
 }

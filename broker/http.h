@@ -50,6 +50,9 @@ const char *caller_body_refusal(struct MHD_Connection *conn, char *why, size_t w
 bool caller_preflight(struct MHD_Connection *conn, const char *method);
 void caller_cors(struct MHD_Connection *conn, struct MHD_Response *r, bool preflight);
 
+/* accept.c */
+void accept_hand_to(struct MHD_Daemon *d);
+
 /* respond.c */
 extern const struct request_ops respond_ops;
 struct MHD_Response *respond_text(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -155,16 +155,16 @@ static void
 pool_gauges(struct buf *b, const struct context_counts *cc)
 {
 	header(b, "sandcell_pool_target", "gauge", "Warm kernels the pool keeps (--pool).");
-	for (size_t i = 0; i < sv.sv_cf.cf_npool; i++) {
-		const struct kspec *ks = kcache_find(sv.sv_cf.cf_pool[i].ps_want);
+	for (size_t i = 0; i < cf->cf_npool; i++) {
+		const struct kspec *ks = kcache_find(cf->cf_pool[i].ps_want);
 		if (ks)
 			put(b, "sandcell_pool_target{kernel=\"%s\"} %d\n", ks->ks_name,
-			    sv.sv_cf.cf_pool[i].ps_size);
+			    cf->cf_pool[i].ps_size);
 	}
 	header(b, "sandcell_pool_ready", "gauge",
 	       "Warm kernels started and waiting to become a context.");
-	for (size_t i = 0; i < sv.sv_cf.cf_npool; i++) {
-		const struct kspec *ks = kcache_find(sv.sv_cf.cf_pool[i].ps_want);
+	for (size_t i = 0; i < cf->cf_npool; i++) {
+		const struct kspec *ks = kcache_find(cf->cf_pool[i].ps_want);
 		if (ks)
 			put(b, "sandcell_pool_ready{kernel=\"%s\"} %d\n", ks->ks_name,
 			    cc->cc_pool_ready_of[i]);
@@ -179,7 +179,7 @@ pool_gauges(struct buf *b, const struct context_counts *cc)
 static void
 start_gate_gauge(struct buf *b)
 {
-	char *path = xasprintf("%s/start-queue", sv.sv_cf.cf_run_dir);
+	char *path = xasprintf("%s/start-queue", cf->cf_run_dir);
 	int waiting[2] = {0, 0};
 	struct dirent *de;
 	DIR *d = opendir(path);
@@ -205,22 +205,22 @@ start_gate_gauge(struct buf *b)
 }
 
 /*
- * The whole exposition, as Prometheus text format: the contexts' counts and
- * the box's missing parts as its caller read them (context_count, box_missing).
+ * The whole exposition, as Prometheus text format: the contexts' counts, the
+ * streams open and the box's missing parts as its caller read them
+ * (context_count, stream_count, box_missing).
  */
 char *
-metrics_render(const struct context_counts *cc, size_t missing, size_t *len)
+metrics_render(const struct context_counts *cc, size_t open_streams, size_t missing,
+	       size_t *len)
 {
 	struct buf b = {0};
-	struct stream *s;
-	uint64_t open_streams = 0;
 
 	header(&b, "sandcell_build_info", "gauge", "Version of this sandcell broker.");
 	put(&b, "sandcell_build_info{version=\"%s\"} 1\n", SANDCELL_VERSION);
 	header(&b, "sandcell_uptime_seconds", "gauge", "Seconds since the broker started.");
-	put(&b, "sandcell_uptime_seconds %.3f\n", (now_ms() - sv.sv_lc.lc_started) / 1000.0);
+	put(&b, "sandcell_uptime_seconds %.3f\n", lifecycle_uptime());
 	header(&b, "sandcell_draining", "gauge", "1 while new executions are refused.");
-	put(&b, "sandcell_draining %d\n", sv.sv_lc.lc_draining ? 1 : 0);
+	put(&b, "sandcell_draining %d\n", lifecycle_draining() ? 1 : 0);
 
 	header(&b, "sandcell_http_requests_total", "counter",
 	       "HTTP requests by endpoint, method and status.");
@@ -238,8 +238,6 @@ metrics_render(const struct context_counts *cc, size_t missing, size_t *len)
 	histogram(&b, "sandcell_execution_queue_wait_seconds",
 		  "Time executions waited for their context.", &mx.wait);
 
-	TAILQ_FOREACH(s, &sv.sv_tb.tb_streams, st_link)
-		open_streams++;
 	header(&b, "sandcell_streams_open", "gauge", "Executions in flight or queued.");
 	put(&b, "sandcell_streams_open %llu\n", (unsigned long long)open_streams);
 
@@ -252,11 +250,11 @@ metrics_render(const struct context_counts *cc, size_t missing, size_t *len)
 	start_gate_gauge(&b);
 	header(&b, "sandcell_sandbox_enabled", "gauge",
 	       "1 when kernels run in boxes, 0 when unboxed (--no-sandbox).");
-	put(&b, "sandcell_sandbox_enabled %d\n", sv.sv_cf.cf_sandbox ? 1 : 0);
+	put(&b, "sandcell_sandbox_enabled %d\n", cf->cf_sandbox ? 1 : 0);
 	header(&b, "sandcell_sandbox_isolated", "gauge",
 	       "1 when each context has its own uid, workspace and network view (--isolation "
 	       "context).");
-	put(&b, "sandcell_sandbox_isolated %d\n", sv.sv_cf.cf_sandbox && sv.sv_cf.cf_isolated);
+	put(&b, "sandcell_sandbox_isolated %d\n", cf->cf_sandbox && cf->cf_isolated);
 	header(&b, "sandcell_sandbox_missing", "gauge",
 	       "Parts of the box this machine or container withholds (GET /ready lists them); "
 	       "0: the full box.");

@@ -8,7 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker.h"
+#define CONFIG_WRITER
+#include "config.h"
 
 #define MAX_WAIT_S (7u * 24 * 3600) /* longest timeout or grace a flag may set */
 #define MAX_KERNEL_MS 86400000u     /* longest interrupt or heartbeat wait */
@@ -26,7 +27,7 @@ env_pass(const char *names, const char *origin)
 {
 	char *bad;
 
-	if (kenv_pass_add(&sv.sv_cf.cf_env_pass, names, &bad) < 0) {
+	if (kenv_pass_add(&settings.cf_env_pass, names, &bad) < 0) {
 		fprintf(stderr, "sandcell-broker: %s '%s': '%s' is not a variable's name\n", origin,
 			names, bad);
 		free(bad);
@@ -50,7 +51,7 @@ token_file(const char *path, const char *origin)
 	(void)origin;
 	if (config_token_file(path) < 0)
 		return -1;
-	sv.sv_cf.cf_token_file = path; /* hidden in every box */
+	settings.cf_token_file = path; /* hidden in every box */
 	return 0;
 }
 
@@ -76,7 +77,7 @@ uid_range(const char *range, const char *origin)
 		log_err("--kernel-uid-range %s: not A-B with 0 < A <= B", range);
 		return -1;
 	}
-	sv.sv_cf.cf_uid_range = range;
+	settings.cf_uid_range = range;
 	return 0;
 }
 
@@ -88,7 +89,7 @@ isolation(const char *mode, const char *origin)
 		log_err("--isolation %s: shared or context", mode);
 		return -1;
 	}
-	sv.sv_cf.cf_isolated = !strcmp(mode, "context");
+	settings.cf_isolated = !strcmp(mode, "context");
 	return 0;
 }
 
@@ -106,7 +107,7 @@ network(const char *mode, const char *origin)
 		log_err("--kernel-network %s: outbound or none", mode);
 		return -1;
 	}
-	sv.sv_cf.cf_kernel_network = mode;
+	settings.cf_kernel_network = mode;
 	return 0;
 }
 
@@ -118,7 +119,7 @@ level(const char *name, const char *origin)
 			origin, name);
 		return -1;
 	}
-	sv.sv_cf.cf_log_level = name;
+	settings.cf_log_level = name;
 	return 0;
 }
 
@@ -126,11 +127,11 @@ static int
 envd_listen(const char *where, const char *origin)
 {
 	(void)origin;
-	sv.sv_cf.cf_envd_listen = !*where || !strcmp(where, "none") ? NULL : where;
+	settings.cf_envd_listen = !*where || !strcmp(where, "none") ? NULL : where;
 	return 0;
 }
 
-#define CF sv.sv_cf
+#define CF settings
 static const struct opt options[] = {
     {"listen", "HOST:PORT", OPT_STRING, OPT_DST(CF.cf_listen), .o_default = "127.0.0.1:49999",
      .o_help = "HTTP address ([::1]:PORT for IPv6)"},
@@ -338,17 +339,17 @@ static struct optset optset = {
     .os_n = sizeof(options) / sizeof(options[0]),
 };
 
-/* The flags and SANDCELL_* variables into sv.sv_cf; a bad one exits 2. */
+/* The flags and SANDCELL_* variables into the settings (config.h); a bad one exits 2. */
 void
 options_parse(int argc, char **argv)
 {
 	char **operands;
 	const char *tmp = getenv("TMPDIR");
 
-	sv.sv_cf.cf_genv = json_object();
-	sv.sv_cf.cf_spill_dir = tmp && *tmp ? tmp : "/var/tmp";
-	sv.sv_cf.cf_sandbox = true;
-	sv.sv_cf.cf_template = true;
+	settings.cf_genv = json_object();
+	settings.cf_spill_dir = tmp && *tmp ? tmp : "/var/tmp";
+	settings.cf_sandbox = true;
+	settings.cf_template = true;
 	if (opts_parse(&optset, argc, argv, &operands))
 		opts_usage(&optset);
 	/* /proc/PID/environ shows the block itself: clear the token there (optenv

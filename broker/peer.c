@@ -1,9 +1,11 @@
 /*
  * peer.c — who is at the other end of an accepted TCP connection, when that
  * end is on this machine: the kernel's socket table (NETLINK_SOCK_DIAG) names
- * the uid that made the client's socket. Kernels share the host's network by
- * default, so this is how the broker tells a context's code calling its API
- * from a client (box.c decides what to do with it).
+ * the uid that made the client's socket (peer_uid). Kernels share the host's
+ * network by default, so this is how the broker tells a context's code
+ * calling its API from a client: whether that can work here, checked at
+ * start (peer_check), and whether a connection is a context's
+ * (peer_is_context, which accept.c refuses).
  */
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -17,6 +19,8 @@
 #include <unistd.h>
 
 #include "broker.h"
+
+static bool checking; /* connections from contexts are refused (peer_check found it works) */
 
 /* Whether x (an interface's address) is a's host, of the same family. */
 static bool
@@ -134,4 +138,103 @@ peer_uid(int fd, uid_t *uid, unsigned long long *ino)
 	}
 	close(nl);
 	return rc;
+}
+
+/*
+ * Whether the broker can tell a context's connections from its clients': it
+ * looks up a connection to itself made here (peer_uid), which must name our
+ * own uid. Without it (no sock_diag here) no connection is refused as a
+ * context's, and the log says that contexts can reach the API.
+ */
+static bool
+lookup_works(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), c = -1, s = -1;
+	uid_t uid = (uid_t)-1;
+	unsigned long long ino;
+	bool ok = false;
+
+	if (l >= 0 && bind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(l, 1) == 0 &&
+	    getsockname(l, (struct sockaddr *)&a, &al) == 0 &&
+	    (c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
+	    connect(c, (struct sockaddr *)&a, sizeof(a)) == 0 && (s = accept(l, NULL, NULL)) >= 0)
+		ok = peer_uid(s, &uid, &ino) == PEER_UID && uid == geteuid();
+	if (s >= 0)
+		close(s);
+	if (c >= 0)
+		close(c);
+	if (l >= 0)
+		close(l);
+	return ok;
+}
+
+/*
+ * Whether the kernels' uids on the host are their own: root's boxes (the
+ * range, or --kernel-user), or --kernel-user without the sandbox. Otherwise
+ * they are the broker's uid and nothing tells their connections apart.
+ */
+static bool
+kernels_have_own_uids(void)
+{
+	return boxuid_ranged() || cf->cf_kernel_uid;
+}
+
+/* At start: whether peer_is_context can work here; the log says if not. */
+void
+peer_check(void)
+{
+	checking = false;
+	if (boxnons_on() && geteuid() != 0) {
+		/* kernels are our uid: their connections are told by their boxes (peerbox.c) */
+		if (!(checking = lookup_works()))
+			log_warn("cannot look up the owners of local connections (NETLINK_SOCK_DIAG): "
+				 "code in a context can reach this server's API over the network%s",
+				 cf->cf_token ? " (the access token still guards it)"
+						   : "; set --access-token");
+		return;
+	}
+	if (!kernels_have_own_uids()) {
+		if (!cf->cf_sandbox)
+			return; /* the log already says what --no-sandbox gives away */
+		log_warn("kernels run as the broker's uid on the host: code in a context can "
+			 "reach this server's API over the network%s",
+			 cf->cf_token ? " (the access token still guards it)"
+					   : "; set --access-token, or --kernel-network none");
+		return;
+	}
+	if (!(checking = lookup_works()))
+		log_warn("cannot look up the owners of local connections (NETLINK_SOCK_DIAG): "
+			 "code in a context can reach this server's API over the network%s",
+			 cf->cf_token ? " (the access token still guards it)"
+					   : "; set --access-token, or --kernel-network none");
+}
+
+/*
+ * Whether an accepted HTTP connection comes from code in a context: kernels
+ * share the host's network by default, and through the API one context could
+ * run code in another, read its output or delete it. A connection from this
+ * machine whose owner cannot be named (its client closed before we looked)
+ * is not taken on trust either.
+ */
+bool
+peer_is_context(int fd)
+{
+	unsigned long long ino = 0;
+	unsigned a, b;
+	uid_t uid;
+
+	if (!checking)
+		return false;
+	switch (peer_uid(fd, &uid, &ino)) {
+	case PEER_REMOTE: return false;
+	case PEER_UNKNOWN: return true;
+	}
+	if (uid == geteuid()) /* a kernel of ours, where kernels keep our uid */
+		return peerbox_socket_boxed(ino);
+	if (cf->cf_kernel_uid && uid == cf->cf_kernel_uid)
+		return true;
+	boxuid_range(&a, &b);
+	return boxuid_ranged() && uid >= a && uid <= b;
 }

@@ -18,6 +18,10 @@
 
 /* When a warm kernel was last handed out (ms): pool_yield() waits a little after. */
 static uint64_t claimed;
+/* No refill before backoff (a warm kernel failed), of cf_pool[i] before retry_at[i] */
+static uint64_t backoff, retry_at[MAX_POOL];
+/* Refill once this round's responses are out (main.c's loop asks pool_kicked). */
+static bool kick;
 
 /* Whether the directory at dirfd/name holds anything. */
 static bool
@@ -59,7 +63,7 @@ pool_packages_changed(void)
 	DIR *d = NULL;
 
 	/* looked at in the box's view: a tenant's link leads nowhere out of it */
-	if (!sv.sv_cf.cf_sandbox || boxpath_view_open(&v, box_workspace_of(NULL)) < 0)
+	if (!cf->cf_sandbox || boxpath_view_open(&v, workspace_of(NULL)) < 0)
 		return 0;
 	if (boxpath_open(&v, BOX_HOME PACKAGES_VENV "/lib", 0, &fd, NULL, 0) < 0 ||
 	    fd < 0 || (dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
@@ -113,7 +117,7 @@ pool_cwd_config(const char *kernel, const struct context *x, const char *cwd)
 	bool install;
 
 	return ks && ks->ks_config_in_cwd &&
-	       kspec_cwd_config(sv.sv_cf.cf_sandbox ? box_workspace_of(x) : NULL, cwd, &install);
+	       kspec_cwd_config(cf->cf_sandbox ? workspace_of(x) : NULL, cwd, &install);
 }
 
 /*
@@ -195,7 +199,7 @@ pool_use(const char *kernel, const char *cwd, bool is_default)
 		 cwd, is_default ? ", default" : "");
 	events_emit(json_pack("{s:s, s:s, s:s, s:s, s:b}", "event", "context_created",
 				"context", c->c_id, "language", c->c_lang, "cwd", cwd, "pooled", 1));
-	sv.sv_po.po_kick = true;
+	kick = true;
 	return c;
 }
 
@@ -223,6 +227,30 @@ pool_yield(uint64_t now)
 	return false;
 }
 
+/* The pool is to be refilled soon: a kernel was claimed, or one got ready. */
+void
+pool_kick(void)
+{
+	kick = true;
+}
+
+/* A warm kernel failed to start: no refill for a while (no respawn storm). */
+void
+pool_back_off(uint64_t now)
+{
+	backoff = now + POOL_BACKOFF_MS;
+}
+
+/* Whether the pool was kicked since the last call (which clears it). */
+bool
+pool_kicked(void)
+{
+	bool was = kick;
+
+	kick = false;
+	return was;
+}
+
 /*
  * Keeps the warm pool full: per --pool entry, that many proxies whose kernels
  * are started and have run nothing. A kernelspec whose pooled proxies keep
@@ -233,24 +261,24 @@ pool_fill(void)
 {
 	uint64_t now = now_ms();
 
-	if (now < sv.sv_po.po_backoff || pool_yield(now))
+	if (now < backoff || pool_yield(now))
 		return;
-	for (size_t i = 0; i < sv.sv_cf.cf_npool; i++) {
-		struct pool_spec *ps = &sv.sv_cf.cf_pool[i];
+	for (size_t i = 0; i < cf->cf_npool; i++) {
+		const struct pool_spec *ps = &cf->cf_pool[i];
 		struct context_counts cc;
 		const struct kspec *ks;
 		struct context *c;
 
-		if (now < ps->ps_retry_at || !(ks = kcache_find(ps->ps_want)) ||
+		if (now < retry_at[i] || !(ks = kcache_find(ps->ps_want)) ||
 		    template_starting(ks->ks_name))
 			continue;
 		context_count(&cc, ks->ks_name);
 		for (int have = cc.cc_pooled; have < ps->ps_size; have++) {
-			c = context_new(NULL, ks->ks_lang, ks->ks_name, box_default_cwd(), false);
+			c = context_new(NULL, ks->ks_lang, ks->ks_name, workspace_default_cwd(), false);
 			c->c_pooled = true;
 			if (link_open(c, c->c_id) < 0 || link_spawn(c) < 0) {
 				context_end(c, CTX_DELETED, NULL);
-				ps->ps_retry_at = now + 10000;
+				retry_at[i] = now + 10000;
 				break;
 			}
 			log_debug("pool: warming a %s kernel (proxy %d)", ks->ks_name,
@@ -280,7 +308,7 @@ pool_restart(struct context *x)
 		 (int)x->c_pl->pl_pid);
 	events_emit(json_pack("{s:s, s:s, s:s}", "event", "kernel_restarted", "context",
 				x->c_id, "why", "restart requested (warm pool)"));
-	sv.sv_po.po_kick = true;
+	kick = true;
 	return true;
 }
 
@@ -300,9 +328,9 @@ pool_create(const char *want, const char *cwd, bool is_default, struct egress_li
 	int rc;
 
 	context_count(&cc, NULL);
-	if (cc.cc_listed >= sv.sv_cf.cf_max_contexts) {
+	if (cc.cc_listed >= cf->cf_max_contexts) {
 		snprintf(err, errsz, "too many contexts (limit %d); delete one first",
-			 sv.sv_cf.cf_max_contexts);
+			 cf->cf_max_contexts);
 		return -EAGAIN;
 	}
 	if (!(ks = kcache_find(want))) {

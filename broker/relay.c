@@ -42,11 +42,10 @@ relay_state(struct context *c, struct msg *m)
 		events_emit(json_pack("{s:s, s:s, s:s}", "event", "context_ready",
 		                      "context", c->c_id, "language", c->c_lang));
 		waiter_answer_ready(c);
-		sv.sv_po.po_kick =
-		    true; /* the pool may have waited for it (pool_yield) */
+		pool_kick(); /* the pool may have waited for it (pool_yield) */
 	} else if (!c->c_ready && c->c_pl->pl_state == KS_DEAD) {
 		if (c->c_pooled)
-			sv.sv_po.po_backoff = now_ms() + POOL_BACKOFF_MS;
+			pool_back_off(now_ms());
 		waiter_answer_ready(c);
 		c->c_deleting = true; /* a context that never started is not kept */
 		struct msg sd;

@@ -48,7 +48,7 @@ execute_context(const char *ctx_id, char *lang, size_t langsz, struct context **
 	if ((ks = kcache_find(lang))) /* the default is per language */
 		snprintf(lang, langsz, "%s", ks->ks_lang);
 	if (!(*out = context_default(lang)) &&
-	    (rc = pool_create(lang, box_default_cwd(), true, NULL, out, err, errsz)) < 0)
+	    (rc = pool_create(lang, workspace_default_cwd(), true, NULL, out, err, errsz)) < 0)
 		return create_status(rc);
 	return 0;
 }
@@ -69,7 +69,7 @@ request_execute(struct request *rq, json_t *body)
 	struct msg m;
 	int st;
 
-	if (sv.sv_lc.lc_draining) {
+	if (lifecycle_draining()) {
 		answer_done(rq, 503, NULL,
 			     "the server is draining before a stop; not accepting new executions");
 		return;
@@ -90,10 +90,10 @@ request_execute(struct request *rq, json_t *body)
 			     c->c_error ? c->c_error : "it has no proxy");
 		return;
 	}
-	if (c->c_nstreams > sv.sv_cf.cf_max_queue) {
+	if (c->c_nstreams > cf->cf_max_queue) {
 		msg_free(&m);
 		answer_done(rq, 429, NULL, "context %s has %d executions waiting (limit %d)",
-			     c->c_id, c->c_nstreams - 1, sv.sv_cf.cf_max_queue);
+			     c->c_id, c->c_nstreams - 1, cf->cf_max_queue);
 		return;
 	}
 	s = stream_open(c, m.m_code.s);
@@ -116,7 +116,7 @@ request_create(struct request *rq, const char *language, const char *cwd,
 	struct context *c;
 	int rc;
 
-	if (sv.sv_lc.lc_draining) {
+	if (lifecycle_draining()) {
 		answer_done(rq, 503, NULL,
 			     "the server is draining before a stop; not creating contexts");
 		return;
@@ -127,19 +127,19 @@ request_create(struct request *rq, const char *language, const char *cwd,
 		return;
 	}
 	/* as the kernel's uid; under --isolation context once it has one (boxuid_lease, workspace_own) */
-	if (cwd && !boxuid_isolates() && cwd_usable(boxuid_kernel(NULL), box_workspace_of(NULL), cwd, err, sizeof(err)) < 0) {
+	if (cwd && !boxuid_isolates() && cwd_usable(boxuid_kernel(NULL), workspace_of(NULL), cwd, err, sizeof(err)) < 0) {
 		answer_done(rq, 400, NULL, "%s", err);
 		return;
 	}
-	if (!cwd && cwd_check(box_workspace_of(NULL), (uid_t)-1, why, sizeof(why)) < 0) {
+	if (!cwd && cwd_check(workspace_of(NULL), (uid_t)-1, why, sizeof(why)) < 0) {
 		/* checked at start; gone or closed since: not the client's fault */
 		answer_done(rq, 500, NULL,
 			     "the server's workspace '%.256s' (--cwd) cannot be used: %s",
-			     box_workspace_of(NULL), why);
+			     workspace_of(NULL), why);
 		return;
 	}
 	if (!cwd)
-		cwd = box_default_cwd();
+		cwd = workspace_default_cwd();
 	if ((rc = pool_create(lang, cwd, false, net, &c, err, sizeof(err))) < 0) {
 		answer_done(rq, create_status(rc), NULL, "%s", err);
 		return;
@@ -186,11 +186,10 @@ request_context(struct request *rq, const char *id, int op)
 void
 request_drain(struct request *rq, bool drain)
 {
-	if (!drain && sv.sv_lc.lc_stopping) {
+	if (lifecycle_drain(drain) < 0) {
 		answer_done(rq, 409, NULL, "the server is stopping");
 		return;
 	}
-	sv.sv_lc.lc_draining = drain;
 	log_info("%s by the operator", drain ? "draining" : "accepting again");
 	events_emit(json_pack("{s:s}", "event", drain ? "drain" : "undrain"));
 	answer_done(rq, 200, NULL, "%s", drain ? "draining" : "accepting");

@@ -101,7 +101,7 @@ respond_complete(struct http_request *hr, unsigned status, struct MHD_Response *
 	hr->hr_status = status;
 	hr->hr_suspended = false;
 	MHD_resume_connection(hr->hr_conn);
-	sv.sv_lc.lc_mhd_kick = true;
+	server_kick();
 }
 
 void
@@ -204,7 +204,7 @@ wake(struct stream *s)
 		return;
 	}
 	MHD_resume_connection(hs->hs_conn);
-	sv.sv_lc.lc_mhd_kick = true;
+	server_kick();
 }
 
 static const struct stream_ops http_stream_ops = {

@@ -1,7 +1,8 @@
 /*
- * server.c — the broker's one server struct and the registration of file
- * descriptors with its epoll loop (main.c waits on it), so modules watch
- * their fds without depending on main.c.
+ * server.c — the loop's epoll: the registration of file descriptors with it,
+ * so modules watch their fds without depending on main.c, and the wait that
+ * hands each ready one to its event source's handler (main.c's loop calls
+ * it). Its fd and the batch being handled are its own.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -14,22 +15,73 @@
 
 #include "broker.h"
 
-struct server sv;
+#define SERVER_BATCH 64 /* events one epoll_wait returns at most */
+
+static int epfd = -1;
+static struct epoll_event *batch; /* what epoll_wait returned, handled in turn */
+static int batch_n;
+static bool kicked; /* MHD has work: the next wait is none (server_kick) */
+
+/* At start, before anything is watched. */
+void
+server_open(void)
+{
+	if ((epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
+		fatal("epoll_create1: %s", strerror(errno));
+}
 
 void
 server_watch(int fd, uint32_t events, struct evsrc *ev)
 {
 	struct epoll_event e = {.events = events, .data.ptr = ev};
 
-	if (epoll_ctl(sv.sv_io.io_epfd, EPOLL_CTL_ADD, fd, &e) < 0 &&
-	    (errno != EEXIST || epoll_ctl(sv.sv_io.io_epfd, EPOLL_CTL_MOD, fd, &e) < 0))
+	if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &e) < 0 &&
+	    (errno != EEXIST || epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &e) < 0))
 		log_warn("epoll_ctl add fd %d: %s", fd, strerror(errno));
 }
 
 void
 server_unwatch(int fd)
 {
-	epoll_ctl(sv.sv_io.io_epfd, EPOLL_CTL_DEL, fd, NULL);
+	epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+/* MHD has work no fd will show (a connection handed to it, a response resumed). */
+void
+server_kick(void)
+{
+	kicked = true;
+}
+
+/* MHD runs now (main.c's loop): the kicks so far are answered. */
+void
+server_kicked(void)
+{
+	kicked = false;
+}
+
+/*
+ * Waits up to wait ms (none if kicked) and calls the handler of each event
+ * source that is ready.
+ */
+void
+server_wait(long wait)
+{
+	struct epoll_event evs[SERVER_BATCH];
+	int n = epoll_wait(epfd, evs, SERVER_BATCH, kicked ? 0 : (int)wait);
+
+	if (n < 0 && errno != EINTR)
+		fatal("epoll_wait: %s", strerror(errno));
+	batch = evs;
+	batch_n = n > 0 ? n : 0;
+	for (int i = 0; i < batch_n; i++) {
+		struct evsrc *ev = evs[i].data.ptr;
+		/* NULL: its object was freed by an earlier one (server_forget) */
+		if (ev)
+			ev->ev_fn(ev->ev_arg, evs[i].events);
+	}
+	batch_n = 0;
+	batch = NULL;
 }
 
 /*
@@ -40,9 +92,9 @@ server_unwatch(int fd)
 void
 server_forget(struct evsrc *ev)
 {
-	for (int i = 0; i < sv.sv_io.io_batch_n; i++)
-		if (sv.sv_io.io_batch[i].data.ptr == ev)
-			sv.sv_io.io_batch[i].data.ptr = NULL;
+	for (int i = 0; i < batch_n; i++)
+		if (batch[i].data.ptr == ev)
+			batch[i].data.ptr = NULL;
 }
 
 /* sd_notify(3) without libsystemd: one datagram to $NOTIFY_SOCKET. */

@@ -1,7 +1,7 @@
 /*
  * spawn.c — the real proxy processes (link.c's port, set by main.c): one
  * sandcell-proxy spawned per context, told its context by a spec on an fd
- * (proto/spec.c), signalled, reaped.
+ * (proto/spec.c: its kernel, its box, its limits), signalled, reaped.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +26,36 @@ spawn_digits(const char *s)
 	return s && *s ? strtoull(s, NULL, 10) : 0;
 }
 
+/* The box's part of c's spec: its uids, workspace, limits, network. */
+static void
+spawn_box(const struct context *c, struct spec *sp)
+{
+	unsigned first, last;
+
+	if (!cf->cf_sandbox)
+		return;
+	if (c->c_uid || (boxuid_ranged() && !cf->cf_kernel_user))
+		sp->sp_uid = c->c_uid ? c->c_uid : boxuid_shared();
+	if (boxuid_ranged())
+		sp->sp_net_uid = c->c_net_uid ? c->c_net_uid : boxuid_net();
+	sp->sp_own_workspace = c->c_workspace != NULL;
+	sp->sp_no_namespaces = boxnons_on();
+	sp->sp_cgroup_group = bounds_group(); /* the parent cgroup of all contexts' boxes */
+	sp->sp_workspace_size = cf->cf_workspace_size; /* an own one's (its proxy makes it), or shown */
+	sp->sp_workspace = workspace_of(c);
+	sp->sp_hide = cf->cf_token_file;
+	sp->sp_sandbox = true;
+	boxuid_range(&first, &last);
+	sp->sp_uid_first = first;
+	sp->sp_uid_last = last;
+	sp->sp_isolated = cf->cf_isolated;
+	sp->sp_outbound = !strcmp(cf->cf_kernel_network, "outbound");
+	sp->sp_uplink = uplink_pid() > 0 ? (uint64_t)uplink_pid() : 0;
+	egress_spec(c, sp);
+	sp->sp_pids = strtoull(cf->cf_kernel_pids, NULL, 10);
+	sp->sp_tmp_size = strtoull(cf->cf_kernel_tmp, NULL, 10);
+}
+
 /*
  * What c's proxy is told about its context (proto/spec.c): everything but
  * its name and where it lives, which its command line shows.
@@ -39,28 +69,28 @@ spawn_spec(const struct context *c, struct spec *sp)
 	    .sp_language = c->c_lang,
 	    .sp_kernel = c->c_kernel,
 	    .sp_cwd = c->c_cwd,
-	    .sp_env_file = sv.sv_cf.cf_env_file,
-	    .sp_env_pass = sv.sv_cf.cf_env_pass,
+	    .sp_env_file = cf->cf_env_file,
+	    .sp_env_pass = cf->cf_env_pass,
 	    .sp_default = c->c_default,
 	    .sp_pooled = c->c_pooled,
-	    .sp_memory = spawn_digits(sv.sv_cf.cf_kernel_memory),
-	    .sp_cpu = spawn_digits(sv.sv_cf.cf_kernel_cpu),
-	    .sp_cgroup = sv.sv_cf.cf_kernel_cgroup,
-	    .sp_python_startup = sv.sv_cf.cf_python_startup,
-	    .sp_kernel_user = sv.sv_cf.cf_kernel_user,
-	    .sp_envd = c->c_envd ? sv.sv_cf.cf_envd_bin : NULL,
+	    .sp_memory = spawn_digits(cf->cf_kernel_memory),
+	    .sp_cpu = spawn_digits(cf->cf_kernel_cpu),
+	    .sp_cgroup = cf->cf_kernel_cgroup,
+	    .sp_python_startup = cf->cf_python_startup,
+	    .sp_kernel_user = cf->cf_kernel_user,
+	    .sp_envd = c->c_envd ? cf->cf_envd_bin : NULL,
 	    .sp_template = template_socket(c->c_kernel),
-	    .sp_max_starting = spawn_digits(sv.sv_cf.cf_max_starting),
-	    .sp_interrupt_retry = spawn_digits(sv.sv_cf.cf_interrupt_retry),
-	    .sp_interrupt_grace = spawn_digits(sv.sv_cf.cf_interrupt_grace),
-	    .sp_heartbeat_timeout = spawn_digits(sv.sv_cf.cf_heartbeat_timeout),
+	    .sp_max_starting = spawn_digits(cf->cf_max_starting),
+	    .sp_interrupt_retry = spawn_digits(cf->cf_interrupt_retry),
+	    .sp_interrupt_grace = spawn_digits(cf->cf_interrupt_grace),
+	    .sp_heartbeat_timeout = spawn_digits(cf->cf_heartbeat_timeout),
 	};
 	/* the default context made as we start waits for the template as the
 	 * pool does (template_starting); a client's request never does */
-	if (sp->sp_template && c->c_default && sv.sv_lc.lc_defaults &&
+	if (sp->sp_template && c->c_default && lifecycle_making_defaults() &&
 	    (wait_ms = template_wait_ms(c->c_kernel)))
 		sp->sp_template_wait = wait_ms;
-	box_spec(c, sp);
+	spawn_box(c, sp);
 }
 
 /*
@@ -115,13 +145,13 @@ int
 spawn_proxy(struct context *c, pid_t *pid)
 {
 	char spec_fd[12];
-	const char *argv[] = {sv.sv_cf.cf_proxy_bin,
+	const char *argv[] = {cf->cf_proxy_bin,
 	                      "--run-dir",
-	                      sv.sv_cf.cf_run_dir,
+	                      cf->cf_run_dir,
 	                      "--id",
 	                      c->c_pl->pl_slot,
 	                      "--log-level",
-	                      sv.sv_cf.cf_log_level,
+	                      cf->cf_log_level,
 	                      "--spec-fd",
 	                      spec_fd,
 	                      NULL};
@@ -149,7 +179,7 @@ spawn_proxy(struct context *c, pid_t *pid)
 			posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID |
 			                                  POSIX_SPAWN_SETSIGMASK);
 			posix_spawnattr_setsigmask(&at, &none);
-			e = posix_spawn(pid, sv.sv_cf.cf_proxy_bin, &fa, &at,
+			e = posix_spawn(pid, cf->cf_proxy_bin, &fa, &at,
 			                (char *const *)argv, environ);
 			posix_spawnattr_destroy(&at);
 		}
@@ -157,7 +187,7 @@ spawn_proxy(struct context *c, pid_t *pid)
 	}
 	close(fd);
 	if (e) {
-		log_err("context %s: start %s: %s", c->c_id, sv.sv_cf.cf_proxy_bin,
+		log_err("context %s: start %s: %s", c->c_id, cf->cf_proxy_bin,
 		        strerror(e));
 		return -e;
 	}

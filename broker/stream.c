@@ -21,6 +21,8 @@ static const char keepalive[] = "{\"type\":\"keepalive\"}\n";
 
 /* Stream ids never repeat across broker restarts: proxies outlive us. */
 static uint64_t next_stream;
+/* Every stream, open or ending, oldest first (stream_next walks it). */
+static struct streamq streams = TAILQ_HEAD_INITIALIZER(streams);
 
 static struct stream *
 open_stream(struct context *c, const char *code, const struct stream_kind *k)
@@ -35,7 +37,7 @@ open_stream(struct context *c, const char *code, const struct stream_kind *k)
 	s->st_spill_fd = -1;
 	s->st_started = s->st_last_out = now_ms();
 	snprintf(s->st_code_head, sizeof(s->st_code_head), "%.*s", (int)(n < 80 ? n : 80), code);
-	TAILQ_INSERT_TAIL(&sv.sv_tb.tb_streams, s, st_link);
+	TAILQ_INSERT_TAIL(&streams, s, st_link);
 	TAILQ_INSERT_TAIL(&c->c_streams, s, st_ctx_link);
 	c->c_nstreams++;
 	s->st_kind = k;
@@ -69,12 +71,31 @@ keepalive_into(struct stream *s, struct buf *b)
 		buf_append(b, keepalive, sizeof(keepalive) - 1);
 }
 
+/* The stream after s in the order they opened; the first if s is NULL. */
+struct stream *
+stream_next(const struct stream *s)
+{
+	return s ? TAILQ_NEXT(s, st_link) : TAILQ_FIRST(&streams);
+}
+
+/* How many streams there are, open or ending (metrics). */
+size_t
+stream_count(void)
+{
+	const struct stream *s;
+	size_t n = 0;
+
+	TAILQ_FOREACH(s, &streams, st_link)
+		n++;
+	return n;
+}
+
 struct stream *
 stream_by_id(uint64_t id)
 {
 	struct stream *s;
 
-	TAILQ_FOREACH(s, &sv.sv_tb.tb_streams, st_link)
+	TAILQ_FOREACH(s, &streams, st_link)
 		if (s->st_id == id)
 			return s;
 	return NULL;
@@ -170,7 +191,7 @@ queue_bytes(struct stream *s, const char *data, size_t len, const char **what)
 		return 0;
 	}
 	if (s->st_spill_fd < 0) {
-		s->st_spill_fd = open(sv.sv_cf.cf_spill_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+		s->st_spill_fd = open(cf->cf_spill_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 		if (s->st_spill_fd < 0) {
 			*what = "create a file in";
 			return -errno;
@@ -248,7 +269,7 @@ tail_of(struct stream *s)
 static void
 stream_free(struct stream *s)
 {
-	TAILQ_REMOVE(&sv.sv_tb.tb_streams, s, st_link);
+	TAILQ_REMOVE(&streams, s, st_link);
 	if (s->st_ctx) {
 		TAILQ_REMOVE(&s->st_ctx->c_streams, s, st_ctx_link);
 		s->st_ctx->c_nstreams--;
@@ -332,17 +353,17 @@ stream_output(struct stream *s, const char *data, size_t len, struct msg *final)
 			stream_free(s);
 		return;
 	}
-	if (backlog(s) + len > sv.sv_cf.cf_stream_cap) {
+	if (backlog(s) + len > cf->cf_stream_cap) {
 		snprintf(why, sizeof(why),
 			 "the client read too slowly: over %llu bytes of output were waiting",
-			 (unsigned long long)sv.sv_cf.cf_stream_cap);
+			 (unsigned long long)cf->cf_stream_cap);
 		s->st_final = false;
 		stop(s, "OutputLimitExceeded", why);
 	} else if ((e = queue_bytes(s, data, len, &what)) < 0) {
 		snprintf(why, sizeof(why),
 			 "the client read too slowly and its backlog of %llu bytes could not "
 			 "be kept: %s the spill dir %s: %s",
-			 (unsigned long long)(backlog(s) + len), what, sv.sv_cf.cf_spill_dir,
+			 (unsigned long long)(backlog(s) + len), what, cf->cf_spill_dir,
 			 strerror(-e));
 		s->st_final = false;
 		stop(s, "OutputSpillFailed", why);
@@ -379,7 +400,7 @@ stream_fail_all(const char *name, const char *value, const char *outcome)
 {
 	struct stream *s, *next;
 
-	for (s = TAILQ_FIRST(&sv.sv_tb.tb_streams); s; s = next) {
+	for (s = TAILQ_FIRST(&streams); s; s = next) {
 		next = TAILQ_NEXT(s, st_link);
 		stream_fail(s, name, value, outcome); /* may free a ctl stream */
 	}
@@ -490,7 +511,7 @@ stream_tick(uint64_t now)
 {
 	struct stream *s;
 
-	TAILQ_FOREACH(s, &sv.sv_tb.tb_streams, st_link)
+	TAILQ_FOREACH(s, &streams, st_link)
 		if (s->st_ops && s->st_ops->so_keepalive && !s->st_final && !s->st_gone &&
 		    now >= s->st_last_out + KEEPALIVE_MS && backlog(s) == 0) {
 			s->st_last_out = now;

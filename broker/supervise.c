@@ -29,7 +29,7 @@ supervise_lost(struct context *c, const char *why)
 
 	log_warn("context %s: proxy %d %s", c->c_id, (int)c->c_pl->pl_pid, why);
 	if (!c->c_ready && c->c_pooled) /* no respawn storm of warm kernels */
-		sv.sv_po.po_backoff = now + POOL_BACKOFF_MS;
+		pool_back_off(now);
 	if (!c->c_ready) {
 		free(c->c_error);
 		c->c_error = xasprintf("its proxy %s before the kernel was ready", why);
@@ -85,7 +85,7 @@ supervise_reaped(pid_t pid, int status)
 			break;
 	if (!c)
 		return;
-	if (c->c_deleting || sv.sv_lc.lc_quit) {
+	if (c->c_deleting || lifecycle_quitting()) {
 		c->c_pl->pl_pid = 0;
 		context_end(c, CTX_DELETED, NULL);
 		return;
@@ -147,7 +147,7 @@ supervise_shutdown_all(void)
 void
 supervise_adopt_all(void)
 {
-	char *dir = xasprintf("%s/ctx", sv.sv_cf.cf_run_dir);
+	char *dir = xasprintf("%s/ctx", cf->cf_run_dir);
 	DIR *d = opendir(dir);
 	struct dirent *de;
 	int n = 0;
@@ -214,7 +214,7 @@ supervise_adopt_all(void)
 		} else {
 			log_info("run dir: removing stale context dir %s", cdir);
 			rm_rf(cdir);
-			char *kdir = xasprintf("%s.kernels/%s", sv.sv_cf.cf_run_dir, de->d_name);
+			char *kdir = xasprintf("%s.kernels/%s", cf->cf_run_dir, de->d_name);
 			rm_rf(kdir);
 			free(kdir);
 		}
@@ -227,5 +227,5 @@ supervise_adopt_all(void)
 	free(dir);
 	if (n)
 		log_info("re-attached %d live context%s from %s", n, n == 1 ? "" : "s",
-			 sv.sv_cf.cf_run_dir);
+			 cf->cf_run_dir);
 }

@@ -96,7 +96,7 @@ template_env(void)
 		/* ours below, as proxy/launch.c gives them to every boxed kernel */
 		if (!strncmp(*e, "JPY_PARENT_PID=", 15) ||
 		    !strncmp(*e, "PYDEVD_DISABLE_FILE_VALIDATION=", 31) ||
-		    !kenv_passes(*e, sv.sv_cf.cf_env_pass))
+		    !kenv_passes(*e, cf->cf_env_pass))
 			continue;
 		for (size_t i = 0; i < sizeof(pinned) / sizeof(pinned[0]); i++)
 			if (!strncmp(*e, pinned[i], strlen(pinned[i]))) {
@@ -153,13 +153,13 @@ template_start(void)
 	const struct kspec *ks;
 	char *dir = NULL;
 
-	if (!sv.sv_cf.cf_template) {
+	if (!cf->cf_template) {
 		log_info("template: off (--no-template): every kernel starts cold");
 		return;
 	}
-	if (!sv.sv_cf.cf_sandbox || geteuid() != 0 || boxnons_on()) {
+	if (!cf->cf_sandbox || geteuid() != 0 || boxnons_on()) {
 		log_info("template: off (%s): every kernel starts cold",
-			 !sv.sv_cf.cf_sandbox ? "--no-sandbox"
+			 !cf->cf_sandbox ? "--no-sandbox"
 			 : geteuid()	      ? "not root: the boxes are rootless"
 					      : "no namespaces here: the boxes have none");
 		return;
@@ -176,8 +176,8 @@ template_start(void)
 			 ks->ks_name);
 		return;
 	}
-	if (sv.sv_cf.cf_python_startup) {
-		dir = xstrdup(sv.sv_cf.cf_python_startup);
+	if (cf->cf_python_startup) {
+		dir = xstrdup(cf->cf_python_startup);
 		*strrchr(dir, '/') = '\0';
 	}
 	tp.tp_kernel = xstrdup(ks->ks_name);
@@ -211,7 +211,7 @@ template_start(void)
 		if (!tp.tp_argv[0])
 			tp.tp_argv[0] = xstrdup(a[0]);
 	}
-	tp.tp_sock = xasprintf("%s/template-%s.sock", sv.sv_cf.cf_run_dir, tp.tp_kernel);
+	tp.tp_sock = xasprintf("%s/template-%s.sock", cf->cf_run_dir, tp.tp_kernel);
 	tp.tp_argv[3 + no] = tp.tp_sock;
 	tp.tp_env = template_env();
 	tp.tp_backoff = TPL_BACKOFF_MIN_MS;
@@ -261,7 +261,7 @@ template_reaped(pid_t pid, int status)
 	if (!tp.tp_pid || pid != tp.tp_pid)
 		return false;
 	tp.tp_pid = 0;
-	if (sv.sv_lc.lc_quit)
+	if (lifecycle_quitting())
 		return true;
 	/* a template that lived a while is restarted at once; one that keeps
 	 * dying, less and less often (kernels start cold meanwhile) */

@@ -90,8 +90,8 @@ run_dir_of_ours(char mine[PATH_MAX + 8], const char *role)
 {
 	char dir[PATH_MAX];
 
-	if (!realpath(sv.sv_cf.cf_run_dir, dir))
-		snprintf(dir, PATH_MAX, "%s", sv.sv_cf.cf_run_dir);
+	if (!realpath(cf->cf_run_dir, dir))
+		snprintf(dir, PATH_MAX, "%s", cf->cf_run_dir);
 	snprintf(mine, PATH_MAX + 8, "%s%s%s", dir, *role ? " " : "", role);
 }
 

@@ -34,7 +34,7 @@
 #define UPLINK_BACKOFF_MS 5000
 
 static pid_t pid;
-static unsigned net_uid; /* the boxes' shared network uid (box.c's): pasta's */
+static unsigned net_uid; /* the boxes' shared network uid (boxuid.c's): pasta's */
 static bool adopted;     /* a broker's before us: not our child */
 static uint64_t respawn_at;
 static uint64_t since; /* when the uplink in use started or was adopted (now_ms) */
@@ -42,7 +42,7 @@ static uint64_t since; /* when the uplink in use started or was adopted (now_ms)
 static char *
 pid_file(void)
 {
-	return xasprintf("%s/uplink.pid", sv.sv_cf.cf_run_dir);
+	return xasprintf("%s/uplink.pid", cf->cf_run_dir);
 }
 
 /* The uplink a broker of this run dir left (its pid file), if it still runs; 0: none. */
@@ -68,10 +68,10 @@ left(void)
 	}
 	free(path);
 	path = xasprintf("/proc/%d", p);
-	want = xasprintf("%c--run-dir%c%s%c", 0, 0, sv.sv_cf.cf_run_dir, 0);
+	want = xasprintf("%c--run-dir%c%s%c", 0, 0, cf->cf_run_dir, 0);
 	bool ours = n > 0 && stat(path, &st) == 0 && st.st_uid == 0 &&
 	            memmem(cmd, (size_t)n, "\0--uplink-serve\0", 16) &&
-	            memmem(cmd, (size_t)n, want, strlen(sv.sv_cf.cf_run_dir) + 12);
+	            memmem(cmd, (size_t)n, want, strlen(cf->cf_run_dir) + 12);
 	free(path);
 	free(want);
 	return ours ? p : 0;
@@ -81,8 +81,8 @@ left(void)
 static bool
 wanted(void)
 {
-	return sv.sv_cf.cf_sandbox && geteuid() == 0 && !boxnons_on() &&
-	       !strcmp(sv.sv_cf.cf_kernel_network, "outbound");
+	return cf->cf_sandbox && geteuid() == 0 && !boxnons_on() &&
+	       !strcmp(cf->cf_kernel_network, "outbound");
 }
 
 static void
@@ -102,9 +102,9 @@ spawn(void)
 	}
 	if (p == 0) {
 		const char *argv[] = {
-		    sv.sv_cf.cf_proxy_bin, "--uplink-serve",      "--run-dir",
-		    sv.sv_cf.cf_run_dir,   "--net-uid",           uid,
-		    "--log-level",         sv.sv_cf.cf_log_level, NULL};
+		    cf->cf_proxy_bin, "--uplink-serve",      "--run-dir",
+		    cf->cf_run_dir,   "--net-uid",           uid,
+		    "--log-level",         cf->cf_log_level, NULL};
 		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 		setsid();
 		sigemptyset(&none);
@@ -186,7 +186,7 @@ uplink_reaped(pid_t p, int status)
 	if (!pid || p != pid)
 		return false;
 	pid = 0;
-	if (sv.sv_lc.lc_quit)
+	if (lifecycle_quitting())
 		return true;
 	respawn_at = now_ms() + UPLINK_BACKOFF_MS;
 	log_err(
@@ -206,7 +206,7 @@ uplink_tick(uint64_t now)
 		pid = 0;
 		respawn_at = now;
 	}
-	if (!pid && respawn_at && now >= respawn_at && !sv.sv_lc.lc_stopping)
+	if (!pid && respawn_at && now >= respawn_at && !lifecycle_stopping())
 		spawn();
 }
 

@@ -359,16 +359,17 @@ boxfw_refused(const struct box *bx)
 }
 
 /* Now and then: refusals since the last report go to the broker (MSG_STATS);
- * how often: BOXFW_REPORT_MS above. */
+ * how often: BOXFW_REPORT_MS above, more often while busy (its kernel starts
+ * or works: the loop says, so this file calls nothing of the kernel's). */
 void
-boxfw_tick(const struct box *bx, uint64_t now)
+boxfw_tick(const struct box *bx, uint64_t now, bool busy)
 {
 	int64_t n;
 	struct msg m;
 
 	if (!bx->bx_fw.fw_on)
 		return;
-	if (kernel_state() != KS_IDLE)
+	if (busy)
 		awake_at = now;
 	if (now <
 	    read_at + (now - awake_at < BOXFW_AWAKE_MS ? BOXFW_REPORT_MS : BOXFW_IDLE_MS))

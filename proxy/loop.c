@@ -297,7 +297,7 @@ loop_run(struct proxy *p, int sig)
 		kernel_tick(now);
 		kout_tick(now);
 		admit_flush();
-		boxfw_tick(&px->px_box, now);
+		boxfw_tick(&px->px_box, now, kernel_state() != KS_IDLE);
 	}
 	close(ep);
 }

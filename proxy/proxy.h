@@ -340,7 +340,7 @@ void boxfw_host(void);
 int boxfw_apply(struct box *bx);
 int64_t boxfw_refused(const struct box *bx);
 char *boxfw_list_text(const struct box *bx, enum boxfw_list which);
-void boxfw_tick(const struct box *bx, uint64_t now);
+void boxfw_tick(const struct box *bx, uint64_t now, bool busy);
 
 /* hostnet.c */
 void hostnet_keep(void);

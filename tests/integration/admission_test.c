@@ -286,22 +286,48 @@ workspace_file(const char *id, const char *name, char *path, size_t size)
 	cr_assert_eq(unlink(path), 0);
 }
 
+/* Code that runs until a file named go is in its cwd (told_to), 30 s at most. */
+static void
+until_told(char *code, size_t size, const char *go)
+{
+	snprintf(code, size,
+		 "import os, time\nfor _ in range(600):\n"
+		 "    if os.path.exists('%s'): break\n    time.sleep(0.05)",
+		 go);
+}
+
+/* Tells the code until_told gave it to stop: makes the file at path. */
+static void
+told_to(const char *path)
+{
+	FILE *f = fopen(path, "w");
+
+	cr_assert_not_null(f, "%s", path);
+	fclose(f);
+}
+
 Test(admission, queued_request_whose_client_left_never_runs, .timeout = 60)
 {
 	char *id = context_new(URL, "python", NULL); /* its cwd in sight: the workspace */
-	char name[64], path[512], code[1024];
-	struct bg a = {.ctx = id, .code = "import time\ntime.sleep(3)", .timeout_ms = 30000};
+	char name[64], path[512], code[1024], go[64], gopath[512], acode[256];
+	struct bg a = {.ctx = id, .code = acode, .timeout_ms = 30000};
 	long st;
 
 	snprintf(name, sizeof(name), "sandcell-never-%d", (int)getpid());
 	workspace_file(id, name, path, sizeof(path));
 	snprintf(code, sizeof(code), "open('%s', 'w').write('ran')", name);
+	/* a runs until the queued request's client has left */
+	snprintf(go, sizeof(go), "sandcell-go-%d", (int)getpid());
+	workspace_file(id, go, gopath, sizeof(gopath));
+	until_told(acode, sizeof(acode), go);
 	bg_start(&a);
 	cr_assert_eq(wait_context_int(URL, id, "queue", 1, 10000), 0);
 	json_t *l = exec_body(id, code, NULL, 1000, &st); /* queued behind a, then gone */
 	cr_assert(client_gave_up(l));
 	json_decref(l);
+	told_to(gopath);
 	bg_join(&a);
+	unlink(gopath);
 	json_decref(a.lines);
 	l = run(URL, id, "1"); /* the queue is drained */
 	json_decref(l);
@@ -538,8 +564,11 @@ priv_queue_of_one(void)
 Test(admission, queue_limit_answers_429_and_changes_nothing, .init = priv_queue_of_one,
      .fini = priv_stop, .timeout = 90)
 {
-	struct bg a = {.base = priv.b_url, .code = "import time\ntime.sleep(2)\nprint('a')",
-		       .timeout_ms = 30000};
+	char acode[256], go[300];
+	/* a runs until the over-limit request was answered */
+	until_told(acode, sizeof(acode) - 16, "sandcell-go-queue");
+	strcat(acode, "\nprint('a')");
+	struct bg a = {.base = priv.b_url, .code = acode, .timeout_ms = 30000};
 	struct bg q = {.base = priv.b_url, .code = "print('queued')", .timeout_ms = 30000};
 	struct resp r;
 
@@ -549,6 +578,11 @@ Test(admission, queue_limit_answers_429_and_changes_nothing, .init = priv_queue_
 	const char *id = json_string_value(json_object_get(json_array_get(ctxs, 0), "id"));
 	resp_free(&r);
 	cr_assert_not_null(id);
+	char *ws = context_host_cwd(priv.b_url, id);
+	cr_assert_not_null(ws);
+	snprintf(go, sizeof(go), "%s/sandcell-go-queue", ws);
+	free(ws);
+	unlink(go);
 	a.ctx = q.ctx = id;
 	bg_start(&a);
 	cr_assert_eq(wait_context_int(priv.b_url, id, "queue", 1, 10000), 0);
@@ -558,7 +592,9 @@ Test(admission, queue_limit_answers_429_and_changes_nothing, .init = priv_queue_
 	json_t *over = execute_code(priv.b_url, id, "print('over')", NULL, 5000, &st);
 	cr_assert_null(over);
 	cr_assert_eq(st, 429);
+	told_to(go);
 	bg_join(&a);
+	unlink(go);
 	bg_join(&q);
 	char *oa = stdout_of(a.lines), *oq = stdout_of(q.lines);
 	cr_assert_str_eq(oa, "a\n");

@@ -103,9 +103,17 @@ Test(ctl, contexts_show_live_state, .timeout = 60)
 
 Test(ctl, executions_lists_running_and_queued_and_cancel_ends_one, .timeout = 60)
 {
-	char *id = context_new(URL, "python", NULL), *out;
-	struct bg a = {.ctx = id, .code = "import time\ntime.sleep(3)"};
+	char *id = context_new(URL, "python", NULL), *out, go[300];
+	/* a runs until told (ctl-go in its cwd), 30 s at most */
+	struct bg a = {.ctx = id,
+		       .code = "import time\nimport os\nfor _ in range(600):\n"
+			       "    if os.path.exists('ctl-go'): break\n    time.sleep(0.05)"};
 	struct bg q = {.ctx = id, .code = "print('queued one')"};
+	char *ws = context_host_cwd(URL, id);
+
+	cr_assert_not_null(ws);
+	snprintf(go, sizeof(go), "%s/ctl-go", ws);
+	free(ws);
 
 	bg_start(&a);
 	cr_assert_eq(wait_context_int(URL, id, "queue", 1, 10000), 0);
@@ -141,7 +149,11 @@ Test(ctl, executions_lists_running_and_queued_and_cancel_ends_one, .timeout = 60
 	cr_assert_not_null(err);
 	cr_assert_str_eq(json_string_value(json_object_get(err, "name")), "ExecutionCancelled");
 	cr_assert_eq(count_of(q.lines, "stdout"), 0, "the cancelled execution never ran");
+	FILE *g = fopen(go, "w");
+	cr_assert_not_null(g, "%s", go);
+	fclose(g);
 	bg_join(&a);
+	unlink(go);
 	json_decref(a.lines);
 	json_decref(q.lines);
 	cr_assert_eq(ctl(&out, "cancel 12345"), 1, "unknown stream fails");

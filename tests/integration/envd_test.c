@@ -866,7 +866,11 @@ left_file_there(void *arg)
 Test(envd, a_command_outlives_the_client_that_started_it)
 {
 	size_t n, got = 0;
-	char *b = start_body("sleep 1; echo done > outlived.txt", &n), url[96];
+	/* it writes its file once told to (outlive-go.txt), after its client left */
+	char *b = start_body("for i in $(seq 600); do [ -e outlive-go.txt ] && break; sleep 0.05; "
+	                     "done; [ -e outlive-go.txt ] && echo done > outlived.txt",
+	                     &n),
+	     url[96];
 	CURL *c = curl_easy_init();
 	struct curl_slist *h =
 	    curl_slist_append(NULL, "Content-Type: application/connect+json");
@@ -885,6 +889,7 @@ Test(envd, a_command_outlives_the_client_that_started_it)
 	curl_slist_free_all(h);
 	curl_easy_cleanup(c);
 	free(b);
+	cr_assert_eq(write_raw("outlive-go.txt", "go"), 200);
 	cr_assert_eq(wait_until(left_file_there, "outlived.txt", 20000), 0,
 	             "the command did not run on after its client left");
 }
@@ -986,7 +991,12 @@ Test(envd, list_and_kill_a_background_command)
 
 Test(envd, a_commands_kill_minus_one_costs_no_context_anything)
 {
-	struct bg busy = {.code = "import time\ntime.sleep(2)\nprint('still here')",
+	/* it runs until the kill is over (kill-done.txt, written after it), 30 s at most */
+	struct bg busy = {.code = "import os, time\nprint('started', flush=True)\n"
+	                          "for _ in range(600):\n"
+	                          "    if os.path.exists('kill-done.txt'): break\n"
+	                          "    time.sleep(0.05)\n"
+	                          "print('still here', os.path.exists('kill-done.txt'))",
 	                  .timeout_ms = 60000};
 	struct resp r;
 	json_t *e;
@@ -994,13 +1004,16 @@ Test(envd, a_commands_kill_minus_one_costs_no_context_anything)
 
 	up();
 	bg_start(&busy);
+	cr_assert_eq(bg_wait_stdout(&busy, 30000), 0, "the context's execution never started");
 	e = run_command("kill -9 -1; echo not reached", &r);
 	json_decref(e);
 	resp_free(&r);
+	up(); /* its agent may have been killed too */
+	cr_assert_eq(write_raw("kill-done.txt", "done"), 200);
 	bg_join(&busy);
 	cr_assert_not_null(busy.lines, "the context's execution got no answer");
 	out = stdout_of(busy.lines);
-	cr_assert_str_eq(out, "still here\n");
+	cr_assert_str_eq(out, "started\nstill here True\n");
 	free(out);
 	json_decref(busy.lines);
 	/* envd answers (at once where Landlock scopes a command's signals; else

@@ -140,10 +140,19 @@ Test(faults, proxy_killed_while_another_context_streams, .timeout = 90)
 {
 	char *victim = context_new(URL, "python", NULL), *other = context_new(URL, "python", NULL);
 	struct bg v = {.base = URL, .ctx = victim};
+	/* the other prints half its lines, then the rest once the victim's end is seen
+	 * (proxy-lost-go in its cwd, 30 s at most) */
 	struct bg o = {.base = URL,
 		       .ctx = other,
-		       .code = "import time\nfor i in range(20):\n    print(i, flush=True)\n    "
-			       "time.sleep(0.1)"};
+		       .code = "import os, time\nfor i in range(10):\n    print(i, flush=True)\n"
+			       "for _ in range(600):\n"
+			       "    if os.path.exists('proxy-lost-go'): break\n    time.sleep(0.05)\n"
+			       "for i in range(10, 20):\n    print(i, flush=True)"};
+	char *ws = context_host_cwd(URL, other), go[300];
+	cr_assert_not_null(ws);
+	snprintf(go, sizeof(go), "%s/proxy-lost-go", ws);
+	free(ws);
+	unlink(go);
 
 	v.code = started_code("import time\ntime.sleep(30)");
 	json_decref(run(URL, victim, "lost = 1"));
@@ -159,7 +168,11 @@ Test(faults, proxy_killed_while_another_context_streams, .timeout = 90)
 	kill(ppid, SIGKILL);
 	bg_join(&v);
 	double noticed = ms_since(t0);
+	FILE *g = fopen(go, "w");
+	cr_assert_not_null(g, "%s", go);
+	fclose(g);
 	bg_join(&o);
+	unlink(go);
 
 	cr_assert_str_eq(error_name(v.lines), "ContextLost");
 	cr_assert(strstr(error_value(v.lines), "state is lost"), "%s", error_value(v.lines));
@@ -255,7 +268,7 @@ Test(faults, broker_restart_keeps_contexts_and_state, .fini = priv_stop, .timeou
 
 	/* a stream open at the moment of the crash ends on the client side */
 	struct bg open = {.base = b->b_url, .ctx = id};
-	open.code = started_code("import time\ntime.sleep(2)");
+	open.code = started_code("import time\ntime.sleep(5)");
 	bg_start(&open);
 	cr_assert_eq(bg_wait_stdout(&open, 10000), 0, "the code never started");
 	double t0 = ms_now();
@@ -267,6 +280,8 @@ Test(faults, broker_restart_keeps_contexts_and_state, .fini = priv_stop, .timeou
 	 * it waiting until it gives up, after 60 s) */
 	cr_assert_null(line_of(open.lines, "_client_timeout", 0),
 		       "the open stream outlived the broker");
+	cr_assert_null(line_of(open.lines, "end_of_execution", 0),
+		       "the code ended before the broker was killed");
 	cr_assert(ended < 15000, "the open stream ended %.0f ms after the broker died", ended);
 	json_decref(open.lines);
 

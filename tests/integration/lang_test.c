@@ -269,9 +269,10 @@ Test(lang, bash_last_argument_is_the_users, .timeout = 60)
  */
 struct late_case {
 	const char *lang;
-	const char *start; /* prints "started"; prints "late i" at 0.5 s, 1 s, ... 3 s */
-	const char *wait;  /* waits 3.5 s, then prints "next" */
-	const char *next;  /* prints "next" */
+	/* prints "started"; prints "late i" at 0.5 s, 1 s, ... 3 s, then makes late-done */
+	const char *start;
+	const char *wait; /* waits for late-done (30 s at most), removes it, prints "next" */
+	const char *next; /* prints "next" */
 };
 
 static const struct late_case late_cases[] = {
@@ -281,18 +282,30 @@ static const struct late_case late_cases[] = {
 	 "    for i in range(6):\n"
 	 "        time.sleep(0.5)\n"
 	 "        print('late', i)\n"
+	 "    open('late-done', 'w').close()\n"
 	 "threading.Thread(target=spam, daemon=True).start()\n"
 	 "print('started')",
-	 "import time\ntime.sleep(3.5)\nprint('next')", "print('next')"},
+	 "import os, time\n"
+	 "for _ in range(600):\n"
+	 "    if os.path.exists('late-done'): break\n"
+	 "    time.sleep(0.05)\n"
+	 "os.remove('late-done')\nprint('next')",
+	 "print('next')"},
 	{"javascript",
-	 "for (let i = 0; i < 6; i++) setTimeout(() => console.log('late', i), 500 * (i + 1));\n"
+	 "for (let i = 0; i < 6; i++) setTimeout(() => { console.log('late', i); "
+	 "if (i == 5) Deno.writeTextFileSync('late-done', ''); }, 500 * (i + 1));\n"
 	 "console.log('started')",
-	 "await new Promise((r) => setTimeout(r, 3500)); console.log('next')",
+	 "for (let i = 0; i < 600; i++) { try { Deno.statSync('late-done'); break; } "
+	 "catch { await new Promise((r) => setTimeout(r, 50)); } }\n"
+	 "Deno.removeSync('late-done'); console.log('next')",
 	 "console.log('next')"},
 	{"typescript",
-	 "for (let i: number = 0; i < 6; i++) setTimeout(() => console.log('late', i), 500 * (i + 1));\n"
+	 "for (let i: number = 0; i < 6; i++) setTimeout(() => { console.log('late', i); "
+	 "if (i == 5) Deno.writeTextFileSync('late-done', ''); }, 500 * (i + 1));\n"
 	 "console.log('started')",
-	 "await new Promise((r) => setTimeout(r, 3500)); console.log('next')",
+	 "for (let i: number = 0; i < 600; i++) { try { Deno.statSync('late-done'); break; } "
+	 "catch { await new Promise((r) => setTimeout(r, 50)); } }\n"
+	 "Deno.removeSync('late-done'); console.log('next')",
 	 "console.log('next')"},
 };
 
@@ -331,14 +344,20 @@ ParameterizedTest(int *ci, lang, late_output_goes_to_no_later_execution, .timeou
 	expect_only_next(l, c->lang, "an execution running when they come");
 	json_decref(l);
 
-	/* ... and between and during short ones */
+	/* ... and between and during short ones, until the last has come */
+	char *ws = context_host_cwd(URL, id), done[300];
+	cr_assert_not_null(ws);
+	snprintf(done, sizeof(done), "%s/late-done", ws);
+	free(ws);
 	json_decref(run(URL, id, c->start));
 	double t0 = ms_now();
-	for (int i = 0; ms_since(t0) < 3500; i++) {
+	while (access(done, F_OK) != 0) {
+		cr_assert(ms_since(t0) < 30000, "%s: the late lines never ended", c->lang);
 		l = run(URL, id, c->next);
 		expect_only_next(l, c->lang, "short executions in a row");
 		json_decref(l);
 	}
+	unlink(done);
 
 	wait_metric(URL, "sandcell_output_dropped_total", dropped + 1, 10000);
 	double now = metric_value(URL, "sandcell_output_dropped_total");

@@ -216,13 +216,24 @@ Test(load, ended_stream_still_sent_to_a_slow_reader_holds_no_queue_slot, .timeou
 		     "an ended execution still holds a queue slot");
 	cr_assert_str_eq(json_string_value(json_object_get(c, "state")), "idle");
 	json_decref(c);
-	/* the next execution is the running one, not queued behind a finished one */
-	struct bg next = {.ctx = id, .code = "import time\ntime.sleep(1)"};
+	/* the next execution is the running one, not queued behind a finished one; it
+	 * runs until told (next-go in its cwd), 30 s at most */
+	char *ws = context_host_cwd(URL, id), go[300];
+	cr_assert_not_null(ws);
+	snprintf(go, sizeof(go), "%s/next-go", ws);
+	free(ws);
+	struct bg next = {.ctx = id,
+			  .code = "import os, time\nfor _ in range(600):\n"
+				  "    if os.path.exists('next-go'): break\n    time.sleep(0.05)"};
 	bg_start(&next);
 	cr_assert_eq(wait_context_int(URL, id, "queue", 1, 10000), 0);
 	cr_assert_eq(ctl_executions(NULL, id, "running"), 1);
 	cr_assert_eq(ctl_executions(NULL, id, "queued"), 0);
+	FILE *g = fopen(go, "w");
+	cr_assert_not_null(g, "%s", go);
+	fclose(g);
 	bg_join(&next);
+	unlink(go);
 	cr_assert_not_null(line_of(next.lines, "end_of_execution", 0));
 	json_decref(next.lines);
 	close(fd);

@@ -914,8 +914,9 @@ listening_victim(const char *base, const char *lang, int port)
 			 "python3 -c 'import socket,time; s=socket.socket(); "
 			 "s.bind((\"0.0.0.0\",%d)); s.listen(); u=socket.socket(socket.AF_UNIX); "
 			 "u.bind(\"\\0victim-%d\"); u.listen(); time.sleep(600)' & "
-			 "sleep 0.5; echo listening",
-			 port, port);
+			 "for i in $(seq 200); do grep -q '@victim-%d$' /proc/net/unix && "
+			 "{ echo listening; break; }; sleep 0.05; done",
+			 port, port, port);
 	else if (!strcmp(lang, "java"))
 		snprintf(code, sizeof(code),
 			 "var srv = new java.net.ServerSocket(%d); System.out.println(\"listening\");",

@@ -507,10 +507,14 @@ Test(template, a_forked_boxs_init_is_sandcell_init_out_of_the_kernels_reach, .ti
 	out = run_stdout(URL, id, init_probe_py);
 	cr_assert_str_eq(out, "denied denied denied\n", "the kernel reaches into its init: %s", out);
 	free(out);
-	/* a grandchild whose parent is gone ends as the init's: it is reaped */
+	/* a grandchild whose parent is gone (it ends once it is the init's) is reaped */
 	out = run_stdout(URL, id,
 			 "import os, time\npid = os.fork()\nif pid == 0:\n"
-			 "    if os.fork() == 0:\n        time.sleep(0.2)\n        os._exit(0)\n"
+			 "    if os.fork() == 0:\n"
+			 "        for _ in range(1000):\n"
+			 "            if os.getppid() == 1:\n                break\n"
+			 "            time.sleep(0.01)\n"
+			 "        os._exit(0)\n"
 			 "    os._exit(0)\nos.waitpid(pid, 0)\nt0 = time.monotonic()\n"
 			 "while time.monotonic() - t0 < 10:\n"
 			 "    ps = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"

@@ -293,7 +293,9 @@ ready_context(void)
 
 /* ---- what the core calls of the rest of the broker ---- */
 
-struct server sv;
+/* the settings: config.c's in the broker, this test's here */
+static struct server_config settings;
+const struct server_config *const cf = &settings;
 static uint64_t counted[M_EGRESS_REFUSED + 1];
 static char last_outcome[64];
 
@@ -320,12 +322,12 @@ kcache_find(const char *want)
 }
 
 const char *
-box_default_cwd(void)
+workspace_default_cwd(void)
 {
 	return "/home/user";
 }
 const char *
-box_workspace_of(const struct context *c)
+workspace_of(const struct context *c)
 {
 	(void)c;
 	return "/home/user";
@@ -441,15 +443,14 @@ server_forget(struct evsrc *ev)
 static void
 setup(void)
 {
-	memset(&sv, 0, sizeof(sv));
+	memset(&settings, 0, sizeof(settings));
 	memset(&fp, 0, sizeof(fp));
 	fp.next_pid = 4000001; /* no process: the fake port is all that sees it */
-	TAILQ_INIT(&sv.sv_tb.tb_streams);
-	sv.sv_cf.cf_max_queue = 10;
-	sv.sv_cf.cf_max_contexts = 10;
-	sv.sv_cf.cf_stream_cap = 1 << 20;
-	sv.sv_cf.cf_spill_dir = "/tmp";
-	sv.sv_cf.cf_proxy_bin = "sandcell-proxy";
+	settings.cf_max_queue = 10;
+	settings.cf_max_contexts = 10;
+	settings.cf_stream_cap = 1 << 20;
+	settings.cf_spill_dir = "/tmp";
+	settings.cf_proxy_bin = "sandcell-proxy";
 	link_use(&fake_link);
 	log_init("brokercore_test", LOG_ERR);
 }
@@ -463,7 +464,7 @@ teardown(void)
 
 	while ((c = context_next(NULL)))
 		context_end(c, CTX_DELETED, NULL);
-	while ((s = TAILQ_FIRST(&sv.sv_tb.tb_streams)))
+	while ((s = stream_next(NULL)))
 		stream_closed(s);
 	for (int i = 0; i < nclients; i++) {
 		free(clients[i].c_text);
@@ -501,7 +502,7 @@ Test(core, admission_order)
 	struct context_counts cc;
 	int k = 0;
 
-	sv.sv_cf.cf_max_queue = 2;
+	settings.cf_max_queue = 2;
 	a = execute(c, code[0]);
 	b = execute(c, code[1]);
 	d = execute(c, code[2]);
@@ -552,7 +553,7 @@ Test(core, cancel_on_disconnect)
 	struct client *a, *b, *d;
 	uint64_t id;
 
-	sv.sv_cf.cf_max_queue = 0; /* one execution at a time */
+	settings.cf_max_queue = 0; /* one execution at a time */
 	a = execute(c, "while True: pass");
 	cr_assert_not_null(a->c_s);
 	id = a->c_s->st_id;
@@ -661,10 +662,10 @@ Test(core, pool_claim_and_refill)
 	const struct sent *claim;
 	struct client *cl;
 
-	snprintf(sv.sv_cf.cf_pool[0].ps_want, sizeof(sv.sv_cf.cf_pool[0].ps_want),
+	snprintf(settings.cf_pool[0].ps_want, sizeof(settings.cf_pool[0].ps_want),
 	         "python");
-	sv.sv_cf.cf_pool[0].ps_size = 1;
-	sv.sv_cf.cf_npool = 1;
+	settings.cf_pool[0].ps_size = 1;
+	settings.cf_npool = 1;
 	pool_fill();
 	cr_assert_eq(fp.nspawn, 1, "one warm proxy spawned");
 	warm = context_next(NULL);
@@ -686,7 +687,7 @@ Test(core, pool_claim_and_refill)
 	cr_assert_eq(sent_count(MSG_CLAIM, &claim), 1, "its proxy is told");
 	cr_assert_str_eq(claim->text, c->c_id);
 	cr_assert_str_eq(claim->slot, c->c_pl->pl_slot);
-	cr_assert(sv.sv_po.po_kick, "the pool is kicked to refill");
+	cr_assert(pool_kicked(), "the pool is kicked to refill");
 
 	/* refilled once the claim's grace (POOL_CLAIM_GRACE_MS) is over */
 	for (uint64_t until = now_ms() + 5000; fp.nspawn < 2 && now_ms() < until;
@@ -710,10 +711,10 @@ Test(core, restart_while_queued_from_pool)
 	pid_t old = c->c_pl->pl_pid, wpid;
 	char slot[37];
 
-	snprintf(sv.sv_cf.cf_pool[0].ps_want, sizeof(sv.sv_cf.cf_pool[0].ps_want),
+	snprintf(settings.cf_pool[0].ps_want, sizeof(settings.cf_pool[0].ps_want),
 	         "python");
-	sv.sv_cf.cf_pool[0].ps_size = 1;
-	sv.sv_cf.cf_npool = 1;
+	settings.cf_pool[0].ps_size = 1;
+	settings.cf_npool = 1;
 	pool_fill();
 	warm = context_next(c);
 	cr_assert(warm && warm->c_pooled);
@@ -800,7 +801,7 @@ Test(core, drain)
 	cr_assert_str_eq(client_read(a), "{\"out\":\"done\"}\n",
 	                 "the running one finishes");
 	client_leave(a);
-	cr_assert(TAILQ_EMPTY(&sv.sv_tb.tb_streams), "drained: no stream left");
+	cr_assert_null(stream_next(NULL), "drained: no stream left");
 	cr_assert_eq(sent_count(MSG_CANCEL, NULL), 0,
 	             "a finished stream is not cancelled");
 

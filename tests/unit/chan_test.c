@@ -16,12 +16,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <linux/sockios.h>
 #include <criterion/criterion.h>
 #include <nng/nng.h>
 #include <nng/protocol/pair0/pair.h>
@@ -253,17 +255,55 @@ expect_idle(struct chan *ch)
 	cr_assert_eq(poll(&p, 1, 0), 0, "nothing is left, yet the loop's fd is readable");
 }
 
-/* Turns of ch's loop for ms: nothing but CHAN_EMPTY comes. */
+/*
+ * Turns of ch's loop, nothing but CHAN_EMPTY coming, until its raw peer fd
+ * has something to read (what ch sent), or 5 s pass.
+ */
 static void
-idle_for(struct chan *ch, int ms)
+turn_until_sent(struct chan *ch, int fd)
+{
+	struct msg m;
+	struct pollfd p[2] = {{.fd = ch->ch_fd, .events = POLLIN}, {.fd = fd, .events = POLLIN}};
+
+	for (uint64_t end = now_ms() + 5000; now_ms() < end;) {
+		cr_assert_eq(chan_next(ch, &m), CHAN_EMPTY);
+		if (poll(p, 2, 10) > 0 && (p[1].revents & POLLIN))
+			return;
+	}
+	cr_assert_fail("nothing was sent in 5 s");
+}
+
+/* Bytes written on fd that its peer has not read yet. */
+static int
+unread(int fd)
+{
+	int queued;
+
+	cr_assert_eq(ioctl(fd, SIOCOUTQ, &queued), 0);
+	return queued;
+}
+
+/*
+ * What a raw peer wrote on fd (less than a frame) is all received by ch,
+ * nothing whole coming of it. Before the peer's handshake is in, nng's
+ * callback receives (chan.c): until none of it is left unread. After it, the
+ * loop starts each receive: until then, each one ends (ch's fd readable) and
+ * chan_next has nothing.
+ */
+static void
+taken_unheard(struct chan *ch, int fd, bool shook)
 {
 	struct msg m;
 
-	for (uint64_t end = now_ms() + ms; now_ms() < end;) {
-		cr_assert_eq(chan_next(ch, &m), CHAN_EMPTY);
-		struct pollfd p = {.fd = ch->ch_fd, .events = POLLIN};
-		poll(&p, 1, 5);
+	for (uint64_t end = now_ms() + 5000; !shook && unread(fd);) {
+		cr_assert_lt(now_ms(), end, "%d bytes still unread after 5 s", unread(fd));
+		poll(NULL, 0, 1);
 	}
+	do {
+		struct pollfd p = {.fd = ch->ch_fd, .events = POLLIN};
+		cr_assert(!shook || poll(&p, 1, 5000) == 1, "what was written did not come in 5 s");
+		cr_assert_eq(chan_next(ch, &m), CHAN_EMPTY, "a message before its frame's end");
+	} while (unread(fd));
 }
 
 struct writer {
@@ -300,7 +340,10 @@ Test(chan, messages_arrive_whole_and_in_order_both_ways)
 	/* the dialer first: it keeps what it sends until the listener is there */
 	cr_assert_eq(chan_dial(&d, url), 0);
 	send_cancel(&d, 0);
-	usleep(30000);
+	/* its first try refused (no listener): its backoff doubled from 5 ms (chan.c) */
+	for (uint64_t end = now_ms() + 5000; backoff_of(&d) <= 5 && now_ms() < end;)
+		poll(NULL, 0, 1);
+	cr_assert_gt(backoff_of(&d), 5, "the dialer never tried");
 	cr_assert_eq(chan_listen(&l, url), 0);
 	cr_assert_eq(next_of(&l, &m), CHAN_UP);
 	cr_assert_eq(next_of(&d, &m), CHAN_UP);
@@ -349,13 +392,12 @@ Test(chan, a_frame_sent_in_many_small_pieces_arrives_whole)
 	cr_assert_eq(next_of(&l, &m), CHAN_UP);
 	for (size_t i = 0; i < sizeof(hello); i++) {
 		write_all(fd, hello + i, 1);
-		usleep(300);
-		cr_assert_eq(chan_next(&l, &m), CHAN_EMPTY);
+		taken_unheard(&l, fd, false);
 	}
 	for (size_t i = 0; i < n7; i++) {
-		cr_assert_eq(chan_next(&l, &m), CHAN_EMPTY, "a message before its end");
 		write_all(fd, f7 + i, 1);
-		usleep(300);
+		if (i + 1 < n7)
+			taken_unheard(&l, fd, true);
 	}
 	expect_cancel(&l, 7);
 	struct writer w = {fd, fbig, nbig, 997};
@@ -397,7 +439,7 @@ Test(chan, a_dialer_sends_its_queue_once_the_peers_handshake_came)
 	struct pollfd p = {.fd = fd, .events = POLLIN};
 	cr_assert_eq(poll(&p, 1, 100), 0, "a frame went before the peer's handshake");
 	write_all(fd, hello, sizeof(hello));
-	idle_for(&d, 50); /* the loop takes the handshake: the queue goes */
+	turn_until_sent(&d, fd); /* the loop takes the handshake: the queue goes */
 	cr_assert_leq(n5, sizeof(b));
 	read_all(fd, b, n5);
 	cr_assert_eq(memcmp(b, f5, n5), 0);
@@ -514,11 +556,15 @@ Test(chan, a_second_peer_is_refused_while_the_first_lives)
 	chan_close(&d1);
 	cr_assert_eq(next_of(&l, &m), CHAN_DOWN);
 	int e = CHAN_EMPTY, e2 = CHAN_EMPTY;
-	for (int i = 0; i < 500 && e == CHAN_EMPTY; i++) { /* d2's loop attaches and redials */
+	/* d2's loop attaches and redials: each end's loop turns when its fd says so */
+	for (uint64_t end = now_ms() + 5000; e == CHAN_EMPTY && now_ms() < end;) {
 		while ((e2 = chan_next(&d2, &m)) != CHAN_EMPTY)
 			;
-		e = chan_next(&l, &m);
-		usleep(10000);
+		if ((e = chan_next(&l, &m)) != CHAN_EMPTY)
+			break;
+		struct pollfd p[2] = {{.fd = l.ch_fd, .events = POLLIN},
+				      {.fd = d2.ch_fd, .events = POLLIN}};
+		poll(p, 2, 10);
 	}
 	cr_assert_eq(e, CHAN_UP);
 	cr_assert(chan_up(&d2) || next_of(&d2, &m) == CHAN_UP);
@@ -554,11 +600,18 @@ Test(chan, a_peer_of_another_uid_is_refused)
 			_exit(errno == EPIPE || errno == ECONNRESET ? 0 : 5);
 		_exit(closed_within(fd) ? 0 : 4);
 	}
-	for (int i = 0; i < 50; i++) {
+	/* until the other uid's peer has been closed (its child then exits) */
+	for (uint64_t end = now_ms() + 10000;;) {
 		cr_assert_eq(chan_next(&l, &m), CHAN_EMPTY, "taken from another uid");
-		usleep(10000);
+		pid_t w = waitpid(pid, &st, WNOHANG);
+		if (w == pid)
+			break;
+		cr_assert_eq(w, 0);
+		cr_assert_lt(now_ms(), end, "the other uid's peer is still open after 10 s");
+		struct pollfd p = {.fd = l.ch_fd, .events = POLLIN};
+		poll(&p, 1, 10);
 	}
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert_eq(chan_next(&l, &m), CHAN_EMPTY, "taken from another uid");
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the other uid's peer: %d", st);
 	chan_close(&l);
 }
@@ -689,8 +742,7 @@ Test(chan, a_connection_dropped_mid_frame_delivers_only_whole_frames)
 		write_all(fd, hello, sizeof(hello));
 		cr_assert_eq(next_of(&l, &m), CHAN_UP);
 		write_all(fd, fbig, round ? 5 : nbig / 2);
-		usleep(20000);
-		cr_assert_eq(chan_next(&l, &m), CHAN_EMPTY);
+		taken_unheard(&l, fd, true);
 		read_all(fd, got, sizeof(got));
 		close(fd);
 		cr_assert_eq(next_of(&l, &m), CHAN_DOWN);
@@ -763,7 +815,7 @@ Test(chan, the_dialer_redials_after_a_bad_handshake_with_its_queue)
 	write_all(fd, hello, sizeof(hello));
 	read_all(fd, got, sizeof(got));
 	cr_assert_eq(memcmp(got, hello, sizeof(hello)), 0);
-	idle_for(&d, 50); /* the loop takes the handshake: the queue goes */
+	turn_until_sent(&d, fd); /* the loop takes the handshake: the queue goes */
 	read_all(fd, b, n5);
 	cr_assert_eq(memcmp(b, f5, n5), 0);
 	chan_close(&d);

@@ -447,6 +447,7 @@ Test(validate, an_accepted_body_always_fits_in_one_frame)
 	char *code = malloc(PROTO_MAX_BIG);
 	char *val = malloc(PROTO_MAX_ENVVAL + 1);
 	json_t *env = json_object();
+	size_t envsz = 0;
 	struct verdict v;
 	struct msg d;
 	void *buf;
@@ -459,15 +460,20 @@ Test(validate, an_accepted_body_always_fits_in_one_frame)
 		char k[16];
 		snprintf(k, sizeof(k), "K%d", i);
 		json_object_set_new(env, k, json_string(val));
+		envsz += strlen(k) + PROTO_MAX_ENVVAL + 16; /* as validate.c counts an entry */
 	}
-	validate_json(&v, json_pack("{s:s#, s:o}", "code", code, (int)PROTO_MAX_BIG,
+	/* each field within its bound, their sum over the frame's: refused */
+	validate_json(&v, json_pack("{s:s#, s:O}", "code", code, (int)PROTO_MAX_BIG,
+	                            "env_vars", env));
+	cr_assert_eq(v.status, 413, "code and env_vars over the frame: %d (%s)", v.status, v.err);
+	cr_assert(strstr(v.err, "together"), "%s", v.err);
+	verdict_free(&v);
+	/* the most that is accepted (their sum at the bound) fits one frame */
+	validate_json(&v, json_pack("{s:s#, s:o}", "code", code, (int)(PROTO_MAX_BIG - envsz),
 	                            "env_vars", env));
 	free(code);
 	free(val);
-	if (v.status) { /* refusing it is a fine answer too */
-		verdict_free(&v);
-		return;
-	}
+	cr_assert_eq(v.status, 0, "the largest body accepted is refused: %s", v.err);
 	msg_set_u64(&v.m, F_STREAM, 1);
 	cr_assert_eq(msg_encode(&v.m, &buf, &len), 0);
 	int e = msg_decode(buf, len, &d);
