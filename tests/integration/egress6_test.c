@@ -447,3 +447,30 @@ Test(egress6, an_ipv6_resolver_of_the_hosts_answers_on_port_53_alone,
 	free(out);
 	free(py);
 }
+
+/*
+ * A context whose own rules refuse all of IPv6 but one address of the
+ * stand-in internet reaches that address: its box still finds its gateway
+ * (fe80::1, neighbour discovery passes its rules); the metadata stays out of
+ * reach, whatever the context allows.
+ */
+Test(egress6, a_context_allowed_one_ipv6_address_reaches_it_and_nothing_else,
+     .fini = egress6_stop, .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "python=0", NULL};
+	char net[256], meta[96];
+	long st;
+
+	start(args);
+	snprintf(net, sizeof(net),
+	         "{\"deny_out\": [\"::/0\"], \"allow_out\": [\"%s\", \"" METADATA6 "\"]}",
+	         in.in_addr6);
+	char *id = context_new_network(eb.b_url, "python", net, &st);
+	cr_assert_not_null(id, "POST /contexts with %s: %ld", net, st);
+	snprintf(meta, sizeof(meta), "http://[" METADATA6 "]:%d", in.in_port);
+	const char *const u[] = {in.in_url6, meta};
+	char *out = fetch(id, u, 2);
+	cr_expect_str_eq(out, "page\nrefused\n", "%s: %s", net, out);
+	free(out);
+	free(id);
+}

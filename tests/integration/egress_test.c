@@ -313,20 +313,9 @@ Test(egress, refusals_while_the_kernel_is_idle_are_counted, .fini = egress_stop,
 static char *
 context_with(const char *lang, const char *network, long *st)
 {
-	char body[512];
-	struct resp r;
-	char *id = NULL;
+	char *id = context_new_network(eb.b_url, lang, network, st);
 
-	snprintf(body, sizeof(body), "{\"language\": \"%s\", \"network\": %s}", lang,
-	         network);
-	cr_assert_eq(http(eb.b_url, "POST", "/contexts", body, &r, 60), 0);
-	*st = r.r_status;
-	if (r.r_status == 200) {
-		json_t *j = json_loads(r.r_body, 0, NULL);
-		id = strdup(json_string_value(json_object_get(j, "id")));
-		json_decref(j);
-	}
-	resp_free(&r);
+	cr_assert_neq(*st, 0, "POST /contexts: no answer");
 	return id;
 }
 

@@ -200,6 +200,10 @@ const char *result_text(json_t *lines);
 
 /* POST /contexts; returns the new id (caller frees) or NULL. */
 char *context_new(const char *base, const char *language, const char *cwd);
+/* One with this "network" (JSON: allow_out, deny_out); NULL if refused, the status
+ * in *status (0: no answer). */
+char *context_new_network(const char *base, const char *language, const char *network,
+                          long *status);
 /* DELETE /contexts/{id}: 0 when it answered 200. */
 int context_delete(const char *base, const char *id);
 /* A pthread start routine: context_new(base, "python", NULL), the id its result. */
