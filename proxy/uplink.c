@@ -51,6 +51,7 @@
 #define UPLINK_RESTART_MS 1000 /* between two starts of pasta */
 #define UPLINK_IDLE_S 5        /* how often it looks for a broker and boxes */
 #define UPLINK_NET_MS 3000     /* pasta makes its eth0 in ~30 ms */
+#define UPLINK_NET6_MS 1000    /* and its IPv6 route with the rest, at once */
 
 /*
  * A segment of pasta's conntrack does not take for a box's (this pasta sends
@@ -153,7 +154,7 @@ v6_forwarding(void)
 static void
 v6_routed(void)
 {
-	uint64_t until = now_ms() + UPLINK_NET_MS;
+	uint64_t until = now_ms() + UPLINK_NET6_MS;
 	int here = hostnet_enter();
 	bool host;
 
