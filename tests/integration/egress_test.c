@@ -573,12 +573,32 @@ page_again(void *arg)
 	return ok;
 }
 
+/* Whether context arg reaches the stand-in's IPv6 address (where there is IPv6 to reach it). */
+static bool
+page6(void *arg)
+{
+	char code[256], *out;
+	bool ok;
+
+	if (!inet_v6_out(&in))
+		return true;
+	snprintf(code, sizeof(code),
+	         "import urllib.request\ntry:\n"
+	         "    print(urllib.request.urlopen('%s', timeout=5).read().decode().strip())\n"
+	         "except Exception as e:\n    print('no: %%r' %% e)\n",
+	         in.in_url6);
+	out = run_stdout(eb.b_url, arg, code);
+	ok = out && !strcmp(out, INET_PAGE "\n");
+	free(out);
+	return ok;
+}
+
 /*
  * A root broker's boxes go out through one pasta (the uplink's): when it
  * dies, it is started again and the boxes it served go out again; a broker
  * killed and restarted under --keep-contexts finds the uplink its kept boxes
  * use, and a box made after the restart goes out through it too. The egress
- * rules hold throughout.
+ * rules hold throughout; IPv6 comes back too, where the host has it.
  */
 Test(egress, the_shared_way_out_survives_pasta_ending_and_a_broker_restart,
      .fini = egress_stop, .timeout = 240)
@@ -593,12 +613,14 @@ Test(egress, the_shared_way_out_survives_pasta_ending_and_a_broker_restart,
 	char *out = probe(eb.b_url, id, "python");
 	cr_expect_str_eq(out, "page\nrefused\nrefused\n", "at first: %s", out);
 	free(out);
+	cr_expect(page6(id), "IPv6 at first");
 
 	struct pasta_wait w = {eb.b_pid, pasta_under(eb.b_pid)};
 	cr_assert_gt(w.old, 0, "no pasta under the broker");
 	cr_assert_eq(kill(w.old, SIGKILL), 0);
 	cr_assert_eq(wait_until(pasta_again, &w, 20000), 0, "pasta was not started again");
 	cr_expect_eq(wait_until(page_again, id, 60000), 0, "no way out after pasta's restart");
+	cr_expect_eq(wait_until(page6, id, 20000), 0, "no IPv6 after pasta's restart");
 
 	kill(eb.b_pid, SIGKILL);
 	waitpid(eb.b_pid, NULL, 0);
@@ -611,6 +633,7 @@ Test(egress, the_shared_way_out_survives_pasta_ending_and_a_broker_restart,
 	out = probe(eb.b_url, later, "python");
 	cr_expect_str_eq(out, "page\nrefused\nrefused\n", "a box made after the restart: %s", out);
 	free(out);
+	cr_expect(page6(id) && page6(later), "IPv6 after the broker's restart");
 	free(later);
 	free(id);
 }

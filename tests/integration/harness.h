@@ -67,6 +67,7 @@ void inet_stop(struct inet *in);
 /* A stand-in resolver: INET_DNS_NAME's A is INET_DNS_ADDR; no AAAA, no other name. */
 #define INET_DNS_NAME "sandcell-test.example"
 #define INET_DNS_ADDR "198.18.0.7"
+bool inet_v6_out(const struct inet *in);
 pid_t inet_dns_serve(int s);
 int inet_resolver(struct inet *in, const char *addr);
 int inet_resolv_conf(char *dir, size_t dirsz, const char *ns, bool link);

@@ -305,6 +305,28 @@ inet_resolv_conf(char *dir, size_t dirsz, const char *ns, bool link)
 	return 0;
 }
 
+/*
+ * Whether a box may reach the stand-in over IPv6: it has an IPv6 address,
+ * and the host an IPv6 default route (pasta gives a box IPv6 only then).
+ */
+bool
+inet_v6_out(const struct inet *in)
+{
+	char line[256], dst[40], dev[32];
+	unsigned len;
+	bool yes = false;
+	FILE *f = in->in_addr6[0] ? fopen("/proc/net/ipv6_route", "re") : NULL;
+
+	/* dst, its length, src, its length, next hop, metric, refs, use, flags, device */
+	while (f && !yes && fgets(line, sizeof(line), f))
+		yes = sscanf(line, "%32s %x %*s %*s %*s %*s %*s %*s %*s %31s", dst, &len,
+		             dev) == 3 &&
+		      len == 0 && strspn(dst, "0") == 32 && strcmp(dev, "lo");
+	if (f)
+		fclose(f);
+	return yes;
+}
+
 void
 inet_stop(struct inet *in)
 {
