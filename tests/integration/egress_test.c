@@ -573,7 +573,7 @@ page_again(void *arg)
 	return ok;
 }
 
-/* Whether context arg reaches the stand-in's IPv6 address (where there is IPv6 to reach it). */
+/* Whether context arg reaches the stand-in's IPv6 address (where there is IPv6). */
 static bool
 page6(void *arg)
 {
@@ -582,11 +582,12 @@ page6(void *arg)
 
 	if (!inet_v6_out(&in))
 		return true;
-	snprintf(code, sizeof(code),
-	         "import urllib.request\ntry:\n"
-	         "    print(urllib.request.urlopen('%s', timeout=5).read().decode().strip())\n"
-	         "except Exception as e:\n    print('no: %%r' %% e)\n",
-	         in.in_url6);
+	snprintf(
+	    code, sizeof(code),
+	    "import urllib.request\ntry:\n"
+	    "    print(urllib.request.urlopen('%s', timeout=5).read().decode().strip())\n"
+	    "except Exception as e:\n    print('no: %%r' %% e)\n",
+	    in.in_url6);
 	out = run_stdout(eb.b_url, arg, code);
 	ok = out && !strcmp(out, INET_PAGE "\n");
 	free(out);

@@ -615,13 +615,15 @@ context_new(const char *base, const char *language, const char *cwd)
 }
 
 char *
-context_new_network(const char *base, const char *language, const char *network, long *status)
+context_new_network(const char *base, const char *language, const char *network,
+                    long *status)
 {
 	char *body = NULL, *id = NULL;
 	struct resp r;
 
 	*status = 0;
-	if (asprintf(&body, "{\"language\": \"%s\", \"network\": %s}", language, network) < 0)
+	if (asprintf(&body, "{\"language\": \"%s\", \"network\": %s}", language,
+	             network) < 0)
 		return NULL;
 	if (http(base, "POST", "/contexts", body, &r, 60) == 0) {
 		*status = r.r_status;
