@@ -20,6 +20,9 @@
  * both, unless the operator's or the context's own rules refuse the
  * resolver; one on the host's loopback is the proxy's relay on the box's
  * own loopback (boxdns.c), under the same condition (boxfw_resolver_ok).
+ * IPv6's neighbour discovery (hop limit 255: never beyond the link) passes
+ * before both too: the gateway is link-local (fe80::/10, refused), and a
+ * box whose rules refuse ::/0 but allow an IPv6 address still finds it.
  * A refusal fails at once (a TCP reset, else ICMP administratively
  * prohibited) and counts in a named counter the proxy reports (MSG_STATS).
  */
@@ -256,7 +259,11 @@ ruleset(const struct boxfw *fw)
 	put_chain(f, "context", ctx, nctx);
 	fprintf(f, "add chain inet " BOXFW_TABLE
 	           " out { type filter hook output priority 0; policy accept; }\n"
-	           "add rule inet " BOXFW_TABLE " out oifname \"lo\" accept\n");
+	           "add rule inet " BOXFW_TABLE " out oifname \"lo\" accept\n"
+	           /* IPv6's ARP: the box's kernel finds its gateway (fe80::1, the
+	            * way out's), on the link alone; no kernel's code can send it */
+	           "add rule inet " BOXFW_TABLE " out icmpv6 type { nd-neighbor-solicit, "
+	           "nd-neighbor-advert, nd-router-solicit } ip6 hoplimit 255 accept\n");
 	put_resolvers(f, srv, nsrv, ctx, nctx);
 	fprintf(f, "add rule inet " BOXFW_TABLE " out jump server\n"
 	           "add rule inet " BOXFW_TABLE " out jump context\n");

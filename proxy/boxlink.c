@@ -9,7 +9,10 @@
  * on each, a next hop only); the box's end a /32 of BOXLINK_NET, the uplink's
  * route to it (dev its end, NLM_F_EXCL) is what reserves it: a route already
  * there is a live box's, and the next address is tried. The box's default
- * route goes through BOXLINK_GW. Nothing but the uplink's rules (uplink.c)
+ * route goes through BOXLINK_GW. Where the uplink has an IPv6 way out, the
+ * box has one too: an address of BOXLINK_NET6 made of its IPv4 one (so
+ * reserved with it), a default route through fe80::1, the uplink's end of
+ * every link. Nothing but the uplink's rules (uplink.c)
  * decides what a box reaches beyond its own: they forward a box's packets
  * to the way out alone, never to another box or to the uplink itself.
  */
@@ -172,45 +175,70 @@ boxlink_forwarding(const char *name)
 	return rc;
 }
 
-/* Address addr/32 on idx. */
+/*
+ * Address addr (family's bytes)/len on idx. IPv6's without duplicate address
+ * detection: the address is the box's alone (boxlink_attach), and usable at
+ * once rather than tentative for a second.
+ */
 static int
-addr_add(int s, int idx, uint32_t addr)
+addr_add(int s, int idx, int family, const void *addr, int len)
 {
 	struct nlreq r;
 	struct ifaddrmsg *a = NLMSG_DATA(&r.n);
-	uint32_t be = htonl(addr);
+	size_t alen = family == AF_INET ? 4 : 16;
 
 	start(&r, RTM_NEWADDR, NLM_F_CREATE | NLM_F_REPLACE, sizeof(*a));
-	a->ifa_family = AF_INET;
-	a->ifa_prefixlen = 32;
+	a->ifa_family = (unsigned char)family;
+	a->ifa_prefixlen = (unsigned char)len;
+	a->ifa_flags = family == AF_INET6 ? IFA_F_NODAD : 0;
 	a->ifa_scope = RT_SCOPE_UNIVERSE;
 	a->ifa_index = (unsigned)idx;
-	put(&r, IFA_LOCAL, &be, 4);
-	put(&r, IFA_ADDRESS, &be, 4);
+	put(&r, IFA_LOCAL, addr, alen);
+	put(&r, IFA_ADDRESS, addr, alen);
 	return talk(s, &r.n);
 }
 
-/* A route to dst/len (0/0: the default) through idx, via gw (0: on the link). */
 static int
-route_add(int s, int idx, uint32_t dst, int len, uint32_t gw, unsigned short flags)
+addr4_add(int s, int idx, uint32_t addr)
+{
+	uint32_t be = htonl(addr);
+
+	return addr_add(s, idx, AF_INET, &be, 32);
+}
+
+/*
+ * A route to dst/len (family's bytes; len 0: the default) through idx, via
+ * gw (NULL: on the link).
+ */
+static int
+route_add(int s, int idx, int family, const void *dst, int len, const void *gw,
+          unsigned short flags)
 {
 	struct nlreq r;
 	struct rtmsg *m = NLMSG_DATA(&r.n);
-	uint32_t d = htonl(dst), g = htonl(gw);
+	size_t alen = family == AF_INET ? 4 : 16;
 
 	start(&r, RTM_NEWROUTE, NLM_F_CREATE | flags, sizeof(*m));
-	m->rtm_family = AF_INET;
+	m->rtm_family = (unsigned char)family;
 	m->rtm_dst_len = (unsigned char)len;
 	m->rtm_table = RT_TABLE_MAIN;
 	m->rtm_protocol = RTPROT_STATIC;
 	m->rtm_scope = gw ? RT_SCOPE_UNIVERSE : RT_SCOPE_LINK;
 	m->rtm_type = RTN_UNICAST;
 	if (len)
-		put(&r, RTA_DST, &d, 4);
+		put(&r, RTA_DST, dst, alen);
 	if (gw)
-		put(&r, RTA_GATEWAY, &g, 4);
+		put(&r, RTA_GATEWAY, gw, alen);
 	put(&r, RTA_OIF, &idx, sizeof(idx));
 	return talk(s, &r.n);
+}
+
+static int
+route4_add(int s, int idx, uint32_t dst, int len, uint32_t gw, unsigned short flags)
+{
+	uint32_t d = htonl(dst), g = htonl(gw);
+
+	return route_add(s, idx, AF_INET, &d, len, gw ? &g : NULL, flags);
 }
 
 /* A veth pair: "eth0" here, peer named peer in the namespace of netfd. */
@@ -239,28 +267,98 @@ veth_add(int s, const char *peer, int netfd)
 }
 
 /*
+ * IPv6, where the uplink has a way out for it: the box's address is
+ * BOXLINK_NET6 (a unique-local /96 of sandcell's own, RFC 4193's random
+ * global id) followed by its IPv4 one, so the IPv4 route's reservation
+ * reserves it too; the uplink's end of every link is BOXLINK_GW6 as well.
+ */
+static const uint8_t BOXLINK_NET6[12] = {0xfd, 0x5c, 0xce, 0x11, 0xb0, 0xc5};
+static const uint8_t BOXLINK_GW6[16] = {0xfe, 0x80, [15] = 1}; /* fe80::1 */
+
+static void
+box6(uint32_t addr, uint8_t out[16])
+{
+	uint32_t be = htonl(addr);
+
+	memcpy(out, BOXLINK_NET6, sizeof(BOXLINK_NET6));
+	memcpy(out + 12, &be, 4);
+}
+
+/* Whether our network namespace has an IPv6 default route (not the kernel's "lo" one). */
+bool
+boxlink_v6_routed(void)
+{
+	char line[256], dst[40], dev[32];
+	FILE *f = fopen("/proc/thread-self/net/ipv6_route", "re");
+	unsigned len;
+	bool yes = false;
+
+	/* dst, its length, src, its length, next hop, metric, refs, use, flags, device */
+	while (f && !yes && fgets(line, sizeof(line), f))
+		yes = sscanf(line, "%32s %x %*s %*s %*s %*s %*s %*s %*s %31s", dst, &len,
+		             dev) == 3 &&
+		      len == 0 && strspn(dst, "0") == 32 && strcmp(dev, "lo");
+	if (f)
+		fclose(f);
+	return yes;
+}
+
+/*
+ * In the uplink's namespace: whether it forwards IPv6 (uplink.c turns it on
+ * where it can) and pasta has given it an IPv6 default route (only where
+ * the host has one).
+ */
+static bool
+uplink_v6(void)
+{
+	int fd = open("/proc/sys/net/ipv6/conf/all/forwarding", O_RDONLY | O_CLOEXEC);
+	char c = '0';
+
+	if (fd >= 0) {
+		if (read(fd, &c, 1) != 1)
+			c = '0';
+		close(fd);
+	}
+	return c == '1' && boxlink_v6_routed();
+}
+
+/*
  * The uplink's end, named name, in the uplink's namespace (s is a socket
  * of it): up, BOXLINK_GW on it, and a route to the first free address of
- * BOXLINK_NET from slot on, which is the box's (*addr).
+ * BOXLINK_NET from slot on, which is the box's (*addr). Where the uplink
+ * has IPv6 (*v6 then), BOXLINK_GW6 on it and a route to the box's IPv6
+ * address; if that fails, said, the box has IPv4 alone.
  */
 static int
-uplink_end(int s, const char *name, unsigned slot, uint32_t *addr)
+uplink_end(int s, const char *name, unsigned slot, uint32_t *addr, bool *v6)
 {
 	int idx = (int)if_nametoindex(name), rc;
+	uint8_t a6[16];
 
+	*v6 = false;
 	if (!idx)
 		return -errno;
 	if ((rc = link_up(s, idx)) < 0 || (rc = forward_on(s, idx)) < 0 ||
-	    (rc = addr_add(s, idx, BOXLINK_GW)) < 0)
+	    (rc = addr4_add(s, idx, BOXLINK_GW)) < 0)
 		return rc;
 	for (unsigned i = 0; i < BOXLINK_SLOTS; i++) {
 		*addr = BOXLINK_FIRST + (slot + i) % BOXLINK_SLOTS;
 		if ((*addr & 0xff) == 0 || (*addr & 0xff) == 0xff)
 			continue;
-		if ((rc = route_add(s, idx, *addr, 32, 0, NLM_F_EXCL)) != -EEXIST)
-			return rc;
+		if ((rc = route4_add(s, idx, *addr, 32, 0, NLM_F_EXCL)) != -EEXIST)
+			break;
 	}
-	return -EADDRINUSE;
+	if (rc < 0)
+		return rc == -EEXIST ? -EADDRINUSE : rc;
+	if (!uplink_v6())
+		return 0;
+	box6(*addr, a6);
+	if ((rc = addr_add(s, idx, AF_INET6, BOXLINK_GW6, 64)) < 0 ||
+	    (rc = route_add(s, idx, AF_INET6, a6, 128, NULL, NLM_F_EXCL)) < 0)
+		log_warn("the box's link %s: its IPv6 in the uplink: %s: IPv4 alone",
+		         name, strerror(-rc));
+	*v6 = rc == 0;
+	return 0;
 }
 
 /*
@@ -305,6 +403,9 @@ boxlink_attach(struct box *bx, pid_t uplink)
 	char path[64], peer[IFNAMSIZ];
 	int up = -1, here = -1, s = -1, us = -1, rc, idx;
 	uint32_t addr = 0;
+	uint8_t a6[16];
+	char text6[INET6_ADDRSTRLEN] = "";
+	bool v6 = false;
 
 	if (!uplink_valid(uplink)) {
 		rc = -ESRCH;
@@ -331,7 +432,7 @@ boxlink_attach(struct box *bx, pid_t uplink)
 		goto out;
 	}
 	us = rtnl();
-	rc = us < 0 ? us : uplink_end(us, peer, (unsigned)getpid(), &addr);
+	rc = us < 0 ? us : uplink_end(us, peer, (unsigned)getpid(), &addr, &v6);
 	/* back in the box's: a proxy left in the uplink's must not go on */
 	if (setns(here, CLONE_NEWNET) < 0)
 		fatal("context %s: back from the uplink's network namespace: %s",
@@ -342,14 +443,25 @@ boxlink_attach(struct box *bx, pid_t uplink)
 		rc = -errno;
 		goto out;
 	}
-	if ((rc = link_up(s, idx)) < 0 || (rc = addr_add(s, idx, addr)) < 0 ||
-	    (rc = route_add(s, idx, BOXLINK_GW, 32, 0, 0)) < 0 ||
-	    (rc = route_add(s, idx, 0, 0, BOXLINK_GW, 0)) < 0)
+	if ((rc = link_up(s, idx)) < 0 || (rc = addr4_add(s, idx, addr)) < 0 ||
+	    (rc = route4_add(s, idx, BOXLINK_GW, 32, 0, 0)) < 0 ||
+	    (rc = route4_add(s, idx, 0, 0, BOXLINK_GW, 0)) < 0)
 		goto out;
+	box6(addr, a6);
+	if (v6) { /* its address, and its default route through BOXLINK_GW6 */
+		int r6 = addr_add(s, idx, AF_INET6, a6, 128);
+		if (r6 == 0)
+			r6 = route_add(s, idx, AF_INET6, NULL, 0, BOXLINK_GW6, 0);
+		if (r6 < 0)
+			log_warn("context %s: the box's IPv6 way out: %s: IPv4 alone",
+			         bx->bx_id, strerror(-r6));
+		else
+			inet_ntop(AF_INET6, a6, text6, sizeof(text6));
+	}
 	bx->bx_net_ready = true;
-	log_info("context %s: the box's link %s to the uplink (pid %d): %u.%u.%u.%u",
+	log_info("context %s: the box's link %s to the uplink (pid %d): %u.%u.%u.%u%s%s",
 	         bx->bx_id, peer, (int)uplink, addr >> 24, (addr >> 16) & 0xff,
-	         (addr >> 8) & 0xff, addr & 0xff);
+	         (addr >> 8) & 0xff, addr & 0xff, *text6 ? ", " : " (no IPv6)", text6);
 out:
 	if (rc < 0 && s >= 0 && (idx = (int)if_nametoindex("eth0")))
 		link_del(s, idx); /* both ends, and the uplink's route to it */

@@ -10,10 +10,18 @@
  * alone, masqueraded there; back to a box, only what answers it; nothing
  * from one box to another, nothing from a box to the uplink itself, nothing
  * in from the way out. A box's own egress rules (boxfw.c) stay in its own
- * namespace, as without the uplink. IPv4 only: a box has no IPv6 way out.
- * Forwarding is on per interface (pasta's eth0 here, each box's end in
- * boxlink.c), through rtnetlink: net.ipv4.ip_forward is not needed, nor a
- * writable /proc/sys (a container's, systemd's ProtectKernelTunables).
+ * namespace, as without the uplink. The rules hold for IPv4 and IPv6 alike
+ * (table inet), and count a box's flows by its link, whatever the family;
+ * a box's neighbour discovery reaches the uplink (as its ARP does), nothing
+ * else of it. IPv4 forwarding is on per interface (pasta's eth0 here, each
+ * box's end in boxlink.c), through rtnetlink: net.ipv4.ip_forward is not
+ * needed, nor a writable /proc/sys (a container's, systemd's
+ * ProtectKernelTunables). IPv6's has no such switch (the kernel forwards
+ * IPv6 on net.ipv6.conf.all.forwarding alone, a sysctl and nothing else):
+ * it is written in our namespace, through a procfs of our own where /proc/sys
+ * is read-only; where that fails too, said, and boxes get IPv4 alone
+ * (boxlink.c looks). So do they where pasta has no IPv6 (the host has no
+ * IPv6 default route).
  *
  * pasta ending is said and pasta started again, in the same namespace: the
  * boxes' links stay. The holder ending (the namespace gone) ends the uplink,
@@ -24,10 +32,12 @@
 #include <errno.h>
 #include <net/if.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -41,6 +51,7 @@
 #define UPLINK_RESTART_MS 1000 /* between two starts of pasta */
 #define UPLINK_IDLE_S 5        /* how often it looks for a broker and boxes */
 #define UPLINK_NET_MS 3000     /* pasta makes its eth0 in ~30 ms */
+#define UPLINK_NET6_MS 1000    /* and its IPv6 route with the rest, at once */
 
 /*
  * A segment of pasta's conntrack does not take for a box's (this pasta sends
@@ -48,24 +59,26 @@
  * stack would reset the box's connection in pasta.
  *
  * UPLINK_BOX_FLOWS: a box's connections through the uplink at once (TCP and
- * UDP flows, by its address): past it a new one is refused, so that no box
- * takes the whole of the connection tracking and pasta's flows from the
- * others.
+ * UDP flows, IPv4 and IPv6 together, by its link): past it a new one is
+ * refused, so that no box takes the whole of the connection tracking and
+ * pasta's flows from the others.
  */
 #define UPLINK_BOX_FLOWS "4096"
 static const char rules[] =
     "add table inet sandcell_uplink\n"
-    "add set inet sandcell_uplink boxes { type ipv4_addr; size 65535; flags dynamic; }\n"
+    "add set inet sandcell_uplink boxes { type iface_index; size 65535; flags dynamic; "
+    "}\n"
     "add chain inet sandcell_uplink input { type filter hook input priority 0; "
     "policy accept; }\n"
+    "add rule inet sandcell_uplink input iifname \"sb*\" icmpv6 type "
+    "{ nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 accept\n"
     "add rule inet sandcell_uplink input iifname \"sb*\" drop\n"
     "add rule inet sandcell_uplink input iifname \"eth0\" ct state invalid drop\n"
     "add chain inet sandcell_uplink forward { type filter hook forward priority 0; "
     "policy drop; }\n"
     "add rule inet sandcell_uplink forward iifname \"sb*\" ct state new "
-    "add @boxes { ip saddr ct count over " UPLINK_BOX_FLOWS " } reject\n"
-    "add rule inet sandcell_uplink forward iifname \"sb*\" oifname \"eth0\" "
-    "meta nfproto ipv4 accept\n"
+    "add @boxes { meta iif ct count over " UPLINK_BOX_FLOWS " } reject\n"
+    "add rule inet sandcell_uplink forward iifname \"sb*\" oifname \"eth0\" accept\n"
     "add rule inet sandcell_uplink forward iifname \"eth0\" oifname \"sb*\" "
     "ct state established,related accept\n"
     "add chain inet sandcell_uplink out { type nat hook postrouting priority 100; }\n"
@@ -86,6 +99,74 @@ configure(void)
 		log_err("uplink: nftables: %s", nft_ctx_get_error_buffer(nft));
 	nft_ctx_free(nft);
 	return rc ? -EIO : 0;
+}
+
+/* net.ipv6.conf.all.forwarding in our namespace, through the procfs at proc. */
+static int
+v6_forwarding_at(const char *proc)
+{
+	char *path = xasprintf("%s/sys/net/ipv6/conf/all/forwarding", proc);
+	int rc = write_text(path, "1");
+
+	free(path);
+	return rc;
+}
+
+/*
+ * IPv6 forwarding in our namespace (a new one's is off): through /proc/sys,
+ * else (read-only) through a procfs mounted in a mount namespace of a
+ * child's own, which the sysctl's namespace (the opener's network one) is
+ * ours in. Said if neither: then boxes have IPv4 alone.
+ */
+static void
+v6_forwarding(void)
+{
+	int rc = v6_forwarding_at("/proc"), status = 0;
+	pid_t p;
+
+	if (rc == 0 || rc == -ENOENT) /* ENOENT: no IPv6 in this kernel */
+		return;
+	if ((p = fork()) == 0) {
+		if (unshare(CLONE_NEWNS) < 0 ||
+		    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+		    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+		          NULL) < 0)
+			_exit(errno & 0x7f);
+		_exit(-v6_forwarding_at("/proc") & 0x7f);
+	}
+	while (p > 0 && waitpid(p, &status, 0) < 0 && errno == EINTR)
+		;
+	if (p > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		return;
+	log_warn("uplink: IPv6 forwarding could not be turned on (/proc/sys: %s; a "
+	         "procfs of its own: %s): the boxes have IPv4 alone",
+	         strerror(-rc),
+	         p < 0               ? strerror(errno)
+	         : WIFEXITED(status) ? strerror(WEXITSTATUS(status))
+	                             : "killed");
+}
+
+/*
+ * pasta's IPv6 default route in our namespace, where the host has one: a
+ * box linked before it came would get IPv4 alone (boxlink.c). Said if it
+ * does not come.
+ */
+static void
+v6_routed(void)
+{
+	uint64_t until = now_ms() + UPLINK_NET6_MS;
+	int here = hostnet_enter();
+	bool host;
+
+	if (here < 0)
+		return;
+	host = boxlink_v6_routed();
+	hostnet_leave(here);
+	while (host && !boxlink_v6_routed() && now_ms() < until)
+		usleep(10000);
+	if (host && !boxlink_v6_routed())
+		log_warn("uplink: pasta gave it no IPv6 default route, though the host "
+		         "has one: boxes linked now have IPv4 alone");
 }
 
 /*
@@ -197,6 +278,8 @@ uplink_run(struct box *bx, const char *run_dir)
 	}
 	if (configure() < 0 || way_out_forwards() < 0)
 		return 1;
+	v6_forwarding(); /* these two said if not */
+	v6_routed();
 	if (write(3, "r", 1) != 1) /* the broker waits for it */
 		return 1;
 	close(3);
@@ -219,6 +302,7 @@ uplink_run(struct box *bx, const char *run_dir)
 			if (restart_pasta(bx, life[0]) < 0)
 				return 1;
 			way_out_forwards(); /* said if not */
+			v6_routed();
 		}
 		if (!broker_alive(run_dir) && !linked()) {
 			log_info("uplink: no broker and no box left: ending");

@@ -8,7 +8,10 @@
  * helpers, box init, pasta; the kernel's own pages; what /proc/meminfo
  * shows of the machine's own memory: slab, page tables, kernel stacks), the
  * idle CPU per second of the broker and the proxies with them all alive, and
- * the time to create the last one. It checks MemAvailable before it starts
+ * the time to create the last one. A root broker's uplink (the boxes' one
+ * pasta, its holder and minder, sandcell-proxy --uplink-serve) is counted
+ * once, apart: a fixed cost, and that cost spread over the boxes alive.
+ * It checks MemAvailable before it starts
  * and between batches, and stops with a message rather than press the
  * machine. SCALE_ARGS: more broker flags. Figures only: nothing fails.
  */
@@ -32,7 +35,17 @@
 #define SCALE_TREE 8192
 
 /* The kinds of process a broker's tree holds, by what they run. */
-enum { K_BROKER, K_TEMPLATE, K_PROXY, K_HELPER, K_PASTA, K_INIT, K_KERNEL, K_N };
+enum {
+	K_BROKER,
+	K_TEMPLATE,
+	K_PROXY,
+	K_HELPER,
+	K_PASTA,
+	K_INIT,
+	K_KERNEL,
+	K_UPLINK,
+	K_N
+};
 struct tree {
 	pid_t t_pid[SCALE_TREE];
 	int t_kind[SCALE_TREE];
@@ -103,6 +116,9 @@ scale_kind(pid_t pid, pid_t ppid, pid_t broker)
 
 	if (pid == broker)
 		return K_BROKER;
+	n = proc_cmdline(pid, argv, sizeof(argv));
+	if (ppid == broker && memmem(argv, n, "\0--uplink-serve\0", 16))
+		return K_UPLINK;
 	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
 	if ((f = fopen(path, "r"))) {
 		if (fgets(comm, sizeof(comm), f))
@@ -115,7 +131,6 @@ scale_kind(pid_t pid, pid_t ppid, pid_t broker)
 		return K_PASTA;
 	if (!strcmp(comm, "sandcell-init"))
 		return K_INIT;
-	n = proc_cmdline(pid, argv, sizeof(argv));
 	if (ppid == broker && memmem(argv, n, "sandcell_template", 17))
 		return K_TEMPLATE;
 	return K_KERNEL; /* a kernel or what it runs */
@@ -138,15 +153,32 @@ scale_meminfo_read(long *kb)
 		fclose(f);
 }
 
+/* Whether pid descends from the uplink up (its pasta, the pasta's minder, its holder). */
+static bool
+scale_under(pid_t pid, pid_t up, pid_t broker)
+{
+	for (pid_t a = pid; a > 1 && a != broker; a = (pid_t)proc_stat_field(a, 4))
+		if (a == up)
+			return true;
+	return false;
+}
+
 /* The broker's tree by kind; with pss, each kind's PSS. */
 static void
 scale_tree(pid_t broker, bool pss, struct tree *t)
 {
+	pid_t up = 0;
+
 	memset(t, 0, sizeof(*t));
 	t->t_n = proc_tree(broker, t->t_pid, SCALE_TREE);
+	for (int i = 0; i < t->t_n; i++)
+		if ((t->t_kind[i] =
+		         scale_kind(t->t_pid[i], (pid_t)proc_stat_field(t->t_pid[i], 4),
+		                    broker)) == K_UPLINK)
+			up = t->t_pid[i];
 	for (int i = 0; i < t->t_n; i++) {
-		pid_t pp = (pid_t)proc_stat_field(t->t_pid[i], 4);
-		int k = scale_kind(t->t_pid[i], pp, broker);
+		int k =
+		    up && scale_under(t->t_pid[i], up, broker) ? K_UPLINK : t->t_kind[i];
 		long kb = pss ? proc_pss_kb(t->t_pid[i]) : -1;
 		t->t_kind[i] = k;
 		t->t_count[k]++;
@@ -220,10 +252,10 @@ scale_idle_cpu(pid_t broker, const char *what, int n)
 	table_detail(
 	    "per second of wall time: broker %.2f ms, proxies %.2f ms (%.3f each), "
 	    "proxy helpers %.2f, pasta %.2f, box inits %.2f, kernels %.2f "
-	    "(%.3f each), template %.2f; %s",
+	    "(%.3f each), template %.2f, the uplink (its pasta and helpers) %.2f; %s",
 	    per[K_BROKER], per[K_PROXY], n ? per[K_PROXY] / n : 0, per[K_HELPER],
 	    per[K_PASTA], per[K_INIT], per[K_KERNEL], n ? per[K_KERNEL] / n : 0,
-	    per[K_TEMPLATE], scale_load());
+	    per[K_TEMPLATE], per[K_UPLINK], scale_load());
 }
 
 /* Waits for the pool to refill and the machine to settle after creations. */
@@ -373,7 +405,7 @@ scale_cost(const char *what, int n, double avail0, double avail1, const struct t
 	for (int k = 0; k < K_N; k++) {
 		per[k] = n ? (t1->t_pss_mb[k] - t0->t_pss_mb[k]) / n : 0;
 		c[k] = t1->t_count[k] - t0->t_count[k];
-		sum += k == K_BROKER || k == K_TEMPLATE ? 0 : per[k];
+		sum += k == K_BROKER || k == K_TEMPLATE || k == K_UPLINK ? 0 : per[k];
 	}
 	for (int i = 0; i < n - 1 && i < SCALE_MAX; i++) /* the last is on its own */
 		if (ms[i] > 0)
@@ -395,6 +427,26 @@ scale_cost(const char *what, int n, double avail0, double avail1, const struct t
 	    c[K_PROXY], per[K_HELPER], c[K_HELPER], per[K_INIT], c[K_INIT],
 	    per[K_BROKER] * 1024, t1->t_pss_mb[K_TEMPLATE] - t0->t_pss_mb[K_TEMPLATE],
 	    avail0, avail1, scale_load());
+	/* the uplink: once for all boxes, spread over those alive (contexts and the
+	 * pool's) */
+	int boxes = t1->t_count[K_PROXY];
+	table_add("10 scale",
+	          fmt("the boxes' shared uplink, with %d %s contexts: once, and per box",
+	              n, what),
+	          NULL,
+	          t1->t_count[K_UPLINK]
+	              ? fmt("%.1f MB once, %.2f MB per box", t1->t_pss_mb[K_UPLINK],
+	                    boxes ? t1->t_pss_mb[K_UPLINK] / boxes : 0)
+	              : "none (a pasta per box)",
+	          NULL, NULL);
+	if (t1->t_count[K_UPLINK])
+		table_detail(
+		    "PSS of the uplink's %d processes (sandcell-proxy --uplink-serve, "
+		    "its namespace's holder, pasta's minder and pasta) %.1f MB, "
+		    "%+.1f MB since the %d contexts came, spread over the %d boxes "
+		    "alive (contexts and warm pool); not in the PSS each above",
+		    t1->t_count[K_UPLINK], t1->t_pss_mb[K_UPLINK],
+		    t1->t_pss_mb[K_UPLINK] - t0->t_pss_mb[K_UPLINK], n, boxes);
 	char km[256] = "";
 	for (int i = 0; i < 5; i++)
 		snprintf(km + strlen(km), sizeof(km) - strlen(km), "%s%s %+.2f",

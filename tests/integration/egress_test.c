@@ -313,20 +313,9 @@ Test(egress, refusals_while_the_kernel_is_idle_are_counted, .fini = egress_stop,
 static char *
 context_with(const char *lang, const char *network, long *st)
 {
-	char body[512];
-	struct resp r;
-	char *id = NULL;
+	char *id = context_new_network(eb.b_url, lang, network, st);
 
-	snprintf(body, sizeof(body), "{\"language\": \"%s\", \"network\": %s}", lang,
-	         network);
-	cr_assert_eq(http(eb.b_url, "POST", "/contexts", body, &r, 60), 0);
-	*st = r.r_status;
-	if (r.r_status == 200) {
-		json_t *j = json_loads(r.r_body, 0, NULL);
-		id = strdup(json_string_value(json_object_get(j, "id")));
-		json_decref(j);
-	}
-	resp_free(&r);
+	cr_assert_neq(*st, 0, "POST /contexts: no answer");
 	return id;
 }
 
@@ -584,12 +573,33 @@ page_again(void *arg)
 	return ok;
 }
 
+/* Whether context arg reaches the stand-in's IPv6 address (where there is IPv6). */
+static bool
+page6(void *arg)
+{
+	char code[256], *out;
+	bool ok;
+
+	if (!inet_v6_out(&in))
+		return true;
+	snprintf(
+	    code, sizeof(code),
+	    "import urllib.request\ntry:\n"
+	    "    print(urllib.request.urlopen('%s', timeout=5).read().decode().strip())\n"
+	    "except Exception as e:\n    print('no: %%r' %% e)\n",
+	    in.in_url6);
+	out = run_stdout(eb.b_url, arg, code);
+	ok = out && !strcmp(out, INET_PAGE "\n");
+	free(out);
+	return ok;
+}
+
 /*
  * A root broker's boxes go out through one pasta (the uplink's): when it
  * dies, it is started again and the boxes it served go out again; a broker
  * killed and restarted under --keep-contexts finds the uplink its kept boxes
  * use, and a box made after the restart goes out through it too. The egress
- * rules hold throughout.
+ * rules hold throughout; IPv6 comes back too, where the host has it.
  */
 Test(egress, the_shared_way_out_survives_pasta_ending_and_a_broker_restart,
      .fini = egress_stop, .timeout = 240)
@@ -604,12 +614,14 @@ Test(egress, the_shared_way_out_survives_pasta_ending_and_a_broker_restart,
 	char *out = probe(eb.b_url, id, "python");
 	cr_expect_str_eq(out, "page\nrefused\nrefused\n", "at first: %s", out);
 	free(out);
+	cr_expect(page6(id), "IPv6 at first");
 
 	struct pasta_wait w = {eb.b_pid, pasta_under(eb.b_pid)};
 	cr_assert_gt(w.old, 0, "no pasta under the broker");
 	cr_assert_eq(kill(w.old, SIGKILL), 0);
 	cr_assert_eq(wait_until(pasta_again, &w, 20000), 0, "pasta was not started again");
 	cr_expect_eq(wait_until(page_again, id, 60000), 0, "no way out after pasta's restart");
+	cr_expect_eq(wait_until(page6, id, 20000), 0, "no IPv6 after pasta's restart");
 
 	kill(eb.b_pid, SIGKILL);
 	waitpid(eb.b_pid, NULL, 0);
@@ -622,6 +634,7 @@ Test(egress, the_shared_way_out_survives_pasta_ending_and_a_broker_restart,
 	out = probe(eb.b_url, later, "python");
 	cr_expect_str_eq(out, "page\nrefused\nrefused\n", "a box made after the restart: %s", out);
 	free(out);
+	cr_expect(page6(id) && page6(later), "IPv6 after the broker's restart");
 	free(later);
 	free(id);
 }
@@ -695,8 +708,8 @@ Test(egress, the_server_denies_the_internet_and_opens_a_mirror, .fini = egress_s
  * test's answers there (the machine's own /etc/resolv.conf is untouched;
  * nothing is sent outside the machine).
  */
-#define DNS_NAME "sandcell-test.example"
-#define DNS_ADDR "198.18.0.7"
+#define DNS_NAME INET_DNS_NAME
+#define DNS_ADDR INET_DNS_ADDR
 
 static pid_t dns_pid;
 static char dns_dir[64];
@@ -718,34 +731,6 @@ dns_stop(void)
 	dns_dir[0] = '\0';
 }
 
-/* The stand-in's answer to q (n bytes) in out: DNS_NAME's A, no AAAA, no other name. */
-static size_t
-dns_answer(const unsigned char *q, size_t n, unsigned char *out)
-{
-	static const unsigned char want[] = "\015sandcell-test\007example";
-	size_t i = 12;
-
-	while (i < n && q[i])
-		i += q[i] + 1u;
-	if (n < 12 || i + 5 > n)
-		return 0;
-	size_t qlen = i + 5 - 12; /* the question: its name, type and class */
-	bool ours = i - 12 == sizeof(want) - 1 && !strncasecmp((const char *)q + 12,
-	                                                        (const char *)want, i - 12);
-	bool a = q[i + 1] == 0 && q[i + 2] == 1;
-	memcpy(out, q, 2);
-	out[2] = 0x81; /* an answer, recursion desired */
-	out[3] = ours ? 0x80 : 0x83; /* recursion available; no such name */
-	memcpy(out + 4, "\0\1\0\0\0\0\0\0", 8);
-	out[7] = ours && a;
-	memcpy(out + 12, q + 12, qlen);
-	if (!(ours && a))
-		return 12 + qlen;
-	static const unsigned char rr[] = {0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 198, 18, 0, 7};
-	memcpy(out + 12 + qlen, rr, sizeof(rr));
-	return 12 + qlen + sizeof(rr);
-}
-
 /* The stand-in resolver at addr:53 (UDP), a child of the test's; 0, or -1 if the port is taken. */
 static int
 dns_standin(const char *addr)
@@ -759,17 +744,7 @@ dns_standin(const char *addr)
 			close(s);
 		return -1;
 	}
-	if ((dns_pid = fork()) == 0) {
-		unsigned char q[1500], out[1600];
-		for (;;) {
-			struct sockaddr_storage from;
-			socklen_t fl = sizeof(from);
-			ssize_t n = recvfrom(s, q, sizeof(q), 0, (struct sockaddr *)&from, &fl);
-			size_t m = n > 0 ? dns_answer(q, (size_t)n, out) : 0;
-			if (m)
-				sendto(s, out, m, 0, (struct sockaddr *)&from, fl);
-		}
-	}
+	dns_pid = inet_dns_serve(s);
 	close(s);
 	return dns_pid > 0 ? 0 : -1;
 }
@@ -784,30 +759,13 @@ static void
 loopback_resolver(const char *const *args, uid_t as, bool link)
 {
 	const char *ns = "127.0.0.53";
-	char path[128], stub[128], etc[96], code[1024];
-	FILE *f;
+	char code[1024];
 
 	standins();
 	if (dns_standin(ns) < 0) /* a resolved of the machine's own: another loopback address */
 		cr_assert_eq(dns_standin(ns = "127.0.0.153"), 0, "a stand-in resolver");
-	cr_assert(mkdtemp(strcpy(dns_dir, "/tmp/sandcell-dns-XXXXXX")));
-	chmod(dns_dir, 0755);
-	snprintf(etc, sizeof(etc), "%s/etc", dns_dir);
-	snprintf(code, sizeof(code), "cp -a /etc '%s'", etc);
-	cr_assert_eq(system(code), 0, "%s", code);
-	snprintf(path, sizeof(path), "%s/resolv.conf", etc);
-	snprintf(stub, sizeof(stub), "%s/stub-resolv.conf", dns_dir);
-	unlink(path);
-	cr_assert((f = fopen(link ? stub : path, "w")));
-	fprintf(f, "nameserver %s\noptions timeout:2 attempts:2\n", ns);
-	fclose(f);
-	chmod(link ? stub : path, 0644);
-	if (link)
-		cr_assert_eq(symlink(stub, path), 0);
-	cr_assert_eq(unshare(CLONE_NEWNS), 0, "a mount namespace: %s", strerror(errno));
-	cr_assert_eq(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
-	cr_assert_eq(mount(etc, "/etc", NULL, MS_BIND, NULL), 0, "the test's /etc: %s",
-	             strerror(errno));
+	cr_assert_eq(inet_resolv_conf(dns_dir, sizeof(dns_dir), ns, link), 0,
+	             "the test's /etc naming %s (%s): %s", ns, dns_dir, strerror(errno));
 	struct stat st;
 	cr_assert(lstat("/etc/resolv.conf", &st) == 0 && !S_ISLNK(st.st_mode) == !link,
 	          "/etc/resolv.conf is%s a link", link ? " not" : "");

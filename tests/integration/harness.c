@@ -614,6 +614,29 @@ context_new(const char *base, const char *language, const char *cwd)
 	return id;
 }
 
+char *
+context_new_network(const char *base, const char *language, const char *network,
+                    long *status)
+{
+	char *body = NULL, *id = NULL;
+	struct resp r;
+
+	*status = 0;
+	if (asprintf(&body, "{\"language\": \"%s\", \"network\": %s}", language,
+	             network) < 0)
+		return NULL;
+	if (http(base, "POST", "/contexts", body, &r, 60) == 0) {
+		*status = r.r_status;
+		json_t *j = r.r_status == 200 ? json_loads(r.r_body, 0, NULL) : NULL;
+		const char *v = json_string_value(json_object_get(j, "id"));
+		id = v ? strdup(v) : NULL;
+		json_decref(j);
+	}
+	resp_free(&r);
+	free(body);
+	return id;
+}
+
 void *
 context_new_thread(void *base)
 {

@@ -53,14 +53,24 @@ void harness_sweep(void);
  */
 #define INET_PAGE "sandcell stands in for the internet"
 struct inet {
-	char in_ns[32], in_if[16], in_addr[32], in_url[64], in_dir[64];
+	char in_ns[32], in_if[16], in_addr[32], in_url[80], in_dir[64];
+	/* its IPv6 address (of 2001:2::/48) and URL; "" where the host has no IPv6 */
+	char in_addr6[48], in_url6[80];
 	int in_port;
 	pid_t in_srv;
+	pid_t in_dns; /* inet_resolver's */
 };
 int inet_start(struct inet *in);
-/* The stand-in answers at addr too (a host route to it, for its life). */
+/* The stand-in answers at addr (IPv4 or IPv6) too (a host route to it, for its life). */
 int inet_alias(struct inet *in, const char *addr);
 void inet_stop(struct inet *in);
+/* A stand-in resolver: INET_DNS_NAME's A is INET_DNS_ADDR; no AAAA, no other name. */
+#define INET_DNS_NAME "sandcell-test.example"
+#define INET_DNS_ADDR "198.18.0.7"
+bool inet_v6_out(const struct inet *in);
+pid_t inet_dns_serve(int s);
+int inet_resolver(struct inet *in, const char *addr);
+int inet_resolv_conf(char *dir, size_t dirsz, const char *ns, bool link);
 
 /* Starts a broker with extra arguments (NULL-terminated); waits for /health
  * and for the default python context to be ready unless --no-default-context.
@@ -191,6 +201,10 @@ const char *result_text(json_t *lines);
 
 /* POST /contexts; returns the new id (caller frees) or NULL. */
 char *context_new(const char *base, const char *language, const char *cwd);
+/* One with this "network" (JSON: allow_out, deny_out); NULL if refused, the status
+ * in *status (0: no answer). */
+char *context_new_network(const char *base, const char *language, const char *network,
+                          long *status);
 /* DELETE /contexts/{id}: 0 when it answered 200. */
 int context_delete(const char *base, const char *id);
 /* A pthread start routine: context_new(base, "python", NULL), the id its result. */
