@@ -17,7 +17,9 @@
  * 169.254.169.254), the private ranges, carrier-grade NAT; IPv6's loopback,
  * link-local, unique-local and IPv4-mapped addresses, and those IPv4 ranges
  * as NAT64's well-known prefix embeds them (64:ff9b::169.254.169.254, where
- * a NAT64 gateway would carry them on).
+ * a NAT64 gateway would carry them on); NAT64's local-use prefix and 6to4
+ * (deprecated, RFC 7526) whole, since a relay would carry any IPv4 address
+ * they embed, private ones included (2002:a9fe:a9fe::).
  */
 const char *const cidr_default_deny[] = {
     "0.0.0.0/8",
@@ -38,6 +40,8 @@ const char *const cidr_default_deny[] = {
     "64:ff9b::a9fe:0/112",
     "64:ff9b::ac10:0/108",
     "64:ff9b::c0a8:0/112",
+    "64:ff9b:1::/48",
+    "2002::/16",
     NULL,
 };
 

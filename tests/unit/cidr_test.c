@@ -115,3 +115,27 @@ Test(cidr, the_default_deny_list_reads)
 	}
 	cr_expect_geq(n, 12);
 }
+
+/* Addresses that lead to a private IPv4 one through a translator or a relay. */
+static bool
+denied(const char *addr)
+{
+	struct cidr a, d;
+	char err[128];
+
+	cr_assert_eq(cidr_parse(addr, &a, err, sizeof(err)), 0, "%s", err);
+	for (int i = 0; cidr_default_deny[i]; i++)
+		if (cidr_parse(cidr_default_deny[i], &d, err, sizeof(err)) == 0 && cidr_within(&a, &d))
+			return true;
+	return false;
+}
+
+Test(cidr, metadata_embedded_in_ipv6_is_refused_by_default)
+{
+	cr_expect(denied("64:ff9b::a9fe:a9fe/128"));      /* NAT64, well-known prefix */
+	cr_expect(denied("64:ff9b:1:a9fe:a9fe::/128"));   /* NAT64, local-use prefix */
+	cr_expect(denied("2002:a9fe:a9fe::1/128"));       /* 6to4 */
+	cr_expect(denied("fd00:ec2::254/128"));           /* a cloud's IPv6 metadata */
+	cr_expect(!denied("64:ff9b::808:808/128"));       /* a public one through NAT64 */
+	cr_expect(!denied("2001:4860:4860::8888/128"));
+}
