@@ -9,7 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "broker.h"
+#include "contextdef.h"
+#include "linkdef.h"
 
 static const struct link_ops *ops;
 
