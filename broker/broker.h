@@ -394,7 +394,8 @@ void stream_fail_all(const char *name, const char *value, const char *outcome);
 struct stream *stream_find(struct context *c, uint64_t id);
 bool stream_running(const struct stream *s);
 
-/* context.c: the table (static there) and each context's life in it */
+/* context.c: the table (static there), each context's life in it, and what the
+ * modules owning no part of struct context (contextdef.h) may know of one */
 /* Why what a context holds ends (context_fail, context_end). */
 enum context_why {
 	CTX_DELETED,   /* deleted, gone with its proxy, or never started (its c_error) */

@@ -6,6 +6,8 @@
  * reason (context_fail, context_end): nothing else adds to the table or takes
  * from it. Where a new context's proxy comes from is pool.c's (pool_create);
  * its proxy is link.c's and supervise.c's; its waiting requests are waiter.c's.
+ * struct context is contextdef.h's, seen by those owners alone; the rest ask
+ * the accessors at the end of this file.
  */
 #include <errno.h>
 #include <stdio.h>
