@@ -114,10 +114,9 @@ boxuid_net(void)
 }
 
 /*
- * The uid a context's kernel runs as on the host, of its isolation (NULL: a
- * shared context's),
- * or (uid_t)-1 when it is ours: no sandbox, or a rootless one, whose user
- * namespace maps the kernel to our uid.
+ * The uid a context's kernel runs as on the host, given its isolation (NULL:
+ * a shared context's), or (uid_t)-1 when it is ours: no sandbox, or a
+ * rootless one, whose user namespace maps the kernel to our uid.
  */
 uid_t
 boxuid_kernel(const struct ctxiso *iso)
