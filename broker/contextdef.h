@@ -1,13 +1,16 @@
 /*
  * contextdef.h — struct context, private to the modules that own its parts:
  *   context.c   the table and the lifecycle: c_link, identity (id, language,
- *               kernelspec, cwd, default, envd), c_created, c_deleting,
- *               c_pooled (cleared by a claim), frees everything at the end
- *   pool.c      a warm proxy's context: sets c_pooled, hands c_egress over,
- *               leases c_iso (boxuid.c, workspace.c fill it)
+ *               kernelspec, cwd, default), its kind (c_pooled, c_envd: given
+ *               to context_new; a claim clears c_pooled), c_created,
+ *               c_deleting; frees everything at the end
+ *   pool.c      which warm proxy to hand out (c_pooled, c_ready, c_created),
+ *               a new context's c_egress handed over and c_iso leased
+ *               (boxuid_lease, workspace_own fill it)
  *   link.c      c_pl, the context's proxy link (linkdef.h)
- *   supervise.c the proxy's life: c_respawn_*, c_error when it is lost,
- *               an adopted context's c_pooled and c_ready
+ *   supervise.c the proxy's life: c_respawn_*, c_error when it is lost; an
+ *               adopted context's c_ready, c_egress and c_iso (egress_adopt,
+ *               boxuid_adopt fill them)
  *   relay.c     what the proxy reports: c_ready, c_error, c_deleting for one
  *               that never started
  *   stream.c    c_streams, c_nstreams, c_count: its executions
