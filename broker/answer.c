@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "broker.h"
+#include "contextdef.h"
 
 /* rq no longer waits on its context (answered, or its client left). */
 void

@@ -148,14 +148,14 @@ do_ready(struct http_request *hr, struct context *ctx, const char *id)
 		return respond_now(hr, 503, respond_text("not ready: draining"));
 	CONTEXT_FOREACH(c)
 	{
-		if (!c->c_default || !context_listed(c))
+		if (!context_is_default(c) || !context_listed(c))
 			continue;
 		const char *state = context_state(c);
-		if (!c->c_ready || (strcmp(state, "idle") && strcmp(state, "busy")))
+		if (!context_ready(c) || (strcmp(state, "idle") && strcmp(state, "busy")))
 			return respond_now(
 			    hr, 503,
 			    respond_text("not ready: the default %s context is %s",
-			                 c->c_lang, state));
+			                 context_lang(c), state));
 	}
 	/* and how far kernels are boxed here: an operator's first question about a
 	 * deployment */

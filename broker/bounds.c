@@ -195,7 +195,7 @@ ws_held(void)
 	if (!cf->cf_isolated)
 		return ws_total;
 	CONTEXT_FOREACH(c)
-	n += c->c_workspace != NULL;
+	n += context_iso(c)->ci_workspace != NULL;
 	return n * cf->cf_workspace_size;
 }
 

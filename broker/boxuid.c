@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "broker.h"
@@ -44,7 +45,7 @@ ours(unsigned uid)
 	if (uid == shared_uid || uid == shared_net_uid)
 		return true;
 	CONTEXT_FOREACH(o)
-		if (o->c_uid == uid || o->c_net_uid == uid)
+		if (context_iso(o)->ci_uid == uid || context_iso(o)->ci_net_uid == uid)
 			return true;
 	return false;
 }
@@ -113,18 +114,18 @@ boxuid_net(void)
 }
 
 /*
- * The uid a context's kernel runs as on the host (NULL: a shared context's),
- * or (uid_t)-1 when it is ours: no sandbox, or a rootless one, whose user
- * namespace maps the kernel to our uid.
+ * The uid a context's kernel runs as on the host, given its isolation (NULL:
+ * a shared context's), or (uid_t)-1 when it is ours: no sandbox, or a
+ * rootless one, whose user namespace maps the kernel to our uid.
  */
 uid_t
-boxuid_kernel(const struct context *c)
+boxuid_kernel(const struct ctxiso *iso)
 {
 	if (cf->cf_kernel_user)
 		return cf->cf_kernel_uid;
 	if (!boxuid_ranged())
 		return (uid_t)-1;
-	return c && c->c_uid ? c->c_uid : boxuid_shared();
+	return iso && iso->ci_uid ? iso->ci_uid : boxuid_shared();
 }
 
 /* Whether each context gets uids of its own (boxuid_lease) and a workspace. */
@@ -139,14 +140,38 @@ boxuid_isolates(void)
  * kernels' and its network's, leased for its life (context_end releases them).
  */
 int
-boxuid_lease(struct context *c, char *err, size_t errsz)
+boxuid_lease(struct ctxiso *iso, char *err, size_t errsz)
 {
-	if (!(c->c_uid = lease_one("", false, &c->c_uid_lease)) ||
-	    (boxuid_ranged() && !(c->c_net_uid = lease_one("net", false, &c->c_net_lease)))) {
+	if (!(iso->ci_uid = lease_one("", false, &iso->ci_uid_lease)) ||
+	    (boxuid_ranged() &&
+	     !(iso->ci_net_uid = lease_one("net", false, &iso->ci_net_lease)))) {
 		snprintf(err, errsz, "no free uid in --kernel-uid-range %s", cf->cf_uid_range);
 		return -EAGAIN;
 	}
 	return 0;
+}
+
+/*
+ * The isolation an adopted context (a previous broker's, id) ran with, from
+ * its proxy's state file's "sandbox" (box): under --isolation context its
+ * uids stay taken, leased again, and its workspace stays its own.
+ */
+void
+boxuid_adopt(struct ctxiso *iso, json_t *box, const char *id)
+{
+	const char *how = json_string_value(json_object_get(box, "isolation"));
+	const char *ws = json_string_value(json_object_get(box, "workspace"));
+
+	if (!how || strcmp(how, "context"))
+		return;
+	iso->ci_uid = json_integer_value(json_object_get(box, "uid"));
+	iso->ci_net_uid = json_integer_value(json_object_get(box, "net_uid"));
+	iso->ci_workspace = ws ? xstrdup(ws) : NULL;
+	if ((iso->ci_uid && (iso->ci_uid_lease = uid_lease(iso->ci_uid, "")) == -EBUSY) ||
+	    (iso->ci_net_uid &&
+	     (iso->ci_net_lease = uid_lease(iso->ci_net_uid, "net")) == -EBUSY))
+		log_warn("context %s: its uids %u and %u are leased by another broker", id,
+			 iso->ci_uid, iso->ci_net_uid);
 }
 
 /* A stop that ended every context: the shared uids are no longer ours. */

@@ -157,53 +157,29 @@ struct request {
 };
 TAILQ_HEAD(requestq, request);
 
-/*
- * The connection to one proxy process and what it reports. Its events point at
- * the context it serves (pl_ev_*.ev_arg), which a restart from the warm pool
- * changes without touching epoll: the evsrc addresses stay put.
- */
-struct proxy_link {
-	char pl_slot[37];    /* the proxy's name: ctx/<slot>/proxy.sock */
-	struct chan pl_chan; /* its ch_fd is watched (pl_ev_recv) */
-	int pl_pidfd;        /* adopted proxies: readable when it exits; else -1 */
-	struct evsrc pl_ev_recv, pl_ev_pidfd;
-	pid_t pl_pid;
-	bool pl_child;       /* spawned by this broker: reaped via SIGCHLD */
-	uint64_t pl_kpid;
-	enum kstate pl_state;
-};
+/* A context's proxy link: linkdef.h, private to the modules that keep it. */
+struct proxy_link;
 
 /* A context's own egress rules (egress.c): canonical comma lists of CIDRs, or NULL. */
 struct egress_lists {
 	char *el_allow, *el_deny; /* allow_out, deny_out */
 };
 
-struct context {
-	TAILQ_ENTRY(context) c_link;
-	char c_id[37];
-	char *c_lang, *c_kernel, *c_cwd; /* language, kernelspec name, cwd */
-	bool c_default;
-	struct proxy_link *c_pl; /* its proxy; a restart from the pool swaps it */
-	bool c_pooled;        /* a warm proxy with no context yet: not listed */
-	bool c_ready;         /* kernel has been ready once: creation answered */
-	bool c_deleting;
-	uint64_t c_respawn_window;
-	int c_respawns;
-	char *c_error;        /* why the kernel is dead, if it is */
-	uint64_t c_created;
-	uint64_t c_count;
-	struct streamq c_streams;
-	int c_nstreams;
-	struct requestq c_waiters;
-	unsigned c_uid;       /* --isolation context: its kernels' uid; 0 = shared */
-	int c_uid_lease;      /* the descriptor holding c_uid's lease (uidlease.c), or -1 */
-	unsigned c_net_uid;   /* ... and its network's (boxnet.c); 0 = shared */
-	int c_net_lease;
-	char *c_workspace;    /* its own workspace on the host (--isolation context), or NULL */
-	struct egress_lists c_egress; /* its own network rules; a warm proxy has none */
-	bool c_envd;          /* the envd context (envd.c): its box runs envd's agent; hidden */
+/*
+ * A context's isolation under --isolation context: its own uids, their
+ * leases and its workspace (all 0, -1, NULL when it shares the kernels').
+ * boxuid.c leases the uids, workspace.c makes the workspace, context.c
+ * releases them with the context; the rest read it (context_iso).
+ */
+struct ctxiso {
+	unsigned ci_uid;      /* its kernels' uid; 0 = shared */
+	int ci_uid_lease;     /* the descriptor holding ci_uid's lease (uidlease.c), or -1 */
+	unsigned ci_net_uid;  /* ... and its network's (boxnet.c); 0 = shared */
+	int ci_net_lease;
+	char *ci_workspace;   /* its own workspace on the host, or NULL */
 };
-TAILQ_HEAD(contextq, context);
+
+/* struct context: contextdef.h, private to the modules that own its parts. */
 
 /* --pool LANG=N: N warm proxies of that language's kernelspec. */
 struct pool_spec {
@@ -360,8 +336,8 @@ enum metric {
 	M_EGRESS_REFUSED,
 };
 void metrics_http(const char *endpoint, const char *method, unsigned status);
-void metrics_execution(struct stream *s, const char *outcome, uint64_t wait_ms,
-		       uint64_t run_ms);
+void metrics_execution(const struct stream *s, const char *ctx_id, const char *outcome,
+		       uint64_t wait_ms, uint64_t run_ms);
 void metrics_count(enum metric m, uint64_t n);
 char *metrics_render(const struct context_counts *cc, size_t streams, size_t box_missing,
 		     size_t *len);
@@ -416,8 +392,10 @@ void stream_closed(struct stream *s);
 void stream_tick(uint64_t now);
 void stream_fail_all(const char *name, const char *value, const char *outcome);
 struct stream *stream_find(struct context *c, uint64_t id);
+bool stream_running(const struct stream *s);
 
-/* context.c: the table (static there) and each context's life in it */
+/* context.c: the table (static there), each context's life in it, and what the
+ * modules owning no part of struct context (contextdef.h) may know of one */
 /* Why what a context holds ends (context_fail, context_end). */
 enum context_why {
 	CTX_DELETED,   /* deleted, gone with its proxy, or never started (its c_error) */
@@ -439,6 +417,8 @@ struct context_counts {
 	struct context_states cc_states[64]; /* by language and state */
 	size_t cc_nstates;
 };
+/* What a new context is (context_new): a client's, a warm proxy's, envd's. */
+enum context_kind { CONTEXT_CLIENT, CONTEXT_POOLED, CONTEXT_ENVD };
 struct context *context_next(const struct context *c);
 #define CONTEXT_FOREACH(c) for ((c) = context_next(NULL); (c); (c) = context_next(c))
 bool context_proxyless(const struct context *c);
@@ -451,13 +431,27 @@ struct context *context_default(const char *lang);
 json_t *context_json(struct context *c, bool live);
 json_t *context_list_json(bool operator);
 struct context *context_new(const char *id, const char *lang, const char *kernel,
-			    const char *cwd, bool is_default);
+			    const char *cwd, bool is_default, enum context_kind kind);
 void context_claim(struct context *c, const char *cwd, bool is_default);
 void context_swap(struct context *x, struct context *p);
 void context_delete(struct context *c);
 void context_fail(struct context *c, enum context_why why, const char *detail);
 void context_end(struct context *c, enum context_why why, const char *detail);
 void context_detach_all(void);
+/* what the modules that do not own it may know of a context */
+const char *context_id(const struct context *c);
+const char *context_lang(const struct context *c);
+bool context_is_default(const struct context *c);
+bool context_ready(const struct context *c);
+const char *context_error(const struct context *c);
+int context_queue(const struct context *c);
+pid_t context_pid(const struct context *c);
+enum kstate context_kstate(const struct context *c);
+struct proxy_link *context_link(const struct context *c);
+void context_spec(const struct context *c, struct spec *sp);
+bool context_is_envd(const struct context *c);
+const struct ctxiso *context_iso(const struct context *c);
+const struct egress_lists *context_egress(const struct context *c);
 
 /*
  * link.c: the port to the proxies. The core (request, stream, waiter, pool,
@@ -521,11 +515,11 @@ int egress_deny(const char *list, const char *origin);
 int egress_context(json_t *body, struct egress_lists *el, char *err, size_t errsz);
 void egress_free(struct egress_lists *el);
 bool egress_own(const struct egress_lists *el);
-void egress_spec(const struct context *c, struct spec *sp);
+void egress_spec(const struct egress_lists *el, struct spec *sp);
 json_t *egress_json(void);
 const char *egress_probe(void);
-void egress_adopt(struct context *c, json_t *net);
-json_t *egress_context_json(const struct context *c);
+void egress_adopt(struct egress_lists *el, json_t *net);
+json_t *egress_context_json(const struct egress_lists *el);
 
 /* pool.c */
 int pool_create(const char *lang, const char *cwd, bool is_default,
@@ -642,9 +636,10 @@ void boxuid_range(unsigned *a, unsigned *b);
 bool boxuid_ranged(void);
 unsigned boxuid_shared(void);
 unsigned boxuid_net(void);
-uid_t boxuid_kernel(const struct context *c);
+uid_t boxuid_kernel(const struct ctxiso *iso);
 bool boxuid_isolates(void);
-int boxuid_lease(struct context *c, char *err, size_t errsz);
+int boxuid_lease(struct ctxiso *iso, char *err, size_t errsz);
+void boxuid_adopt(struct ctxiso *iso, json_t *box, const char *id);
 void boxuid_release(void);
 
 /* boxnons.c */
@@ -660,7 +655,8 @@ int boxns_enter(const char **what);
 /* workspace.c */
 const char *workspace_shared(void);
 uint64_t workspace_bound(void);
-int workspace_own(struct context *c, char *err, size_t errsz);
+int workspace_own(struct ctxiso *iso, const char *id, const char *cwd, char *err,
+		  size_t errsz);
 const char *workspace_of(const struct context *c);
 const char *workspace_default_cwd(void);
 void workspace_release(void);

@@ -11,7 +11,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
-#include "broker.h"
+#include "linkdef.h"
 
 /* The link's chan is readable: its frames are relay.c's. */
 static void
@@ -24,17 +24,18 @@ chanlink_readable(void *c, uint32_t events)
 int
 chanlink_dial(struct context *c)
 {
-	char *url = xasprintf("ipc://%s/ctx/%s/proxy.sock", cf->cf_run_dir,
-	                      c->c_pl->pl_slot);
+	struct proxy_link *pl = context_link(c);
+	char *url = xasprintf("ipc://%s/ctx/%s/proxy.sock", cf->cf_run_dir, pl->pl_slot);
 	int e;
 
-	if ((e = chan_dial(&c->c_pl->pl_chan, url)))
+	if ((e = chan_dial(&pl->pl_chan, url)))
 		goto out;
-	c->c_pl->pl_ev_recv = (struct evsrc){chanlink_readable, c};
-	server_watch(c->c_pl->pl_chan.ch_fd, EPOLLIN, &c->c_pl->pl_ev_recv);
+	pl->pl_ev_recv = (struct evsrc){chanlink_readable, c};
+	server_watch(pl->pl_chan.ch_fd, EPOLLIN, &pl->pl_ev_recv);
 out:
 	if (e)
-		log_err("context %s: connect %s: %s", c->c_id, url, nng_strerror(e));
+		log_err("context %s: connect %s: %s", context_id(c), url,
+		        nng_strerror(e));
 	free(url);
 	return e ? -EIO : 0;
 }
@@ -57,6 +58,7 @@ chanlink_hangup(struct proxy_link *pl)
 void
 chanlink_send(struct context *c, struct msg *m)
 {
-	if (chan_send(&c->c_pl->pl_chan, m))
-		fatal("context %s: cannot encode %s", c->c_id, msg_type_name(m->m_type));
+	if (chan_send(&context_link(c)->pl_chan, m))
+		fatal("context %s: cannot encode %s", context_id(c),
+		      msg_type_name(m->m_type));
 }

@@ -6,6 +6,8 @@
  * reason (context_fail, context_end): nothing else adds to the table or takes
  * from it. Where a new context's proxy comes from is pool.c's (pool_create);
  * its proxy is link.c's and supervise.c's; its waiting requests are waiter.c's.
+ * struct context is contextdef.h's, seen by those owners alone; the rest ask
+ * the accessors at the end of this file.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -14,7 +16,8 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "broker.h"
+#include "contextdef.h"
+#include "linkdef.h"
 
 static struct contextq contexts = TAILQ_HEAD_INITIALIZER(contexts);
 
@@ -44,6 +47,13 @@ context_next(const struct context *c)
 	return c ? TAILQ_NEXT(c, c_link) : TAILQ_FIRST(&contexts);
 }
 
+/* its kernel's state as its proxy reports it; KS_DEAD once the proxy is gone */
+enum kstate
+context_kstate(const struct context *c)
+{
+	return c->c_pl->pl_pid <= 0 ? KS_DEAD : c->c_pl->pl_state;
+}
+
 /* its proxy kept dying (or could not be linked again): not restarted */
 bool
 context_proxyless(const struct context *c)
@@ -57,9 +67,9 @@ context_state(const struct context *c)
 {
 	if (c->c_pooled)
 		return "pooled";
-	if (c->c_pl->pl_pid <= 0 || c->c_pl->pl_state == KS_DEAD)
+	if (context_kstate(c) == KS_DEAD)
 		return "dead";
-	if (c->c_pl->pl_state == KS_STARTING)
+	if (context_kstate(c) == KS_STARTING)
 		return "starting";
 	return c->c_nstreams ? "busy" : "idle";
 }
@@ -175,7 +185,7 @@ context_json(struct context *c, bool live)
 	json_t *box = context_box_json(c->c_pl->pl_slot);
 	if (box)
 		json_object_set_new(j, "sandbox", box);
-	json_t *net = egress_context_json(c);
+	json_t *net = egress_context_json(&c->c_egress);
 	if (net)
 		json_object_set_new(j, "network", net);
 	if (c->c_error)
@@ -202,7 +212,7 @@ context_list_json(bool operator)
 /* A new context, at the table's end (listed, unless the caller pools or hides it). */
 struct context *
 context_new(const char *id, const char *lang, const char *kernel, const char *cwd,
-	    bool is_default)
+	    bool is_default, enum context_kind kind)
 {
 	struct context *c = xcalloc(1, sizeof(*c));
 
@@ -214,8 +224,10 @@ context_new(const char *id, const char *lang, const char *kernel, const char *cw
 	c->c_kernel = xstrdup(kernel);
 	c->c_cwd = xstrdup(cwd);
 	c->c_default = is_default;
+	c->c_pooled = kind == CONTEXT_POOLED;
+	c->c_envd = kind == CONTEXT_ENVD;
 	c->c_created = now_ms();
-	c->c_uid_lease = c->c_net_lease = -1;
+	c->c_iso.ci_uid_lease = c->c_iso.ci_net_lease = -1;
 	TAILQ_INIT(&c->c_streams);
 	TAILQ_INIT(&c->c_waiters);
 	TAILQ_INSERT_TAIL(&contexts, c, c_link);
@@ -308,9 +320,9 @@ context_free(struct context *c)
 	free(c->c_cwd);
 	free(c->c_error);
 	egress_free(&c->c_egress);
-	uid_release(c->c_uid, c->c_uid_lease);
-	uid_release(c->c_net_uid, c->c_net_lease);
-	free(c->c_workspace);
+	uid_release(c->c_iso.ci_uid, c->c_iso.ci_uid_lease);
+	uid_release(c->c_iso.ci_net_uid, c->c_iso.ci_net_lease);
+	free(c->c_iso.ci_workspace);
 	free(c);
 }
 
@@ -364,11 +376,11 @@ context_detach_all(void)
 				link_exited(c->c_pl, true);
 		}
 		/* kept: the next broker leases them again */
-		if (c->c_uid_lease >= 0)
-			close(c->c_uid_lease);
-		if (c->c_net_lease >= 0)
-			close(c->c_net_lease);
-		c->c_uid_lease = c->c_net_lease = -1;
+		if (c->c_iso.ci_uid_lease >= 0)
+			close(c->c_iso.ci_uid_lease);
+		if (c->c_iso.ci_net_lease >= 0)
+			close(c->c_iso.ci_net_lease);
+		c->c_iso.ci_uid_lease = c->c_iso.ci_net_lease = -1;
 		context_end(c, CTX_DELETED, NULL);
 	}
 }
@@ -383,4 +395,93 @@ context_envd(void)
 	if (c->c_envd && !c->c_deleting)
 		return c;
 	return NULL;
+}
+
+/*
+ * What the modules that own no part of a context may know of it (the others
+ * include contextdef.h).
+ */
+const char *
+context_id(const struct context *c)
+{
+	return c->c_id;
+}
+
+const char *
+context_lang(const struct context *c)
+{
+	return c->c_lang;
+}
+
+bool
+context_is_default(const struct context *c)
+{
+	return c->c_default;
+}
+
+/* its kernel has been ready once (its creation was answered) */
+bool
+context_ready(const struct context *c)
+{
+	return c->c_ready;
+}
+
+/* why its kernel is dead or could not start, or NULL */
+const char *
+context_error(const struct context *c)
+{
+	return c->c_error;
+}
+
+/* its executions: the one running and those queued behind it */
+int
+context_queue(const struct context *c)
+{
+	return c->c_nstreams;
+}
+
+/* its proxy's pid; 0 when it has none */
+pid_t
+context_pid(const struct context *c)
+{
+	return c->c_pl->pl_pid;
+}
+
+/* its proxy's link (link.c's port: chanlink.c, spawn.c) */
+struct proxy_link *
+context_link(const struct context *c)
+{
+	return c->c_pl;
+}
+
+/* its part of its proxy's spec: what it is (spawn.c fills the rest) */
+void
+context_spec(const struct context *c, struct spec *sp)
+{
+	sp->sp_language = c->c_lang;
+	sp->sp_kernel = c->c_kernel;
+	sp->sp_cwd = c->c_cwd;
+	sp->sp_default = c->c_default;
+	sp->sp_pooled = c->c_pooled;
+}
+
+/* whether it is the envd context (its box runs envd's agent) */
+bool
+context_is_envd(const struct context *c)
+{
+	return c->c_envd;
+}
+
+/* its isolation (boxuid.c's, workspace.c's), to read */
+const struct ctxiso *
+context_iso(const struct context *c)
+{
+	return &c->c_iso;
+}
+
+/* its own egress rules (egress.c's), to read */
+const struct egress_lists *
+context_egress(const struct context *c)
+{
+	return &c->c_egress;
 }

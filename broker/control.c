@@ -198,7 +198,7 @@ executions_json(void)
 
 	for (s = stream_next(NULL); s; s = stream_next(s)) {
 		struct context *c = s->st_ctx;
-		bool running = c && TAILQ_FIRST(&c->c_streams) == s;
+		bool running = stream_running(s);
 		if (s->st_final)
 			continue; /* ended: only its delivery to a slow client remains */
 		const char *client = s->st_cancel_sent ? "cancelled"
@@ -207,7 +207,7 @@ executions_json(void)
 							 : "connected";
 		json_array_append_new(
 			a, json_pack("{s:I, s:s, s:s, s:s, s:f, s:s}", "stream",
-				     (json_int_t)s->st_id, "context", c ? c->c_id : "",
+				     (json_int_t)s->st_id, "context", c ? context_id(c) : "",
 				     "state", running ? "running" : "queued", "client", client,
 				     "age_seconds", (now - s->st_started) / 1000.0, "code",
 				     s->st_code_head));

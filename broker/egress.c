@@ -243,27 +243,27 @@ egress_own(const struct egress_lists *el)
 	return el && (el->el_allow || el->el_deny);
 }
 
-/* The egress lists of context c's spec (spawn.c's spawn_box). */
+/* The egress lists of a context's spec, with its own lists el (spawn.c's spawn_box). */
 void
-egress_spec(const struct context *c, struct spec *sp)
+egress_spec(const struct egress_lists *el, struct spec *sp)
 {
 	if (strcmp(cf->cf_kernel_network, "outbound"))
 		return;
 	sp->sp_egress_allow = server_list[0];
 	sp->sp_egress_deny = server_list[1];
-	sp->sp_context_allow = c->c_egress.el_allow;
-	sp->sp_context_deny = c->c_egress.el_deny;
+	sp->sp_context_allow = el->el_allow;
+	sp->sp_context_deny = el->el_deny;
 }
 
-/* A re-attached proxy's state file's "network": the context's lists again. */
+/* A re-attached proxy's state file's "network": the context's lists (el) again. */
 void
-egress_adopt(struct context *c, json_t *net)
+egress_adopt(struct egress_lists *el, json_t *net)
 {
 	const char *allow = json_string_value(json_object_get(net, "allow_out")),
 	           *deny = json_string_value(json_object_get(net, "deny_out"));
 
-	c->c_egress.el_allow = allow ? xstrdup(allow) : NULL;
-	c->c_egress.el_deny = deny ? xstrdup(deny) : NULL;
+	el->el_allow = allow ? xstrdup(allow) : NULL;
+	el->el_deny = deny ? xstrdup(deny) : NULL;
 }
 
 static json_t *
@@ -279,14 +279,14 @@ list_json(const char *list)
 	return a;
 }
 
-/* GET /contexts/{id}'s "network": the context's own lists, or NULL if none. */
+/* GET /contexts/{id}'s "network": a context's own lists el, or NULL if none. */
 json_t *
-egress_context_json(const struct context *c)
+egress_context_json(const struct egress_lists *el)
 {
-	if (!egress_own(&c->c_egress))
+	if (!egress_own(el))
 		return NULL;
-	return json_pack("{s:o, s:o}", "allow_out", list_json(c->c_egress.el_allow),
-	                 "deny_out", list_json(c->c_egress.el_deny));
+	return json_pack("{s:o, s:o}", "allow_out", list_json(el->el_allow), "deny_out",
+	                 list_json(el->el_deny));
 }
 
 /* GET /ready's "egress": the rules every box gets here. */

@@ -389,8 +389,7 @@ envd_route(struct http_request *hr, const char *url, const char *method)
 	bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
 	bool post = !strcmp(method, "POST");
 	struct context *c = context_envd();
-	bool ready =
-	    c && c->c_ready && c->c_pl->pl_state != KS_DEAD && c->c_pl->pl_pid > 0;
+	bool ready = c && context_ready(c) && context_kstate(c) != KS_DEAD;
 	bool rpc = !strncmp(url, "/filesystem.Filesystem/", 23) ||
 	           !strncmp(url, "/process.Process/", 17);
 	const struct envd_path *ep = NULL;
@@ -478,15 +477,14 @@ envd_start(void)
 
 	if (!cf->cf_envd_listen || off)
 		return;
-	c = context_new(NULL, "envd", "envd", BOX_HOME, false);
-	c->c_envd = true;
-	if (link_open(c, c->c_id) < 0 || link_spawn(c) < 0) {
+	c = context_new(NULL, "envd", "envd", BOX_HOME, false, CONTEXT_ENVD);
+	if (link_open(c, context_id(c)) < 0 || link_spawn(c) < 0) {
 		log_err("envd: could not start its proxy; the envd listener answers 503");
 		context_end(c, CTX_DELETED, NULL);
 		return;
 	}
 	log_info("envd: listening on http://%s, agent's proxy pid %d",
-	         cf->cf_envd_listen, (int)c->c_pl->pl_pid);
+	         cf->cf_envd_listen, (int)context_pid(c));
 }
 
 /*

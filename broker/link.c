@@ -4,12 +4,14 @@
  * signal it, see that it has exited. What each does is a struct link_ops set
  * once at start (link_use): main.c sets the real ones (chanlink.c's chan over
  * IPC, spawn.c's processes), the core's unit test (tests/unit/brokercore_test.c) a
- * fake proxy. The state every port shares (the proxy_link) is kept here.
+ * fake proxy. The state every port shares (struct proxy_link, linkdef.h) is
+ * opened and closed here.
  */
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "broker.h"
+#include "contextdef.h"
+#include "linkdef.h"
 
 static const struct link_ops *ops;
 

@@ -74,9 +74,10 @@ observe(struct histogram *h, double v)
 	h->h_n++;
 }
 
-/* A stream ended: count it and log its one line. */
+/* A stream of context ctx_id ended: count it and log its one line. */
 void
-metrics_execution(struct stream *s, const char *outcome, uint64_t wait_ms, uint64_t run_ms)
+metrics_execution(const struct stream *s, const char *ctx_id, const char *outcome,
+                  uint64_t wait_ms, uint64_t run_ms)
 {
 	size_t i;
 
@@ -90,7 +91,7 @@ metrics_execution(struct stream *s, const char *outcome, uint64_t wait_ms, uint6
 	}
 	log_info("execution: context %s stream %llu outcome %s wait %llu ms run %llu ms "
 		 "output %llu bytes",
-		 s->st_ctx ? s->st_ctx->c_id : "-", (unsigned long long)s->st_id, outcome,
+		 ctx_id, (unsigned long long)s->st_id, outcome,
 		 (unsigned long long)wait_ms, (unsigned long long)run_ms,
 		 (unsigned long long)s->st_bytes);
 }

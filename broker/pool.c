@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "broker.h"
+#include "contextdef.h"
 
 /* When a warm kernel was last handed out (ms): pool_yield() waits a little after. */
 static uint64_t claimed;
@@ -136,8 +136,8 @@ pool_take(const char *kernel, const struct context *x, const char *cwd)
 	if (x && egress_own(&x->c_egress)) /* its rules are not a warm box's */
 		return NULL;
 	CONTEXT_FOREACH(c) {
-		if (!c->c_pooled || !c->c_ready || c->c_deleting || c->c_pl->pl_pid <= 0 ||
-		    c->c_pl->pl_state != KS_IDLE || strcmp(c->c_kernel, kernel))
+		if (!c->c_pooled || !c->c_ready || c->c_deleting ||
+		    context_kstate(c) != KS_IDLE || strcmp(c->c_kernel, kernel))
 			continue;
 		if (!looked) {
 			if (pool_cwd_config(kernel, x, cwd)) {
@@ -274,15 +274,15 @@ pool_fill(void)
 			continue;
 		context_count(&cc, ks->ks_name);
 		for (int have = cc.cc_pooled; have < ps->ps_size; have++) {
-			c = context_new(NULL, ks->ks_lang, ks->ks_name, workspace_default_cwd(), false);
-			c->c_pooled = true;
+			c = context_new(NULL, ks->ks_lang, ks->ks_name, workspace_default_cwd(), false,
+			                CONTEXT_POOLED);
 			if (link_open(c, c->c_id) < 0 || link_spawn(c) < 0) {
 				context_end(c, CTX_DELETED, NULL);
 				retry_at[i] = now + 10000;
 				break;
 			}
 			log_debug("pool: warming a %s kernel (proxy %d)", ks->ks_name,
-				  (int)c->c_pl->pl_pid);
+				  (int)context_pid(c));
 		}
 	}
 }
@@ -305,7 +305,7 @@ pool_restart(struct context *x)
 	pool_claim(x);
 	metrics_count(M_KERNEL_RESTART, 1);
 	log_info("context %s: restarted with a warm kernel (proxy %d)", x->c_id,
-		 (int)x->c_pl->pl_pid);
+		 (int)context_pid(x));
 	events_emit(json_pack("{s:s, s:s, s:s}", "event", "kernel_restarted", "context",
 				x->c_id, "why", "restart requested (warm pool)"));
 	kick = true;
@@ -344,14 +344,15 @@ pool_create(const char *want, const char *cwd, bool is_default, struct egress_li
 		*out = c;
 		return 0;
 	}
-	c = context_new(NULL, ks->ks_lang, ks->ks_name, cwd, is_default);
+	c = context_new(NULL, ks->ks_lang, ks->ks_name, cwd, is_default, CONTEXT_CLIENT);
 	if (net) { /* the context's now */
 		c->c_egress = *net;
 		memset(net, 0, sizeof(*net));
 	}
 	/* --isolation context: its own uids, then its own workspace */
 	if (boxuid_isolates() &&
-	    ((rc = boxuid_lease(c, err, errsz)) < 0 || (rc = workspace_own(c, err, errsz)) < 0)) {
+	    ((rc = boxuid_lease(&c->c_iso, err, errsz)) < 0 ||
+	     (rc = workspace_own(&c->c_iso, c->c_id, c->c_cwd, err, errsz)) < 0)) {
 		context_end(c, CTX_DELETED, NULL);
 		return rc;
 	}
@@ -362,7 +363,7 @@ pool_create(const char *want, const char *cwd, bool is_default, struct egress_li
 		return -EIO;
 	}
 	log_info("context %s: created (%s, kernel %s, cwd %s%s), proxy pid %d", c->c_id,
-		 c->c_lang, c->c_kernel, cwd, is_default ? ", default" : "", (int)c->c_pl->pl_pid);
+		 c->c_lang, c->c_kernel, cwd, is_default ? ", default" : "", (int)context_pid(c));
 	events_emit(json_pack("{s:s, s:s, s:s, s:s}", "event", "context_created", "context",
 				c->c_id, "language", c->c_lang, "cwd", cwd));
 	*out = c;

@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker.h"
+#include "contextdef.h"
+#include "linkdef.h"
 
 static void
 relay_state(struct context *c, struct msg *m)

@@ -86,14 +86,14 @@ request_execute(struct request *rq, json_t *body)
 	}
 	if (context_proxyless(c)) {
 		msg_free(&m);
-		answer_done(rq, 503, NULL, "context %s cannot run code: %s; delete it", c->c_id,
-			     c->c_error ? c->c_error : "it has no proxy");
+		answer_done(rq, 503, NULL, "context %s cannot run code: %s; delete it",
+			     context_id(c), context_error(c) ? context_error(c) : "it has no proxy");
 		return;
 	}
-	if (c->c_nstreams > cf->cf_max_queue) {
+	if (context_queue(c) > cf->cf_max_queue) {
 		msg_free(&m);
 		answer_done(rq, 429, NULL, "context %s has %d executions waiting (limit %d)",
-			     c->c_id, c->c_nstreams - 1, cf->cf_max_queue);
+			     context_id(c), context_queue(c) - 1, cf->cf_max_queue);
 		return;
 	}
 	s = stream_open(c, m.m_code.s);
@@ -166,7 +166,7 @@ request_context(struct request *rq, const char *id, int op)
 			answer_done(rq, 200, json_null(), NULL);
 		} else {
 			answer_done(rq, 503, NULL, "context %s has no proxy: %s; delete it",
-				     id, c->c_error ? c->c_error : "it is not running");
+				     id, context_error(c) ? context_error(c) : "it is not running");
 		}
 		return;
 	}

@@ -234,7 +234,7 @@ respond_stream(struct http_request *hr, struct stream *s)
 	s->st_ops = &http_stream_ops;
 	s->st_client = hs;
 	hr->hr_stream = s;
-	if (s->st_ctx && s->st_ctx->c_nstreams > 1) {
+	if (s->st_ctx && !stream_running(s)) {
 		respond_complete(hr, 200, streamed(hs));
 		return;
 	}

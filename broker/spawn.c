@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "broker.h"
+#include "linkdef.h"
 
 #define SPAWN_SPEC_FD 3 /* the proxy's --spec-fd */
 
@@ -30,15 +30,16 @@ spawn_digits(const char *s)
 static void
 spawn_box(const struct context *c, struct spec *sp)
 {
+	const struct ctxiso *iso = context_iso(c);
 	unsigned first, last;
 
 	if (!cf->cf_sandbox)
 		return;
-	if (c->c_uid || (boxuid_ranged() && !cf->cf_kernel_user))
-		sp->sp_uid = c->c_uid ? c->c_uid : boxuid_shared();
+	if (iso->ci_uid || (boxuid_ranged() && !cf->cf_kernel_user))
+		sp->sp_uid = iso->ci_uid ? iso->ci_uid : boxuid_shared();
 	if (boxuid_ranged())
-		sp->sp_net_uid = c->c_net_uid ? c->c_net_uid : boxuid_net();
-	sp->sp_own_workspace = c->c_workspace != NULL;
+		sp->sp_net_uid = iso->ci_net_uid ? iso->ci_net_uid : boxuid_net();
+	sp->sp_own_workspace = iso->ci_workspace != NULL;
 	sp->sp_no_namespaces = boxnons_on();
 	sp->sp_cgroup_group = bounds_group(); /* the parent cgroup of all contexts' boxes */
 	sp->sp_workspace_size = cf->cf_workspace_size; /* an own one's (its proxy makes it), or shown */
@@ -51,7 +52,7 @@ spawn_box(const struct context *c, struct spec *sp)
 	sp->sp_isolated = cf->cf_isolated;
 	sp->sp_outbound = !strcmp(cf->cf_kernel_network, "outbound");
 	sp->sp_uplink = uplink_pid() > 0 ? (uint64_t)uplink_pid() : 0;
-	egress_spec(c, sp);
+	egress_spec(context_egress(c), sp);
 	sp->sp_pids = strtoull(cf->cf_kernel_pids, NULL, 10);
 	sp->sp_tmp_size = strtoull(cf->cf_kernel_tmp, NULL, 10);
 }
@@ -66,29 +67,25 @@ spawn_spec(const struct context *c, struct spec *sp)
 	uint64_t wait_ms;
 
 	*sp = (struct spec){
-	    .sp_language = c->c_lang,
-	    .sp_kernel = c->c_kernel,
-	    .sp_cwd = c->c_cwd,
 	    .sp_env_file = cf->cf_env_file,
 	    .sp_env_pass = cf->cf_env_pass,
-	    .sp_default = c->c_default,
-	    .sp_pooled = c->c_pooled,
 	    .sp_memory = spawn_digits(cf->cf_kernel_memory),
 	    .sp_cpu = spawn_digits(cf->cf_kernel_cpu),
 	    .sp_cgroup = cf->cf_kernel_cgroup,
 	    .sp_python_startup = cf->cf_python_startup,
 	    .sp_kernel_user = cf->cf_kernel_user,
-	    .sp_envd = c->c_envd ? cf->cf_envd_bin : NULL,
-	    .sp_template = template_socket(c->c_kernel),
+	    .sp_envd = context_is_envd(c) ? cf->cf_envd_bin : NULL,
 	    .sp_max_starting = spawn_digits(cf->cf_max_starting),
 	    .sp_interrupt_retry = spawn_digits(cf->cf_interrupt_retry),
 	    .sp_interrupt_grace = spawn_digits(cf->cf_interrupt_grace),
 	    .sp_heartbeat_timeout = spawn_digits(cf->cf_heartbeat_timeout),
 	};
+	context_spec(c, sp); /* language, kernelspec, cwd, default, pooled */
+	sp->sp_template = template_socket(sp->sp_kernel);
 	/* the default context made as we start waits for the template as the
 	 * pool does (template_starting); a client's request never does */
-	if (sp->sp_template && c->c_default && lifecycle_making_defaults() &&
-	    (wait_ms = template_wait_ms(c->c_kernel)))
+	if (sp->sp_template && sp->sp_default && lifecycle_making_defaults() &&
+	    (wait_ms = template_wait_ms(sp->sp_kernel)))
 		sp->sp_template_wait = wait_ms;
 	spawn_box(c, sp);
 }
@@ -149,7 +146,7 @@ spawn_proxy(struct context *c, pid_t *pid)
 	                      "--run-dir",
 	                      cf->cf_run_dir,
 	                      "--id",
-	                      c->c_pl->pl_slot,
+	                      context_link(c)->pl_slot,
 	                      "--log-level",
 	                      cf->cf_log_level,
 	                      "--spec-fd",
@@ -161,7 +158,7 @@ spawn_proxy(struct context *c, pid_t *pid)
 	int e, fd;
 
 	if ((fd = spawn_spec_fd(c)) < 0) {
-		log_err("context %s: its spec: %s", c->c_id, strerror(-fd));
+		log_err("context %s: its spec: %s", context_id(c), strerror(-fd));
 		return fd;
 	}
 	snprintf(spec_fd, sizeof(spec_fd), "%d", SPAWN_SPEC_FD);
@@ -187,7 +184,7 @@ spawn_proxy(struct context *c, pid_t *pid)
 	}
 	close(fd);
 	if (e) {
-		log_err("context %s: start %s: %s", c->c_id, cf->cf_proxy_bin,
+		log_err("context %s: start %s: %s", context_id(c), cf->cf_proxy_bin,
 		        strerror(e));
 		return -e;
 	}

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "broker.h"
+#include "contextdef.h"
 
 static const char keepalive[] = "{\"type\":\"keepalive\"}\n";
 
@@ -135,7 +135,7 @@ record(struct stream *s, const char *outcome, uint64_t wait_ms, uint64_t run_ms)
 		return; /* not an execution */
 	if (s->st_ctx && strcmp(outcome, "cancelled"))
 		s->st_ctx->c_count++;
-	metrics_execution(s, outcome, wait_ms, run_ms);
+	metrics_execution(s, s->st_ctx ? s->st_ctx->c_id : "-", outcome, wait_ms, run_ms);
 	events_emit(json_pack("{s:s, s:I, s:s, s:s}", "event", "execution_ended", "stream",
 				(json_int_t)s->st_id, "context",
 				s->st_ctx ? s->st_ctx->c_id : "", "outcome", outcome));
@@ -529,4 +529,11 @@ stream_find(struct context *c, uint64_t id)
 		if (s->st_id == id)
 			return s;
 	return NULL;
+}
+
+/* Whether s is the execution its context runs (the first of its list). */
+bool
+stream_running(const struct stream *s)
+{
+	return s->st_ctx && TAILQ_FIRST(&s->st_ctx->c_streams) == s;
 }

@@ -16,7 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "broker.h"
+#include "contextdef.h"
+#include "linkdef.h"
 
 #define RESPAWN_WINDOW_MS 60000
 #define RESPAWN_MAX 5
@@ -179,22 +180,11 @@ supervise_adopt_all(void)
 		if (id && slot && lang && kernel && cwd && pid > 1 && !strcmp(slot, de->d_name) &&
 		    uuid_valid(id) && base && !strncmp(base + 1, "sandcell-proxy", 14) &&
 		    !context_find(id)) {
-			struct context *c = context_new(id, lang, kernel, cwd, is_default);
-			json_t *box = json_object_get(j, "sandbox");
-			const char *iso = json_string_value(json_object_get(box, "isolation"));
-			c->c_pooled = pooled;
-			egress_adopt(c, json_object_get(j, "network"));
-			if (iso && !strcmp(iso, "context")) { /* its uids stay taken */
-				const char *ws = json_string_value(json_object_get(box, "workspace"));
-				c->c_uid = json_integer_value(json_object_get(box, "uid"));
-				c->c_net_uid = json_integer_value(json_object_get(box, "net_uid"));
-				c->c_workspace = ws ? xstrdup(ws) : NULL;
-				if ((c->c_uid && (c->c_uid_lease = uid_lease(c->c_uid, "")) == -EBUSY) ||
-				    (c->c_net_uid &&
-				     (c->c_net_lease = uid_lease(c->c_net_uid, "net")) == -EBUSY))
-					log_warn("context %s: its uids %u and %u are leased by another "
-						 "broker", id, c->c_uid, c->c_net_uid);
-			}
+			struct context *c =
+			    context_new(id, lang, kernel, cwd, is_default,
+			                pooled ? CONTEXT_POOLED : CONTEXT_CLIENT);
+			egress_adopt(&c->c_egress, json_object_get(j, "network"));
+			boxuid_adopt(&c->c_iso, json_object_get(j, "sandbox"), id);
 			if (link_open(c, slot) < 0) {
 				context_end(c, CTX_DELETED, NULL);
 			} else {

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker.h"
+#include "contextdef.h"
 
 #define WAIT_REPLY_MS 10000
 #define WAIT_START_MS 90000

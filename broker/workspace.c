@@ -102,14 +102,16 @@ workspace_bound(void)
 }
 
 /*
- * --isolation context: context c's own workspace (<workspace>/<id>, 0700,
- * its uid's, boxuid_lease gave it), which its box shows at BOX_HOME, if its
- * bound fits the total and the disk. A cwd it was given is checked first,
+ * --isolation context: the own workspace of context id (<workspace>/<id>,
+ * 0700, its uid's, which boxuid_lease put in iso; iso->ci_workspace once
+ * made), which its box shows at BOX_HOME, if its bound fits the total and
+ * the disk. A cwd it was given is checked first,
  * against a box whose workspace is still empty, as its own will be. The
  * workspace root is 0711: no context lists the others.
  */
 int
-workspace_own(struct context *c, char *err, size_t errsz)
+workspace_own(struct ctxiso *iso, const char *id, const char *cwd, char *err,
+              size_t errsz)
 {
 	int rc = bounds_workspace_room(err, errsz); /* its bound within the total */
 	if (rc < 0)
@@ -123,10 +125,10 @@ workspace_own(struct context *c, char *err, size_t errsz)
 		return -ENOSPC;
 	}
 	/* its cwd, in a box whose workspace is not made yet: a refusal leaves nothing */
-	if (cwd_usable(boxuid_kernel(c), NULL, c->c_cwd, err, errsz) < 0)
+	if (cwd_usable(boxuid_kernel(iso), NULL, cwd, err, errsz) < 0)
 		return -EINVAL;
-	char *ws = xasprintf("%s/%s", cf->cf_cwd, c->c_id);
-	if (mkdir(ws, 0700) < 0 || chown(ws, c->c_uid, c->c_uid) < 0) {
+	char *ws = xasprintf("%s/%s", cf->cf_cwd, id);
+	if (mkdir(ws, 0700) < 0 || chown(ws, iso->ci_uid, iso->ci_uid) < 0) {
 		int e = errno;
 		snprintf(err, errsz, "workspace %s: %s", ws, strerror(e));
 		if (e != EEXIST) /* made here: not left behind */
@@ -134,7 +136,7 @@ workspace_own(struct context *c, char *err, size_t errsz)
 		free(ws);
 		return -EIO;
 	}
-	c->c_workspace = ws;
+	iso->ci_workspace = ws;
 	return 0;
 }
 
@@ -142,7 +144,9 @@ workspace_own(struct context *c, char *err, size_t errsz)
 const char *
 workspace_of(const struct context *c)
 {
-	return c && c->c_workspace ? c->c_workspace : cf->cf_cwd;
+	const char *own = c ? context_iso(c)->ci_workspace : NULL;
+
+	return own ? own : cf->cf_cwd;
 }
 
 /* A context's cwd when it was given none: the workspace, as its kernel sees it. */

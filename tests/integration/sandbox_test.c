@@ -2056,6 +2056,73 @@ Test(sandbox, packages_survive_a_broker_restart_with_kept_contexts, .fini = priv
 	free(b);
 }
 
+struct kept_respawn {
+	const char *id;
+	pid_t old;
+};
+
+/* priv_box's context rs->id has another proxy than rs->old, its kernel idle again. */
+static bool
+kept_respawned(void *arg)
+{
+	struct kept_respawn *rs = arg;
+	pid_t now = context_pid(priv_box.b_url, rs->id, "proxy_pid");
+	json_t *c;
+	bool idle;
+
+	if (now <= 0 || now == rs->old || !(c = context_get(priv_box.b_url, rs->id)))
+		return false;
+	idle = !strcmp(json_string_value(json_object_get(c, "state")) ?: "", "idle");
+	json_decref(c);
+	return idle;
+}
+
+/*
+ * Under --isolation context a context kept across a broker's restart keeps
+ * what isolates it, which the new broker learns from its proxy's state: a
+ * new context gets other uids, and the kept one's proxy, killed and
+ * respawned, runs its kernel as its uid, its network as its net uid, in its
+ * own workspace.
+ */
+Test(sandbox, an_isolated_context_kept_across_a_restart_keeps_its_uids_and_workspace,
+     .fini = priv_box_stop, .timeout = 240)
+{
+	const char *args[] = {"--no-default-context", "--pool", "0", "--isolation", "context",
+			      "--keep-contexts", NULL};
+
+	cr_assert_eq(broker_start(&priv_box, args), 0);
+	char *a = context_new(priv_box.b_url, "python", NULL), *b, *out;
+	cr_assert_not_null(a);
+	unsigned u = uid_of(priv_box.b_url, a);
+	long n = net_uid_of(priv_box.b_url, a);
+	cr_assert_gt(n, 0, "an isolated context's network has a uid of its own");
+	out = run_stdout(priv_box.b_url, a, "open('mine', 'w').write('a'); print('ok')");
+	cr_expect_str_eq(out, "ok\n", "the write: %s", out ? out : "");
+	free(out);
+	kill(priv_box.b_pid, SIGTERM);
+	waitpid(priv_box.b_pid, NULL, 0);
+	priv_box.b_pid = 0;
+	cr_assert_eq(broker_restart(&priv_box, args), 0);
+	cr_assert_not_null(b = context_new(priv_box.b_url, "python", NULL));
+	cr_expect_neq(uid_of(priv_box.b_url, b), u, "a new context got the kept one's uid");
+	cr_expect_neq(net_uid_of(priv_box.b_url, b), n, "... or its network's");
+
+	pid_t proxy = context_pid(priv_box.b_url, a, "proxy_pid");
+	cr_assert_gt(proxy, 0);
+	kill(proxy, SIGKILL);
+	struct kept_respawn rs = {a, proxy};
+	cr_assert_eq(wait_until(kept_respawned, &rs, 60000), 0,
+		     "the proxy was not respawned");
+	cr_expect_eq(uid_of(priv_box.b_url, a), u, "the respawned kernel's uid");
+	cr_expect_eq(net_uid_of(priv_box.b_url, a), n, "the respawned network's uid");
+	out = run_stdout(priv_box.b_url, a, "import os; print(os.path.exists('mine'))");
+	cr_expect_str_eq(out, "True\n", "its own workspace after the respawn: %s",
+			 out ? out : "");
+	free(out);
+	free(a);
+	free(b);
+}
+
 /*
  * Under --isolation context, an operator's world-writable --cwd and a cwd two
  * contexts both ask for (/tmp, /home/user) are each context's own: what one
