@@ -279,8 +279,9 @@ const char *config_python_startup(void);
 const char *config_proxy_bin(void);
 
 /* events.c */
-void events_subscribe(void (*fn)(json_t *ev, void *arg), void *arg);
-void events_emit(json_t *ev);
+void events_subscribe(void (*fn)(json_t *ev, void *arg), bool (*wants)(void *arg),
+                      void *arg);
+void events_emitf(const char *fmt, ...);
 
 /* answer.c */
 void answer_done(struct request *rq, unsigned status, json_t *json, const char *fmt, ...)
@@ -608,6 +609,7 @@ void ctlpeer_ack(nng_pipe p, uint64_t count);
 int ctlpeer_watch(nng_pipe p, uint64_t req);
 size_t ctlpeer_watchers(void);
 void ctlpeer_event(json_t *ev, void *arg);
+bool ctlpeer_event_wanted(void *arg);
 void ctlpeer_gone(uint32_t id);
 void ctlpeer_reap(void (*fn)(uint32_t id, void *arg), void *arg);
 void ctlpeer_stop(void);

@@ -359,7 +359,7 @@ context_delete(struct context *c)
 {
 	c->c_deleting = true;
 	log_info("context %s: deleted", c->c_id);
-	events_emit(json_pack("{s:s, s:s}", "event", "context_deleted", "context", c->c_id));
+	events_emitf("{s:s, s:s}", "event", "context_deleted", "context", c->c_id);
 }
 
 /* --keep-contexts: leave every proxy running; they drop our streams. */

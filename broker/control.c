@@ -83,7 +83,7 @@ control_start(void)
 	ev_ctl = (struct evsrc){control_recv, NULL};
 	server_watch(sock_fd, EPOLLIN, &ev_ctl);
 	ctlpeer_init(sock, cf->cf_stream_cap);
-	events_subscribe(ctlpeer_event, NULL);
+	events_subscribe(ctlpeer_event, ctlpeer_event_wanted, NULL);
 	return 0;
 }
 
@@ -308,7 +308,7 @@ handle(nng_pipe p, struct msg *m)
 			done(p, m->m_req, MSG_FAIL, NULL, "too many watchers");
 			return;
 		}
-		events_emit(json_pack("{s:s}", "event", "watching"));
+		events_emitf("{s:s}", "event", "watching");
 		return;
 	case CTL_RUN:
 		run(p, m);

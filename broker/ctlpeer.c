@@ -172,6 +172,14 @@ ctlpeer_watchers(void)
 	return nwatchers;
 }
 
+/* events.c's subscriber wants events while a `sandcellctl watch` is on. */
+bool
+ctlpeer_event_wanted(void *arg)
+{
+	(void)arg;
+	return nwatchers > 0;
+}
+
 /* An event (events.c's subscriber) to every `sandcellctl watch`; ev is borrowed. */
 void
 ctlpeer_event(json_t *ev, void *arg)

@@ -197,8 +197,8 @@ pool_use(const char *kernel, const char *cwd, bool is_default)
 	pool_claim(c);
 	log_info("context %s: created from the warm pool (%s, cwd %s%s)", c->c_id, c->c_lang,
 		 cwd, is_default ? ", default" : "");
-	events_emit(json_pack("{s:s, s:s, s:s, s:s, s:b}", "event", "context_created",
-				"context", c->c_id, "language", c->c_lang, "cwd", cwd, "pooled", 1));
+	events_emitf("{s:s, s:s, s:s, s:s, s:b}", "event", "context_created", "context",
+	             c->c_id, "language", c->c_lang, "cwd", cwd, "pooled", 1);
 	kick = true;
 	return c;
 }
@@ -306,8 +306,8 @@ pool_restart(struct context *x)
 	metrics_count(M_KERNEL_RESTART, 1);
 	log_info("context %s: restarted with a warm kernel (proxy %d)", x->c_id,
 		 (int)context_pid(x));
-	events_emit(json_pack("{s:s, s:s, s:s}", "event", "kernel_restarted", "context",
-				x->c_id, "why", "restart requested (warm pool)"));
+	events_emitf("{s:s, s:s, s:s}", "event", "kernel_restarted", "context", x->c_id,
+	             "why", "restart requested (warm pool)");
 	kick = true;
 	return true;
 }
@@ -364,8 +364,8 @@ pool_create(const char *want, const char *cwd, bool is_default, struct egress_li
 	}
 	log_info("context %s: created (%s, kernel %s, cwd %s%s), proxy pid %d", c->c_id,
 		 c->c_lang, c->c_kernel, cwd, is_default ? ", default" : "", (int)context_pid(c));
-	events_emit(json_pack("{s:s, s:s, s:s, s:s}", "event", "context_created", "context",
-				c->c_id, "language", c->c_lang, "cwd", cwd));
+	events_emitf("{s:s, s:s, s:s, s:s}", "event", "context_created", "context",
+	             c->c_id, "language", c->c_lang, "cwd", cwd);
 	*out = c;
 	return 0;
 }

@@ -17,9 +17,8 @@ relay_state(struct context *c, struct msg *m)
 {
 	if (m->m_type == MSG_STATE && c->c_ready && m->m_state == KS_STARTING) {
 		metrics_count(M_KERNEL_RESTART, 1);
-		events_emit(json_pack("{s:s, s:s, s:s}", "event", "kernel_restarted",
-		                      "context", c->c_id, "why",
-		                      m->m_text.s ? m->m_text.s : ""));
+		events_emitf("{s:s, s:s, s:s}", "event", "kernel_restarted", "context",
+		             c->c_id, "why", m->m_text.s ? m->m_text.s : "");
 	}
 	c->c_pl->pl_state = m->m_state;
 	if (m->m_has & FB(F_KPID))
@@ -40,8 +39,8 @@ relay_state(struct context *c, struct msg *m)
 		c->c_ready = true;
 		log_info("context %s: ready in %llu ms", c->c_id,
 		         (unsigned long long)(now_ms() - c->c_created));
-		events_emit(json_pack("{s:s, s:s, s:s}", "event", "context_ready",
-		                      "context", c->c_id, "language", c->c_lang));
+		events_emitf("{s:s, s:s, s:s}", "event", "context_ready", "context",
+		             c->c_id, "language", c->c_lang);
 		waiter_answer_ready(c);
 		pool_kick(); /* the pool may have waited for it (pool_yield) */
 	} else if (!c->c_ready && c->c_pl->pl_state == KS_DEAD) {

@@ -191,6 +191,6 @@ request_drain(struct request *rq, bool drain)
 		return;
 	}
 	log_info("%s by the operator", drain ? "draining" : "accepting again");
-	events_emit(json_pack("{s:s}", "event", drain ? "drain" : "undrain"));
+	events_emitf("{s:s}", "event", drain ? "drain" : "undrain");
 	answer_done(rq, 200, NULL, "%s", drain ? "draining" : "accepting");
 }

@@ -42,8 +42,8 @@ open_stream(struct context *c, const char *code, const struct stream_kind *k)
 	c->c_nstreams++;
 	s->st_kind = k;
 	if (!k)
-		events_emit(json_pack("{s:s, s:I, s:s}", "event", "execution_started", "stream",
-					(json_int_t)s->st_id, "context", c->c_id));
+		events_emitf("{s:s, s:I, s:s}", "event", "execution_started", "stream",
+		             (json_int_t)s->st_id, "context", c->c_id);
 	return s;
 }
 
@@ -136,9 +136,9 @@ record(struct stream *s, const char *outcome, uint64_t wait_ms, uint64_t run_ms)
 	if (s->st_ctx && strcmp(outcome, "cancelled"))
 		s->st_ctx->c_count++;
 	metrics_execution(s, s->st_ctx ? s->st_ctx->c_id : "-", outcome, wait_ms, run_ms);
-	events_emit(json_pack("{s:s, s:I, s:s, s:s}", "event", "execution_ended", "stream",
-				(json_int_t)s->st_id, "context",
-				s->st_ctx ? s->st_ctx->c_id : "", "outcome", outcome));
+	events_emitf("{s:s, s:I, s:s, s:s}", "event", "execution_ended", "stream",
+	             (json_int_t)s->st_id, "context", s->st_ctx ? s->st_ctx->c_id : "",
+	             "outcome", outcome);
 }
 
 /* The client is gone: tell the proxy, once. */

@@ -40,8 +40,8 @@ supervise_lost(struct context *c, const char *why)
 	}
 	context_fail(c, CTX_LOST, why);
 	metrics_count(M_PROXY_RESTART, 1);
-	events_emit(json_pack("{s:s, s:s, s:s}", "event", "supervise_lost", "context", c->c_id,
-				"why", why));
+	events_emitf("{s:s, s:s, s:s}", "event", "supervise_lost", "context", c->c_id,
+	             "why", why);
 	/*
 	 * The new proxy gets a new link. The old one may still hold the dead
 	 * proxy's connection (nng sees its end on a thread of its own, maybe

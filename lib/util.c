@@ -39,16 +39,27 @@ parse_level(const char *s)
 	return -1;
 }
 
+/* One line, formatted once and written whole (stderr's stdio would format it again). */
 static void
 vlog(int level, const char *fmt, va_list ap)
 {
 	static const char *tags[] = {"error", "warn", "info", "debug"};
 	char line[2048];
-	int n = snprintf(line, sizeof(line), "%s[%d] %s: ", log_prog, (int)getpid(),
-			 tags[level]);
+	size_t room = sizeof(line) - 1; /* the newline's */
+	int n = snprintf(line, room, "%s[%d] %s: ", log_prog, (int)getpid(), tags[level]);
+	size_t len = n < 0 ? 0 : (size_t)n < room ? (size_t)n : room - 1;
+	int m = vsnprintf(line + len, room - len, fmt, ap);
 
-	vsnprintf(line + n, sizeof(line) - n, fmt, ap);
-	fprintf(stderr, "%s\n", line);
+	len += m < 0 ? 0 : (size_t)m < room - len ? (size_t)m : room - len - 1;
+	line[len++] = '\n';
+	for (size_t off = 0; off < len;) {
+		ssize_t w = write(STDERR_FILENO, line + off, len - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			break;
+		off += (size_t)w;
+	}
 }
 
 void

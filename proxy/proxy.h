@@ -105,6 +105,7 @@ struct wire_frame {
 /* A message's frames as wire_build makes them: six strings it owns. */
 struct wire_out {
 	char *wo_part[4]; /* header, parent header, metadata, content (JSON) */
+	char wo_head[384]; /* wo_part[0]'s room; 1 and 2 are "{}": only 3 is allocated */
 	char wo_hmac[65];
 	struct wire_frame wo_frames[6];
 };

@@ -154,6 +154,61 @@ Test(wire_sign, signing_under_one_key_then_another_and_back_gives_each_its_own)
 	}
 }
 
+/* ---- wire_build ---- */
+
+/* The header is printed, not packed: it must still be the JSON jansson made. */
+Test(wire_build, a_request_parses_back_with_its_header_fields_and_signature)
+{
+	struct wire_out wo;
+	struct jmsg jm;
+	struct wire_frame f[8];
+	char msgid[40];
+
+	cr_assert_eq(wire_build(KEY, "0f1e2d3c-sess", "execute_request",
+	                        json_pack("{s:s}", "code", "print(\"a\\\\b\")"), msgid,
+	                        &wo),
+	             0);
+	f[0] = wf("identity");
+	for (int i = 0; i < 6; i++)
+		f[1 + i] = wo.wo_frames[i];
+	cr_assert_eq(wire_parse(KEY, f, 7, &jm), 0, "its signature or JSON is refused");
+	cr_assert_str_eq(jm.jm_type, "execute_request");
+	jmsg_free(&jm);
+	json_error_t err;
+	json_t *h = json_loadb(wo.wo_frames[2].wf_data, wo.wo_frames[2].wf_len, 0, &err);
+	cr_assert_not_null(h, "header is not JSON: %s", err.text);
+	cr_assert_str_eq(json_string_value(json_object_get(h, "msg_id")), msgid);
+	cr_assert_str_eq(json_string_value(json_object_get(h, "session")),
+	                 "0f1e2d3c-sess");
+	cr_assert_str_eq(json_string_value(json_object_get(h, "msg_type")),
+	                 "execute_request");
+	cr_assert_str_eq(json_string_value(json_object_get(h, "username")), "sandcell");
+	cr_assert_str_eq(json_string_value(json_object_get(h, "version")), "5.3");
+	cr_assert_eq(strlen(json_string_value(json_object_get(h, "date"))), 27);
+	json_decref(h);
+	json_t *c = json_loadb(wo.wo_frames[5].wf_data, wo.wo_frames[5].wf_len, 0, &err);
+	cr_assert_str_eq(json_string_value(json_object_get(c, "code")),
+	                 "print(\"a\\\\b\")");
+	json_decref(c);
+	char hex[65];
+	wire_sign(KEY, &wo.wo_frames[2], hex);
+	cr_assert_eq(wo.wo_frames[1].wf_len, 64);
+	cr_assert(!memcmp(wo.wo_frames[1].wf_data, hex, 64), "signature does not verify");
+	wire_out_free(&wo);
+}
+
+Test(wire_build, a_session_or_type_json_would_need_to_escape_is_refused)
+{
+	struct wire_out wo;
+
+	cr_assert_eq(wire_build(KEY, "a\"b", "execute_request", json_object(), NULL, &wo),
+	             -EINVAL);
+	cr_assert_eq(wire_build(KEY, "s", "x\\y", json_object(), NULL, &wo), -EINVAL);
+	cr_assert_eq(
+	    wire_build(KEY, "s", "kernel_info_request", json_object(), NULL, &wo), 0);
+	wire_out_free(&wo);
+}
+
 /* ---- wire_parse ---- */
 
 Test(wire_parse, finds_the_delimiter_after_zero_one_or_three_identity_frames)
