@@ -452,6 +452,9 @@ void dispatch_stop(void);
 bool dispatch_quit(void);
 bool dispatch_gone(void);
 
+/* memtrim.c: the free heap back to the system once the context is quiet */
+void memtrim_tick(uint64_t now);
+
 /* kout.c: a box's stdout and stderr, read and logged as lines of ours */
 int kout_open(const char *id);
 int kout_fd(void);

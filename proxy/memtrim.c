@@ -1,0 +1,36 @@
+/*
+ * memtrim.c — the proxy's free heap given back to the system while its
+ * context is quiet. Setting up a box, a kernel's start, and each read of
+ * the box's refusals counter through libnftables (boxfw.c: a context of
+ * its own each time, ~1 MB allocated and freed) leave free memory on the
+ * heap that glibc keeps, dirty, because it is not at the heap's top: ~0.8
+ * MB a context, hundreds of idle contexts on a broker. Once the kernel has
+ * been idle with nothing queued for MEMTRIM_QUIET_MS, and at most every
+ * MEMTRIM_QUIET_MS after, malloc_trim(0) returns the free pages when more
+ * than MEMTRIM_MIN bytes are free. A busy context is never trimmed.
+ */
+#include <malloc.h>
+
+#include "proxy.h"
+
+#define MEMTRIM_QUIET_MS 2000
+#define MEMTRIM_MIN (128 << 10)
+
+static uint64_t seen = ~0ULL, quiet_at;
+
+void
+memtrim_tick(uint64_t now)
+{
+	uint64_t s = admit_count() + kernel_gen();
+
+	if (s != seen || kernel_state() != KS_IDLE || admit_depth()) {
+		seen = s;
+		quiet_at = now;
+		return;
+	}
+	if (now - quiet_at < MEMTRIM_QUIET_MS)
+		return;
+	quiet_at = now;
+	if (mallinfo2().fordblks >= MEMTRIM_MIN)
+		malloc_trim(0);
+}
