@@ -483,6 +483,7 @@ void jmsg_free(struct jmsg *jm);
 struct zmtp *zmtp_open(enum zmtp_type type, const char *ep, const char *id);
 struct zmtp *zmtp_open_buffer(enum zmtp_type type);
 void zmtp_close(struct zmtp *z);
+void zmtp_shed(struct zmtp *z);
 void zmtp_reconnect(struct zmtp *z);
 bool zmtp_up(const struct zmtp *z);
 int zmtp_fd(const struct zmtp *z);
