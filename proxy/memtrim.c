@@ -7,7 +7,7 @@
  * MB a context, hundreds of idle contexts on a broker; and the kernel
  * sockets' empty buffers (zmtp.c, 64 KiB each, a dozen) hold ~0.75 MB
  * more. Once the kernel has been idle with nothing queued for
- * MEMTRIM_QUIET_MS, and at most every MEMTRIM_QUIET_MS after, the empty
+ * MEMTRIM_QUIET_MS, and every MEMTRIM_AGAIN_MS while it stays so, the empty
  * buffers are freed (zmtp_shed) and malloc_trim(0) returns the free pages
  * when more than MEMTRIM_MIN bytes are free. A busy context is never
  * trimmed.
@@ -17,9 +17,11 @@
 #include "proxy.h"
 
 #define MEMTRIM_QUIET_MS 2000
-#define MEMTRIM_MIN (128 << 10)
+#define MEMTRIM_AGAIN_MS 15000 /* boxfw.c's idle reads come as often */
+#define MEMTRIM_MIN (256 << 10)
 
 static uint64_t seen = ~0ULL, quiet_at;
+static bool again; /* trimmed once in this quiet spell */
 
 void
 memtrim_tick(uint64_t now)
@@ -29,11 +31,13 @@ memtrim_tick(uint64_t now)
 	if (s != seen || kernel_state() != KS_IDLE || admit_depth()) {
 		seen = s;
 		quiet_at = now;
+		again = false;
 		return;
 	}
-	if (now - quiet_at < MEMTRIM_QUIET_MS)
+	if (now - quiet_at < (again ? MEMTRIM_AGAIN_MS : MEMTRIM_QUIET_MS))
 		return;
 	quiet_at = now;
+	again = true;
 	for (int i = 0; i < KSOCK_N; i++)
 		if (kernel_sock(i))
 			zmtp_shed(kernel_sock(i));
