@@ -10,7 +10,8 @@
  * MEMTRIM_QUIET_MS, and every MEMTRIM_AGAIN_MS while it stays so, the empty
  * buffers are freed (zmtp_shed) and malloc_trim(0) returns the free pages
  * when more than MEMTRIM_MIN bytes are free. A busy context is never
- * trimmed.
+ * trimmed. The price is idle CPU: most of what a recurring trim returns,
+ * the next counter read takes again and faults in (docs/PERFORMANCE.md).
  */
 #include <malloc.h>
 
