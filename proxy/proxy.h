@@ -452,6 +452,9 @@ void dispatch_stop(void);
 bool dispatch_quit(void);
 bool dispatch_gone(void);
 
+/* nftctr.c: a named nftables counter's packets, over netlink */
+int64_t nftctr_packets(const char *table, const char *name);
+
 /* memtrim.c: the free heap back to the system once the context is quiet */
 void memtrim_tick(uint64_t now);
 
