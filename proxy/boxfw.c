@@ -340,22 +340,16 @@ boxfw_list_text(const struct box *bx, enum boxfw_list which)
 	return s;
 }
 
-/* The refusals so far (the named counter's packets); -1 if it cannot be read. */
+/* The refusals so far (the named counter's packets); -1 if it cannot be
+ * read. One netlink request (nftctr.c), not a libnftables context a read. */
 int64_t
 boxfw_refused(const struct box *bx)
 {
-	struct nft_ctx *nft;
-	const char *out, *p;
-	int64_t n = -1;
+	int64_t n;
 
-	if (!bx->bx_fw.fw_on || !(nft = nft_open(bx)))
+	if (!bx->bx_fw.fw_on)
 		return -1;
-	if (nft_run_cmd_from_buffer(nft, "list counter inet " BOXFW_TABLE " refused") ==
-	        0 &&
-	    (out = nft_ctx_get_output_buffer(nft)) && (p = strstr(out, "packets ")))
-		n = strtoll(p + 8, NULL, 10);
-	nft_ctx_free(nft);
-	return n;
+	return (n = nftctr_packets(BOXFW_TABLE, "refused")) < 0 ? -1 : n;
 }
 
 /* Now and then: refusals since the last report go to the broker (MSG_STATS);

@@ -298,6 +298,7 @@ loop_run(struct proxy *p, int sig)
 		kout_tick(now);
 		admit_flush();
 		boxfw_tick(&px->px_box, now, kernel_state() != KS_IDLE);
+		memtrim_tick(now);
 	}
 	close(ep);
 }

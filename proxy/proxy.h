@@ -454,6 +454,12 @@ void dispatch_stop(void);
 bool dispatch_quit(void);
 bool dispatch_gone(void);
 
+/* nftctr.c: a named nftables counter's packets, over netlink */
+int64_t nftctr_packets(const char *table, const char *name);
+
+/* memtrim.c: the free heap back to the system once the context is quiet */
+void memtrim_tick(uint64_t now);
+
 /* kout.c: a box's stdout and stderr, read and logged as lines of ours */
 int kout_open(const char *id);
 int kout_fd(void);
@@ -482,6 +488,7 @@ void jmsg_free(struct jmsg *jm);
 struct zmtp *zmtp_open(enum zmtp_type type, const char *ep, const char *id);
 struct zmtp *zmtp_open_buffer(enum zmtp_type type);
 void zmtp_close(struct zmtp *z);
+void zmtp_shed(struct zmtp *z);
 void zmtp_reconnect(struct zmtp *z);
 bool zmtp_up(const struct zmtp *z);
 int zmtp_fd(const struct zmtp *z);

@@ -287,6 +287,21 @@ zmtp_close(struct zmtp *z)
 	free(z);
 }
 
+/* Quiet: the buffers that hold nothing are freed (64 KiB or more each, most
+ * of it written once); the next message takes new ones. */
+void
+zmtp_shed(struct zmtp *z)
+{
+	struct zbuf *b[3] = {&z->z_out, &z->z_pend, &z->z_in};
+
+	for (int i = 0; i < 3; i++) {
+		if (b[i]->zb_off != b[i]->zb_len || (i == 2 && (z->z_have || z->z_cur)))
+			continue;
+		free(b[i]->zb_data);
+		memset(b[i], 0, sizeof(*b[i]));
+	}
+}
+
 void
 zmtp_reconnect(struct zmtp *z)
 {

@@ -17,6 +17,10 @@
 import os
 import sys
 
+# The startup's modules as the template loaded them, by path: (st_mtime_ns,
+# st_size, module); sandcell_startup.py takes each once (a forked kernel).
+PRELOADED = {}
+
 
 def site_packages(venv):
     """The venv's site-packages directory, as its own interpreter names it."""

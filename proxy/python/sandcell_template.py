@@ -75,6 +75,27 @@ def preload():
             log("no %s: %s" % (name, e))
 
 
+def preload_startup():
+    """sandcell_startup.py's modules (the profile, ~1000 lines), loaded as it
+    loads them, for our kernels' startup to take (sandcell_packages.PRELOADED):
+    their code objects are ours, shared, not unmarshalled again in each
+    kernel. A file changed since is loaded again by the startup."""
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in ("sandcell_packages", "sandcell_profile"):
+        path = os.path.join(here, name + ".py")
+        try:
+            st = os.stat(path)
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        except Exception as e:  # the startup loads it as before
+            log("startup module %s: %s: %s" % (name, type(e).__name__, e))
+            continue
+        sandcell_packages.PRELOADED[path] = (st.st_mtime_ns, st.st_size, module)
+
+
 def refuse(conn, why):
     try:
         conn.send(b"n" + why.encode("utf-8", "replace")[:400])
@@ -323,6 +344,7 @@ def main():
     if lib.boxlib_template() < 0:
         log("PR_SET_CHILD_SUBREAPER failed")
     preload()
+    preload_startup()
     IMPORT_ENV.update((k, v) for k, v in os.environ.items() if START_ENV.get(k) != v)
     LOADED.update(name.split(".", 1)[0] for name, m in list(sys.modules.items())
                   if "-packages" in (getattr(m, "__file__", None) or ""))

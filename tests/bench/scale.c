@@ -474,6 +474,30 @@ scale_cost(const char *what, int n, double avail0, double avail1, const struct t
 	             SCALE_BATCH, first, SCALE_BATCH, lastb);
 }
 
+/* The same n contexts' PSS by kind once idle (after scale_idle_cpu's wait):
+ * what a context holds when nothing has happened in it for a while. */
+static void
+scale_idle_pss(const char *what, int n, const struct tree *t0, const struct tree *t2)
+{
+	double per[K_N], sum = 0;
+
+	if (!n)
+		return;
+	for (int k = 0; k < K_N; k++) {
+		per[k] = (t2->t_pss_mb[k] - t0->t_pss_mb[k]) / n;
+		sum += k == K_BROKER || k == K_TEMPLATE ? 0 : per[k];
+	}
+	table_add("10 scale",
+	          fmt("%d %s contexts, idle %d s: PSS each", n, what,
+	              SCALE_QUIET_S + SCALE_IDLE_S),
+	          NULL, fmt("%.1f MB", sum), NULL, NULL);
+	table_detail(
+	    "kernel %.1f (USS %.1f), proxy %.2f, proxy helpers %.2f, box init %.2f, "
+	    "pasta %.1f",
+	    per[K_KERNEL], (t2->t_kuss_mb - t0->t_kuss_mb) / n, per[K_PROXY],
+	    per[K_HELPER], per[K_INIT], per[K_PASTA]);
+}
+
 /* The soft RLIMIT_NOFILE of a process, or -1. */
 static long
 scale_nofile(pid_t pid)
@@ -496,7 +520,7 @@ scale_nofile(pid_t pid)
 static void
 scale_python(const struct broker *b, int n)
 {
-	static struct tree t0, t1;
+	static struct tree t0, t1, t2;
 	char **ids = calloc(n, sizeof(char *));
 	const char **code = calloc(n, sizeof(char *));
 	double *ms = calloc(n, sizeof(double)), last, a0, a1;
@@ -531,6 +555,8 @@ scale_python(const struct broker *b, int n)
 	table_detail("VmRSS %.1f MB, %lld threads", proc_rss_kb(b->b_pid) / 1024.0,
 	             proc_stat_field(b->b_pid, 20));
 	scale_idle_cpu(b->b_pid, "Python", ok);
+	scale_tree(b->b_pid, true, &t2);
+	scale_idle_pss("Python", ok, &t0, &t2);
 	scale_answer(b->b_url, ids, code, asked, "Python");
 del:
 	progress("scale: deleting the Python contexts");

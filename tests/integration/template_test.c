@@ -822,6 +822,29 @@ Test(template, the_first_pooled_kernel_is_forked, .fini = priv_stop, .timeout = 
 }
 
 /*
+ * A forked kernel's startup takes the two modules the template loaded for
+ * it (sandcell_packages.PRELOADED: the profile's code shared, not read
+ * again in each kernel), and the profile is installed from them.
+ */
+Test(template, a_forked_kernels_startup_takes_the_modules_the_template_loaded,
+     .fini = priv_stop, .timeout = 120)
+{
+	const char *args[] = {"--no-default-context", NULL};
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	priv_up = true;
+	char *id = forked_context(priv.b_url);
+	char *out = run_stdout(priv.b_url, id,
+			       "import sys\n"
+			       "print(sorted(sys.modules['sandcell_packages'].PRELOADED),\n"
+			       "      'e2b/data' in get_ipython().display_formatter.formatters)");
+	cr_assert_not_null(out);
+	cr_assert_str_eq(out, "[] True\n", "the startup left or lacked: %s", out);
+	free(out);
+	free(id);
+}
+
+/*
  * The default context, created as the broker starts (before its template has
  * imported anything), waits for the starting template as the pool does: its
  * kernel is forked, not a cold one.

@@ -630,6 +630,42 @@ Test(zmtp, a_dealer_reaches_a_router_under_its_identity_and_gets_the_reply)
 	kpeer_close(&k);
 }
 
+Test(zmtp, empty_buffers_are_shed_and_the_next_messages_pass_both_ways)
+{
+	const char *ep = endpoint();
+	const char *reply[] = {"session-1", DELIM, SIG, HDR, PARENT, META, CONTENT};
+	struct kpeer k;
+	struct zmtp *z;
+	zmq_msg_t parts[16];
+	const struct wire_frame *f;
+	char msgid[40];
+	size_t n;
+
+	kpeer_open(&k, ZMQ_ROUTER, ep);
+	z = zmtp_open(ZMTP_DEALER, ep, "session-1");
+	for (int round = 0; round < 2; round++) {
+		cr_assert_eq(wire_send(z, KEY, "session-1", "execute_request",
+		                       json_pack("{s:s}", "code", "x=1"), msgid),
+		             0);
+		int np = krecv(&k, z, parts, 16);
+		cr_assert_eq(np, 7, "round %d: identity and six frames, got %d", round, np);
+		kparts_close(parts, np);
+		ksend(&k, reply, 7);
+		cr_assert_eq(zrecv(z, &f, &n), 0, "round %d: the reply", round);
+		cr_assert_eq(n, 6);
+		zmtp_shed(z); /* a message handed out: what holds it stays */
+		cr_assert_not_null(z->z_in.zb_data);
+		cr_assert_eq(f[1].wf_len, strlen(SIG));
+		cr_assert(!memcmp(f[1].wf_data, SIG, strlen(SIG)), "the message held is intact");
+		cr_assert_eq(zmtp_recv(z, &f, &n), -EAGAIN);
+		zmtp_shed(z);
+		cr_assert_null(z->z_in.zb_data, "round %d: the empty input buffer is freed", round);
+		cr_assert_null(z->z_out.zb_data, "round %d: the empty output buffer is freed", round);
+	}
+	zmtp_close(z);
+	kpeer_close(&k);
+}
+
 Test(zmtp, a_sub_subscribes_to_everything_a_pub_publishes)
 {
 	const char *ep = endpoint();
