@@ -50,7 +50,8 @@ nftctr_reply(const struct nlmsghdr *nh, void *data)
 int64_t
 nftctr_packets(const char *table, const char *name)
 {
-	char buf[NFTCTR_BUF] __attribute__((aligned(4)));
+	/* zeroed: libmnl leaves an attribute's padding as it finds it */
+	char buf[NFTCTR_BUF] __attribute__((aligned(4))) = {0};
 	struct mnl_socket *nl = NULL;
 	struct nftnl_obj *o;
 	struct nlmsghdr *nh;
