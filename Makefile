@@ -12,7 +12,9 @@ override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializ
 # msgpack-c is msgpack-c.pc (-lmsgpack-c) from Debian 13 on, msgpack.pc (-lmsgpackc) before
 MSGPACK_LIBS := $(shell pkg-config --libs msgpack-c 2>/dev/null || pkg-config --libs msgpack 2>/dev/null || echo -lmsgpackc)
 LDLIBS_PROTO  = -lnng $(MSGPACK_LIBS) -ljansson -lpthread
-LDLIBS_PROXY  = $(LDLIBS_PROTO) -lcjson -lsodium -lseccomp -lnftables
+# libnftnl + libmnl: one netlink request (proxy/nftctr.c); libnftables: rulesets
+NFTNL_LIBS := $(shell pkg-config --libs libnftnl libmnl 2>/dev/null || echo -lnftnl -lmnl)
+LDLIBS_PROXY  = $(LDLIBS_PROTO) -lcjson -lsodium -lseccomp -lnftables $(NFTNL_LIBS)
 LDLIBS_BROKER = $(LDLIBS_PROTO) -lmicrohttpd -lsodium -lnftables -lz
 LDLIBS_TEST   = -lcriterion -lcurl
 

@@ -1,17 +1,17 @@
 /*
  * memtrim.c — the proxy's free heap given back to the system while its
- * context is quiet. Setting up a box, a kernel's start, and each read of
- * the box's refusals counter through libnftables (boxfw.c: a context of
- * its own each time, ~1 MB allocated and freed) leave free memory on the
- * heap that glibc keeps, dirty, because it is not at the heap's top: ~0.8
- * MB a context, hundreds of idle contexts on a broker; and the kernel
+ * context is quiet. Setting up a box (its rules through libnftables, a
+ * context of its own, ~1 MB allocated and freed) and a kernel's start
+ * leave free memory on the heap that glibc keeps, dirty, because it is not
+ * at the heap's top: ~0.8 MB a context, hundreds of idle contexts on a
+ * broker; and the kernel
  * sockets' empty buffers (zmtp.c, 64 KiB each, a dozen) hold ~0.75 MB
  * more. Once the kernel has been idle with nothing queued for
  * MEMTRIM_QUIET_MS, and every MEMTRIM_AGAIN_MS while it stays so, the empty
  * buffers are freed (zmtp_shed) and malloc_trim(0) returns the free pages
  * when more than MEMTRIM_MIN bytes are free. A busy context is never
- * trimmed. The price is idle CPU: most of what a recurring trim returns,
- * the next counter read takes again and faults in (docs/PERFORMANCE.md).
+ * trimmed. The price is idle CPU where something keeps allocating; the
+ * refusals counter's reads (nftctr.c) hardly do (docs/PERFORMANCE.md).
  */
 #include <malloc.h>
 

@@ -1,125 +1,98 @@
 /*
  * nftctr.c — the packets of a named nftables counter, read with one
- * netlink request (NFT_MSG_GETOBJ) in the caller's network namespace.
- * libnftables builds a context of its own for the same question, ~1 MB
- * allocated and freed on the proxy's heap every read (boxfw.c reads the
- * box's refusals counter every second or 15 s): pages that either stay
- * dirty or, trimmed (memtrim.c), are faulted in again by the next read.
- * The reply comes from the kernel; it is still read within its bounds.
+ * netlink request (NFT_MSG_GETOBJ) in the caller's network namespace,
+ * through libnftnl (the message) and libmnl (the socket). libnftables builds
+ * a context of its own for the same question, ~1 MB allocated and freed on
+ * the proxy's heap every read (boxfw.c reads the box's refusals counter
+ * every second or 15 s): pages that either stay dirty or, trimmed
+ * (memtrim.c), are faulted in again by the next read. Here a read costs two
+ * small objects and a socket, and a buffer on the stack.
  */
 #include <errno.h>
 #include <linux/netfilter.h>
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
-#include <linux/netlink.h>
-#include <endian.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <libmnl/libmnl.h>
+#include <libnftnl/common.h>
+#include <libnftnl/object.h>
 
 #include "proxy.h"
 
-#define NFTCTR_BUF 8192
+/* One counter's reply is ~100 bytes; libmnl's MNL_SOCKET_BUFFER_SIZE on
+ * 4 KiB pages, and room for any name nftctr_packets() takes. */
+#define NFTCTR_BUF 4096
 
-static size_t
-put_attr(char *buf, size_t at, uint16_t type, const void *data, size_t len)
+/* One NEWOBJ of the reply: *data becomes the counter's packets, or -EPROTO
+ * if the kernel's object carries none. */
+static int
+nftctr_reply(const struct nlmsghdr *nh, void *data)
 {
-	struct nlattr *a = (struct nlattr *)(buf + at);
+	int64_t *n = data;
+	struct nftnl_obj *o;
 
-	a->nla_type = type;
-	a->nla_len = NLA_HDRLEN + len;
-	memcpy(buf + at + NLA_HDRLEN, data, len);
-	return at + NLA_ALIGN(a->nla_len);
-}
-
-/* The first attribute of type in [p, p + len), or NULL. */
-static const struct nlattr *
-find_attr(const char *p, size_t len, uint16_t type)
-{
-	while (len >= NLA_HDRLEN) {
-		const struct nlattr *a = (const struct nlattr *)p;
-		if (a->nla_len < NLA_HDRLEN || a->nla_len > len)
-			return NULL;
-		if ((a->nla_type & NLA_TYPE_MASK) == type)
-			return a;
-		size_t step = NLA_ALIGN(a->nla_len);
-		if (step >= len)
-			return NULL;
-		p += step;
-		len -= step;
+	if (nh->nlmsg_type != ((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWOBJ))
+		return MNL_CB_OK;
+	if (!(o = nftnl_obj_alloc())) {
+		*n = -ENOMEM;
+		return MNL_CB_OK;
 	}
-	return NULL;
+	if (nftnl_obj_nlmsg_parse(nh, o) < 0 || !nftnl_obj_is_set(o, NFTNL_OBJ_CTR_PKTS))
+		*n = -EPROTO;
+	else
+		*n = (int64_t)(nftnl_obj_get_u64(o, NFTNL_OBJ_CTR_PKTS) & INT64_MAX);
+	nftnl_obj_free(o);
+	return MNL_CB_OK;
 }
 
 /* The packets counted by counter name of table (family inet); -errno. */
 int64_t
 nftctr_packets(const char *table, const char *name)
 {
-	static char buf[NFTCTR_BUF] __attribute__((aligned(NLMSG_ALIGNTO)));
-	struct sockaddr_nl sa = {.nl_family = AF_NETLINK};
-	uint32_t type = htobe32(NFT_OBJECT_COUNTER);
-	struct nlmsghdr *nh = (struct nlmsghdr *)buf;
-	struct nfgenmsg *g = NLMSG_DATA(nh);
-	size_t at = NLMSG_SPACE(sizeof(*g));
+	/* zeroed: libmnl leaves an attribute's padding as it finds it */
+	char buf[NFTCTR_BUF] __attribute__((aligned(4))) = {0};
+	struct mnl_socket *nl = NULL;
+	struct nftnl_obj *o;
+	struct nlmsghdr *nh;
+	const uint32_t seq = 1;
+	unsigned int portid;
 	int64_t n = -ENOENT;
 	ssize_t r;
-	int fd;
 
+	/* the request is built without bounds (mnl_attr_put_strz) */
 	if (strlen(table) + strlen(name) > 256)
 		return -ENAMETOOLONG;
-	memset(buf, 0, at);
-	nh->nlmsg_type = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETOBJ;
-	nh->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
-	nh->nlmsg_seq = 1;
-	g->nfgen_family = NFPROTO_INET;
-	g->version = NFNETLINK_V0;
-	at = put_attr(buf, at, NFTA_OBJ_TABLE, table, strlen(table) + 1);
-	at = put_attr(buf, at, NFTA_OBJ_NAME, name, strlen(name) + 1);
-	at = put_attr(buf, at, NFTA_OBJ_TYPE, &type, sizeof(type));
-	nh->nlmsg_len = at;
-	if ((fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER)) < 0)
-		return -errno;
-	if (sendto(fd, buf, at, 0, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+	if (!(o = nftnl_obj_alloc()))
+		return -ENOMEM;
+	nftnl_obj_set_str(o, NFTNL_OBJ_TABLE, table);
+	nftnl_obj_set_str(o, NFTNL_OBJ_NAME, name);
+	nftnl_obj_set_u32(o, NFTNL_OBJ_TYPE, NFT_OBJECT_COUNTER);
+	nftnl_obj_set_u32(o, NFTNL_OBJ_FAMILY, NFPROTO_INET);
+	nh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETOBJ, NFPROTO_INET, NLM_F_ACK, seq);
+	nftnl_obj_nlmsg_build_payload(nh, o);
+	nftnl_obj_free(o);
+
+	if (!(nl = mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC)) ||
+	    mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0 ||
+	    mnl_socket_sendto(nl, nh, nh->nlmsg_len) < 0) {
 		n = -errno;
 		goto out;
 	}
-	/* the object (NEWOBJ), then the ACK; or an error */
-	while ((r = recv(fd, buf, sizeof(buf), 0)) > 0) {
-		size_t len = r;
-		for (nh = (struct nlmsghdr *)buf; NLMSG_OK(nh, len);
-		     nh = NLMSG_NEXT(nh, len)) {
-			if (nh->nlmsg_type == NLMSG_ERROR) {
-				const struct nlmsgerr *e = NLMSG_DATA(nh);
-				if (nh->nlmsg_len < NLMSG_LENGTH(sizeof(*e)))
-					n = -EPROTO;
-				else if (e->error)
-					n = e->error;
-				goto out; /* the ACK (error 0) ends the answer */
-			}
-			if (nh->nlmsg_type !=
-			        ((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWOBJ) ||
-			    nh->nlmsg_len < NLMSG_SPACE(sizeof(*g)))
-				continue;
-			const char *p = (const char *)nh + NLMSG_SPACE(sizeof(*g));
-			size_t plen = nh->nlmsg_len - NLMSG_SPACE(sizeof(*g));
-			const struct nlattr *d = find_attr(p, plen, NFTA_OBJ_DATA), *pk;
-			uint64_t v;
-			if (!d ||
-			    !(pk = find_attr((const char *)d + NLA_HDRLEN,
-			                     d->nla_len - NLA_HDRLEN,
-			                     NFTA_COUNTER_PACKETS)) ||
-			    pk->nla_len < NLA_HDRLEN + sizeof(v)) {
-				n = -EPROTO;
-				continue;
-			}
-			memcpy(&v, (const char *)pk + NLA_HDRLEN, sizeof(v));
-			n = (int64_t)(be64toh(v) & INT64_MAX);
-		}
+	portid = mnl_socket_get_portid(nl);
+	/* the object (NEWOBJ), then the ACK, which ends the answer; or an
+	 * error, which mnl_cb_run() returns as -1 with errno set */
+	while ((r = mnl_socket_recvfrom(nl, buf, sizeof(buf))) > 0) {
+		int rc = mnl_cb_run(buf, r, seq, portid, nftctr_reply, &n);
+		if (rc < 0)
+			n = -errno;
+		if (rc <= MNL_CB_STOP)
+			goto out;
 	}
 	if (r < 0)
 		n = -errno;
 out:
-	close(fd);
+	if (nl)
+		mnl_socket_close(nl);
 	return n;
 }

@@ -16,7 +16,7 @@ OBJ=$OUT/obj
 CC_FUZZ=${CC_FUZZ:-clang}
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 CFLAGS_FUZZ="-O1 -g -D_GNU_SOURCE -std=gnu11 -Wall -Wextra -Werror $SAN"
-LIBS="-lmicrohttpd -lzmq -lnng -lmsgpackc -ljansson -lcjson -lsodium -lseccomp -lnftables -lpthread"
+LIBS="-lmicrohttpd -lzmq -lnng -lmsgpackc -ljansson -lcjson -lsodium -lseccomp -lnftables -lnftnl -lmnl -lpthread"
 
 # clang and libFuzzer's runtime (Debian 12: clang 14), installed if missing.
 deps() {
