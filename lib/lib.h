@@ -101,6 +101,9 @@ char *cgroup_parent(const char *controller, const char *group);
 uint64_t cgroup_memory_limit(void);
 uint64_t cgroup_machine_memory(void);
 
+/* route6.c */
+bool route6_default(void);
+
 /* ports.c */
 int ports_free(int *ports, size_t n);
 

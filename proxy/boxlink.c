@@ -284,25 +284,6 @@ box6(uint32_t addr, uint8_t out[16])
 	memcpy(out + 12, &be, 4);
 }
 
-/* Whether our network namespace has an IPv6 default route (not the kernel's "lo" one). */
-bool
-boxlink_v6_routed(void)
-{
-	char line[256], dst[40], dev[32];
-	FILE *f = fopen("/proc/thread-self/net/ipv6_route", "re");
-	unsigned len;
-	bool yes = false;
-
-	/* dst, its length, src, its length, next hop, metric, refs, use, flags, device */
-	while (f && !yes && fgets(line, sizeof(line), f))
-		yes = sscanf(line, "%32s %x %*s %*s %*s %*s %*s %*s %*s %31s", dst, &len,
-		             dev) == 3 &&
-		      len == 0 && strspn(dst, "0") == 32 && strcmp(dev, "lo");
-	if (f)
-		fclose(f);
-	return yes;
-}
-
 /*
  * In the uplink's namespace: whether it forwards IPv6 (uplink.c turns it on
  * where it can) and pasta has given it an IPv6 default route (only where
@@ -319,7 +300,7 @@ uplink_v6(void)
 			c = '0';
 		close(fd);
 	}
-	return c == '1' && boxlink_v6_routed();
+	return c == '1' && route6_default();
 }
 
 /*

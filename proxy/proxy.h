@@ -323,7 +323,6 @@ int boxnet_owned(struct box *bx);
 pid_t boxnet_pasta(uid_t uid, pid_t target, int alive);
 int boxlink_attach(struct box *bx, pid_t uplink);
 int boxlink_forwarding(const char *name);
-bool boxlink_v6_routed(void);
 int uplink_run(struct box *bx, const char *run_dir);
 bool boxnet_ready(struct box *bx, uint64_t since);
 bool boxnet_reaped(struct box *bx, pid_t pid, int status);

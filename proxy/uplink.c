@@ -160,11 +160,11 @@ v6_routed(void)
 
 	if (here < 0)
 		return;
-	host = boxlink_v6_routed();
+	host = route6_default();
 	hostnet_leave(here);
-	while (host && !boxlink_v6_routed() && now_ms() < until)
+	while (host && !route6_default() && now_ms() < until)
 		usleep(10000);
-	if (host && !boxlink_v6_routed())
+	if (host && !route6_default())
 		log_warn("uplink: pasta gave it no IPv6 default route, though the host "
 		         "has one: boxes linked now have IPv4 alone");
 }

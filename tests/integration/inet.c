@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../../lib/lib.h"
 #include "harness.h"
 
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -312,19 +313,7 @@ inet_resolv_conf(char *dir, size_t dirsz, const char *ns, bool link)
 bool
 inet_v6_out(const struct inet *in)
 {
-	char line[256], dst[40], dev[32];
-	unsigned len;
-	bool yes = false;
-	FILE *f = in->in_addr6[0] ? fopen("/proc/net/ipv6_route", "re") : NULL;
-
-	/* dst, its length, src, its length, next hop, metric, refs, use, flags, device */
-	while (f && !yes && fgets(line, sizeof(line), f))
-		yes = sscanf(line, "%32s %x %*s %*s %*s %*s %*s %*s %*s %31s", dst, &len,
-		             dev) == 3 &&
-		      len == 0 && strspn(dst, "0") == 32 && strcmp(dev, "lo");
-	if (f)
-		fclose(f);
-	return yes;
+	return in->in_addr6[0] && route6_default();
 }
 
 void
