@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -146,11 +147,14 @@ inet_start(struct inet *in)
 	return 0;
 }
 
+static int alias_lock = -1; /* inet_alias's, held until the process exits */
+
 /*
  * Another address the stand-in answers at (the same page, the same port):
  * the namespace's own, routed there from the host for as long as the
  * stand-in lives (the route goes with the veth pair).
  */
+
 int
 inet_alias(struct inet *in, const char *addr)
 {
@@ -159,6 +163,17 @@ inet_alias(struct inet *in, const char *addr)
 	bool v6 = strchr(addr, ':') != NULL;
 
 	if (v6 && !in->in_addr6[0])
+		return -1;
+	/*
+	 * The route to addr is the host's, one for every process: a second
+	 * test process aliasing the same address (10.99.0.1, the metadata's)
+	 * would take it from under this one. So one process at a time holds
+	 * aliases, until it exits (the lock goes with its descriptors).
+	 */
+	if (alias_lock < 0 &&
+	    ((alias_lock = open("/run/sandcell-test-inet-alias.lock",
+	                        O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0 ||
+	     flock(alias_lock, LOCK_EX) < 0))
 		return -1;
 	if (sh("ip -n %s addr add %s/%d dev lo && ip route replace %s/%d via %s dev %s",
 	       in->in_ns, addr, v6 ? 128 : 32, addr, v6 ? 128 : 32,
