@@ -843,6 +843,15 @@ env_pass(char *buf, size_t len)
 }
 
 int
+broker_bounce(struct broker *b, const char *const *extra)
+{
+	kill(b->b_pid, SIGTERM);
+	waitpid(b->b_pid, NULL, 0);
+	b->b_pid = 0;
+	return broker_restart(b, extra);
+}
+
+int
 broker_restart(struct broker *b, const char *const *extra)
 {
 	const char *bin = getenv("SANDCELL_BIN");

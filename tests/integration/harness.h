@@ -97,6 +97,8 @@ char *broker_log(const struct broker *b); /* its whole log so far; caller frees 
 void broker_kill_proxies(const char *run_dir);
 /* Starts a broker on an existing run dir and port (a restart); -1 as above. */
 int broker_restart(struct broker *b, const char *const *extra);
+/* Stops it (SIGTERM, as a service stop: kept contexts stay) and broker_restart()s it. */
+int broker_bounce(struct broker *b, const char *const *extra);
 /* The shared broker of this test binary. */
 const char *test_url(void);
 const char *test_run_dir(void);

@@ -2037,10 +2037,7 @@ Test(sandbox, packages_survive_a_broker_restart_with_kept_contexts, .fini = priv
 	out = run_stdout(priv_box.b_url, a, code);
 	cr_expect_str_eq(out, "kept\n", "the install: %s", out ? out : "");
 	free(out);
-	kill(priv_box.b_pid, SIGTERM);
-	waitpid(priv_box.b_pid, NULL, 0);
-	priv_box.b_pid = 0;
-	cr_assert_eq(broker_restart(&priv_box, args), 0);
+	cr_assert_eq(broker_bounce(&priv_box, args), 0);
 	out = run_stdout(priv_box.b_url, a, check);
 	cr_expect_str_eq(out, "kept\n", "the kept kernel: %s", out ? out : "");
 	free(out);
@@ -2099,10 +2096,7 @@ Test(sandbox, an_isolated_context_kept_across_a_restart_keeps_its_uids_and_works
 	out = run_stdout(priv_box.b_url, a, "open('mine', 'w').write('a'); print('ok')");
 	cr_expect_str_eq(out, "ok\n", "the write: %s", out ? out : "");
 	free(out);
-	kill(priv_box.b_pid, SIGTERM);
-	waitpid(priv_box.b_pid, NULL, 0);
-	priv_box.b_pid = 0;
-	cr_assert_eq(broker_restart(&priv_box, args), 0);
+	cr_assert_eq(broker_bounce(&priv_box, args), 0);
 	cr_assert_not_null(b = context_new(priv_box.b_url, "python", NULL));
 	cr_expect_neq(uid_of(priv_box.b_url, b), u, "a new context got the kept one's uid");
 	cr_expect_neq(net_uid_of(priv_box.b_url, b), n, "... or its network's");
