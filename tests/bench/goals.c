@@ -1,7 +1,7 @@
 /*
- * goals.c — the figures of sandcell's performance goals (issue 17), each with
- * its goal and whether this run met it: sandcell's own CPU per execution
- * against the kernel's, what the start-up profile costs an execution,
+ * goals.c — the figures of sandcell's performance goals (issues 17 and 45),
+ * each with its goal and whether this run met it: sandcell's own CPU per
+ * execution against the kernel's, what the start-up profile costs an execution,
  * throughput against raw kernels, a burst of 16 creations on the default
  * pool, a fresh context's first `import pandas` and the PSS of an idle fresh
  * context. `make bench BENCH=goals` measures the six compactly; in a full run
@@ -28,7 +28,8 @@
 
 #define GOAL_CPU_MAX 0.10    /* sandcell's CPU, share of the kernel's */
 #define GOAL_PROFILE_MS 0.05 /* the profile's cost per execution */
-#define GOAL_TP_MIN 0.95     /* throughput, share of raw kernels' */
+#define GOAL_TP_MIN 0.95     /* throughput, share of raw kernels', with no CPU row */
+#define GOAL_TP_SLACK 0.03   /* throughput below the CPU bound 1/(1 + ratio) */
 #define GOAL_BURST_MS 1000.0 /* every creation of the burst */
 #define GOAL_PANDAS_MS 50.0  /* a fresh context's first import pandas */
 #define GOAL_PSS_MB 30.0     /* an idle fresh context's box */
@@ -40,6 +41,9 @@ static struct {
 	char *g_figure, *g_value, *g_goal;
 	bool g_met, g_set;
 } goals[G_N];
+
+/* This run's CPU ratio (row 1), once measured: the throughput rows' bound. */
+static double cpu_ratio;
 
 static const char *
 verdict(bool met)
@@ -186,6 +190,7 @@ goals_cpu(double broker_us, double proxy_us, double kernel_us)
 {
 	double ratio = kernel_us > 0 ? (broker_us + proxy_us) / kernel_us : 0;
 
+	cpu_ratio = ratio;
 	return goal_set(
 	    G_CPU, "sandcell's CPU per x=1 (broker + proxy) / the kernel's",
 	    fmt("%.2f (%.0f vs %.0f us)", ratio, broker_us + proxy_us, kernel_us),
@@ -205,7 +210,14 @@ goals_profile(double with_ms, double without_ms)
 	                fmt("<= %.2f ms", GOAL_PROFILE_MS), cost <= GOAL_PROFILE_MS);
 }
 
-/* Rows 3: 8 and 64 clients over 4 and 16 contexts; NULL for other shapes. */
+/*
+ * Rows 3: 8 and 64 clients over 4 and 16 contexts; NULL for other shapes.
+ * Raw kernels spend no CPU on a broker and a proxy, so on a machine whose
+ * CPUs the kernels fill, sandcell's throughput is at most 1/(1 + r) of
+ * theirs, r being row 1's ratio measured in the same run: a row is met
+ * within GOAL_TP_SLACK of that bound (issue 45), or at GOAL_TP_MIN when this
+ * run has no row 1.
+ */
 const char *
 goals_throughput(int nclients, int nctx, double ratio, double rate, double raw)
 {
@@ -215,6 +227,7 @@ goals_throughput(int nclients, int nctx, double ratio, double rate, double raw)
 	        (nclients == 8    ? 0
 	         : nclients == 64 ? 1
 	                          : -9);
+	double min = cpu_ratio > 0 ? 1 / (1 + cpu_ratio) - GOAL_TP_SLACK : GOAL_TP_MIN;
 
 	if (i < 0 || ratio <= 0)
 		return NULL;
@@ -223,7 +236,10 @@ goals_throughput(int nclients, int nctx, double ratio, double rate, double raw)
 	    fmt("throughput x=1, %d clients over %d contexts / raw", nclients, nctx),
 	    fmt("%.2f (median of %d rounds; %.0f vs %.0f exec/s)", ratio, TP_ROUNDS, rate,
 	        raw),
-	    fmt(">= %.2f of raw", GOAL_TP_MIN), ratio >= GOAL_TP_MIN);
+	    cpu_ratio > 0 ? fmt(">= %.2f of raw (1/(1 + %.2f) - %.2f)", min, cpu_ratio,
+	                        GOAL_TP_SLACK)
+	                  : fmt(">= %.2f of raw", min),
+	    ratio >= min);
 }
 
 /* The run time of a set of processes' threads so far, ns. */
@@ -573,7 +589,7 @@ goals_print(void)
 	}
 	if (!n)
 		return;
-	printf("\ngoals (issue 17; sandbox on)\n\n");
+	printf("\ngoals (issues 17 and 45; sandbox on)\n\n");
 	printf("%-*s  %-*s  %-*s  %s\n", w[0], head[0], w[1], head[1], w[2], head[2],
 	       head[3]);
 	for (int i = 0; i < 4; i++)
