@@ -161,8 +161,14 @@ def bind(kwargs):
         if issubclass(klass, SingletonConfigurable) and klass is not SingletonConfigurable:
             klass._instance = shell
     shell.parent = kernel
-    for c in made:  # each shared the shell's config, and logged to its log
-        c.config = kernel.config
+    # Each shared the shell's config (the app's object), and logged to its
+    # log. The kernel's config has in every section that reaches them what
+    # they were built with (fits()): traitlets' reload of it on a change of
+    # `config` would set every value to what it is, and cost 1.1 MB of
+    # copied pages (its walk of each class's traits); the object is put in
+    # place without it.
+    for c in made:
+        c._trait_values["config"] = kernel.config
         if isinstance(c, LoggingConfigurable):
             c.log = kernel.log
     shell.kernel = kwargs["kernel"]
