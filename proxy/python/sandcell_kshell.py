@@ -169,6 +169,8 @@ def bind(kwargs):
     # place without it.
     for c in made:
         c._trait_values["config"] = kernel.config
+        if "config" in vars(c):  # ConfigMagics: its %config method hides the trait
+            vars(c)["config"] = kernel.config
         if isinstance(c, LoggingConfigurable):
             c.log = kernel.log
     shell.kernel = kwargs["kernel"]
