@@ -296,7 +296,8 @@ Test(template, a_cold_start_and_a_fork_see_the_same_interpreter, .fini = priv_st
 /*
  * The kernel's IPython shell as a Python program sees it: bound to its own
  * kernel, session and iopub socket, the app's config and log in every
- * configurable, its dirs, __main__, builtins, prompts and hooks. Its first line: whether it is the template's shell
+ * configurable, its dirs, __main__, builtins, prompts and hooks, and what
+ * input() does. Its first line: whether it is the template's shell
  * (sandcell_kshell.py), the rest to compare between a cold and a forked
  * kernel (addresses, the kernel's dirs and the run dir masked).
  */
@@ -315,6 +316,11 @@ shell_of(const struct broker_url_dir *b, const char *id)
 		 "cs = list(sh.configurables) + list(sh.display_formatter.formatters.values())\n"
 		 "cs += [sh.history_manager, sh.display_pub, sh.displayhook, sh.Completer,\n"
 		 "       sh.InteractiveTB, sh.SyntaxTB, sh.payload_manager, sh.alias_manager]\n"
+		 "try:\n"
+		 "    input('?')\n"
+		 "    inp = 'answered'\n"
+		 "except BaseException as e:\n"
+		 "    inp = type(e).__name__\n"
 		 "def traits(c):\n"
 		 "    return sorted((n, repr(getattr(c, n))) for n in c.trait_names(config=True))\n"
 		 "s = json.dumps({'kernel': [sh.kernel is k, sh.parent is k, k.shell is sh],\n"
@@ -334,7 +340,7 @@ shell_of(const struct broker_url_dir *b, const char *id)
 		 "  'builtins': [builtins.__IPYTHON__, builtins.display is display.display,\n"
 		 "               builtins.get_ipython() is sh],\n"
 		 "  'sys': [sys.ps1, sys.ps2, sys.ps3, repr(sh.sys_excepthook), repr(sys.excepthook)],\n"
-		 "  'count': sh.execution_count,\n"
+		 "  'count': sh.execution_count, 'input': inp,\n"
 		 "  'ns': sorted(sh.user_ns)}, sort_keys=True)\n"
 		 "for v in ('HOME', 'IPYTHONDIR'): s = s.replace(os.environ[v], v)\n"
 		 "s = s.replace(os.getcwd(), 'CWD').replace('%s', 'RUN').replace(k.ident, 'ID')\n"
