@@ -18,9 +18,10 @@
 # Only a kernel whose configuration is what the template assumed takes it
 # (fits()): the config launch.c writes (ipython_profile) and nothing else
 # that reaches the shell. Any other kernel constructs its own, as before.
-# Until then the template's shell is no singleton, and the template's
-# builtins, environment and sys.modules are as they were: code that runs
-# before the kernel's shell exists sees no shell (get_ipython() is None).
+# Until then the template's shell is no singleton, its exit hooks are not
+# registered, and the template's builtins, environment and sys.modules are
+# as they were: code that runs before the kernel's shell exists sees no
+# shell (get_ipython() is None).
 
 import atexit
 import builtins
@@ -41,7 +42,7 @@ IGNORED = {
     "InteractiveShellApp": ("exec_lines", "exec_files"),
     "Kernel": ("_execute_sleep",),
 }
-SHELL = []  # the shell, once built: [shell, the configurables it made]
+SHELL = []  # once built: [the shell, the configurables it made, its atexit hooks]
 
 
 def _plain(cfg):
@@ -85,6 +86,13 @@ def build(log):
     prompts = {k: getattr(sys, k) for k in ("ps1", "ps2", "ps3") if hasattr(sys, k)}
     hook = sys.excepthook
     before = {id(o) for o in gc.get_objects() if isinstance(o, Configurable)}
+    exits, register = [], atexit.register
+
+    def record(func, *args, **kwargs):  # the construction's exit hooks: the kernel's
+        exits.append((func, args, kwargs))
+        return func
+
+    atexit.register = record
     try:
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
@@ -101,6 +109,7 @@ def build(log):
         ZMQInteractiveShell.clear_instance()
         return
     finally:
+        atexit.register = register
         os.environ.clear()
         os.environ.update(env)
         sys.modules["__main__"] = main
@@ -115,13 +124,12 @@ def build(log):
         sys.excepthook = hook
         shutil.rmtree(tmp, ignore_errors=True)
     ZMQInteractiveShell.clear_instance()
-    atexit.unregister(shell.atexit_operations)
     made = [o for o in gc.get_objects()
             if isinstance(o, Configurable) and id(o) not in before and o is not profile]
     if threading.active_count() != 1:
         log("shell: not kept (it started a thread)")
         return
-    SHELL[:] = [shell, made]
+    SHELL[:] = [shell, made, exits]
 
 
 def fits(cls, args, kwargs):
@@ -154,7 +162,7 @@ def bind(kwargs):
     from IPython.utils.path import get_home_dir
     from traitlets.config import LoggingConfigurable, SingletonConfigurable
 
-    shell, made = SHELL
+    shell, made, exits = SHELL
     kernel = kwargs["parent"]
     # SingletonConfigurable.instance(): the singleton of each class up to it
     for klass in type(shell).mro():
@@ -197,7 +205,8 @@ def bind(kwargs):
     builtins.__dict__["display"] = sys.modules["IPython.core.interactiveshell"].display
     shell.init_prompts()
     shell.sys_excepthook = sys.excepthook
-    atexit.register(shell.atexit_operations)
+    for func, args, kwargs in exits:  # ScriptMagics' kill_bg_processes, atexit_operations
+        atexit.register(func, *args, **kwargs)
     return shell
 
 

@@ -296,8 +296,8 @@ Test(template, a_cold_start_and_a_fork_see_the_same_interpreter, .fini = priv_st
 /*
  * The kernel's IPython shell as a Python program sees it: bound to its own
  * kernel, session and iopub socket, the app's config and log in every
- * configurable, its dirs, __main__, builtins, prompts and hooks, and what
- * input() does. Its first line: whether it is the template's shell
+ * configurable, its dirs, __main__, builtins, prompts, hooks and exit
+ * hooks (how many), and what input() does. Its first line: whether it is the template's shell
  * (sandcell_kshell.py), the rest to compare between a cold and a forked
  * kernel (addresses, the kernel's dirs and the run dir masked).
  */
@@ -307,7 +307,7 @@ shell_of(const struct broker_url_dir *b, const char *id)
 	char code[4096];
 
 	snprintf(code, sizeof(code),
-		 "import builtins, json, os, re, sys\n"
+		 "import atexit, builtins, json, os, re, sys\n"
 		 "from IPython import get_ipython, display\n"
 		 "from ipykernel.kernelapp import IPKernelApp\n"
 		 "app, sh = IPKernelApp.instance(), get_ipython()\n"
@@ -340,7 +340,7 @@ shell_of(const struct broker_url_dir *b, const char *id)
 		 "  'builtins': [builtins.__IPYTHON__, builtins.display is display.display,\n"
 		 "               builtins.get_ipython() is sh],\n"
 		 "  'sys': [sys.ps1, sys.ps2, sys.ps3, repr(sh.sys_excepthook), repr(sys.excepthook)],\n"
-		 "  'count': sh.execution_count, 'input': inp,\n"
+		 "  'count': sh.execution_count, 'input': inp, 'atexit': atexit._ncallbacks(),\n"
 		 "  'ns': sorted(sh.user_ns)}, sort_keys=True)\n"
 		 "for v in ('HOME', 'IPYTHONDIR'): s = s.replace(os.environ[v], v)\n"
 		 "s = s.replace(os.getcwd(), 'CWD').replace('%s', 'RUN').replace(k.ident, 'ID')\n"
