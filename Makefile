@@ -293,6 +293,7 @@ install: all
 	  $(DESTDIR)$(PREFIX)/share/sandcell/jupyter/kernels/
 	install -m 644 proxy/python/sandcell_startup.py proxy/python/sandcell_profile.py \
 	  proxy/python/sandcell_packages.py proxy/python/sandcell_template.py \
+	  proxy/python/sandcell_kshell.py \
 	  $(DESTDIR)$(PREFIX)/share/sandcell/
 	if [ -x $(PYTHON) ]; then $(PYTHON) -m compileall -q --invalidation-mode checked-hash \
 	  $(DESTDIR)$(PREFIX)/share/sandcell/sandcell_profile.py \

@@ -32,7 +32,8 @@ import socket
 import sys
 import time
 
-import sandcell_packages  # ours, beside this file
+import sandcell_kshell  # ours, beside this file
+import sandcell_packages
 
 # What a cold start pins at interpreter or import time from these variables
 # would differ in a fork: a request whose value differs from ours is refused.
@@ -177,6 +178,7 @@ def become_kernel(req):
             sys.modules["numpy"].random.seed()
         except Exception:
             pass
+    sandcell_kshell.arm()  # the template's shell, when it fits
     runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
 
 
@@ -346,6 +348,8 @@ def main():
     preload()
     preload_startup()
     IMPORT_ENV.update((k, v) for k, v in os.environ.items() if START_ENV.get(k) != v)
+    # the kernels' IPython shell (sandcell_kshell.py): it imports too
+    sandcell_kshell.build(log)
     LOADED.update(name.split(".", 1)[0] for name, m in list(sys.modules.items())
                   if "-packages" in (getattr(m, "__file__", None) or ""))
     # every object so far stays out of the collector's reach: its passes in a

@@ -53,7 +53,7 @@ check "ExecStart names $prefix/bin/sandcell-broker" \
 check "the unit names no /usr/local path" sh -c "! grep -n /usr/local '$unit'"
 for f in bin/sandcell-broker bin/sandcell-proxy bin/sandcellctl \
 	share/sandcell/sandcell_startup.py share/sandcell/sandcell_profile.py \
-	share/sandcell/sandcell_packages.py \
+	share/sandcell/sandcell_packages.py share/sandcell/sandcell_kshell.py \
 	share/sandcell/sandcell_template.py lib/sandcell/libsandcell-box.so \
 	share/sandcell/jupyter/kernels/bash/kernel.json \
 	share/sandcell/jupyter/kernels/bash/sandcell_marked.py \

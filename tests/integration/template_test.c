@@ -294,6 +294,95 @@ Test(template, a_cold_start_and_a_fork_see_the_same_interpreter, .fini = priv_st
 }
 
 /*
+ * The kernel's IPython shell as a Python program sees it: bound to its own
+ * kernel, session and iopub socket, the app's config and log in every
+ * configurable, its dirs, __main__, builtins, prompts, hooks and exit
+ * hooks (how many), and what input() does. Its first line: whether it is the template's shell
+ * (sandcell_kshell.py), the rest to compare between a cold and a forked
+ * kernel (addresses, the kernel's dirs and the run dir masked).
+ */
+static char *
+shell_of(const struct broker_url_dir *b, const char *id)
+{
+	char code[4096];
+
+	snprintf(code, sizeof(code),
+		 "import atexit, builtins, json, os, re, sys\n"
+		 "from IPython import get_ipython, display\n"
+		 "from ipykernel.kernelapp import IPKernelApp\n"
+		 "app, sh = IPKernelApp.instance(), get_ipython()\n"
+		 "k, ks = app.kernel, sys.modules.get('sandcell_kshell')\n"
+		 "print(bool(ks and ks.SHELL and ks.SHELL[0] is sh))\n"
+		 "cs = list(sh.configurables) + list(sh.display_formatter.formatters.values())\n"
+		 "cs += [sh.history_manager, sh.display_pub, sh.displayhook, sh.Completer,\n"
+		 "       sh.InteractiveTB, sh.SyntaxTB, sh.payload_manager, sh.alias_manager]\n"
+		 "try:\n"
+		 "    input('?')\n"
+		 "    inp = 'answered'\n"
+		 "except BaseException as e:\n"
+		 "    inp = type(e).__name__\n"
+		 "def traits(c):\n"
+		 "    return sorted((n, repr(getattr(c, n))) for n in c.trait_names(config=True))\n"
+		 "s = json.dumps({'kernel': [sh.kernel is k, sh.parent is k, k.shell is sh],\n"
+		 "  'bound': [sh.displayhook.session is k.session, sh.display_pub.session is k.session,\n"
+		 "            sh.displayhook.pub_socket is k.iopub_socket,\n"
+		 "            sh.display_pub.pub_socket is k.iopub_socket, repr(sh.displayhook.topic)],\n"
+		 "  'config': [c.config is app.config for c in cs],\n"
+		 "  'log': [c.log is app.log for c in cs if hasattr(c, 'log')],\n"
+		 "  'traits': [[type(c).__name__, traits(c)] for c in cs],\n"
+		 "  'magics': sorted(sh.magics_manager.lsmagic()['line']),\n"
+		 "  'dirs': [sh.profile_dir.location, sh.ipython_dir, sh.home_dir, sh.starting_dir,\n"
+		 "           str(sh.db.root), sh.stdin_encoding, [str(d) for d in sh.user_ns['_dh']],\n"
+		 "           sh.logger.home_dir, os.getcwd()],\n"
+		 "  'main': [sys.modules['__main__'] is sh.user_module,\n"
+		 "           sh._orig_sys_modules_main_mod.__name__,\n"
+		 "           {n: type(v).__name__ for n, v in sh._orig_sys_module_state.items()}],\n"
+		 "  'builtins': [builtins.__IPYTHON__, builtins.display is display.display,\n"
+		 "               builtins.get_ipython() is sh],\n"
+		 "  'sys': [sys.ps1, sys.ps2, sys.ps3, repr(sh.sys_excepthook), repr(sys.excepthook)],\n"
+		 "  'count': sh.execution_count, 'input': inp, 'atexit': atexit._ncallbacks(),\n"
+		 "  'ns': sorted(sh.user_ns)}, sort_keys=True)\n"
+		 "for v in ('HOME', 'IPYTHONDIR'): s = s.replace(os.environ[v], v)\n"
+		 "s = s.replace(os.getcwd(), 'CWD').replace('%s', 'RUN').replace(k.ident, 'ID')\n"
+		 "s = re.sub('0x[0-9a-f]+', '0x', s)\n"
+		 /* a formatter made with numpy imported has a printer for its float64
+		  * (as float's): numpy is imported in the template, not yet in a
+		  * cold kernel's start */
+		 "print(s.replace(\", <class 'numpy.float64'>: <function \"\n"
+		 "      \"PlainTextFormatter._type_printers_default.<locals>.<lambda> at 0x>\", ''))",
+		 b->run_dir);
+	return run_stdout(b->url, id, code);
+}
+
+Test(template, a_forked_kernel_takes_the_templates_shell_bound_as_a_cold_ones, .fini = priv_stop,
+     .timeout = 180)
+{
+	const char *args[] = {"--no-template", "--no-default-context", "--pool", "python=0",
+			      "--env", "TPL_GLOBAL=from-broker", NULL};
+
+	cr_assert_eq(broker_start(&priv, args), 0);
+	priv_up = true;
+	char *c = context_new(priv.b_url, "python", NULL), *f = forked_context(URL);
+	cr_assert_not_null(c);
+	/* as forked_context() ran is_forked() in f: one execution each */
+	cr_assert(!is_forked(priv.b_url, c), "a --no-template kernel has pandas imported");
+	struct broker_url_dir cold = {priv.b_url, priv.b_run_dir}, fork = {URL, test_run_dir()};
+	char *oc = shell_of(&cold, c), *of = shell_of(&fork, f);
+	cr_assert_not_null(oc);
+	cr_assert_not_null(of);
+	cr_assert(!strncmp(oc, "False\n", 6), "a cold kernel: %s", oc);
+	cr_assert(!strncmp(of, "True\n", 5), "the forked kernel built its own shell: %s", of);
+	cr_assert(strstr(oc, "\"kernel\": [true, true, true]") &&
+		      strstr(oc, "\"bound\": [true, true, true, true,") && !strstr(oc, "false"),
+		  "the cold kernel's shell: %s", oc);
+	cr_assert_str_eq(of + 5, oc + 6);
+	free(oc);
+	free(of);
+	free(c);
+	free(f);
+}
+
+/*
  * A python3 kernelspec with interpreter options before -m, as Debian 13's
  * (-Xfrozen_modules=off), in a dir of its own put first on JUPYTER_PATH for
  * the broker started here; the dir, to remove.
