@@ -7,17 +7,22 @@
  * kernels (forked from the template) driven by the same raw client from the
  * proxy's network namespace, the broker and proxies left idle; the same
  * kernels through HTTP (broker and proxies); and the same pair on a
- * --no-sandbox broker. Per execution: the kernels' CPU (all their threads'
- * run time, schedstat), their context switches (voluntary, involuntary) and
- * migrations between CPUs (/proc/PID/task/TID/sched), and the broker's and
- * proxies' CPU. The raw client unsubscribes from a kernel's IOPub while
- * HTTP drives it, so that the kernel publishes to the proxy alone then.
- * Every figure is the median of TS_ROUNDS rounds; in each round the variants
- * take their windows in a turning order, so all see the same machine.
+ * --no-sandbox broker; then raw kernels and the boxed ones through HTTP with
+ * each kernel's threads pinned to one CPU (kernel i on CPU i modulo the
+ * CPUs), for what cross-CPU wakes inside a kernel cost. Per execution: the
+ * kernels' CPU (all their threads' run time, schedstat), their context
+ * switches (voluntary, involuntary) and migrations between CPUs
+ * (/proc/PID/task/TID/sched), the broker's and proxies' CPU, this client's,
+ * and the machine's rescheduling and function-call IPIs (/proc/interrupts). The raw
+ * client unsubscribes from a kernel's IOPub while HTTP drives it, so that the kernel
+ * publishes to the proxy alone then. Every figure is the median of TS_ROUNDS rounds; in
+ * each round the variants take their windows in a turning order, so all see the same
+ * machine.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +37,17 @@
 #define TS_RAMP_MS 500
 #define TS_WINDOW_MS 3000
 
-enum { V_RAW, V_BOX_RAW, V_BOX_HTTP, V_NOBOX_RAW, V_NOBOX_HTTP, V_N };
+enum {
+	V_RAW,
+	V_BOX_RAW,
+	V_BOX_HTTP,
+	V_NOBOX_RAW,
+	V_NOBOX_HTTP,
+	V_RAW_PIN,
+	V_BOX_HTTP_PIN,
+	V_RAW_BURN,
+	V_N
+};
 enum { G_RAW, G_BOX, G_NOBOX, G_N };
 
 static const char *const ts_what[V_N] = {
@@ -41,9 +56,15 @@ static const char *const ts_what[V_N] = {
     "  the same kernels through HTTP (broker + proxies)",
     "sandcell's kernels --no-sandbox (cold), raw client",
     "  the same kernels through HTTP (broker + proxies)",
+    "raw kernels, raw client, each kernel pinned to one CPU",
+    "boxed kernels through HTTP, each kernel pinned to one CPU",
+    "raw kernels, raw client, beside a stand-in for the hops",
 };
-static const int ts_group_of[V_N] = {G_RAW, G_BOX, G_BOX, G_NOBOX, G_NOBOX};
-static const bool ts_http[V_N] = {false, false, true, false, true};
+static const int ts_group_of[V_N] = {G_RAW,   G_BOX, G_BOX, G_NOBOX,
+                                     G_NOBOX, G_RAW, G_BOX, G_RAW};
+static const bool ts_http[V_N] = {
+    [V_BOX_HTTP] = true, [V_NOBOX_HTTP] = true, [V_BOX_HTTP_PIN] = true};
+static const bool ts_pinned[V_N] = {[V_RAW_PIN] = true, [V_BOX_HTTP_PIN] = true};
 
 static const struct {
 	int s_clients, s_nk;
@@ -68,7 +89,7 @@ struct ts_sample {
 
 /* One window's figures per execution. */
 struct ts_fig {
-	double f_us, f_vol, f_invol, f_mig, f_hops, f_client, f_rate;
+	double f_us, f_vol, f_invol, f_mig, f_hops, f_client, f_ipi, f_rate;
 };
 
 static double
@@ -125,6 +146,60 @@ ts_kernels(const struct ts_group *g, int nk, struct ts_sample *s)
 	*s = (struct ts_sample){0};
 	for (int i = 0; i < nk; i++)
 		ts_add(g->g_k[i].rk_pid, s);
+}
+
+/* The machine's inter-processor interrupts so far: rescheduling and function calls. */
+static double
+ts_ipis(void)
+{
+	char line[1024];
+	double sum = 0;
+	FILE *f = fopen("/proc/interrupts", "r");
+
+	while (f && fgets(line, sizeof(line), f)) {
+		char *p = line + strspn(line, " "), *end;
+		if (strncmp(p, "RES:", 4) && strncmp(p, "CAL:", 4))
+			continue;
+		for (p += 4;; p = end) {
+			double v = strtod(p, &end);
+			if (end == p)
+				break;
+			sum += v;
+		}
+	}
+	if (f)
+		fclose(f);
+	return sum;
+}
+
+/*
+ * Every thread of the group's kernels on one CPU each (kernel i on CPU i
+ * modulo the CPUs), or on all CPUs again.
+ */
+static void
+ts_pin(const struct ts_group *g, bool on)
+{
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	char path[64];
+	struct dirent *e;
+	cpu_set_t set;
+	DIR *d;
+
+	for (int i = 0; i < TS_NK; i++) {
+		CPU_ZERO(&set);
+		for (long c = 0; c < ncpu; c++)
+			if (!on || c == i % ncpu)
+				CPU_SET(c, &set);
+		snprintf(path, sizeof(path), "/proc/%d/task", (int)g->g_k[i].rk_pid);
+		if (g->g_k[i].rk_pid <= 0 || !(d = opendir(path)))
+			continue;
+		while ((e = readdir(d)))
+			if (atoi(e->d_name) > 0 &&
+			    sched_setaffinity(atoi(e->d_name), sizeof(set), &set) < 0)
+				table_note("tpsplit: sched_setaffinity of thread %s: %s",
+				           e->d_name, strerror(errno));
+		closedir(d);
+	}
 }
 
 /* The broker's and proxies' run time, ns (0 for raw kernels). */
@@ -190,13 +265,41 @@ ts_subscribe(struct ts_group *g, bool on)
 	return rc;
 }
 
+/*
+ * The stand-in for the hops: TS_BURNERS threads that wake every
+ * TS_BURN_SLEEP_US and spin TS_BURN_SPIN_US, ~0.4 of a CPU in ~10000 wakes
+ * a second (the broker and proxies take ~0.25 of a CPU in ~9 thread hops per
+ * x=1 at ~1000 x=1 a second), touching nothing of the kernels'.
+ */
+#define TS_BURNERS 2
+#define TS_BURN_SPIN_US 40
+#define TS_BURN_SLEEP_US 160
+
+static void *
+ts_burn(void *arg)
+{
+	const double *end = arg;
+
+	while (ms_now() < *end) {
+		double until = ms_now() + TS_BURN_SPIN_US / 1000.0;
+		while (ms_now() < until)
+			;
+		usleep(TS_BURN_SLEEP_US);
+	}
+	return NULL;
+}
+
 /* One window of variant v with nclients over the group's first nk kernels. */
 static int
-ts_window(struct ts_group *g, bool http, int nclients, int nk, struct ts_fig *f)
+ts_window(struct ts_group *g, bool http, bool burn, int nclients, int nk,
+          struct ts_fig *f)
 {
+	double burn_end = ms_now() + TS_RAMP_MS + TS_WINDOW_MS;
+	pthread_t burner[TS_BURNERS];
+
 	struct ts_drv *d = calloc(nclients, sizeof(*d));
 	struct tp_client *c = calloc(nclients, sizeof(*c));
-	double t0 = ms_now(), hops, client;
+	double t0 = ms_now(), hops, client, ipi;
 	struct ts_sample a, b;
 	long done = 0, failed = 0;
 
@@ -225,14 +328,20 @@ ts_window(struct ts_group *g, bool http, int nclients, int nk, struct ts_fig *f)
 			pthread_create(&d[i].d_thread, NULL, ts_drive, &d[i]);
 		}
 	}
+	for (int i = 0; burn && i < TS_BURNERS; i++)
+		pthread_create(&burner[i], NULL, ts_burn, &burn_end);
 	usleep(TS_RAMP_MS * 1000);
 	ts_kernels(g, nk, &a);
 	hops = -ts_hops_ns(g, nk);
 	client = -tasks_ns(getpid(), NULL);
+	ipi = -ts_ipis();
 	usleep(TS_WINDOW_MS * 1000);
 	ts_kernels(g, nk, &b);
 	hops += ts_hops_ns(g, nk);
 	client += tasks_ns(getpid(), NULL);
+	ipi += ts_ipis();
+	for (int i = 0; burn && i < TS_BURNERS; i++)
+		pthread_join(burner[i], NULL);
 	for (int i = 0; i < nclients; i++) {
 		pthread_join(http ? c[i].c_thread : d[i].d_thread, NULL);
 		done += http ? c[i].c_done : d[i].d_done;
@@ -250,6 +359,7 @@ ts_window(struct ts_group *g, bool http, int nclients, int nk, struct ts_fig *f)
 	f->f_mig = (b.s_mig - a.s_mig) / done;
 	f->f_hops = hops / 1e3 / done;
 	f->f_client = client / 1e3 / done;
+	f->f_ipi = ipi / done;
 	f->f_rate = done / (TS_WINDOW_MS / 1000.0);
 	return 0;
 }
@@ -392,9 +502,15 @@ tpsplit_bench(void)
 			for (int j = 0; j < V_N; j++) {
 				int m = (j + r + s) % V_N; /* who goes first turns */
 				struct ts_group *x = &g[ts_group_of[m]];
-				if (x->g_up)
-					ts_window(x, ts_http[m], ts_shape[s].s_clients,
-					          ts_shape[s].s_nk, &f[s][m][r]);
+				if (!x->g_up)
+					continue;
+				if (ts_pinned[m])
+					ts_pin(x, true);
+				ts_window(x, ts_http[m], m == V_RAW_BURN,
+				          ts_shape[s].s_clients, ts_shape[s].s_nk,
+				          &f[s][m][r]);
+				if (ts_pinned[m])
+					ts_pin(x, false);
 			}
 		}
 	ts_load("after the rounds");
@@ -423,9 +539,9 @@ tpsplit_bench(void)
 			table_detail(
 			    "per x=1, medians of %d windows: kernels' switches %.2f "
 			    "voluntary + %.2f involuntary, migrations %.2f; broker "
-			    "+ proxies %.0f us, client %.0f us",
+			    "+ proxies %.0f us, client %.0f us; the machine's IPIs %.2f",
 			    TS_ROUNDS, TS_MED(f_vol), TS_MED(f_invol), TS_MED(f_mig),
-			    TS_MED(f_hops), TS_MED(f_client));
+			    TS_MED(f_hops), TS_MED(f_client), TS_MED(f_ipi));
 #undef TS_MED
 		}
 	table_note(
