@@ -6,18 +6,19 @@
  * raw kernels driven by the raw client (the baseline); sandcell's boxed
  * kernels (forked from the template) driven by the same raw client from the
  * proxy's network namespace, the broker and proxies left idle; the same
- * kernels through HTTP (broker and proxies); and the same pair on a
- * --no-sandbox broker; then raw kernels and the boxed ones through HTTP with
- * each kernel's threads pinned to one CPU (kernel i on CPU i modulo the
- * CPUs), for what cross-CPU wakes inside a kernel cost. Per execution: the
- * kernels' CPU (all their threads' run time, schedstat), their context
- * switches (voluntary, involuntary) and migrations between CPUs
- * (/proc/PID/task/TID/sched), the broker's and proxies' CPU, this client's,
- * and the machine's rescheduling and function-call IPIs (/proc/interrupts). The raw
- * client unsubscribes from a kernel's IOPub while HTTP drives it, so that the kernel
- * publishes to the proxy alone then. Every figure is the median of TS_ROUNDS rounds; in
- * each round the variants take their windows in a turning order, so all see the same
- * machine.
+ * kernels through HTTP (broker and proxies); the same pair on a --no-sandbox
+ * broker; raw kernels and the boxed ones through HTTP with each kernel's
+ * threads pinned to one CPU (kernel i on CPU i modulo the CPUs), for what
+ * cross-CPU wakes inside a kernel cost; and raw kernels beside a stand-in for
+ * the hops (threads that wake often and spin, sharing nothing with them).
+ * Per execution: the kernels' CPU (all their threads' run time, schedstat),
+ * their context switches (voluntary, involuntary) and migrations between
+ * CPUs (/proc/PID/task/TID/sched), the broker's and proxies' CPU, this
+ * client's, and the machine's rescheduling and function-call IPIs
+ * (/proc/interrupts). The raw client unsubscribes from a kernel's IOPub
+ * while HTTP drives it, so that the kernel publishes to the proxy alone then.
+ * Every figure is the median of TS_ROUNDS rounds; in each round the variants
+ * take their windows in a turning order, so all see the same machine.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -289,17 +290,24 @@ ts_burn(void *arg)
 	return NULL;
 }
 
+static void
+ts_sleep_until(double t)
+{
+	double left = t - ms_now();
+
+	if (left > 0)
+		usleep((useconds_t)(left * 1000));
+}
+
 /* One window of variant v with nclients over the group's first nk kernels. */
 static int
 ts_window(struct ts_group *g, bool http, bool burn, int nclients, int nk,
           struct ts_fig *f)
 {
-	double burn_end = ms_now() + TS_RAMP_MS + TS_WINDOW_MS;
-	pthread_t burner[TS_BURNERS];
-
 	struct ts_drv *d = calloc(nclients, sizeof(*d));
 	struct tp_client *c = calloc(nclients, sizeof(*c));
-	double t0 = ms_now(), hops, client, ipi;
+	double t0, burn_end, hops, client, ipi;
+	pthread_t burner[TS_BURNERS];
 	struct ts_sample a, b;
 	long done = 0, failed = 0;
 
@@ -309,6 +317,9 @@ ts_window(struct ts_group *g, bool http, bool burn, int nclients, int nk,
 		free(c);
 		return -1;
 	}
+	/* after the subscription's round trips: the window is the clients' */
+	t0 = ms_now();
+	burn_end = t0 + TS_RAMP_MS + TS_WINDOW_MS;
 	for (int i = 0; i < nclients; i++) {
 		double start = t0 + TS_RAMP_MS, end = start + TS_WINDOW_MS;
 		if (http) {
@@ -330,12 +341,12 @@ ts_window(struct ts_group *g, bool http, bool burn, int nclients, int nk,
 	}
 	for (int i = 0; burn && i < TS_BURNERS; i++)
 		pthread_create(&burner[i], NULL, ts_burn, &burn_end);
-	usleep(TS_RAMP_MS * 1000);
+	ts_sleep_until(t0 + TS_RAMP_MS); /* the samples bound what the clients count */
 	ts_kernels(g, nk, &a);
 	hops = -ts_hops_ns(g, nk);
 	client = -tasks_ns(getpid(), NULL);
 	ipi = -ts_ipis();
-	usleep(TS_WINDOW_MS * 1000);
+	ts_sleep_until(t0 + TS_RAMP_MS + TS_WINDOW_MS);
 	ts_kernels(g, nk, &b);
 	hops += ts_hops_ns(g, nk);
 	client += tasks_ns(getpid(), NULL);
