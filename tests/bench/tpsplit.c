@@ -47,6 +47,7 @@ enum {
 	V_RAW_PIN,
 	V_BOX_HTTP_PIN,
 	V_RAW_BURN,
+	V_RAW_OWN,
 	V_N
 };
 enum { G_RAW, G_BOX, G_NOBOX, G_N };
@@ -60,9 +61,10 @@ static const char *const ts_what[V_N] = {
     "raw kernels, raw client, each kernel pinned to one CPU",
     "boxed kernels through HTTP, each kernel pinned to one CPU",
     "raw kernels, raw client, beside a stand-in for the hops",
+    "raw kernels, a client thread of its own each (the goals' raw rows)",
 };
-static const int ts_group_of[V_N] = {G_RAW,   G_BOX, G_BOX, G_NOBOX,
-                                     G_NOBOX, G_RAW, G_BOX, G_RAW};
+static const int ts_group_of[V_N] = {G_RAW, G_BOX, G_BOX, G_NOBOX, G_NOBOX,
+                                     G_RAW, G_BOX, G_RAW, G_RAW};
 static const bool ts_http[V_N] = {
     [V_BOX_HTTP] = true, [V_NOBOX_HTTP] = true, [V_BOX_HTTP_PIN] = true};
 static const bool ts_pinned[V_N] = {[V_RAW_PIN] = true, [V_BOX_HTTP_PIN] = true};
@@ -518,8 +520,9 @@ tpsplit_bench(void)
 				if (ts_pinned[m])
 					ts_pin(x, true);
 				ts_window(x, ts_http[m], m == V_RAW_BURN,
-				          ts_shape[s].s_clients, ts_shape[s].s_nk,
-				          &f[s][m][r]);
+				          m == V_RAW_OWN ? ts_shape[s].s_nk
+				                         : ts_shape[s].s_clients,
+				          ts_shape[s].s_nk, &f[s][m][r]);
 				if (ts_pinned[m])
 					ts_pin(x, false);
 			}
