@@ -29,7 +29,7 @@
 static const char *const sections[] = {"raw",       "latency", "throughput", "contexts",
                                        "streaming", "memory",  "cancel",     "ipc",
                                        "sandbox",   "goals",   "template",   "scale",
-                                       "kcpu",
+                                       "kcpu",      "tpsplit",
                                        NULL};
 
 static int
@@ -962,6 +962,11 @@ main(int argc, char **argv)
 		watch_start(&w);
 		kcpu_bench();
 		watch_end(&w, "kcpu");
+	}
+	if (only && !strcmp(only, "tpsplit")) {
+		watch_start(&w);
+		tpsplit_bench();
+		watch_end(&w, "tpsplit");
 	}
 	/* a full run records the goals' figures in its sections */
 	if (only && !strcmp(only, "goals")) {

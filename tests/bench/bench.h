@@ -9,6 +9,7 @@
 #define SANDCELL_BENCH_H
 
 #include <stdbool.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -125,6 +126,20 @@ int hc_create_lang(const char *base, const char *lang, int n, int conc, char **i
                    double *ms);
 void hc_delete_all(const char *base, char **ids, int n);
 
+/* load.c: one HTTP client, one request in flight, contexts taken round robin
+ * from c_first, counting what completes within [c_start, c_end] (c_cap
+ * latencies into c_lat, 0: none) */
+struct tp_client {
+	const char *c_url;
+	char **c_bodies; /* one per context */
+	int c_nctx, c_first;
+	double c_start, c_end;
+	long c_done, c_failed;
+	double *c_lat;
+	int c_nlat, c_cap;
+	pthread_t c_thread;
+};
+void *tp_client_run(void *arg);
 /* load.c; goal_rows: only the rows of the goals (8 and 64 clients over 4 and 16) */
 void load_bench_throughput(const struct broker *b, bool goal_rows);
 void load_bench_contexts(void);
@@ -151,6 +166,15 @@ void scale_bench(void);
 
 /* kcpu.c: a kernel's CPU per x=1, split by cause */
 void kcpu_bench(void);
+/* The raw client on a context's kernel (boxed: from its proxy's netns). */
+int kcpu_attach(struct raw_kernel *k, void **zctx, const struct broker *b, const char *ctx,
+                bool boxed);
+void kcpu_detach(struct raw_kernel *k, void *zctx);
+/* A new context of the broker at url forked from its template, or false. */
+bool kcpu_forked_ctx(const char *url, char **ctx);
+
+/* tpsplit.c: the kernels' CPU per x=1 under the throughput rows' load, split */
+void tpsplit_bench(void);
 
 /* box.c: (9) the sandbox against --no-sandbox */
 void box_bench(void);

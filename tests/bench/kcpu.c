@@ -135,7 +135,8 @@ kcpu_zsock(void *zctx, int type, const char *ep)
 }
 
 struct attach {
-	struct kk *a_k;
+	struct raw_kernel *a_k;
+	void **a_zctx;
 	int a_netns; /* -1: ours */
 	char a_ep[3][PATH_MAX + 16];
 	int a_rc;
@@ -150,43 +151,46 @@ static void *
 kcpu_attach_thread(void *arg)
 {
 	struct attach *a = arg;
-	struct raw_kernel *k = &a->a_k->k_k;
+	struct raw_kernel *k = a->a_k;
 
 	a->a_rc = -EIO;
 	if (a->a_netns >= 0 && setns(a->a_netns, CLONE_NEWNET) < 0) {
 		a->a_rc = -errno;
 		return NULL;
 	}
-	if (!(a->a_k->k_zctx = zmq_ctx_new()))
+	if (!(*a->a_zctx = zmq_ctx_new()))
 		return NULL;
-	k->rk_shell = kcpu_zsock(a->a_k->k_zctx, ZMQ_DEALER, a->a_ep[0]);
-	k->rk_iopub = kcpu_zsock(a->a_k->k_zctx, ZMQ_SUB, a->a_ep[1]);
-	k->rk_control = kcpu_zsock(a->a_k->k_zctx, ZMQ_DEALER, a->a_ep[2]);
+	k->rk_shell = kcpu_zsock(*a->a_zctx, ZMQ_DEALER, a->a_ep[0]);
+	k->rk_iopub = kcpu_zsock(*a->a_zctx, ZMQ_SUB, a->a_ep[1]);
+	k->rk_control = kcpu_zsock(*a->a_zctx, ZMQ_DEALER, a->a_ep[2]);
 	if (k->rk_shell && k->rk_iopub && k->rk_control)
 		a->a_rc = 0;
 	return NULL;
 }
 
 /*
- * The raw client on the kernel of a context: the connection file the proxy
- * wrote (in the box: <ctx>/kernel/kernel.json, names in the proxy's netns).
+ * The raw client on the kernel of context ctx of broker b: the connection
+ * file the proxy wrote (in the box: <ctx>/kernel/kernel.json, names in the
+ * proxy's netns); *zctx its own ZeroMQ context (kcpu_detach ends both).
  */
-static int
-kcpu_attach(struct kk *x, const char *run_dir, bool boxed)
+int
+kcpu_attach(struct raw_kernel *k, void **zctx, const struct broker *b, const char *ctx,
+            bool boxed)
 {
-	struct attach a = {.a_k = x, .a_netns = -1};
-	pid_t proxy = hc_proxy_pid(x->k_b.b_url, x->k_ctx);
+	struct attach a = {.a_k = k, .a_zctx = zctx, .a_netns = -1};
+	pid_t proxy = hc_proxy_pid(b->b_url, ctx);
 	char path[PATH_MAX];
 	json_error_t err;
 	json_t *cf;
 	pthread_t t;
 
-	x->k_k.rk_pid = hc_kernel_pid(x->k_b.b_url, x->k_ctx);
-	snprintf(path, sizeof(path), "%s/ctx/%s%s/kernel.json", run_dir, x->k_ctx,
+	memset(k, 0, sizeof(*k));
+	*zctx = NULL;
+	k->rk_pid = hc_kernel_pid(b->b_url, ctx);
+	snprintf(path, sizeof(path), "%s/ctx/%s%s/kernel.json", b->b_run_dir, ctx,
 	         boxed ? "/kernel" : "");
-	if (proxy <= 0 || x->k_k.rk_pid <= 0 || !(cf = json_load_file(path, 0, &err))) {
-		table_note("kcpu: no kernel or connection file for %s (%s)", x->k_ctx,
-		           path);
+	if (proxy <= 0 || k->rk_pid <= 0 || !(cf = json_load_file(path, 0, &err))) {
+		table_note("kcpu: no kernel or connection file for %s (%s)", ctx, path);
 		return -ENOENT;
 	}
 	const char *ip = json_string_value(json_object_get(cf, "ip")),
@@ -195,9 +199,9 @@ kcpu_attach(struct kk *x, const char *run_dir, bool boxed)
 	for (int i = 0; i < 3; i++)
 		snprintf(a.a_ep[i], sizeof(a.a_ep[i]), "ipc://%s-%d", ip ? ip : "",
 		         (int)json_integer_value(json_object_get(cf, port[i])));
-	snprintf(x->k_k.rk_key, sizeof(x->k_k.rk_key), "%s", key ? key : "");
+	snprintf(k->rk_key, sizeof(k->rk_key), "%s", key ? key : "");
 	json_decref(cf);
-	uuid_v4(x->k_k.rk_session);
+	uuid_v4(k->rk_session);
 	if (boxed) {
 		snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)proxy);
 		if ((a.a_netns = open(path, O_RDONLY | O_CLOEXEC)) < 0)
@@ -207,29 +211,62 @@ kcpu_attach(struct kk *x, const char *run_dir, bool boxed)
 	pthread_join(t, NULL);
 	if (a.a_netns >= 0)
 		close(a.a_netns);
+	return a.a_rc < 0 ? a.a_rc : raw_ready(k, 60000);
+}
+
+/* Closes what kcpu_attach opened; the kernel stays its context's. */
+void
+kcpu_detach(struct raw_kernel *k, void *zctx)
+{
+	void *s[3] = {k->rk_shell, k->rk_iopub, k->rk_control};
+
+	for (int i = 0; i < 3; i++)
+		if (s[i])
+			zmq_close(s[i]);
+	k->rk_shell = k->rk_iopub = k->rk_control = NULL;
+	if (zctx)
+		zmq_ctx_term(zctx);
+}
+
+static int
+kcpu_attach_kk(struct kk *x, bool boxed)
+{
 	x->k_attached = true;
-	return a.a_rc < 0 ? a.a_rc : raw_ready(&x->k_k, 60000);
+	return kcpu_attach(&x->k_k, &x->k_zctx, &x->k_b, x->k_ctx, boxed);
+}
+
+/*
+ * A new Python context of the broker at url forked from its template (the
+ * template loads pandas): false, and none left, while the broker's contexts
+ * still start cold.
+ */
+bool
+kcpu_forked_ctx(const char *url, char **ctx)
+{
+	json_t *l;
+	char *out;
+	bool yes;
+
+	if (!(*ctx = context_new(url, "python", NULL)))
+		return false;
+	l = run(url, *ctx, "import sys; print('pandas' in sys.modules)");
+	out = stdout_of(l);
+	yes = out && !strcmp(out, "True\n");
+	free(out);
+	json_decref(l);
+	if (!yes)
+		hc_delete_all(url, ctx, 1);
+	return yes;
 }
 
 static bool
 kcpu_forked(void *arg)
 {
 	struct kk *x = arg;
-	json_t *l;
-	char *out;
-	bool yes;
 
 	free(x->k_ctx);
-	if (!(x->k_ctx = context_new(x->k_b.b_url, "python", NULL)))
-		return false;
-	l = run(x->k_b.b_url, x->k_ctx, "import sys; print('pandas' in sys.modules)");
-	out = stdout_of(l);
-	yes = out && !strcmp(out, "True\n");
-	free(out);
-	json_decref(l);
-	if (!yes)
-		hc_delete_all(x->k_b.b_url, &x->k_ctx, 1);
-	return yes;
+	x->k_ctx = NULL;
+	return kcpu_forked_ctx(x->k_b.b_url, &x->k_ctx);
 }
 
 /* A broker, one Python context on it (forked from the template when the box
@@ -251,20 +288,14 @@ kcpu_sandcell(struct kk *x, int which)
 	} else if (!(x->k_ctx = context_new(x->k_b.b_url, "python", NULL))) {
 		return -1;
 	}
-	return kcpu_attach(x, x->k_b.b_run_dir, boxed);
+	return kcpu_attach_kk(x, boxed);
 }
 
 static void
 kcpu_stop(struct kk *x)
 {
 	if (x->k_attached) {
-		struct raw_kernel *k = &x->k_k;
-		void *s[3] = {k->rk_shell, k->rk_iopub, k->rk_control};
-		for (int i = 0; i < 3; i++)
-			if (s[i])
-				zmq_close(s[i]);
-		if (x->k_zctx)
-			zmq_ctx_term(x->k_zctx);
+		kcpu_detach(&x->k_k, x->k_zctx);
 	} else if (x->k_body) {
 		hc_free(&x->k_h);
 		free(x->k_body);
@@ -314,7 +345,7 @@ kcpu_more(struct kk *x, const struct broker *b, bool http)
 	if (wait_until(kcpu_forked, x, 120000) < 0)
 		return -1;
 	if (!http)
-		return kcpu_attach(x, b->b_run_dir, true);
+		return kcpu_attach_kk(x, true);
 	if (hc_init(&x->k_h, b->b_url) < 0)
 		return -1;
 	x->k_body = hc_body("x=1", x->k_ctx);

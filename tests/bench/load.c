@@ -27,19 +27,8 @@
 
 static const int tp_clients[3] = {1, 8, 64};
 
-struct tp_client {
-	const char *c_url;
-	char **c_bodies; /* one per context */
-	int c_nctx, c_first;
-	double c_start, c_end;
-	long c_done, c_failed;
-	double *c_lat;
-	int c_nlat, c_cap;
-	pthread_t c_thread;
-};
-
 /* One client: one request in flight, contexts taken round robin. */
-static void *
+void *
 tp_client_run(void *arg)
 {
 	struct tp_client *c = arg;
