@@ -269,19 +269,33 @@ interpreter_of(const struct broker_url_dir *b, const char *id)
 	return run_stdout(b->url, id, code);
 }
 
-Test(template, a_cold_start_and_a_fork_see_the_same_interpreter, .fini = priv_stop,
-     .timeout = 180)
+/*
+ * A broker of the test's own with the shared broker's options but every
+ * kernel cold, a context on it (*c) and a forked one on the shared broker
+ * (*f), each having run one execution (is_forked()); where each is.
+ */
+static void
+cold_and_forked(char **c, char **f, struct broker_url_dir *cold, struct broker_url_dir *fork)
 {
-	/* the same options as the shared broker's, but every kernel cold */
 	const char *args[] = {"--no-template", "--no-default-context", "--pool", "python=0",
 			      "--env", "TPL_GLOBAL=from-broker", NULL};
 
 	cr_assert_eq(broker_start(&priv, args), 0);
 	priv_up = true;
-	char *c = context_new(priv.b_url, "python", NULL), *f = forked_context(URL);
-	cr_assert_not_null(c);
-	cr_assert(!is_forked(priv.b_url, c), "a --no-template kernel has pandas imported");
-	struct broker_url_dir cold = {priv.b_url, priv.b_run_dir}, fork = {URL, test_run_dir()};
+	*c = context_new(priv.b_url, "python", NULL);
+	*f = forked_context(URL);
+	cr_assert_not_null(*c);
+	cr_assert(!is_forked(priv.b_url, *c), "a --no-template kernel has pandas imported");
+	*cold = (struct broker_url_dir){priv.b_url, priv.b_run_dir};
+	*fork = (struct broker_url_dir){URL, test_run_dir()};
+}
+
+Test(template, a_cold_start_and_a_fork_see_the_same_interpreter, .fini = priv_stop,
+     .timeout = 180)
+{
+	char *c, *f;
+	struct broker_url_dir cold, fork;
+	cold_and_forked(&c, &f, &cold, &fork);
 	char *oc = interpreter_of(&cold, c), *of = interpreter_of(&fork, f);
 	cr_assert_not_null(oc);
 	cr_assert(strstr(oc, "-f\", \"CF\"") && strstr(oc, "'connection_file': 'CF'"),
@@ -357,16 +371,9 @@ shell_of(const struct broker_url_dir *b, const char *id)
 Test(template, a_forked_kernel_takes_the_templates_shell_bound_as_a_cold_ones, .fini = priv_stop,
      .timeout = 180)
 {
-	const char *args[] = {"--no-template", "--no-default-context", "--pool", "python=0",
-			      "--env", "TPL_GLOBAL=from-broker", NULL};
-
-	cr_assert_eq(broker_start(&priv, args), 0);
-	priv_up = true;
-	char *c = context_new(priv.b_url, "python", NULL), *f = forked_context(URL);
-	cr_assert_not_null(c);
-	/* as forked_context() ran is_forked() in f: one execution each */
-	cr_assert(!is_forked(priv.b_url, c), "a --no-template kernel has pandas imported");
-	struct broker_url_dir cold = {priv.b_url, priv.b_run_dir}, fork = {URL, test_run_dir()};
+	char *c, *f;
+	struct broker_url_dir cold, fork;
+	cold_and_forked(&c, &f, &cold, &fork);
 	char *oc = shell_of(&cold, c), *of = shell_of(&fork, f);
 	cr_assert_not_null(oc);
 	cr_assert_not_null(of);
