@@ -140,6 +140,7 @@ struct tp_client {
 	pthread_t c_thread;
 };
 void *tp_client_run(void *arg);
+void tp_sleep_until(double t_ms);
 /* load.c; goal_rows: only the rows of the goals (8 and 64 clients over 4 and 16) */
 void load_bench_throughput(const struct broker *b, bool goal_rows);
 void load_bench_contexts(void);

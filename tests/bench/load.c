@@ -68,8 +68,9 @@ cpu_sum(const pid_t *pids, int n)
 	return sum;
 }
 
-static void
-sleep_until(double t)
+/* Sleeps until ms_now() reaches t (ms); a window's bounds, not a wait for state. */
+void
+tp_sleep_until(double t)
 {
 	double left = t - ms_now();
 
@@ -111,12 +112,12 @@ tp_window(const struct broker *b, char **bodies, const pid_t *proxies, const pid
 		    .c_lat = malloc(TP_MAX_LAT / TP_ROUNDS / nclients * sizeof(double))};
 		pthread_create(&cl[i].c_thread, NULL, tp_client_run, &cl[i]);
 	}
-	sleep_until(t0 + TP_RAMP_MS);
+	tp_sleep_until(t0 + TP_RAMP_MS);
 	cpu[0] = -cpu_ms(b->b_pid);
 	cpu[1] = -cpu_sum(proxies, nctx);
 	cpu[2] = -cpu_sum(kernels, nctx);
 	cpu[3] = -self_cpu_ms();
-	sleep_until(t0 + TP_RAMP_MS + TP_WINDOW_MS);
+	tp_sleep_until(t0 + TP_RAMP_MS + TP_WINDOW_MS);
 	cpu[0] += cpu_ms(b->b_pid);
 	cpu[1] += cpu_sum(proxies, nctx);
 	cpu[2] += cpu_sum(kernels, nctx);

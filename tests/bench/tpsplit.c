@@ -292,15 +292,6 @@ ts_burn(void *arg)
 	return NULL;
 }
 
-static void
-ts_sleep_until(double t)
-{
-	double left = t - ms_now();
-
-	if (left > 0)
-		usleep((useconds_t)(left * 1000));
-}
-
 /* One window of variant v with nclients over the group's first nk kernels. */
 static int
 ts_window(struct ts_group *g, bool http, bool burn, int nclients, int nk,
@@ -343,12 +334,12 @@ ts_window(struct ts_group *g, bool http, bool burn, int nclients, int nk,
 	}
 	for (int i = 0; burn && i < TS_BURNERS; i++)
 		pthread_create(&burner[i], NULL, ts_burn, &burn_end);
-	ts_sleep_until(t0 + TS_RAMP_MS); /* the samples bound what the clients count */
+	tp_sleep_until(t0 + TS_RAMP_MS); /* the samples bound what the clients count */
 	ts_kernels(g, nk, &a);
 	hops = -ts_hops_ns(g, nk);
 	client = -tasks_ns(getpid(), NULL);
 	ipi = -ts_ipis();
-	ts_sleep_until(t0 + TS_RAMP_MS + TS_WINDOW_MS);
+	tp_sleep_until(t0 + TS_RAMP_MS + TS_WINDOW_MS);
 	ts_kernels(g, nk, &b);
 	hops += ts_hops_ns(g, nk);
 	client += tasks_ns(getpid(), NULL);
