@@ -311,9 +311,10 @@ Test(template, a_cold_start_and_a_fork_see_the_same_interpreter, .fini = priv_st
  * The kernel's IPython shell as a Python program sees it: bound to its own
  * kernel, session and iopub socket, the app's config and log in every
  * configurable, its dirs, __main__, builtins, prompts, hooks and exit
- * hooks (how many), and what input() does. Its first line: whether it is the template's shell
- * (sandcell_kshell.py), the rest to compare between a cold and a forked
- * kernel (addresses, the kernel's dirs and the run dir masked).
+ * hooks (how many), and what input() does. Its first line: whether it is
+ * the template's shell (sandcell_kshell.py), the rest to compare between a
+ * cold and a forked kernel (addresses, the kernel's dirs and the run dir
+ * masked).
  */
 static char *
 shell_of(const struct broker_url_dir *b, const char *id)
